@@ -1,0 +1,47 @@
+// Checkpoints (ARCHITECTURE §4). A checkpoint is a directory
+//   <out_dir>/checkpoints/step_00000100/
+//       config.conf          the full config (config_write)
+//       model.safetensors    fp32 weights, names and shapes from the parameter table
+//       optimizer.safetensors  fp32 AdamW moments "m.<name>", "v.<name>"
+//       trainer_state.txt    step, data position, RNG state, world size (key = value)
+// written under a temporary name and renamed into place, so a crash never leaves a
+// half-written checkpoint; the last `keep` checkpoints are kept.
+#ifndef HYBRID_CHECKPOINT_H
+#define HYBRID_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "data/loader.h"
+#include "model/config.h"
+#include "model/params.h"
+
+typedef struct {
+    int step;              // optimizer steps completed
+    int world;             // ranks the run used
+    LoaderPosition data;   // the training loader's position
+    uint64_t rng;          // the trainer's sampling RNG state
+    double tokens_seen;
+} TrainerState;
+
+// Writes checkpoint `step` under out_dir/checkpoints/, then removes all but the newest
+// `keep`. params, m and v are host fp32 arrays of t->total elements (m, v may be NULL
+// for a weights-only checkpoint). Returns nothing; dies with a clear error on failure.
+void checkpoint_save(const char *out_dir, const Config *c, const ParamTable *t, const float *params, const float *m,
+                     const float *v, const TrainerState *ts, int keep);
+
+// Path of the newest complete checkpoint under out_dir/checkpoints (caller frees), or NULL.
+char *checkpoint_latest(const char *out_dir);
+
+// Reads the config stored in a checkpoint directory (defaults + config.conf, finalized).
+void checkpoint_read_config(const char *dir, Config *c);
+
+// Loads a checkpoint into host arrays of t->total elements. Every tensor of the table
+// must be present with its shape (dies naming the file and tensor otherwise); m and v
+// may be NULL to skip the optimizer state; ts may be NULL.
+void checkpoint_load(const char *dir, const ParamTable *t, float *params, float *m, float *v, TrainerState *ts);
+
+// Writes a Hugging Face GPT2LMHeadModel folder (config.json + model.safetensors with
+// HF names and Conv1D (in, out) layout). Dies if the config is not GPT-2 shaped.
+void export_hf_gpt2(const char *dir, const Config *c, const ParamTable *t, const ModelParams *mp, const float *params);
+
+#endif

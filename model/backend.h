@@ -1,0 +1,96 @@
+// The backend table (ARCHITECTURE §2). The model graph (model/graph.c) is written
+// once and calls every op through this table; the CPU reference (model/ops/) and
+// CUDA (kernels/) each fill one.
+//
+// Contracts shared by all ops:
+//  - `X_forward` writes its outputs and whatever its backward needs (named in the
+//    signature); it allocates nothing.
+//  - `X_backward` ACCUMULATES (+=) into parameter gradients and WRITES (=) input
+//    gradients, unless the comment says otherwise.
+//  - Pointers are backend memory. The graph never indexes them; it offsets them only
+//    through backend_offset() so that a backend may store another element type
+//    (the CUDA backend keeps bf16 activations). On the CPU every element is a `real`.
+//  - Shapes: N = rows (B*T tokens), C = channels. Weights use PyTorch's (out, in) layout.
+#ifndef HYBRID_BACKEND_H
+#define HYBRID_BACKEND_H
+
+#include <stddef.h>
+
+#include "real.h"
+
+typedef struct Backend {
+    const char *name;
+    size_t elem_size;  // bytes per activation / parameter element
+
+    // ---- memory ----
+    void *(*alloc)(size_t bytes);                      // zero-filled
+    void (*free)(void *p);
+    void (*zero)(real *p, size_t n);
+    void (*upload)(real *dst, const float *src, size_t n);    // host fp32 -> backend
+    void (*download)(float *dst, const real *src, size_t n);  // backend -> host fp32
+    void (*upload_tokens)(int *dst, const int *src, size_t n);
+    void (*synchronize)(void);
+
+    // ---- ops (forward + backward) ----
+    // out[b,t,:] = wte[tok[b,t],:] + (wpe ? wpe[t,:] : 0)
+    void (*embed_forward)(real *out, const int *tokens, const real *wte, const real *wpe, int B, int T, int C);
+    void (*embed_backward)(real *dwte, real *dwpe, const real *dout, const int *tokens, int B, int T, int C);
+
+    // y = (x - mean) * rstd * w + b  (b may be NULL); saves mean and rstd (N each)
+    void (*layernorm_forward)(real *out, real *mean, real *rstd, const real *inp, const real *w, const real *b,
+                              int N, int C, real eps);
+    void (*layernorm_backward)(real *dinp, real *dw, real *db, const real *dout, const real *inp, const real *w,
+                               const real *mean, const real *rstd, int N, int C);
+
+    // out (N, OC) = inp (N, C) @ w^T (w is (OC, C)) + bias (OC, may be NULL)
+    void (*matmul_forward)(real *out, const real *inp, const real *w, const real *bias, int N, int C, int OC);
+    // dinp = dout @ w (written); dw += dout^T @ inp; dbias += sum_rows dout (dbias may be NULL)
+    void (*matmul_backward)(real *dinp, real *dw, real *dbias, const real *dout, const real *inp, const real *w,
+                            int N, int C, int OC);
+
+    // Causal multi-head softmax attention on packed qkv (B, T, 3C) laid out [q | k | v],
+    // head h using channels h*hs .. (h+1)*hs-1 of each, scale 1/sqrt(hs).
+    // out (B, T, C); lse (B, NH, T) = log-sum-exp of each score row, saved for the backward,
+    // which recomputes the probabilities from it (flash-attention style).
+    void (*attention_forward)(real *out, real *lse, const real *qkv, int B, int T, int C, int NH);
+    // dqkv written (B, T, 3C)
+    void (*attention_backward)(real *dqkv, const real *dout, const real *qkv, const real *out, const real *lse,
+                               int B, int T, int C, int NH);
+
+    // tanh-approximation GELU, elementwise
+    void (*gelu_forward)(real *out, const real *inp, size_t n);
+    void (*gelu_backward)(real *dinp, const real *inp, const real *dout, size_t n);  // dinp written
+
+    // out = a + b
+    void (*add_forward)(real *out, const real *a, const real *b, size_t n);
+    // acc += x  (gradient accumulation along the residual stream)
+    void (*add_inplace)(real *acc, const real *x, size_t n);
+
+    // Softmax cross-entropy over rows of logits (N, Vp); only the first V columns are
+    // real tokens, the padding columns never win and never count. targets[i] < 0 means
+    // "ignore this row" (loss 0, gradient 0).
+    void (*crossentropy_forward)(real *losses, const real *logits, const int *targets, int N, int V, int Vp);
+    // dlogits (N, Vp) written: (softmax - onehot) * dlosses[i]; padding columns 0.
+    void (*crossentropy_backward)(real *dlogits, const real *logits, const int *targets, const real *dlosses,
+                                  int N, int V, int Vp);
+
+    // ---- optimizer ----
+    // sum of squares of x (for the global gradient norm), accumulated in double
+    double (*sum_squares)(const real *x, size_t n);
+    // x *= s
+    void (*scale)(real *x, real s, size_t n);
+    // One AdamW step on n elements (optim/adamw.c has the equations). grad_scale
+    // multiplies the gradient first (clipping); step t >= 1 drives bias correction.
+    void (*adamw_update)(real *param, const real *grad, float *m, float *v, size_t n, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, float grad_scale, int t);
+} Backend;
+
+// ptr advanced by n elements of the backend's element type
+static inline real *backend_offset(const Backend *be, const real *ptr, size_t n) {
+    return (real *)((char *)ptr + n * be->elem_size);
+}
+
+// The CPU reference backend (model/ops/cpu_backend.c).
+const Backend *backend_cpu(void);
+
+#endif

@@ -1,0 +1,364 @@
+#define _POSIX_C_SOURCE 200809L
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+typedef enum { T_INT, T_LONG, T_REAL, T_BOOL, T_STR, T_ENUM, T_LAYERS } KeyType;
+
+typedef struct {
+    const char *name;
+    KeyType type;
+    size_t offset;
+    const char *def;       // default value as text
+    const char *choices;   // T_ENUM: space-separated names, index = enum value
+    int model;             // 1 if the key fixes parameter shapes (checked on resume)
+    const char *help;
+} Key;
+
+#define K(name, type, def, choices, model, help) {#name, type, offsetof(Config, name), def, choices, model, help}
+
+static const Key KEYS[] = {
+    // model
+    K(layers_spec, T_LAYERS, "A x12", NULL, 1, "token mixer of every layer: A = softmax attention; 'PATTERN xN' repeats"),
+    K(d_model, T_INT, "768", NULL, 1, "residual stream width"),
+    K(n_head, T_INT, "12", NULL, 1, "attention heads"),
+    K(vocab_size, T_INT, "50257", NULL, 1, "tokenizer vocabulary size"),
+    K(padded_vocab_size, T_INT, "0", NULL, 1, "embedding rows (0 = vocab_size rounded up to 128)"),
+    K(context_length, T_INT, "1024", NULL, 1, "longest sequence the model is built for"),
+    K(norm, T_ENUM, "layernorm", "layernorm rmsnorm", 1, "normalisation layer"),
+    K(norm_eps, T_REAL, "1e-5", NULL, 1, "epsilon inside the norms"),
+    K(position, T_ENUM, "learned", "learned none", 1, "position information: learned absolute embeddings or none"),
+    K(mlp, T_ENUM, "gelu", "gelu", 1, "channel mixer: tanh-GELU MLP"),
+    K(mlp_hidden, T_INT, "0", NULL, 1, "MLP hidden width (0 = 4 * d_model)"),
+    K(bias, T_BOOL, "true", NULL, 1, "biases in linear layers and norms"),
+    K(tie_embeddings, T_BOOL, "true", NULL, 1, "lm_head shares the token embedding"),
+    K(init_std, T_REAL, "0.02", NULL, 0, "std of the normal init; residual projections get std/sqrt(2*n_layer)"),
+    // training
+    K(batch_size, T_INT, "4", NULL, 0, "micro-batch rows per rank"),
+    K(seq_len, T_INT, "1024", NULL, 0, "tokens per row"),
+    K(total_batch_size, T_LONG, "0", NULL, 0, "tokens per optimizer step over all ranks (0 = one micro-batch); a multiple of batch_size*seq_len*ranks"),
+    K(steps, T_INT, "100", NULL, 0, "optimizer steps"),
+    K(optimizer, T_ENUM, "adamw", "adamw", 0, "optimizer"),
+    K(lr, T_REAL, "6e-4", NULL, 0, "peak learning rate"),
+    K(lr_schedule, T_ENUM, "cosine", "cosine linear constant wsd", 0, "learning-rate schedule after warmup"),
+    K(warmup_steps, T_INT, "0", NULL, 0, "linear warmup steps"),
+    K(final_lr_frac, T_REAL, "0.0", NULL, 0, "final learning rate as a fraction of lr"),
+    K(wsd_decay_frac, T_REAL, "0.2", NULL, 0, "wsd: fraction of steps spent decaying"),
+    K(weight_decay, T_REAL, "0.1", NULL, 0, "decoupled weight decay (matrices and embeddings only)"),
+    K(beta1, T_REAL, "0.9", NULL, 0, "AdamW beta1"),
+    K(beta2, T_REAL, "0.95", NULL, 0, "AdamW beta2"),
+    K(adam_eps, T_REAL, "1e-8", NULL, 0, "AdamW epsilon"),
+    K(grad_clip, T_REAL, "1.0", NULL, 0, "clip the global gradient norm to this (0 = off)"),
+    K(seed, T_LONG, "1337", NULL, 0, "seed for init and data order"),
+    K(train_data, T_STR, "", NULL, 0, "glob of training shards (llm.c format)"),
+    K(val_data, T_STR, "", NULL, 0, "glob of validation shards (empty = no validation)"),
+    K(val_every, T_INT, "50", NULL, 0, "steps between validation passes (0 = only at the end)"),
+    K(val_batches, T_INT, "0", NULL, 0, "validation batches per pass (0 = the whole val split)"),
+    K(shuffle, T_BOOL, "true", NULL, 0, "shuffle shard order and samples every epoch"),
+    K(out_dir, T_STR, "out/runs/default", NULL, 0, "folder for the metrics log and checkpoints"),
+    K(checkpoint_every, T_INT, "0", NULL, 0, "steps between checkpoints (0 = only at the end)"),
+    K(keep_checkpoints, T_INT, "3", NULL, 0, "how many recent checkpoints to keep"),
+    K(log_every, T_INT, "1", NULL, 0, "steps between progress lines"),
+    K(sample_every, T_INT, "0", NULL, 0, "steps between samples (0 = only at the end)"),
+    K(sample_tokens, T_INT, "64", NULL, 0, "tokens to generate per sample"),
+    K(temperature, T_REAL, "1.0", NULL, 0, "sampling temperature (0 = greedy)"),
+    K(device, T_ENUM, "cpu", "cpu cuda", 0, "where to run"),
+    K(threads, T_INT, "0", NULL, 0, "CPU threads (0 = OpenMP default)"),
+};
+#define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
+
+// Where each key was last set ("file:line" or "--key"), for error messages.
+static char g_origin[NKEYS][160];
+
+static const char *origin_of(const char *name) {
+    for (int i = 0; i < NKEYS; i++)
+        if (!strcmp(KEYS[i].name, name)) return g_origin[i][0] ? g_origin[i] : "default";
+    return "?";
+}
+
+static const Key *find_key(const char *name, int *index) {
+    char norm[128];
+    size_t n = strlen(name);
+    if (n >= sizeof(norm)) return NULL;
+    for (size_t i = 0; i <= n; i++) norm[i] = name[i] == '-' ? '_' : name[i];
+    if (!strcmp(norm, "layers")) strcpy(norm, "layers_spec");  // user-facing name
+    for (int i = 0; i < NKEYS; i++)
+        if (!strcmp(KEYS[i].name, norm)) {
+            if (index) *index = i;
+            return &KEYS[i];
+        }
+    return NULL;
+}
+
+int config_is_key(const char *key) { return find_key(key, NULL) != NULL; }
+
+static const char *user_name(const Key *k) { return !strcmp(k->name, "layers_spec") ? "layers" : k->name; }
+
+// Expands "KKKM x4 A" into "KKKMKKKMKKKMA". Returns an error message or NULL.
+static const char *expand_layers(const char *spec, char *out) {
+    static char err[256];
+    size_t n = 0;
+    char buf[CONFIG_STR];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL, *prev = NULL;
+    size_t prev_start = 0;
+    for (char *tok = strtok_r(buf, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+        if (tok[0] == 'x' && tok[1] && isdigit((unsigned char)tok[1])) {
+            if (!prev) return "a repeat 'xN' needs a pattern before it";
+            char *end;
+            long r = strtol(tok + 1, &end, 10);
+            if (*end || r < 1) {
+                snprintf(err, sizeof err, "bad repeat '%s'", tok);
+                return err;
+            }
+            size_t len = n - prev_start;
+            for (long i = 1; i < r; i++) {
+                if (n + len > CONFIG_MAX_LAYERS) return "more than 256 layers";
+                memcpy(out + n, out + prev_start, len);
+                n += len;
+            }
+            prev = NULL;
+            continue;
+        }
+        prev_start = n;
+        for (char *c = tok; *c; c++) {
+            if (!strchr("A", *c)) {
+                snprintf(err, sizeof err,
+                         "unknown layer type '%c' (this build has: A = softmax attention)", *c);
+                return err;
+            }
+            if (n >= CONFIG_MAX_LAYERS) return "more than 256 layers";
+            out[n++] = *c;
+        }
+        prev = tok;
+    }
+    if (n == 0) return "no layers given";
+    out[n] = 0;
+    return NULL;
+}
+
+static int parse_bool(const char *v, int *out) {
+    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes")) { *out = 1; return 1; }
+    if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no")) { *out = 0; return 1; }
+    return 0;
+}
+
+// Sets key `name` to `value`; `where` names the source for errors.
+static void set_key(Config *c, const char *name, const char *value, const char *where) {
+    int index;
+    const Key *k = find_key(name, &index);
+    if (!k) die("%s: unknown config key '%s' (see `hybrid train --help` for the list)", where, name);
+    char *field = (char *)c + k->offset;
+    char *end;
+    errno = 0;
+    switch (k->type) {
+    case T_INT: {
+        long v = strtol(value, &end, 10);
+        if (!*value || *end || errno || v < -2147483647L || v > 2147483647L)
+            die("%s: %s: '%s' is not an integer", where, user_name(k), value);
+        if (v < 0) die("%s: %s: must not be negative (got %ld)", where, user_name(k), v);
+        *(int *)field = (int)v;
+        break;
+    }
+    case T_LONG: {
+        long v = strtol(value, &end, 10);
+        if (!*value || *end || errno) die("%s: %s: '%s' is not an integer", where, user_name(k), value);
+        if (v < 0) die("%s: %s: must not be negative (got %ld)", where, user_name(k), v);
+        *(long *)field = v;
+        break;
+    }
+    case T_REAL: {
+        double v = strtod(value, &end);
+        if (!*value || *end || errno || !isfinite(v)) die("%s: %s: '%s' is not a number", where, user_name(k), value);
+        *(double *)field = v;
+        break;
+    }
+    case T_BOOL:
+        if (!parse_bool(value, (int *)field))
+            die("%s: %s: '%s' is not a boolean (true/false)", where, user_name(k), value);
+        break;
+    case T_STR:
+        if (strlen(value) >= CONFIG_STR) die("%s: %s: value longer than %d characters", where, user_name(k), CONFIG_STR - 1);
+        strcpy(field, value);
+        break;
+    case T_ENUM: {
+        int idx = 0, found = -1;
+        const char *p = k->choices;
+        size_t vl = strlen(value);
+        while (*p) {
+            const char *e = strchr(p, ' ');
+            size_t l = e ? (size_t)(e - p) : strlen(p);
+            if (l == vl && !strncmp(p, value, l)) found = idx;
+            idx++;
+            p += l;
+            while (*p == ' ') p++;
+        }
+        if (found < 0) die("%s: %s: '%s' is not one of: %s", where, user_name(k), value, k->choices);
+        *(int *)field = found;
+        break;
+    }
+    case T_LAYERS: {
+        if (strlen(value) >= CONFIG_STR) die("%s: layers: value too long", where);
+        const char *err = expand_layers(value, c->layers);
+        if (err) die("%s: layers: %s", where, err);
+        strcpy(c->layers_spec, value);
+        c->n_layer = (int)strlen(c->layers);
+        break;
+    }
+    }
+    snprintf(g_origin[index], sizeof g_origin[index], "%s", where);
+}
+
+void config_defaults(Config *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < NKEYS; i++) set_key(c, KEYS[i].name, KEYS[i].def, "default");
+    for (int i = 0; i < NKEYS; i++) g_origin[i][0] = 0;
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+void config_load_file(Config *c, const char *path) {
+    size_t len;
+    char *text = read_file(path, &len);
+    if (!text) die("%s: cannot read config file (%s)", path, strerror(errno));
+    if (strlen(text) != len) die("%s: config file contains a NUL byte", path);
+    int lineno = 0;
+    // split by hand: strtok would skip empty lines and break the line numbers
+    for (char *line = text; line; ) {
+        char *next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *s = trim(line);
+        if (*s) {
+            char where[160];
+            snprintf(where, sizeof where, "%s:%d", path, lineno);
+            char *eq = strchr(s, '=');
+            if (!eq) die("%s: expected 'key = value', got '%s'", where, s);
+            *eq = 0;
+            char *key = trim(s), *value = trim(eq + 1);
+            if (!*key) die("%s: missing key before '='", where);
+            set_key(c, key, value, where);
+        }
+        line = next;
+    }
+    free(text);
+}
+
+void config_set_override(Config *c, const char *key, const char *value) {
+    char where[160];
+    snprintf(where, sizeof where, "command line --%s", key);
+    set_key(c, key, value, where);
+}
+
+void config_finalize(Config *c) {
+#define BAD(key, ...) do { fprintf(stderr, "hybrid: error: %s: ", origin_of(key)); \
+        fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } while (0)
+    if (c->d_model < 1) BAD("d_model", "d_model must be positive");
+    if (c->n_head < 1) BAD("n_head", "n_head must be positive");
+    if (c->d_model % c->n_head)
+        BAD("n_head", "n_head = %d does not divide d_model = %d (d_model set at %s)", c->n_head, c->d_model,
+            origin_of("d_model"));
+    if (c->vocab_size < 2) BAD("vocab_size", "vocab_size must be at least 2");
+    if (c->vocab_size > 65536) BAD("vocab_size", "vocab_size %d does not fit the uint16 shard format", c->vocab_size);
+    if (c->padded_vocab_size == 0) c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
+    if (c->padded_vocab_size < c->vocab_size)
+        BAD("padded_vocab_size", "padded_vocab_size = %d is smaller than vocab_size = %d", c->padded_vocab_size,
+            c->vocab_size);
+    if (c->mlp_hidden == 0) c->mlp_hidden = 4 * c->d_model;
+    if (c->context_length < 1) BAD("context_length", "context_length must be positive");
+    if (c->norm_eps <= 0) BAD("norm_eps", "norm_eps must be positive");
+    if (c->init_std <= 0) BAD("init_std", "init_std must be positive");
+    if (c->batch_size < 1) BAD("batch_size", "batch_size must be positive");
+    if (c->seq_len < 1) BAD("seq_len", "seq_len must be positive");
+    if (c->position == POS_LEARNED && c->seq_len > c->context_length)
+        BAD("seq_len", "seq_len = %d exceeds context_length = %d (learned positions; context_length set at %s)",
+            c->seq_len, c->context_length, origin_of("context_length"));
+    if (c->steps < 1) BAD("steps", "steps must be at least 1");
+    if (c->lr <= 0) BAD("lr", "lr must be positive");
+    if (c->warmup_steps > c->steps)
+        BAD("warmup_steps", "warmup_steps = %d exceeds steps = %d", c->warmup_steps, c->steps);
+    if (c->final_lr_frac < 0 || c->final_lr_frac > 1) BAD("final_lr_frac", "final_lr_frac must lie in [0, 1]");
+    if (c->wsd_decay_frac < 0 || c->wsd_decay_frac > 1) BAD("wsd_decay_frac", "wsd_decay_frac must lie in [0, 1]");
+    if (c->weight_decay < 0) BAD("weight_decay", "weight_decay must not be negative");
+    if (c->beta1 < 0 || c->beta1 >= 1) BAD("beta1", "beta1 must lie in [0, 1)");
+    if (c->beta2 < 0 || c->beta2 >= 1) BAD("beta2", "beta2 must lie in [0, 1)");
+    if (c->adam_eps <= 0) BAD("adam_eps", "adam_eps must be positive");
+    if (c->grad_clip < 0) BAD("grad_clip", "grad_clip must not be negative");
+    if (c->keep_checkpoints < 1) BAD("keep_checkpoints", "keep_checkpoints must be at least 1");
+    if (c->log_every < 1) BAD("log_every", "log_every must be at least 1");
+    if (c->temperature < 0) BAD("temperature", "temperature must not be negative");
+    if (!c->out_dir[0]) BAD("out_dir", "out_dir must not be empty");
+#undef BAD
+}
+
+static void write_value(const Config *c, const Key *k, FILE *f) {
+    const char *field = (const char *)c + k->offset;
+    switch (k->type) {
+    case T_INT: fprintf(f, "%d", *(const int *)field); break;
+    case T_LONG: fprintf(f, "%ld", *(const long *)field); break;
+    case T_REAL: fprintf(f, "%.17g", *(const double *)field); break;
+    case T_BOOL: fprintf(f, "%s", *(const int *)field ? "true" : "false"); break;
+    case T_STR: fprintf(f, "%s", field); break;
+    case T_LAYERS: fprintf(f, "%s", c->layers_spec); break;
+    case T_ENUM: {
+        int want = *(const int *)field, idx = 0;
+        const char *p = k->choices;
+        while (*p) {
+            const char *e = strchr(p, ' ');
+            int l = e ? (int)(e - p) : (int)strlen(p);
+            if (idx == want) fprintf(f, "%.*s", l, p);
+            idx++;
+            p += l;
+            while (*p == ' ') p++;
+        }
+        break;
+    }
+    }
+}
+
+void config_write(const Config *c, FILE *f) {
+    for (int i = 0; i < NKEYS; i++) {
+        fprintf(f, "%s = ", user_name(&KEYS[i]));
+        write_value(c, &KEYS[i], f);
+        fprintf(f, "\n");
+    }
+}
+
+const char *config_model_mismatch(const Config *a, const Config *b) {
+    for (int i = 0; i < NKEYS; i++) {
+        if (!KEYS[i].model) continue;
+        char va[CONFIG_STR + 32], vb[CONFIG_STR + 32];
+        FILE *fa = fmemopen(va, sizeof va, "w"), *fb = fmemopen(vb, sizeof vb, "w");
+        if (!fa || !fb) die("fmemopen failed");
+        write_value(a, &KEYS[i], fa);
+        write_value(b, &KEYS[i], fb);
+        fclose(fa);
+        fclose(fb);
+        if (strcmp(va, vb)) return user_name(&KEYS[i]);
+    }
+    return NULL;
+}
+
+void config_print_keys(FILE *f) {
+    for (int i = 0; i < NKEYS; i++) {
+        const Key *k = &KEYS[i];
+        if (k->type == T_ENUM)
+            fprintf(f, "  --%-18s %s [%s] (default %s)\n", user_name(k), k->help, k->choices, k->def);
+        else
+            fprintf(f, "  --%-18s %s (default %s)\n", user_name(k), k->help, *k->def ? k->def : "\"\"");
+    }
+}

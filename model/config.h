@@ -1,0 +1,85 @@
+// Model and training configuration: `key = value` files (configs/*.conf) plus
+// `--key value` overrides. Every key is listed once, in the table in config.c,
+// which drives parsing, validation messages, `--help` and the checkpoint copy.
+#ifndef HYBRID_CONFIG_H
+#define HYBRID_CONFIG_H
+
+#include <stdio.h>
+
+#define CONFIG_MAX_LAYERS 256
+#define CONFIG_STR 512
+
+typedef enum { NORM_LAYERNORM, NORM_RMSNORM } NormKind;
+typedef enum { POS_LEARNED, POS_NONE } PositionKind;
+typedef enum { MLP_GELU } MlpKind;
+typedef enum { SCHED_COSINE, SCHED_LINEAR, SCHED_CONSTANT, SCHED_WSD } ScheduleKind;
+typedef enum { OPT_ADAMW } OptimizerKind;
+typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
+
+typedef struct {
+    // ---- model ----
+    char layers_spec[CONFIG_STR];     // as written, e.g. "A x12"
+    char layers[CONFIG_MAX_LAYERS + 1]; // expanded, one letter per layer
+    int n_layer;                      // strlen(layers)
+    int d_model;
+    int n_head;
+    int vocab_size;
+    int padded_vocab_size;            // 0 in a file means: round vocab_size up to 128
+    int context_length;               // longest sequence (size of learned positions)
+    NormKind norm;
+    double norm_eps;
+    PositionKind position;
+    MlpKind mlp;
+    int mlp_hidden;                   // 0 in a file means 4 * d_model
+    int bias;
+    int tie_embeddings;
+    double init_std;
+    // ---- training ----
+    int batch_size;                   // micro-batch rows per rank
+    int seq_len;                      // tokens per row
+    long total_batch_size;            // tokens per optimizer step, all ranks; 0 = one micro-batch
+    int steps;
+    OptimizerKind optimizer;
+    double lr;
+    ScheduleKind lr_schedule;
+    int warmup_steps;
+    double final_lr_frac;
+    double wsd_decay_frac;
+    double weight_decay;
+    double beta1, beta2, adam_eps;
+    double grad_clip;                 // 0 = off
+    long seed;
+    char train_data[CONFIG_STR];
+    char val_data[CONFIG_STR];
+    int val_every;
+    int val_batches;                  // 0 = the whole val split
+    int shuffle;
+    char out_dir[CONFIG_STR];
+    int checkpoint_every;             // 0 = only at the end
+    int keep_checkpoints;
+    int log_every;
+    int sample_every;                 // 0 = only at the end
+    int sample_tokens;
+    double temperature;
+    DeviceKind device;
+    int threads;                      // 0 = OpenMP default
+} Config;
+
+// Fills every key with its default.
+void config_defaults(Config *c);
+// Applies a config file; dies with "path:line: reason" on an unknown key or bad value.
+void config_load_file(Config *c, const char *path);
+// Applies one `--key value` override (key without the dashes; '-' and '_' are equal).
+void config_set_override(Config *c, const char *key, const char *value);
+// Derives dependent values and checks the combination; dies naming where each key was set.
+void config_finalize(Config *c);
+// Writes every key as `key = value` (a loadable config file).
+void config_write(const Config *c, FILE *f);
+// Compares the keys that fix the parameter shapes; returns the first differing key or NULL.
+const char *config_model_mismatch(const Config *a, const Config *b);
+// Prints the key reference (name, default, help) for --help.
+void config_print_keys(FILE *f);
+// True if `key` names a config key.
+int config_is_key(const char *key);
+
+#endif

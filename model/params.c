@@ -1,0 +1,172 @@
+#include "params.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+static int add(ParamTable *t, ParamGroup group, InitRule init, double std, int ndim, const int *shape,
+               const char *fmt, ...) {
+    t->items = xrealloc(t->items, sizeof(ParamInfo) * (size_t)(t->count + 1));
+    ParamInfo *p = &t->items[t->count];
+    memset(p, 0, sizeof *p);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->name, sizeof p->name, fmt, ap);
+    va_end(ap);
+    p->ndim = ndim;
+    p->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        p->shape[i] = shape[i];
+        p->numel *= (size_t)shape[i];
+    }
+    p->offset = t->total;
+    p->group = group;
+    p->init = init;
+    p->init_std = std;
+    t->total += p->numel;
+    return t->count++;
+}
+
+static int matrix(ParamTable *t, double std, int out, int in, const char *fmt, int layer) {
+    int shape[2] = {out, in};
+    return add(t, GROUP_MATRIX, INIT_NORMAL, std, 2, shape, fmt, layer);
+}
+
+static int vector(ParamTable *t, ParamGroup g, InitRule init, int n, const char *fmt, int layer) {
+    int shape[1] = {n};
+    return add(t, g, init, 0.0, 1, shape, fmt, layer);
+}
+
+void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
+    memset(t, 0, sizeof *t);
+    memset(mp, 0, sizeof *mp);
+    const int C = c->d_model, H = c->mlp_hidden;
+    const double std = c->init_std;
+    const double resid_std = std / sqrt(2.0 * c->n_layer);  // GPT-2: scaled residual projections
+    int shape[2] = {c->padded_vocab_size, C};
+    mp->tok_embed = add(t, GROUP_EMBED, INIT_NORMAL, std, 2, shape, "embed.tok.weight");
+    mp->pos_embed = -1;
+    if (c->position == POS_LEARNED) {
+        int pshape[2] = {c->context_length, C};
+        mp->pos_embed = add(t, GROUP_EMBED, INIT_NORMAL, std, 2, pshape, "embed.pos.weight");
+    }
+    mp->blocks = xcalloc((size_t)c->n_layer, sizeof(BlockParams));
+    for (int l = 0; l < c->n_layer; l++) {
+        BlockParams *b = &mp->blocks[l];
+        memset(b, -1, sizeof *b);  // every index -1 until created
+        b->norm1_w = vector(t, GROUP_NORM, INIT_ONE, C, "blocks.%d.norm1.weight", l);
+        if (c->bias && c->norm == NORM_LAYERNORM) b->norm1_b = vector(t, GROUP_NORM, INIT_ZERO, C, "blocks.%d.norm1.bias", l);
+        switch (c->layers[l]) {
+        case 'A':
+            b->attn_qkv_w = matrix(t, std, 3 * C, C, "blocks.%d.attn.qkv.weight", l);
+            if (c->bias) b->attn_qkv_b = vector(t, GROUP_BIAS, INIT_ZERO, 3 * C, "blocks.%d.attn.qkv.bias", l);
+            b->attn_out_w = matrix(t, resid_std, C, C, "blocks.%d.attn.out.weight", l);
+            if (c->bias) b->attn_out_b = vector(t, GROUP_BIAS, INIT_ZERO, C, "blocks.%d.attn.out.bias", l);
+            break;
+        default:
+            die("params: layer type '%c' has no parameter layout", c->layers[l]);
+        }
+        b->norm2_w = vector(t, GROUP_NORM, INIT_ONE, C, "blocks.%d.norm2.weight", l);
+        if (c->bias && c->norm == NORM_LAYERNORM) b->norm2_b = vector(t, GROUP_NORM, INIT_ZERO, C, "blocks.%d.norm2.bias", l);
+        b->mlp_up_w = matrix(t, std, H, C, "blocks.%d.mlp.up.weight", l);
+        if (c->bias) b->mlp_up_b = vector(t, GROUP_BIAS, INIT_ZERO, H, "blocks.%d.mlp.up.bias", l);
+        b->mlp_down_w = matrix(t, resid_std, C, H, "blocks.%d.mlp.down.weight", l);
+        if (c->bias) b->mlp_down_b = vector(t, GROUP_BIAS, INIT_ZERO, C, "blocks.%d.mlp.down.bias", l);
+    }
+    mp->normf_w = vector(t, GROUP_NORM, INIT_ONE, C, "norm_f.weight", 0);
+    mp->normf_b = -1;
+    if (c->bias && c->norm == NORM_LAYERNORM) mp->normf_b = vector(t, GROUP_NORM, INIT_ZERO, C, "norm_f.bias", 0);
+    if (c->tie_embeddings) {
+        mp->lm_head = mp->tok_embed;
+    } else {
+        int hshape[2] = {c->padded_vocab_size, C};
+        mp->lm_head = add(t, GROUP_EMBED, INIT_NORMAL, std, 2, hshape, "lm_head.weight");
+    }
+}
+
+void params_free(ParamTable *t, ModelParams *mp) {
+    free(t->items);
+    free(mp->blocks);
+    memset(t, 0, sizeof *t);
+    memset(mp, 0, sizeof *mp);
+}
+
+int params_find(const ParamTable *t, const char *name) {
+    for (int i = 0; i < t->count; i++)
+        if (!strcmp(t->items[i].name, name)) return i;
+    return -1;
+}
+
+const char *param_group_name(ParamGroup g) {
+    switch (g) {
+    case GROUP_MATRIX: return "matrix";
+    case GROUP_EMBED: return "embed";
+    case GROUP_NORM: return "norm";
+    case GROUP_BIAS: return "bias";
+    default: return "?";
+    }
+}
+
+int param_group_decays(ParamGroup g) { return g == GROUP_MATRIX || g == GROUP_EMBED; }
+
+void params_init(const ParamTable *t, float *host, unsigned long seed) {
+    Rng rng;
+    rng_seed(&rng, seed);
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->items[i];
+        float *w = host + p->offset;
+        for (size_t j = 0; j < p->numel; j++) {
+            switch (p->init) {
+            case INIT_NORMAL: w[j] = (float)(p->init_std * rng_normal(&rng)); break;
+            case INIT_ZERO: w[j] = 0.0f; break;
+            case INIT_ONE: w[j] = 1.0f; break;
+            }
+        }
+    }
+}
+
+size_t params_count_non_embedding(const ParamTable *t) {
+    size_t n = 0;
+    for (int i = 0; i < t->count; i++)
+        if (t->items[i].group != GROUP_EMBED) n += t->items[i].numel;
+    return n;
+}
+
+double params_flops_per_token(const Config *c, const ParamTable *t) {
+    double matmul = 0;
+    for (int i = 0; i < t->count; i++)
+        if (t->items[i].group == GROUP_MATRIX) matmul += (double)t->items[i].numel;
+    // the lm_head matmul (tied or not): padded vocab x d_model
+    matmul += (double)c->padded_vocab_size * c->d_model;
+    double attn = 0;
+    for (int l = 0; l < c->n_layer; l++)
+        if (c->layers[l] == 'A') attn += 6.0 * c->d_model * c->seq_len;  // causal: half of 12*C*T
+    return 6.0 * matmul + attn;
+}
+
+void params_print(const Config *c, const ParamTable *t, FILE *f) {
+    fprintf(f, "%-36s %-18s %12s %12s  %-6s %s\n", "name", "shape", "numel", "offset", "group", "init");
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->items[i];
+        char shape[64] = "(";
+        for (int d = 0; d < p->ndim; d++) {
+            char part[24];
+            snprintf(part, sizeof part, d ? ", %d" : "%d", p->shape[d]);
+            strcat(shape, part);
+        }
+        strcat(shape, ")");
+        char init[32];
+        if (p->init == INIT_NORMAL) snprintf(init, sizeof init, "normal(%.4g)", p->init_std);
+        else snprintf(init, sizeof init, "%s", p->init == INIT_ZERO ? "zeros" : "ones");
+        fprintf(f, "%-36s %-18s %12zu %12zu  %-6s %s\n", p->name, shape, p->numel, p->offset,
+                param_group_name(p->group), init);
+    }
+    size_t emb = t->total - params_count_non_embedding(t);
+    fprintf(f, "\nparameters: %zu total (%.2fM), %zu in embeddings, %zu non-embedding\n", t->total,
+            (double)t->total / 1e6, emb, t->total - emb);
+    double fl = params_flops_per_token(c, t);
+    fprintf(f, "training FLOPs per token (seq_len %d): %.4g (%.1f MFLOP)\n", c->seq_len, fl, fl / 1e6);
+}

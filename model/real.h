@@ -1,0 +1,14 @@
+// The scalar type of the CPU reference. Built as float for training and as
+// double (-DREAL_DOUBLE) for finite-difference gradient checks (ARCHITECTURE §2).
+#ifndef HYBRID_REAL_H
+#define HYBRID_REAL_H
+
+#ifdef REAL_DOUBLE
+typedef double real;
+#define REAL_NAME "double"
+#else
+typedef float real;
+#define REAL_NAME "float"
+#endif
+
+#endif

@@ -1,0 +1,38 @@
+// Small helpers shared by every part of hybrid.c: fatal errors, checked allocation
+// and checked file I/O. Every error names the file (or the thing) and the problem.
+#ifndef HYBRID_UTIL_H
+#define HYBRID_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+// Print "hybrid: error: <message>" to stderr and exit(1).
+void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+void *xmalloc(size_t n);
+void *xcalloc(size_t count, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+FILE *xfopen(const char *path, const char *mode);
+void xfread(void *buf, size_t size, size_t count, FILE *f, const char *path);
+void xfwrite(const void *buf, size_t size, size_t count, FILE *f, const char *path);
+void xfclose(FILE *f, const char *path);
+
+// Reads a whole file into a NUL-terminated buffer; *len gets its size (may be NULL).
+// Returns NULL (and sets errno) if the file cannot be opened.
+char *read_file(const char *path, size_t *len);
+
+// Writes `len` bytes to `path` atomically: a temporary file in the same folder,
+// fsync, then rename over the target.
+void write_file_atomic(const char *path, const void *buf, size_t len);
+
+int file_exists(const char *path);
+int dir_exists(const char *path);
+void mkdir_p(const char *path);      // like `mkdir -p`, dies on failure
+void remove_tree(const char *path);  // like `rm -rf`, for our own checkpoint dirs
+
+double now_seconds(void);            // monotonic clock
+
+#endif
