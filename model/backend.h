@@ -29,6 +29,8 @@ typedef struct Backend {
     void (*upload)(real *dst, const float *src, size_t n);    // host fp32 -> backend
     void (*download)(float *dst, const real *src, size_t n);  // backend -> host fp32
     void (*upload_tokens)(int *dst, const int *src, size_t n);
+    void (*copy_to_host)(void *dst, const void *src, size_t bytes);    // raw bytes, backend -> host
+    void (*copy_from_host)(void *dst, const void *src, size_t bytes);  // raw bytes, host -> backend
     void (*synchronize)(void);
 
     // ---- ops (forward + backward) ----
@@ -70,12 +72,14 @@ typedef struct Backend {
     // real tokens, the padding columns never win and never count. targets[i] < 0 means
     // "ignore this row" (loss 0, gradient 0).
     void (*crossentropy_forward)(real *losses, const real *logits, const int *targets, int N, int V, int Vp);
-    // dlogits (N, Vp) written: (softmax - onehot) * dlosses[i]; padding columns 0.
-    void (*crossentropy_backward)(real *dlogits, const real *logits, const int *targets, const real *dlosses,
-                                  int N, int V, int Vp);
+    // dlogits (N, Vp) written: (softmax - onehot) * dloss for rows with targets[i] >= 0,
+    // 0 for ignored rows; padding columns 0. dlogits may alias logits (in place).
+    void (*crossentropy_backward)(real *dlogits, const real *logits, const int *targets, real dloss, int N, int V,
+                                  int Vp);
 
     // ---- optimizer ----
-    // sum of squares of x (for the global gradient norm), accumulated in double
+    // sum of x and sum of squares of x (losses, the global gradient norm), accumulated in double
+    double (*sum)(const real *x, size_t n);
     double (*sum_squares)(const real *x, size_t n);
     // x *= s
     void (*scale)(real *x, real s, size_t n);

@@ -45,6 +45,7 @@ static const Key KEYS[] = {
     K(seq_len, T_INT, "1024", NULL, 0, "tokens per row"),
     K(total_batch_size, T_LONG, "0", NULL, 0, "tokens per optimizer step over all ranks (0 = one micro-batch); a multiple of batch_size*seq_len*ranks"),
     K(steps, T_INT, "100", NULL, 0, "optimizer steps"),
+    K(stop_at_step, T_INT, "0", NULL, 0, "end this run after this many steps with a checkpoint, as if interrupted (0 = off)"),
     K(optimizer, T_ENUM, "adamw", "adamw", 0, "optimizer"),
     K(lr, T_REAL, "6e-4", NULL, 0, "peak learning rate"),
     K(lr_schedule, T_ENUM, "cosine", "cosine linear constant wsd", 0, "learning-rate schedule after warmup"),
@@ -288,6 +289,7 @@ void config_finalize(Config *c) {
         BAD("seq_len", "seq_len = %d exceeds context_length = %d (learned positions; context_length set at %s)",
             c->seq_len, c->context_length, origin_of("context_length"));
     if (c->steps < 1) BAD("steps", "steps must be at least 1");
+    if (c->stop_at_step > c->steps) BAD("stop_at_step", "stop_at_step = %d exceeds steps = %d", c->stop_at_step, c->steps);
     if (c->lr <= 0) BAD("lr", "lr must be positive");
     if (c->warmup_steps > c->steps)
         BAD("warmup_steps", "warmup_steps = %d exceeds steps = %d", c->warmup_steps, c->steps);

@@ -39,6 +39,7 @@ typedef struct {
     int seq_len;                      // tokens per row
     long total_batch_size;            // tokens per optimizer step, all ranks; 0 = one micro-batch
     int steps;
+    int stop_at_step;
     OptimizerKind optimizer;
     double lr;
     ScheduleKind lr_schedule;

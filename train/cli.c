@@ -1,0 +1,59 @@
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/util.h"
+
+void cli_parse(int argc, char **argv, Config *c, CliOption option, void *ctx, void (*positional)(const char *, void *)) {
+    config_defaults(c);
+    // the config file comes first so that overrides win wherever they are written
+    int config_index = -1;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-' && argv[i][1] == '-') {
+            i++;  // skip the value (flags are checked below)
+            continue;
+        }
+        size_t n = strlen(argv[i]);
+        if (n > 5 && !strcmp(argv[i] + n - 5, ".conf")) {
+            if (config_index >= 0) die("%s: only one config file may be given (also got %s)", argv[i], argv[config_index]);
+            config_index = i;
+        }
+    }
+    if (config_index >= 0) config_load_file(c, argv[config_index]);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (i == config_index) continue;
+        if (a[0] == '-' && a[1] == '-') {
+            const char *name = a + 2;
+            const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+            if (config_is_key(name)) {
+                if (!value) die("command line: --%s needs a value", name);
+                config_set_override(c, name, value);
+                i++;
+                continue;
+            }
+            int took = option ? option(name, value, ctx) : -1;
+            if (took < 0) die("command line: unknown option --%s (see `hybrid %s --help`)", name, argv[0]);
+            i += took;
+            continue;
+        }
+        if (!positional) die("command line: unexpected argument '%s'", a);
+        positional(a, ctx);
+    }
+}
+
+#ifdef HAVE_CUDA
+int cuda_device_count(void);
+#endif
+
+const Backend *cli_backend(const Config *c) {
+    if (c->device == DEVICE_CPU) return backend_cpu();
+#ifdef HAVE_CUDA
+    int n = cuda_device_count();
+    die("--device cuda: this build found %d CUDA device(s), but the CUDA backend is not written yet; use --device cpu", n);
+#else
+    die("--device cuda: this build has no CUDA (nvcc was not found at build time); use --device cpu");
+#endif
+}

@@ -1,0 +1,22 @@
+// Command-line helpers shared by the subcommands: a config file followed by
+// `--key value` overrides, with subcommand-specific options handled by a callback.
+#ifndef HYBRID_CLI_H
+#define HYBRID_CLI_H
+
+#include "model/backend.h"
+#include "model/config.h"
+
+// Called for an option that is not a config key. Return 1 if it took `value`,
+// 0 if it is a flag that takes none, -1 if the option is unknown.
+typedef int (*CliOption)(const char *name, const char *value, void *ctx);
+
+// argv[0] is the subcommand. Positional arguments: the first that ends in ".conf"
+// (or names an existing file) is the config file; others go to `positional` (may be NULL:
+// then they are errors). Applies defaults, the file, then the overrides in order.
+// Does not finalize.
+void cli_parse(int argc, char **argv, Config *c, CliOption option, void *ctx, void (*positional)(const char *, void *));
+
+// The backend for c->device; dies with a clear message if it is not available.
+const Backend *cli_backend(const Config *c);
+
+#endif

@@ -1,0 +1,189 @@
+// `hybrid sample`, `hybrid inspect` and `hybrid export`.
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoints/checkpoint.h"
+#include "cli.h"
+#include "generate.h"
+#include "model/model.h"
+#include "model/util.h"
+#include "train.h"
+
+// ---------------------------------------------------------------------------
+// sample
+
+typedef struct {
+    const char *checkpoint;
+    const char *prompt_ids;
+    int tokens;
+    double temperature;
+    long seed;
+    int have_temperature;
+} SampleArgs;
+
+static int sample_option(const char *name, const char *value, void *ctx) {
+    SampleArgs *a = ctx;
+    if (!value) die("command line: --%s needs a value", name);
+    if (!strcmp(name, "checkpoint")) a->checkpoint = value;
+    else if (!strcmp(name, "prompt-ids") || !strcmp(name, "prompt_ids")) a->prompt_ids = value;
+    else if (!strcmp(name, "tokens")) a->tokens = atoi(value);
+    else if (!strcmp(name, "temp")) {
+        a->temperature = atof(value);
+        a->have_temperature = 1;
+    } else return -1;
+    return 1;
+}
+
+static void sample_positional(const char *arg, void *ctx) {
+    SampleArgs *a = ctx;
+    if (a->checkpoint) die("command line: unexpected argument '%s'", arg);
+    a->checkpoint = arg;
+}
+
+// Parses "1,2,3" into ids; returns the count.
+static int parse_ids(const char *text, int *out, int max, int vocab) {
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p) die("--prompt-ids: '%s' is not a comma-separated list of token ids", text);
+        if (v < 0 || v >= vocab) die("--prompt-ids: token id %ld is outside [0, %d)", v, vocab);
+        if (n >= max) die("--prompt-ids: more than %d tokens", max);
+        out[n++] = (int)v;
+        p = end;
+        if (*p == ',') p++;
+    }
+    if (n == 0) die("--prompt-ids: no token ids given");
+    return n;
+}
+
+int sample_main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: hybrid sample CHECKPOINT_DIR [--prompt-ids 1,2,3] [--tokens N] [--temp T] [--seed S]\n\n"
+                   "Generates from a checkpoint (temperature 0 = greedy). Without a prompt it starts from\n"
+                   "end-of-text. Prints token ids.\n");
+            return 0;
+        }
+    SampleArgs a = {0};
+    a.tokens = 64;
+    a.temperature = 1.0;
+    // the checkpoint's own config decides the model; --key overrides are not taken here
+    Config dummy;
+    cli_parse(argc, argv, &dummy, sample_option, &a, sample_positional);
+    if (!a.checkpoint) die("sample: give a checkpoint folder (e.g. out/runs/default/checkpoints/step_00000100)");
+    if (a.tokens < 1) die("sample: --tokens must be positive");
+    Config c;
+    checkpoint_read_config(a.checkpoint, &c);
+    c.device = dummy.device;
+    Model model;
+    model_create(&model, &c, cli_backend(&c), 1, c.seq_len);
+    float *p = xmalloc(sizeof(float) * model.table.total);
+    checkpoint_load(a.checkpoint, &model.table, p, NULL, NULL, NULL);
+    model_set_params(&model, p);
+    free(p);
+    int max = c.seq_len + a.tokens;
+    int *tokens = xmalloc(sizeof(int) * (size_t)max);
+    int n_prompt = 1;
+    tokens[0] = c.vocab_size > 50256 ? 50256 : 0;
+    if (a.prompt_ids) n_prompt = parse_ids(a.prompt_ids, tokens, c.seq_len, c.vocab_size);
+    Rng rng;
+    rng_seed(&rng, (uint64_t)dummy.seed);
+    generate(&model, tokens, n_prompt, a.tokens, a.have_temperature ? a.temperature : c.temperature, &rng);
+    print_tokens(stdout, tokens + n_prompt, a.tokens);
+    free(tokens);
+    model_destroy(&model);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// inspect
+
+typedef struct {
+    const char *checkpoint;
+} InspectArgs;
+
+static int inspect_option(const char *name, const char *value, void *ctx) {
+    InspectArgs *a = ctx;
+    if (!strcmp(name, "checkpoint")) {
+        if (!value) die("command line: --checkpoint needs a folder");
+        a->checkpoint = value;
+        return 1;
+    }
+    return -1;
+}
+
+int inspect_main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: hybrid inspect [CONFIG.conf] [--key value ...]\n"
+                   "       hybrid inspect --checkpoint DIR\n\n"
+                   "Prints the parameter table (name, shape, count, offset, optimizer group, init),\n"
+                   "the parameter totals and the training FLOPs per token.\n");
+            return 0;
+        }
+    Config c;
+    InspectArgs a = {0};
+    cli_parse(argc, argv, &c, inspect_option, &a, NULL);
+    if (a.checkpoint) checkpoint_read_config(a.checkpoint, &c);
+    else config_finalize(&c);
+    ParamTable t;
+    ModelParams mp;
+    params_build(&c, &t, &mp);
+    printf("layers: %s (%d)  d_model %d  heads %d  vocab %d (padded %d)  context %d\n\n", c.layers_spec, c.n_layer,
+           c.d_model, c.n_head, c.vocab_size, c.padded_vocab_size, c.context_length);
+    params_print(&c, &t, stdout);
+    params_free(&t, &mp);
+    return 0;
+}
+
+// ---------------------------------------------------------------------------
+// export
+
+typedef struct {
+    const char *hf_dir;
+    const char *checkpoint;
+} ExportArgs;
+
+static int export_option(const char *name, const char *value, void *ctx) {
+    ExportArgs *a = ctx;
+    if (!value) die("command line: --%s needs a value", name);
+    if (!strcmp(name, "hf")) a->hf_dir = value;
+    else if (!strcmp(name, "checkpoint")) a->checkpoint = value;
+    else return -1;
+    return 1;
+}
+
+static void export_positional(const char *arg, void *ctx) {
+    ExportArgs *a = ctx;
+    if (a->checkpoint) die("command line: unexpected argument '%s'", arg);
+    a->checkpoint = arg;
+}
+
+int export_main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: hybrid export --hf OUT_DIR CHECKPOINT_DIR\n\n"
+                   "Writes a Hugging Face GPT2LMHeadModel folder (config.json + model.safetensors with HF\n"
+                   "tensor names and the Conv1D (in, out) layout) from a GPT-2 shaped checkpoint.\n");
+            return 0;
+        }
+    ExportArgs a = {0};
+    Config dummy;
+    cli_parse(argc, argv, &dummy, export_option, &a, export_positional);
+    if (!a.hf_dir) die("export: give --hf OUT_DIR");
+    if (!a.checkpoint) die("export: give a checkpoint folder");
+    Config c;
+    checkpoint_read_config(a.checkpoint, &c);
+    ParamTable t;
+    ModelParams mp;
+    params_build(&c, &t, &mp);
+    float *p = xmalloc(sizeof(float) * t.total);
+    checkpoint_load(a.checkpoint, &t, p, NULL, NULL, NULL);
+    export_hf_gpt2(a.hf_dir, &c, &t, &mp, p);
+    printf("exported %s -> %s (GPT2LMHeadModel)\n", a.checkpoint, a.hf_dir);
+    free(p);
+    params_free(&t, &mp);
+    return 0;
+}

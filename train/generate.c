@@ -1,0 +1,39 @@
+#include "generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "model/util.h"
+
+// Draws from softmax(logits / temperature) over the first V entries.
+static int sample_logits(const float *logits, int V, double temperature, Rng *rng) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (temperature <= 0) return best;
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((logits[i] - logits[best]) / temperature);
+    double u = rng_uniform(rng) * sum, acc = 0;
+    for (int i = 0; i < V; i++) {
+        acc += exp((logits[i] - logits[best]) / temperature);
+        if (acc > u) return i;
+    }
+    return best;
+}
+
+void generate(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng) {
+    float *logits = xmalloc(sizeof(float) * (size_t)model->cfg.padded_vocab_size);
+    for (int n = n_prompt; n < n_prompt + n_new; n++) {
+        int start = n > model->max_T ? n - model->max_T : 0;
+        int len = n - start;
+        model_forward(model, tokens + start, NULL, 1, len);
+        model_logits_row(model, 0, len - 1, logits);
+        tokens[n] = sample_logits(logits, model->cfg.vocab_size, temperature, rng);
+    }
+    free(logits);
+}
+
+void print_tokens(FILE *f, const int *tokens, int n) {
+    for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? " " : "", tokens[i]);
+    fprintf(f, "\n");
+}

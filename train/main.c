@@ -1,0 +1,36 @@
+// hybrid: one CLI for training, sampling, data preparation and inspection.
+#include <stdio.h>
+#include <string.h>
+
+#include "data/prepare.h"
+#include "train.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: hybrid <command> [options]   (hybrid <command> --help for each)\n\n"
+               "commands:\n"
+               "  train     train a model from a config on token shards\n"
+               "  sample    generate text from a checkpoint\n"
+               "  prepare   tokenize text / JSONL into llm.c-format shards\n"
+               "  inspect   print the parameter table, parameter count and FLOPs per token\n"
+               "  export    write a Hugging Face GPT2LMHeadModel folder from a checkpoint\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "train")) return train_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sample")) return sample_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "prepare")) return prepare_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inspect")) return inspect_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export")) return export_main(argc - 1, argv + 1);
+    fprintf(stderr, "hybrid: error: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,23 @@
+// The JSONL metrics log (one object per line) and the human progress line.
+#ifndef HYBRID_METRICS_H
+#define HYBRID_METRICS_H
+
+#include <stdio.h>
+
+typedef struct {
+    FILE *f;
+    char path[600];
+} MetricsLog;
+
+// Opens out_dir/metrics.jsonl. keep_through_step < 0 starts a new log; otherwise
+// the lines of steps <= keep_through_step are kept (resume) and the rest dropped.
+void metrics_open(MetricsLog *log, const char *out_dir, int keep_through_step);
+void metrics_train(MetricsLog *log, int step, double loss, double lr, double grad_norm, double tokens, double tok_per_s,
+                   double elapsed);
+void metrics_val(MetricsLog *log, int step, double val_loss);
+void metrics_close(MetricsLog *log);
+
+// "1h02m", "3m05s", "12s"
+void format_duration(char *buf, size_t n, double seconds);
+
+#endif
