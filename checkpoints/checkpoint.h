@@ -35,6 +35,10 @@ char *checkpoint_latest(const char *out_dir);
 // Reads the config stored in a checkpoint directory (defaults + config.conf, finalized).
 void checkpoint_read_config(const char *dir, Config *c);
 
+// Dies with "<dir>/config.conf: checkpoint has n_head = 4 but the config says 8" if the
+// checkpoint's config differs from `want` in a key that fixes the parameter shapes.
+void checkpoint_check_config(const char *dir, const Config *want);
+
 // Loads a checkpoint into host arrays of t->total elements. Every tensor of the table
 // must be present with its shape (dies naming the file and tensor otherwise); m and v
 // may be NULL to skip the optimizer state; ts may be NULL.
