@@ -24,16 +24,23 @@ typedef struct {
 } TrainerState;
 
 // Writes checkpoint `step` under out_dir/checkpoints/, then removes all but the newest
-// `keep`. params, m and v are host fp32 arrays of t->total elements (m, v may be NULL
-// for a weights-only checkpoint). Returns nothing; dies with a clear error on failure.
+// `keep` (the one just written is never removed, even if older steps exist) and any
+// leftover .step_*.tmp folder of an interrupted save. params, m and v are host fp32 arrays
+// of t->total elements (m, v may be NULL for a weights-only checkpoint). Returns nothing;
+// dies with a clear error on failure.
 void checkpoint_save(const char *out_dir, const Config *c, const ParamTable *t, const float *params, const float *m,
                      const float *v, const TrainerState *ts, int keep);
 
 // Path of the newest complete checkpoint under out_dir/checkpoints (caller frees), or NULL.
+// Complete = a folder named step_%08d: a save only gets that name once fully written.
 char *checkpoint_latest(const char *out_dir);
 
 // Reads the config stored in a checkpoint directory (defaults + config.conf, finalized).
 void checkpoint_read_config(const char *dir, Config *c);
+
+// Dies with "<dir>/config.conf: checkpoint has n_head = 4 but the config says 8" if the
+// checkpoint's config differs from `want` in a key that fixes the parameter shapes.
+void checkpoint_check_config(const char *dir, const Config *want);
 
 // Loads a checkpoint into host arrays of t->total elements. Every tensor of the table
 // must be present with its shape (dies naming the file and tensor otherwise); m and v

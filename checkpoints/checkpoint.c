@@ -1,0 +1,306 @@
+// Checkpoint directories (checkpoint.h): save into a hidden temporary folder, rename it
+// into place, prune old ones; load with every tensor and key checked.
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoints/safetensors.h"
+#include "checkpoints/trainer_state.h"
+#include "model/util.h"
+
+__attribute__((format(printf, 1, 2))) static char *fmt(const char *f, ...) {
+    va_list ap;
+    va_start(ap, f);
+    int n = vsnprintf(NULL, 0, f, ap);
+    va_end(ap);
+    char *s = xmalloc((size_t)n + 1);
+    va_start(ap, f);
+    vsnprintf(s, (size_t)n + 1, f, ap);
+    va_end(ap);
+    return s;
+}
+
+// Step of a directory named exactly "step_%08d", or -1.
+static int parse_step_dir(const char *name) {
+    if (strncmp(name, "step_", 5) != 0 || strlen(name) < 13 || strlen(name) > 15) return -1;
+    long v = 0;
+    for (const char *p = name + 5; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        v = v * 10 + (*p - '0');
+    }
+    if (v > INT_MAX) return -1;
+    char canon[32];
+    snprintf(canon, sizeof canon, "step_%08d", (int)v);
+    return strcmp(canon, name) ? -1 : (int)v;
+}
+
+// Steps of the complete checkpoints under root, newest first; *n gets the count.
+static int *list_steps(const char *root, int *n) {
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d) {
+        if (errno == ENOENT) return NULL;
+        die("%s: cannot list (%s)", root, strerror(errno));
+    }
+    int *steps = NULL;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int s = parse_step_dir(e->d_name);
+        if (s < 0) continue;
+        char *p = fmt("%s/%s", root, e->d_name);
+        int is_dir = dir_exists(p);
+        free(p);
+        if (!is_dir) continue;
+        steps = xrealloc(steps, sizeof(int) * (size_t)(*n + 1));
+        steps[(*n)++] = s;
+    }
+    closedir(d);
+    for (int i = 1; i < *n; i++)  // insertion sort, descending
+        for (int j = i; j > 0 && steps[j - 1] < steps[j]; j--) {
+            int t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    return steps;
+}
+
+static void fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return;
+    (void)fsync(fd);  // best effort: some filesystems refuse fsync on folders
+    close(fd);
+}
+
+// ---- save ----
+
+static void save_config(const char *dir, const Config *c) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) die("%s: open_memstream failed", dir);
+    config_write(c, f);
+    fclose(f);
+    char *path = fmt("%s/config.conf", dir);
+    write_file_atomic(path, text, len);
+    free(path);
+    free(text);
+}
+
+// Writes the table's tensors from each of `bufs` (names prefixed by `prefixes`).
+static void save_tensors(const char *path, const ParamTable *t, const float *const *bufs, const char *const *prefixes,
+                         int nbufs) {
+    int n = t->count * nbufs;
+    StOut *out = xcalloc((size_t)n, sizeof *out);
+    char (*names)[PARAM_NAME_MAX + 8] = xcalloc((size_t)n, sizeof *names);
+    for (int b = 0; b < nbufs; b++)
+        for (int i = 0; i < t->count; i++) {
+            const ParamInfo *p = &t->items[i];
+            StOut *o = &out[b * t->count + i];
+            snprintf(names[b * t->count + i], sizeof names[0], "%s%s", prefixes[b], p->name);
+            o->name = names[b * t->count + i];
+            o->dtype = "F32";
+            o->ndim = p->ndim;
+            for (int d = 0; d < p->ndim; d++) o->shape[d] = p->shape[d];
+            o->data = bufs[b] + p->offset;
+        }
+    st_write(path, out, n, NULL, 0);
+    free(names);
+    free(out);
+}
+
+// Moves the finished temporary folder to `final`, replacing an older copy of the same step.
+static void publish(const char *root, const char *tmp, const char *final, int step) {
+    char *old = NULL;
+    if (dir_exists(final)) {
+        old = fmt("%s/.step_%08d.old", root, step);
+        if (dir_exists(old)) remove_tree(old);
+        if (rename(final, old) != 0) die("%s: cannot move aside to %s (%s)", final, old, strerror(errno));
+    }
+    if (rename(tmp, final) != 0) die("%s: cannot rename to %s (%s)", tmp, final, strerror(errno));
+    fsync_dir(root);
+    if (old) remove_tree(old);
+    free(old);
+}
+
+// Removes all but the newest `keep` checkpoints (never `current`), and leftover temporaries.
+static void prune(const char *root, int keep, int current) {
+    int n;
+    int *steps = list_steps(root, &n);
+    for (int i = keep; i < n; i++) {
+        if (steps[i] == current) continue;
+        char *p = fmt("%s/step_%08d", root, steps[i]);
+        remove_tree(p);
+        free(p);
+    }
+    free(steps);
+    DIR *d = opendir(root);
+    if (!d) die("%s: cannot list (%s)", root, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t len = strlen(e->d_name);
+        int tmp = len > 5 && e->d_name[0] == '.' && !strncmp(e->d_name + 1, "step_", 5) &&
+                  (!strcmp(e->d_name + len - 4, ".tmp") || !strcmp(e->d_name + len - 4, ".old"));
+        if (!tmp) continue;
+        char *p = fmt("%s/%s", root, e->d_name);
+        remove_tree(p);
+        free(p);
+    }
+    closedir(d);
+}
+
+void checkpoint_save(const char *out_dir, const Config *c, const ParamTable *t, const float *params, const float *m,
+                     const float *v, const TrainerState *ts, int keep) {
+    if (keep < 1) die("checkpoint_save: keep must be at least 1 (got %d)", keep);
+    if (!ts || ts->step < 0) die("checkpoint_save: a trainer state with a step >= 0 is required");
+    if (!m != !v) die("checkpoint_save: give both optimizer moments m and v, or neither");
+    char *root = fmt("%s/checkpoints", out_dir);
+    char *tmp = fmt("%s/.step_%08d.tmp", root, ts->step);
+    char *final = fmt("%s/step_%08d", root, ts->step);
+    mkdir_p(root);
+    if (dir_exists(tmp) || file_exists(tmp)) remove_tree(tmp);
+    mkdir_p(tmp);
+
+    save_config(tmp, c);
+    char *path = fmt("%s/model.safetensors", tmp);
+    const char *none = "";
+    save_tensors(path, t, &params, &none, 1);
+    free(path);
+    if (m) {
+        const float *bufs[2] = {m, v};
+        const char *prefixes[2] = {"m.", "v."};
+        path = fmt("%s/optimizer.safetensors", tmp);
+        save_tensors(path, t, bufs, prefixes, 2);
+        free(path);
+    }
+    path = fmt("%s/trainer_state.txt", tmp);
+    trainer_state_write(path, ts);
+    free(path);
+    fsync_dir(tmp);
+
+    publish(root, tmp, final, ts->step);
+    prune(root, keep, ts->step);
+    free(final);
+    free(tmp);
+    free(root);
+}
+
+// ---- find and load ----
+
+char *checkpoint_latest(const char *out_dir) {
+    char *root = fmt("%s/checkpoints", out_dir);
+    int n;
+    int *steps = list_steps(root, &n);
+    char *best = n ? fmt("%s/step_%08d", root, steps[0]) : NULL;
+    free(steps);
+    free(root);
+    return best;
+}
+
+void checkpoint_read_config(const char *dir, Config *c) {
+    char *path = fmt("%s/config.conf", dir);
+    config_defaults(c);
+    config_load_file(c, path);
+    config_finalize(c);
+    free(path);
+}
+
+// The text config_write gives `key` (for error messages).
+static void config_value(const Config *c, const char *key, char *buf, size_t size) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) die("open_memstream failed");
+    config_write(c, f);
+    fclose(f);
+    snprintf(buf, size, "?");
+    size_t klen = strlen(key);
+    for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+        if (strncmp(line, key, klen) || strncmp(line + klen, " = ", 3)) continue;
+        char *v = line + klen + 3, *e = strchr(v, '\n');
+        snprintf(buf, size, "%.*s", e ? (int)(e - v) : (int)strlen(v), v);
+        break;
+    }
+    free(text);
+}
+
+void checkpoint_check_config(const char *dir, const Config *want) {
+    Config have;
+    checkpoint_read_config(dir, &have);
+    const char *key = config_model_mismatch(&have, want);
+    if (!key) return;
+    char a[CONFIG_STR + 32], b[CONFIG_STR + 32];
+    config_value(&have, key, a, sizeof a);
+    config_value(want, key, b, sizeof b);
+    die("%s/config.conf: checkpoint has %s = %s but the config says %s", dir, key, a, b);
+}
+
+static void load_tensors(const StFile *f, const ParamTable *t, const char *prefix, float *dst) {
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->items[i];
+        char name[PARAM_NAME_MAX + 8], want[160], have[160];
+        snprintf(name, sizeof name, "%s%s", prefix, p->name);
+        int64_t shape[PARAM_MAX_DIMS];
+        for (int d = 0; d < p->ndim; d++) shape[d] = p->shape[d];
+        st_shape_str(shape, p->ndim, want, sizeof want);
+        const StTensor *s = st_find(f, name);
+        if (!s) die("%s: tensor '%s' is missing (the model expects shape %s)", f->path, name, want);
+        if (strcmp(s->dtype, "F32")) die("%s: tensor '%s' has dtype %s but the model expects F32", f->path, name, s->dtype);
+        int same = s->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++) same = s->shape[d] == p->shape[d];
+        if (!same) {
+            st_shape_str(s->shape, s->ndim, have, sizeof have);
+            die("%s: tensor '%s' has shape %s but the model expects %s", f->path, name, have, want);
+        }
+        memcpy(dst + p->offset, st_data(f, s), p->numel * sizeof(float));
+    }
+}
+
+// Dies on a tensor that is not `<prefix><table name>` for one of the prefixes.
+static void check_no_extras(const StFile *f, const ParamTable *t, const char *const *prefixes, int n) {
+    for (int i = 0; i < f->count; i++) {
+        const char *name = f->tensors[i].name;
+        int known = 0;
+        for (int k = 0; k < n && !known; k++) {
+            size_t len = strlen(prefixes[k]);
+            known = !strncmp(name, prefixes[k], len) && params_find(t, name + len) >= 0;
+        }
+        if (!known)
+            die("%s: unexpected tensor '%s': the model has no such parameter (a checkpoint of another config?)",
+                f->path, name);
+    }
+}
+
+void checkpoint_load(const char *dir, const ParamTable *t, float *params, float *m, float *v, TrainerState *ts) {
+    if (!m != !v) die("checkpoint_load: give both optimizer moments m and v, or neither");
+    StFile f;
+    char *path = fmt("%s/model.safetensors", dir);
+    st_open(&f, path);
+    const char *none = "";
+    check_no_extras(&f, t, &none, 1);
+    load_tensors(&f, t, "", params);
+    st_close(&f);
+    free(path);
+    if (m) {
+        path = fmt("%s/optimizer.safetensors", dir);
+        if (!file_exists(path)) die("%s: missing: the checkpoint has no optimizer state", path);
+        st_open(&f, path);
+        const char *prefixes[2] = {"m.", "v."};
+        check_no_extras(&f, t, prefixes, 2);
+        load_tensors(&f, t, "m.", m);
+        load_tensors(&f, t, "v.", v);
+        st_close(&f);
+        free(path);
+    }
+    if (ts) {
+        path = fmt("%s/trainer_state.txt", dir);
+        trainer_state_read(path, ts);
+        free(path);
+    }
+}

@@ -1,0 +1,666 @@
+// Checkpoints, the safetensors reader/writer and the Hugging Face GPT-2 export:
+// bit-identical round trips, keep-last-K, latest, and every rejection with its message
+// (failing calls run in a forked child whose stderr is captured).
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "checkpoints/checkpoint.h"
+#include "checkpoints/safetensors.h"
+#include "model/util.h"
+#include "tests/testing.h"
+
+static char g_root[256];  // out/test-tmp/checkpoint-<pid>, removed at the end
+
+// ---- helpers ----
+
+typedef struct {
+    Config c;
+    ParamTable t;
+    ModelParams mp;
+    float *p, *m, *v;
+} Model;
+
+static void model_make(Model *M, const char *const *kv) {
+    config_defaults(&M->c);
+    static const char *const base[] = {"d_model", "64", "n_head", "4", "layers", "A x2", "vocab_size", "100",
+                                       "context_length", "32", "seq_len", "16", NULL};
+    for (int i = 0; base[i]; i += 2) config_set_override(&M->c, base[i], base[i + 1]);
+    for (int i = 0; kv && kv[i]; i += 2) config_set_override(&M->c, kv[i], kv[i + 1]);
+    config_finalize(&M->c);
+    params_build(&M->c, &M->t, &M->mp);
+    M->p = xmalloc(sizeof(float) * M->t.total);
+    M->m = xmalloc(sizeof(float) * M->t.total);
+    M->v = xmalloc(sizeof(float) * M->t.total);
+    params_init(&M->t, M->p, 1);
+    Rng r;
+    rng_seed(&r, 7);
+    for (size_t i = 0; i < M->t.total; i++) {  // arbitrary bit patterns, NaN payloads included
+        uint32_t a = (uint32_t)rng_u64(&r), b = (uint32_t)rng_u64(&r);
+        memcpy(&M->m[i], &a, 4);
+        memcpy(&M->v[i], &b, 4);
+    }
+}
+
+static void model_free(Model *M) {
+    free(M->p);
+    free(M->m);
+    free(M->v);
+    params_free(&M->t, &M->mp);
+}
+
+static TrainerState state(int step) {
+    TrainerState ts = {step, 3, {UINT64_MAX, 12345678901234567890ull, 42}, 0xFEDCBA9876543210ull,
+                       1234567890.123456789};
+    return ts;
+}
+
+static char *path_of(const char *a, const char *b) {
+    size_t n = strlen(a) + strlen(b) + 2;
+    char *s = xmalloc(n);
+    snprintf(s, n, "%s/%s", a, b);
+    return s;
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+static void write_bytes(const char *path, const void *buf, size_t n) {
+    FILE *f = xfopen(path, "wb");
+    xfwrite(buf, 1, n, f, path);
+    xfclose(f, path);
+}
+
+static void patch_byte(const char *path, long offset, unsigned char value) {
+    int fd = open(path, O_WRONLY);
+    if (fd < 0 || pwrite(fd, &value, 1, offset) != 1) die("%s: cannot patch", path);
+    close(fd);
+}
+
+// In a child, exit() only comes from die() (exit(1)): leave at once, skipping the
+// sanitizer's leak scan of a process that stopped mid-call on purpose.
+static void child_exit(void) { _exit(1); }
+
+// Runs fn(arg) in a child; checks it exits non-zero with a message containing want1 and want2.
+// The child must die before entering an OpenMP region (libgomp's pool does not survive fork).
+static void expect_die(const char *what, void (*fn)(const void *), const void *arg, const char *want1,
+                       const char *want2) {
+    fflush(stdout);
+    fflush(stderr);
+    int fds[2];
+    if (pipe(fds) != 0) die("pipe failed");
+    pid_t pid = fork();
+    if (pid < 0) die("fork failed");
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        atexit(child_exit);
+        fn(arg);
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[8192];
+    size_t n = 0;
+    for (;;) {
+        char chunk[4096];
+        ssize_t got = read(fds[0], chunk, sizeof chunk);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        size_t take = (size_t)got < sizeof msg - 1 - n ? (size_t)got : sizeof msg - 1 - n;
+        memcpy(msg + n, chunk, take);
+        n += take;
+    }
+    msg[n] = 0;
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) != 0, "%s: expected the call to die (status %d)", what, status);
+    CHECK(strstr(msg, want1) && (!want2 || strstr(msg, want2)), "%s: message\n  %s  lacks '%s'%s%s", what, msg,
+          want1, want2 ? " / " : "", want2 ? want2 : "");
+}
+
+// ---- calls run in the child ----
+
+typedef struct {
+    const char *dir, *path;
+    const Model *M;
+    const Config *want;
+    int with_optimizer, with_state;
+} Call;
+
+static void call_load(const void *a) {
+    const Call *c = a;
+    const ParamTable *t = &c->M->t;
+    float *p = xmalloc(sizeof(float) * t->total), *m = NULL, *v = NULL;
+    if (c->with_optimizer) {
+        m = xmalloc(sizeof(float) * t->total);
+        v = xmalloc(sizeof(float) * t->total);
+    }
+    TrainerState ts;
+    checkpoint_load(c->dir, t, p, m, v, c->with_state ? &ts : NULL);
+    free(p);
+    free(m);
+    free(v);
+}
+
+static void call_st_open(const void *a) {
+    StFile f;
+    st_open(&f, ((const Call *)a)->path);
+    st_close(&f);
+}
+
+static void call_check_config(const void *a) {
+    const Call *c = a;
+    checkpoint_check_config(c->dir, c->want);
+}
+
+static void call_export(const void *a) {
+    const Call *c = a;
+    export_hf_gpt2(c->dir, &c->M->c, &c->M->t, &c->M->mp, c->M->p);
+}
+
+// Saves model M as step 1 under g_root/<name>; returns the checkpoint folder (caller frees).
+static char *fresh_checkpoint(const Model *M, const char *name, int with_optimizer) {
+    char *out = path_of(g_root, name);
+    TrainerState ts = state(1);
+    checkpoint_save(out, &M->c, &M->t, M->p, with_optimizer ? M->m : NULL, with_optimizer ? M->v : NULL, &ts, 2);
+    char *dir = checkpoint_latest(out);
+    free(out);
+    return dir;
+}
+
+// ---- tests ----
+
+static void test_round_trip(void) {
+    Model M;
+    model_make(&M, NULL);
+    char *dir = fresh_checkpoint(&M, "roundtrip", 1);
+    CHECK(dir && strstr(dir, "/checkpoints/step_00000001"), "latest is %s", dir ? dir : "NULL");
+    const char *files[] = {"config.conf", "model.safetensors", "optimizer.safetensors", "trainer_state.txt"};
+    for (int i = 0; i < 4; i++) {
+        char *p = path_of(dir, files[i]);
+        CHECK(file_exists(p), "%s missing", p);
+        free(p);
+    }
+    size_t bytes = sizeof(float) * M.t.total;
+    float *p = xmalloc(bytes), *m = xmalloc(bytes), *v = xmalloc(bytes);
+    memset(p, 0xAA, bytes);
+    memset(m, 0xAA, bytes);
+    memset(v, 0xAA, bytes);
+    TrainerState ts, want = state(1);
+    memset(&ts, 0, sizeof ts);
+    checkpoint_load(dir, &M.t, p, m, v, &ts);
+    CHECK(!memcmp(p, M.p, bytes), "params differ after the round trip");
+    CHECK(!memcmp(m, M.m, bytes), "m differs after the round trip");
+    CHECK(!memcmp(v, M.v, bytes), "v differs after the round trip");
+    CHECK(ts.step == want.step && ts.world == want.world, "step %d world %d", ts.step, ts.world);
+    CHECK(ts.data.epoch == want.data.epoch && ts.data.shard == want.data.shard && ts.data.sample == want.data.sample,
+          "data position differs");
+    CHECK(ts.rng == want.rng, "rng %llx", (unsigned long long)ts.rng);
+    CHECK(ts.tokens_seen == want.tokens_seen, "tokens_seen %.17g", ts.tokens_seen);
+    // weights only
+    memset(p, 0, bytes);
+    checkpoint_load(dir, &M.t, p, NULL, NULL, NULL);
+    CHECK(!memcmp(p, M.p, bytes), "params differ (weights-only load)");
+    // the stored config
+    Config c;
+    checkpoint_read_config(dir, &c);
+    CHECK(config_model_mismatch(&c, &M.c) == NULL, "stored config differs in %s", config_model_mismatch(&c, &M.c));
+    CHECK(c.d_model == 64 && c.n_layer == 2 && c.padded_vocab_size == 128, "stored config d_model %d", c.d_model);
+    checkpoint_check_config(dir, &M.c);  // must not die
+    // the data sections are CRC-checked, the metadata says "pt"
+    char *mpath = path_of(dir, "model.safetensors");
+    StFile f;
+    st_open(&f, mpath);
+    CHECK(f.count == M.t.count, "%d tensors", f.count);
+    CHECK(st_meta(&f, "format") && !strcmp(st_meta(&f, "format"), "pt"), "format metadata");
+    CHECK(st_meta(&f, ST_CRC_KEY) != NULL, "no checksum metadata");
+    CHECK((size_t)(f.data - (const unsigned char *)f.map) % 8 == 0, "data section not 8-aligned");
+    st_close(&f);
+    free(mpath);
+    // a weights-only checkpoint has no optimizer file, and asking for one is an error
+    char *dir2 = fresh_checkpoint(&M, "weights-only", 0);
+    char *opath = path_of(dir2, "optimizer.safetensors");
+    CHECK(!file_exists(opath), "weights-only checkpoint has %s", opath);
+    Call call = {.dir = dir2, .M = &M, .with_optimizer = 1};
+    expect_die("optimizer state missing", call_load, &call, opath, "missing");
+    free(opath);
+    free(dir2);
+    free(p);
+    free(m);
+    free(v);
+    free(dir);
+    model_free(&M);
+}
+
+static int step_exists(const char *out, int step) {
+    char name[64];
+    snprintf(name, sizeof name, "checkpoints/step_%08d", step);
+    char *p = path_of(out, name);
+    int e = dir_exists(p);
+    free(p);
+    return e;
+}
+
+static void test_keep_and_latest(void) {
+    Model M;
+    model_make(&M, NULL);
+    char *out = path_of(g_root, "keep");
+    CHECK(checkpoint_latest(out) == NULL, "latest of an empty out_dir");
+    for (int s = 1; s <= 5; s++) {
+        TrainerState ts = state(s);
+        checkpoint_save(out, &M.c, &M.t, M.p, M.m, M.v, &ts, 3);
+    }
+    CHECK(!step_exists(out, 1) && !step_exists(out, 2), "old checkpoints not removed");
+    CHECK(step_exists(out, 3) && step_exists(out, 4) && step_exists(out, 5), "kept checkpoints missing");
+    // leftovers that are not complete checkpoints: ignored by latest, never deleted unless ours
+    const char *junk_dirs[] = {"checkpoints/.step_00000009.tmp", "checkpoints/step_abc", "checkpoints/step_0000001"};
+    for (int i = 0; i < 3; i++) {
+        char *p = path_of(out, junk_dirs[i]);
+        mkdir_p(p);
+        free(p);
+    }
+    char *junk_file = path_of(out, "checkpoints/step_00000010");
+    write_bytes(junk_file, "x", 1);
+    char *latest = checkpoint_latest(out);
+    CHECK(latest && strstr(latest, "checkpoints/step_00000005") && latest[strlen(latest) - 1] == '5', "latest is %s",
+          latest ? latest : "NULL");
+    free(latest);
+    // the next save prunes step 3 and the stale temporary, and leaves foreign names alone
+    TrainerState ts = state(6);
+    checkpoint_save(out, &M.c, &M.t, M.p, M.m, M.v, &ts, 3);
+    CHECK(!step_exists(out, 3) && step_exists(out, 4) && step_exists(out, 6), "keep 3 after step 6");
+    char *stale = path_of(out, "checkpoints/.step_00000009.tmp"), *abc = path_of(out, "checkpoints/step_abc");
+    CHECK(!dir_exists(stale), "stale temporary not removed");
+    CHECK(dir_exists(abc) && file_exists(junk_file), "foreign entries removed");
+    free(stale);
+    free(abc);
+    free(junk_file);
+    // saving the same step again replaces it
+    M.p[0] += 1.0f;
+    checkpoint_save(out, &M.c, &M.t, M.p, M.m, M.v, &ts, 3);
+    latest = checkpoint_latest(out);
+    float *p = xmalloc(sizeof(float) * M.t.total);
+    checkpoint_load(latest, &M.t, p, NULL, NULL, NULL);
+    CHECK(p[0] == M.p[0] && latest[strlen(latest) - 1] == '6', "re-saved step 6 not replaced");
+    free(p);
+    free(latest);
+    // an older step saved with keep = 1 keeps the newest and itself
+    ts = state(2);
+    checkpoint_save(out, &M.c, &M.t, M.p, M.m, M.v, &ts, 1);
+    CHECK(step_exists(out, 6) && step_exists(out, 2) && !step_exists(out, 4) && !step_exists(out, 5),
+          "keep 1 after saving step 2");
+    free(out);
+    model_free(&M);
+}
+
+static void test_bad_checkpoints(void) {
+    Model A, B, C;
+    const char *narrow[] = {"d_model", "32", NULL}, *shallow[] = {"layers", "A", NULL};
+    model_make(&A, NULL);
+    model_make(&B, narrow);
+    model_make(&C, shallow);
+    char want[1024];
+    Call call = {.M = &A, .with_optimizer = 1, .with_state = 1};
+
+    char *dir = fresh_checkpoint(&A, "missing-model", 1);
+    char *model = path_of(dir, "model.safetensors");
+    unlink(model);
+    call.dir = dir;
+    snprintf(want, sizeof want, "%s: cannot open", model);
+    expect_die("missing model.safetensors", call_load, &call, want, NULL);
+    free(model);
+    free(dir);
+
+    dir = fresh_checkpoint(&A, "truncated", 1);
+    model = path_of(dir, "model.safetensors");
+    if (truncate(model, file_size(model) - 100) != 0) die("truncate failed");
+    call.dir = dir;
+    snprintf(want, sizeof want, "%s: file is truncated", model);
+    expect_die("truncated model.safetensors", call_load, &call, want, "norm_f.bias");
+    free(model);
+    free(dir);
+
+    dir = fresh_checkpoint(&A, "flipped", 1);
+    model = path_of(dir, "model.safetensors");
+    patch_byte(model, file_size(model) - 5, 0x5A);
+    call.dir = dir;
+    snprintf(want, sizeof want, "%s: checksum mismatch", model);
+    expect_die("flipped data byte", call_load, &call, want, NULL);
+    free(model);
+    free(dir);
+
+    dir = fresh_checkpoint(&A, "flipped-opt", 1);
+    char *opt = path_of(dir, "optimizer.safetensors");
+    patch_byte(opt, file_size(opt) / 2, 0x00);
+    patch_byte(opt, file_size(opt) / 2 + 1, 0xFF);
+    call.dir = dir;
+    snprintf(want, sizeof want, "%s: checksum mismatch", opt);
+    expect_die("flipped optimizer byte", call_load, &call, want, NULL);
+    free(opt);
+    free(dir);
+
+    dir = fresh_checkpoint(&A, "bad-json", 1);
+    model = path_of(dir, "model.safetensors");
+    patch_byte(model, 8, '[');
+    call.dir = dir;
+    snprintf(want, sizeof want, "%s: bad safetensors header: expected '{'", model);
+    expect_die("corrupt JSON header", call_load, &call, want, NULL);
+    patch_byte(model, 8, '{');
+    patch_byte(model, 9, 'x');  // the first name loses its opening quote
+    snprintf(want, sizeof want, "%s: bad safetensors header: expected a string", model);
+    expect_die("corrupt JSON header (name)", call_load, &call, want, NULL);
+    free(model);
+    free(dir);
+
+    dir = fresh_checkpoint(&A, "long-header", 1);
+    model = path_of(dir, "model.safetensors");
+    patch_byte(model, 3, 0x01);  // header length += 16 MiB
+    call.dir = dir;
+    snprintf(want, sizeof want, "%s: bad safetensors header: header length", model);
+    expect_die("header length larger than the file", call_load, &call, want, "is larger than the file");
+    free(model);
+    free(dir);
+
+    dir = fresh_checkpoint(&B, "wrong-shape", 1);
+    call.dir = dir;
+    snprintf(want, sizeof want,
+             "%s/model.safetensors: tensor 'embed.tok.weight' has shape (128, 32) but the model expects (128, 64)", dir);
+    expect_die("wrong shape", call_load, &call, want, NULL);
+    free(dir);
+
+    dir = fresh_checkpoint(&C, "missing-tensor", 1);
+    call.dir = dir;
+    snprintf(want, sizeof want, "%s/model.safetensors: tensor 'blocks.1.norm1.weight' is missing", dir);
+    expect_die("missing tensor", call_load, &call, want, "(64)");
+    free(dir);
+
+    dir = fresh_checkpoint(&A, "extra-tensor", 1);
+    call.dir = dir;
+    call.M = &C;
+    snprintf(want, sizeof want, "%s/model.safetensors: unexpected tensor 'blocks.1.norm1.weight'", dir);
+    expect_die("unexpected tensor", call_load, &call, want, NULL);
+    call.M = &A;
+    free(dir);
+
+    dir = fresh_checkpoint(&A, "dtype", 1);  // embed.pos.weight rewritten as BF16
+    model = path_of(dir, "model.safetensors");
+    StOut *out = xcalloc((size_t)A.t.count, sizeof *out);
+    for (int i = 0; i < A.t.count; i++) {
+        const ParamInfo *pi = &A.t.items[i];
+        out[i] = (StOut){pi->name, i == A.mp.pos_embed ? "BF16" : "F32", pi->ndim, {0}, A.p + pi->offset};
+        for (int d = 0; d < pi->ndim; d++) out[i].shape[d] = pi->shape[d];
+    }
+    st_write(model, out, A.t.count, NULL, 0);
+    free(out);
+    call.dir = dir;
+    snprintf(want, sizeof want, "%s: tensor 'embed.pos.weight' has dtype BF16 but the model expects F32", model);
+    expect_die("wrong dtype", call_load, &call, want, NULL);
+    free(model);
+    free(dir);
+
+    dir = fresh_checkpoint(&A, "config", 1);
+    Config other = A.c;
+    config_set_override(&other, "n_head", "8");
+    call.dir = dir;
+    call.want = &other;
+    snprintf(want, sizeof want, "%s/config.conf: checkpoint has n_head = 4 but the config says 8", dir);
+    expect_die("config mismatch", call_check_config, &call, want, NULL);
+
+    char *state_path = path_of(dir, "trainer_state.txt");
+    const char *states[][3] = {
+        {"step = 1\nworld = 3\ndata_epoch = 0\ndata_shard = 0\ndata_sample = 0\ntokens_seen = 5\n", ": missing key 'rng'", "missing trainer_state key"},
+        {"step = -3\n", ":1: step = '-3' is not a non-negative integer", "negative step"},
+        {"step = 1\nworld = 0\n", ":2: world = '0' is out of range", "world 0"},
+        {"step = 1\nlr = 3\n", ":2: unknown key 'lr'", "unknown trainer_state key"},
+        {"rng = 1\nrng = 2\n", ":2: key 'rng' given twice", "repeated trainer_state key"},
+        {"rng = 18446744073709551616\n", ":1: rng = '18446744073709551616' is not a non-negative integer", "rng overflow"},
+        {"tokens_seen = nan\n", ":1: tokens_seen = 'nan' is not a finite number", "tokens_seen nan"},
+    };
+    for (size_t i = 0; i < sizeof states / sizeof states[0]; i++) {
+        write_bytes(state_path, states[i][0], strlen(states[i][0]));
+        snprintf(want, sizeof want, "%s%s", state_path, states[i][1]);
+        expect_die(states[i][2], call_load, &call, want, NULL);
+    }
+    unlink(state_path);
+    snprintf(want, sizeof want, "%s: cannot read", state_path);
+    expect_die("missing trainer_state.txt", call_load, &call, want, NULL);
+    free(state_path);
+    free(dir);
+
+    model_free(&A);
+    model_free(&B);
+    model_free(&C);
+}
+
+// ---- the reader on hand-made files ----
+
+static void write_st(const char *path, const char *json, size_t data_len) {
+    size_t n = strlen(json);
+    unsigned char *buf = xcalloc(1, 8 + n + data_len);
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, json, n);
+    write_bytes(path, buf, 8 + n + data_len);
+    free(buf);
+}
+
+static void test_reader_strictness(void) {
+    char *path = path_of(g_root, "hand.safetensors");
+    write_st(path, "{\"a\\u0041\\n\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
+                   "\"s\":{\"dtype\":\"BF16\",\"shape\":[],\"data_offsets\":[8,10]},"
+                   "\"__metadata__\": {\"k\": \"v\\\"\"}}   ", 10);
+    StFile f;
+    st_open(&f, path);
+    const StTensor *t = st_find(&f, "aA\n");
+    CHECK(f.count == 2 && t && t->ndim == 1 && t->shape[0] == 2 && t->numel == 2, "hand-made file parsed wrong");
+    CHECK(st_find(&f, "s") && st_find(&f, "s")->numel == 1 && st_find(&f, "s")->elem_size == 2, "scalar BF16");
+    CHECK(st_meta(&f, "k") && !strcmp(st_meta(&f, "k"), "v\""), "metadata value");
+    st_close(&f);
+
+    const struct { const char *json; size_t data; const char *want; } bad[] = {
+        {"{\"a:{}", 0, "unterminated string"},
+        {"{\"a\":{\"dtype\":\"F32\" \"shape\":[2],\"data_offsets\":[0,8]}}", 8, "expected ','"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}x", 8, "after the closing '}'"},
+        {"{\"a\":{\"dtype\":\"F33\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "tensor 'a': unknown dtype 'F33'"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "expected a non-negative integer"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}", 8, "expected an integer"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "tensor 'a' lacks 'data_offsets'"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8, "unknown field 'x'"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+         "tensor 'a': data_offsets [0, 8] hold 8 bytes but dtype F32 and shape (3) need 12"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12, "tensors 'a' and 'b' overlap"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[12,20]}}", 20, "4 bytes before tensor 'b' belong to no tensor"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16, "tensor 'a' appears twice"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12, "4 bytes after the last tensor"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 6, "file is truncated"},
+        {"{\"__metadata__\":{\"k\":1}}", 0, "__metadata__ values must be strings"},
+        {"{\"__metadata__\":{\"hybrid.crc32\":\"xyz\"}}", 0, "is not 8 hex digits"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},", 8, "expected a string"},
+        {"{\"a\\x\":{}}", 0, "bad escape"},
+        {"{\"a\\ud800\":{}}", 0, "unpaired surrogate"},
+        {"{\"a\":{\"dtype\":\"F32\",\"shape\":[01],\"data_offsets\":[0,4]}}", 4, "leading zero"},
+    };
+    char want[1024];
+    Call call = {.path = path};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_st(path, bad[i].json, bad[i].data);
+        snprintf(want, sizeof want, "%s: ", path);
+        expect_die(bad[i].json, call_st_open, &call, want, bad[i].want);
+    }
+    write_bytes(path, "abc", 3);
+    snprintf(want, sizeof want, "%s: bad safetensors header: the file has 3 bytes", path);
+    expect_die("3-byte file", call_st_open, &call, want, NULL);
+    write_bytes(path, "\0\0\0\0\0\0\0\0", 8);
+    snprintf(want, sizeof want, "%s: bad safetensors header: implausible header length 0", path);
+    expect_die("empty header", call_st_open, &call, want, NULL);
+    free(path);
+}
+
+// ---- Hugging Face export ----
+
+static void test_export_small(void) {
+    Model M;
+    const char *kv[] = {"mlp_hidden", "96", NULL};
+    model_make(&M, kv);
+    char *dir = path_of(g_root, "hf-small");
+    export_hf_gpt2(dir, &M.c, &M.t, &M.mp, M.p);
+    char *cfg_path = path_of(dir, "config.json"), *st_path = path_of(dir, "model.safetensors");
+    char *cfg = read_file(cfg_path, NULL);
+    CHECK(cfg && strstr(cfg, "\"n_inner\": 96,") && strstr(cfg, "\"vocab_size\": 100\n") &&
+          strstr(cfg, "\"eos_token_id\": null"), "small config.json:\n%s", cfg ? cfg : "(none)");
+    free(cfg);
+    StFile f;
+    st_open(&f, st_path);
+    const StTensor *wte = st_find(&f, "transformer.wte.weight"), *fc = st_find(&f, "transformer.h.1.mlp.c_fc.weight");
+    CHECK(f.count == 2 + 12 * 2 + 2, "%d tensors", f.count);
+    CHECK(wte && wte->shape[0] == 100 && wte->shape[1] == 64, "wte keeps only the real vocabulary rows");
+    CHECK(fc && fc->shape[0] == 64 && fc->shape[1] == 96, "c_fc is (in, out)");
+    st_close(&f);
+    free(cfg_path);
+    free(st_path);
+
+    const char *untied[] = {"tie_embeddings", "false", NULL}, *rms[] = {"norm", "rmsnorm", NULL},
+               *nobias[] = {"bias", "false", NULL};
+    const char *const *bad[] = {untied, rms, nobias};
+    const char *why[] = {"tie_embeddings must be true", "norm must be layernorm", "bias must be true"};
+    for (int i = 0; i < 3; i++) {
+        Model X;
+        model_make(&X, bad[i]);
+        Call call = {.dir = dir, .M = &X};
+        char want[600];
+        snprintf(want, sizeof want, "%s: cannot export as Hugging Face GPT-2: %s", dir, why[i]);
+        expect_die(why[i], call_export, &call, want, NULL);
+        model_free(&X);
+    }
+    free(dir);
+    model_free(&M);
+}
+
+static void test_export_124m(void) {
+    Config c;
+    config_defaults(&c);
+    config_finalize(&c);
+    ParamTable t;
+    ModelParams mp;
+    params_build(&c, &t, &mp);
+    float *p = xmalloc(sizeof(float) * t.total);
+#pragma omp parallel for
+    for (size_t i = 0; i < t.total; i++) {  // a cheap hash: every element distinct in practice
+        uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+        p[i] = (float)(int32_t)(z >> 32) * (1.0f / 2147483648.0f);
+    }
+    char *dir = path_of(g_root, "hf-124m");
+    double t0 = now_seconds();
+    export_hf_gpt2(dir, &c, &t, &mp, p);
+    printf("124M export: %.2f s\n", now_seconds() - t0);
+
+    char *cfg_path = path_of(dir, "config.json");
+    char *cfg = read_file(cfg_path, NULL);
+    const char *keys[] = {"\"model_type\": \"gpt2\"", "\"architectures\": [\"GPT2LMHeadModel\"]",
+                          "\"vocab_size\": 50257\n", "\"n_positions\": 1024,", "\"n_embd\": 768,",
+                          "\"n_layer\": 12,", "\"n_head\": 12,", "\"n_inner\": null,",
+                          "\"activation_function\": \"gelu_new\"", "\"layer_norm_epsilon\": 1e-05,",
+                          "\"tie_word_embeddings\": true", "\"bos_token_id\": 50256,", "\"eos_token_id\": 50256,"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        CHECK(cfg && strstr(cfg, keys[i]), "config.json lacks %s", keys[i]);
+    free(cfg);
+    free(cfg_path);
+
+    // GPT2LMHeadModel's state dict as save_pretrained writes it (tied lm_head omitted)
+    typedef struct { const char *hf, *ours; int ndim; int64_t shape[2]; int transposed; } Expect;
+    const Expect top[] = {
+        {"transformer.wte.weight", "embed.tok.weight", 2, {50257, 768}, 0},
+        {"transformer.wpe.weight", "embed.pos.weight", 2, {1024, 768}, 0},
+        {"transformer.ln_f.weight", "norm_f.weight", 1, {768}, 0},
+        {"transformer.ln_f.bias", "norm_f.bias", 1, {768}, 0},
+    };
+    const Expect layer[] = {
+        {"ln_1.weight", "norm1.weight", 1, {768}, 0},
+        {"ln_1.bias", "norm1.bias", 1, {768}, 0},
+        {"attn.c_attn.weight", "attn.qkv.weight", 2, {768, 2304}, 1},
+        {"attn.c_attn.bias", "attn.qkv.bias", 1, {2304}, 0},
+        {"attn.c_proj.weight", "attn.out.weight", 2, {768, 768}, 1},
+        {"attn.c_proj.bias", "attn.out.bias", 1, {768}, 0},
+        {"ln_2.weight", "norm2.weight", 1, {768}, 0},
+        {"ln_2.bias", "norm2.bias", 1, {768}, 0},
+        {"mlp.c_fc.weight", "mlp.up.weight", 2, {768, 3072}, 1},
+        {"mlp.c_fc.bias", "mlp.up.bias", 1, {3072}, 0},
+        {"mlp.c_proj.weight", "mlp.down.weight", 2, {3072, 768}, 1},
+        {"mlp.c_proj.bias", "mlp.down.bias", 1, {768}, 0},
+    };
+    char *st_path = path_of(dir, "model.safetensors");
+    StFile f;
+    st_open(&f, st_path);
+    CHECK(f.count == 148, "%d tensors, GPT2LMHeadModel has 148", f.count);
+    CHECK(st_meta(&f, "format") && !strcmp(st_meta(&f, "format"), "pt"), "format metadata");
+    long bad_values = 0;
+    for (int k = 0; k < 4 + 12 * 12; k++) {
+        Expect e = k < 4 ? top[k] : layer[(k - 4) % 12];
+        char hf[128], ours[128];
+        if (k < 4) {
+            snprintf(hf, sizeof hf, "%s", e.hf);
+            snprintf(ours, sizeof ours, "%s", e.ours);
+        } else {
+            snprintf(hf, sizeof hf, "transformer.h.%d.%s", (k - 4) / 12, e.hf);
+            snprintf(ours, sizeof ours, "blocks.%d.%s", (k - 4) / 12, e.ours);
+        }
+        const StTensor *s = st_find(&f, hf);
+        CHECK(s != NULL, "%s missing", hf);
+        if (!s) continue;
+        int same = s->ndim == e.ndim && !strcmp(s->dtype, "F32");
+        for (int d = 0; same && d < e.ndim; d++) same = s->shape[d] == e.shape[d];
+        char got[64];
+        st_shape_str(s->shape, s->ndim, got, sizeof got);
+        CHECK(same, "%s has shape %s dtype %s", hf, got, s->dtype);
+        if (!same) continue;
+        const float *src = p + t.items[params_find(&t, ours)].offset, *dst = st_data(&f, s);
+        size_t rows = (size_t)e.shape[0], cols = e.ndim == 2 ? (size_t)e.shape[1] : 1;
+        for (size_t r = 0; r < rows; r++)  // HF (in, out)[r][c] = ours (out, in)[c][r]
+            for (size_t col = 0; col < cols; col++) {
+                float want = e.transposed ? src[col * rows + r] : src[r * cols + col], have;
+                memcpy(&have, (const char *)dst + 4 * (r * cols + col), 4);
+                bad_values += have != want;
+            }
+    }
+    CHECK(bad_values == 0, "%ld exported values differ from the source", bad_values);
+    // a few transposed elements by hand: c_attn.weight[i][o] == qkv.weight[o][i]
+    const StTensor *qkv = st_find(&f, "transformer.h.11.attn.c_attn.weight");
+    const float *src = p + t.items[mp.blocks[11].attn_qkv_w].offset;
+    const int pairs[][2] = {{0, 0}, {0, 1}, {1, 0}, {767, 2303}, {5, 1600}};
+    for (int i = 0; qkv && i < 5; i++) {
+        int in = pairs[i][0], o = pairs[i][1];
+        float have;
+        memcpy(&have, (const char *)st_data(&f, qkv) + 4 * ((size_t)in * 2304 + o), 4);
+        CHECK(have == src[(size_t)o * 768 + in], "c_attn.weight[%d][%d]", in, o);
+    }
+    st_close(&f);
+    free(st_path);
+    remove_tree(dir);
+    free(dir);
+    free(p);
+    params_free(&t, &mp);
+}
+
+int main(void) {
+    snprintf(g_root, sizeof g_root, "out/test-tmp/checkpoint-%ld", (long)getpid());
+    mkdir_p(g_root);
+    test_round_trip();
+    test_keep_and_latest();
+    test_bad_checkpoints();
+    test_reader_strictness();
+    test_export_small();
+    test_export_124m();
+    remove_tree(g_root);
+    TEST_MAIN_END();
+}
