@@ -59,6 +59,8 @@ OBJ_D  := $(patsubst %.c,$(BUILD)/d/%.o,$(LIB_SRC))
 OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 
 .PHONY: all test train data clean help
+# keep the objects of both builds between test links
+.SECONDARY:
 all: hybrid
 
 hybrid: $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU)
