@@ -2,8 +2,10 @@
 // RMSNorm (§5.1), SwiGLU (§5.4), SiTU (§3), the sigmoid output gate (§5.7), the local
 // linear helper and the dense GLU FFN (§2.3). Plus the SiTU properties of §9.
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fd_check.h"
 #include "model/ops/block_ops.h"
@@ -166,6 +168,7 @@ static void test_ffn(GluAct act, const char *name) {
     // backward accumulates into the weight gradients: a second call doubles them
     real *dw2b = zeros(n2);
     for (size_t i = 0; i < n2; i++) dw2b[i] = 2 * dw2[i];
+    ffn_loss(&c);  // refresh the saved h, a (the FD loop left those of a perturbed input)
     cpu_glu_ffn_backward(dx, dw13, dw2, dh, da, c.R, c.x, c.h, c.a, c.w13, c.w2, c.N, c.C, c.M, act);
     CHECK(max_abs_diff(dw2, dw2b, n2) <= 1e-12 * max_abs(dw2b, n2), "ffn dW2 does not accumulate");
     // the linear helper with dinp = NULL only accumulates dw
@@ -177,7 +180,41 @@ static void test_ffn(GluAct act, const char *name) {
     free(dx), free(dw13), free(dw2), free(dh), free(da), free(dw2b), free(dw2c);
 }
 
+// RMSNorm and the GLU FFN forward + backward are bit-identical with 1 and 2 threads
+static void test_threads(void) {
+    Rng r;
+    rng_seed(&r, 5);
+    const int N = 64, C = 24, M = 20;
+    GluAct act = {GLU_SITU, 4.0, 25.0};
+    real *x = rand_vec(&r, (size_t)N * C, 1), *w = rand_vec(&r, C, 1), *w13 = rand_vec(&r, (size_t)2 * M * C, 0.3);
+    real *w2 = rand_vec(&r, (size_t)C * M, 0.3), *R = rand_vec(&r, (size_t)N * C, 1);
+    real *res[2][6];
+    for (int k = 0; k < 2; k++) {
+        omp_set_num_threads(k + 1);
+        real *y = zeros((size_t)N * C), *rs = zeros(N), *dx = zeros((size_t)N * C), *dw = zeros(C);
+        real *h = zeros((size_t)N * 2 * M), *a = zeros((size_t)N * M), *o = zeros((size_t)N * C);
+        real *dh = zeros((size_t)N * 2 * M), *da = zeros((size_t)N * M), *dw13 = zeros((size_t)2 * M * C);
+        real *dw2 = zeros((size_t)C * M), *dxf = zeros((size_t)N * C);
+        cpu_rmsnorm_forward(y, rs, x, w, N, C, 1e-5);
+        cpu_rmsnorm_backward(dx, dw, R, x, w, rs, N, C);
+        cpu_glu_ffn_forward(o, h, a, y, w13, w2, N, C, M, act);
+        cpu_glu_ffn_backward(dxf, dw13, dw2, dh, da, R, y, h, a, w13, w2, N, C, M, act);
+        res[k][0] = dx, res[k][1] = dw, res[k][2] = o, res[k][3] = dxf, res[k][4] = dw13, res[k][5] = dw2;
+        free(y), free(rs), free(h), free(a), free(dh), free(da);
+    }
+    omp_set_num_threads(1);
+    size_t sz[6] = {(size_t)N * C, C, (size_t)N * C, (size_t)N * C, (size_t)2 * M * C, (size_t)C * M};
+    int same = 1;
+    for (int i = 0; i < 6; i++) same &= !memcmp(res[0][i], res[1][i], sz[i] * sizeof(real));
+    CHECK(same, "rmsnorm / GLU FFN results differ between 1 and 2 threads");
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < 6; i++) free(res[k][i]);
+    free(x), free(w), free(w13), free(w2), free(R);
+}
+
 int main(void) {
+    omp_set_num_threads(1);  // FD loops: many tiny ops (threads are checked in test_threads)
+    test_threads();
     test_rmsnorm();
     GluAct swiglu = {GLU_SWIGLU, 0, 0}, situ = {GLU_SITU, 4.0, 25.0}, situ_nocap = {GLU_SITU, 1.0, 0.0};
     test_glu(swiglu, 3.0, 2.0, "swiglu");

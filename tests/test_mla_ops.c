@@ -8,6 +8,7 @@
 //    every weight and the input; the rope-key gradient is the sum over heads;
 //  - the absorbed decode form (§1.7) equals the decompressed form (~1e-12 relative).
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -441,7 +442,36 @@ static void test_mla_absorbed(int rq, int rope, int gate) {
     mla_free(&m);
 }
 
+// attention forward + backward bit-identical with 1 and 2 threads
+static void test_attention_threads(void) {
+    Rng r;
+    rng_seed(&r, 14);
+    const int B = 2, T = 33, NH = 3, dqk = 12, dv = 8, N = B * T;
+    AttnLayout L = {B, T, NH, dqk, dv, NH * dqk, dqk, NH * dqk, dqk, NH * dv, dv, 1.0 / sqrt(dqk)};
+    real *q = rand_vec(&r, (size_t)N * NH * dqk, 1), *k = rand_vec(&r, (size_t)N * NH * dqk, 1);
+    real *v = rand_vec(&r, (size_t)N * NH * dv, 1), *R = rand_vec(&r, (size_t)N * NH * dv, 1);
+    real *res[2][5];
+    for (int t = 0; t < 2; t++) {
+        omp_set_num_threads(t + 1);
+        real *o = zeros((size_t)N * NH * dv), *lse = zeros((size_t)N * NH);
+        real *dq = zeros((size_t)N * NH * dqk), *dk = zeros((size_t)N * NH * dqk), *dvv = zeros((size_t)N * NH * dv);
+        cpu_attn_forward(o, lse, q, k, v, &L);
+        cpu_attn_backward(dq, dk, dvv, R, q, k, v, o, lse, &L);
+        res[t][0] = o, res[t][1] = lse, res[t][2] = dq, res[t][3] = dk, res[t][4] = dvv;
+    }
+    omp_set_num_threads(1);
+    size_t sz[5] = {(size_t)N * NH * dv, (size_t)N * NH, (size_t)N * NH * dqk, (size_t)N * NH * dqk, (size_t)N * NH * dv};
+    int same = 1;
+    for (int i = 0; i < 5; i++) same &= !memcmp(res[0][i], res[1][i], sz[i] * sizeof(real));
+    CHECK(same, "attention results differ between 1 and 2 threads");
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < 5; i++) free(res[t][i]);
+    free(q), free(k), free(v), free(R);
+}
+
 int main(void) {
+    omp_set_num_threads(1);  // FD loops: many tiny ops (threads are checked separately)
+    test_attention_threads();
     test_attention();
     test_rope();
     for (int v = 0; v < 8; v++) test_mla_grad(v & 1 ? 4 : 0, (v >> 1) & 1, (v >> 2) & 1);
