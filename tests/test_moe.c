@@ -135,6 +135,14 @@ static void test_router_semantics(void) {
     double s4 = 1 / (1 + exp(3.0)), s1 = 1 / (1 + exp(-2.0));
     CHECK(fabs(w[2] - s4 / (s4 + s1 + 1e-20)) < 1e-15 && fabs(w[3] - s1 / (s4 + s1 + 1e-20)) < 1e-15,
           "biased selection weights: %g %g", w[2], w[3]);
+    // a bias that leaves the selection unchanged leaves the weights bit-identical (the bias
+    // is used for selection only)
+    real w0[4], w1[4], bsmall[5] = {0.01, 0.02, 0.0, 0.015, -0.01};
+    int sel0[4], sel1[4];
+    cpu_router_forward(sel0, w0, scores, logits, NULL, 2, E, K, ROUTER_SIGMOID, 1, 1.0);
+    cpu_router_forward(sel1, w1, scores, logits, bsmall, 2, E, K, ROUTER_SIGMOID, 1, 1.0);
+    CHECK(!memcmp(sel0 + 2, sel1 + 2, 2 * sizeof(int)) && !memcmp(w0 + 2, w1 + 2, 2 * sizeof(real)),
+          "a selection-preserving bias changed the weights");
     // without renorm the weights are rho * scores; K = 1 never renormalises
     cpu_router_forward(sel, w, scores, logits, NULL, 2, E, K, ROUTER_SIGMOID, 0, 2.5);
     CHECK(fabs(w[2] - 2.5 * s1) < 1e-15, "no-renorm weight %g", w[2]);
