@@ -87,6 +87,12 @@ typedef struct Backend {
     // multiplies the gradient first (clipping); step t >= 1 drives bias correction.
     void (*adamw_update)(real *param, const real *grad, float *m, float *v, size_t n, float lr, float beta1,
                          float beta2, float eps, float weight_decay, float grad_scale, int t);
+    // One Muon step on a (rows, cols) tensor holding n_blocks logical matrices stacked
+    // along rows (optim/muon.h has the equations). M is the fp32 momentum; work holds
+    // muon_workspace_size(rows / n_blocks, cols) elements. scale_rule: MuonScaleRule.
+    void (*muon_update)(real *param, const real *grad, float *M, int rows, int cols, int n_blocks, float momentum,
+                        int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay, float grad_scale,
+                        real *work);
 } Backend;
 
 // ptr advanced by n elements of the backend's element type

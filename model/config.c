@@ -46,7 +46,7 @@ static const Key KEYS[] = {
     K(total_batch_size, T_LONG, "0", NULL, 0, "tokens per optimizer step over all ranks (0 = one micro-batch); a multiple of batch_size*seq_len*ranks"),
     K(steps, T_INT, "100", NULL, 0, "optimizer steps"),
     K(stop_at_step, T_INT, "0", NULL, 0, "end this run after this many steps with a checkpoint, as if interrupted (0 = off)"),
-    K(optimizer, T_ENUM, "adamw", "adamw", 0, "optimizer"),
+    K(optimizer, T_ENUM, "adamw", "adamw muon", 0, "optimizer: AdamW everywhere, or Muon on hidden matrices + AdamW on the rest"),
     K(lr, T_REAL, "6e-4", NULL, 0, "peak learning rate"),
     K(lr_schedule, T_ENUM, "cosine", "cosine linear constant wsd", 0, "learning-rate schedule after warmup"),
     K(warmup_steps, T_INT, "0", NULL, 0, "linear warmup steps"),
@@ -57,6 +57,19 @@ static const Key KEYS[] = {
     K(beta2, T_REAL, "0.95", NULL, 0, "AdamW beta2"),
     K(adam_eps, T_REAL, "1e-8", NULL, 0, "AdamW epsilon"),
     K(grad_clip, T_REAL, "1.0", NULL, 0, "clip the global gradient norm to this (0 = off)"),
+    K(muon_momentum, T_REAL, "0.95", NULL, 0, "Muon momentum"),
+    K(muon_nesterov, T_BOOL, "true", NULL, 0, "Muon Nesterov momentum"),
+    K(muon_ns_steps, T_INT, "5", NULL, 0, "Muon Newton-Schulz iterations"),
+    K(muon_scale, T_ENUM, "moonlight", "moonlight keller", 0,
+      "Muon update scale: 0.2*sqrt(max(rows,cols)) (AdamW's lr and wd carry over) or sqrt(max(1,rows/cols))"),
+    K(lr_matrix, T_REAL, "0", NULL, 0, "peak lr of 2-D hidden matrices (0 = lr)"),
+    K(lr_embed, T_REAL, "0", NULL, 0, "peak lr of embeddings and lm_head (0 = lr)"),
+    K(lr_norm, T_REAL, "0", NULL, 0, "peak lr of norm weights (0 = lr)"),
+    K(lr_bias, T_REAL, "0", NULL, 0, "peak lr of biases (0 = lr)"),
+    K(wd_matrix, T_REAL, "-1", NULL, 0, "weight decay of 2-D hidden matrices (-1 = weight_decay)"),
+    K(wd_embed, T_REAL, "-1", NULL, 0, "weight decay of embeddings and lm_head (-1 = weight_decay)"),
+    K(wd_norm, T_REAL, "-1", NULL, 0, "weight decay of norm weights (-1 = none)"),
+    K(wd_bias, T_REAL, "-1", NULL, 0, "weight decay of biases (-1 = none)"),
     K(seed, T_LONG, "1337", NULL, 0, "seed for init and data order"),
     K(train_data, T_STR, "", NULL, 0, "glob of training shards (llm.c format)"),
     K(val_data, T_STR, "", NULL, 0, "glob of validation shards (empty = no validation)"),
@@ -300,6 +313,18 @@ void config_finalize(Config *c) {
     if (c->beta2 < 0 || c->beta2 >= 1) BAD("beta2", "beta2 must lie in [0, 1)");
     if (c->adam_eps <= 0) BAD("adam_eps", "adam_eps must be positive");
     if (c->grad_clip < 0) BAD("grad_clip", "grad_clip must not be negative");
+    if (c->muon_momentum < 0 || c->muon_momentum >= 1) BAD("muon_momentum", "muon_momentum must lie in [0, 1)");
+    if (c->muon_ns_steps < 1) BAD("muon_ns_steps", "muon_ns_steps must be at least 1");
+    {
+        const char *lr_keys[4] = {"lr_matrix", "lr_embed", "lr_norm", "lr_bias"};
+        const char *wd_keys[4] = {"wd_matrix", "wd_embed", "wd_norm", "wd_bias"};
+        const double lrs[4] = {c->lr_matrix, c->lr_embed, c->lr_norm, c->lr_bias};
+        const double wds[4] = {c->wd_matrix, c->wd_embed, c->wd_norm, c->wd_bias};
+        for (int i = 0; i < 4; i++) {
+            if (lrs[i] < 0) BAD(lr_keys[i], "%s must not be negative (0 = lr)", lr_keys[i]);
+            if (wds[i] < 0 && wds[i] != -1) BAD(wd_keys[i], "%s must be >= 0, or -1 for the default", wd_keys[i]);
+        }
+    }
     if (c->keep_checkpoints < 1) BAD("keep_checkpoints", "keep_checkpoints must be at least 1");
     if (c->log_every < 1) BAD("log_every", "log_every must be at least 1");
     if (c->temperature < 0) BAD("temperature", "temperature must not be negative");

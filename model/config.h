@@ -13,7 +13,8 @@ typedef enum { NORM_LAYERNORM, NORM_RMSNORM } NormKind;
 typedef enum { POS_LEARNED, POS_NONE } PositionKind;
 typedef enum { MLP_GELU } MlpKind;
 typedef enum { SCHED_COSINE, SCHED_LINEAR, SCHED_CONSTANT, SCHED_WSD } ScheduleKind;
-typedef enum { OPT_ADAMW } OptimizerKind;
+typedef enum { OPT_ADAMW, OPT_MUON } OptimizerKind;
+typedef enum { MUON_SCALE_KEY_MOONLIGHT, MUON_SCALE_KEY_KELLER } MuonScaleKey;
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 
 typedef struct {
@@ -49,6 +50,13 @@ typedef struct {
     double weight_decay;
     double beta1, beta2, adam_eps;
     double grad_clip;                 // 0 = off
+    double muon_momentum;
+    int muon_nesterov;
+    int muon_ns_steps;
+    MuonScaleKey muon_scale;
+    // per-group peak lr (0 = lr) and weight decay (-1 = weight_decay for matrix/embed, 0 for norm/bias)
+    double lr_matrix, lr_embed, lr_norm, lr_bias;
+    double wd_matrix, wd_embed, wd_norm, wd_bias;
     long seed;
     char train_data[CONFIG_STR];
     char val_data[CONFIG_STR];

@@ -26,6 +26,7 @@ static int add(ParamTable *t, ParamGroup group, InitRule init, double std, int n
     p->group = group;
     p->init = init;
     p->init_std = std;
+    p->blocks = 1;
     t->total += p->numel;
     return t->count++;
 }
@@ -62,6 +63,7 @@ void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
         switch (c->layers[l]) {
         case 'A':
             b->attn_qkv_w = matrix(t, std, 3 * C, C, "blocks.%d.attn.qkv.weight", l);
+            t->items[b->attn_qkv_w].blocks = 3;  // q, k and v are separate matrices
             if (c->bias) b->attn_qkv_b = vector(t, GROUP_BIAS, INIT_ZERO, 3 * C, "blocks.%d.attn.qkv.bias", l);
             b->attn_out_w = matrix(t, resid_std, C, C, "blocks.%d.attn.out.weight", l);
             if (c->bias) b->attn_out_b = vector(t, GROUP_BIAS, INIT_ZERO, C, "blocks.%d.attn.out.bias", l);

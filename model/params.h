@@ -38,6 +38,8 @@ typedef struct {
     ParamGroup group;
     InitRule init;
     double init_std;            // INIT_NORMAL only
+    int blocks;                 // logical matrices stacked along rows (fused q|k|v = 3); Muon
+                                // orthogonalises each separately. 1 for ordinary tensors.
 } ParamInfo;
 
 typedef struct {

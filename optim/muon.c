@@ -172,3 +172,10 @@ void muon_update_blocks(real *W, const real *G, float *M, int rows, int cols, in
         muon_update_matrix(W + off, G + off, M + off, r, cols, mc, lr, wd, grad_scale, work);
     }
 }
+
+void muon_update_cpu(real *param, const real *grad, float *M, int rows, int cols, int n_blocks, float momentum,
+                     int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay, float grad_scale,
+                     real *work) {
+    MuonConfig mc = {momentum, nesterov, ns_steps, (MuonScaleRule)scale_rule};
+    muon_update_blocks(param, grad, M, rows, cols, n_blocks, &mc, lr, weight_decay, grad_scale, work);
+}

@@ -87,4 +87,9 @@ void muon_update_blocks(real *W, const real *G, float *M, int rows, int cols, in
 void muon_update_row_splits(real *W, const real *G, float *M, const int *block_rows, int n_blocks, int cols,
                             const MuonConfig *mc, double lr, double wd, double grad_scale, real *work);
 
+// The backend-table form of muon_update_blocks (model/backend.h, Backend.muon_update).
+void muon_update_cpu(real *param, const real *grad, float *M, int rows, int cols, int n_blocks, float momentum,
+                     int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay, float grad_scale,
+                     real *work);
+
 #endif

@@ -4,17 +4,57 @@
 #include <string.h>
 
 #include "model/util.h"
+#include "optim/muon.h"
+
+int optimizer_uses_muon(const Config *c, const ParamInfo *p) {
+    return c->optimizer == OPT_MUON && p->group == GROUP_MATRIX && p->ndim == 2;
+}
+
+double group_peak_lr(const Config *c, ParamGroup g) {
+    double v = 0;
+    switch (g) {
+    case GROUP_MATRIX: v = c->lr_matrix; break;
+    case GROUP_EMBED: v = c->lr_embed; break;
+    case GROUP_NORM: v = c->lr_norm; break;
+    case GROUP_BIAS: v = c->lr_bias; break;
+    default: break;
+    }
+    return v > 0 ? v : c->lr;
+}
+
+double group_weight_decay(const Config *c, ParamGroup g) {
+    double v = -1;
+    switch (g) {
+    case GROUP_MATRIX: v = c->wd_matrix; break;
+    case GROUP_EMBED: v = c->wd_embed; break;
+    case GROUP_NORM: v = c->wd_norm; break;
+    case GROUP_BIAS: v = c->wd_bias; break;
+    default: break;
+    }
+    if (v >= 0) return v;
+    return param_group_decays(g) ? c->weight_decay : 0.0;
+}
 
 void optimizer_create(Optimizer *o, const Model *model) {
     memset(o, 0, sizeof *o);
+    const Backend *be = model->be;
     o->n = model->table.total;
-    o->m = model->be->alloc(o->n * sizeof(float));
-    o->v = model->be->alloc(o->n * sizeof(float));
+    o->m = be->alloc(o->n * sizeof(float));
+    o->v = be->alloc(o->n * sizeof(float));
+    size_t work = 0;
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamInfo *p = &model->table.items[i];
+        if (!optimizer_uses_muon(&model->cfg, p)) continue;
+        size_t need = muon_workspace_size(p->shape[0] / p->blocks, p->shape[1]);
+        if (need > work) work = need;
+    }
+    if (work) o->work = be->alloc(work * be->elem_size);
 }
 
 void optimizer_destroy(Optimizer *o, const Model *model) {
     model->be->free(o->m);
     model->be->free(o->v);
+    if (o->work) model->be->free(o->work);
     memset(o, 0, sizeof *o);
 }
 
@@ -26,12 +66,21 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
     double scale = 1.0;
     if (c->grad_clip > 0 && grad_norm > c->grad_clip) scale = c->grad_clip / grad_norm;
     o->t++;
+    const double schedule = lr / c->lr;  // where the schedule is, as a fraction of the peak
     for (int i = 0; i < model->table.count; i++) {
         const ParamInfo *p = &model->table.items[i];
-        float wd = param_group_decays(p->group) ? (float)c->weight_decay : 0.0f;
-        be->adamw_update(backend_offset(be, model->params, p->offset), backend_offset(be, model->grads, p->offset),
-                         o->m + p->offset, o->v + p->offset, p->numel, (float)lr, (float)c->beta1, (float)c->beta2,
-                         (float)c->adam_eps, wd, (float)scale, o->t);
+        float group_lr = (float)(group_peak_lr(c, p->group) * schedule);
+        float wd = (float)group_weight_decay(c, p->group);
+        real *param = backend_offset(be, model->params, p->offset);
+        const real *grad = backend_offset(be, model->grads, p->offset);
+        if (optimizer_uses_muon(c, p))
+            be->muon_update(param, grad, o->m + p->offset, p->shape[0], p->shape[1], p->blocks, (float)c->muon_momentum,
+                            c->muon_nesterov, c->muon_ns_steps,
+                            c->muon_scale == MUON_SCALE_KEY_KELLER ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT, group_lr,
+                            wd, (float)scale, o->work);
+        else
+            be->adamw_update(param, grad, o->m + p->offset, o->v + p->offset, p->numel, group_lr, (float)c->beta1,
+                             (float)c->beta2, (float)c->adam_eps, wd, (float)scale, o->t);
     }
 }
 

@@ -1,6 +1,8 @@
 // The optimizer step over the whole parameter table: global gradient norm,
-// clipping, and AdamW per tensor with the weight decay of its group.
-// State (moments) lives in backend memory, fp32, mirroring the parameter buffer.
+// clipping, then per tensor AdamW or Muon (optimizer = muon puts the 2-D hidden
+// matrices on Muon; embeddings, lm_head, norms and biases stay on AdamW), each with
+// its group's learning rate and weight decay. State lives in backend memory, fp32,
+// mirroring the parameter buffer: m and v for AdamW, m as Muon's momentum.
 #ifndef HYBRID_OPTIMIZER_H
 #define HYBRID_OPTIMIZER_H
 
@@ -10,14 +12,20 @@ typedef struct {
     float *m, *v;     // backend memory, table.total elements each
     size_t n;
     int t;            // steps taken (bias correction uses t + 1 for the next)
+    real *work;       // Muon's Newton-Schulz workspace (NULL for AdamW)
 } Optimizer;
 
 void optimizer_create(Optimizer *o, const Model *model);
 void optimizer_destroy(Optimizer *o, const Model *model);
 // Global L2 norm of the gradients.
 double grad_global_norm(const Model *model);
-// One step at learning rate lr: clips to c->grad_clip (if > 0) using grad_norm, then
-// updates every tensor. Returns nothing; the caller logs grad_norm.
+// Does tensor p go to Muon under config c?
+int optimizer_uses_muon(const Config *c, const ParamInfo *p);
+// Peak learning rate and weight decay of a group under config c.
+double group_peak_lr(const Config *c, ParamGroup g);
+double group_weight_decay(const Config *c, ParamGroup g);
+// One step with the schedule's learning rate lr (for the base `lr`; each group scales
+// it by its own peak / lr): clips to c->grad_clip (if > 0) using grad_norm, then updates.
 void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm);
 // Host copies of the moments (checkpoints), and restore.
 void optimizer_get_state(const Optimizer *o, const Model *model, float *m, float *v);
