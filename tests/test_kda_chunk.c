@@ -209,6 +209,62 @@ static void strong_decay(void) {
     }
 }
 
+// §8.9 stress: beta exactly 0 and 1, nearly-no-decay gates (|g| < 1e-4) and gates pinned
+// at -5 (the lower bound) for whole chunks; chunk == recurrent.
+static void stress_beta_gates(void) {
+    LinearDims d = linear_dims(1, 150, 2, 16, 8);
+    Prob p;
+    prob_init(&p, d, V_KDA, 700, 1, 1);
+    Rng r;
+    rng_seed(&r, 701);
+    for (size_t row = 0; row < p.nb; row++) {
+        const int t = (int)(row / 2);
+        if (t % 5 == 1) p.beta[row] = 0;
+        if (t % 5 == 3) p.beta[row] = 1;
+        for (int i = 0; i < d.K; i++) {
+            real *g = &p.g[row * d.K + i];
+            if (t >= 64 && t < 128) *g = -5;  // the second chunk of 64 entirely at the bound
+            else if (i % 2) *g = (real)(-1e-4 * rng_uniform(&r));
+        }
+    }
+    Result ref, got;
+    result_alloc(&ref, &p);
+    result_alloc(&got, &p);
+    prob_run(&p, 0, &ref);
+    static const int cs[] = {16, 64};
+    for (int c = 0; c < 2; c++) {
+        prob_run(&p, cs[c], &got);
+        compare_results(&p, &got, &ref, cs[c] == 16 ? "stress chunk 16" : "stress chunk 64");
+    }
+    result_free(&ref), result_free(&got);
+    prob_free(&p);
+}
+
+// §8.7 causality: perturbing tokens after t0 leaves the chunkwise outputs of tokens <= t0
+// bitwise unchanged (exact relative-form decays need no reference row).
+static void causality(void) {
+    const int T = 40, t0 = 21;  // t0 in the middle of chunk 1 (C = 16)
+    LinearDims d = linear_dims(1, T, 2, 8, 4);
+    for (int variant = V_DELTANET; variant <= V_LA; variant++) {
+        Prob p;
+        prob_init(&p, d, variant, 800 + variant, 1, 1);
+        real *o1 = tnew(p.nv), *o2 = tnew(p.nv), *h = tnew(p.nh), *z = tnew(p.nz);
+        prob_forward(&p, 16, o1, h, z);
+        const size_t after = (size_t)(t0 + 1) * d.H;  // first row after t0
+        for (size_t x = after * d.K; x < p.nqk; x++) p.q[x] += 0.5, p.k[x] -= 0.25;
+        for (size_t x = after * d.V; x < p.nv; x++) p.v[x] *= 2;
+        for (size_t x = after * (p.ng / p.nb); x < p.ng; x++) p.g[x] *= 3;
+        for (size_t x = after; x < p.nb; x++) p.beta[x] = 1 - p.beta[x];
+        prob_forward(&p, 16, o2, h, z);
+        CHECK(memcmp(o1, o2, after * d.V * sizeof(real)) == 0, "%s: chunk outputs are not causal",
+              variant_name[variant]);
+        CHECK(memcmp(o1 + after * d.V, o2 + after * d.V, (p.nv - after * d.V) * sizeof(real)) != 0,
+              "%s: later outputs did not change", variant_name[variant]);
+        free(o1), free(o2), free(h), free(z);
+        prob_free(&p);
+    }
+}
+
 // Results do not depend on the number of OpenMP threads (bitwise).
 static void determinism(void) {
     static const int offs[] = {0, 9, 40, 41, 70};
@@ -246,12 +302,13 @@ int main(void) {
     static const int c64[] = {64};
     chunk_vs_recurrent(linear_dims(1, 300, 4, 32, 24), c64, 1, 1, 1, 40, "B=1 T=300 H=4 K=32 V=24");
 
-    printf("chunk vs recurrent, worst tensor-relative error over all cases:\n");
-    for (int x = 0; x < NTENSORS; x++) printf("  %-6s %.2e\n", tensor_names[x], worst[x]);
-
     special_cases();
     decode_steps();
     strong_decay();
+    stress_beta_gates();
+    causality();
     determinism();
+    printf("chunk vs recurrent, worst tensor-relative error over all cases (incl. strong decay, stress):\n");
+    for (int x = 0; x < NTENSORS; x++) printf("  %-6s %.2e\n", tensor_names[x], worst[x]);
     TEST_MAIN_END();
 }

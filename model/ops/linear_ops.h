@@ -110,6 +110,8 @@ void deltanet_recurrent_backward(real *dq, real *dk, real *dv, real *dbeta, real
 // in reverse: dA and local dDelta (B1), the state gradient (B2), inter-chunk and WY
 // terms (B3), the gradient of the triangular inverse (§4.5), the intra-chunk pairwise
 // decay terms (B4) and the reverse in-chunk cumsum of dGamma (§4.7 B6).
+#define KDA_DEFAULT_CHUNK 64  // fla's chunk size
+
 size_t kda_chunk_fwd_workspace_size(const LinearDims *d, int chunk);
 size_t kda_chunk_bwd_workspace_size(const LinearDims *d, int chunk);
 
@@ -198,7 +200,8 @@ void linear_attn_step(real *o, real *S, real *z, const real *q, const real *k, c
 // =====================================================================================
 
 // ---- causal depthwise short convolution + optional SiLU (§5.1) ---------------------
-// x, y (B, T, D); weight w (D, W), w[c][W-1] multiplies the current token; bias (D) or
+// x, y (B, T, D); weight w (D, W) with W <= 64 (fla: 4), w[c][W-1] multiplies the
+// current token (the layout of PyTorch's depthwise Conv1d weight (D, 1, W)); bias (D) or
 // NULL. Sequences as in LinearDims (offsets over the T axis with B == 1, or NULL): the
 // window never reaches into the previous sequence.
 //   y[t][c] = act( bias[c] + sum_{j<W} w[c][j] * x[t-(W-1)+j][c] ),  act = SiLU or identity
