@@ -1,0 +1,54 @@
+// The CPU reference backend table: the ops of model/ops/*.c plus host memory.
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/backend.h"
+#include "model/ops/ops_cpu.h"
+#include "model/util.h"
+#include "optim/adamw.h"
+
+static void *cpu_alloc(size_t bytes) { return xcalloc(bytes, 1); }  // zero-filled
+static void cpu_free(void *p) { free(p); }
+static void cpu_zero(real *p, size_t n) { memset(p, 0, n * sizeof(real)); }
+
+static void cpu_upload(real *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = (real)src[i];
+}
+
+static void cpu_download(float *dst, const real *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = (float)src[i];
+}
+
+static void cpu_upload_tokens(int *dst, const int *src, size_t n) { memcpy(dst, src, n * sizeof(int)); }
+static void cpu_synchronize(void) {}
+
+static const Backend cpu_backend = {
+    .name = "cpu-" REAL_NAME,
+    .elem_size = sizeof(real),
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .zero = cpu_zero,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .upload_tokens = cpu_upload_tokens,
+    .synchronize = cpu_synchronize,
+    .embed_forward = cpu_embed_forward,
+    .embed_backward = cpu_embed_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .add_forward = cpu_add_forward,
+    .add_inplace = cpu_add_inplace,
+    .crossentropy_forward = cpu_crossentropy_forward,
+    .crossentropy_backward = cpu_crossentropy_backward,
+    .sum_squares = cpu_sum_squares,
+    .scale = cpu_scale,
+    .adamw_update = adamw_update_cpu,
+};
+
+const Backend *backend_cpu(void) { return &cpu_backend; }

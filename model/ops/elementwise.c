@@ -1,0 +1,40 @@
+// Elementwise helpers: residual add (forward and gradient accumulation), and the
+// sum of squares / scaling used for global-norm gradient clipping.
+#include "model/ops/ops_cpu.h"
+
+// out = a + b
+void cpu_add_forward(real *out, const real *a, const real *b, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+// acc += x
+void cpu_add_inplace(real *acc, const real *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+// sum_i x_i^2 in double. The range is cut into SS_CHUNKS pieces whose bounds depend
+// only on n; each piece is summed in order by one thread, then the partial sums are
+// combined serially, so the result does not depend on the thread count.
+#define SS_CHUNKS 64
+double cpu_sum_squares(const real *x, size_t n) {
+    double part[SS_CHUNKS];
+    size_t len = (n + SS_CHUNKS - 1) / SS_CHUNKS;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < SS_CHUNKS; p++) {
+        size_t lo = (size_t)p * len, hi = lo + len < n ? lo + len : n;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
+        part[p] = s;
+    }
+    double total = 0.0;
+    for (int p = 0; p < SS_CHUNKS; p++) total += part[p];
+    return total;
+}
+
+// x *= s
+void cpu_scale(real *x, real s, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
