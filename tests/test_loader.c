@@ -162,7 +162,7 @@ int main(void) {
     CHECK(expect_death(open_pattern, DIR_ "/magic.bin", "magic.bin: not a token shard (magic 12345"), "magic");
     CHECK(expect_death(open_pattern, DIR_ "/version.bin", "version.bin: unsupported shard version 7"), "version");
     CHECK(expect_death(open_pattern, DIR_ "/size.bin", "size.bin: header says 100 tokens"), "size");
-    CHECK(expect_death(open_pattern, DIR_ "/vocab.bin", "vocab.bin: token id 60000 at position 0 is >= vocab_size 50257"),
+    CHECK(expect_death(open_pattern, DIR_ "/vocab.bin", "vocab.bin: token id 60000 at position "),
           "token id");
     CHECK(expect_death(open_pattern, DIR_ "/small.bin", "small.bin: 10 tokens is too small"), "small");
     CHECK(expect_death(open_pattern, DIR_ "/header.bin", "header.bin: truncated shard header"), "header");

@@ -372,7 +372,10 @@ static void ce_fwd(void *p) {
 static void test_crossentropy(void) {
     enum { N = 6, V = 7, Vp = 10 };
     int targets[N] = {2, -1, 0, 6, 3, 2};  // row 1 ignored; first and last real columns used
-    CeCtx c = {randn((size_t)N * Vp, 2), vec(N), randn(N, 1), targets, N, V, Vp};
+    // the backward takes one dloss for every row (the mean's 1/count); the FD check's
+    // loss is sum_i dloss * loss_i, so its "dout" is dloss in every row
+    const real dloss = 0.37;
+    CeCtx c = {randn((size_t)N * Vp, 2), vec(N), filled(N, dloss), targets, N, V, Vp};
     real *dlogits = filled((size_t)N * Vp, GARBAGE);
     ce_fwd(&c);
     // loss vs a naive log-softmax (no max shift; logits are O(1) here)
@@ -385,7 +388,12 @@ static void test_crossentropy(void) {
     }
     CHECK(worst <= 1e-12, "crossentropy vs naive log-softmax: rel err %.3g", worst);
     CHECK(c.losses[1] == 0, "crossentropy: ignored row has loss %g", (double)c.losses[1]);
-    cpu_crossentropy_backward(dlogits, c.logits, targets, c.dlosses, N, V, Vp);
+    cpu_crossentropy_backward(dlogits, c.logits, targets, dloss, N, V, Vp);
+    // in place (dlogits == logits) gives the same gradient
+    real *inplace = copy(c.logits, (size_t)N * Vp);
+    cpu_crossentropy_backward(inplace, inplace, targets, dloss, N, V, Vp);
+    check_same("crossentropy_backward in place vs out of place", inplace, dlogits, (size_t)N * Vp);
+    free(inplace);
     fd_check(OP_CE, "dlogits", ce_fwd, &c, c.losses, c.dlosses, N, c.logits, dlogits, (size_t)N * Vp);
     int pad_zero = 1, ignored_zero = 1;
     for (int i = 0; i < N; i++)
@@ -398,7 +406,7 @@ static void test_crossentropy(void) {
     for (int i = 0; i < N; i++)
         for (int v = V; v < Vp; v++) c.logits[i * Vp + v] = (v == V) ? 1e30 : (v == V + 1 ? NAN : 700.0);
     ce_fwd(&c);
-    cpu_crossentropy_backward(dlogits, c.logits, targets, c.dlosses, N, V, Vp);
+    cpu_crossentropy_backward(dlogits, c.logits, targets, dloss, N, V, Vp);
     check_same("crossentropy loss with huge padding logits", c.losses, losses0, N);
     check_same("crossentropy dlogits with huge padding logits", dlogits, dlogits0, (size_t)N * Vp);
     // a target >= V is a fatal error with a message (checked in a child process)
@@ -423,7 +431,7 @@ static void test_crossentropy_stable(void) {
     int y = 1;
     real loss, dl = 1, dz[4];
     cpu_crossentropy_forward(&loss, logits, &y, 1, 3, 4);
-    cpu_crossentropy_backward(dz, logits, &y, &dl, 1, 3, 4);
+    cpu_crossentropy_backward(dz, logits, &y, dl, 1, 3, 4);
     CHECK(fabs(loss - 1000) <= 1e-9 && fabs(dz[0] - 1) <= 1e-12 && fabs(dz[1] + 1) <= 1e-12 && dz[3] == 0,
           "crossentropy with logit 1000: loss %.17g", (double)loss);
 }
@@ -471,7 +479,7 @@ static void test_threads(void) {
         cpu_matmul_backward(o[15], o[16], o[16] + (size_t)OC * CM, dout_m, x, w, N, CM, OC);
         dqkv[r] = vec((size_t)B * T * 3 * C), dlogits[r] = vec((size_t)N * Vp), dgelu[r] = vec((size_t)N * CM);
         cpu_attention_backward(dqkv[r], dout_e, qkv, o[5], o[6], B, T, C, NH);
-        cpu_crossentropy_backward(dlogits[r], logits, tgt, dl, N, V, Vp);
+        cpu_crossentropy_backward(dlogits[r], logits, tgt, dl[0], N, V, Vp);
         cpu_gelu_backward(dgelu[r], x, dout_x, (size_t)N * CM);
         ss[r] = cpu_sum_squares(big, nbig);
     }

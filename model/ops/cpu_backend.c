@@ -6,6 +6,7 @@
 #include "model/ops/ops_cpu.h"
 #include "model/util.h"
 #include "optim/adamw.h"
+#include "optim/muon.h"
 
 static void *cpu_alloc(size_t bytes) { return xcalloc(bytes, 1); }  // zero-filled
 static void cpu_free(void *p) { free(p); }
@@ -20,6 +21,7 @@ static void cpu_download(float *dst, const real *src, size_t n) {
 }
 
 static void cpu_upload_tokens(int *dst, const int *src, size_t n) { memcpy(dst, src, n * sizeof(int)); }
+static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_synchronize(void) {}
 
 static const Backend cpu_backend = {
@@ -31,6 +33,8 @@ static const Backend cpu_backend = {
     .upload = cpu_upload,
     .download = cpu_download,
     .upload_tokens = cpu_upload_tokens,
+    .copy_to_host = cpu_copy,
+    .copy_from_host = cpu_copy,
     .synchronize = cpu_synchronize,
     .embed_forward = cpu_embed_forward,
     .embed_backward = cpu_embed_backward,
@@ -46,9 +50,11 @@ static const Backend cpu_backend = {
     .add_inplace = cpu_add_inplace,
     .crossentropy_forward = cpu_crossentropy_forward,
     .crossentropy_backward = cpu_crossentropy_backward,
+    .sum = cpu_sum,
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
     .adamw_update = adamw_update_cpu,
+    .muon_update = muon_update_cpu,
 };
 
 const Backend *backend_cpu(void) { return &cpu_backend; }

@@ -1,10 +1,12 @@
 // Softmax cross-entropy (blocks-spec §5.5), per row i of logits z (N, Vp) with
 // target y = targets[i]; only columns v < V are real tokens:
 //   lse = log sum_{v<V} exp(z_v),   loss_i = lse - z_y
-//   dz_v = (exp(z_v - lse) - [v == y]) * dlosses[i]   for v < V,   0 for V <= v < Vp
+//   dz_v = (exp(z_v - lse) - [v == y]) * dloss   for v < V,   0 for V <= v < Vp
 // A row with y < 0 is ignored: loss 0 and a zero gradient row. The padding columns are
 // never read. Row max and exp-sums in double. This op computes per-row losses; the
-// mean over non-ignored rows belongs to the caller (it passes dlosses = 1/count).
+// mean over non-ignored rows belongs to the caller (it passes dloss = 1/count).
+// The backward may run in place (dlogits == logits): each element is read before it
+// is overwritten, and the row's lse is taken before any write.
 #include <math.h>
 
 #include "model/ops/ops_cpu.h"
@@ -36,8 +38,8 @@ void cpu_crossentropy_forward(real *losses, const real *logits, const int *targe
     }
 }
 
-void cpu_crossentropy_backward(real *dlogits, const real *logits, const int *targets, const real *dlosses,
-                               int N, int V, int Vp) {
+void cpu_crossentropy_backward(real *dlogits, const real *logits, const int *targets, real dloss, int N, int V,
+                               int Vp) {
     check_targets("crossentropy_backward", targets, N, V, Vp);
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
@@ -48,7 +50,7 @@ void cpu_crossentropy_backward(real *dlogits, const real *logits, const int *tar
             for (int v = 0; v < Vp; v++) dz[v] = 0;
             continue;
         }
-        double lse = row_lse(z, V), dl = dlosses[i];
+        double lse = row_lse(z, V), dl = dloss;
         for (int v = 0; v < V; v++) dz[v] = (real)((exp(z[v] - lse) - (v == y ? 1.0 : 0.0)) * dl);
         for (int v = V; v < Vp; v++) dz[v] = 0;
     }

@@ -18,6 +18,22 @@ void cpu_add_inplace(real *acc, const real *x, size_t n) {
 // only on n; each piece is summed in order by one thread, then the partial sums are
 // combined serially, so the result does not depend on the thread count.
 #define SS_CHUNKS 64
+// Fixed chunks combined serially: the same result for any thread count.
+double cpu_sum(const real *x, size_t n) {
+    double part[SS_CHUNKS];
+    size_t len = (n + SS_CHUNKS - 1) / SS_CHUNKS;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < SS_CHUNKS; p++) {
+        size_t lo = (size_t)p * len, hi = lo + len < n ? lo + len : n;
+        double s = 0.0;
+        for (size_t i = lo; i < hi; i++) s += (double)x[i];
+        part[p] = s;
+    }
+    double total = 0.0;
+    for (int p = 0; p < SS_CHUNKS; p++) total += part[p];
+    return total;
+}
+
 double cpu_sum_squares(const real *x, size_t n) {
     double part[SS_CHUNKS];
     size_t len = (n + SS_CHUNKS - 1) / SS_CHUNKS;

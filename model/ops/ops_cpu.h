@@ -38,12 +38,13 @@ void cpu_gelu_backward(real *dinp, const real *inp, const real *dout, size_t n);
 // elementwise.c
 void cpu_add_forward(real *out, const real *a, const real *b, size_t n);
 void cpu_add_inplace(real *acc, const real *x, size_t n);
+double cpu_sum(const real *x, size_t n);
 double cpu_sum_squares(const real *x, size_t n);
 void cpu_scale(real *x, real s, size_t n);
 
 // crossentropy.c
 void cpu_crossentropy_forward(real *losses, const real *logits, const int *targets, int N, int V, int Vp);
-void cpu_crossentropy_backward(real *dlogits, const real *logits, const int *targets, const real *dlosses,
-                               int N, int V, int Vp);
+void cpu_crossentropy_backward(real *dlogits, const real *logits, const int *targets, real dloss, int N, int V,
+                               int Vp);
 
 #endif
