@@ -19,7 +19,7 @@ static void check_gpt2_shaped(const char *dir, const Config *c, const ModelParam
     else if (c->position != POS_LEARNED) why = "position must be learned";
     else if (c->mlp != MLP_GELU) why = "mlp must be gelu";
     else if (!c->tie_embeddings) why = "tie_embeddings must be true";
-    else if (mp->pos_embed < 0 || mp->normf_b < 0 || mp->lm_head != mp->tok_embed)
+    else if (mp->pos_embed < 0 || mp->normf.b < 0 || mp->lm_head != mp->tok_embed)
         why = "the parameter table lacks a GPT-2 tensor";
     if (why) die("%s: cannot export as Hugging Face GPT-2: %s (config: layers = %s)", dir, why, c->layers_spec);
 }
@@ -135,12 +135,12 @@ void export_hf_gpt2(const char *dir, const Config *c, const ParamTable *t, const
     for (int l = 0; l < c->n_layer; l++) {
         const BlockParams *b = &mp->blocks[l];
         const struct { int index, conv1d; const char *suffix; } parts[] = {
-            {b->norm1_w, 0, "ln_1.weight"},      {b->norm1_b, 0, "ln_1.bias"},
-            {b->attn_qkv_w, 1, "attn.c_attn.weight"}, {b->attn_qkv_b, 0, "attn.c_attn.bias"},
-            {b->attn_out_w, 1, "attn.c_proj.weight"}, {b->attn_out_b, 0, "attn.c_proj.bias"},
-            {b->norm2_w, 0, "ln_2.weight"},      {b->norm2_b, 0, "ln_2.bias"},
-            {b->mlp_up_w, 1, "mlp.c_fc.weight"}, {b->mlp_up_b, 0, "mlp.c_fc.bias"},
-            {b->mlp_down_w, 1, "mlp.c_proj.weight"}, {b->mlp_down_b, 0, "mlp.c_proj.bias"},
+            {b->norm1.w, 0, "ln_1.weight"},      {b->norm1.b, 0, "ln_1.bias"},
+            {b->attn.qkv_w, 1, "attn.c_attn.weight"}, {b->attn.qkv_b, 0, "attn.c_attn.bias"},
+            {b->attn.out_w, 1, "attn.c_proj.weight"}, {b->attn.out_b, 0, "attn.c_proj.bias"},
+            {b->norm2.w, 0, "ln_2.weight"},      {b->norm2.b, 0, "ln_2.bias"},
+            {b->mlp.up_w, 1, "mlp.c_fc.weight"}, {b->mlp.up_b, 0, "mlp.c_fc.bias"},
+            {b->mlp.down_w, 1, "mlp.c_proj.weight"}, {b->mlp.down_b, 0, "mlp.c_proj.bias"},
         };
         for (int i = 0; i < 12; i++) {
             if (parts[i].index < 0) die("%s: cannot export as GPT-2: layer %d lacks %s", dir, l, parts[i].suffix);
@@ -148,8 +148,8 @@ void export_hf_gpt2(const char *dir, const Config *c, const ParamTable *t, const
             add(&e, t, params, parts[i].index, parts[i].conv1d, 0, name);
         }
     }
-    add(&e, t, params, mp->normf_w, 0, 0, "transformer.ln_f.weight");
-    add(&e, t, params, mp->normf_b, 0, 0, "transformer.ln_f.bias");
+    add(&e, t, params, mp->normf.w, 0, 0, "transformer.ln_f.weight");
+    add(&e, t, params, mp->normf.b, 0, 0, "transformer.ln_f.bias");
 
     mkdir_p(dir);
     write_config_json(dir, c);

@@ -44,6 +44,11 @@ typedef struct Backend {
     void (*layernorm_backward)(real *dinp, real *dw, real *db, const real *dout, const real *inp, const real *w,
                                const real *mean, const real *rstd, int N, int C);
 
+    // RMSNorm (blocks-spec §5.1): y = x * rstd * w, rstd = (mean x^2 + eps)^-1/2 saved (N)
+    void (*rmsnorm_forward)(real *out, real *rstd, const real *inp, const real *w, int N, int C, real eps);
+    void (*rmsnorm_backward)(real *dinp, real *dw, const real *dout, const real *inp, const real *w,
+                             const real *rstd, int N, int C);
+
     // out (N, OC) = inp (N, C) @ w^T (w is (OC, C)) + bias (OC, may be NULL)
     void (*matmul_forward)(real *out, const real *inp, const real *w, const real *bias, int N, int C, int OC);
     // dinp = dout @ w (written); dw += dout^T @ inp; dbias += sum_rows dout (dbias may be NULL)
@@ -62,6 +67,13 @@ typedef struct Backend {
     // tanh-approximation GELU, elementwise
     void (*gelu_forward)(real *out, const real *inp, size_t n);
     void (*gelu_backward)(real *dinp, const real *inp, const real *dout, size_t n);  // dinp written
+
+    // Gated linear units on inp (N, 2H) = [gate | up] -> out (N, H) (blocks-spec §3, §5.4):
+    // kind 0 SwiGLU silu(g) * u; kind 1 SiTU beta tanh(g/beta) sigmoid(g) * c(u) with
+    // c(u) = linear_beta tanh(u/linear_beta) (linear_beta <= 0: c(u) = u). dinp written.
+    void (*glu_forward)(real *out, const real *inp, int N, int H, int kind, real beta, real linear_beta);
+    void (*glu_backward)(real *dinp, const real *dout, const real *inp, int N, int H, int kind, real beta,
+                         real linear_beta);
 
     // out = a + b
     void (*add_forward)(real *out, const real *a, const real *b, size_t n);

@@ -35,8 +35,10 @@ static const Key KEYS[] = {
     K(norm, T_ENUM, "layernorm", "layernorm rmsnorm", 1, "normalisation layer"),
     K(norm_eps, T_REAL, "1e-5", NULL, 1, "epsilon inside the norms"),
     K(position, T_ENUM, "learned", "learned none", 1, "position information: learned absolute embeddings or none"),
-    K(mlp, T_ENUM, "gelu", "gelu", 1, "channel mixer: tanh-GELU MLP"),
-    K(mlp_hidden, T_INT, "0", NULL, 1, "MLP hidden width (0 = 4 * d_model)"),
+    K(mlp, T_ENUM, "gelu", "gelu swiglu situ", 1, "channel mixer: tanh-GELU MLP, SwiGLU or SiTU gated MLP"),
+    K(mlp_hidden, T_INT, "0", NULL, 1, "MLP hidden width (0 = 4 * d_model for gelu, 8/3 * d_model rounded up to 64 for GLUs)"),
+    K(situ_beta, T_REAL, "4.0", NULL, 1, "SiTU gate saturation beta (K3: 4)"),
+    K(situ_linear_beta, T_REAL, "25.0", NULL, 1, "SiTU up-branch cap (K3: 25; 0 = no cap)"),
     K(bias, T_BOOL, "true", NULL, 1, "biases in linear layers and norms"),
     K(tie_embeddings, T_BOOL, "true", NULL, 1, "lm_head shares the token embedding"),
     K(init_std, T_REAL, "0.02", NULL, 0, "std of the normal init; residual projections get std/sqrt(2*n_layer)"),
@@ -292,7 +294,10 @@ void config_finalize(Config *c) {
     if (c->padded_vocab_size < c->vocab_size)
         BAD("padded_vocab_size", "padded_vocab_size = %d is smaller than vocab_size = %d", c->padded_vocab_size,
             c->vocab_size);
-    if (c->mlp_hidden == 0) c->mlp_hidden = 4 * c->d_model;
+    if (c->mlp_hidden == 0)
+        c->mlp_hidden = c->mlp == MLP_GELU ? 4 * c->d_model : (8 * c->d_model / 3 + 63) / 64 * 64;
+    if (c->situ_beta <= 0) BAD("situ_beta", "situ_beta must be positive");
+    if (c->situ_linear_beta < 0) BAD("situ_linear_beta", "situ_linear_beta must not be negative (0 = no cap)");
     if (c->context_length < 1) BAD("context_length", "context_length must be positive");
     if (c->norm_eps <= 0) BAD("norm_eps", "norm_eps must be positive");
     if (c->init_std <= 0) BAD("init_std", "init_std must be positive");

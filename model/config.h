@@ -11,7 +11,7 @@
 
 typedef enum { NORM_LAYERNORM, NORM_RMSNORM } NormKind;
 typedef enum { POS_LEARNED, POS_NONE } PositionKind;
-typedef enum { MLP_GELU } MlpKind;
+typedef enum { MLP_GELU, MLP_SWIGLU, MLP_SITU } MlpKind;
 typedef enum { SCHED_COSINE, SCHED_LINEAR, SCHED_CONSTANT, SCHED_WSD } ScheduleKind;
 typedef enum { OPT_ADAMW, OPT_MUON } OptimizerKind;
 typedef enum { MUON_SCALE_KEY_MOONLIGHT, MUON_SCALE_KEY_KELLER } MuonScaleKey;
@@ -31,7 +31,8 @@ typedef struct {
     double norm_eps;
     PositionKind position;
     MlpKind mlp;
-    int mlp_hidden;                   // 0 in a file means 4 * d_model
+    int mlp_hidden;                   // 0 in a file means 4 * d_model (GELU) or 8/3 d_model rounded to 64 (GLU)
+    double situ_beta, situ_linear_beta;
     int bias;
     int tie_embeddings;
     double init_std;

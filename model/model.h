@@ -1,40 +1,39 @@
 // The model graph, written once (ARCHITECTURE §2): which op runs after which, what is
 // saved for the backward, and the residual bookkeeping. Every op goes through the
-// backend table, so the same code drives the CPU reference and CUDA.
+// backend table, so the same code drives the CPU reference and CUDA. The sublayers
+// (token mixers, channel mixers, norms) are modules (layers.h); this file strings
+// them into blocks:  x = x + mixer(norm1(x));  x = x + channel(norm2(x)).
 #ifndef HYBRID_MODEL_H
 #define HYBRID_MODEL_H
 
 #include "backend.h"
 #include "config.h"
+#include "layers.h"
 #include "params.h"
 
 // Saved activations of one block (rows N = B*T).
 typedef struct {
-    real *ln1, *ln1_mean, *ln1_rstd;   // (N,C) (N) (N)
-    real *qkv;                         // (N,3C)
-    real *atty, *att_lse;              // (N,C) (B,NH,T)
-    real *attproj;                     // (N,C)
-    real *res_mid;                     // (N,C)  input + attention branch
-    real *ln2, *ln2_mean, *ln2_rstd;   // (N,C) (N) (N)
-    real *fc, *fc_gelu;                // (N,H) (N,H)
-    real *fcproj;                      // (N,C)
-    real *res_out;                     // (N,C)  block output
+    NormActs norm1, norm2;
+    AttnActs attn;                     // mixer 'A'
+    MlpActs mlp;
+    real *mixer_out;                   // (N,C) mixer branch
+    real *res_mid;                     // (N,C) input + mixer branch
+    real *channel_out;                 // (N,C) channel branch
+    real *res_out;                     // (N,C) block output
 } BlockActs;
 
 typedef struct {
-    real *encoded;                     // (N,C)  embeddings
+    real *encoded;                     // (N,C) embeddings
     BlockActs *blocks;                 // n_layer
-    real *lnf, *lnf_mean, *lnf_rstd;   // (N,C) (N) (N)
-    real *logits;                      // (N,Vp)
+    NormActs normf;
+    real *logits;                      // (N,Vp); dlogits in place after the backward
     real *losses;                      // (N)
     // backward scratch
-    real *dresid, *dtmp, *dln;         // (N,C)
-    real *dqkv;                        // (N,3C)
-    real *dfc, *dfc_gelu;              // (N,H)
+    real *dresid, *dtmp, *dbranch;     // (N,C)
     int *tokens, *targets;             // (N)
 } Acts;
 
-typedef struct {
+typedef struct Model {
     Config cfg;
     ParamTable table;
     ModelParams mp;
@@ -42,8 +41,8 @@ typedef struct {
     real *params, *grads;              // backend memory, table.total elements each
     int max_B, max_T;                  // activation buffers are sized for these
     Acts acts;
-    void *act_memory;
-    size_t act_bytes;
+    void *act_memory, *scratch_memory;
+    size_t act_bytes, scratch_bytes;
     int last_B, last_T;                // shape of the last forward
     int last_has_targets;
     int last_count;                    // rows of the last forward whose target counts
@@ -70,5 +69,8 @@ void model_zero_grad(Model *m);
 // Host copy of the logits of row (b, t) of the last forward, padded vocab wide
 // (valid until model_backward, which turns the logits into their gradient in place).
 void model_logits_row(const Model *m, int b, int t, float *out);
+
+// Pointer to tensor `index` of the table inside buf (m->params or m->grads); NULL for -1.
+real *model_tensor(const Model *m, real *buf, int index);
 
 #endif

@@ -5,9 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers.h"
 #include "util.h"
 
-static int add(ParamTable *t, ParamGroup group, InitRule init, double std, int ndim, const int *shape,
+int params_add(ParamTable *t, ParamGroup group, InitRule init, double std, int ndim, const int *shape,
                const char *fmt, ...) {
     t->items = xrealloc(t->items, sizeof(ParamInfo) * (size_t)(t->count + 1));
     ParamInfo *p = &t->items[t->count];
@@ -31,61 +32,47 @@ static int add(ParamTable *t, ParamGroup group, InitRule init, double std, int n
     return t->count++;
 }
 
-static int matrix(ParamTable *t, double std, int out, int in, const char *fmt, int layer) {
+int params_matrix(ParamTable *t, double std, int out, int in, const char *fmt, int layer) {
     int shape[2] = {out, in};
-    return add(t, GROUP_MATRIX, INIT_NORMAL, std, 2, shape, fmt, layer);
+    return params_add(t, GROUP_MATRIX, INIT_NORMAL, std, 2, shape, fmt, layer);
 }
 
-static int vector(ParamTable *t, ParamGroup g, InitRule init, int n, const char *fmt, int layer) {
+int params_vector(ParamTable *t, ParamGroup g, InitRule init, int n, const char *fmt, int layer) {
     int shape[1] = {n};
-    return add(t, g, init, 0.0, 1, shape, fmt, layer);
+    return params_add(t, g, init, 0.0, 1, shape, fmt, layer);
 }
+
+double params_resid_std(const Config *c) { return c->init_std / sqrt(2.0 * c->n_layer); }
 
 void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
     memset(t, 0, sizeof *t);
     memset(mp, 0, sizeof *mp);
-    const int C = c->d_model, H = c->mlp_hidden;
-    const double std = c->init_std;
-    const double resid_std = std / sqrt(2.0 * c->n_layer);  // GPT-2: scaled residual projections
+    const int C = c->d_model;
     int shape[2] = {c->padded_vocab_size, C};
-    mp->tok_embed = add(t, GROUP_EMBED, INIT_NORMAL, std, 2, shape, "embed.tok.weight");
+    mp->tok_embed = params_add(t, GROUP_EMBED, INIT_NORMAL, c->init_std, 2, shape, "embed.tok.weight");
     mp->pos_embed = -1;
     if (c->position == POS_LEARNED) {
         int pshape[2] = {c->context_length, C};
-        mp->pos_embed = add(t, GROUP_EMBED, INIT_NORMAL, std, 2, pshape, "embed.pos.weight");
+        mp->pos_embed = params_add(t, GROUP_EMBED, INIT_NORMAL, c->init_std, 2, pshape, "embed.pos.weight");
     }
     mp->blocks = xcalloc((size_t)c->n_layer, sizeof(BlockParams));
     for (int l = 0; l < c->n_layer; l++) {
         BlockParams *b = &mp->blocks[l];
         memset(b, -1, sizeof *b);  // every index -1 until created
-        b->norm1_w = vector(t, GROUP_NORM, INIT_ONE, C, "blocks.%d.norm1.weight", l);
-        if (c->bias && c->norm == NORM_LAYERNORM) b->norm1_b = vector(t, GROUP_NORM, INIT_ZERO, C, "blocks.%d.norm1.bias", l);
-        switch (c->layers[l]) {
-        case 'A':
-            b->attn_qkv_w = matrix(t, std, 3 * C, C, "blocks.%d.attn.qkv.weight", l);
-            t->items[b->attn_qkv_w].blocks = 3;  // q, k and v are separate matrices
-            if (c->bias) b->attn_qkv_b = vector(t, GROUP_BIAS, INIT_ZERO, 3 * C, "blocks.%d.attn.qkv.bias", l);
-            b->attn_out_w = matrix(t, resid_std, C, C, "blocks.%d.attn.out.weight", l);
-            if (c->bias) b->attn_out_b = vector(t, GROUP_BIAS, INIT_ZERO, C, "blocks.%d.attn.out.bias", l);
-            break;
-        default:
-            die("params: layer type '%c' has no parameter layout", c->layers[l]);
+        b->mixer = c->layers[l];
+        norm_params(c, t, &b->norm1, "blocks.%d.norm1", l);
+        switch (b->mixer) {
+        case 'A': attn_params(c, t, l, &b->attn); break;
+        default: die("params: layer type '%c' has no parameter layout", b->mixer);
         }
-        b->norm2_w = vector(t, GROUP_NORM, INIT_ONE, C, "blocks.%d.norm2.weight", l);
-        if (c->bias && c->norm == NORM_LAYERNORM) b->norm2_b = vector(t, GROUP_NORM, INIT_ZERO, C, "blocks.%d.norm2.bias", l);
-        b->mlp_up_w = matrix(t, std, H, C, "blocks.%d.mlp.up.weight", l);
-        if (c->bias) b->mlp_up_b = vector(t, GROUP_BIAS, INIT_ZERO, H, "blocks.%d.mlp.up.bias", l);
-        b->mlp_down_w = matrix(t, resid_std, C, H, "blocks.%d.mlp.down.weight", l);
-        if (c->bias) b->mlp_down_b = vector(t, GROUP_BIAS, INIT_ZERO, C, "blocks.%d.mlp.down.bias", l);
+        norm_params(c, t, &b->norm2, "blocks.%d.norm2", l);
+        mlp_params(c, t, l, &b->mlp);
     }
-    mp->normf_w = vector(t, GROUP_NORM, INIT_ONE, C, "norm_f.weight", 0);
-    mp->normf_b = -1;
-    if (c->bias && c->norm == NORM_LAYERNORM) mp->normf_b = vector(t, GROUP_NORM, INIT_ZERO, C, "norm_f.bias", 0);
+    norm_params(c, t, &mp->normf, "norm_f", -1);
     if (c->tie_embeddings) {
         mp->lm_head = mp->tok_embed;
     } else {
-        int hshape[2] = {c->padded_vocab_size, C};
-        mp->lm_head = add(t, GROUP_EMBED, INIT_NORMAL, std, 2, hshape, "lm_head.weight");
+        mp->lm_head = params_add(t, GROUP_EMBED, INIT_NORMAL, c->init_std, 2, shape, "lm_head.weight");
     }
 }
 

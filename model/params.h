@@ -48,20 +48,41 @@ typedef struct {
     size_t total;               // elements in the parameter buffer
 } ParamTable;
 
-// Indices into the table for one transformer block; -1 where the config has no such tensor.
+// Indices into the table of each module's tensors; -1 where the config has no such tensor.
 typedef struct {
-    int norm1_w, norm1_b;
-    int attn_qkv_w, attn_qkv_b, attn_out_w, attn_out_b;
-    int norm2_w, norm2_b;
-    int mlp_up_w, mlp_up_b, mlp_down_w, mlp_down_b;
+    int qkv_w, qkv_b, out_w, out_b;
+} AttnParams;
+typedef struct {
+    int up_w, up_b;        // (H,C) for GELU, (2H,C) [gate | up] for GLU
+    int down_w, down_b;    // (C,H)
+} MlpParams;
+typedef struct {
+    int w, b;              // b = -1 without a shift (rmsnorm, or bias = false)
+} NormParams;
+
+// One block: x + mixer(norm1(x)), then + channel(norm2(x)).
+typedef struct {
+    char mixer;            // the layer letter of `layers`
+    NormParams norm1, norm2;
+    AttnParams attn;       // mixer 'A'
+    MlpParams mlp;         // the dense channel mixer
 } BlockParams;
 
 typedef struct {
     int tok_embed, pos_embed;   // pos_embed -1 without learned positions
     int lm_head;                // the tok_embed index when tied
-    int normf_w, normf_b;
+    NormParams normf;
     BlockParams *blocks;        // n_layer entries
 } ModelParams;
+
+// Appends a tensor to the table and returns its index (the modules build with this).
+int params_add(ParamTable *t, ParamGroup group, InitRule init, double std, int ndim, const int *shape,
+               const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+// Shorthands: a 2-D weight (out, in) in GROUP_MATRIX with N(0, std); a vector.
+int params_matrix(ParamTable *t, double std, int out, int in, const char *fmt, int layer);
+int params_vector(ParamTable *t, ParamGroup g, InitRule init, int n, const char *fmt, int layer);
+// std of residual output projections: init_std / sqrt(2 * n_layer) (GPT-2)
+double params_resid_std(const Config *c);
 
 void params_build(const Config *c, ParamTable *t, ModelParams *mp);
 void params_free(ParamTable *t, ModelParams *mp);

@@ -10,7 +10,7 @@
 #include "optim/optimizer.h"
 #include "testing.h"
 
-static Config tiny(int tie, int bias) {
+static Config tiny_with(int tie, int bias, const char *norm, const char *mlp, const char *position) {
     Config c;
     config_defaults(&c);
     config_set_override(&c, "layers", "A x2");
@@ -25,12 +25,18 @@ static Config tiny(int tie, int bias) {
     c.init_std = 0.4;  // large enough that every branch matters
     c.tie_embeddings = tie;
     c.bias = bias;
+    config_set_override(&c, "norm", norm);
+    config_set_override(&c, "mlp", mlp);
+    config_set_override(&c, "position", position);
+    config_set_override(&c, "situ_beta", "2.0");
+    config_set_override(&c, "situ_linear_beta", "3.0");  // small caps so both saturations matter
     config_finalize(&c);
     return c;
 }
 
-static void gradcheck(int tie, int bias) {
-    Config c = tiny(tie, bias);
+static Config tiny(int tie, int bias) { return tiny_with(tie, bias, "layernorm", "gelu", "learned"); }
+
+static void gradcheck(const char *label, Config c) {
     Model m;
     model_create(&m, &c, backend_cpu(), 2, 5);
     model_init_params(&m, 42);
@@ -75,7 +81,7 @@ static void gradcheck(int tie, int bias) {
         double rel = max_g > 0 ? max_err / max_g : max_err;
         int padding_rows = (i == m.mp.tok_embed || i == m.mp.lm_head);
         CHECK(max_g > 0 || padding_rows, "%s: gradient is identically zero", pi->name);
-        CHECK(rel <= 1e-6, "%s (tie %d bias %d): max |fd - analytic| / max |fd| = %.3e", pi->name, tie, bias, rel);
+        CHECK(rel <= 1e-6, "%s (%s): max |fd - analytic| / max |fd| = %.3e", pi->name, label, rel);
     }
     model_destroy(&m);
 }
@@ -118,9 +124,12 @@ static void overfit(void) {
 }
 
 int main(void) {
-    gradcheck(1, 1);
-    gradcheck(0, 1);
-    gradcheck(1, 0);
+    gradcheck("GPT-2", tiny(1, 1));
+    gradcheck("untied", tiny(0, 1));
+    gradcheck("no bias", tiny(1, 0));
+    gradcheck("rmsnorm + swiglu, no positions", tiny_with(1, 0, "rmsnorm", "swiglu", "none"));
+    gradcheck("rmsnorm + situ", tiny_with(0, 0, "rmsnorm", "situ", "learned"));
+    gradcheck("layernorm + situ + bias", tiny_with(1, 1, "layernorm", "situ", "none"));
     overfit();
     TEST_MAIN_END();
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "model/backend.h"
+#include "model/ops/block_ops.h"
 #include "model/ops/ops_cpu.h"
 #include "model/util.h"
 #include "optim/adamw.h"
@@ -24,6 +25,22 @@ static void cpu_upload_tokens(int *dst, const int *src, size_t n) { memcpy(dst, 
 static void cpu_copy(void *dst, const void *src, size_t bytes) { memcpy(dst, src, bytes); }
 static void cpu_synchronize(void) {}
 
+static void cpu_rmsnorm_fwd(real *out, real *rstd, const real *inp, const real *w, int N, int C, real eps) {
+    cpu_rmsnorm_forward(out, rstd, inp, w, N, C, eps);
+}
+
+static GluAct glu_act(int kind, real beta, real linear_beta) {
+    GluAct a = {kind == 1 ? GLU_SITU : GLU_SWIGLU, beta, linear_beta};
+    return a;
+}
+static void cpu_glu_fwd(real *out, const real *inp, int N, int H, int kind, real beta, real linear_beta) {
+    cpu_glu_forward(out, inp, N, H, glu_act(kind, beta, linear_beta));
+}
+static void cpu_glu_bwd(real *dinp, const real *dout, const real *inp, int N, int H, int kind, real beta,
+                        real linear_beta) {
+    cpu_glu_backward(dinp, dout, inp, N, H, glu_act(kind, beta, linear_beta));
+}
+
 static const Backend cpu_backend = {
     .name = "cpu-" REAL_NAME,
     .elem_size = sizeof(real),
@@ -40,12 +57,16 @@ static const Backend cpu_backend = {
     .embed_backward = cpu_embed_backward,
     .layernorm_forward = cpu_layernorm_forward,
     .layernorm_backward = cpu_layernorm_backward,
+    .rmsnorm_forward = cpu_rmsnorm_fwd,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
     .matmul_forward = cpu_matmul_forward,
     .matmul_backward = cpu_matmul_backward,
     .attention_forward = cpu_attention_forward,
     .attention_backward = cpu_attention_backward,
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
+    .glu_forward = cpu_glu_fwd,
+    .glu_backward = cpu_glu_bwd,
     .add_forward = cpu_add_forward,
     .add_inplace = cpu_add_inplace,
     .crossentropy_forward = cpu_crossentropy_forward,

@@ -1,0 +1,24 @@
+// Carving buffers out of one allocation. A layout function runs twice: once with
+// base NULL to count the bytes, once with the real base to hand out pointers.
+#ifndef HYBRID_CARVE_H
+#define HYBRID_CARVE_H
+
+#include <stddef.h>
+
+#include "real.h"
+
+typedef struct {
+    char *base;
+    size_t used;
+    size_t elem;  // bytes per element of the backend
+} Carver;
+
+static inline void *carve_bytes(Carver *cv, size_t bytes) {
+    size_t at = cv->used;
+    cv->used += (bytes + 255) / 256 * 256;  // 256-byte alignment for every buffer
+    return cv->base ? cv->base + at : NULL;
+}
+
+static inline real *carve(Carver *cv, size_t n) { return (real *)carve_bytes(cv, n * cv->elem); }
+
+#endif

@@ -1,0 +1,52 @@
+// Dense channel mixer: GELU MLP (GPT-2: up, tanh-GELU, down) or a gated MLP
+// (one GEMM to [gate | up], SwiGLU or SiTU, down), blocks-spec §3 and §5.3-5.4.
+#include "model.h"
+
+static int is_glu(const Config *c) { return c->mlp != MLP_GELU; }
+
+void mlp_params(const Config *c, ParamTable *t, int l, MlpParams *p) {
+    const int C = c->d_model, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
+    p->up_w = params_matrix(t, c->init_std, up, C, "blocks.%d.mlp.up.weight", l);
+    if (is_glu(c)) t->items[p->up_w].blocks = 2;  // gate and up are separate matrices (Muon)
+    p->up_b = c->bias ? params_vector(t, GROUP_BIAS, INIT_ZERO, up, "blocks.%d.mlp.up.bias", l) : -1;
+    p->down_w = params_matrix(t, params_resid_std(c), C, H, "blocks.%d.mlp.down.weight", l);
+    p->down_b = c->bias ? params_vector(t, GROUP_BIAS, INIT_ZERO, C, "blocks.%d.mlp.down.bias", l) : -1;
+}
+
+void mlp_layout(const Model *m, Carver *cv, Carver *scratch, MlpActs *a) {
+    const Config *c = &m->cfg;
+    const size_t N = (size_t)m->max_B * m->max_T, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
+    a->h = carve(cv, N * up);
+    a->act = carve(cv, N * H);
+    a->dh = carve(scratch, N * up);
+    a->dact = carve(scratch, N * H);
+}
+
+void mlp_forward(Model *m, int l, real *out, const real *in, int B, int T) {
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const MlpParams *p = &m->mp.blocks[l].mlp;
+    MlpActs *a = &m->acts.blocks[l].mlp;
+    const int N = B * T, C = c->d_model, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
+    be->matmul_forward(a->h, in, model_tensor(m, m->params, p->up_w), model_tensor(m, m->params, p->up_b), N, C, up);
+    if (is_glu(c)) be->glu_forward(a->act, a->h, N, H, c->mlp == MLP_SITU, (real)c->situ_beta, (real)c->situ_linear_beta);
+    else be->gelu_forward(a->act, a->h, (size_t)N * H);
+    be->matmul_forward(out, a->act, model_tensor(m, m->params, p->down_w), model_tensor(m, m->params, p->down_b), N, H,
+                       C);
+    a->in = (real *)in;
+}
+
+void mlp_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const MlpParams *p = &m->mp.blocks[l].mlp;
+    MlpActs *a = &m->acts.blocks[l].mlp;
+    const int N = B * T, C = c->d_model, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
+    be->matmul_backward(a->dact, model_tensor(m, m->grads, p->down_w), model_tensor(m, m->grads, p->down_b), dout,
+                        a->act, model_tensor(m, m->params, p->down_w), N, H, C);
+    if (is_glu(c))
+        be->glu_backward(a->dh, a->dact, a->h, N, H, c->mlp == MLP_SITU, (real)c->situ_beta, (real)c->situ_linear_beta);
+    else be->gelu_backward(a->dh, a->h, a->dact, (size_t)N * H);
+    be->matmul_backward(din, model_tensor(m, m->grads, p->up_w), model_tensor(m, m->grads, p->up_b), a->dh, a->in,
+                        model_tensor(m, m->params, p->up_w), N, C, up);
+}
