@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 
+#include "attn_layout.h"
 #include "real.h"
 
 typedef struct Backend {
@@ -88,6 +89,87 @@ typedef struct Backend {
     // 0 for ignored rows; padding columns 0. dlogits may alias logits (in place).
     void (*crossentropy_backward)(real *dlogits, const real *logits, const int *targets, real dloss, int N, int V,
                                   int Vp);
+
+    // ---- hybrid blocks (blocks-spec §1, §2, §4; CPU: model/ops/block_ops.h has the math) ----
+    // Causal softmax attention with separate strided q, k, v and d_qk != d_v (§1.3-§1.4),
+    // strides in L (attn_layout.h); out (B*T, NH*dv); lse (B, NH, T) saved.
+    void (*attention_qkv_forward)(real *out, real *lse, const real *q, const real *k, const real *v,
+                                  const AttnLayout *L);
+    // dq, dk, dv written with the strides of q, k, v (only the addressed elements)
+    void (*attention_qkv_backward)(real *dq, real *dk, real *dv, const real *dout, const real *q, const real *k,
+                                   const real *v, const real *out, const real *lse, const AttnLayout *L);
+    // RoPE, interleaved pairs (§1.6): rotates the d-wide slice at x + r*row + h*head of row
+    // r = b*T + t (heads h < NH) by (pos0 + t) * base^(-2i/d). In place allowed.
+    void (*rope_forward)(real *out, const real *inp, int B, int T, int NH, int d, int row, int head, int pos0,
+                         double base);
+    void (*rope_backward)(real *dinp, const real *dout, int B, int T, int NH, int d, int row, int head, int pos0,
+                          double base);  // dinp written (the inverse rotation)
+    // MLA (§1.3): kv (N, r+dr) = [c | kr] -> c, kr; backward: dkv = [dc | dkr] (written; a concatenation)
+    void (*mla_split_kv_forward)(real *c, real *kr, const real *kv, int N, int r, int dr);
+    void (*mla_split_kv_backward)(real *dkv, const real *dc, const real *dkr, int N, int r, int dr);
+    // k (N, NH, dn+dr) = per head [e_h[0:dn] | kr] (kr shared by all heads) from e (N, NH, dn+dv);
+    // backward writes the k_nope columns of de (not the v columns) and dkr = sum over heads
+    void (*mla_build_k_forward)(real *k, const real *e, const real *kr, int N, int NH, int dn, int dv, int dr);
+    void (*mla_build_k_backward)(real *de, real *dkr, const real *dk, int N, int NH, int dn, int dv, int dr);
+    // Absorbed (MQA-style) attention for decoding from the latent cache (§1.7): cache (Tc, r+dr)
+    // rows [chat_t | kr_t]; q (Nq, NH*(dn+dr)) for positions Tc-Nq .. Tc-1; w_kvb = kv_b_proj;
+    // out (Nq, NH*dv) equals the decompressed attention output. Forward only.
+    void (*mla_absorbed_attention)(real *out, const real *q, const real *cache, const real *w_kvb, int Nq, int Tc,
+                                   int NH, int dn, int dr, int dv, int r, double scale);
+    // Sigmoid output gate (§5.7): y = o * sigmoid(z); backward writes do and dz
+    void (*sigmoid_gate_forward)(real *y, const real *o, const real *z, size_t n);
+    void (*sigmoid_gate_backward)(real *d_o, real *dz, const real *dy, const real *o, const real *z, size_t n);
+
+    // MoE router (§2.2): scores = sigmoid(logits) (score_fn 0) or softmax (1), (N, E) saved;
+    // sel (N, K) = top-K of scores + bias (bias: selection only, may be NULL), ties to the lower
+    // index; weights (N, K) = scores[sel], renormalised over the K (renorm) and times scale.
+    void (*router_forward)(int *sel, real *weights, real *scores, const real *logits, const real *bias, int N,
+                           int E, int K, int score_fn, int renorm, double scale);
+    // dweights (N, K) -> dscores (N, E) written, selection fixed (§2.5 step 5)
+    void (*router_weights_backward)(real *dscores, const real *dweights, const real *scores, const int *sel, int N,
+                                    int E, int K, int renorm, double scale);
+    // dscores -> dlogits (N, E) written (§2.5 step 6)
+    void (*router_scores_backward)(real *dlogits, const real *dscores, const real *scores, int N, int E,
+                                   int score_fn);
+    // DSV3 complementary sequence-wise balance loss (§2.6 C, sigmoid router), sequences of L
+    // rows: returns the loss (mean over sequences); backward ACCUMULATES dloss * dL/dscores.
+    double (*moe_aux_loss_forward)(const real *scores, const int *sel, int N, int E, int K, int L, double alpha);
+    void (*moe_aux_loss_backward)(real *dscores, const real *scores, const int *sel, int N, int E, int K, int L,
+                                  double alpha, double dloss);
+    // Dropless dispatch (§2.7): stable sort of the N*K slots by expert -> perm, pos (N*K) and
+    // offsets (E+1) (expert e owns sorted rows offsets[e] .. offsets[e+1]-1)
+    void (*moe_dispatch_plan)(int *perm, int *pos, int *offsets, const int *sel, int N, int K, int E);
+    // xp[p] = x[perm[p] / K]; backward: dx[t] = sum_j dxp[pos[t*K+j]] (written)
+    void (*moe_gather_forward)(real *xp, const real *x, const int *perm, int N, int K, int C);
+    void (*moe_gather_backward)(real *dx, const real *dxp, const int *pos, int N, int K, int C);
+    // out[t] = sum_j weights[t*K+j] yp[pos[t*K+j]]; backward writes dyp and dweights
+    void (*moe_combine_forward)(real *out, const real *yp, const real *weights, const int *pos, int N, int K, int C);
+    void (*moe_combine_backward)(real *dyp, real *dweights, const real *dout, const real *yp, const real *weights,
+                                 const int *pos, int N, int K, int C);
+    // Grouped GLU expert FFN over the sorted rows (§2.3, §2.7): expert e maps rows
+    // offsets[e].. of xp (width C) with w13 + e*2M*C ([W1_e; W3_e], (2M, C)) and w2 + e*C*M
+    // ((C, M)); kind/beta/linear_beta as glu_forward. Saves hp (rows, 2M), ap (rows, M).
+    void (*moe_experts_forward)(real *yp, real *hp, real *ap, const real *xp, const real *w13, const real *w2,
+                                const int *offsets, int E, int C, int M, int kind, real beta, real linear_beta);
+    // dxp written; dw13, dw2 accumulated (an expert with no rows gets nothing); dhp (rows, 2M)
+    // and dap (rows, M) are scratch
+    void (*moe_experts_backward)(real *dxp, real *dw13, real *dw2, real *dhp, real *dap, const real *dyp,
+                                 const real *xp, const real *hp, const real *ap, const real *w13, const real *w2,
+                                 const int *offsets, int E, int C, int M, int kind, real beta, real linear_beta);
+    // counts[e] += slots routed to expert e (counts: E longs, backend memory)
+    void (*moe_count)(long *counts, const int *sel, int N, int K, int E);
+    // Aux-loss-free balancing (§2.6 A): bias[e] += rate * sign(mean(counts) - counts[e]),
+    // centred so that sum(bias) is unchanged. Outside autograd.
+    void (*moe_bias_update)(real *bias, const long *counts, int E, double rate);
+
+    // Block AttnRes op (§4.4-4.5): out = sum_i softmax_i(rstd_i (V_i . (w*gamma))) V_i over the
+    // n sources srcs[i] (N, C) (a host array of backend pointers); saves probs, logits, rstd (N, n).
+    void (*attnres_forward)(real *out, real *probs, real *logits, real *rstd, const real *const *srcs, int n,
+                            const real *w, const real *gamma, int N, int C, double eps);
+    // dsrcs[i] (N, C) ACCUMULATED (NULL skips a source); dw, dgamma accumulated; work: N*n reals
+    void (*attnres_backward)(real *const *dsrcs, real *dw, real *dgamma, real *work, const real *dout,
+                             const real *const *srcs, int n, const real *w, const real *gamma, const real *probs,
+                             const real *logits, const real *rstd, int N, int C);
 
     // ---- optimizer ----
     // sum of x and sum of squares of x (losses, the global gradient norm), accumulated in double

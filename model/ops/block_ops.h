@@ -21,6 +21,7 @@
 
 #include <stddef.h>
 
+#include "model/attn_layout.h"
 #include "model/real.h"
 
 // =====================================================================================
@@ -87,21 +88,7 @@ void cpu_glu_ffn_backward(real *dx, real *dw13, real *dw2, real *dh, real *da, c
 // =====================================================================================
 
 // ---- attention_qkv.c: causal softmax attention, separate strided q, k, v --------------
-// B sequences of T tokens (token row r = b*T + t), NH heads. Element (row r, head h, i):
-//   q[r*q_row + h*q_head + i], i < dqk;  k[r*k_row + h*k_head + i], i < dqk;
-//   v[r*v_row + h*v_head + i], i < dv.
-// So q/k/v may be slices of one packed projection (pass the slice's first element and the
-// packed row width as *_row). A head stride of 0 shares one head among all heads (MQA).
-// out (B*T, NH*dv) is contiguous and head-major (head h in columns h*dv .. h*dv+dv-1);
-// lse (B, NH, T) = log-sum-exp of each scaled score row (saved for the backward).
-typedef struct {
-    int B, T, NH;
-    int dqk, dv;
-    int q_row, q_head;
-    int k_row, k_head;
-    int v_row, v_head;
-    double scale;  // softmax scale, normally 1/sqrt(dqk) (MLA: 1/sqrt(d_nope + d_rope))
-} AttnLayout;
+// Layout and strides: AttnLayout (model/attn_layout.h).
 //   S_ij = scale q_i . k_j (j <= i, causal), lse_i = log sum_j e^{S_ij}, out_i = sum_j e^{S_ij - lse_i} v_j
 void cpu_attn_forward(real *out, real *lse, const real *q, const real *k, const real *v, const AttnLayout *L);
 // Flash-style backward (§1.4), probabilities recomputed from lse; D_i = dout_i . out_i.

@@ -41,6 +41,29 @@ static void cpu_glu_bwd(real *dinp, const real *dout, const real *inp, int N, in
     cpu_glu_backward(dinp, dout, inp, N, H, glu_act(kind, beta, linear_beta));
 }
 
+// ---- hybrid blocks: adapters from the table's plain integers to the op enums ----
+static void cpu_router_fwd(int *sel, real *weights, real *scores, const real *logits, const real *bias, int N, int E,
+                           int K, int score_fn, int renorm, double scale) {
+    cpu_router_forward(sel, weights, scores, logits, bias, N, E, K, score_fn ? ROUTER_SOFTMAX : ROUTER_SIGMOID, renorm,
+                       scale);
+}
+static void cpu_router_scores_bwd(real *dlogits, const real *dscores, const real *scores, int N, int E, int score_fn) {
+    cpu_router_scores_backward(dlogits, dscores, scores, N, E, score_fn ? ROUTER_SOFTMAX : ROUTER_SIGMOID);
+}
+static void cpu_moe_experts_fwd(real *yp, real *hp, real *ap, const real *xp, const real *w13, const real *w2,
+                                const int *offsets, int E, int C, int M, int kind, real beta, real linear_beta) {
+    cpu_moe_experts_forward(yp, hp, ap, xp, w13, w2, offsets, E, C, M, glu_act(kind, beta, linear_beta));
+}
+static void cpu_moe_experts_bwd(real *dxp, real *dw13, real *dw2, real *dhp, real *dap, const real *dyp,
+                                const real *xp, const real *hp, const real *ap, const real *w13, const real *w2,
+                                const int *offsets, int E, int C, int M, int kind, real beta, real linear_beta) {
+    cpu_moe_experts_backward(dxp, dw13, dw2, dhp, dap, dyp, xp, hp, ap, w13, w2, offsets, E, C, M,
+                             glu_act(kind, beta, linear_beta));
+}
+static void cpu_moe_bias_update(real *bias, const long *counts, int E, double rate) {
+    cpu_moe_bias_update_sign(bias, counts, E, rate, 1);
+}
+
 static const Backend cpu_backend = {
     .name = "cpu-" REAL_NAME,
     .elem_size = sizeof(real),
@@ -71,6 +94,33 @@ static const Backend cpu_backend = {
     .add_inplace = cpu_add_inplace,
     .crossentropy_forward = cpu_crossentropy_forward,
     .crossentropy_backward = cpu_crossentropy_backward,
+    .attention_qkv_forward = cpu_attn_forward,
+    .attention_qkv_backward = cpu_attn_backward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .mla_split_kv_forward = cpu_mla_split_kv_forward,
+    .mla_split_kv_backward = cpu_mla_split_kv_backward,
+    .mla_build_k_forward = cpu_mla_build_k_forward,
+    .mla_build_k_backward = cpu_mla_build_k_backward,
+    .mla_absorbed_attention = cpu_mla_absorbed_attention,
+    .sigmoid_gate_forward = cpu_sigmoid_gate_forward,
+    .sigmoid_gate_backward = cpu_sigmoid_gate_backward,
+    .router_forward = cpu_router_fwd,
+    .router_weights_backward = cpu_router_weights_backward,
+    .router_scores_backward = cpu_router_scores_bwd,
+    .moe_aux_loss_forward = cpu_moe_seq_aux_loss_forward,
+    .moe_aux_loss_backward = cpu_moe_seq_aux_loss_backward,
+    .moe_dispatch_plan = cpu_moe_dispatch_plan,
+    .moe_gather_forward = cpu_moe_gather_forward,
+    .moe_gather_backward = cpu_moe_gather_backward,
+    .moe_combine_forward = cpu_moe_combine_forward,
+    .moe_combine_backward = cpu_moe_combine_backward,
+    .moe_experts_forward = cpu_moe_experts_fwd,
+    .moe_experts_backward = cpu_moe_experts_bwd,
+    .moe_count = cpu_moe_count,
+    .moe_bias_update = cpu_moe_bias_update,
+    .attnres_forward = cpu_attnres_forward,
+    .attnres_backward = cpu_attnres_backward,
     .sum = cpu_sum,
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
