@@ -26,7 +26,7 @@ typedef struct {
 
 static const Key KEYS[] = {
     // model
-    K(layers_spec, T_LAYERS, "A x12", NULL, 1, "token mixer of every layer: A = softmax attention; 'PATTERN xN' repeats"),
+    K(layers_spec, T_LAYERS, "A x12", NULL, 1, "token mixer of every layer: A = softmax attention, M = MLA; 'PATTERN xN' repeats"),
     K(d_model, T_INT, "768", NULL, 1, "residual stream width"),
     K(n_head, T_INT, "12", NULL, 1, "attention heads"),
     K(vocab_size, T_INT, "50257", NULL, 1, "tokenizer vocabulary size"),
@@ -42,6 +42,27 @@ static const Key KEYS[] = {
     K(bias, T_BOOL, "true", NULL, 1, "biases in linear layers and norms"),
     K(tie_embeddings, T_BOOL, "true", NULL, 1, "lm_head shares the token embedding"),
     K(init_std, T_REAL, "0.02", NULL, 0, "std of the normal init; residual projections get std/sqrt(2*n_layer)"),
+    // MLA, MoE, AttnRes (blocks-spec §1, §2, §4)
+    K(mla_kv_rank, T_INT, "512", NULL, 1, "MLA: KV latent width r_kv"),
+    K(mla_q_rank, T_INT, "0", NULL, 1, "MLA: q LoRA width r_q (0 = direct q projection)"),
+    K(mla_qk_nope_dim, T_INT, "128", NULL, 1, "MLA: per-head q/k width without position (d_n)"),
+    K(mla_rope_dim, T_INT, "64", NULL, 1, "MLA: decoupled position slice d_r (per-head q, shared k; 0 = none)"),
+    K(mla_v_dim, T_INT, "128", NULL, 1, "MLA: per-head value width d_v"),
+    K(mla_rope, T_BOOL, "false", NULL, 1, "MLA: rotate the d_r slice (RoPE); false = NoPE as Kimi Linear"),
+    K(mla_rope_theta, T_REAL, "10000", NULL, 1, "MLA: RoPE base"),
+    K(mla_gate, T_BOOL, "false", NULL, 1, "MLA: sigmoid output gate (K3 gated MLA)"),
+    K(moe_experts, T_INT, "0", NULL, 1, "MoE: routed experts E (0 = dense MLP everywhere)"),
+    K(moe_top_k, T_INT, "2", NULL, 1, "MoE: experts per token"),
+    K(moe_hidden, T_INT, "0", NULL, 1, "MoE: routed expert hidden width m (required with moe_experts)"),
+    K(moe_shared, T_INT, "1", NULL, 1, "MoE: shared experts (one MLP of moe_shared * moe_shared_hidden)"),
+    K(moe_shared_hidden, T_INT, "0", NULL, 1, "MoE: hidden width per shared expert (0 = moe_hidden)"),
+    K(moe_latent_dim, T_INT, "0", NULL, 1, "MoE: latent width l of the routed experts (K3 latent MoE; 0 = full width)"),
+    K(moe_renorm, T_BOOL, "true", NULL, 1, "MoE: renormalise the top-k routing weights"),
+    K(moe_route_scale, T_REAL, "1.0", NULL, 1, "MoE: routed scaling factor rho"),
+    K(moe_bias_update_rate, T_REAL, "1e-3", NULL, 0, "MoE: aux-loss-free bias step per optimizer step (0 = off)"),
+    K(moe_aux_loss_coef, T_REAL, "0", NULL, 0, "MoE: sequence-wise balance loss coefficient alpha (0 = off)"),
+    K(dense_first, T_INT, "0", NULL, 1, "MoE: the first N layers use the dense MLP (mlp_hidden)"),
+    K(attn_res_block, T_INT, "0", NULL, 1, "Block AttnRes block size in decoder layers (0 = plain residuals)"),
     // training
     K(batch_size, T_INT, "4", NULL, 0, "micro-batch rows per rank"),
     K(seq_len, T_INT, "1024", NULL, 0, "tokens per row"),
@@ -72,6 +93,8 @@ static const Key KEYS[] = {
     K(wd_embed, T_REAL, "-1", NULL, 0, "weight decay of embeddings and lm_head (-1 = weight_decay)"),
     K(wd_norm, T_REAL, "-1", NULL, 0, "weight decay of norm weights (-1 = none)"),
     K(wd_bias, T_REAL, "-1", NULL, 0, "weight decay of biases (-1 = none)"),
+    K(lr_router, T_REAL, "0", NULL, 0, "peak lr of MoE router weights (0 = lr)"),
+    K(wd_router, T_REAL, "-1", NULL, 0, "weight decay of MoE router weights (-1 = none)"),
     K(seed, T_LONG, "1337", NULL, 0, "seed for init and data order"),
     K(train_data, T_STR, "", NULL, 0, "glob of training shards (llm.c format)"),
     K(val_data, T_STR, "", NULL, 0, "glob of validation shards (empty = no validation)"),
@@ -145,9 +168,9 @@ static const char *expand_layers(const char *spec, char *out) {
         }
         prev_start = n;
         for (char *c = tok; *c; c++) {
-            if (!strchr("A", *c)) {
+            if (!strchr("AM", *c)) {
                 snprintf(err, sizeof err,
-                         "unknown layer type '%c' (this build has: A = softmax attention)", *c);
+                         "unknown layer type '%c' (this build has: A = softmax attention, M = MLA)", *c);
                 return err;
             }
             if (n >= CONFIG_MAX_LAYERS) return "more than 256 layers";
@@ -280,12 +303,42 @@ void config_set_override(Config *c, const char *key, const char *value) {
     set_key(c, key, value, where);
 }
 
+// MLA, MoE and AttnRes keys (blocks-spec §1, §2, §4), checked only where they matter.
+static void config_finalize_hybrid(Config *c) {
+#define BAD(key, ...) do { fprintf(stderr, "hybrid: error: %s: ", origin_of(key)); \
+        fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } while (0)
+    if (strchr(c->layers, 'M')) {
+        if (c->mla_kv_rank < 1) BAD("mla_kv_rank", "mla_kv_rank must be positive (layers has MLA 'M')");
+        if (c->mla_qk_nope_dim < 1) BAD("mla_qk_nope_dim", "mla_qk_nope_dim must be positive (layers has MLA 'M')");
+        if (c->mla_v_dim < 1) BAD("mla_v_dim", "mla_v_dim must be positive (layers has MLA 'M')");
+        if (c->mla_rope && (c->mla_rope_dim < 2 || c->mla_rope_dim % 2))
+            BAD("mla_rope_dim", "mla_rope = true needs an even mla_rope_dim >= 2 (got %d)", c->mla_rope_dim);
+        if (c->mla_rope && c->mla_rope_theta <= 0) BAD("mla_rope_theta", "mla_rope_theta must be positive");
+    }
+    if (c->moe_experts > 0) {
+        if (c->mlp == MLP_GELU)
+            BAD("mlp", "MoE experts are gated MLPs: set mlp = swiglu or situ (moe_experts = %d set at %s)",
+                c->moe_experts, origin_of("moe_experts"));
+        if (c->moe_top_k < 1 || c->moe_top_k > c->moe_experts)
+            BAD("moe_top_k", "moe_top_k = %d must lie in [1, moe_experts = %d]", c->moe_top_k, c->moe_experts);
+        if (c->moe_hidden < 1) BAD("moe_hidden", "moe_hidden must be set (the routed expert width; moe_experts = %d)",
+                                   c->moe_experts);
+        if (c->moe_shared_hidden == 0) c->moe_shared_hidden = c->moe_hidden;
+        if (c->moe_route_scale <= 0) BAD("moe_route_scale", "moe_route_scale must be positive");
+        if (c->moe_bias_update_rate < 0) BAD("moe_bias_update_rate", "moe_bias_update_rate must not be negative");
+        if (c->moe_aux_loss_coef < 0) BAD("moe_aux_loss_coef", "moe_aux_loss_coef must not be negative");
+        if (c->dense_first > c->n_layer)
+            BAD("dense_first", "dense_first = %d exceeds the %d layers", c->dense_first, c->n_layer);
+    }
+#undef BAD
+}
+
 void config_finalize(Config *c) {
 #define BAD(key, ...) do { fprintf(stderr, "hybrid: error: %s: ", origin_of(key)); \
         fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } while (0)
     if (c->d_model < 1) BAD("d_model", "d_model must be positive");
     if (c->n_head < 1) BAD("n_head", "n_head must be positive");
-    if (c->d_model % c->n_head)
+    if (strchr(c->layers, 'A') && c->d_model % c->n_head)
         BAD("n_head", "n_head = %d does not divide d_model = %d (d_model set at %s)", c->n_head, c->d_model,
             origin_of("d_model"));
     if (c->vocab_size < 2) BAD("vocab_size", "vocab_size must be at least 2");
@@ -298,6 +351,7 @@ void config_finalize(Config *c) {
         c->mlp_hidden = c->mlp == MLP_GELU ? 4 * c->d_model : (8 * c->d_model / 3 + 63) / 64 * 64;
     if (c->situ_beta <= 0) BAD("situ_beta", "situ_beta must be positive");
     if (c->situ_linear_beta < 0) BAD("situ_linear_beta", "situ_linear_beta must not be negative (0 = no cap)");
+    config_finalize_hybrid(c);
     if (c->context_length < 1) BAD("context_length", "context_length must be positive");
     if (c->norm_eps <= 0) BAD("norm_eps", "norm_eps must be positive");
     if (c->init_std <= 0) BAD("init_std", "init_std must be positive");
@@ -321,11 +375,11 @@ void config_finalize(Config *c) {
     if (c->muon_momentum < 0 || c->muon_momentum >= 1) BAD("muon_momentum", "muon_momentum must lie in [0, 1)");
     if (c->muon_ns_steps < 1) BAD("muon_ns_steps", "muon_ns_steps must be at least 1");
     {
-        const char *lr_keys[4] = {"lr_matrix", "lr_embed", "lr_norm", "lr_bias"};
-        const char *wd_keys[4] = {"wd_matrix", "wd_embed", "wd_norm", "wd_bias"};
-        const double lrs[4] = {c->lr_matrix, c->lr_embed, c->lr_norm, c->lr_bias};
-        const double wds[4] = {c->wd_matrix, c->wd_embed, c->wd_norm, c->wd_bias};
-        for (int i = 0; i < 4; i++) {
+        const char *lr_keys[5] = {"lr_matrix", "lr_embed", "lr_norm", "lr_bias", "lr_router"};
+        const char *wd_keys[5] = {"wd_matrix", "wd_embed", "wd_norm", "wd_bias", "wd_router"};
+        const double lrs[5] = {c->lr_matrix, c->lr_embed, c->lr_norm, c->lr_bias, c->lr_router};
+        const double wds[5] = {c->wd_matrix, c->wd_embed, c->wd_norm, c->wd_bias, c->wd_router};
+        for (int i = 0; i < 5; i++) {
             if (lrs[i] < 0) BAD(lr_keys[i], "%s must not be negative (0 = lr)", lr_keys[i]);
             if (wds[i] < 0 && wds[i] != -1) BAD(wd_keys[i], "%s must be >= 0, or -1 for the default", wd_keys[i]);
         }

@@ -36,6 +36,29 @@ typedef struct {
     int bias;
     int tie_embeddings;
     double init_std;
+    // ---- MLA token mixer 'M' (blocks-spec §1); heads = n_head ----
+    int mla_kv_rank;                  // r_kv: KV latent width
+    int mla_q_rank;                   // r_q: q LoRA width (0 = direct q projection)
+    int mla_qk_nope_dim;              // d_n: per-head query/key width without position
+    int mla_rope_dim;                 // d_r: decoupled rope slice (per-head q, shared k); 0 = none
+    int mla_v_dim;                    // d_v: per-head value width
+    int mla_rope;                     // 0: the d_r slice stays unrotated (NoPE, Kimi); 1: RoPE (§1.6)
+    double mla_rope_theta;
+    int mla_gate;                     // sigmoid output gate (K3 gated MLA, §1.3 step 5)
+    // ---- MoE channel mixer (§2) ----
+    int moe_experts;                  // E routed experts (0 = dense MLP in every layer)
+    int moe_top_k;
+    int moe_hidden;                   // m: routed expert hidden width
+    int moe_shared;                   // N_s shared experts (one full-width MLP of N_s * moe_shared_hidden)
+    int moe_shared_hidden;            // m_s (0 = moe_hidden)
+    int moe_latent_dim;               // l: latent routed experts (§2.1 variant B); 0 = variant A
+    int moe_renorm;                   // renormalise the top-k weights
+    double moe_route_scale;           // rho, routed_scaling_factor
+    double moe_bias_update_rate;      // gamma_b of the aux-loss-free bias update (§2.6 A); 0 = off
+    double moe_aux_loss_coef;         // alpha of the sequence-wise balance loss (§2.6 C); 0 = off
+    int dense_first;                  // the first N layers use the dense MLP
+    // ---- Block AttnRes (§4) ----
+    int attn_res_block;               // block size S in decoder layers (0 = plain residuals)
     // ---- training ----
     int batch_size;                   // micro-batch rows per rank
     int seq_len;                      // tokens per row
@@ -58,6 +81,7 @@ typedef struct {
     // per-group peak lr (0 = lr) and weight decay (-1 = weight_decay for matrix/embed, 0 for norm/bias)
     double lr_matrix, lr_embed, lr_norm, lr_bias;
     double wd_matrix, wd_embed, wd_norm, wd_bias;
+    double lr_router, wd_router;      // MoE router weights (AdamW; wd -1 = none)
     long seed;
     char train_data[CONFIG_STR];
     char val_data[CONFIG_STR];

@@ -39,6 +39,68 @@ void mlp_layout(const struct Model *m, Carver *cv, Carver *scratch, MlpActs *a);
 void mlp_forward(struct Model *m, int layer, real *out, const real *in, int B, int T);
 void mlp_backward(struct Model *m, int layer, real *din, const real *dout, int B, int T);
 
+// ---- M: MLA, Multi-head Latent Attention (blocks-spec §1), model/mixer_mla.c ----
+// Training/prefill uses the decompressed form (§1.3); in decode mode (model_decode) the
+// latent cache [chat | k_rope] is extended and attention runs in the absorbed form (§1.7).
+typedef struct {
+    real *in;
+    real *q;                  // (N, H*dqk) per head [q_nope | q_rope] (q_rope rotated with RoPE)
+    real *aq, *aq_n, *rstd_q; // q-LoRA: (N, r_q) before / after its RMSNorm, (N)
+    real *kv;                 // (N, r+dr) = [c | k_rope]
+    real *c, *c_n, *rstd_c;   // (N, r) latent before / after its RMSNorm, (N)
+    real *kr;                 // (N, dr) shared rope key (rotated with RoPE)
+    real *e;                  // (N, H*(dn+dv)) = chat W_kvb^T, per head [k_nope | v]
+    real *k;                  // (N, H*dqk) per head [k_nope | k_rope]
+    real *o, *lse;            // (N, H*dv) attention output, (B, H, T)
+    real *z, *u;              // gate logits, gated output (N, H*dv) (gate only)
+    real *cache;              // decode: (max_T, r+dr) rows [chat_t | kr_t]
+    // backward scratch
+    real *du, *d_o, *dz, *dq, *dk, *de, *dkr, *dc_n, *dc, *dkv, *daq_n, *daq, *dx;
+} MlaActs;
+void mla_params(const Config *c, ParamTable *t, int layer, MlaParams *p);
+void mla_layout(const struct Model *m, Carver *cv, Carver *scratch, MlaActs *a);
+void mla_forward(struct Model *m, int layer, real *out, const real *in, int B, int T);
+void mla_backward(struct Model *m, int layer, real *din, const real *dout, int B, int T);
+double mla_mixer_flops(const Config *c);  // 3*T*H*(dqk + dv), §6.6
+
+// ---- MoE channel mixer (blocks-spec §2), model/moe.c ----
+typedef struct {
+    real *in;
+    real *logits, *scores, *weights;  // (N, E), (N, E), (N, K)
+    int *sel, *perm, *pos, *offsets;  // (N*K) x 3, (E+1)
+    real *z;                          // latent input (N, l) (variant B)
+    real *xp, *hp, *ap, *yp;          // sorted slot rows: (NK, De), (NK, 2m), (NK, m), (NK, De)
+    real *r, *r_n, *rstd_r;           // combined routed output (N, De); latent norm (N, l), (N)
+    real *routed;                     // (N, C): W_up r_n (variant B) or r (A)
+    real *hs, *as, *shared;           // shared MLP (N, 2Ms), (N, Ms), (N, C)
+    long *counts;                     // (E) slots per expert over the current optimizer step
+    double aux_loss;                  // this forward's balance loss (0 when off)
+    // backward scratch
+    real *dyp, *dweights, *dxp, *dhp, *dap, *dr, *dr_n, *dxin, *dscores, *dlogits, *dhs, *das, *dx;
+} MoeActs;
+void moe_params(const Config *c, ParamTable *t, int layer, MoeParams *p);
+void moe_layout(const struct Model *m, Carver *cv, Carver *scratch, MoeActs *a);
+void moe_forward(struct Model *m, int layer, real *out, const real *in, int B, int T);
+void moe_backward(struct Model *m, int layer, real *din, const real *dout, int B, int T);
+
+// ---- Block AttnRes op (blocks-spec §4), model/attnres.c ----
+// One op mixes its n sources (sealed blocks, then the partial sum) into out.
+typedef struct {
+    int n;                            // sources
+    const real **srcs;                // the n source pointers of the last forward
+    real *out, *probs, *logits, *rstd;  // (N, C), (N, n) x 3
+} AttnResActs;
+// fmt names the op with one %d for the layer (layer < 0: fmt has no %d)
+void attnres_params(const Config *c, ParamTable *t, AttnResParams *p, const char *fmt, int layer);
+// carves the op's tensors for n sources (and its host pointer list once cv has a base)
+void attnres_layout(const struct Model *m, Carver *cv, AttnResActs *a, int n);
+void attnres_free(AttnResActs *a);
+// out = AttnRes(srcs[0..n)) (n = the layout's n)
+void attnres_forward(struct Model *m, const AttnResParams *p, AttnResActs *a, const real *const *srcs, int N);
+// dsrcs[i] += the gradient of each source (NULL skips one); parameter gradients accumulated
+void attnres_backward(struct Model *m, const AttnResParams *p, const AttnResActs *a, real *const *dsrcs,
+                      const real *dout, int N);
+
 // ---- norms: layernorm or rmsnorm, as the config says ----
 typedef struct {
     real *out, *mean, *rstd;  // (N,C) (N) (N); mean unused by rmsnorm

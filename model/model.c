@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/block_ops.h"
 #include "util.h"
 
 // Saved activations (cv) and backward scratch shared by all blocks (scratch: each
@@ -11,23 +12,45 @@
 static void layout(Model *m, Carver *cv, Carver *scratch) {
     const Config *c = &m->cfg;
     const size_t N = (size_t)m->max_B * m->max_T, C = c->d_model, Vp = c->padded_vocab_size;
+    const int S = c->attn_res_block, L = c->n_layer;
     Acts *a = &m->acts;
     a->encoded = carve(cv, N * C);
     size_t scratch_max = 0;
     for (int l = 0; l < c->n_layer; l++) {
         BlockActs *b = &a->blocks[l];
         Carver s = {scratch->base, 0, scratch->elem};
+        if (S) {
+            AttnResPlan pa = attnres_plan(ATTNRES_ATTN, l, S, L);
+            if (!pa.identity) attnres_layout(m, cv, &b->ar_attn, pa.n_sources);
+        }
         norm_layout(m, cv, &b->norm1);
         switch (c->layers[l]) {
         case 'A': attn_layout(m, cv, &s, &b->attn); break;
+        case 'M': mla_layout(m, cv, &s, &b->mla); break;
         }
         b->mixer_out = carve(cv, N * C);
         b->res_mid = carve(cv, N * C);
+        if (S) attnres_layout(m, cv, &b->ar_ffn, attnres_plan(ATTNRES_FFN, l, S, L).n_sources);
         norm_layout(m, cv, &b->norm2);
-        mlp_layout(m, cv, &s, &b->mlp);
+        if (m->mp.blocks[l].moe_layer) moe_layout(m, cv, &s, &b->moe);
+        else mlp_layout(m, cv, &s, &b->mlp);
         b->channel_out = carve(cv, N * C);
         b->res_out = carve(cv, N * C);
         if (s.used > scratch_max) scratch_max = s.used;
+    }
+    if (S) {  // §4.3: the output AttnRes, the sealed blocks and their §4.6 gradient accumulators
+        AttnResPlan po = attnres_plan(ATTNRES_OUT, 0, S, L);
+        attnres_layout(m, cv, &a->ar_out, po.n_sources);
+        a->ar_nblocks = po.n_blocks;
+        if (cv->base && !a->ar_blocks) {
+            a->ar_blocks = xcalloc((size_t)po.n_blocks, sizeof(*a->ar_blocks));
+            a->ar_dblocks = xcalloc((size_t)po.n_blocks, sizeof(*a->ar_dblocks));
+        }
+        for (int j = 0; j < po.n_blocks; j++) {
+            real *d = carve(cv, N * C);
+            if (cv->base) a->ar_dblocks[j] = d;
+        }
+        a->ar_work = carve(cv, N * po.n_sources);  // the output op has the most sources
     }
     norm_layout(m, cv, &a->normf);
     a->logits = carve(cv, N * Vp);
@@ -64,6 +87,13 @@ void model_create(Model *m, const Config *c, const Backend *be, int B, int T) {
 }
 
 void model_destroy(Model *m) {
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        attnres_free(&m->acts.blocks[l].ar_attn);
+        attnres_free(&m->acts.blocks[l].ar_ffn);
+    }
+    attnres_free(&m->acts.ar_out);
+    free((void *)m->acts.ar_blocks);
+    free(m->acts.ar_dblocks);
     m->be->free(m->params);
     m->be->free(m->grads);
     m->be->free(m->act_memory);
@@ -95,6 +125,7 @@ real *model_tensor(const Model *m, real *buf, int index) {
 static void mixer_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     switch (m->cfg.layers[l]) {
     case 'A': attn_forward(m, l, out, in, B, T); break;
+    case 'M': mla_forward(m, l, out, in, B, T); break;
     default: die("model: no forward for layer type '%c'", m->cfg.layers[l]);
     }
 }
@@ -102,8 +133,102 @@ static void mixer_forward(Model *m, int l, real *out, const real *in, int B, int
 static void mixer_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     switch (m->cfg.layers[l]) {
     case 'A': attn_backward(m, l, din, dout, B, T); break;
+    case 'M': mla_backward(m, l, din, dout, B, T); break;
     default: die("model: no backward for layer type '%c'", m->cfg.layers[l]);
     }
+}
+
+// 1 if layer type `mixer` has a decode form (a cache that model_decode extends)
+static int mixer_can_decode(char mixer) {
+    switch (mixer) {
+    case 'M': return 1;
+    default: return 0;
+    }
+}
+
+// The channel mixer: MoE for layers >= dense_first when moe_experts > 0, else the dense MLP.
+static void channel_forward(Model *m, int l, real *out, const real *in, int B, int T) {
+    if (m->mp.blocks[l].moe_layer) moe_forward(m, l, out, in, B, T);
+    else mlp_forward(m, l, out, in, B, T);
+}
+
+static void channel_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
+    if (m->mp.blocks[l].moe_layer) moe_backward(m, l, din, dout, B, T);
+    else mlp_backward(m, l, din, dout, B, T);
+}
+
+// AttnRes sources (§4.3): sealed blocks b_0 .. b_{n_blocks-1}, then the partial P (if any).
+static int ar_sources(const real **src, const real *const *blocks, const AttnResPlan *pl, const real *P) {
+    for (int j = 0; j < pl->n_blocks; j++) src[j] = blocks[j];
+    if (pl->has_partial) src[pl->n_blocks] = P;
+    return pl->n_sources;
+}
+
+// Their gradient accumulators (§4.6): dB_j per block, then dP for the partial.
+static void ar_grads(real **dsrc, real *const *dB, const AttnResPlan *pl, real *dP) {
+    for (int j = 0; j < pl->n_blocks; j++) dsrc[j] = dB[j];
+    if (pl->has_partial) dsrc[pl->n_blocks] = dP;
+}
+
+// The graph on the uploaded tokens, rows b*T + t at positions pos0 + t: embeddings, the
+// blocks, the final norm and the logits. Block l, with P the block input:
+//   plain residuals: P_mid = P + mixer(norm1(P));  P_out = P_mid + channel(norm2(P_mid))
+//   Block AttnRes (§4.3): the mixer reads norm1(AttnRes(blocks, P)); at a block boundary
+//   (l % S == 0) P is sealed as a block and P_mid = the mixer output alone; the channel
+//   mixer reads norm2(AttnRes(blocks, P_mid)); the head reads normf(AttnRes(blocks, P_last)).
+static void run_graph(Model *m, int B, int T, int pos0) {
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const ModelParams *mp = &m->mp;
+    Acts *a = &m->acts;
+    const int N = B * T, C = c->d_model, S = c->attn_res_block, L = c->n_layer;
+    const real *wpe = mp->pos_embed >= 0 ? backend_offset(be, P(mp->pos_embed), (size_t)pos0 * C) : NULL;
+    be->embed_forward(a->encoded, a->tokens, P(mp->tok_embed), wpe, B, T, C);
+    const real *Pc = a->encoded;  // the residual stream; with AttnRes the running partial sum
+    int nb = 0;                   // AttnRes: blocks sealed so far
+    const real *src[CONFIG_MAX_LAYERS + 2];
+    for (int l = 0; l < L; l++) {
+        const BlockParams *p = &mp->blocks[l];
+        BlockActs *b = &a->blocks[l];
+        b->xa_in = Pc;
+        if (S) {
+            AttnResPlan pa = attnres_plan(ATTNRES_ATTN, l, S, L);
+            if (pa.n_blocks != nb) die("model: AttnRes plan out of step at layer %d", l);
+            if (!pa.identity) {
+                ar_sources(src, a->ar_blocks, &pa, Pc);
+                attnres_forward(m, &p->ar_attn, &b->ar_attn, src, N);
+                b->xa_in = b->ar_attn.out;
+            }
+            if (pa.seal) a->ar_blocks[nb++] = Pc, Pc = NULL;  // push P; P := empty
+        }
+        norm_forward(m, &p->norm1, &b->norm1, b->xa_in, N);
+        mixer_forward(m, l, b->mixer_out, b->norm1.out, B, T);
+        b->pmid = b->mixer_out;
+        if (Pc) {
+            be->add_forward(b->res_mid, Pc, b->mixer_out, (size_t)N * C);
+            b->pmid = b->res_mid;
+        }
+        b->xf_in = b->pmid;
+        if (S) {
+            AttnResPlan pf = attnres_plan(ATTNRES_FFN, l, S, L);
+            ar_sources(src, a->ar_blocks, &pf, b->pmid);
+            attnres_forward(m, &p->ar_ffn, &b->ar_ffn, src, N);
+            b->xf_in = b->ar_ffn.out;
+        }
+        norm_forward(m, &p->norm2, &b->norm2, b->xf_in, N);
+        channel_forward(m, l, b->channel_out, b->norm2.out, B, T);
+        be->add_forward(b->res_out, b->pmid, b->channel_out, (size_t)N * C);
+        Pc = b->res_out;
+    }
+    const real *h = Pc;
+    if (S) {
+        AttnResPlan po = attnres_plan(ATTNRES_OUT, 0, S, L);
+        ar_sources(src, a->ar_blocks, &po, Pc);
+        attnres_forward(m, &mp->ar_out, &a->ar_out, src, N);
+        h = a->ar_out.out;
+    }
+    norm_forward(m, &mp->normf, &a->normf, h, N);
+    be->matmul_forward(a->logits, a->normf.out, P(mp->lm_head), NULL, N, C, c->padded_vocab_size);
 }
 
 double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
@@ -113,29 +238,18 @@ double model_forward(Model *m, const int *inputs, const int *targets, int B, int
     Acts *a = &m->acts;
     if (B > m->max_B || T > m->max_T)
         die("model_forward: batch %dx%d exceeds the allocated %dx%d", B, T, m->max_B, m->max_T);
-    const int N = B * T, C = c->d_model, V = c->vocab_size, Vp = c->padded_vocab_size;
+    const int N = B * T, V = c->vocab_size, Vp = c->padded_vocab_size;
     for (int i = 0; i < N; i++)
         if (inputs[i] < 0 || inputs[i] >= V) die("model_forward: token id %d at position %d is outside [0, %d)", inputs[i], i, V);
     m->last_B = B;
     m->last_T = T;
     m->last_has_targets = targets != NULL;
+    m->decoding = 0;
     be->upload_tokens(a->tokens, inputs, (size_t)N);
-
-    be->embed_forward(a->encoded, a->tokens, P(mp->tok_embed), P(mp->pos_embed), B, T, C);
-    const real *x = a->encoded;
-    for (int l = 0; l < c->n_layer; l++) {
-        const BlockParams *p = &mp->blocks[l];
-        BlockActs *b = &a->blocks[l];
-        norm_forward(m, &p->norm1, &b->norm1, x, N);
-        mixer_forward(m, l, b->mixer_out, b->norm1.out, B, T);
-        be->add_forward(b->res_mid, x, b->mixer_out, (size_t)N * C);
-        norm_forward(m, &p->norm2, &b->norm2, b->res_mid, N);
-        mlp_forward(m, l, b->channel_out, b->norm2.out, B, T);
-        be->add_forward(b->res_out, b->res_mid, b->channel_out, (size_t)N * C);
-        x = b->res_out;
-    }
-    norm_forward(m, &mp->normf, &a->normf, x, N);
-    be->matmul_forward(a->logits, a->normf.out, P(mp->lm_head), NULL, N, C, Vp);
+    run_graph(m, B, T, 0);
+    m->moe_aux_loss = 0;
+    for (int l = 0; l < c->n_layer; l++)
+        if (mp->blocks[l].moe_layer) m->moe_aux_loss += a->blocks[l].moe.aux_loss;
     if (!targets) return 0.0;
 
     int count = 0;
@@ -162,25 +276,92 @@ void model_backward(Model *m, float loss_scale) {
     // d(loss_scale * mean loss)/d(loss_i) = loss_scale / count for the rows that count;
     // in place: the logits become dlogits (they are not needed after this)
     real dloss = m->last_count ? (real)loss_scale / (real)m->last_count : 0;
+    m->backward_scale = loss_scale;  // the MoE balance loss enters with weight loss_scale
     be->crossentropy_backward(a->logits, a->logits, a->targets, dloss, N, V, Vp);
     be->matmul_backward(a->dbranch, G(mp->lm_head), NULL, a->logits, a->normf.out, P(mp->lm_head), N, C, Vp);
-    const real *x_last = c->n_layer ? a->blocks[c->n_layer - 1].res_out : a->encoded;
-    norm_backward(m, &mp->normf, &a->normf, a->dresid, a->dbranch, x_last, N);
-    // a->dresid holds dLoss/d(block output); walk the blocks backwards
-    for (int l = c->n_layer - 1; l >= 0; l--) {
+    const int S = c->attn_res_block, L = c->n_layer;
+    const size_t nc = (size_t)N * C;
+    // dP: the gradient of the current residual stream / AttnRes partial; with AttnRes one
+    // accumulator dB_j per sealed block as well (§4.6), all starting at zero
+    real *dP = a->dresid, *dB[CONFIG_MAX_LAYERS + 1], *dsrc[CONFIG_MAX_LAYERS + 2];
+    if (S) {
+        norm_backward(m, &mp->normf, &a->normf, a->dtmp, a->dbranch, a->ar_out.out, N);
+        for (int j = 0; j < a->ar_nblocks; j++) be->zero(dB[j] = a->ar_dblocks[j], nc);
+        be->zero(dP, nc);
+        AttnResPlan po = attnres_plan(ATTNRES_OUT, 0, S, L);
+        ar_grads(dsrc, dB, &po, dP);
+        attnres_backward(m, &mp->ar_out, &a->ar_out, dsrc, a->dtmp, N);
+    } else {
+        norm_backward(m, &mp->normf, &a->normf, dP, a->dbranch, L ? a->blocks[L - 1].res_out : a->encoded, N);
+    }
+    // walk the blocks backwards; dP holds d(block output) = d(P_out)
+    for (int l = L - 1; l >= 0; l--) {
         const BlockParams *p = &mp->blocks[l];
         BlockActs *b = &a->blocks[l];
-        const real *x = l ? a->blocks[l - 1].res_out : a->encoded;
-        // res_out = res_mid + channel(norm2(res_mid))
-        mlp_backward(m, l, a->dbranch, a->dresid, B, T);
-        norm_backward(m, &p->norm2, &b->norm2, a->dtmp, a->dbranch, b->res_mid, N);
-        be->add_inplace(a->dresid, a->dtmp, (size_t)N * C);  // now d(res_mid)
-        // res_mid = x + mixer(norm1(x))
-        mixer_backward(m, l, a->dbranch, a->dresid, B, T);
-        norm_backward(m, &p->norm1, &b->norm1, a->dtmp, a->dbranch, x, N);
-        be->add_inplace(a->dresid, a->dtmp, (size_t)N * C);  // now d(x)
+        // P_out = P_mid + channel(norm2(x_f)), x_f = P_mid or AttnRes(blocks, P_mid)
+        channel_backward(m, l, a->dbranch, dP, B, T);
+        norm_backward(m, &p->norm2, &b->norm2, a->dtmp, a->dbranch, b->xf_in, N);
+        if (S) {
+            AttnResPlan pf = attnres_plan(ATTNRES_FFN, l, S, L);
+            ar_grads(dsrc, dB, &pf, dP);
+            attnres_backward(m, &p->ar_ffn, &b->ar_ffn, dsrc, a->dtmp, N);
+        } else {
+            be->add_inplace(dP, a->dtmp, nc);
+        }
+        // dP = d(P_mid); P_mid = (P_in or empty) + mixer(norm1(x_a))
+        mixer_backward(m, l, a->dbranch, dP, B, T);
+        norm_backward(m, &p->norm1, &b->norm1, a->dtmp, a->dbranch, b->xa_in, N);
+        if (!S) {
+            be->add_inplace(dP, a->dtmp, nc);  // now d(block input)
+            continue;
+        }
+        AttnResPlan pa = attnres_plan(ATTNRES_ATTN, l, S, L);
+        if (pa.identity) {  // layer 0: x_a = E, which is also block b_0
+            be->add_inplace(dB[0], a->dtmp, nc);
+            dP = dB[0];
+        } else if (pa.seal) {  // the partial read here IS block b_m; P was reset, so dP_in = dB_m
+            int mb = pa.n_blocks;
+            for (int j = 0; j <= mb; j++) dsrc[j] = dB[j];
+            attnres_backward(m, &p->ar_attn, &b->ar_attn, dsrc, a->dtmp, N);
+            real *t = dP;
+            dP = dB[mb];
+            dB[mb] = t;  // popped: no earlier op reads b_m
+        } else {  // P_mid = P_in + a: dP_in = dP_mid + the attention op's partial gradient
+            ar_grads(dsrc, dB, &pa, dP);
+            attnres_backward(m, &p->ar_attn, &b->ar_attn, dsrc, a->dtmp, N);
+        }
     }
-    be->embed_backward(G(mp->tok_embed), G(mp->pos_embed), a->dresid, a->tokens, B, T, C);
+    be->embed_backward(G(mp->tok_embed), G(mp->pos_embed), dP, a->tokens, B, T, C);
+}
+
+int model_can_decode(const Model *m) {
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (!mixer_can_decode(m->cfg.layers[l])) return 0;
+    return 1;
+}
+
+void model_decode_reset(Model *m) { m->decode_pos = 0; }
+
+void model_decode(Model *m, const int *tokens, int n) {
+    const Config *c = &m->cfg;
+    for (int l = 0; l < c->n_layer; l++)
+        if (!mixer_can_decode(c->layers[l]))
+            die("model_decode: layer %d has type '%c', which has no decode form yet", l, c->layers[l]);
+    if (n < 1 || m->decode_pos + n > m->max_T)
+        die("model_decode: %d more tokens after %d exceed the %d the model was built for", n, m->decode_pos, m->max_T);
+    if (c->position == POS_LEARNED && m->decode_pos + n > c->context_length)
+        die("model_decode: position %d exceeds context_length %d", m->decode_pos + n, c->context_length);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
+            die("model_decode: token id %d is outside [0, %d)", tokens[i], c->vocab_size);
+    m->last_B = 1;
+    m->last_T = n;
+    m->last_has_targets = 0;  // no backward after a decode step
+    m->decoding = 1;
+    m->be->upload_tokens(m->acts.tokens, tokens, (size_t)n);
+    run_graph(m, 1, n, m->decode_pos);
+    m->decoding = 0;
+    m->decode_pos += n;
 }
 
 void model_logits_row(const Model *m, int b, int t, float *out) {

@@ -15,17 +15,28 @@
 typedef struct {
     NormActs norm1, norm2;
     AttnActs attn;                     // mixer 'A'
+    MlaActs mla;                       // mixer 'M'
     MlpActs mlp;
+    MoeActs moe;
     real *mixer_out;                   // (N,C) mixer branch
     real *res_mid;                     // (N,C) input + mixer branch
     real *channel_out;                 // (N,C) channel branch
     real *res_out;                     // (N,C) block output
+    // Block AttnRes (blocks-spec §4.3); without it xa_in = the block input, xf_in = pmid
+    AttnResActs ar_attn, ar_ffn;
+    const real *xa_in, *xf_in;         // inputs of norm1 and norm2
+    const real *pmid;                  // P_mid: res_mid, or mixer_out right after a block seal
 } BlockActs;
 
 typedef struct {
     real *encoded;                     // (N,C) embeddings
     BlockActs *blocks;                 // n_layer
     NormActs normf;
+    AttnResActs ar_out;                // the final AttnRes (h = ar_out.out)
+    const real **ar_blocks;            // sealed AttnRes blocks of the last forward (host array)
+    real **ar_dblocks;                 // backward: one gradient accumulator per block (N,C)
+    real *ar_work;                     // backward: AttnRes scratch, N * (max sources)
+    int ar_nblocks;                    // blocks the stack seals
     real *logits;                      // (N,Vp); dlogits in place after the backward
     real *losses;                      // (N)
     // backward scratch
@@ -46,6 +57,10 @@ typedef struct Model {
     int last_B, last_T;                // shape of the last forward
     int last_has_targets;
     int last_count;                    // rows of the last forward whose target counts
+    double moe_aux_loss;               // sum over MoE layers of the last forward's balance loss
+    float backward_scale;              // loss_scale of the running backward (aux-loss gradient)
+    int decoding;                      // the forward runs in decode mode (model_decode)
+    int decode_pos;                    // decode: tokens already in the caches
 } Model;
 
 // Builds the parameter table and allocates parameters, gradients and activations
@@ -72,5 +87,29 @@ void model_logits_row(const Model *m, int b, int t, float *out);
 
 // Pointer to tensor `index` of the table inside buf (m->params or m->grads); NULL for -1.
 real *model_tensor(const Model *m, real *buf, int index);
+
+// ---- incremental decoding of one sequence (B = 1) ----
+// Every mixer keeps a cache (MLA: the latent [chat | k_rope] rows, blocks-spec §1.7) and the
+// graph runs on the new tokens only; the logits equal those of a full forward up to rounding.
+// 1 if every layer type of the model has a decode form.
+int model_can_decode(const Model *m);
+// Empties the caches (position 0).
+void model_decode_reset(Model *m);
+// Runs the next n tokens (positions decode_pos .. decode_pos+n-1, at most max_T in all);
+// their logits are then model_logits_row(m, 0, i), i < n. Dies for a layer without a decode form.
+void model_decode(Model *m, const int *tokens, int n);
+
+// ---- MoE load balancing once per optimizer step (blocks-spec §2.6), model/moe_step.c ----
+typedef struct {
+    int layers;                        // MoE layers
+    long min, max;                     // fewest / most slots any expert of any layer got this step
+    double cv_mean, cv_max;            // coefficient of variation of the per-expert counts
+                                       // (mean over MoE layers, worst layer)
+} MoeStepStats;
+int model_has_moe(const Model *m);
+// After the optimizer step: load statistics of the step's training micro-batches (counted in
+// model_backward), then the aux-loss-free bias update (moe_bias_update_rate > 0), then the
+// counts are cleared for the next step.
+void model_moe_step(Model *m, MoeStepStats *st);
 
 #endif

@@ -60,14 +60,22 @@ void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
         BlockParams *b = &mp->blocks[l];
         memset(b, -1, sizeof *b);  // every index -1 until created
         b->mixer = c->layers[l];
+        if (c->attn_res_block && l > 0)  // layer 0's attention input is the embedding itself (§4.3)
+            attnres_params(c, t, &b->ar_attn, "blocks.%d.attnres_attn", l);
         norm_params(c, t, &b->norm1, "blocks.%d.norm1", l);
         switch (b->mixer) {
         case 'A': attn_params(c, t, l, &b->attn); break;
+        case 'M': mla_params(c, t, l, &b->mla); break;
         default: die("params: layer type '%c' has no parameter layout", b->mixer);
         }
+        if (c->attn_res_block) attnres_params(c, t, &b->ar_ffn, "blocks.%d.attnres_ffn", l);
         norm_params(c, t, &b->norm2, "blocks.%d.norm2", l);
-        mlp_params(c, t, l, &b->mlp);
+        b->moe_layer = c->moe_experts > 0 && l >= c->dense_first;
+        if (b->moe_layer) moe_params(c, t, l, &b->moe);
+        else mlp_params(c, t, l, &b->mlp);
     }
+    mp->ar_out = (AttnResParams){-1, -1};
+    if (c->attn_res_block) attnres_params(c, t, &mp->ar_out, "attnres_out", -1);
     norm_params(c, t, &mp->normf, "norm_f", -1);
     if (c->tie_embeddings) {
         mp->lm_head = mp->tok_embed;
@@ -95,6 +103,8 @@ const char *param_group_name(ParamGroup g) {
     case GROUP_EMBED: return "embed";
     case GROUP_NORM: return "norm";
     case GROUP_BIAS: return "bias";
+    case GROUP_ROUTER: return "router";
+    case GROUP_STATE: return "state";
     default: return "?";
     }
 }
@@ -120,20 +130,41 @@ void params_init(const ParamTable *t, float *host, unsigned long seed) {
 size_t params_count_non_embedding(const ParamTable *t) {
     size_t n = 0;
     for (int i = 0; i < t->count; i++)
-        if (t->items[i].group != GROUP_EMBED) n += t->items[i].numel;
+        if (t->items[i].group != GROUP_EMBED && t->items[i].group != GROUP_STATE) n += t->items[i].numel;
     return n;
 }
 
-double params_flops_per_token(const Config *c, const ParamTable *t) {
-    double matmul = 0;
+size_t params_count(const ParamTable *t) {
+    size_t n = 0;
     for (int i = 0; i < t->count; i++)
-        if (t->items[i].group == GROUP_MATRIX) matmul += (double)t->items[i].numel;
-    // the lm_head matmul (tied or not): padded vocab x d_model
-    matmul += (double)c->padded_vocab_size * c->d_model;
-    double attn = 0;
-    for (int l = 0; l < c->n_layer; l++)
-        if (c->layers[l] == 'A') attn += 6.0 * c->d_model * c->seq_len;  // causal: half of 12*C*T
-    return 6.0 * matmul + attn;
+        if (t->items[i].group != GROUP_STATE) n += t->items[i].numel;
+    return n;
+}
+
+double params_count_active(const Config *c, const ParamTable *t, int non_embedding) {
+    double n = 0;
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->items[i];
+        if (p->group == GROUP_STATE || (non_embedding && p->group == GROUP_EMBED)) continue;
+        n += p->routed ? (double)p->numel * c->moe_top_k / c->moe_experts : (double)p->numel;
+    }
+    return n;
+}
+
+double params_mixer_flops(const Config *c, char mixer) {
+    switch (mixer) {
+    case 'A': return 6.0 * c->d_model * c->seq_len;  // causal: half of 12*C*T
+    case 'M': return mla_mixer_flops(c);
+    default: return 0.0;
+    }
+}
+
+double params_flops_per_token(const Config *c, const ParamTable *t) {
+    // every active non-embedding parameter is one multiply-add per token (x 3 for fwd + bwd),
+    // plus the lm_head matmul (tied or not): padded vocab x d_model
+    double flops = 6.0 * params_count_active(c, t, 1) + 6.0 * (double)c->padded_vocab_size * c->d_model;
+    for (int l = 0; l < c->n_layer; l++) flops += params_mixer_flops(c, c->layers[l]);
+    return flops;
 }
 
 void params_print(const Config *c, const ParamTable *t, FILE *f) {
@@ -153,9 +184,15 @@ void params_print(const Config *c, const ParamTable *t, FILE *f) {
         fprintf(f, "%-36s %-18s %12zu %12zu  %-6s %s\n", p->name, shape, p->numel, p->offset,
                 param_group_name(p->group), init);
     }
-    size_t emb = t->total - params_count_non_embedding(t);
-    fprintf(f, "\nparameters: %zu total (%.2fM), %zu in embeddings, %zu non-embedding\n", t->total,
-            (double)t->total / 1e6, emb, t->total - emb);
+    size_t total = params_count(t), nonemb = params_count_non_embedding(t), emb = total - nonemb;
+    fprintf(f, "\nparameters: %zu total (%.2fM), %zu in embeddings, %zu non-embedding\n", total,
+            (double)total / 1e6, emb, nonemb);
+    if (c->moe_experts > 0) {
+        double act = params_count_active(c, t, 0), act_ne = params_count_active(c, t, 1);
+        fprintf(f, "active per token (top-%d of %d routed experts + shared): %.0f (%.2fM), %.0f non-embedding (%.2fM)\n",
+                c->moe_top_k, c->moe_experts, act, act / 1e6, act_ne, act_ne / 1e6);
+    }
+    if (t->total != total) fprintf(f, "state (saved, not trained): %zu\n", t->total - total);
     double fl = params_flops_per_token(c, t);
     fprintf(f, "training FLOPs per token (seq_len %d): %.4g (%.1f MFLOP)\n", c->seq_len, fl, fl / 1e6);
 }

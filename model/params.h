@@ -20,6 +20,9 @@ typedef enum {
     GROUP_EMBED,    // token / position embeddings (and the tied lm_head): weight decay
     GROUP_NORM,     // norm gains and shifts: no weight decay
     GROUP_BIAS,     // linear biases: no weight decay
+    GROUP_ROUTER,   // MoE router weights: AdamW (never Muon), no weight decay by default
+    GROUP_STATE,    // not trained: no gradient, no optimizer, not counted as a parameter, but
+                    // saved with the weights (the MoE selection bias, blocks-spec §2.2/§2.6)
     GROUP_COUNT
 } ParamGroup;
 
@@ -40,6 +43,8 @@ typedef struct {
     double init_std;            // INIT_NORMAL only
     int blocks;                 // logical matrices stacked along rows (fused q|k|v = 3); Muon
                                 // orthogonalises each separately. 1 for ordinary tensors.
+    int routed;                 // 1: stacked routed-expert weights, of which only top_k / E
+                                // are active for a token (active-parameter counts, FLOPs)
 } ParamInfo;
 
 typedef struct {
@@ -60,18 +65,43 @@ typedef struct {
     int w, b;              // b = -1 without a shift (rmsnorm, or bias = false)
 } NormParams;
 
+// MLA (blocks-spec §1.2): q_w without q-LoRA, else q_a / q_a_norm / q_b; gate_w -1 without the gate.
+typedef struct {
+    int q_w, q_a_w, q_a_norm, q_b_w;
+    int kv_a_w, kv_a_norm, kv_b_w;
+    int gate_w, out_w;
+} MlaParams;
+// MoE (§2): router, the selection bias (GROUP_STATE), routed experts stacked by expert
+// (w13 (E*2m, De) = per expert [W1_e; W3_e], w2 (E*De, m)), the shared MLP (-1 without),
+// the latent projections and norm (-1 for variant A; De = l with them, d without).
+typedef struct {
+    int router_w, router_bias;
+    int w13, w2;
+    int shared_up, shared_down;
+    int latent_down, latent_norm, latent_up;
+} MoeParams;
+// One Block AttnRes op (§4.3): pseudo-query w and key-norm weight gamma; -1 when unused.
+typedef struct {
+    int query, norm;
+} AttnResParams;
+
 // One block: x + mixer(norm1(x)), then + channel(norm2(x)).
 typedef struct {
     char mixer;            // the layer letter of `layers`
     NormParams norm1, norm2;
     AttnParams attn;       // mixer 'A'
+    MlaParams mla;         // mixer 'M'
     MlpParams mlp;         // the dense channel mixer
+    int moe_layer;         // 1: the channel mixer is MoE (moe_experts > 0, layer >= dense_first)
+    MoeParams moe;
+    AttnResParams ar_attn, ar_ffn;  // the AttnRes ops before the mixer and the channel mixer
 } BlockParams;
 
 typedef struct {
     int tok_embed, pos_embed;   // pos_embed -1 without learned positions
     int lm_head;                // the tok_embed index when tied
     NormParams normf;
+    AttnResParams ar_out;       // the final AttnRes before normf (-1 without AttnRes)
     BlockParams *blocks;        // n_layer entries
 } ModelParams;
 
@@ -96,11 +126,22 @@ int param_group_decays(ParamGroup g);
 void params_init(const ParamTable *t, float *host, unsigned long seed);
 
 // Parameter count of the tensors that are not embeddings (as GPT-2 papers count them).
+// GROUP_STATE tensors are never parameters.
 size_t params_count_non_embedding(const ParamTable *t);
+// All trained parameters (table.total less GROUP_STATE).
+size_t params_count(const ParamTable *t);
+// Parameters a token actually uses: routed-expert tensors count top_k / E of their
+// elements (blocks-spec §6.6 "active"); non_embedding leaves out GROUP_EMBED.
+double params_count_active(const Config *c, const ParamTable *t, int non_embedding);
 
-// Training FLOPs per token (forward + backward), llm.c's convention: 6 * (matmul
-// parameters, the lm_head included once) + 6 * n_layer * d_model * seq_len for causal attention.
+// Training FLOPs per token (forward + backward), blocks-spec §6.6: 6 * (active
+// non-embedding parameters) + 6 * padded_vocab * d_model (the lm_head) + the
+// sequence-mixing term of each layer (params_mixer_flops).
 double params_flops_per_token(const Config *c, const ParamTable *t);
+// Per-layer, per-token training FLOPs of the mixing that is not a parameter matmul
+// (fwd + bwd), by layer type: A 6*d*T (GPT-2: causal half of 12*d*T), M 3*T*H*(dqk + dv)
+// (§6.6). Layer types that add their own term extend the switch in params.c.
+double params_mixer_flops(const Config *c, char mixer);
 
 // Prints the table, the totals and the FLOPs per token.
 void params_print(const Config *c, const ParamTable *t, FILE *f);

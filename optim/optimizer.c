@@ -17,6 +17,7 @@ double group_peak_lr(const Config *c, ParamGroup g) {
     case GROUP_EMBED: v = c->lr_embed; break;
     case GROUP_NORM: v = c->lr_norm; break;
     case GROUP_BIAS: v = c->lr_bias; break;
+    case GROUP_ROUTER: v = c->lr_router; break;
     default: break;
     }
     return v > 0 ? v : c->lr;
@@ -29,6 +30,7 @@ double group_weight_decay(const Config *c, ParamGroup g) {
     case GROUP_EMBED: v = c->wd_embed; break;
     case GROUP_NORM: v = c->wd_norm; break;
     case GROUP_BIAS: v = c->wd_bias; break;
+    case GROUP_ROUTER: v = c->wd_router; break;
     default: break;
     }
     if (v >= 0) return v;
@@ -69,6 +71,7 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
     const double schedule = lr / c->lr;  // where the schedule is, as a fraction of the peak
     for (int i = 0; i < model->table.count; i++) {
         const ParamInfo *p = &model->table.items[i];
+        if (p->group == GROUP_STATE) continue;  // not trained (the MoE bias: model_moe_step)
         float group_lr = (float)(group_peak_lr(c, p->group) * schedule);
         float wd = (float)group_weight_decay(c, p->group);
         real *param = backend_offset(be, model->params, p->offset);

@@ -1,7 +1,8 @@
 // The optimizer step over the whole parameter table: global gradient norm,
 // clipping, then per tensor AdamW or Muon (optimizer = muon puts the 2-D hidden
-// matrices on Muon; embeddings, lm_head, norms and biases stay on AdamW), each with
-// its group's learning rate and weight decay. State lives in backend memory, fp32,
+// matrices on Muon; embeddings, lm_head, norms, biases and the MoE router stay on
+// AdamW), each with its group's learning rate and weight decay. GROUP_STATE tensors
+// (the MoE selection bias) are not trained. State lives in backend memory, fp32,
 // mirroring the parameter buffer: m and v for AdamW, m as Muon's momentum.
 #ifndef HYBRID_OPTIMIZER_H
 #define HYBRID_OPTIMIZER_H

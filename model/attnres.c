@@ -1,0 +1,46 @@
+// One Block AttnRes op (blocks-spec §4.4-4.5) as a module: its pseudo-query w (zero-
+// initialised, so every sublayer input starts as the mean of its sources) and key-norm
+// weight gamma (one-initialised), both 1-D, AdamW without weight decay (GROUP_NORM; kept
+// off Muon and out of low precision, §4.7). The stack bookkeeping (which sources, block
+// seals, the §4.6 gradient walk) lives in the graph (model.c).
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model.h"
+#include "util.h"
+
+void attnres_params(const Config *c, ParamTable *t, AttnResParams *p, const char *fmt, int layer) {
+    char name[PARAM_NAME_MAX];
+    snprintf(name, sizeof name, fmt, layer);
+    int shape[1] = {c->d_model};
+    p->query = params_add(t, GROUP_NORM, INIT_ZERO, 0.0, 1, shape, "%s.query", name);
+    p->norm = params_add(t, GROUP_NORM, INIT_ONE, 0.0, 1, shape, "%s.norm.weight", name);
+}
+
+void attnres_layout(const Model *m, Carver *cv, AttnResActs *a, int n) {
+    const size_t N = (size_t)m->max_B * m->max_T;
+    a->n = n;
+    a->out = carve(cv, N * m->cfg.d_model);
+    a->probs = carve(cv, N * n);
+    a->logits = carve(cv, N * n);
+    a->rstd = carve(cv, N * n);
+    if (cv->base && !a->srcs) a->srcs = xcalloc((size_t)n, sizeof(*a->srcs));
+}
+
+void attnres_free(AttnResActs *a) {
+    free((void *)a->srcs);
+    a->srcs = NULL;
+}
+
+void attnres_forward(Model *m, const AttnResParams *p, AttnResActs *a, const real *const *srcs, int N) {
+    for (int i = 0; i < a->n; i++) a->srcs[i] = srcs[i];
+    m->be->attnres_forward(a->out, a->probs, a->logits, a->rstd, a->srcs, a->n, model_tensor(m, m->params, p->query),
+                           model_tensor(m, m->params, p->norm), N, m->cfg.d_model, m->cfg.norm_eps);
+}
+
+void attnres_backward(Model *m, const AttnResParams *p, const AttnResActs *a, real *const *dsrcs, const real *dout,
+                      int N) {
+    m->be->attnres_backward(dsrcs, model_tensor(m, m->grads, p->query), model_tensor(m, m->grads, p->norm),
+                            m->acts.ar_work, dout, a->srcs, a->n, model_tensor(m, m->params, p->query),
+                            model_tensor(m, m->params, p->norm), a->probs, a->logits, a->rstd, N, m->cfg.d_model);
+}

@@ -1,0 +1,195 @@
+// MoE channel mixer (blocks-spec §2): sigmoid router with a selection-only bias, top-k
+// weights renormalised and scaled (§2.2), dropless dispatch (§2.7), routed GLU experts
+// (SwiGLU or SiTU, as `mlp` says), an always-on shared MLP, and optionally the K3 latent
+// variant (§2.1 b). x is the normalised input (N, C); E experts, K = top_k, m = moe_hidden.
+//   logits = x W_r^T;  sel, weights, scores = router(logits, bias)
+//   A: z = x                       B: z = x W_down^T (N, l)
+//   r = sum_j weights_j Expert_{sel_j}(z)       (expert width De = C or l)
+//   A: routed = r                  B: routed = RMSNorm_{gamma_lat}(r) W_up^T
+//   out = routed + Shared(x)       (Shared: a GLU MLP of width moe_shared * moe_shared_hidden)
+// Backward per §2.5; the router learns only through the weights (+ the optional balance loss
+// of §2.6 C); the bias gets no gradient. The backward also counts the slots per expert for
+// the once-per-step bias update (model_moe_step, §2.6 A).
+#include "model.h"
+#include "util.h"
+
+typedef struct {
+    int C, E, K, M, De, l, Ms;  // Ms: shared MLP width (0 = none)
+} MoeDims;
+
+static MoeDims dims(const Config *c) {
+    MoeDims d = {c->d_model, c->moe_experts, c->moe_top_k, c->moe_hidden, c->d_model, c->moe_latent_dim,
+                 c->moe_shared * c->moe_shared_hidden};
+    if (d.l) d.De = d.l;
+    return d;
+}
+
+static int glu_kind(const Config *c) { return c->mlp == MLP_SITU; }
+
+void moe_params(const Config *c, ParamTable *t, int l, MoeParams *p) {
+    MoeDims d = dims(c);
+    const double s = c->init_std, so = params_resid_std(c);
+    int rshape[2] = {d.E, d.C};
+    p->router_w = params_add(t, GROUP_ROUTER, INIT_NORMAL, s, 2, rshape, "blocks.%d.moe.router.weight", l);
+    p->router_bias = params_vector(t, GROUP_STATE, INIT_ZERO, d.E, "blocks.%d.moe.router.bias", l);
+    if (d.l) p->latent_down = params_matrix(t, s, d.l, d.C, "blocks.%d.moe.latent_down.weight", l);
+    // routed experts stacked by expert: Muon orthogonalises each W1_e, W3_e, W2_e on its own
+    p->w13 = params_matrix(t, s, d.E * 2 * d.M, d.De, "blocks.%d.moe.experts.w13", l);
+    t->items[p->w13].blocks = 2 * d.E;
+    t->items[p->w13].routed = 1;
+    p->w2 = params_matrix(t, d.l ? s : so, d.E * d.De, d.M, "blocks.%d.moe.experts.w2", l);
+    t->items[p->w2].blocks = d.E;
+    t->items[p->w2].routed = 1;
+    if (d.l) {
+        p->latent_norm = params_vector(t, GROUP_NORM, INIT_ONE, d.l, "blocks.%d.moe.latent_norm.weight", l);
+        p->latent_up = params_matrix(t, so, d.C, d.l, "blocks.%d.moe.latent_up.weight", l);
+    }
+    if (d.Ms) {
+        p->shared_up = params_matrix(t, s, 2 * d.Ms, d.C, "blocks.%d.moe.shared.up.weight", l);
+        t->items[p->shared_up].blocks = 2;
+        p->shared_down = params_matrix(t, so, d.C, d.Ms, "blocks.%d.moe.shared.down.weight", l);
+    }
+}
+
+void moe_layout(const Model *m, Carver *cv, Carver *scratch, MoeActs *a) {
+    MoeDims d = dims(&m->cfg);
+    const size_t N = (size_t)m->max_B * m->max_T, NK = N * d.K;
+    a->logits = carve(cv, N * d.E);
+    a->scores = carve(cv, N * d.E);
+    a->weights = carve(cv, NK);
+    a->sel = carve_bytes(cv, NK * sizeof(int));
+    a->perm = carve_bytes(cv, NK * sizeof(int));
+    a->pos = carve_bytes(cv, NK * sizeof(int));
+    a->offsets = carve_bytes(cv, (size_t)(d.E + 1) * sizeof(int));
+    a->counts = carve_bytes(cv, (size_t)d.E * sizeof(long));
+    if (d.l) a->z = carve(cv, N * d.l);
+    a->xp = carve(cv, NK * d.De);
+    a->hp = carve(cv, NK * 2 * d.M);
+    a->ap = carve(cv, NK * d.M);
+    a->yp = carve(cv, NK * d.De);
+    a->r = carve(cv, N * d.De);
+    if (d.l) {
+        a->r_n = carve(cv, N * d.l);
+        a->rstd_r = carve(cv, N);
+        a->routed = carve(cv, N * d.C);
+    }
+    if (d.Ms) {
+        a->hs = carve(cv, N * 2 * d.Ms);
+        a->as = carve(cv, N * d.Ms);
+        a->shared = carve(cv, N * d.C);
+    }
+    a->dyp = carve(scratch, NK * d.De);
+    a->dweights = carve(scratch, NK);
+    a->dxp = carve(scratch, NK * d.De);
+    a->dhp = carve(scratch, NK * 2 * d.M);
+    a->dap = carve(scratch, NK * d.M);
+    a->dxin = carve(scratch, N * d.De);
+    if (d.l) {
+        a->dr = carve(scratch, N * d.l);
+        a->dr_n = carve(scratch, N * d.l);
+    }
+    a->dscores = carve(scratch, N * d.E);
+    a->dlogits = carve(scratch, N * d.E);
+    if (d.Ms) {
+        a->dhs = carve(scratch, N * 2 * d.Ms);
+        a->das = carve(scratch, N * d.Ms);
+    }
+    a->dx = carve(scratch, N * d.C);
+}
+
+#define PRM(idx) model_tensor(m, m->params, (idx))
+#define GRD(idx) model_tensor(m, m->grads, (idx))
+
+void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const MoeParams *p = &m->mp.blocks[l].moe;
+    MoeActs *a = &m->acts.blocks[l].moe;
+    const MoeDims d = dims(c);
+    const int N = B * T;
+    const real beta = (real)c->situ_beta, lbeta = (real)c->situ_linear_beta;
+    a->in = (real *)in;
+    // router (§2.2): sigmoid scores, biased top-k selection, unbiased renormalised weights
+    be->matmul_forward(a->logits, in, PRM(p->router_w), NULL, N, d.C, d.E);
+    be->router_forward(a->sel, a->weights, a->scores, a->logits, PRM(p->router_bias), N, d.E, d.K, 0, c->moe_renorm,
+                       c->moe_route_scale);
+    be->moe_dispatch_plan(a->perm, a->pos, a->offsets, a->sel, N, d.K, d.E);
+    // routed experts (§2.3, §2.7), in the latent space for variant B
+    const real *zin = in;
+    if (d.l) {
+        be->matmul_forward(a->z, in, PRM(p->latent_down), NULL, N, d.C, d.l);
+        zin = a->z;
+    }
+    be->moe_gather_forward(a->xp, zin, a->perm, N, d.K, d.De);
+    be->moe_experts_forward(a->yp, a->hp, a->ap, a->xp, PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M,
+                            glu_kind(c), beta, lbeta);
+    be->moe_combine_forward(a->r, a->yp, a->weights, a->pos, N, d.K, d.De);
+    const real *routed = a->r;
+    if (d.l) {  // K3 Stable LatentMoE: W_up RMSNorm(r)
+        be->rmsnorm_forward(a->r_n, a->rstd_r, a->r, PRM(p->latent_norm), N, d.l, (real)c->norm_eps);
+        be->matmul_forward(a->routed, a->r_n, PRM(p->latent_up), NULL, N, d.l, d.C);
+        routed = a->routed;
+    }
+    // shared experts: one full-width GLU MLP on x
+    if (d.Ms) {
+        be->matmul_forward(a->hs, in, PRM(p->shared_up), NULL, N, d.C, 2 * d.Ms);
+        be->glu_forward(a->as, a->hs, N, d.Ms, glu_kind(c), beta, lbeta);
+        be->matmul_forward(a->shared, a->as, PRM(p->shared_down), NULL, N, d.Ms, d.C);
+        be->add_forward(out, routed, a->shared, (size_t)N * d.C);
+    } else {  // out = routed
+        be->zero(out, (size_t)N * d.C);
+        be->add_inplace(out, routed, (size_t)N * d.C);
+    }
+    // optional balance loss (§2.6 C), per sequence of T tokens, only when training
+    a->aux_loss = 0;
+    if (c->moe_aux_loss_coef > 0 && m->last_has_targets)
+        a->aux_loss = be->moe_aux_loss_forward(a->scores, a->sel, N, d.E, d.K, T, c->moe_aux_loss_coef);
+}
+
+void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const MoeParams *p = &m->mp.blocks[l].moe;
+    MoeActs *a = &m->acts.blocks[l].moe;
+    const MoeDims d = dims(c);
+    const int N = B * T;
+    const size_t nc = (size_t)N * d.C;
+    const real beta = (real)c->situ_beta, lbeta = (real)c->situ_linear_beta;
+    // shared MLP (writes din)
+    if (d.Ms) {
+        be->matmul_backward(a->das, GRD(p->shared_down), NULL, dout, a->as, PRM(p->shared_down), N, d.Ms, d.C);
+        be->glu_backward(a->dhs, a->das, a->hs, N, d.Ms, glu_kind(c), beta, lbeta);
+        be->matmul_backward(din, GRD(p->shared_up), NULL, a->dhs, a->in, PRM(p->shared_up), N, d.C, 2 * d.Ms);
+    } else {
+        be->zero(din, nc);
+    }
+    // routed output side (§2.5 step 1)
+    const real *dr = dout;
+    if (d.l) {
+        be->matmul_backward(a->dr_n, GRD(p->latent_up), NULL, dout, a->r_n, PRM(p->latent_up), N, d.l, d.C);
+        be->rmsnorm_backward(a->dr, GRD(p->latent_norm), a->dr_n, a->r, PRM(p->latent_norm), a->rstd_r, N, d.l);
+        dr = a->dr;
+    }
+    // steps 2-4: combine, experts, gather
+    be->moe_combine_backward(a->dyp, a->dweights, dr, a->yp, a->weights, a->pos, N, d.K, d.De);
+    be->moe_experts_backward(a->dxp, GRD(p->w13), GRD(p->w2), a->dhp, a->dap, a->dyp, a->xp, a->hp, a->ap,
+                             PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M, glu_kind(c), beta, lbeta);
+    be->moe_gather_backward(a->dxin, a->dxp, a->pos, N, d.K, d.De);
+    if (d.l) {
+        be->matmul_backward(a->dx, GRD(p->latent_down), NULL, a->dxin, a->in, PRM(p->latent_down), N, d.C, d.l);
+        be->add_inplace(din, a->dx, nc);
+    } else {
+        be->add_inplace(din, a->dxin, nc);
+    }
+    // steps 5-7: router, selection fixed; the balance loss reaches every score
+    be->router_weights_backward(a->dscores, a->dweights, a->scores, a->sel, N, d.E, d.K, c->moe_renorm,
+                                c->moe_route_scale);
+    if (c->moe_aux_loss_coef > 0)
+        be->moe_aux_loss_backward(a->dscores, a->scores, a->sel, N, d.E, d.K, T, c->moe_aux_loss_coef,
+                                  m->backward_scale);
+    be->router_scores_backward(a->dlogits, a->dscores, a->scores, N, d.E, 0);
+    be->matmul_backward(a->dx, GRD(p->router_w), NULL, a->dlogits, a->in, PRM(p->router_w), N, d.C, d.E);
+    be->add_inplace(din, a->dx, nc);
+    // the step's expert loads for the bias update (§2.6 A): training micro-batches only
+    be->moe_count(a->counts, a->sel, N, d.K, d.E);
+}
