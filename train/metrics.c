@@ -33,12 +33,12 @@ void metrics_open(MetricsLog *log, const char *out_dir, int keep_through_step) {
     fflush(log->f);
 }
 
-void metrics_train(MetricsLog *log, int step, double loss, double lr, double grad_norm, double tokens, double tok_per_s,
-                   double elapsed) {
+void metrics_train(MetricsLog *log, int step, double loss, double lr, double grad_norm, const char *extra,
+                   double tokens, double tok_per_s, double elapsed) {
     fprintf(log->f,
-            "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %.0f, \"tok_per_s\": %.1f, "
-            "\"elapsed_s\": %.3f}\n",
-            step, loss, lr, grad_norm, tokens, tok_per_s, elapsed);
+            "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, %s%s\"tokens\": %.0f, "
+            "\"tok_per_s\": %.1f, \"elapsed_s\": %.3f}\n",
+            step, loss, lr, grad_norm, extra ? extra : "", extra && *extra ? ", " : "", tokens, tok_per_s, elapsed);
     fflush(log->f);
 }
 

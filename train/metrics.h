@@ -12,8 +12,10 @@ typedef struct {
 // Opens out_dir/metrics.jsonl. keep_through_step < 0 starts a new log; otherwise
 // the lines of steps <= keep_through_step are kept (resume) and the rest dropped.
 void metrics_open(MetricsLog *log, const char *out_dir, int keep_through_step);
-void metrics_train(MetricsLog *log, int step, double loss, double lr, double grad_norm, double tokens, double tok_per_s,
-                   double elapsed);
+// extra: more members for the line, already JSON ("\"key\": value, ..."), or NULL; they
+// follow grad_norm (the MoE load statistics of a model with MoE)
+void metrics_train(MetricsLog *log, int step, double loss, double lr, double grad_norm, const char *extra,
+                   double tokens, double tok_per_s, double elapsed);
 void metrics_val(MetricsLog *log, int step, double val_loss);
 void metrics_close(MetricsLog *log);
 

@@ -150,7 +150,10 @@ int train_main(int argc, char **argv) {
     MetricsLog log;
     metrics_open(&log, c.out_dir, ts.step > 0 ? ts.step : -1);
     printf("model: %s | %d layers (%s), d_model %d, %d heads | %.2fM parameters | backend %s\n", c.layers_spec,
-           c.n_layer, c.layers, c.d_model, c.n_head, (double)model.table.total / 1e6, be->name);
+           c.n_layer, c.layers, c.d_model, c.n_head, (double)params_count(&model.table) / 1e6, be->name);
+    if (model_has_moe(&model))
+        printf("moe: %d experts, top-%d, %.2fM active parameters per token\n", c.moe_experts, c.moe_top_k,
+               params_count_active(&c, &model.table, 0) / 1e6);
     printf("batch: %d x %d tokens x %d accumulation step(s) x %d rank(s) = %ld tokens per step\n", c.batch_size,
            c.seq_len, accum, world, total);
 
@@ -164,7 +167,7 @@ int train_main(int argc, char **argv) {
         double t0 = now_seconds();
         double lr = lr_at_step(&c, step);
         model_zero_grad(&model);
-        double loss = 0;
+        double loss = 0, aux_loss = 0;
         for (int micro = 0; micro < accum; micro++) {
             loader_next(&train, inputs, targets);
             double l = model_forward(&model, inputs, targets, c.batch_size, c.seq_len);
@@ -174,10 +177,24 @@ int train_main(int argc, char **argv) {
                     step + 1, l, c.out_dir);
             model_backward(&model, 1.0f / (float)accum);
             loss += l / accum;
+            aux_loss += model.moe_aux_loss / accum;
         }
         double norm = grad_global_norm(&model);
         if (!isfinite(norm)) die("step %d: the gradient norm is not finite", step + 1);
         optimizer_step(&opt, &model, lr, norm);
+        // MoE: the step's expert loads, then the aux-loss-free bias update (blocks-spec §2.6)
+        char moe_json[256] = "", moe_text[64] = "";
+        if (model_has_moe(&model)) {
+            MoeStepStats ms;
+            model_moe_step(&model, &ms);
+            int n = snprintf(moe_json, sizeof moe_json,
+                             "\"moe_load_min\": %ld, \"moe_load_max\": %ld, \"moe_load_cv\": %.6g, "
+                             "\"moe_load_cv_max\": %.6g",
+                             ms.min, ms.max, ms.cv_mean, ms.cv_max);
+            if (c.moe_aux_loss_coef > 0 && n > 0 && (size_t)n < sizeof moe_json)
+                snprintf(moe_json + n, sizeof moe_json - (size_t)n, ", \"moe_aux_loss\": %.9g", aux_loss);
+            snprintf(moe_text, sizeof moe_text, " | moe cv %.2f", ms.cv_mean);
+        }
         be->synchronize();
         ts.step = step + 1;
         ts.data = train.pos;
@@ -185,12 +202,12 @@ int train_main(int argc, char **argv) {
         run_tokens += (double)total;
         double dt = now_seconds() - t0, elapsed = now_seconds() - run_start;
         double tps = run_tokens / elapsed;
-        metrics_train(&log, ts.step, loss, lr, norm, ts.tokens_seen, (double)total / dt, elapsed);
+        metrics_train(&log, ts.step, loss, lr, norm, moe_json, ts.tokens_seen, (double)total / dt, elapsed);
         if (ts.step % c.log_every == 0 || ts.step == end_step) {
             char eta[32];
             format_duration(eta, sizeof eta, (double)(c.steps - ts.step) * (double)total / tps);
-            printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f | %.0f tok/s | ETA %s\n", ts.step, c.steps, loss, lr,
-                   norm, (double)total / dt, eta);
+            printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f%s | %.0f tok/s | ETA %s\n", ts.step, c.steps, loss, lr,
+                   norm, moe_text, (double)total / dt, eta);
             fflush(stdout);
         }
         int last = ts.step == c.steps;
