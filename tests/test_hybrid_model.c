@@ -1,0 +1,380 @@
+// Model-level checks of the hybrid blocks (issue 5; blocks-spec §9), double build:
+//  - MLA decode from the compressed (absorbed) cache equals the decompressed full forward,
+//    logits of every position, in prefill chunks and single steps (§1.7);
+//  - AttnRes: layer 0's mixer reads the embedding itself and has no AttnRes parameters; at
+//    zero pseudo-queries every AttnRes output is the mean of its sources and the key-norm
+//    weights get exactly zero gradient while the queries do not (§4.5);
+//  - router: a uniform shift of the selection bias changes nothing (bit-identical); an
+//    expert no token reaches gets exactly zero weight gradient; with the latent MoE the
+//    routed scale and the renormalisation do not change the output (§2.4);
+//  - the once-per-step balance: only backward passes count, the statistics match a recount
+//    of the selections, the bias moves by +-rate (centred), the counts start over;
+//  - MoE results are bit-identical run to run and with 1 vs 2 threads;
+//  - parameter counts and FLOPs of the KL-S / KL-XS configs match blocks-spec §6.7.
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+
+#include "hybrid_test_util.h"
+#include "model/ops/block_ops.h"
+#include "model/params.h"
+#include "testing.h"
+
+static void fill_tokens(int *t, int n, int V, unsigned long seed) {
+    Rng r;
+    rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) t[i] = (int)rng_below(&r, (uint64_t)V);
+}
+
+// the double logits of row i of the last forward / decode (CPU backend: host memory)
+static void logits_row(const Model *m, int i, double *out) {
+    const real *row = m->acts.logits + (size_t)i * m->cfg.padded_vocab_size;
+    for (int v = 0; v < m->cfg.padded_vocab_size; v++) out[v] = row[v];
+}
+
+static double max_rel_diff(const double *a, const double *b, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i])), s = fmax(s, fabs((double)a[i]));
+    return s > 0 ? d / s : d;
+}
+
+// ---------------------------------------------------------------------------------------
+static void check_decode(const char *label, Config c) {
+    const int T = 7, Vp = c.padded_vocab_size;
+    Model m;
+    model_create(&m, &c, backend_cpu(), 1, T);
+    tiny_hybrid_params(&m, 3, 0.3);
+    int tok[7];
+    fill_tokens(tok, T, c.vocab_size, 5);
+    CHECK(model_can_decode(&m), "%s: every layer is M, so the model should decode", label);
+    model_forward(&m, tok, NULL, 1, T);
+    double *full = xmalloc(sizeof(double) * (size_t)T * Vp), *inc = xmalloc(sizeof(double) * (size_t)T * Vp);
+    for (int t = 0; t < T; t++) logits_row(&m, t, full + (size_t)t * Vp);
+    double margin_full = moe_min_margin(&m, T);
+    // prefill 3, then 1, 1, 2
+    model_decode_reset(&m);
+    const int chunks[4] = {3, 1, 1, 2};
+    int at = 0;
+    for (int k = 0; k < 4; k++) {
+        model_decode(&m, tok + at, chunks[k]);
+        for (int i = 0; i < chunks[k]; i++) logits_row(&m, i, inc + (size_t)(at + i) * Vp);
+        at += chunks[k];
+    }
+    double err = max_rel_diff(full, inc, (size_t)T * Vp);
+    printf("decode %-52s absorbed vs decompressed: max rel diff %.2e (routing margin %.3f)\n", label, err,
+           margin_full);
+    CHECK(margin_full > 1e-6, "%s: routing near-tie (%g) would make the comparison meaningless", label, margin_full);
+    CHECK(err <= 1e-10, "%s: decode logits differ from the full forward by %.3e", label, err);
+    // a full forward after decoding is unaffected by the caches
+    model_forward(&m, tok, NULL, 1, T);
+    double *again = xmalloc(sizeof(double) * (size_t)T * Vp);
+    for (int t = 0; t < T; t++) logits_row(&m, t, again + (size_t)t * Vp);
+    CHECK(max_rel_diff(full, again, (size_t)T * Vp) == 0, "%s: forward after decode changed", label);
+    free(full), free(inc), free(again);
+    model_destroy(&m);
+}
+
+static void decode_refuses(void *ctx) {
+    (void)ctx;
+    Config c = tiny_hybrid("layers", "MA", NULL);
+    Model m;
+    model_create(&m, &c, backend_cpu(), 1, 4);
+    int t[1] = {1};
+    model_decode(&m, t, 1);
+}
+
+static void test_decode(void) {
+    check_decode("gated q-LoRA RoPE MLA, latent MoE, AttnRes S=2",
+                 tiny_hybrid("layers", "MMMM", "context_length", "16", NULL));
+    check_decode("NoPE MLA without q-LoRA or gate, MoE A, residuals",
+                 tiny_hybrid("layers", "MMM", "mla_q_rank", "0", "mla_rope", "false", "mla_gate", "false",
+                             "moe_latent_dim", "0", "attn_res_block", "0", NULL));
+    check_decode("learned positions, d_r = 0, S = 1",
+                 tiny_hybrid("layers", "MM", "position", "learned", "mla_rope", "false", "mla_rope_dim", "0",
+                             "attn_res_block", "1", NULL));
+    CHECK(expect_death(decode_refuses, NULL, "has no decode form"), "decode of an 'A' layer should be refused");
+}
+
+// ---------------------------------------------------------------------------------------
+static void test_attnres_model(void) {
+    Config c = tiny_hybrid("layers", "MMAM", "attn_res_block", "2", NULL);
+    Model m;
+    model_create(&m, &c, backend_cpu(), 2, 5);
+    model_init_params(&m, 9);  // queries at zero, norms at one: the spec's init
+    int in[10], tg[10];
+    fill_tokens(in, 10, c.vocab_size, 1);
+    fill_tokens(tg, 10, c.vocab_size, 2);
+    CHECK(params_find(&m.table, "blocks.0.attnres_attn.query") < 0, "layer 0's attention AttnRes should not exist");
+    CHECK(params_find(&m.table, "blocks.1.attnres_attn.query") >= 0, "layer 1's attention AttnRes is missing");
+    model_zero_grad(&m);
+    model_forward(&m, in, tg, 2, 5);
+    CHECK(m.acts.blocks[0].xa_in == m.acts.encoded, "layer 0's mixer input is not the embedding");
+    // every op at w = 0: the uniform mean of its sources
+    const size_t nc = (size_t)10 * c.d_model;
+    double worst = 0;
+    for (int l = 0; l <= c.n_layer; l++) {
+        for (int site = 0; site < 2; site++) {
+            const AttnResActs *a = l == c.n_layer ? (site ? NULL : &m.acts.ar_out)
+                                                  : site ? &m.acts.blocks[l].ar_ffn : &m.acts.blocks[l].ar_attn;
+            if (!a || !a->srcs) continue;
+            for (size_t k = 0; k < nc; k++) {
+                double mean = 0;
+                for (int i = 0; i < a->n; i++) mean += a->srcs[i][k];
+                worst = fmax(worst, fabs(a->out[k] - mean / a->n));
+            }
+        }
+    }
+    CHECK(worst < 1e-14, "zero pseudo-queries: AttnRes outputs differ from the source mean by %g", worst);
+    model_backward(&m, 1.0f);
+    int norms_zero = 1, queries_live = 1;
+    for (int i = 0; i < m.table.count; i++) {
+        const ParamInfo *p = &m.table.items[i];
+        if (!strstr(p->name, "attnres")) continue;
+        const real *g = model_tensor(&m, m.grads, i);
+        double mx = 0;
+        for (size_t j = 0; j < p->numel; j++) mx = fmax(mx, fabs(g[j]));
+        if (strstr(p->name, ".norm.")) norms_zero &= mx == 0.0;
+        else queries_live &= mx > 0.0;
+    }
+    CHECK(norms_zero, "at w = 0 the AttnRes key-norm weights must get exactly zero gradient (§4.5)");
+    CHECK(queries_live, "at w = 0 every AttnRes pseudo-query must get a gradient");
+    model_destroy(&m);
+}
+
+// ---------------------------------------------------------------------------------------
+static double loss_with(const Config *c, unsigned long seed, const int *in, const int *tg, void (*edit)(Model *)) {
+    Model m;
+    model_create(&m, c, backend_cpu(), 2, 5);
+    tiny_hybrid_params(&m, seed, 0.3);
+    if (edit) edit(&m);
+    double l = model_forward(&m, in, tg, 2, 5);
+    model_destroy(&m);
+    return l;
+}
+
+static void shift_bias(Model *m) {
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        if (!m->mp.blocks[l].moe_layer) continue;
+        real *b = model_tensor(m, m->params, m->mp.blocks[l].moe.router_bias);
+        for (int e = 0; e < m->cfg.moe_experts; e++) b[e] += 0.25;
+    }
+}
+
+static void test_router_model(void) {
+    int in[10], tg[10];
+    fill_tokens(in, 10, 11, 3);
+    fill_tokens(tg, 10, 11, 4);
+    // a uniform bias shift keeps every selection: bit-identical loss
+    Config c = tiny_hybrid(NULL);
+    double l0 = loss_with(&c, 4, in, tg, NULL), l1 = loss_with(&c, 4, in, tg, shift_bias);
+    CHECK(l0 == l1, "a uniform selection-bias shift changed the loss: %.17g vs %.17g", l0, l1);
+    // latent MoE: RMSNorm(alpha r) = RMSNorm(r), so rho and the renormalisation (a per-token
+    // common factor of the routed weights) cancel (§2.4); a tiny norm eps makes it exact
+    Config a = tiny_hybrid("norm_eps", "1e-30", NULL);
+    Config b = tiny_hybrid("norm_eps", "1e-30", "moe_route_scale", "2.446", "moe_renorm", "false", NULL);
+    double la = loss_with(&a, 6, in, tg, NULL), lb = loss_with(&b, 6, in, tg, NULL);
+    CHECK(rel_err(la, lb, 1e-30) < 1e-12, "latent MoE: scale/renorm changed the loss %.17g -> %.17g", la, lb);
+    Config va = tiny_hybrid("moe_latent_dim", "0", NULL);
+    Config vb = tiny_hybrid("moe_latent_dim", "0", "moe_route_scale", "2.446", NULL);
+    CHECK(loss_with(&va, 6, in, tg, NULL) != loss_with(&vb, 6, in, tg, NULL), "variant A should depend on rho");
+
+    // an expert that no token reaches gets exactly zero weight gradient
+    Config z = tiny_hybrid("moe_experts", "5", NULL);
+    Model m;
+    model_create(&m, &z, backend_cpu(), 2, 5);
+    tiny_hybrid_params(&m, 8, 0.3);
+    const int l = 3, dead = 2, E = 5, M = z.moe_hidden, De = z.moe_latent_dim;
+    real *bias = model_tensor(&m, m.params, m.mp.blocks[l].moe.router_bias);
+    bias[dead] = -100;  // scores lie in (0, 1): never selected
+    model_zero_grad(&m);
+    model_forward(&m, in, tg, 2, 5);
+    model_backward(&m, 1.0f);
+    const real *g13 = model_tensor(&m, m.grads, m.mp.blocks[l].moe.w13);
+    const real *g2 = model_tensor(&m, m.grads, m.mp.blocks[l].moe.w2);
+    double dead_g = 0, live_g = 0;
+    for (int e = 0; e < E; e++) {
+        double mx = 0;
+        for (size_t j = 0; j < (size_t)2 * M * De; j++) mx = fmax(mx, fabs(g13[(size_t)e * 2 * M * De + j]));
+        for (size_t j = 0; j < (size_t)De * M; j++) mx = fmax(mx, fabs(g2[(size_t)e * De * M + j]));
+        if (e == dead) dead_g = mx;
+        else live_g = fmax(live_g, mx);
+    }
+    CHECK(dead_g == 0.0 && live_g > 0, "unrouted expert: gradient %g (others %g)", dead_g, live_g);
+    model_destroy(&m);
+}
+
+// ---------------------------------------------------------------------------------------
+static void test_balance_step(void) {
+    Config c = tiny_hybrid("moe_experts", "6", "moe_bias_update_rate", "0.01", NULL);
+    Model m;
+    model_create(&m, &c, backend_cpu(), 2, 5);
+    tiny_hybrid_params(&m, 5, 0.3);
+    int in[10], tg[10];
+    fill_tokens(in, 10, c.vocab_size, 7);
+    fill_tokens(tg, 10, c.vocab_size, 8);
+    const int E = 6, K = c.moe_top_k;
+    MoeStepStats st;
+    // a forward alone (evaluation, sampling) counts nothing
+    model_forward(&m, in, tg, 2, 5);
+    for (int l = 0; l < c.n_layer; l++)
+        if (m.mp.blocks[l].moe_layer)
+            for (int e = 0; e < E; e++) CHECK(m.acts.blocks[l].moe.counts[e] == 0, "forward alone counted");
+    // two micro-batches of one step
+    long want[CONFIG_MAX_LAYERS][8];
+    memset(want, 0, sizeof want);
+    real bias0[CONFIG_MAX_LAYERS][8];
+    for (int rep = 0; rep < 2; rep++) {
+        model_forward(&m, rep ? tg : in, rep ? in : tg, 2, 5);
+        model_backward(&m, 0.5f);
+        for (int l = 0; l < c.n_layer; l++)
+            if (m.mp.blocks[l].moe_layer)
+                for (int n = 0; n < 10 * K; n++) want[l][m.acts.blocks[l].moe.sel[n]]++;
+    }
+    for (int l = 0; l < c.n_layer; l++)
+        if (m.mp.blocks[l].moe_layer)
+            memcpy(bias0[l], model_tensor(&m, m.params, m.mp.blocks[l].moe.router_bias), sizeof(real) * E);
+    model_moe_step(&m, &st);
+    long mn = 1L << 40, mx = 0;
+    double cv_sum = 0, cv_max = 0;
+    int ok_bias = 1, layers = 0;
+    for (int l = 0; l < c.n_layer; l++) {
+        if (!m.mp.blocks[l].moe_layer) continue;
+        MoeLoadStats ls = moe_load_stats(want[l], E);
+        mn = ls.min < mn ? ls.min : mn;
+        mx = ls.max > mx ? ls.max : mx;
+        cv_sum += ls.cv;
+        cv_max = fmax(cv_max, ls.cv);
+        layers++;
+        const real *b = model_tensor(&m, m.params, m.mp.blocks[l].moe.router_bias);
+        double mean = 0, upd[8], umean = 0;
+        for (int e = 0; e < E; e++) mean += want[l][e] / (double)E;
+        for (int e = 0; e < E; e++) {
+            upd[e] = 0.01 * (want[l][e] < mean ? 1 : want[l][e] > mean ? -1 : 0);
+            umean += upd[e] / E;
+        }
+        for (int e = 0; e < E; e++) ok_bias &= fabs(b[e] - (bias0[l][e] + upd[e] - umean)) < 1e-15;
+        for (int e = 0; e < E; e++) CHECK(m.acts.blocks[l].moe.counts[e] == 0, "counts not cleared after the step");
+    }
+    CHECK(st.layers == layers && st.min == mn && st.max == mx && fabs(st.cv_mean - cv_sum / layers) < 1e-15 &&
+              st.cv_max == cv_max,
+          "step stats (%d layers, min %ld max %ld cv %g/%g) vs recount (%d, %ld, %ld, %g/%g)", st.layers, st.min,
+          st.max, st.cv_mean, st.cv_max, layers, mn, mx, cv_sum / layers, cv_max);
+    CHECK(ok_bias, "the bias update is not the centred sign rule of §2.6 A");
+    CHECK(st.min + st.max > 0, "no slots counted");
+    // an empty step leaves the bias alone and reports zero loads
+    real keep[8];
+    memcpy(keep, model_tensor(&m, m.params, m.mp.blocks[3].moe.router_bias), sizeof keep[0] * E);
+    model_moe_step(&m, &st);
+    CHECK(st.max == 0 && !memcmp(keep, model_tensor(&m, m.params, m.mp.blocks[3].moe.router_bias), sizeof keep[0] * E),
+          "an empty step changed the bias or reported loads");
+    model_destroy(&m);
+}
+
+// ---------------------------------------------------------------------------------------
+// forward + backward on a model big enough that every loop splits across threads
+// (the double values themselves: a download to float could hide a difference)
+static void run_once(int threads, double *loss, real *grads, real *logits) {
+    omp_set_num_threads(threads);
+    Config c = tiny_hybrid("d_model", "32", "n_head", "4", "vocab_size", "64", "padded_vocab_size", "64",
+                           "context_length", "32", "seq_len", "32", "moe_experts", "8", "moe_hidden", "16",
+                           "moe_latent_dim", "16", "mla_kv_rank", "16", "init_std", "0.1", NULL);
+    Model m;
+    model_create(&m, &c, backend_cpu(), 2, 32);
+    tiny_hybrid_params(&m, 12, 0.1);
+    int in[64], tg[64];
+    fill_tokens(in, 64, 64, 13);
+    fill_tokens(tg, 64, 64, 14);
+    model_zero_grad(&m);
+    *loss = model_forward(&m, in, tg, 2, 32);
+    memcpy(logits, m.acts.logits + (size_t)63 * 64, sizeof(real) * 64);
+    model_backward(&m, 1.0f);
+    memcpy(grads, m.grads, sizeof(real) * m.table.total);
+    model_destroy(&m);
+}
+
+static void test_determinism(void) {
+    Config c = tiny_hybrid("d_model", "32", "n_head", "4", "vocab_size", "64", "padded_vocab_size", "64",
+                           "context_length", "32", "seq_len", "32", "moe_experts", "8", "moe_hidden", "16",
+                           "moe_latent_dim", "16", "mla_kv_rank", "16", NULL);
+    ParamTable t;
+    ModelParams mp;
+    params_build(&c, &t, &mp);
+    size_t n = t.total;
+    params_free(&t, &mp);
+    double l[3];
+    real *g[3], *lg[3];
+    for (int k = 0; k < 3; k++) {
+        g[k] = xmalloc(sizeof(real) * n), lg[k] = xmalloc(sizeof(real) * 64);
+        run_once(k == 2 ? 1 : 2, &l[k], g[k], lg[k]);
+    }
+    CHECK(l[0] == l[1] && !memcmp(g[0], g[1], sizeof(real) * n) && !memcmp(lg[0], lg[1], sizeof(real) * 64),
+          "MoE hybrid: two runs differ");
+    CHECK(l[0] == l[2] && !memcmp(g[0], g[2], sizeof(real) * n) && !memcmp(lg[0], lg[2], sizeof(real) * 64),
+          "MoE hybrid: 1 vs 2 threads differ");
+    printf("determinism: loss %.12f bit-identical over 2 runs and 1 vs 2 threads (%zu gradients)\n", l[0], n);
+    for (int k = 0; k < 3; k++) free(g[k]), free(lg[k]);
+    omp_set_num_threads(1);
+}
+
+// ---------------------------------------------------------------------------------------
+typedef struct {
+    const char *file, *override_key, *override_value;
+    double total, active_ne, mflops, tol_m;  // millions, as §6.7 rounds them
+} Expect;
+
+static void test_family_counts(void) {
+    const Expect ex[] = {
+        // §6.7: KL-S variant A with q-LoRA and AttnRes, T = 1024
+        {"configs/kl-s-0-1.conf", NULL, NULL, 248.5, 86.0, 842, 0.05},
+        // variant B (latent l = 384, expert m = 512): 257-262M total, 95-100M active, 867-895 MFLOPs;
+        // 0:1 is the top of the FLOPs range and the bottom of the parameter range
+        {"configs/kl-s-0-1.conf", "moe_latent_dim", "384", 257.3, 94.8, 895, 0.1},
+        // KL-XS: 128-131M total, 40-43M active, 440-460 MFLOPs
+        {"configs/kl-xs-0-1.conf", NULL, NULL, 128.2, 40.5, 460, 0.1},
+    };
+    for (size_t i = 0; i < sizeof ex / sizeof ex[0]; i++) {
+        Config c;
+        config_defaults(&c);
+        config_load_file(&c, ex[i].file);
+        if (ex[i].override_key) {
+            config_set_override(&c, ex[i].override_key, ex[i].override_value);
+            config_set_override(&c, "moe_hidden", "512");
+        }
+        config_finalize(&c);
+        ParamTable t;
+        ModelParams mp;
+        params_build(&c, &t, &mp);
+        double total = (double)params_count(&t) / 1e6, act = params_count_active(&c, &t, 1) / 1e6;
+        double fl = params_flops_per_token(&c, &t) / 1e6;
+        printf("%-24s %-18s total %.3fM, active non-embedding %.3fM, %.1f MFLOP/token\n", ex[i].file,
+               ex[i].override_key ? "(latent MoE)" : "", total, act, fl);
+        CHECK(fabs(total - ex[i].total) <= ex[i].tol_m, "%s: total %.3fM, §6.7 says %.1fM", ex[i].file, total,
+              ex[i].total);
+        CHECK(fabs(act - ex[i].active_ne) <= ex[i].tol_m, "%s: active %.3fM, §6.7 says %.1fM", ex[i].file, act,
+              ex[i].active_ne);
+        CHECK(fabs(fl - ex[i].mflops) <= 0.5, "%s: %.1f MFLOP/token, §6.7 says %.0f", ex[i].file, fl, ex[i].mflops);
+        params_free(&t, &mp);
+    }
+    // GPT-2 124M: §6.7's reference, ~799 MFLOP/token with the same formula
+    Config g;
+    config_defaults(&g);
+    config_load_file(&g, "configs/gpt2-124m.conf");
+    config_finalize(&g);
+    ParamTable t;
+    ModelParams mp;
+    params_build(&g, &t, &mp);
+    double fl = params_flops_per_token(&g, &t) / 1e6;
+    CHECK(fabs(fl - 799) <= 0.5, "GPT-2 124M: %.1f MFLOP/token, §6.7 says 799", fl);
+    params_free(&t, &mp);
+}
+
+int main(void) {
+    omp_set_num_threads(1);
+    test_decode();
+    test_attnres_model();
+    test_router_model();
+    test_balance_step();
+    test_determinism();
+    test_family_counts();
+    TEST_MAIN_END();
+}
