@@ -19,6 +19,7 @@ static void check_gpt2_shaped(const char *dir, const Config *c, const ModelParam
     else if (c->position != POS_LEARNED) why = "position must be learned";
     else if (c->mlp != MLP_GELU) why = "mlp must be gelu";
     else if (!c->tie_embeddings) why = "tie_embeddings must be true";
+    else if (c->attn_res_block) why = "attn_res_block must be 0 (GPT-2 has plain residuals)";
     else if (mp->pos_embed < 0 || mp->normf.b < 0 || mp->lm_head != mp->tok_embed)
         why = "the parameter table lacks a GPT-2 tensor";
     if (why) die("%s: cannot export as Hugging Face GPT-2: %s (config: layers = %s)", dir, why, c->layers_spec);
