@@ -150,3 +150,17 @@ int docs_next(DocReader *r, Doc *d) {
     }
     return 0;
 }
+
+uint64_t docs_count(DocReader *r) {
+    docs_rewind(r);
+    Doc d = {0};
+    uint64_t n = 0;
+    for (; r->file < r->nfiles; r->file++, r->line = 0) {
+        if (r->files[r->file].format != FORMAT_JSONL) n += r->files[r->file].size > 0;  // no need to read it
+        else
+            while (next_jsonl(r, &d)) n++;
+    }
+    buf_free(&d.text);
+    docs_rewind(r);
+    return n;
+}

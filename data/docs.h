@@ -52,6 +52,9 @@ void docs_open(DocReader *r, char **paths, int npaths, DocFormat format);
 // Dies naming file:line on malformed JSONL.
 int docs_next(DocReader *r, Doc *d);
 void docs_rewind(DocReader *r);
+// The number of documents docs_next will return (JSONL files are read and checked,
+// other files only need their size). Leaves the reader rewound.
+uint64_t docs_count(DocReader *r);
 void docs_close(DocReader *r);
 const char *docs_format_name(DocFormat f);
 

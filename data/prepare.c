@@ -45,13 +45,6 @@ static int is_val(uint64_t i, uint64_t n_val, uint64_t n_docs) {
     return (i + 1) * n_val / n_docs > i * n_val / n_docs;
 }
 
-static uint64_t count_docs(DocReader *r, Doc *scratch) {
-    uint64_t n = 0;
-    while (docs_next(r, scratch)) n++;
-    docs_rewind(r);
-    return n;
-}
-
 static uint64_t val_count(const PrepareOptions *o, uint64_t n_docs) {
     uint64_t n = o->val_docs;
     if (!o->val_by_count) {
@@ -156,9 +149,7 @@ int prepare_main(int argc, char **argv) {
     if (!o.quiet)
         fprintf(stderr, "prepare: %zu input file%s, %.1f MB (format %s); counting documents ...\n", reader.nfiles,
                 plural(reader.nfiles), reader.total_bytes / 1e6, docs_format_name(o.format));
-    Doc scratch = {0};
-    uint64_t n_docs = count_docs(&reader, &scratch);
-    buf_free(&scratch.text);
+    uint64_t n_docs = docs_count(&reader);
     if (n_docs == 0)
         die("prepare: the inputs hold no text (%zu file%s, %llu bytes, no non-empty document)", reader.nfiles,
             plural(reader.nfiles), (unsigned long long)reader.total_bytes);
@@ -180,8 +171,11 @@ int prepare_main(int argc, char **argv) {
     progress_start(&prog, "prepare", reader.total_bytes, o.quiet);
     int flags = o.allow_special ? TOKENIZER_ALLOW_EOT : 0, eot = tokenizer_eot(tok);
     uint64_t doc_index = 0, bytes_read = 0, done = 0, text_bytes = 0;
+    double encode_secs = 0;  // wall time inside the parallel tokenizer
     while (fill_batch(&batch, &reader, &bytes_read)) {
+        double t0 = now_seconds();
         encode_batch(&batch, enc, o.threads, flags, &prog, &done);
+        encode_secs += now_seconds() - t0;
         for (size_t k = 0, j = 0; k < batch.ndocs; k++, doc_index++) {
             ShardSeq *s = is_val(doc_index, n_val, n_docs) ? &val : &train;
             shardseq_push(s, &eot, 1);
@@ -196,8 +190,9 @@ int prepare_main(int argc, char **argv) {
                                  (unsigned long long)n_docs, (unsigned long long)doc_index);
 
     double secs = now_seconds() - start;
-    printf("prepare: %llu document%s, %.1f MB of text, %.1f s\n", (unsigned long long)n_docs, plural(n_docs),
-           text_bytes / 1e6, secs);
+    printf("prepare: %llu document%s, %.1f MB of text, %.2f s in all; tokenizing took %.2f s: %.1f MB/s on %d thread%s\n",
+           (unsigned long long)n_docs, plural(n_docs), text_bytes / 1e6, secs, encode_secs,
+           text_bytes / 1e6 / (encode_secs > 0 ? encode_secs : 1e-9), o.threads, plural((uint64_t)o.threads));
     report_split(&train, n_docs - n_val);
     report_split(&val, n_val);
     for (size_t k = 0; k < batch.doc_cap; k++) buf_free(&batch.docs[k].text);
