@@ -35,7 +35,8 @@ static void walk(DocReader *r, size_t *cap, const char *path, DocFormat format, 
     if (!S_ISDIR(st.st_mode)) {
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
-        if (top || format != FORMAT_BROWN || brown_is_sample_name(base)) add_file(r, cap, path, format, (uint64_t)st.st_size);
+        if (top || format != FORMAT_BROWN || brown_is_sample_name(base))
+            add_file(r, cap, path, format, (uint64_t)st.st_size);
         return;
     }
     DIR *d = opendir(path);

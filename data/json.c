@@ -8,12 +8,18 @@ void json_skip_ws(const char **p, const char *end) {
     *p = s;
 }
 
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
 static int hex4(const char *s, const char *end, uint32_t *v) {
     if (end - s < 4) return 0;
     uint32_t x = 0;
     for (int i = 0; i < 4; i++) {
-        char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = hex_digit(s[i]);
         if (d < 0) return 0;
         x = x * 16 + (uint32_t)d;
     }
@@ -29,7 +35,8 @@ static void put_utf8(Buf *out, uint32_t cp) {
     } else if (cp < 0x800) {
         b[0] = (char)(0xC0 | cp >> 6), b[1] = (char)(0x80 | (cp & 0x3F)), n = 2;
     } else if (cp < 0x10000) {
-        b[0] = (char)(0xE0 | cp >> 12), b[1] = (char)(0x80 | (cp >> 6 & 0x3F)), b[2] = (char)(0x80 | (cp & 0x3F)), n = 3;
+        b[0] = (char)(0xE0 | cp >> 12), b[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        b[2] = (char)(0x80 | (cp & 0x3F)), n = 3;
     } else {
         b[0] = (char)(0xF0 | cp >> 18), b[1] = (char)(0x80 | (cp >> 12 & 0x3F));
         b[2] = (char)(0x80 | (cp >> 6 & 0x3F)), b[3] = (char)(0x80 | (cp & 0x3F)), n = 4;

@@ -141,7 +141,8 @@ int prepare_main(int argc, char **argv) {
     DocReader reader;
     docs_open(&reader, o.inputs, o.ninputs, o.format);
     Tokenizer *tok = tokenizer_load_dir(o.vocab_dir);
-    if (tokenizer_vocab_size(tok) > 65536) die("prepare: a vocabulary of %d tokens does not fit uint16 shards", tokenizer_vocab_size(tok));
+    if (tokenizer_vocab_size(tok) > 65536)
+        die("prepare: a vocabulary of %d tokens does not fit uint16 shards", tokenizer_vocab_size(tok));
     Encoder **enc = xmalloc((size_t)o.threads * sizeof(Encoder *));
     for (int t = 0; t < o.threads; t++) enc[t] = encoder_new(tok);
 
@@ -162,7 +163,8 @@ int prepare_main(int argc, char **argv) {
 
     mkdir_p(o.out_dir);
     int removed = shardseq_remove_old(o.out_dir, o.name, "train") + shardseq_remove_old(o.out_dir, o.name, "val");
-    if (removed && !o.quiet) fprintf(stderr, "prepare: removed %d shard%s of an earlier run\n", removed, plural((uint64_t)removed));
+    if (removed && !o.quiet)
+        fprintf(stderr, "prepare: removed %d shard%s of an earlier run\n", removed, plural((uint64_t)removed));
     ShardSeq train, val;
     shardseq_init(&train, o.out_dir, o.name, "train", o.shard_tokens);
     shardseq_init(&val, o.out_dir, o.name, "val", o.shard_tokens);
@@ -190,7 +192,8 @@ int prepare_main(int argc, char **argv) {
                                  (unsigned long long)n_docs, (unsigned long long)doc_index);
 
     double secs = now_seconds() - start;
-    printf("prepare: %llu document%s, %.1f MB of text, %.2f s in all; tokenizing took %.2f s: %.1f MB/s on %d thread%s\n",
+    printf("prepare: %llu document%s, %.1f MB of text, %.2f s in all; tokenizing took %.2f s: %.1f MB/s on %d "
+           "thread%s\n",
            (unsigned long long)n_docs, plural(n_docs), text_bytes / 1e6, secs, encode_secs,
            text_bytes / 1e6 / (encode_secs > 0 ? encode_secs : 1e-9), o.threads, plural((uint64_t)o.threads));
     report_split(&train, n_docs - n_val);

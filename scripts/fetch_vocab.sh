@@ -8,7 +8,8 @@ version=1.1.4
 sha256=099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c
 stamp="$pkg@$version $sha256"
 
-if [ -f out/vocab/encoder.json ] && [ -f out/vocab/vocab.bpe ] && [ "$(cat out/vocab/.stamp 2>/dev/null)" = "$stamp" ]; then
+if [ -f out/vocab/encoder.json ] && [ -f out/vocab/vocab.bpe ] &&
+    [ "$(cat out/vocab/.stamp 2>/dev/null)" = "$stamp" ]; then
     echo "[vocab] GPT-2 vocabulary already in out/vocab (from $pkg@$version)"
     exit 0
 fi

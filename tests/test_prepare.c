@@ -76,7 +76,8 @@ static void test_json(void) {
 static void test_jsonl(void) {
     Buf out = {0};
     size_t col;
-    const char *line = "{\"id\": 7, \"meta\": {\"text\": \"nested, not this\"}, \"text\": \"hello\\nworld\", \"z\": [1]}";
+    const char *line =
+        "{\"id\": 7, \"meta\": {\"text\": \"nested, not this\"}, \"text\": \"hello\\nworld\", \"z\": [1]}";
     CHECK(jsonl_text(line, strlen(line), &out, &col) == NULL && out.len == 11 && !memcmp(out.data, "hello\nworld", 11),
           "top-level text field");
     out.len = 0;
@@ -201,7 +202,8 @@ static void test_text_folder(Encoder *e) {
     free(got);
 
     // the same with 3 threads: identical files
-    CHECK(PREPARE("--out", tpath("out"), "--name", "t3", "--val-docs", "1", "--threads", "3", tpath("txt")) == 0, "run");
+    CHECK(PREPARE("--out", tpath("out"), "--name", "t3", "--val-docs", "1", "--threads", "3", tpath("txt")) == 0,
+          "run");
     CHECK(files_equal(tpath("out/t_train_000000.bin"), tpath("out/t3_train_000000.bin")) &&
               files_equal(tpath("out/t_val_000000.bin"), tpath("out/t3_val_000000.bin")),
           "3 threads write the same shards as 1");
@@ -219,7 +221,8 @@ static void test_text_folder(Encoder *e) {
           "stale shards removed");
 
     // --allow-special: the text <|endoftext|> becomes token 50256
-    CHECK(PREPARE("--out", tpath("out"), "--name", "s", "--val-docs", "0", "--allow-special", tpath("txt")) == 0, "run");
+    CHECK(PREPARE("--out", tpath("out"), "--name", "s", "--val-docs", "0", "--allow-special", tpath("txt")) == 0,
+          "run");
     TokenVec special = {0};
     expect_docs(e, docs, 4, TOKENIZER_ALLOW_EOT, &special);
     got = read_split(tpath("out"), "s", "train", &n, &ns);
@@ -252,7 +255,8 @@ static void test_jsonl_run(Encoder *e) {
 // A document over 1 MiB is cut into pieces that are encoded in parallel.
 static void test_big_document(Encoder *e) {
     Buf b = {0};
-    const char *words[] = {"alpha", " beta", "\n", "  gamma.", "\n\n", " \xce\xb4\xce\xad\xce\xbb\xcf\x84\xce\xb1", "!", "\n "};
+    const char *words[] = {"alpha",  " beta", "\n", "  gamma.", "\n\n", " \xce\xb4\xce\xad\xce\xbb\xcf\x84\xce\xb1",
+                           "!", "\n "};
     for (uint64_t x = 1; b.len < (5u << 19); x = x * 6364136223846793005ull + 1442695040888963407ull)
         buf_append(&b, words[(x >> 33) % 8], strlen(words[(x >> 33) % 8]));
     put("big/doc.txt", b.data, b.len);

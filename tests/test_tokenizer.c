@@ -64,7 +64,8 @@ static void test_fixture(Encoder *e) {
         }
         char *p = line + used - 1;
         bytes.len = 0;
-        for (; hexval(p[0]) >= 0 && hexval(p[1]) >= 0; p += 2) buf_putc(&bytes, (char)(hexval(p[0]) * 16 + hexval(p[1])));
+        for (; hexval(p[0]) >= 0 && hexval(p[1]) >= 0; p += 2)
+            buf_putc(&bytes, (char)(hexval(p[0]) * 16 + hexval(p[1])));
         size_t n = 0;
         CHECK(strncmp(p, " : ", 3) == 0, "%s: bad line %s", path, line);
         for (char *q = p + 3, *end; (want[n] = (int)strtol(q, &end, 10)), end != q; q = end) n++;
@@ -224,7 +225,8 @@ static void test_bpe_matches_encoder_py(const Tokenizer *t) {
     for (int k = 0; k < 600; k++) {
         const char *al = alphabets[k % 6];
         size_t n = 1 + rng_below(&r, k % 10 == 0 ? 3000 : 40), m = strlen(al);
-        for (size_t i = 0; i < n; i++) s[i] = k % 7 == 6 ? (unsigned char)rng_below(&r, 256) : (unsigned char)al[rng_below(&r, m)];
+        for (size_t i = 0; i < n; i++)  // every 7th piece: arbitrary bytes
+            s[i] = k % 7 == 6 ? (unsigned char)rng_below(&r, 256) : (unsigned char)al[rng_below(&r, m)];
         TokenVec got = {0};
         bpe_piece(t, &w, s, n, &got);
         size_t nref = naive_bpe(t, s, n, ref);
