@@ -54,7 +54,7 @@ struct Encoder {
     const Tokenizer *tok;
     pcre2_code *re;
     pcre2_match_data *md;
-    StrMap cache;      // piece bytes -> (offset into cache_ids << 8 | count)
+    StrMap cache;      // piece bytes -> (id << 8 | 1) for one token, else (offset into cache_ids << 8 | count)
     TokenVec cache_ids;
     TokenVec scratch;
     BpeWork work;
@@ -100,7 +100,8 @@ static void encode_piece(Encoder *e, const char *s, size_t n, TokenVec *out) {
     }
     uint64_t v;
     if (strmap_get(&e->cache, s, n, &v)) {
-        tokenvec_append(out, e->cache_ids.ids + (v >> 8), v & 0xFF);
+        if ((v & 0xFF) == 1) tokenvec_push(out, (int)(v >> 8));  // most pieces are one token
+        else tokenvec_append(out, e->cache_ids.ids + (v >> 8), v & 0xFF);
         return;
     }
     if (e->cache.count >= CACHE_MAX_ENTRIES) {
@@ -109,9 +110,13 @@ static void encode_piece(Encoder *e, const char *s, size_t n, TokenVec *out) {
     }
     e->scratch.n = 0;
     bpe_piece(e->tok, &e->work, (const unsigned char *)s, n, &e->scratch);
+    tokenvec_append(out, e->scratch.ids, e->scratch.n);
+    if (e->scratch.n == 1) {
+        strmap_put(&e->cache, s, n, (uint64_t)e->scratch.ids[0] << 8 | 1);
+        return;
+    }
     uint64_t off = e->cache_ids.n;
     tokenvec_append(&e->cache_ids, e->scratch.ids, e->scratch.n);
-    tokenvec_append(out, e->scratch.ids, e->scratch.n);
     strmap_put(&e->cache, s, n, off << 8 | e->scratch.n);
 }
 
