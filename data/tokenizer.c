@@ -143,9 +143,8 @@ fail:
 static void merge_insert(Tokenizer *t, int a, int b, int rank, int merged) {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     size_t mask = t->merge_cap - 1, i = merge_hash(key) & mask;
-    while (t->merge_key[i] != MERGE_EMPTY) i = (i + 1) & mask;
-    t->merge_key[i] = key;
-    t->merge_val[i] = (uint64_t)(uint32_t)rank << 32 | (uint32_t)merged;
+    while (t->merges[i].key != MERGE_EMPTY) i = (i + 1) & mask;
+    t->merges[i] = (MergeSlot){key, rank, merged};
 }
 
 // vocab.bpe: "#version: 0.2", then one merge "left right" per line, best first.
@@ -162,9 +161,8 @@ static void load_vocab_bpe(Tokenizer *t, const char *path, const int *alpha, con
     for (char *s = text; s < end; s++) nlines += *s == '\n';
     t->merge_cap = 16;
     while (t->merge_cap < 2 * nlines) t->merge_cap *= 2;
-    t->merge_key = xmalloc(t->merge_cap * sizeof(uint64_t));
-    t->merge_val = xmalloc(t->merge_cap * sizeof(uint64_t));
-    for (size_t i = 0; i < t->merge_cap; i++) t->merge_key[i] = MERGE_EMPTY;
+    t->merges = xmalloc(t->merge_cap * sizeof(MergeSlot));
+    for (size_t i = 0; i < t->merge_cap; i++) t->merges[i].key = MERGE_EMPTY;
     int *made_by = xmalloc((size_t)t->n_vocab * sizeof(int));  // rank of the merge producing each token
     for (int i = 0; i < t->n_vocab; i++) made_by[i] = t->offset[i + 1] - t->offset[i] == 1 ? -2 : -1;
     Buf raw = {0}, joined = {0};
@@ -250,7 +248,7 @@ Tokenizer *tokenizer_load_dir(const char *dir) {
 
 void tokenizer_free(Tokenizer *t) {
     if (!t) return;
-    free(t->bytes), free(t->offset), free(t->merge_key), free(t->merge_val);
+    free(t->bytes), free(t->offset), free(t->merges);
     free(t);
 }
 

@@ -2,7 +2,8 @@
 // encoder.json (token string -> id) and vocab.bpe (the 50,000 merges, best first).
 //
 // Encoding equals OpenAI's GPT-2 encoder (openai/gpt-2 src/encoder.py, and tiktoken's
-// "gpt2" encoding) token for token on valid UTF-8:
+// "gpt2" encoding) token for token on valid UTF-8 (up to Unicode-version differences in
+// what counts as a letter or number; data/README.md says how this is tested):
 //  1. pre-split the text with the GPT-2 pattern
 //       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //     where \s is Unicode White_Space (as in Python's `regex` module and Rust's regex);
@@ -21,7 +22,8 @@
 // text, like tiktoken's encode_ordinary.
 //
 // Threads: a Tokenizer is read-only once loaded and may be shared; every thread encodes
-// with its own Encoder (which holds the regex match state and a cache of pieces).
+// with its own Encoder (which holds the regex match state and a cache of up to 2^20
+// pieces, at most ~70 MB).
 #ifndef HYBRID_TOKENIZER_H
 #define HYBRID_TOKENIZER_H
 

@@ -9,15 +9,19 @@
 
 #define MERGE_EMPTY UINT64_MAX
 
+typedef struct {
+    uint64_t key;  // left id << 32 | right id; MERGE_EMPTY marks a free slot
+    int32_t rank, merged;
+} MergeSlot;
+
 struct Tokenizer {
     int n_vocab;
     int eot;
     char *bytes;            // every token's bytes, concatenated
     uint32_t *offset;       // token i is bytes[offset[i] .. offset[i+1])
     int byte_token[256];    // the single-byte token of each byte
-    // merges: key (left id << 32 | right id) -> value (rank << 32 | merged id),
-    // open addressing, MERGE_EMPTY marks a free slot
-    uint64_t *merge_key, *merge_val;
+    // merges: (left id, right id) -> (rank, merged id), open addressing
+    MergeSlot *merges;
     size_t merge_cap;       // power of two
     int n_merges;
 };
@@ -33,13 +37,13 @@ static inline int merge_lookup(const Tokenizer *t, int a, int b, int *rank, int 
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     size_t mask = t->merge_cap - 1, i = merge_hash(key) & mask;
     for (;;) {
-        uint64_t k = t->merge_key[i];
-        if (k == key) {
-            *rank = (int)(t->merge_val[i] >> 32);
-            *merged = (int)(uint32_t)t->merge_val[i];
+        const MergeSlot *s = &t->merges[i];
+        if (s->key == key) {
+            *rank = s->rank;
+            *merged = s->merged;
             return 1;
         }
-        if (k == MERGE_EMPTY) return 0;
+        if (s->key == MERGE_EMPTY) return 0;
         i = (i + 1) & mask;
     }
 }
