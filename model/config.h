@@ -59,6 +59,7 @@ typedef struct {
     double lr_matrix, lr_embed, lr_norm, lr_bias;
     double wd_matrix, wd_embed, wd_norm, wd_bias;
     long seed;
+    char vocab_dir[CONFIG_STR];       // GPT-2 encoder.json + vocab.bpe, for text samples
     char train_data[CONFIG_STR];
     char val_data[CONFIG_STR];
     int val_every;

@@ -17,7 +17,7 @@
 // exit status; the child turns leak checking off (a weak symbol: absent without ASan).
 void __lsan_disable(void) __attribute__((weak));
 
-static int expect_death_impl(void (*fn)(void *), void *arg, const char *what, ...) {
+static inline int expect_death_impl(void (*fn)(void *), void *arg, const char *what, ...) {
     char path[] = "/tmp/hybrid_death_XXXXXX";
     int fd = mkstemp(path);
     if (fd < 0) die("expect_death: mkstemp failed");
