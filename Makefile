@@ -16,8 +16,10 @@ ifeq ($(SANITIZE),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDLIBS  += -fsanitize=address,undefined
   BUILD   := $(OUT)/build-san
+  BIN     := $(BUILD)/hybrid
 else
   BUILD   := $(OUT)/build
+  BIN     := hybrid
 endif
 
 # ---- optional parts: each one found or turned off with a message ----
@@ -61,9 +63,10 @@ OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 .PHONY: all test train data vocab clean help
 # keep the objects of both builds between test links
 .SECONDARY:
-all: hybrid
+all: $(BIN)
 
-hybrid: $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU)
+# the CLI; the sanitizer build's copy lives in its build folder
+$(BIN): $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/f/%.o: %.c
@@ -85,8 +88,8 @@ $(BUILD)/tests/%: tests/%.c $(OBJ_D) $(OBJ_CU)
 	@$(CC) $(CFLAGS) -DREAL_DOUBLE -o $@ $^ $(LDLIBS)
 
 # Runs every C test binary, then every shell test (which drive ./hybrid).
-test: hybrid vocab $(TESTS)
-	@BUILD=$(BUILD) sh tests/run_all.sh $(TESTS)
+test: $(BIN) vocab $(TESTS)
+	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS)
 
 data:
 	@sh scripts/setup_data.sh
