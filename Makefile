@@ -16,8 +16,10 @@ ifeq ($(SANITIZE),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDLIBS  += -fsanitize=address,undefined
   BUILD   := $(OUT)/build-san
+  BIN     := $(BUILD)/hybrid
 else
   BUILD   := $(OUT)/build
+  BIN     := hybrid
 endif
 
 # ---- optional parts: each one found or turned off with a message ----
@@ -58,12 +60,13 @@ OBJ_F  := $(patsubst %.c,$(BUILD)/f/%.o,$(LIB_SRC))
 OBJ_D  := $(patsubst %.c,$(BUILD)/d/%.o,$(LIB_SRC))
 OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 
-.PHONY: all test train data clean help
+.PHONY: all test train data vocab clean help
 # keep the objects of both builds between test links
 .SECONDARY:
-all: hybrid
+all: $(BIN)
 
-hybrid: $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU)
+# the CLI; the sanitizer build's copy lives in its build folder
+$(BIN): $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/f/%.o: %.c
@@ -81,14 +84,19 @@ $(BUILD)/cu/%.o: %.cu
 # tests link against the double-precision build of the library
 $(BUILD)/tests/%: tests/%.c $(OBJ_D) $(OBJ_CU)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DREAL_DOUBLE -o $@ $^ $(LDLIBS)
+	@echo "LINK $@"
+	@$(CC) $(CFLAGS) -DREAL_DOUBLE -o $@ $^ $(LDLIBS)
 
 # Runs every C test binary, then every shell test (which drive ./hybrid).
-test: hybrid $(TESTS)
-	@BUILD=$(BUILD) sh tests/run_all.sh $(TESTS)
+test: $(BIN) vocab $(TESTS)
+	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS)
 
 data:
 	@sh scripts/setup_data.sh
+
+# the GPT-2 vocabulary files (encoder.json, vocab.bpe) that the tokenizer tests need
+vocab:
+	@sh scripts/fetch_vocab.sh
 
 train: hybrid data
 	./hybrid train configs/default.conf

@@ -83,6 +83,7 @@ typedef struct {
     double wd_matrix, wd_embed, wd_norm, wd_bias;
     double lr_router, wd_router;      // MoE router weights (AdamW; wd -1 = none)
     long seed;
+    char vocab_dir[CONFIG_STR];       // GPT-2 encoder.json + vocab.bpe, for text samples
     char train_data[CONFIG_STR];
     char val_data[CONFIG_STR];
     int val_every;
