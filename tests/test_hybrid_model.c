@@ -92,7 +92,8 @@ static void test_decode(void) {
     check_decode("learned positions, d_r = 0, S = 1",
                  tiny_hybrid("layers", "MM", "position", "learned", "mla_rope", "false", "mla_rope_dim", "0",
                              "attn_res_block", "1", NULL));
-    CHECK(expect_death(decode_refuses, NULL, "has no decode form"), "decode of an 'A' layer should be refused");
+    CHECK(expect_death(decode_refuses, NULL, "decode of an 'A' layer", "has no decode form"),
+          "decode of an 'A' layer should be refused");
 }
 
 // ---------------------------------------------------------------------------------------
