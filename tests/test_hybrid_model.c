@@ -369,6 +369,39 @@ static void test_family_counts(void) {
     params_free(&t, &mp);
 }
 
+// ---------------------------------------------------------------------------------------
+typedef struct {
+    const char *k1, *v1, *k2, *v2;
+} BadKeys;
+
+static void finalize_bad(void *ctx) {
+    const BadKeys *b = ctx;
+    tiny_hybrid(b->k1, b->v1, b->k2, b->v2, NULL);
+}
+
+static void test_config_errors(void) {
+    const struct {
+        BadKeys keys;
+        const char *expect;
+    } cases[] = {
+        {{"moe_top_k", "5", "moe_experts", "4"}, "moe_top_k = 5 must lie in [1, moe_experts = 4]"},
+        {{"moe_hidden", "0", "mlp", "situ"}, "moe_hidden must be set"},
+        {{"mlp", "gelu", "moe_hidden", "3"}, "set mlp = swiglu or situ"},
+        {{"mla_rope_dim", "3", "mla_rope", "true"}, "needs an even mla_rope_dim"},
+        {{"mla_kv_rank", "0", "layers", "MA"}, "mla_kv_rank must be positive"},
+        {{"dense_first", "9", "layers", "MM"}, "dense_first = 9 exceeds the 2 layers"},
+        {{"layers", "KKKM", "mlp", "situ"}, "unknown layer type 'K'"},
+        {{"moe_route_scale", "0", "mlp", "situ"}, "moe_route_scale must be positive"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        BadKeys k = cases[i].keys;
+        CHECK(expect_death(finalize_bad, &k, cases[i].expect, cases[i].expect), "config case %zu", i);
+    }
+    // without M layers and without MoE the hybrid keys are not checked
+    Config c = tiny_hybrid("layers", "AA", "mla_kv_rank", "0", NULL);
+    CHECK(c.n_layer == 2, "A-only config with an unused bad MLA key should load");
+}
+
 int main(void) {
     omp_set_num_threads(1);
     test_decode();
@@ -377,5 +410,6 @@ int main(void) {
     test_balance_step();
     test_determinism();
     test_family_counts();
+    test_config_errors();
     TEST_MAIN_END();
 }
