@@ -158,10 +158,9 @@ static void channel_backward(Model *m, int l, real *din, const real *dout, int B
 }
 
 // AttnRes sources (§4.3): sealed blocks b_0 .. b_{n_blocks-1}, then the partial P (if any).
-static int ar_sources(const real **src, const real *const *blocks, const AttnResPlan *pl, const real *P) {
+static void ar_sources(const real **src, const real *const *blocks, const AttnResPlan *pl, const real *P) {
     for (int j = 0; j < pl->n_blocks; j++) src[j] = blocks[j];
     if (pl->has_partial) src[pl->n_blocks] = P;
-    return pl->n_sources;
 }
 
 // Their gradient accumulators (§4.6): dB_j per block, then dP for the partial.

@@ -2,7 +2,9 @@
 // saved for the backward, and the residual bookkeeping. Every op goes through the
 // backend table, so the same code drives the CPU reference and CUDA. The sublayers
 // (token mixers, channel mixers, norms) are modules (layers.h); this file strings
-// them into blocks:  x = x + mixer(norm1(x));  x = x + channel(norm2(x)).
+// them into blocks:  x = x + mixer(norm1(x));  x = x + channel(norm2(x)), or with Block
+// AttnRes (attn_res_block > 0, blocks-spec §4.3) each sublayer reading an AttnRes mix of
+// the sealed blocks and the running partial sum.
 #ifndef HYBRID_MODEL_H
 #define HYBRID_MODEL_H
 
