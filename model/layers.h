@@ -40,7 +40,7 @@ void mlp_forward(struct Model *m, int layer, real *out, const real *in, int B, i
 void mlp_backward(struct Model *m, int layer, real *din, const real *dout, int B, int T);
 
 // ---- M: MLA, Multi-head Latent Attention (blocks-spec §1), model/mixer_mla.c ----
-// Training/prefill uses the decompressed form (§1.3); in decode mode (model_decode) the
+// Training/prefill uses the decompressed form (§1.3); in cached mode (model_forward_cached) the
 // latent cache [chat | k_rope] is extended and attention runs in the absorbed form (§1.7).
 typedef struct {
     real *in;
@@ -53,7 +53,7 @@ typedef struct {
     real *k;                  // (N, H*dqk) per head [k_nope | k_rope]
     real *o, *lse;            // (N, H*dv) attention output, (B, H, T)
     real *z, *u;              // gate logits, gated output (N, H*dv) (gate only)
-    real *cache;              // decode: (max_T, r+dr) rows [chat_t | kr_t]
+    real *cache;              // cached mode: (max_T, r+dr) rows [chat_t | kr_t]
     // backward scratch
     real *du, *d_o, *dz, *dq, *dk, *de, *dkr, *dc_n, *dc, *dkv, *daq_n, *daq, *dx;
 } MlaActs;

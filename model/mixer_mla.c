@@ -8,7 +8,7 @@
 //   k  = per head [k_nope,h | kr];  o = causal softmax attention(q, k, v)   (N, H*dv)
 //   u  = o * sigmoid(x W_g^T)  (gate)  or  u = o;    out = u W_o^T
 // Backward in the order of §1.5. The latent norms use eps 1e-6 (§1.2).
-// Decode mode (model_decode, B = 1): the rows [chat | kr] of the new tokens are appended to
+// Cached mode (model_forward_cached, B = 1): the rows [chat | kr] of the new tokens are appended to
 // the layer's cache and attention runs in the absorbed form (§1.7) over the whole cache.
 #include <math.h>
 
@@ -109,7 +109,7 @@ void mla_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     const MlaParams *p = &m->mp.blocks[l].mla;
     MlaActs *a = &m->acts.blocks[l].mla;
     const MlaDims d = dims(c);
-    const int N = B * T, pos0 = m->decoding ? m->decode_pos : 0;
+    const int N = B * T, pos0 = m->cached ? m->cache_pos : 0;
     a->in = (real *)in;
     // query path
     if (d.rq) {
@@ -129,9 +129,9 @@ void mla_forward(Model *m, int l, real *out, const real *in, int B, int T) {
         be->rope_forward(a->kr, a->kr, B, T, 1, d.dr, d.dr, 0, pos0, c->mla_rope_theta);
     }
     real *o = a->o;
-    if (m->decoding) {
+    if (m->cached) {
         // §1.7: cache row t = [chat_t | kr_t] (the concatenation split_kv's backward writes)
-        if (B != 1) die("mla decode: one sequence at a time (B = %d)", B);
+        if (B != 1) die("mla: the cached forward takes one sequence at a time (B = %d)", B);
         be->mla_split_kv_backward(backend_offset(be, a->cache, (size_t)pos0 * (d.r + d.dr)), a->c_n, a->kr, N, d.r,
                                   d.dr);
         be->mla_absorbed_attention(o, a->q, a->cache, PRM(p->kv_b_w), N, pos0 + N, d.H, d.dn, d.dr, d.dv, d.r,

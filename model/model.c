@@ -138,8 +138,8 @@ static void mixer_backward(Model *m, int l, real *din, const real *dout, int B, 
     }
 }
 
-// 1 if layer type `mixer` has a decode form (a cache that model_decode extends)
-static int mixer_can_decode(char mixer) {
+// 1 if layer type `mixer` has a cached form (a cache that model_forward_cached extends)
+static int mixer_has_cache(char mixer) {
     switch (mixer) {
     case 'M': return 1;
     default: return 0;
@@ -243,7 +243,7 @@ double model_forward(Model *m, const int *inputs, const int *targets, int B, int
     m->last_B = B;
     m->last_T = T;
     m->last_has_targets = targets != NULL;
-    m->decoding = 0;
+    m->cached = 0;
     be->upload_tokens(a->tokens, inputs, (size_t)N);
     run_graph(m, B, T, 0);
     m->moe_aux_loss = 0;
@@ -333,34 +333,34 @@ void model_backward(Model *m, float loss_scale) {
     be->embed_backward(G(mp->tok_embed), G(mp->pos_embed), dP, a->tokens, B, T, C);
 }
 
-int model_can_decode(const Model *m) {
+int model_cache_supported(const Model *m) {
     for (int l = 0; l < m->cfg.n_layer; l++)
-        if (!mixer_can_decode(m->cfg.layers[l])) return 0;
+        if (!mixer_has_cache(m->cfg.layers[l])) return 0;
     return 1;
 }
 
-void model_decode_reset(Model *m) { m->decode_pos = 0; }
+void model_cache_reset(Model *m) { m->cache_pos = 0; }
 
-void model_decode(Model *m, const int *tokens, int n) {
+void model_forward_cached(Model *m, const int *tokens, int n) {
     const Config *c = &m->cfg;
     for (int l = 0; l < c->n_layer; l++)
-        if (!mixer_can_decode(c->layers[l]))
-            die("model_decode: layer %d has type '%c', which has no decode form yet", l, c->layers[l]);
-    if (n < 1 || m->decode_pos + n > m->max_T)
-        die("model_decode: %d more tokens after %d exceed the %d the model was built for", n, m->decode_pos, m->max_T);
-    if (c->position == POS_LEARNED && m->decode_pos + n > c->context_length)
-        die("model_decode: position %d exceeds context_length %d", m->decode_pos + n, c->context_length);
+        if (!mixer_has_cache(c->layers[l]))
+            die("model_forward_cached: layer %d has type '%c', which has no cached form yet", l, c->layers[l]);
+    if (n < 1 || m->cache_pos + n > m->max_T)
+        die("model_forward_cached: %d more tokens after %d exceed the %d the model was built for", n, m->cache_pos, m->max_T);
+    if (c->position == POS_LEARNED && m->cache_pos + n > c->context_length)
+        die("model_forward_cached: position %d exceeds context_length %d", m->cache_pos + n, c->context_length);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
-            die("model_decode: token id %d is outside [0, %d)", tokens[i], c->vocab_size);
+            die("model_forward_cached: token id %d is outside [0, %d)", tokens[i], c->vocab_size);
     m->last_B = 1;
     m->last_T = n;
-    m->last_has_targets = 0;  // no backward after a decode step
-    m->decoding = 1;
+    m->last_has_targets = 0;  // no backward after a cached forward
+    m->cached = 1;
     m->be->upload_tokens(m->acts.tokens, tokens, (size_t)n);
-    run_graph(m, 1, n, m->decode_pos);
-    m->decoding = 0;
-    m->decode_pos += n;
+    run_graph(m, 1, n, m->cache_pos);
+    m->cached = 0;
+    m->cache_pos += n;
 }
 
 void model_logits_row(const Model *m, int b, int t, float *out) {

@@ -61,8 +61,8 @@ typedef struct Model {
     int last_count;                    // rows of the last forward whose target counts
     double moe_aux_loss;               // sum over MoE layers of the last forward's balance loss
     float backward_scale;              // loss_scale of the running backward (aux-loss gradient)
-    int decoding;                      // the forward runs in decode mode (model_decode)
-    int decode_pos;                    // decode: tokens already in the caches
+    int cached;                        // the graph runs in cached mode (model_forward_cached)
+    int cache_pos;                     // cached mode: tokens already in the caches
 } Model;
 
 // Builds the parameter table and allocates parameters, gradients and activations
@@ -90,16 +90,19 @@ void model_logits_row(const Model *m, int b, int t, float *out);
 // Pointer to tensor `index` of the table inside buf (m->params or m->grads); NULL for -1.
 real *model_tensor(const Model *m, real *buf, int index);
 
-// ---- incremental decoding of one sequence (B = 1) ----
-// Every mixer keeps a cache (MLA: the latent [chat | k_rope] rows, blocks-spec §1.7) and the
-// graph runs on the new tokens only; the logits equal those of a full forward up to rounding.
-// 1 if every layer type of the model has a decode form.
-int model_can_decode(const Model *m);
+// ---- cached (incremental) forward of one sequence (B = 1) ----
+// The same graph (run_graph) on the new tokens only: every mixer keeps a cache of the
+// prefix (MLA: the latent rows [chat | k_rope], attended in the absorbed form, blocks-spec
+// §1.7), and the per-token parts (norms, AttnRes, MoE, MLP) simply run on the new rows. The
+// logits equal those of a full forward up to rounding. (The `layers` work adds a token-by-
+// token Decoder, model/decode.h, for A/K/G/D/L; docs/hybrid.md says how the two meet.)
+// 1 if every layer type of the model has a cached form (today: M).
+int model_cache_supported(const Model *m);
 // Empties the caches (position 0).
-void model_decode_reset(Model *m);
-// Runs the next n tokens (positions decode_pos .. decode_pos+n-1, at most max_T in all);
-// their logits are then model_logits_row(m, 0, i), i < n. Dies for a layer without a decode form.
-void model_decode(Model *m, const int *tokens, int n);
+void model_cache_reset(Model *m);
+// Runs the next n tokens (positions cache_pos .. cache_pos+n-1, at most max_T in all);
+// their logits are then model_logits_row(m, 0, i), i < n. Dies for a layer without a cache.
+void model_forward_cached(Model *m, const int *tokens, int n);
 
 // ---- MoE load balancing once per optimizer step (blocks-spec §2.6), model/moe_step.c ----
 typedef struct {

@@ -46,17 +46,17 @@ static void check_decode(const char *label, Config c) {
     tiny_hybrid_params(&m, 3, 0.3);
     int tok[7];
     fill_tokens(tok, T, c.vocab_size, 5);
-    CHECK(model_can_decode(&m), "%s: every layer is M, so the model should decode", label);
+    CHECK(model_cache_supported(&m), "%s: every layer is M, so the model should decode", label);
     model_forward(&m, tok, NULL, 1, T);
     double *full = xmalloc(sizeof(double) * (size_t)T * Vp), *inc = xmalloc(sizeof(double) * (size_t)T * Vp);
     for (int t = 0; t < T; t++) logits_row(&m, t, full + (size_t)t * Vp);
     double margin_full = moe_min_margin(&m, T);
     // prefill 3, then 1, 1, 2
-    model_decode_reset(&m);
+    model_cache_reset(&m);
     const int chunks[4] = {3, 1, 1, 2};
     int at = 0;
     for (int k = 0; k < 4; k++) {
-        model_decode(&m, tok + at, chunks[k]);
+        model_forward_cached(&m, tok + at, chunks[k]);
         for (int i = 0; i < chunks[k]; i++) logits_row(&m, i, inc + (size_t)(at + i) * Vp);
         at += chunks[k];
     }
@@ -80,7 +80,7 @@ static void decode_refuses(void *ctx) {
     Model m;
     model_create(&m, &c, backend_cpu(), 1, 4);
     int t[1] = {1};
-    model_decode(&m, t, 1);
+    model_forward_cached(&m, t, 1);
 }
 
 static void test_decode(void) {
@@ -92,7 +92,7 @@ static void test_decode(void) {
     check_decode("learned positions, d_r = 0, S = 1",
                  tiny_hybrid("layers", "MM", "position", "learned", "mla_rope", "false", "mla_rope_dim", "0",
                              "attn_res_block", "1", NULL));
-    CHECK(expect_death(decode_refuses, NULL, "decode of an 'A' layer", "has no decode form"),
+    CHECK(expect_death(decode_refuses, NULL, "decode of an 'A' layer", "has no cached form"),
           "decode of an 'A' layer should be refused");
 }
 
