@@ -94,6 +94,16 @@ typedef struct Backend {
     void (*crossentropy_backward)(real *dlogits, const real *logits, const int *targets, real dloss, int N, int V,
                                   int Vp);
 
+    // ---- optional fused ops: NULL means the graph runs the separate ops ----
+    // act = gelu(pre), pre = inp @ w^T + bias (bias may be NULL): matmul_forward then
+    // gelu_forward, in one go (both act and pre written)
+    void (*matmul_gelu_forward)(real *act, real *pre, const real *inp, const real *w, const real *bias, int N, int C,
+                                int OC);
+    // matmul_backward of a layer whose input is act = gelu(pre), with gelu_backward folded
+    // in: dpre = (dout @ w) * gelu'(pre) (written), dw += dout^T @ act, dbias += sum_rows dout
+    void (*matmul_backward_gelu)(real *dpre, real *dw, real *dbias, const real *dout, const real *act, const real *w,
+                                 const real *pre, int N, int C, int OC);
+
     // ---- optimizer ----
     // Accumulated in double: sum of a statistics buffer (stat_size elements: the
     // per-row losses), and sum of squares of elements (elem_size: the gradients, for
