@@ -60,7 +60,7 @@ OBJ_F  := $(patsubst %.c,$(BUILD)/f/%.o,$(LIB_SRC))
 OBJ_D  := $(patsubst %.c,$(BUILD)/d/%.o,$(LIB_SRC))
 OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 
-.PHONY: all test train data vocab clean help
+.PHONY: all test test-gpu bench train data vocab clean help
 # keep the objects of both builds between test links
 .SECONDARY:
 all: $(BIN)
@@ -87,9 +87,42 @@ $(BUILD)/tests/%: tests/%.c $(OBJ_D) $(OBJ_CU)
 	@echo "LINK $@"
 	@$(CC) $(CFLAGS) -DREAL_DOUBLE -o $@ $^ $(LDLIBS)
 
-# Runs every C test binary, then every shell test (which drive ./hybrid).
+# Runs every C test binary, then every shell test (which drive ./hybrid); then the GPU
+# tests when a GPU is visible.
 test: $(BIN) vocab $(TESTS)
 	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS)
+	@if [ -n "$(CU_SRC)" ] && [ "$(SANITIZE)" != 1 ] && nvidia-smi -L > /dev/null 2>&1; then \
+	    $(MAKE) --no-print-directory test-gpu; fi
+
+# ---- GPU: parity tests and the GPT-2 benchmark (need nvcc and a visible GPU) ----
+# tests/gpu/ programs link the float build of the library plus the CUDA objects.
+GPU_BIN := $(BUILD)/gpu
+BENCH_B ?= 64
+BENCH_T ?= 1024
+BENCH_STEPS ?= 20
+
+$(GPU_BIN)/%: tests/gpu/%.c $(OBJ_F) $(OBJ_CU)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+ifneq ($(CU_SRC),)
+test-gpu: hybrid $(GPU_BIN)/test_cuda $(GPU_BIN)/dump_logits
+	@nvidia-smi -L > /dev/null 2>&1 || { echo "test-gpu: no GPU visible (nvidia-smi -L failed)"; exit 1; }
+	@rc=0; $(GPU_BIN)/test_cuda || rc=1; BUILD=$(BUILD) sh tests/gpu/check_hf.sh || rc=1; \
+	if [ $$rc = 0 ]; then echo "test-gpu: all passed"; else echo "test-gpu: FAILED"; fi; exit $$rc
+
+bench: hybrid $(GPU_BIN)/bench_gpt2
+	@nvidia-smi -L > /dev/null 2>&1 || { echo "bench: no GPU visible (nvidia-smi -L failed)"; exit 1; }
+	@mkdir -p $(OUT)/bench
+	$(GPU_BIN)/bench_gpt2 $(BENCH_B) $(BENCH_T) $(BENCH_STEPS) --json $(OUT)/bench/hybrid.json
+	HYBRID_CUDA_PROFILE=1 $(GPU_BIN)/bench_gpt2 $(BENCH_B) $(BENCH_T) 5
+	python3 scripts/bench_pytorch_gpt2.py --batch $(BENCH_B) --seq $(BENCH_T) --steps $(BENCH_STEPS) \
+	    --json $(OUT)/bench/pytorch.json
+	python3 scripts/bench_summary.py $(OUT)/bench/hybrid.json $(OUT)/bench/pytorch.json
+else
+test-gpu bench:
+	@echo "$@: this build has no CUDA (nvcc not found)"; exit 1
+endif
 
 data:
 	@sh scripts/setup_data.sh

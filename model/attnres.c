@@ -19,11 +19,12 @@ void attnres_params(const Config *c, ParamTable *t, AttnResParams *p, const char
 
 void attnres_layout(const Model *m, Carver *cv, AttnResActs *a, int n) {
     const size_t N = (size_t)m->max_B * m->max_T;
+    BACKEND_REQUIRE(m->be, attnres_forward, "Block AttnRes (attn_res_block > 0)");
     a->n = n;
     a->out = carve(cv, N * m->cfg.d_model);
-    a->probs = carve(cv, N * n);
-    a->logits = carve(cv, N * n);
-    a->rstd = carve(cv, N * n);
+    a->probs = carve_stat(cv, N * n);  // fp32 statistics (§4.4)
+    a->logits = carve_stat(cv, N * n);
+    a->rstd = carve_stat(cv, N * n);
     if (cv->base && !a->srcs) a->srcs = xcalloc((size_t)n, sizeof(*a->srcs));
 }
 

@@ -10,6 +10,9 @@
 //  - Pointers are backend memory. The graph never indexes them; it offsets them only
 //    through backend_offset() so that a backend may store another element type
 //    (the CUDA backend keeps bf16 activations). On the CPU every element is a `real`.
+//  - Per-row statistics (norm mean/rstd, attention lse, per-row losses) are
+//    `stat_size` bytes each: a `real` on the CPU, fp32 on CUDA (bf16 would lose the
+//    precision the backward needs). The graph carves them with carve_stat().
 //  - Shapes: N = rows (B*T tokens), C = channels. Weights use PyTorch's (out, in) layout.
 #ifndef HYBRID_BACKEND_H
 #define HYBRID_BACKEND_H
@@ -22,6 +25,8 @@
 typedef struct Backend {
     const char *name;
     size_t elem_size;  // bytes per activation / parameter element
+    size_t stat_size;  // bytes per statistics element (mean, rstd, lse, losses)
+    int keeps_master;  // 1: parameters are a rounded copy; the optimizer keeps fp32 master weights
 
     // ---- memory ----
     void *(*alloc)(size_t bytes);                      // zero-filled
@@ -159,34 +164,52 @@ typedef struct Backend {
     // counts[e] += slots routed to expert e (counts: E longs, backend memory)
     void (*moe_count)(long *counts, const int *sel, int N, int K, int E);
     // Aux-loss-free balancing (§2.6 A): bias[e] += rate * sign(mean(counts) - counts[e]),
-    // centred so that sum(bias) is unchanged. Outside autograd.
-    void (*moe_bias_update)(real *bias, const long *counts, int E, double rate);
+    // centred so that sum(bias) is unchanged. Outside autograd. master: NULL, or on a backend
+    // that keeps_master the fp32 master copy of bias (E floats): the update applies to it,
+    // then bias = round(master), as adamw_update does.
+    void (*moe_bias_update)(real *bias, float *master, const long *counts, int E, double rate);
 
     // Block AttnRes op (§4.4-4.5): out = sum_i softmax_i(rstd_i (V_i . (w*gamma))) V_i over the
     // n sources srcs[i] (N, C) (a host array of backend pointers); saves probs, logits, rstd (N, n).
     void (*attnres_forward)(real *out, real *probs, real *logits, real *rstd, const real *const *srcs, int n,
                             const real *w, const real *gamma, int N, int C, double eps);
-    // dsrcs[i] (N, C) ACCUMULATED (NULL skips a source); dw, dgamma accumulated; work: N*n reals
+    // dsrcs[i] (N, C) ACCUMULATED (NULL skips a source); dw, dgamma accumulated; work: N*n
+    // statistics elements (probs, logits, rstd and work are stat_size wide)
     void (*attnres_backward)(real *const *dsrcs, real *dw, real *dgamma, real *work, const real *dout,
                              const real *const *srcs, int n, const real *w, const real *gamma, const real *probs,
                              const real *logits, const real *rstd, int N, int C);
 
+    // ---- optional fused ops: NULL means the graph runs the separate ops ----
+    // act = gelu(pre), pre = inp @ w^T + bias (bias may be NULL): matmul_forward then
+    // gelu_forward, in one go (both act and pre written)
+    void (*matmul_gelu_forward)(real *act, real *pre, const real *inp, const real *w, const real *bias, int N, int C,
+                                int OC);
+    // matmul_backward of a layer whose input is act = gelu(pre), with gelu_backward folded
+    // in: dpre = (dout @ w) * gelu'(pre) (written), dw += dout^T @ act, dbias += sum_rows dout
+    void (*matmul_backward_gelu)(real *dpre, real *dw, real *dbias, const real *dout, const real *act, const real *w,
+                                 const real *pre, int N, int C, int OC);
+
     // ---- optimizer ----
-    // sum of x and sum of squares of x (losses, the global gradient norm), accumulated in double
+    // Accumulated in double: sum of a statistics buffer (stat_size elements: the
+    // per-row losses), and sum of squares of elements (elem_size: the gradients, for
+    // the global norm).
     double (*sum)(const real *x, size_t n);
     double (*sum_squares)(const real *x, size_t n);
     // x *= s
     void (*scale)(real *x, real s, size_t n);
     // One AdamW step on n elements (optim/adamw.c has the equations). grad_scale
     // multiplies the gradient first (clipping); step t >= 1 drives bias correction.
-    void (*adamw_update)(real *param, const real *grad, float *m, float *v, size_t n, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float grad_scale, int t);
+    // master: NULL (update param in place) or, on a backend that keeps_master, the fp32
+    // master copy of param (n floats): the step updates master, then param = round(master).
+    void (*adamw_update)(real *param, const real *grad, float *m, float *v, float *master, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
     // One Muon step on a (rows, cols) tensor holding n_blocks logical matrices stacked
-    // along rows (optim/muon.h has the equations). M is the fp32 momentum; work holds
-    // muon_workspace_size(rows / n_blocks, cols) elements. scale_rule: MuonScaleRule.
-    void (*muon_update)(real *param, const real *grad, float *M, int rows, int cols, int n_blocks, float momentum,
-                        int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay, float grad_scale,
-                        real *work);
+    // along rows (optim/muon.h has the equations). M is the fp32 momentum; master as for
+    // adamw_update; work holds muon_workspace_size(rows / n_blocks, cols) elements.
+    // scale_rule: MuonScaleRule.
+    void (*muon_update)(real *param, const real *grad, float *M, float *master, int rows, int cols, int n_blocks,
+                        float momentum, int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay,
+                        float grad_scale, real *work);
 } Backend;
 
 // ptr advanced by n elements of the backend's element type
@@ -196,5 +219,11 @@ static inline real *backend_offset(const Backend *be, const real *ptr, size_t n)
 
 // The CPU reference backend (model/ops/cpu_backend.c).
 const Backend *backend_cpu(void);
+
+#ifdef HAVE_CUDA
+// The CUDA backend (kernels/): bf16 parameters and activations, fp32 statistics,
+// optimizer state and master weights. Dies if no CUDA device is usable.
+const Backend *backend_cuda(void);
+#endif
 
 #endif

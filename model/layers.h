@@ -17,6 +17,13 @@
 
 struct Model;
 
+// In a module's layout: dies, naming the backend and the layer type, if the backend lacks an
+// op the module calls (a backend that has not implemented that block yet). Needs util.h.
+#define BACKEND_REQUIRE(be, op, what)                                                                  \
+    do {                                                                                               \
+        if (!(be)->op) die("backend %s has no %s yet, which %s needs", (be)->name, #op, what);         \
+    } while (0)
+
 // ---- A: causal softmax multi-head attention (GPT-2) ----
 typedef struct {
     real *in;              // the normalised input (saved by the caller, pointer kept)

@@ -55,21 +55,24 @@ void mla_layout(const Model *m, Carver *cv, Carver *scratch, MlaActs *a) {
     const Config *c = &m->cfg;
     MlaDims d = dims(c);
     const size_t N = (size_t)m->max_B * m->max_T;
+    BACKEND_REQUIRE(m->be, attention_qkv_forward, "MLA ('M')");
+    BACKEND_REQUIRE(m->be, mla_build_k_forward, "MLA ('M')");
+    BACKEND_REQUIRE(m->be, rope_forward, "MLA ('M')");
     a->q = carve(cv, N * d.H * d.dqk);
     if (d.rq) {
         a->aq = carve(cv, N * d.rq);
         a->aq_n = carve(cv, N * d.rq);
-        a->rstd_q = carve(cv, N);
+        a->rstd_q = carve_stat(cv, N);
     }
     a->kv = carve(cv, N * (d.r + d.dr));
     a->c = carve(cv, N * d.r);
     a->c_n = carve(cv, N * d.r);
-    a->rstd_c = carve(cv, N);
+    a->rstd_c = carve_stat(cv, N);
     a->kr = carve(cv, N * d.dr);
     a->e = carve(cv, N * d.H * d.de);
     a->k = carve(cv, N * d.H * d.dqk);
     a->o = carve(cv, N * d.H * d.dv);
-    a->lse = carve(cv, N * d.H);
+    a->lse = carve_stat(cv, N * d.H);
     if (c->mla_gate) {
         a->z = carve(cv, N * d.H * d.dv);
         a->u = carve(cv, N * d.H * d.dv);

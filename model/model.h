@@ -114,7 +114,8 @@ typedef struct {
 int model_has_moe(const Model *m);
 // After the optimizer step: load statistics of the step's training micro-batches (counted in
 // model_backward), then the aux-loss-free bias update (moe_bias_update_rate > 0), then the
-// counts are cleared for the next step.
-void model_moe_step(Model *m, MoeStepStats *st);
+// counts are cleared for the next step. master: the optimizer's fp32 master weights on a
+// backend that keeps them (Optimizer.master), else NULL.
+void model_moe_step(Model *m, float *master, MoeStepStats *st);
 
 #endif

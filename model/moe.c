@@ -54,6 +54,9 @@ void moe_params(const Config *c, ParamTable *t, int l, MoeParams *p) {
 void moe_layout(const Model *m, Carver *cv, Carver *scratch, MoeActs *a) {
     MoeDims d = dims(&m->cfg);
     const size_t N = (size_t)m->max_B * m->max_T, NK = N * d.K;
+    BACKEND_REQUIRE(m->be, router_forward, "MoE (moe_experts > 0)");
+    BACKEND_REQUIRE(m->be, moe_experts_forward, "MoE (moe_experts > 0)");
+    BACKEND_REQUIRE(m->be, moe_bias_update, "MoE (moe_experts > 0)");
     a->logits = carve(cv, N * d.E);
     a->scores = carve(cv, N * d.E);
     a->weights = carve(cv, NK);
@@ -70,7 +73,7 @@ void moe_layout(const Model *m, Carver *cv, Carver *scratch, MoeActs *a) {
     a->r = carve(cv, N * d.De);
     if (d.l) {
         a->r_n = carve(cv, N * d.l);
-        a->rstd_r = carve(cv, N);
+        a->rstd_r = carve_stat(cv, N);
         a->routed = carve(cv, N * d.C);
     }
     if (d.Ms) {

@@ -16,7 +16,7 @@ int model_has_moe(const Model *m) {
     return 0;
 }
 
-void model_moe_step(Model *m, MoeStepStats *st) {
+void model_moe_step(Model *m, float *master, MoeStepStats *st) {
     const Config *c = &m->cfg;
     const int E = c->moe_experts;
     MoeStepStats s = {0, 0, 0, 0.0, 0.0};
@@ -33,7 +33,8 @@ void model_moe_step(Model *m, MoeStepStats *st) {
         s.cv_max = fmax(s.cv_max, ls.cv);
         s.layers++;
         if (c->moe_bias_update_rate > 0)
-            m->be->moe_bias_update(model_tensor(m, m->params, p->moe.router_bias), a->counts, E,
+            m->be->moe_bias_update(model_tensor(m, m->params, p->moe.router_bias),
+                                   master ? master + m->table.items[p->moe.router_bias].offset : NULL, a->counts, E,
                                    c->moe_bias_update_rate);
         m->be->copy_from_host(a->counts, zeros, sizeof(long) * (size_t)E);
     }

@@ -234,7 +234,7 @@ static void test_balance_step(void) {
     for (int l = 0; l < c.n_layer; l++)
         if (m.mp.blocks[l].moe_layer)
             memcpy(bias0[l], model_tensor(&m, m.params, m.mp.blocks[l].moe.router_bias), sizeof(real) * E);
-    model_moe_step(&m, &st);
+    model_moe_step(&m, NULL, &st);
     long mn = 1L << 40, mx = 0;
     double cv_sum = 0, cv_max = 0;
     int ok_bias = 1, layers = 0;
@@ -265,7 +265,7 @@ static void test_balance_step(void) {
     // an empty step leaves the bias alone and reports zero loads
     real keep[8];
     memcpy(keep, model_tensor(&m, m.params, m.mp.blocks[3].moe.router_bias), sizeof keep[0] * E);
-    model_moe_step(&m, &st);
+    model_moe_step(&m, NULL, &st);
     CHECK(st.max == 0 && !memcmp(keep, model_tensor(&m, m.params, m.mp.blocks[3].moe.router_bias), sizeof keep[0] * E),
           "an empty step changed the bias or reported loads");
     model_destroy(&m);

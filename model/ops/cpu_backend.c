@@ -60,13 +60,22 @@ static void cpu_moe_experts_bwd(real *dxp, real *dw13, real *dw2, real *dhp, rea
     cpu_moe_experts_backward(dxp, dw13, dw2, dhp, dap, dyp, xp, hp, ap, w13, w2, offsets, E, C, M,
                              glu_act(kind, beta, linear_beta));
 }
-static void cpu_moe_bias_update(real *bias, const long *counts, int E, double rate) {
-    cpu_moe_bias_update_sign(bias, counts, E, rate, 1);
+static void cpu_moe_bias_update(real *bias, float *master, const long *counts, int E, double rate) {
+    if (!master) {
+        cpu_moe_bias_update_sign(bias, counts, E, rate, 1);
+        return;
+    }
+    real b[E];
+    for (int e = 0; e < E; e++) b[e] = (real)master[e];
+    cpu_moe_bias_update_sign(b, counts, E, rate, 1);
+    for (int e = 0; e < E; e++) bias[e] = (real)(master[e] = (float)b[e]);
 }
 
 static const Backend cpu_backend = {
     .name = "cpu-" REAL_NAME,
     .elem_size = sizeof(real),
+    .stat_size = sizeof(real),
+    .keeps_master = 0,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .zero = cpu_zero,
