@@ -63,6 +63,7 @@ void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
         norm_params(c, t, &b->norm1, "blocks.%d.norm1", l);
         switch (b->mixer) {
         case 'A': attn_params(c, t, l, &b->attn); break;
+        case 'K': case 'G': case 'D': case 'L': linear_params(c, t, l, &b->lin); break;
         default: die("params: layer type '%c' has no parameter layout", b->mixer);
         }
         norm_params(c, t, &b->norm2, "blocks.%d.norm2", l);
@@ -95,6 +96,7 @@ const char *param_group_name(ParamGroup g) {
     case GROUP_EMBED: return "embed";
     case GROUP_NORM: return "norm";
     case GROUP_BIAS: return "bias";
+    case GROUP_GATE: return "gate";
     default: return "?";
     }
 }
@@ -112,6 +114,15 @@ void params_init(const ParamTable *t, float *host, unsigned long seed) {
             case INIT_NORMAL: w[j] = (float)(p->init_std * rng_normal(&rng)); break;
             case INIT_ZERO: w[j] = 0.0f; break;
             case INIT_ONE: w[j] = 1.0f; break;
+            case INIT_LOG_UNIFORM:  // (lo, hi]: 1 - u avoids log 0 when lo = 0
+                w[j] = (float)log(p->init_lo + (p->init_hi - p->init_lo) * (1.0 - rng_uniform(&rng)));
+                break;
+            case INIT_DT_BIAS: {    // fla: dt + log(-expm1(-dt)) = softplus^-1(dt)
+                double dt = exp(log(p->init_lo) + rng_uniform(&rng) * (log(p->init_hi) - log(p->init_lo)));
+                if (dt < 1e-4) dt = 1e-4;
+                w[j] = (float)(dt + log(-expm1(-dt)));
+                break;
+            }
             }
         }
     }
@@ -131,8 +142,11 @@ double params_flops_per_token(const Config *c, const ParamTable *t) {
     // the lm_head matmul (tied or not): padded vocab x d_model
     matmul += (double)c->padded_vocab_size * c->d_model;
     double attn = 0;
-    for (int l = 0; l < c->n_layer; l++)
+    for (int l = 0; l < c->n_layer; l++) {
         if (c->layers[l] == 'A') attn += 6.0 * c->d_model * c->seq_len;  // causal: half of 12*C*T
+        // K/G/D/L: the state read-out and update, ~4 H K V per token forward, x3 with the backward
+        if (strchr("KGDL", c->layers[l])) attn += 12.0 * c->linear_heads * c->linear_head_dim * c->linear_value_dim;
+    }
     return 6.0 * matmul + attn;
 }
 
@@ -147,8 +161,10 @@ void params_print(const Config *c, const ParamTable *t, FILE *f) {
             strcat(shape, part);
         }
         strcat(shape, ")");
-        char init[32];
+        char init[64];
         if (p->init == INIT_NORMAL) snprintf(init, sizeof init, "normal(%.4g)", p->init_std);
+        else if (p->init == INIT_LOG_UNIFORM) snprintf(init, sizeof init, "logU(%g,%g)", p->init_lo, p->init_hi);
+        else if (p->init == INIT_DT_BIAS) snprintf(init, sizeof init, "dt_bias(%g,%g)", p->init_lo, p->init_hi);
         else snprintf(init, sizeof init, "%s", p->init == INIT_ZERO ? "zeros" : "ones");
         fprintf(f, "%-36s %-18s %12zu %12zu  %-6s %s\n", p->name, shape, p->numel, p->offset,
                 param_group_name(p->group), init);
