@@ -20,6 +20,7 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
         norm_layout(m, cv, &b->norm1);
         switch (c->layers[l]) {
         case 'A': attn_layout(m, cv, &s, &b->attn); break;
+        case 'K': case 'G': case 'D': case 'L': linear_layout(m, l, cv, &s, &b->lin); break;
         }
         b->mixer_out = carve(cv, N * C);
         b->res_mid = carve(cv, N * C);
@@ -37,6 +38,7 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
     a->dbranch = carve(cv, N * C);
     a->tokens = carve_bytes(cv, N * sizeof(int));
     a->targets = carve_bytes(cv, N * sizeof(int));
+    linear_segments_layout(m, cv);
     scratch->used = scratch_max;
 }
 
@@ -69,6 +71,7 @@ void model_destroy(Model *m) {
     m->be->free(m->act_memory);
     m->be->free(m->scratch_memory);
     free(m->acts.blocks);
+    linear_segments_free(&m->acts.seg);
     params_free(&m->table, &m->mp);
     memset(m, 0, sizeof *m);
 }
@@ -95,6 +98,7 @@ real *model_tensor(const Model *m, real *buf, int index) {
 static void mixer_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     switch (m->cfg.layers[l]) {
     case 'A': attn_forward(m, l, out, in, B, T); break;
+    case 'K': case 'G': case 'D': case 'L': linear_forward(m, l, out, in, B, T); break;
     default: die("model: no forward for layer type '%c'", m->cfg.layers[l]);
     }
 }
@@ -102,6 +106,7 @@ static void mixer_forward(Model *m, int l, real *out, const real *in, int B, int
 static void mixer_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     switch (m->cfg.layers[l]) {
     case 'A': attn_backward(m, l, din, dout, B, T); break;
+    case 'K': case 'G': case 'D': case 'L': linear_backward(m, l, din, dout, B, T); break;
     default: die("model: no backward for layer type '%c'", m->cfg.layers[l]);
     }
 }
@@ -120,6 +125,7 @@ double model_forward(Model *m, const int *inputs, const int *targets, int B, int
     m->last_T = T;
     m->last_has_targets = targets != NULL;
     be->upload_tokens(a->tokens, inputs, (size_t)N);
+    linear_segments_build(m, inputs, B, T);
 
     be->embed_forward(a->encoded, a->tokens, P(mp->tok_embed), P(mp->pos_embed), B, T, C);
     const real *x = a->encoded;

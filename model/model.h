@@ -15,6 +15,7 @@
 typedef struct {
     NormActs norm1, norm2;
     AttnActs attn;                     // mixer 'A'
+    LinearActs lin;                    // mixers 'K' 'G' 'D' 'L'
     MlpActs mlp;
     real *mixer_out;                   // (N,C) mixer branch
     real *res_mid;                     // (N,C) input + mixer branch
@@ -31,6 +32,7 @@ typedef struct {
     // backward scratch
     real *dresid, *dtmp, *dbranch;     // (N,C)
     int *tokens, *targets;             // (N)
+    LinearSegments seg;                // sequence boundaries of the K/G/D/L mixers
 } Acts;
 
 typedef struct Model {
