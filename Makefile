@@ -17,8 +17,10 @@ ifeq ($(SANITIZE),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
   LDLIBS  += -fsanitize=address,undefined
   BUILD   := $(OUT)/build-san
+  BIN     := $(BUILD)/hybrid
 else
   BUILD   := $(OUT)/build
+  BIN     := hybrid
 endif
 
 # ---- optional parts: each one found or turned off with a message ----
@@ -65,12 +67,13 @@ LIBOPS_SRC    := $(filter-out model/ops/cpu_backend.c,$(wildcard model/ops/*.c))
 LIBOPS_CFLAGS := -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP -fPIC
 LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 
-.PHONY: all test train data clean help lib
+.PHONY: all test train data vocab clean help lib
 # keep the objects of both builds between test links
 .SECONDARY:
-all: hybrid
+all: $(BIN)
 
-hybrid: $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU)
+# the CLI; the sanitizer build's copy lives in its build folder
+$(BIN): $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/f/%.o: %.c
@@ -106,14 +109,19 @@ $(OUT)/build-lib/d/%.o: %.c
 # tests link against the double-precision build of the library
 $(BUILD)/tests/%: tests/%.c $(OBJ_D) $(OBJ_CU)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DREAL_DOUBLE -o $@ $^ $(LDLIBS)
+	@echo "LINK $@"
+	@$(CC) $(CFLAGS) -DREAL_DOUBLE -o $@ $^ $(LDLIBS)
 
 # Runs every C test binary, then every shell test (which drive ./hybrid).
-test: hybrid lib $(TESTS)
-	@BUILD=$(BUILD) sh tests/run_all.sh $(TESTS)
+test: $(BIN) vocab lib $(TESTS)
+	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS)
 
 data:
 	@sh scripts/setup_data.sh
+
+# the GPT-2 vocabulary files (encoder.json, vocab.bpe) that the tokenizer tests need
+vocab:
+	@sh scripts/fetch_vocab.sh
 
 train: hybrid data
 	./hybrid train configs/default.conf

@@ -87,6 +87,7 @@ static const Key KEYS[] = {
     K(lr_gate, T_REAL, "0", NULL, 0, "peak lr of A_log, dt_bias and short-conv kernels (0 = lr)"),
     K(wd_gate, T_REAL, "-1", NULL, 0, "weight decay of A_log, dt_bias and short-conv kernels (-1 = none)"),
     K(seed, T_LONG, "1337", NULL, 0, "seed for init and data order"),
+    K(vocab_dir, T_STR, "out/vocab", NULL, 0, "folder with GPT-2's encoder.json and vocab.bpe (samples print as text when present)"),
     K(train_data, T_STR, "", NULL, 0, "glob of training shards (llm.c format)"),
     K(val_data, T_STR, "", NULL, 0, "glob of validation shards (empty = no validation)"),
     K(val_every, T_INT, "50", NULL, 0, "steps between validation passes (0 = only at the end)"),

@@ -70,6 +70,7 @@ typedef struct {
     double wd_matrix, wd_embed, wd_norm, wd_bias;
     double lr_gate, wd_gate;          // gate/decay parameters and short-conv kernels (GROUP_GATE)
     long seed;
+    char vocab_dir[CONFIG_STR];       // GPT-2 encoder.json + vocab.bpe, for text samples
     char train_data[CONFIG_STR];
     char val_data[CONFIG_STR];
     int val_every;

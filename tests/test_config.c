@@ -32,7 +32,7 @@ static void load_case(void *ctx) {
 
 static void bad(const char *text, const char *key, const char *value, const char *expect) {
     Case k = {text, key, value};
-    CHECK(expect_death(load_case, &k, expect), "config '%s' should fail with '%s'", text, expect);
+    CHECK(expect_death(load_case, &k, "death", expect), "config '%s' should fail with '%s'", text, expect);
 }
 
 static void missing_file(void *ctx) {
@@ -113,6 +113,6 @@ int main(void) {
     bad("beta2 = 1.0\n", NULL, NULL, "case.conf:1: beta2 must lie in [0, 1)");
     bad("d_model = 64\n", "n_heads", "4", "command line --n_heads: unknown config key 'n_heads'");
     bad("d_model = 64\n", "n_head", "5", "command line --n_head: n_head = 5 does not divide d_model = 64");
-    CHECK(expect_death(missing_file, NULL, "does-not-exist.conf: cannot read config file"), "missing file");
+    CHECK(expect_death(missing_file, NULL, "death", "does-not-exist.conf: cannot read config file"), "missing file");
     TEST_MAIN_END();
 }

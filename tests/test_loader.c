@@ -158,13 +158,13 @@ int main(void) {
         fwrite("short", 1, 5, f);
         fclose(f);
     }
-    CHECK(expect_death(open_pattern, DIR_ "/nothing_*.bin", "nothing_*.bin: no shard files match"), "no match");
-    CHECK(expect_death(open_pattern, DIR_ "/magic.bin", "magic.bin: not a token shard (magic 12345"), "magic");
-    CHECK(expect_death(open_pattern, DIR_ "/version.bin", "version.bin: unsupported shard version 7"), "version");
-    CHECK(expect_death(open_pattern, DIR_ "/size.bin", "size.bin: header says 100 tokens"), "size");
-    CHECK(expect_death(open_pattern, DIR_ "/vocab.bin", "vocab.bin: token id 60000 at position "),
+    CHECK(expect_death(open_pattern, DIR_ "/nothing_*.bin", "death", "nothing_*.bin: no shard files match"), "no match");
+    CHECK(expect_death(open_pattern, DIR_ "/magic.bin", "death", "magic.bin: not a token shard (magic 12345"), "magic");
+    CHECK(expect_death(open_pattern, DIR_ "/version.bin", "death", "version.bin: unsupported shard version 7"), "version");
+    CHECK(expect_death(open_pattern, DIR_ "/size.bin", "death", "size.bin: header says 100 tokens"), "size");
+    CHECK(expect_death(open_pattern, DIR_ "/vocab.bin", "death", "vocab.bin: token id 60000 at position "),
           "token id");
-    CHECK(expect_death(open_pattern, DIR_ "/small.bin", "small.bin: 10 tokens is too small"), "small");
-    CHECK(expect_death(open_pattern, DIR_ "/header.bin", "header.bin: truncated shard header"), "header");
+    CHECK(expect_death(open_pattern, DIR_ "/small.bin", "death", "small.bin: 10 tokens is too small"), "small");
+    CHECK(expect_death(open_pattern, DIR_ "/header.bin", "death", "header.bin: truncated shard header"), "header");
     TEST_MAIN_END();
 }

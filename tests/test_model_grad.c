@@ -2,6 +2,7 @@
 // the graph, tied embeddings, an ignored target) against central finite differences
 // in double, for every parameter element. Also: overfitting one batch to near-zero loss.
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,12 +125,17 @@ static void overfit(void) {
 }
 
 int main(void) {
+    // thousands of tiny forwards: one thread, so OpenMP barriers on a busy machine do not
+    // dominate (the ops are thread-count independent; test_ops_grad checks that)
+    int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
     gradcheck("GPT-2", tiny(1, 1));
     gradcheck("untied", tiny(0, 1));
     gradcheck("no bias", tiny(1, 0));
     gradcheck("rmsnorm + swiglu, no positions", tiny_with(1, 0, "rmsnorm", "swiglu", "none"));
     gradcheck("rmsnorm + situ", tiny_with(0, 0, "rmsnorm", "situ", "learned"));
     gradcheck("layernorm + situ + bias", tiny_with(1, 1, "layernorm", "situ", "none"));
+    omp_set_num_threads(threads);
     overfit();
     TEST_MAIN_END();
 }

@@ -490,7 +490,7 @@ static void test_fused(void) {
     check_fused("experts (E=4, 24, 8) as (96, 8)", experts, 4, 8, 1);
     int gqa[3] = {16, 8, 8};
     check_fused("gqa q/k/v splits 16/8/8", gqa, 3, 16, 0);
-    CHECK(expect_death(die_uneven, NULL, "do not split"), "uneven blocks must die");
+    CHECK(expect_death(die_uneven, NULL, "death", "do not split"), "uneven blocks must die");
 }
 
 // ---------------------------------------------------------------- (e) determinism

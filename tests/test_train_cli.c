@@ -12,12 +12,12 @@
 
 #define DIR_ "out/test-tmp/train-cli"
 #define TINY                                                                                                      \
-    "./hybrid train configs/gpt2-tiny.conf --layers 'A x2' --d_model 32 --n_head 2 --vocab_size 512 "            \
+    "./hybrid train configs/gpt2-tiny.conf --layers 'A x2' --d_model 32 --n_head 2 --vocab_size 64 "            \
     "--padded_vocab_size 0 --context_length 32 --seq_len 32 --batch_size 4 --total_batch_size 256 --steps 16 " \
     "--warmup_steps 2 --lr 1e-2 --val_every 8 --val_batches 2 --log_every 4 --sample_tokens 8 --threads 2 "        \
     "--train_data '" DIR_ "/data/train_*.bin' --val_data '" DIR_ "/data/val_*.bin' "
 
-// Text-like synthetic data: a small Markov chain over 512 tokens, so the loss can fall.
+// Text-like synthetic data: a noisy Markov chain over 64 tokens, so the loss can fall.
 static void make_data(void) {
     mkdir_p(DIR_ "/data");
     Rng r;
@@ -27,7 +27,7 @@ static void make_data(void) {
         uint16_t *t = xmalloc(sizeof(uint16_t) * n);
         t[0] = 0;
         for (size_t i = 1; i < n; i++)
-            t[i] = (uint16_t)((t[i - 1] * 7 + 3 + (rng_below(&r, 4) == 0 ? rng_below(&r, 512) : 0)) % 512);
+            t[i] = (uint16_t)((t[i - 1] * 7 + 3 + (rng_below(&r, 4) == 0 ? rng_below(&r, 64) : 0)) % 64);
         char path[128];
         snprintf(path, sizeof path, s == 2 ? DIR_ "/data/val_%06d.bin" : DIR_ "/data/train_%06d.bin", s);
         shard_write(path, t, n);
@@ -35,9 +35,13 @@ static void make_data(void) {
     }
 }
 
+// Runs a command line that starts with "./hybrid"; $HYBRID (the sanitizer build's
+// binary under `make test SANITIZE=1`) replaces that path when set.
 static int run(const char *cmd) {
     char full[2048];
-    snprintf(full, sizeof full, "%s > " DIR_ "/last.log 2>&1", cmd);
+    const char *bin = getenv("HYBRID");
+    if (bin && !strncmp(cmd, "./hybrid", 8)) snprintf(full, sizeof full, "%s%s > " DIR_ "/last.log 2>&1", bin, cmd + 8);
+    else snprintf(full, sizeof full, "%s > " DIR_ "/last.log 2>&1", cmd);
     int rc = system(full);
     return rc;
 }
@@ -60,7 +64,7 @@ static char *loss_lines(const char *path) {
 }
 
 int main(void) {
-    if (!file_exists("./hybrid")) {
+    if (!file_exists(getenv("HYBRID") ? getenv("HYBRID") : "./hybrid")) {
         CHECK(0, "./hybrid is not built (run from the repository root after make)");
         TEST_MAIN_END();
     }
@@ -78,7 +82,7 @@ int main(void) {
     char *p = a, *q;
     while ((q = strstr(p + 1, "\"loss\": "))) p = q;
     sscanf(p + 8, "%lf", &last);
-    CHECK(last < first - 1.0, "loss should fall: %.4f -> %.4f", first, last);
+    CHECK(last < 0.75 * first, "loss should fall by a quarter: %.4f -> %.4f", first, last);
     // keep_checkpoints 2: steps 12 and 16 remain
     CHECK(!dir_exists(DIR_ "/a/checkpoints/step_00000008") && dir_exists(DIR_ "/a/checkpoints/step_00000012") &&
               dir_exists(DIR_ "/a/checkpoints/step_00000016"),

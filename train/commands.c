@@ -15,6 +15,7 @@
 typedef struct {
     const char *checkpoint;
     const char *prompt_ids;
+    const char *prompt;
     int tokens;
     double temperature;
     long seed;
@@ -26,6 +27,7 @@ static int sample_option(const char *name, const char *value, void *ctx) {
     if (!value) die("command line: --%s needs a value", name);
     if (!strcmp(name, "checkpoint")) a->checkpoint = value;
     else if (!strcmp(name, "prompt-ids") || !strcmp(name, "prompt_ids")) a->prompt_ids = value;
+    else if (!strcmp(name, "prompt")) a->prompt = value;
     else if (!strcmp(name, "tokens")) a->tokens = atoi(value);
     else if (!strcmp(name, "temp")) {
         a->temperature = atof(value);
@@ -61,9 +63,11 @@ static int parse_ids(const char *text, int *out, int max, int vocab) {
 int sample_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: hybrid sample CHECKPOINT_DIR [--prompt-ids 1,2,3] [--tokens N] [--temp T] [--seed S]\n\n"
+            printf("usage: hybrid sample CHECKPOINT_DIR [--prompt TEXT | --prompt-ids 1,2,3] [--tokens N] [--temp T]\n"
+                   "                     [--seed S] [--vocab_dir DIR]\n\n"
                    "Generates from a checkpoint (temperature 0 = greedy). Without a prompt it starts from\n"
-                   "end-of-text. Prints token ids.\n");
+                   "end-of-text. Prints text when the model uses GPT-2's vocabulary and vocab_dir has the\n"
+                   "tokenizer files, token ids otherwise.\n");
             return 0;
         }
     SampleArgs a = {0};
@@ -77,6 +81,8 @@ int sample_main(int argc, char **argv) {
     Config c;
     checkpoint_read_config(a.checkpoint, &c);
     c.device = dummy.device;
+    snprintf(c.vocab_dir, sizeof c.vocab_dir, "%s", dummy.vocab_dir);
+    Tokenizer *tok = sample_tokenizer(&c);
     Model model;
     model_create(&model, &c, cli_backend(&c), 1, c.seq_len);
     float *p = xmalloc(sizeof(float) * model.table.total);
@@ -87,11 +93,25 @@ int sample_main(int argc, char **argv) {
     int *tokens = xmalloc(sizeof(int) * (size_t)max);
     int n_prompt = 1;
     tokens[0] = c.vocab_size > 50256 ? 50256 : 0;
+    if (a.prompt_ids && a.prompt) die("sample: give --prompt or --prompt-ids, not both");
     if (a.prompt_ids) n_prompt = parse_ids(a.prompt_ids, tokens, c.seq_len, c.vocab_size);
+    if (a.prompt) {
+        if (!tok) die("sample: --prompt needs the GPT-2 tokenizer files in %s (run `make vocab`) and a model with "
+                      "vocab_size 50257 (this one has %d)", c.vocab_dir, c.vocab_size);
+        size_t n;
+        int *ids = tokenizer_encode(tok, a.prompt, strlen(a.prompt), 0, &n);
+        if (n == 0) die("sample: --prompt is empty");
+        if ((int)n > c.seq_len) die("sample: the prompt has %zu tokens, more than seq_len %d", n, c.seq_len);
+        memcpy(tokens, ids, n * sizeof(int));
+        n_prompt = (int)n;
+        free(ids);
+        print_tokens(stdout, tok, tokens, n_prompt);
+    }
     Rng rng;
     rng_seed(&rng, (uint64_t)dummy.seed);
     generate(&model, tokens, n_prompt, a.tokens, a.have_temperature ? a.temperature : c.temperature, &rng);
-    print_tokens(stdout, tokens + n_prompt, a.tokens);
+    print_tokens(stdout, tok, tokens + n_prompt, a.tokens);
+    if (tok) tokenizer_free(tok);
     free(tokens);
     model_destroy(&model);
     return 0;

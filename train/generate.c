@@ -59,7 +59,22 @@ void generate(Model *model, int *tokens, int n_prompt, int n_new, double tempera
     free(logits);
 }
 
-void print_tokens(FILE *f, const int *tokens, int n) {
-    for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? " " : "", tokens[i]);
+Tokenizer *sample_tokenizer(const Config *c) {
+    char enc[CONFIG_STR + 32], bpe[CONFIG_STR + 32];
+    snprintf(enc, sizeof enc, "%s/encoder.json", c->vocab_dir);
+    snprintf(bpe, sizeof bpe, "%s/vocab.bpe", c->vocab_dir);
+    if (c->vocab_size != 50257 || !file_exists(enc) || !file_exists(bpe)) return NULL;
+    return tokenizer_load(enc, bpe);
+}
+
+void print_tokens(FILE *f, const Tokenizer *tok, const int *tokens, int n) {
+    if (tok) {
+        size_t len;
+        char *text = tokenizer_decode(tok, tokens, (size_t)n, &len);
+        fwrite(text, 1, len, f);
+        free(text);
+    } else {
+        for (int i = 0; i < n; i++) fprintf(f, "%s%d", i ? " " : "", tokens[i]);
+    }
     fprintf(f, "\n");
 }

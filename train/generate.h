@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 
+#include "data/tokenizer.h"
 #include "model/model.h"
 #include "model/rng.h"
 
@@ -15,7 +16,10 @@
 // tokens. temperature 0 = greedy. Overwrites the model's activations.
 void generate(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng);
 
-// Prints tokens as text when a tokenizer is available, else as ids.
-void print_tokens(FILE *f, const int *tokens, int n);
+// The GPT-2 tokenizer for a config whose vocabulary is GPT-2's and whose vocab_dir
+// holds the files; NULL otherwise (samples then print as token ids).
+Tokenizer *sample_tokenizer(const Config *c);
+// Prints tokens as text with a tokenizer, as ids without one.
+void print_tokens(FILE *f, const Tokenizer *tok, const int *tokens, int n);
 
 #endif

@@ -72,13 +72,13 @@ static void save_checkpoint(const Config *c, Model *model, Optimizer *opt, const
     free(v);
 }
 
-static void print_sample(Model *model, const Config *c, Rng *rng) {
+static void print_sample(Model *model, const Config *c, const Tokenizer *tok, Rng *rng) {
     int n = c->sample_tokens;
     int *tokens = xmalloc(sizeof(int) * (size_t)(n + 1));
     tokens[0] = c->vocab_size > 50256 ? 50256 : 0;  // start from end-of-text
     generate(model, tokens, 1, n, c->temperature, rng);
     printf("sample: ");
-    print_tokens(stdout, tokens + 1, n);
+    print_tokens(stdout, tok, tokens + 1, n);
     free(tokens);
 }
 
@@ -154,6 +154,7 @@ int train_main(int argc, char **argv) {
     printf("batch: %d x %d tokens x %d accumulation step(s) x %d rank(s) = %ld tokens per step\n", c.batch_size,
            c.seq_len, accum, world, total);
 
+    Tokenizer *tok = sample_tokenizer(&c);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     int *inputs = xmalloc(sizeof(int) * (size_t)micro_tokens), *targets = xmalloc(sizeof(int) * (size_t)micro_tokens);
@@ -199,7 +200,7 @@ int train_main(int argc, char **argv) {
             metrics_val(&log, ts.step, last_val);
             printf("step %5d/%d | val loss %.4f (%d batches)\n", ts.step, c.steps, last_val, val_batches);
         }
-        if ((c.sample_every && ts.step % c.sample_every == 0) || last) print_sample(&model, &c, &rng);
+        if ((c.sample_every && ts.step % c.sample_every == 0) || last) print_sample(&model, &c, tok, &rng);
         ts.rng = rng.state;
         int stop = g_interrupted || ts.step == end_step;
         if ((c.checkpoint_every && ts.step % c.checkpoint_every == 0) || stop) save_checkpoint(&c, &model, &opt, &ts);
@@ -211,6 +212,7 @@ int train_main(int argc, char **argv) {
     if (ts.step < c.steps && !g_interrupted)
         printf("stopped at step %d of %d (stop_at_step): resume with --resume auto\n", ts.step, c.steps);
     metrics_close(&log);
+    if (tok) tokenizer_free(tok);
     free(inputs);
     free(targets);
     loader_close(&train);

@@ -14,40 +14,28 @@ void cpu_add_inplace(real *acc, const real *x, size_t n) {
     for (size_t i = 0; i < n; i++) acc[i] += x[i];
 }
 
-// sum_i x_i^2 in double. The range is cut into SS_CHUNKS pieces whose bounds depend
-// only on n; each piece is summed in order by one thread, then the partial sums are
-// combined serially, so the result does not depend on the thread count.
-#define SS_CHUNKS 64
-// Fixed chunks combined serially: the same result for any thread count.
-double cpu_sum(const real *x, size_t n) {
-    double part[SS_CHUNKS];
-    size_t len = (n + SS_CHUNKS - 1) / SS_CHUNKS;
+// sum_i x_i (squares = 0) or sum_i x_i^2 (squares = 1), in double. The range is cut
+// into SUM_CHUNKS pieces whose bounds depend only on n; each piece is summed in order
+// by one thread, then the partial sums are combined serially, so the result does not
+// depend on the thread count.
+#define SUM_CHUNKS 64
+static double chunked_sum(const real *x, size_t n, int squares) {
+    double part[SUM_CHUNKS];
+    size_t len = (n + SUM_CHUNKS - 1) / SUM_CHUNKS;
 #pragma omp parallel for schedule(static)
-    for (int p = 0; p < SS_CHUNKS; p++) {
+    for (int p = 0; p < SUM_CHUNKS; p++) {
         size_t lo = (size_t)p * len, hi = lo + len < n ? lo + len : n;
         double s = 0.0;
-        for (size_t i = lo; i < hi; i++) s += (double)x[i];
+        for (size_t i = lo; i < hi; i++) s += squares ? (double)x[i] * x[i] : (double)x[i];
         part[p] = s;
     }
     double total = 0.0;
-    for (int p = 0; p < SS_CHUNKS; p++) total += part[p];
+    for (int p = 0; p < SUM_CHUNKS; p++) total += part[p];
     return total;
 }
 
-double cpu_sum_squares(const real *x, size_t n) {
-    double part[SS_CHUNKS];
-    size_t len = (n + SS_CHUNKS - 1) / SS_CHUNKS;
-#pragma omp parallel for schedule(static)
-    for (int p = 0; p < SS_CHUNKS; p++) {
-        size_t lo = (size_t)p * len, hi = lo + len < n ? lo + len : n;
-        double s = 0.0;
-        for (size_t i = lo; i < hi; i++) s += (double)x[i] * x[i];
-        part[p] = s;
-    }
-    double total = 0.0;
-    for (int p = 0; p < SS_CHUNKS; p++) total += part[p];
-    return total;
-}
+double cpu_sum(const real *x, size_t n) { return chunked_sum(x, n, 0); }
+double cpu_sum_squares(const real *x, size_t n) { return chunked_sum(x, n, 1); }
 
 // x *= s
 void cpu_scale(real *x, real s, size_t n) {
