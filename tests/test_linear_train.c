@@ -1,6 +1,6 @@
 // End to end through the CLI (the float build): a tiny pure-KDA model ('K x2') and a
 // tiny pure-GDN model ('G x2') train with a falling loss, with reset_at_eot on, then
-// sample through the recurrent decode path. Data: the Brown corpus shards of
+// sample through the recurrent decode path (also from the saved checkpoint). Data: the Brown corpus shards of
 // `make data` (out/data/brown_*.bin) when present, else a synthetic noisy Markov chain
 // (the output says which; nothing is skipped).
 #include <stdlib.h>
@@ -78,6 +78,9 @@ static void train(const char *layers, const char *name, int brown) {
     const double drop = brown ? 1.0 : 0.5;
     CHECK(first > 0 && last < first - drop, "%s: loss should fall by %.1f: %.4f -> %.4f", layers, drop, first, last);
     CHECK(val > 0 && val < first - drop, "%s: val loss %.4f vs first train loss %.4f", layers, val, first);
+    // the checkpoint loads back (3-D conv kernels included) and samples through decode
+    snprintf(cmd, sizeof cmd, "./hybrid sample " DIR_ "/%s/checkpoints/step_00000016 --tokens 6 --temp 0", name);
+    CHECK(run(cmd) == 0, "%s: sample from the checkpoint failed", layers);
     printf("%-6s on %-9s: train loss %.4f -> %.4f, val loss %.4f\n", layers, brown ? "Brown" : "synthetic", first,
            last, val);
 }
