@@ -67,7 +67,7 @@ LIBOPS_SRC    := $(filter-out model/ops/cpu_backend.c,$(wildcard model/ops/*.c))
 LIBOPS_CFLAGS := -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP -fPIC
 LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 
-.PHONY: all test train data vocab clean help lib
+.PHONY: all test test-gpu bench train data vocab clean help lib
 # keep the objects of both builds between test links
 .SECONDARY:
 all: $(BIN)
@@ -112,9 +112,42 @@ $(BUILD)/tests/%: tests/%.c $(OBJ_D) $(OBJ_CU)
 	@echo "LINK $@"
 	@$(CC) $(CFLAGS) -DREAL_DOUBLE -o $@ $^ $(LDLIBS)
 
-# Runs every C test binary, then every shell test (which drive ./hybrid).
+# Runs every C test binary, then every shell test (which drive ./hybrid); then the GPU
+# tests when a GPU is visible.
 test: $(BIN) vocab lib $(TESTS)
 	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS)
+	@if [ -n "$(CU_SRC)" ] && [ "$(SANITIZE)" != 1 ] && nvidia-smi -L > /dev/null 2>&1; then \
+	    $(MAKE) --no-print-directory test-gpu; fi
+
+# ---- GPU: parity tests and the GPT-2 benchmark (need nvcc and a visible GPU) ----
+# tests/gpu/ programs link the float build of the library plus the CUDA objects.
+GPU_BIN := $(BUILD)/gpu
+BENCH_B ?= 64
+BENCH_T ?= 1024
+BENCH_STEPS ?= 20
+
+$(GPU_BIN)/%: tests/gpu/%.c $(OBJ_F) $(OBJ_CU)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+ifneq ($(CU_SRC),)
+test-gpu: hybrid $(GPU_BIN)/test_cuda $(GPU_BIN)/dump_logits
+	@nvidia-smi -L > /dev/null 2>&1 || { echo "test-gpu: no GPU visible (nvidia-smi -L failed)"; exit 1; }
+	@rc=0; $(GPU_BIN)/test_cuda || rc=1; BUILD=$(BUILD) sh tests/gpu/check_hf.sh || rc=1; \
+	if [ $$rc = 0 ]; then echo "test-gpu: all passed"; else echo "test-gpu: FAILED"; fi; exit $$rc
+
+bench: hybrid $(GPU_BIN)/bench_gpt2
+	@nvidia-smi -L > /dev/null 2>&1 || { echo "bench: no GPU visible (nvidia-smi -L failed)"; exit 1; }
+	@mkdir -p $(OUT)/bench
+	$(GPU_BIN)/bench_gpt2 $(BENCH_B) $(BENCH_T) $(BENCH_STEPS) --json $(OUT)/bench/hybrid.json
+	HYBRID_CUDA_PROFILE=1 $(GPU_BIN)/bench_gpt2 $(BENCH_B) $(BENCH_T) 5
+	python3 scripts/bench_pytorch_gpt2.py --batch $(BENCH_B) --seq $(BENCH_T) --steps $(BENCH_STEPS) \
+	    --json $(OUT)/bench/pytorch.json
+	python3 scripts/bench_summary.py $(OUT)/bench/hybrid.json $(OUT)/bench/pytorch.json
+else
+test-gpu bench:
+	@echo "$@: this build has no CUDA (nvcc not found)"; exit 1
+endif
 
 data:
 	@sh scripts/setup_data.sh

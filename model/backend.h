@@ -10,6 +10,9 @@
 //  - Pointers are backend memory. The graph never indexes them; it offsets them only
 //    through backend_offset() so that a backend may store another element type
 //    (the CUDA backend keeps bf16 activations). On the CPU every element is a `real`.
+//  - Per-row statistics (norm mean/rstd, attention lse, per-row losses) are
+//    `stat_size` bytes each: a `real` on the CPU, fp32 on CUDA (bf16 would lose the
+//    precision the backward needs). The graph carves them with carve_stat().
 //  - Shapes: N = rows (B*T tokens), C = channels. Weights use PyTorch's (out, in) layout.
 #ifndef HYBRID_BACKEND_H
 #define HYBRID_BACKEND_H
@@ -26,6 +29,8 @@ typedef enum { LINEAR_DELTANET, LINEAR_GDN, LINEAR_KDA, LINEAR_ATTN } LinearKind
 typedef struct Backend {
     const char *name;
     size_t elem_size;  // bytes per activation / parameter element
+    size_t stat_size;  // bytes per statistics element (mean, rstd, lse, losses)
+    int keeps_master;  // 1: parameters are a rounded copy; the optimizer keeps fp32 master weights
 
     // ---- memory ----
     void *(*alloc)(size_t bytes);                      // zero-filled
@@ -117,11 +122,13 @@ typedef struct Backend {
                                  const real *g, const real *beta, const real *h0, real scale, int B, int T, int H,
                                  int K, int V, const int *offsets, int nseq, int chunk, void *workspace);
     // One decode token for N sequences: q, k, g (N,H,K) [GDN g (N,H)], v, o (N,H,V),
-    // beta (N,H); state (N,H,K,V) updated in place (§1.4 recurrence).
+    // beta (N,H); state (N,H,K,V) updated in place (§1.4 recurrence). The state is kept
+    // in statistics elements (stat_size: fp32 on CUDA, ARCHITECTURE §2).
     void (*delta_step)(int kind, real *o, real *state, const real *q, const real *k, const real *v, const real *g,
                        const real *beta, real scale, int N, int H, int K, int V);
     // Plain ELU+1 linear attention (§1.1, §3.8, §4.10), q and k raw (feature map inside);
-    // state (S (N,H,K,V), z (N,H,K)); z unused when normalize == 0.
+    // state (S (N,H,K,V), z (N,H,K), statistics elements as delta_step's); z unused when
+    // normalize == 0.
     void (*linear_attn_chunk_forward)(real *o, real *ST, real *zT, const real *q, const real *k, const real *v,
                                       const real *S0, const real *z0, real scale, int normalize, int B, int T, int H,
                                       int K, int V, const int *offsets, int nseq, int chunk, void *workspace);
@@ -144,7 +151,7 @@ typedef struct Backend {
                                 int silu);
     void (*short_conv_step)(real *y, real *state, const real *x, const real *w, const real *bias, int N, int D,
                             int W, int silu);
-    // y = x / sqrt(sum x^2 + eps) per row of D; rstd (rows) saved (§1.4, §2.2)
+    // y = x / sqrt(sum x^2 + eps) per row of D; rstd (rows, statistics) saved (§1.4, §2.2)
     void (*l2norm_forward)(real *y, real *rstd, const real *x, size_t rows, int D, real eps);
     void (*l2norm_backward)(real *dx, const real *dy, const real *y, const real *rstd, size_t rows, int D);
     // decay gate over x (N,H,K): lower_bound 0: g = -exp(A_log[h]) softplus(x + dt_bias[h,i]);
@@ -157,29 +164,44 @@ typedef struct Backend {
     // beta = sigmoid(b) (x2 with neg_eigval); db written
     void (*beta_forward)(real *beta, const real *b, size_t n, int neg_eigval);
     void (*beta_backward)(real *db, const real *dbeta, const real *beta, size_t n, int neg_eigval);
-    // per-row gated RMSNorm (§5.2): y = x r w act(z), act = sigmoid or swish; rstd saved;
+    // per-row gated RMSNorm (§5.2): y = x r w act(z), act = sigmoid or swish; rstd
+    // (rows, statistics) saved;
     // dx, dz written, dw accumulated
     void (*gated_rmsnorm_forward)(real *y, real *rstd, const real *x, const real *z, const real *w, size_t rows,
                                   int D, real eps, int swish);
     void (*gated_rmsnorm_backward)(real *dx, real *dz, real *dw, const real *dy, const real *x, const real *z,
                                    const real *w, const real *rstd, size_t rows, int D, int swish);
+    // ---- optional fused ops: NULL means the graph runs the separate ops ----
+    // act = gelu(pre), pre = inp @ w^T + bias (bias may be NULL): matmul_forward then
+    // gelu_forward, in one go (both act and pre written)
+    void (*matmul_gelu_forward)(real *act, real *pre, const real *inp, const real *w, const real *bias, int N, int C,
+                                int OC);
+    // matmul_backward of a layer whose input is act = gelu(pre), with gelu_backward folded
+    // in: dpre = (dout @ w) * gelu'(pre) (written), dw += dout^T @ act, dbias += sum_rows dout
+    void (*matmul_backward_gelu)(real *dpre, real *dw, real *dbias, const real *dout, const real *act, const real *w,
+                                 const real *pre, int N, int C, int OC);
 
     // ---- optimizer ----
-    // sum of x and sum of squares of x (losses, the global gradient norm), accumulated in double
+    // Accumulated in double: sum of a statistics buffer (stat_size elements: the
+    // per-row losses), and sum of squares of elements (elem_size: the gradients, for
+    // the global norm).
     double (*sum)(const real *x, size_t n);
     double (*sum_squares)(const real *x, size_t n);
     // x *= s
     void (*scale)(real *x, real s, size_t n);
     // One AdamW step on n elements (optim/adamw.c has the equations). grad_scale
     // multiplies the gradient first (clipping); step t >= 1 drives bias correction.
-    void (*adamw_update)(real *param, const real *grad, float *m, float *v, size_t n, float lr, float beta1,
-                         float beta2, float eps, float weight_decay, float grad_scale, int t);
+    // master: NULL (update param in place) or, on a backend that keeps_master, the fp32
+    // master copy of param (n floats): the step updates master, then param = round(master).
+    void (*adamw_update)(real *param, const real *grad, float *m, float *v, float *master, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
     // One Muon step on a (rows, cols) tensor holding n_blocks logical matrices stacked
-    // along rows (optim/muon.h has the equations). M is the fp32 momentum; work holds
-    // muon_workspace_size(rows / n_blocks, cols) elements. scale_rule: MuonScaleRule.
-    void (*muon_update)(real *param, const real *grad, float *M, int rows, int cols, int n_blocks, float momentum,
-                        int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay, float grad_scale,
-                        real *work);
+    // along rows (optim/muon.h has the equations). M is the fp32 momentum; master as for
+    // adamw_update; work holds muon_workspace_size(rows / n_blocks, cols) elements.
+    // scale_rule: MuonScaleRule.
+    void (*muon_update)(real *param, const real *grad, float *M, float *master, int rows, int cols, int n_blocks,
+                        float momentum, int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay,
+                        float grad_scale, real *work);
 } Backend;
 
 // ptr advanced by n elements of the backend's element type
@@ -189,5 +211,11 @@ static inline real *backend_offset(const Backend *be, const real *ptr, size_t n)
 
 // The CPU reference backend (model/ops/cpu_backend.c).
 const Backend *backend_cpu(void);
+
+#ifdef HAVE_CUDA
+// The CUDA backend (kernels/): bf16 parameters and activations, fp32 statistics,
+// optimizer state and master weights. Dies if no CUDA device is usable.
+const Backend *backend_cuda(void);
+#endif
 
 #endif

@@ -11,6 +11,7 @@ typedef struct {
     char *base;
     size_t used;
     size_t elem;  // bytes per element of the backend
+    size_t stat;  // bytes per statistics element of the backend (Backend.stat_size)
 } Carver;
 
 static inline void *carve_bytes(Carver *cv, size_t bytes) {
@@ -20,5 +21,7 @@ static inline void *carve_bytes(Carver *cv, size_t bytes) {
 }
 
 static inline real *carve(Carver *cv, size_t n) { return (real *)carve_bytes(cv, n * cv->elem); }
+// n statistics elements (norm mean/rstd, attention lse, per-row losses)
+static inline real *carve_stat(Carver *cv, size_t n) { return (real *)carve_bytes(cv, n * cv->stat); }
 
 #endif

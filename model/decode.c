@@ -12,9 +12,15 @@
 
 static int is_linear(char mixer) { return mixer && strchr("KGDL", mixer) != NULL; }
 
+// every layer letter has a decode step, and the backend has the entries it needs
 int model_decode_supported(const Model *m) {
-    for (int l = 0; l < m->cfg.n_layer; l++)
-        if (!strchr("AKGDL", m->cfg.layers[l])) return 0;
+    const Backend *be = m->be;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        const char x = m->cfg.layers[l];
+        if (x == 'A' && !be->attention_step) return 0;
+        if (is_linear(x) && (!be->delta_step || !be->linear_attn_step || !be->short_conv_step)) return 0;
+        if (x != 'A' && !is_linear(x)) return 0;
+    }
     return 1;
 }
 

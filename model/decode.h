@@ -23,7 +23,8 @@ typedef struct {
 } AttnCache;
 
 // 'K' 'G' 'D' 'L': conv states (D, W-1) of q, k, v (not for L), state S (H, K, V) and,
-// for L, the key sum z (H, K). All zero at the start of a sequence.
+// for L, the key sum z (H, K); S and z in statistics elements (fp32 on CUDA). All zero
+// at the start of a sequence.
 typedef struct {
     real *conv_q, *conv_k, *conv_v;
     real *S, *z;
@@ -43,7 +44,7 @@ typedef struct {
     int *token;         // backend memory (1)
 } Decoder;
 
-// 1 if every layer of the model has a decode step (A K G D L).
+// 1 if every layer of the model has a decode step (A K G D L) on its backend.
 int model_decode_supported(const Model *m);
 // Caches for up to max_len tokens (the KV caches of A layers are that long; with
 // learned positions max_len must not exceed context_length). A model of only K/G/D/L

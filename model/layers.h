@@ -36,12 +36,12 @@ typedef struct {
     real *in;
     real *qp, *kp, *vp;          // (N,HK) (N,HK) (N,HV) projections = short-conv inputs (K G D)
     real *q, *k, *v;             // (N,HK) (N,HK) (N,HV) core-op inputs: L2-normalised q, k; v after conv+SiLU
-    real *q_rstd, *k_rstd;       // (N*H) L2-norm factors
+    real *q_rstd, *k_rstd;       // (N*H) L2-norm factors (statistics: carve_stat)
     real *fa, *graw, *g;         // KDA: (N,R) (N,HK) (N,HK); GDN: -, (N,H), (N,H)  gate input, log-decay
     real *beta;                  // (N,H)
     real *o;                     // (N,HV) core output
     real *ga, *z;                // (N,R) KDA; (N,HV) output gate pre-activation (K G)
-    real *o_rstd;                // (N*H)
+    real *o_rstd;                // (N*H) output-norm factors (statistics)
     real *y;                     // (N,HV) normed output = o_proj input
     // scratch: forward temporaries and backward gradients; the chunkwise workspace
     real *qc, *kc, *braw;        // forward: conv outputs before the L2 norm, beta logits

@@ -15,7 +15,7 @@ void attn_layout(const Model *m, Carver *cv, Carver *scratch, AttnActs *a) {
     const size_t N = (size_t)m->max_B * m->max_T, C = m->cfg.d_model;
     a->qkv = carve(cv, N * 3 * C);
     a->y = carve(cv, N * C);
-    a->lse = carve(cv, N * m->cfg.n_head);
+    a->lse = carve_stat(cv, N * m->cfg.n_head);
     a->dqkv = carve(scratch, N * 3 * C);
     a->dy = carve(scratch, N * C);
 }

@@ -9,6 +9,11 @@
 
 static size_t conv_elems(int D, int W) { return (size_t)D * (W > 1 ? W - 1 : 1); }
 
+// The recurrent state is in statistics elements (fp32 on CUDA; delta_step's contract).
+static size_t state_bytes(const Backend *be, size_t n) { return n * be->stat_size; }
+// zero-fills `bytes` (all-zero bits are 0 in every element type); bytes is a multiple of elem_size
+static void zero_bytes(const Backend *be, real *p, size_t bytes) { be->zero(p, bytes / be->elem_size); }
+
 void linear_cache_init(Model *m, int l, LinearCache *c) {
     const LinShape s = lin_shape(&m->cfg, m->cfg.layers[l]);
     const Backend *be = m->be;
@@ -19,8 +24,8 @@ void linear_cache_init(Model *m, int l, LinearCache *c) {
         c->conv_k = be->alloc(conv_elems(s.HK, s.W) * e);
         c->conv_v = be->alloc(conv_elems(s.HV, s.W) * e);
     }
-    c->S = be->alloc((size_t)s.H * s.K * s.V * e);
-    if (s.kind == LINEAR_ATTN) c->z = be->alloc((size_t)s.H * s.K * e);
+    c->S = be->alloc(state_bytes(be, (size_t)s.H * s.K * s.V));
+    if (s.kind == LINEAR_ATTN) c->z = be->alloc(state_bytes(be, (size_t)s.H * s.K));
 }
 
 void linear_cache_reset(Model *m, int l, LinearCache *c) {
@@ -31,8 +36,8 @@ void linear_cache_reset(Model *m, int l, LinearCache *c) {
         be->zero(c->conv_k, conv_elems(s.HK, s.W));
         be->zero(c->conv_v, conv_elems(s.HV, s.W));
     }
-    be->zero(c->S, (size_t)s.H * s.K * s.V);
-    if (c->z) be->zero(c->z, (size_t)s.H * s.K);
+    zero_bytes(be, c->S, state_bytes(be, (size_t)s.H * s.K * s.V));
+    if (c->z) zero_bytes(be, c->z, state_bytes(be, (size_t)s.H * s.K));
 }
 
 void linear_cache_free(Model *m, LinearCache *c) {

@@ -5,6 +5,7 @@
 
 #include "mixer_linear.h"
 #include "model.h"
+#include "util.h"
 
 static int gate_param(ParamTable *t, InitRule init, int n, double lo, double hi, const char *fmt, int l) {
     int i = params_vector(t, GROUP_GATE, init, n, fmt, l);
@@ -71,8 +72,8 @@ void linear_layout(const Model *m, int l, Carver *cv, Carver *scratch, LinearAct
         a->q = carve(cv, N * HK);
         a->k = carve(cv, N * HK);
         a->v = carve(cv, N * HV);
-        a->q_rstd = carve(cv, N * H);
-        a->k_rstd = carve(cv, N * H);
+        a->q_rstd = carve_stat(cv, N * H);
+        a->k_rstd = carve_stat(cv, N * H);
         a->beta = carve(cv, N * H);
     } else {  // L: the op applies its feature map to the raw projections
         a->q = a->qp;
@@ -87,7 +88,7 @@ void linear_layout(const Model *m, int l, Carver *cv, Carver *scratch, LinearAct
     a->o = carve(cv, N * HV);
     if (s.kind == LINEAR_KDA) a->ga = carve(cv, N * R);
     if (s.kind == LINEAR_KDA || s.kind == LINEAR_GDN) a->z = carve(cv, N * HV);
-    a->o_rstd = carve(cv, N * H);
+    a->o_rstd = carve_stat(cv, N * H);
     a->y = carve(cv, N * HV);
     // scratch: forward temporaries and backward gradients
     if (s.conv) {
@@ -118,6 +119,9 @@ void linear_layout(const Model *m, int l, Carver *cv, Carver *scratch, LinearAct
     a->dx = carve(scratch, N * C);
     // the chunkwise workspace, for up to lin_segment_cap sequences per call (linear_segments.c)
     const Backend *be = m->be;
+    if (!be->linear_workspace_size || !be->delta_chunk_forward || !be->linear_attn_chunk_forward ||
+        !be->short_conv_forward || !be->gated_rmsnorm_forward)
+        die("backend %s has no linear-attention ops (layer %d is '%c')", be->name, l, c->layers[l]);
     const int cap = lin_segment_cap(m->max_B, m->max_T, c->chunk_size), rows = (int)N;
     size_t fwd = be->linear_workspace_size(s.kind, 0, 1, rows, s.H, s.K, s.V, cap, c->chunk_size);
     size_t bwd = be->linear_workspace_size(s.kind, 1, 1, rows, s.H, s.K, s.V, cap, c->chunk_size);

@@ -16,7 +16,7 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
     size_t scratch_max = 0;
     for (int l = 0; l < c->n_layer; l++) {
         BlockActs *b = &a->blocks[l];
-        Carver s = {scratch->base, 0, scratch->elem};
+        Carver s = {scratch->base, 0, scratch->elem, scratch->stat};
         norm_layout(m, cv, &b->norm1);
         switch (c->layers[l]) {
         case 'A': attn_layout(m, cv, &s, &b->attn); break;
@@ -32,7 +32,7 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
     }
     norm_layout(m, cv, &a->normf);
     a->logits = carve(cv, N * Vp);
-    a->losses = carve(cv, N);
+    a->losses = carve_stat(cv, N);
     a->dresid = carve(cv, N * C);
     a->dtmp = carve(cv, N * C);
     a->dbranch = carve(cv, N * C);
@@ -54,14 +54,14 @@ void model_create(Model *m, const Config *c, const Backend *be, int B, int T) {
     m->params = be->alloc(m->table.total * be->elem_size);
     m->grads = be->alloc(m->table.total * be->elem_size);
     m->acts.blocks = xcalloc((size_t)c->n_layer, sizeof(BlockActs));
-    Carver cv = {NULL, 0, be->elem_size}, scratch = {NULL, 0, be->elem_size};
+    Carver cv = {NULL, 0, be->elem_size, be->stat_size}, scratch = {NULL, 0, be->elem_size, be->stat_size};
     layout(m, &cv, &scratch);
     m->act_bytes = cv.used;
     m->scratch_bytes = scratch.used;
     m->act_memory = be->alloc(cv.used);
     m->scratch_memory = be->alloc(scratch.used ? scratch.used : 1);
-    cv = (Carver){m->act_memory, 0, be->elem_size};
-    scratch = (Carver){m->scratch_memory, 0, be->elem_size};
+    cv = (Carver){m->act_memory, 0, be->elem_size, be->stat_size};
+    scratch = (Carver){m->scratch_memory, 0, be->elem_size, be->stat_size};
     layout(m, &cv, &scratch);
 }
 

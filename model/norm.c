@@ -20,8 +20,8 @@ void norm_params(const Config *c, ParamTable *t, NormParams *p, const char *fmt,
 void norm_layout(const Model *m, Carver *cv, NormActs *a) {
     const size_t N = (size_t)m->max_B * m->max_T;
     a->out = carve(cv, N * m->cfg.d_model);
-    a->mean = m->cfg.norm == NORM_LAYERNORM ? carve(cv, N) : NULL;
-    a->rstd = carve(cv, N);
+    a->mean = m->cfg.norm == NORM_LAYERNORM ? carve_stat(cv, N) : NULL;
+    a->rstd = carve_stat(cv, N);
 }
 
 void norm_forward(Model *m, const NormParams *p, NormActs *a, const real *in, int N) {

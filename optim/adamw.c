@@ -9,8 +9,8 @@
 
 #include "optim/adamw.h"
 
-void adamw_update_cpu(real *param, const real *grad, float *m, float *v, size_t n, float lr, float beta1,
-                      float beta2, float eps, float weight_decay, float grad_scale, int t) {
+void adamw_update_cpu(real *param, const real *grad, float *m, float *v, float *master, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
     double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
@@ -18,7 +18,9 @@ void adamw_update_cpu(real *param, const real *grad, float *m, float *v, size_t 
         m[i] = (float)(beta1 * (double)m[i] + (1.0 - beta1) * g);
         v[i] = (float)(beta2 * (double)v[i] + (1.0 - beta2) * g * g);
         double mhat = m[i] / bc1, vhat = v[i] / bc2;
-        double p = param[i];
-        param[i] = (real)(p - lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p));
+        double p = master ? (double)master[i] : (double)param[i];
+        p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p);
+        if (master) master[i] = (float)p;
+        param[i] = master ? (real)master[i] : (real)p;
     }
 }

@@ -11,7 +11,9 @@
 
 #include "model/real.h"
 
-void adamw_update_cpu(real *param, const real *grad, float *m, float *v, size_t n, float lr, float beta1,
-                      float beta2, float eps, float weight_decay, float grad_scale, int t);
+// master: NULL updates param in place; otherwise master (n floats) is updated and
+// param = (real)master (the backend-table form, model/backend.h).
+void adamw_update_cpu(real *param, const real *grad, float *m, float *v, float *master, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
 
 #endif

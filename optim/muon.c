@@ -173,9 +173,10 @@ void muon_update_blocks(real *W, const real *G, float *M, int rows, int cols, in
     }
 }
 
-void muon_update_cpu(real *param, const real *grad, float *M, int rows, int cols, int n_blocks, float momentum,
-                     int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay, float grad_scale,
-                     real *work) {
+void muon_update_cpu(real *param, const real *grad, float *M, float *master, int rows, int cols, int n_blocks,
+                     float momentum, int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay,
+                     float grad_scale, real *work) {
+    if (master) die("muon_update_cpu: the CPU backend keeps no master weights (master must be NULL)");
     MuonConfig mc = {momentum, nesterov, ns_steps, (MuonScaleRule)scale_rule};
     muon_update_blocks(param, grad, M, rows, cols, n_blocks, &mc, lr, weight_decay, grad_scale, work);
 }

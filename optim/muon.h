@@ -88,8 +88,9 @@ void muon_update_row_splits(real *W, const real *G, float *M, const int *block_r
                             const MuonConfig *mc, double lr, double wd, double grad_scale, real *work);
 
 // The backend-table form of muon_update_blocks (model/backend.h, Backend.muon_update).
-void muon_update_cpu(real *param, const real *grad, float *M, int rows, int cols, int n_blocks, float momentum,
-                     int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay, float grad_scale,
-                     real *work);
+// The CPU keeps no master copy: master must be NULL (param is updated in place).
+void muon_update_cpu(real *param, const real *grad, float *M, float *master, int rows, int cols, int n_blocks,
+                     float momentum, int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay,
+                     float grad_scale, real *work);
 
 #endif

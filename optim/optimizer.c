@@ -1,6 +1,7 @@
 #include "optimizer.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/util.h"
@@ -51,12 +52,36 @@ void optimizer_create(Optimizer *o, const Model *model) {
         if (need > work) work = need;
     }
     if (work) o->work = be->alloc(work * be->elem_size);
+    if (be->keeps_master) o->master = be->alloc(o->n * sizeof(float));
+}
+
+// master = the current parameters (widened exactly to fp32), through the host.
+static void master_from_params(Optimizer *o, const Model *model) {
+    float *host = xmalloc(sizeof(float) * o->n);
+    model_get_params(model, host);
+    model->be->copy_from_host(o->master, host, o->n * sizeof(float));
+    free(host);
+    o->master_ready = 1;
+}
+
+void optimizer_get_weights(const Optimizer *o, const Model *model, float *host) {
+    if (o->master && o->master_ready) model->be->copy_to_host(host, o->master, o->n * sizeof(float));
+    else model_get_params(model, host);
+}
+
+void optimizer_set_weights(Optimizer *o, Model *model, const float *host) {
+    model_set_params(model, host);
+    if (o->master) {
+        model->be->copy_from_host(o->master, host, o->n * sizeof(float));
+        o->master_ready = 1;
+    }
 }
 
 void optimizer_destroy(Optimizer *o, const Model *model) {
     model->be->free(o->m);
     model->be->free(o->v);
     if (o->work) model->be->free(o->work);
+    if (o->master) model->be->free(o->master);
     memset(o, 0, sizeof *o);
 }
 
@@ -68,6 +93,7 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
     double scale = 1.0;
     if (c->grad_clip > 0 && grad_norm > c->grad_clip) scale = c->grad_clip / grad_norm;
     o->t++;
+    if (o->master && !o->master_ready) master_from_params(o, model);
     const double schedule = lr / c->lr;  // where the schedule is, as a fraction of the peak
     for (int i = 0; i < model->table.count; i++) {
         const ParamInfo *p = &model->table.items[i];
@@ -75,14 +101,15 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
         float wd = (float)group_weight_decay(c, p->group);
         real *param = backend_offset(be, model->params, p->offset);
         const real *grad = backend_offset(be, model->grads, p->offset);
+        float *master = o->master ? o->master + p->offset : NULL;
         if (optimizer_uses_muon(c, p))
-            be->muon_update(param, grad, o->m + p->offset, p->shape[0], p->shape[1], p->blocks, (float)c->muon_momentum,
-                            c->muon_nesterov, c->muon_ns_steps,
+            be->muon_update(param, grad, o->m + p->offset, master, p->shape[0], p->shape[1], p->blocks,
+                            (float)c->muon_momentum, c->muon_nesterov, c->muon_ns_steps,
                             c->muon_scale == MUON_SCALE_KEY_KELLER ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT, group_lr,
                             wd, (float)scale, o->work);
         else
-            be->adamw_update(param, grad, o->m + p->offset, o->v + p->offset, p->numel, group_lr, (float)c->beta1,
-                             (float)c->beta2, (float)c->adam_eps, wd, (float)scale, o->t);
+            be->adamw_update(param, grad, o->m + p->offset, o->v + p->offset, master, p->numel, group_lr,
+                             (float)c->beta1, (float)c->beta2, (float)c->adam_eps, wd, (float)scale, o->t);
     }
 }
 

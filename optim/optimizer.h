@@ -2,7 +2,11 @@
 // clipping, then per tensor AdamW or Muon (optimizer = muon puts the 2-D hidden
 // matrices on Muon; embeddings, lm_head, norms and biases stay on AdamW), each with
 // its group's learning rate and weight decay. State lives in backend memory, fp32,
-// mirroring the parameter buffer: m and v for AdamW, m as Muon's momentum.
+// mirroring the parameter buffer: m and v for AdamW, m as Muon's momentum. On a
+// backend that keeps_master (CUDA: bf16 parameters) the optimizer also holds the fp32
+// master weights: every step updates them and rounds them into the parameters, and
+// checkpoints store them (optimizer_get_weights / optimizer_set_weights), so a resumed
+// run continues bit for bit.
 #ifndef HYBRID_OPTIMIZER_H
 #define HYBRID_OPTIMIZER_H
 
@@ -13,6 +17,8 @@ typedef struct {
     size_t n;
     int t;            // steps taken (bias correction uses t + 1 for the next)
     real *work;       // Muon's Newton-Schulz workspace (NULL for AdamW)
+    float *master;    // fp32 master weights (backend memory) when the backend keeps_master, else NULL
+    int master_ready; // master holds the current weights (set from the params at the first step if not)
 } Optimizer;
 
 void optimizer_create(Optimizer *o, const Model *model);
@@ -30,5 +36,11 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm);
 // Host copies of the moments (checkpoints), and restore.
 void optimizer_get_state(const Optimizer *o, const Model *model, float *m, float *v);
 void optimizer_set_state(Optimizer *o, const Model *model, const float *m, const float *v, int t);
+// The fp32 weights a checkpoint stores: the master copy when the backend keeps one,
+// else the parameters. host: table.total floats.
+void optimizer_get_weights(const Optimizer *o, const Model *model, float *host);
+// Sets the parameters from fp32 weights and, when the backend keeps a master copy,
+// the master to exactly these values (resume). host: table.total floats.
+void optimizer_set_weights(Optimizer *o, Model *model, const float *host);
 
 #endif

@@ -568,7 +568,7 @@ static void test_adamw(void) {
     //   m_hat = m / (1 - 0.5) = {1, -2, 0};  v_hat = v / (1 - 0.75) = {1, 4, 0}
     //   p -= 0.25 * (m_hat / (sqrt(v_hat) + eps) + 0.5 * p)
     real g1[3] = {2.0, -4.0, 0.0};
-    adamw_update_cpu(p, g1, m, v, 3, lr, b1, b2, eps, wd, gs, 1);
+    adamw_update_cpu(p, g1, m, v, NULL, 3, lr, b1, b2, eps, wd, gs, 1);
     double p1[3] = {1.0 - 0.25 * (1.0 / (1.0 + e) + 0.5 * 1.0),     // = 0.625 (up to eps)
                     -2.0 - 0.25 * (-2.0 / (2.0 + e) + 0.5 * -2.0),  // = -1.5
                     0.5 - 0.25 * (0.0 / (0.0 + e) + 0.5 * 0.5)};    // = 0.4375
@@ -583,7 +583,7 @@ static void test_adamw(void) {
     //   p -= 0.25 * (m_hat / (sqrt(v_hat) + eps) + 0.5 * p)
     //   -> p ~ {0.6302083, -1.3125, 0.1623332}
     real g2[3] = {-2.0, 2.0, 4.0};
-    adamw_update_cpu(p, g2, m, v, 3, lr, b1, b2, eps, wd, gs, 2);
+    adamw_update_cpu(p, g2, m, v, NULL, 3, lr, b1, b2, eps, wd, gs, 2);
     double p2[3] = {p1[0] - 0.25 * ((-1.0 / 3.0) / (1.0 + e) + 0.5 * p1[0]),
                     p1[1] - 0.25 * (0.0 / (sqrt(16.0 / 7.0) + e) + 0.5 * p1[1]),
                     p1[2] - 0.25 * ((4.0 / 3.0) / (sqrt(16.0 / 7.0) + e) + 0.5 * p1[2])};

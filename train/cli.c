@@ -51,8 +51,10 @@ int cuda_device_count(void);
 const Backend *cli_backend(const Config *c) {
     if (c->device == DEVICE_CPU) return backend_cpu();
 #ifdef HAVE_CUDA
-    int n = cuda_device_count();
-    die("--device cuda: this build found %d CUDA device(s), but the CUDA backend is not written yet; use --device cpu", n);
+    if (cuda_device_count() < 1)
+        die("--device cuda: no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides it); "
+            "use --device cpu");
+    return backend_cuda();
 #else
     die("--device cuda: this build has no CUDA (nvcc was not found at build time); use --device cpu");
 #endif

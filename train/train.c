@@ -63,7 +63,7 @@ static double evaluate(Model *model, Loader *val, int batches, int *inputs, int 
 static void save_checkpoint(const Config *c, Model *model, Optimizer *opt, const TrainerState *ts) {
     size_t n = model->table.total;
     float *p = xmalloc(sizeof(float) * n), *m = xmalloc(sizeof(float) * n), *v = xmalloc(sizeof(float) * n);
-    model_get_params(model, p);
+    optimizer_get_weights(opt, model, p);  // fp32 master weights where the backend keeps them
     optimizer_get_state(opt, model, m, v);
     checkpoint_save(c->out_dir, c, &model->table, p, m, v, ts, c->keep_checkpoints);
     printf("checkpoint: %s/checkpoints/step_%08d\n", c->out_dir, ts->step);
@@ -132,7 +132,7 @@ int train_main(int argc, char **argv) {
         float *p = xmalloc(sizeof(float) * n), *m = xmalloc(sizeof(float) * n), *v = xmalloc(sizeof(float) * n);
         checkpoint_load(resume_dir, &model.table, p, m, v, &ts);
         if (ts.world != world) die("%s: checkpoint was written by %d rank(s), this run has %d", resume_dir, ts.world, world);
-        model_set_params(&model, p);
+        optimizer_set_weights(&opt, &model, p);
         optimizer_set_state(&opt, &model, m, v, ts.step);
         loader_seek(&train, ts.data);
         rng.state = ts.rng;

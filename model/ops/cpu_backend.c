@@ -46,6 +46,8 @@ static void cpu_glu_bwd(real *dinp, const real *dout, const real *inp, int N, in
 static const Backend cpu_backend = {
     .name = "cpu-" REAL_NAME,
     .elem_size = sizeof(real),
+    .stat_size = sizeof(real),
+    .keeps_master = 0,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .zero = cpu_zero,

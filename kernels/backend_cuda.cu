@@ -1,0 +1,331 @@
+// The CUDA backend table (model/backend.h): device state, memory, host <-> device
+// conversion (fp32 <-> bf16, round to nearest even), per-op timing, and the table that
+// points at the ops of the other files in this folder.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "kernels/cuda_backend.h"
+#include "kernels/ops_cuda.h"
+
+CudaState g_cuda;
+
+void cuda_fail(const char *what, const char *err, const char *file, int line) {
+    fprintf(stderr, "hybrid: error: CUDA: %s:%d: %s failed: %s\n", file, line, what, err);
+    fflush(stderr);
+    exit(1);
+}
+
+void cuda_launch_check(const char *file, int line) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) cuda_fail("kernel launch", cudaGetErrorString(e), file, line);
+    if (g_cuda.sync_debug) {
+        e = cudaStreamSynchronize(g_cuda.stream);
+        if (e != cudaSuccess) cuda_fail("kernel execution", cudaGetErrorString(e), file, line);
+    }
+}
+
+static int env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+void cuda_init(void) {
+    if (g_cuda.ready) return;
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n < 1)
+        die("--device cuda: no usable CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    CUDA_CHECK(cudaGetDevice(&g_cuda.device));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, g_cuda.device));
+    if (prop.major < 8)
+        die("--device cuda: %s has compute capability %d.%d; this backend needs bf16 tensor cores (8.0 or newer)",
+            prop.name, prop.major, prop.minor);
+    g_cuda.sm_count = prop.multiProcessorCount;
+    g_cuda.sync_debug = env_flag("HYBRID_CUDA_SYNC");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasLtCreate(&g_cuda.lt));
+    g_cuda.lt_workspace_size = 32u << 20;
+    CUDA_CHECK(cudaMalloc(&g_cuda.lt_workspace, g_cuda.lt_workspace_size));
+    g_cuda.scratch_size = 16u << 20;
+    CUDA_CHECK(cudaMalloc(&g_cuda.scratch, g_cuda.scratch_size));
+    g_cuda.ready = 1;
+}
+
+void *scratch_get(size_t bytes) {
+    if (bytes > g_cuda.scratch_size) {
+        CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+        CUDA_CHECK(cudaFree(g_cuda.scratch));
+        size_t size = g_cuda.scratch_size;
+        while (size < bytes) size *= 2;
+        CUDA_CHECK(cudaMalloc(&g_cuda.scratch, size));
+        g_cuda.scratch_size = size;
+    }
+    return g_cuda.scratch;
+}
+
+// ---------------------------------------------------------------------------
+// per-op timing: events around each op, read at report time
+
+#define PROF_MAX_NAMES 64
+static struct {
+    int on, checked;
+    const char *names[PROF_MAX_NAMES];
+    double ms[PROF_MAX_NAMES];
+    long calls[PROF_MAX_NAMES];
+    std::vector<cudaEvent_t> pool;
+    std::vector<std::pair<int, size_t>> recs;  // per finished scope: name slot, first event index
+    size_t used;                               // events handed out from the pool (2 per scope)
+} g_prof;
+
+static int prof_on(void) {
+    if (!g_prof.checked) {
+        g_prof.on = env_flag("HYBRID_CUDA_PROFILE");
+        g_prof.checked = 1;
+    }
+    return g_prof.on;
+}
+
+static cudaEvent_t prof_event(size_t i) {
+    while (g_prof.pool.size() <= i) {
+        cudaEvent_t e;
+        CUDA_CHECK(cudaEventCreate(&e));
+        g_prof.pool.push_back(e);
+    }
+    return g_prof.pool[i];
+}
+
+ProfScope::ProfScope(const char *name) : slot(-1), first(0) {
+    if (!prof_on()) return;
+    int s = 0;
+    while (s < PROF_MAX_NAMES && g_prof.names[s] && strcmp(g_prof.names[s], name)) s++;
+    if (s == PROF_MAX_NAMES) return;
+    g_prof.names[s] = name;
+    slot = s;
+    first = g_prof.used;
+    g_prof.used += 2;
+    CUDA_CHECK(cudaEventRecord(prof_event(first), g_cuda.stream));
+}
+
+ProfScope::~ProfScope() {
+    if (slot < 0) return;
+    CUDA_CHECK(cudaEventRecord(prof_event(first + 1), g_cuda.stream));
+    g_prof.recs.push_back(std::make_pair(slot, first));
+}
+
+// Folds the recorded event pairs into the per-op totals (synchronizes).
+static void prof_collect(void) {
+    if (!g_prof.used) return;
+    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+    for (size_t r = 0; r < g_prof.recs.size(); r++) {
+        float ms = 0;
+        size_t e = g_prof.recs[r].second;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, g_prof.pool[e], g_prof.pool[e + 1]));
+        g_prof.ms[g_prof.recs[r].first] += ms;
+        g_prof.calls[g_prof.recs[r].first]++;
+    }
+    g_prof.recs.clear();
+    g_prof.used = 0;
+}
+
+extern "C" int cuda_profile_enabled(void) { return prof_on(); }
+
+extern "C" void cuda_profile_reset(void) {
+    prof_collect();
+    for (int s = 0; s < PROF_MAX_NAMES; s++) {
+        g_prof.ms[s] = 0;
+        g_prof.calls[s] = 0;
+    }
+}
+
+extern "C" void cuda_profile_print(FILE *f, int steps) {
+    prof_collect();
+    double total = 0;
+    for (int s = 0; s < PROF_MAX_NAMES && g_prof.names[s]; s++) total += g_prof.ms[s];
+    if (steps < 1) steps = 1;
+    fprintf(f, "%-28s %10s %8s %7s\n", "op (per step)", "ms", "calls", "share");
+    // largest first
+    int order[PROF_MAX_NAMES], n = 0;
+    for (int s = 0; s < PROF_MAX_NAMES && g_prof.names[s]; s++) order[n++] = s;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && g_prof.ms[order[j - 1]] < g_prof.ms[order[j]]; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (int i = 0; i < n; i++) {
+        int s = order[i];
+        if (!g_prof.calls[s]) continue;
+        fprintf(f, "%-28s %10.3f %8.1f %6.1f%%\n", g_prof.names[s], g_prof.ms[s] / steps,
+                (double)g_prof.calls[s] / steps, total > 0 ? 100.0 * g_prof.ms[s] / total : 0.0);
+    }
+    fprintf(f, "%-28s %10.3f\n", "total (ops, back to back)", total / steps);
+}
+
+extern "C" void cuda_memory_stats(size_t *live, size_t *peak, size_t *device_used, size_t *device_total) {
+    cuda_init();
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    if (live) *live = g_cuda.live_bytes;
+    if (peak) *peak = g_cuda.peak_bytes;
+    if (device_used) *device_used = total_b - free_b;
+    if (device_total) *device_total = total_b;
+}
+
+// ---------------------------------------------------------------------------
+// memory
+
+// sizes of live allocations, for the live/peak byte counts
+static std::vector<std::pair<void *, size_t>> g_allocs;
+
+static void *cu_alloc(size_t bytes) {
+    cuda_init();
+    void *p = NULL;
+    size_t n = bytes ? bytes : 1;
+    CUDA_CHECK(cudaMalloc(&p, n));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n, g_cuda.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+    g_allocs.push_back(std::make_pair(p, n));
+    g_cuda.live_bytes += n;
+    if (g_cuda.live_bytes > g_cuda.peak_bytes) g_cuda.peak_bytes = g_cuda.live_bytes;
+    return p;
+}
+
+static void cu_free(void *p) {
+    if (!p) return;
+    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+    CUDA_CHECK(cudaFree(p));
+    for (size_t i = 0; i < g_allocs.size(); i++)
+        if (g_allocs[i].first == p) {
+            g_cuda.live_bytes -= g_allocs[i].second;
+            g_allocs[i] = g_allocs.back();
+            g_allocs.pop_back();
+            break;
+        }
+}
+
+static void cu_zero(real *p, size_t n) {
+    ce_lse_invalidate(p, n * sizeof(bf16));
+    CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(bf16), g_cuda.stream));
+}
+
+// fp32 -> bf16, round to nearest even (what __float2bfloat16_rn does); NaN stays NaN
+static inline uint16_t host_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float host_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#define XFER_CHUNK ((size_t)1 << 22)  // elements per host staging chunk
+
+static void cu_upload(real *dst, const float *src, size_t n) {
+    ce_lse_invalidate(dst, n * sizeof(bf16));
+    uint16_t *tmp = (uint16_t *)xmalloc(sizeof(uint16_t) * (n < XFER_CHUNK ? n + 1 : XFER_CHUNK));
+    char *d = (char *)dst;
+    for (size_t at = 0; at < n; at += XFER_CHUNK) {
+        size_t len = n - at < XFER_CHUNK ? n - at : XFER_CHUNK;
+        for (size_t i = 0; i < len; i++) tmp[i] = host_f32_to_bf16(src[at + i]);
+        CUDA_CHECK(cudaMemcpyAsync(d + at * sizeof(bf16), tmp, len * sizeof(bf16), cudaMemcpyHostToDevice,
+                                   g_cuda.stream));
+        CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+    }
+    free(tmp);
+}
+
+static void cu_download(float *dst, const real *src, size_t n) {
+    uint16_t *tmp = (uint16_t *)xmalloc(sizeof(uint16_t) * (n < XFER_CHUNK ? n + 1 : XFER_CHUNK));
+    const char *s = (const char *)src;
+    for (size_t at = 0; at < n; at += XFER_CHUNK) {
+        size_t len = n - at < XFER_CHUNK ? n - at : XFER_CHUNK;
+        CUDA_CHECK(cudaMemcpyAsync(tmp, s + at * sizeof(bf16), len * sizeof(bf16), cudaMemcpyDeviceToHost,
+                                   g_cuda.stream));
+        CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+        for (size_t i = 0; i < len; i++) dst[at + i] = host_bf16_to_f32(tmp[i]);
+    }
+    free(tmp);
+}
+
+static void cu_upload_tokens(int *dst, const int *src, size_t n) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(int), cudaMemcpyHostToDevice, g_cuda.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+}
+
+static void cu_copy_to_host(void *dst, const void *src, size_t bytes) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_cuda.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+}
+
+static void cu_copy_from_host(void *dst, const void *src, size_t bytes) {
+    ce_lse_invalidate(dst, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_cuda.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+}
+
+static void cu_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream)); }
+
+// ---------------------------------------------------------------------------
+// the table (filled member by member: C++ has no out-of-order designated initializers)
+
+static Backend g_table;
+
+extern "C" const Backend *backend_cuda(void) {
+    if (g_table.name) return &g_table;
+    cuda_init();
+    Backend *b = &g_table;
+    memset(b, 0, sizeof *b);
+    b->elem_size = sizeof(bf16);
+    b->stat_size = sizeof(float);
+    b->keeps_master = 1;
+    b->alloc = cu_alloc;
+    b->free = cu_free;
+    b->zero = cu_zero;
+    b->upload = cu_upload;
+    b->download = cu_download;
+    b->upload_tokens = cu_upload_tokens;
+    b->copy_to_host = cu_copy_to_host;
+    b->copy_from_host = cu_copy_from_host;
+    b->synchronize = cu_synchronize;
+    b->embed_forward = cuda_embed_forward;
+    b->embed_backward = cuda_embed_backward;
+    b->layernorm_forward = cuda_layernorm_forward;
+    b->layernorm_backward = cuda_layernorm_backward;
+    b->rmsnorm_forward = cuda_rmsnorm_forward;
+    b->rmsnorm_backward = cuda_rmsnorm_backward;
+    b->matmul_forward = cuda_matmul_forward;
+    b->matmul_backward = cuda_matmul_backward;
+    b->attention_forward = cuda_attention_forward;
+    b->attention_backward = cuda_attention_backward;
+    b->gelu_forward = cuda_gelu_forward;
+    b->gelu_backward = cuda_gelu_backward;
+    b->glu_forward = cuda_glu_forward;
+    b->glu_backward = cuda_glu_backward;
+    b->add_forward = cuda_add_forward;
+    b->add_inplace = cuda_add_inplace;
+    b->crossentropy_forward = cuda_crossentropy_forward;
+    b->crossentropy_backward = cuda_crossentropy_backward;
+    b->sum = cuda_sum;
+    b->sum_squares = cuda_sum_squares;
+    b->scale = cuda_scale;
+    b->adamw_update = cuda_adamw_update;
+    b->muon_update = cuda_muon_update;
+    if (!env_flag("HYBRID_CUDA_NO_FUSE")) {  // optional fused ops; HYBRID_CUDA_NO_FUSE=1 runs the separate ones
+        b->matmul_gelu_forward = cuda_matmul_gelu_forward;
+        b->matmul_backward_gelu = cuda_matmul_backward_gelu;
+    }
+    b->name = "cuda-bf16";  // last: marks the table as filled
+    return &g_table;
+}

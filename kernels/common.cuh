@@ -1,0 +1,171 @@
+// Shared pieces of the CUDA backend (kernels/*.cu): error checks, the one stream,
+// the cuBLASLt handle and workspace, the backend's scratch buffer, bf16 vector loads
+// and deterministic reductions.
+//
+// Element types: parameters, gradients and activations are bf16 (`bf16`); statistics
+// (norm mean/rstd, attention lse, per-row losses), optimizer state and master weights
+// are fp32. Arithmetic is fp32 (double where a sum crosses the whole tensor).
+// Every CUDA / cuBLAS call goes through CUDA_CHECK / CUBLAS_CHECK, which die with the
+// file, the line and the library's error string; every launch is followed by
+// LAUNCH_CHECK (HYBRID_CUDA_SYNC=1 also synchronizes there, to pin a failing kernel).
+#ifndef HYBRID_KERNELS_COMMON_CUH
+#define HYBRID_KERNELS_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" {
+#include "model/backend.h"
+#include "model/util.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+// ---- errors ----
+[[noreturn]] void cuda_fail(const char *what, const char *err, const char *file, int line);
+void cuda_launch_check(const char *file, int line);
+
+#define CUDA_CHECK(call)                                                                  \
+    do {                                                                                  \
+        cudaError_t err_ = (call);                                                        \
+        if (err_ != cudaSuccess) cuda_fail(#call, cudaGetErrorString(err_), __FILE__, __LINE__); \
+    } while (0)
+#define CUBLAS_CHECK(call)                                                                     \
+    do {                                                                                       \
+        cublasStatus_t st_ = (call);                                                           \
+        if (st_ != CUBLAS_STATUS_SUCCESS) cuda_fail(#call, cublasGetStatusString(st_), __FILE__, __LINE__); \
+    } while (0)
+#define LAUNCH_CHECK() cuda_launch_check(__FILE__, __LINE__)
+
+// ---- the backend's global state (one device, one stream) ----
+typedef struct {
+    int ready;
+    int device;
+    int sm_count;
+    int sync_debug;               // HYBRID_CUDA_SYNC=1: synchronize after every launch
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    size_t lt_workspace_size;
+    void *scratch;                // grows on demand (scratch_get); ops use it within one call
+    size_t scratch_size;
+    size_t live_bytes, peak_bytes; // backend allocations (alloc/free)
+} CudaState;
+
+extern CudaState g_cuda;
+
+void cuda_init(void);  // idempotent
+// A device buffer of at least `bytes`, valid until the next scratch_get. Ops use it for
+// partial sums and the like; the stream orders every use, so one op's scratch is free
+// again for the next op. Growing synchronizes (rare: first calls only).
+void *scratch_get(size_t bytes);
+
+// ---- per-op timing (HYBRID_CUDA_PROFILE=1) ----
+struct ProfScope {
+    int slot;
+    size_t first;
+    explicit ProfScope(const char *name);
+    ~ProfScope();
+};
+#define PROFILE(name) ProfScope prof_scope_(name)
+
+// ---- launch geometry ----
+static inline unsigned grid_for(size_t work, int block, int max_blocks_per_sm = 16) {
+    size_t g = (work + (size_t)block - 1) / (size_t)block;
+    size_t cap = (size_t)g_cuda.sm_count * (size_t)max_blocks_per_sm;
+    if (g > cap) g = cap;
+    if (g < 1) g = 1;
+    return (unsigned)g;
+}
+
+static inline int is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+// ---- bf16 vectors: 8 elements = 16 bytes ----
+__device__ __forceinline__ void load8(const bf16 *p, float f[8]) {
+    uint4 v = *reinterpret_cast<const uint4 *>(p);
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ void store8(bf16 *p, const float f[8]) {
+    uint4 v;
+    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; i++) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *reinterpret_cast<uint4 *>(p) = v;
+}
+
+// ---- warp and block reductions (fixed trees: deterministic) ----
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float part[32];
+    __shared__ float total;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();  // part[] may still be read by a previous call
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float s = lane < nw ? part[lane] : 0.f;
+        s = warp_sum(s);
+        if (lane == 0) total = s;
+    }
+    __syncthreads();
+    return total;
+}
+
+__device__ __forceinline__ double block_sum_d(double v) {
+    __shared__ double part_d[32];
+    __shared__ double total_d;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0) part_d[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        double s = lane < nw ? part_d[lane] : 0.0;
+        s = warp_sum_d(s);
+        if (lane == 0) total_d = s;
+    }
+    __syncthreads();
+    return total_d;
+}
+
+// A write to [p, p + bytes) through the backend: drops the cross-entropy statistics
+// kept for those logits (crossentropy.cu).
+void ce_lse_invalidate(const void *p, size_t bytes);
+
+// ---- cuBLASLt GEMM (matmul.cu), column-major in cuBLAS's terms ----
+// D (m, n) = alpha * op(A) op(B) + beta * C  (+ bias[m] broadcast over columns)
+// A is (m, k) after op, stored with leading dimension lda; likewise B (k, n), C and D
+// (m, n) share ldc. C may equal D (in place). batch > 1: strided batches.
+void gemm_bf16(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
+               const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
+               float alpha, float beta, const bf16 *bias, int batch);
+
+#endif

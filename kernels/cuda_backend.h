@@ -1,0 +1,29 @@
+// C-callable extras of the CUDA backend (beyond the Backend table of model/backend.h):
+// per-op timing and memory counts, for tests/gpu and the benchmark.
+#ifndef HYBRID_CUDA_BACKEND_H
+#define HYBRID_CUDA_BACKEND_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+int cuda_device_count(void);  // 0 when there is no usable device (kernels/device.cu)
+
+// HYBRID_CUDA_PROFILE=1 in the environment times every op with CUDA events.
+int cuda_profile_enabled(void);
+void cuda_profile_reset(void);
+// Per-op table (ms per step over `steps` steps), largest first. Synchronizes.
+void cuda_profile_print(FILE *f, int steps);
+
+// Bytes held by backend allocations now and at most so far; bytes in use on the
+// device (all users, the CUDA context included) and its total.
+void cuda_memory_stats(size_t *live, size_t *peak, size_t *device_used, size_t *device_total);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
