@@ -4,6 +4,7 @@
 // max |fd - analytic| / max |fd| <= 1e-6. Covers several chunks with a partial last
 // one, K != V, both KDA gate forms, and reset_at_eot with end-of-text tokens in the
 // batch (more sequences than one chunkwise call takes, so the grouped calls run too).
+// Also: the gradients are bit-identical on 1 thread and on all threads.
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -81,6 +82,17 @@ static void gradcheck(const Case *k) {
     // are thread-count independent; the analytic gradient above ran on all threads)
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
+    {  // determinism: the same loss and gradients, bit for bit, on one thread
+        real *saved = xmalloc(sizeof(real) * n);
+        memcpy(saved, grads, sizeof(real) * n);
+        model_zero_grad(&m);
+        model_forward(&m, inputs, targets, 2, 5);
+        model_backward(&m, 1.0f);
+        CHECK(!memcmp(saved, grads, sizeof(real) * n), "%s: gradients differ between %d threads and 1", k->label,
+              threads);
+        memcpy(grads, saved, sizeof(real) * n);
+        free(saved);
+    }
     const double h = 3e-5;
     double worst = 0;
     for (int i = 0; i < m.table.count; i++) {
