@@ -1,6 +1,7 @@
 # hybrid.c build. `make` builds the CLI (./hybrid); `make test` runs the CPU suite;
 # `make train` prepares the default corpus and trains; `make test SANITIZE=1` runs the
-# suite under ASan + UBSan. Everything generated goes under out/.
+# suite under ASan + UBSan; `make lib` builds the ops as shared libraries
+# (include/hybrid_ops.h). Everything generated goes under out/.
 #
 # The CPU reference is compiled twice: as float (the trainer) and as double
 # (-DREAL_DOUBLE, for the finite-difference gradient checks in tests/).
@@ -10,7 +11,7 @@ NVCC    ?= nvcc
 OUT     := out
 CFLAGS  ?= -O2 -g
 CFLAGS  += -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP
-LDLIBS  += -lm -fopenmp
+LDLIBS  += -lm -fopenmp -ldl
 
 ifeq ($(SANITIZE),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -60,7 +61,13 @@ OBJ_F  := $(patsubst %.c,$(BUILD)/f/%.o,$(LIB_SRC))
 OBJ_D  := $(patsubst %.c,$(BUILD)/d/%.o,$(LIB_SRC))
 OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 
-.PHONY: all test test-gpu bench train data vocab clean help
+# The ops as shared libraries for other programs (include/hybrid_ops.h): float and
+# double builds of model/ops/ (without the backend table) plus util/rng, never sanitized.
+LIBOPS_SRC    := $(filter-out model/ops/cpu_backend.c,$(wildcard model/ops/*.c)) model/util.c model/rng.c
+LIBOPS_CFLAGS := -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP -fPIC
+LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
+
+.PHONY: all test test-gpu bench train data vocab clean help lib
 # keep the objects of both builds between test links
 .SECONDARY:
 all: $(BIN)
@@ -81,6 +88,24 @@ $(BUILD)/cu/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
+lib: $(LIBOPS)
+
+$(OUT)/lib/libhybrid_ops.so: $(patsubst %.c,$(OUT)/build-lib/f/%.o,$(LIBOPS_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $^ -lm -fopenmp
+
+$(OUT)/lib/libhybrid_ops_f64.so: $(patsubst %.c,$(OUT)/build-lib/d/%.o,$(LIBOPS_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) -shared -o $@ $^ -lm -fopenmp
+
+$(OUT)/build-lib/f/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(LIBOPS_CFLAGS) -c -o $@ $<
+
+$(OUT)/build-lib/d/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(LIBOPS_CFLAGS) -DREAL_DOUBLE -c -o $@ $<
+
 # tests link against the double-precision build of the library
 $(BUILD)/tests/%: tests/%.c $(OBJ_D) $(OBJ_CU)
 	@mkdir -p $(dir $@)
@@ -89,7 +114,7 @@ $(BUILD)/tests/%: tests/%.c $(OBJ_D) $(OBJ_CU)
 
 # Runs every C test binary, then every shell test (which drive ./hybrid); then the GPU
 # tests when a GPU is visible.
-test: $(BIN) vocab $(TESTS)
+test: $(BIN) vocab lib $(TESTS)
 	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS)
 	@if [ -n "$(CU_SRC)" ] && [ "$(SANITIZE)" != 1 ] && nvidia-smi -L > /dev/null 2>&1; then \
 	    $(MAKE) --no-print-directory test-gpu; fi
@@ -135,6 +160,6 @@ train: hybrid data
 	./hybrid train configs/default.conf
 
 clean:
-	rm -rf $(OUT)/build $(OUT)/build-san hybrid
+	rm -rf $(OUT)/build $(OUT)/build-san $(OUT)/build-lib $(OUT)/lib hybrid
 
--include $(OBJ_F:.o=.d) $(OBJ_D:.o=.d) $(BUILD)/f/train/main.d
+-include $(OBJ_F:.o=.d) $(OBJ_D:.o=.d) $(BUILD)/f/train/main.d $(wildcard $(OUT)/build-lib/*/*/*.d $(OUT)/build-lib/*/*/*/*.d)

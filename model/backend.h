@@ -22,6 +22,11 @@
 #include "attn_layout.h"
 #include "real.h"
 
+// Which member of the linear-attention family an entry runs (kda-spec §1): the delta
+// rule without a decay (DeltaNet), with a per-head scalar decay g (B,T,H) (GDN), or with
+// a per-channel decay g (B,T,H,K) (KDA); or plain ELU+1 linear attention.
+typedef enum { LINEAR_DELTANET, LINEAR_GDN, LINEAR_KDA, LINEAR_ATTN } LinearKind;
+
 typedef struct Backend {
     const char *name;
     size_t elem_size;  // bytes per activation / parameter element
@@ -179,6 +184,78 @@ typedef struct Backend {
                              const real *const *srcs, int n, const real *w, const real *gamma, const real *probs,
                              const real *logits, const real *rstd, int N, int C);
 
+    // Decode: causal attention of the LAST row only. qkv (T, 3C) holds the rows of one
+    // sequence (a KV cache); out (C) = attention_forward's row T-1 for the same qkv.
+    void (*attention_step)(real *out, const real *qkv, int T, int C, int NH);
+
+    // ---- linear-attention mixers K/G/D/L (kda-spec §1-§5; the CPU math and every
+    //      layout are documented in model/ops/linear_ops.h) ----
+    // Tokens are the flattened B*T rows. offsets == NULL: B sequences of T tokens; else
+    // B == 1 and offsets (backend memory, nseq+1 ints) cut the T axis into nseq sequences
+    // (cu_seqlens). States reset at every sequence start (h0 == NULL: zero state).
+    // Workspace bytes of the chunkwise forward (backward 0) or backward (1) for up to nseq
+    // sequences over B*T tokens (kind: LinearKind).
+    size_t (*linear_workspace_size)(int kind, int backward, int B, int T, int H, int K, int V, int nseq, int chunk);
+    // Chunkwise delta rule (§3, §4), kind LINEAR_DELTANET/GDN/KDA (g ignored for DeltaNet):
+    // q, k (B,T,H,K) L2-normalised; v, o (B,T,H,V); beta (B,T,H); h0, hT (N,H,K,V) or NULL.
+    void (*delta_chunk_forward)(int kind, real *o, real *hT, const real *q, const real *k, const real *v,
+                                const real *g, const real *beta, const real *h0, real scale, int B, int T, int H,
+                                int K, int V, const int *offsets, int nseq, int chunk, void *workspace);
+    // dq, dk, dv, dg, dbeta written (dg NULL for DeltaNet); dh0 (may be NULL) written.
+    void (*delta_chunk_backward)(int kind, real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dh0,
+                                 const real *dout, const real *dhT, const real *q, const real *k, const real *v,
+                                 const real *g, const real *beta, const real *h0, real scale, int B, int T, int H,
+                                 int K, int V, const int *offsets, int nseq, int chunk, void *workspace);
+    // One decode token for N sequences: q, k, g (N,H,K) [GDN g (N,H)], v, o (N,H,V),
+    // beta (N,H); state (N,H,K,V) updated in place (§1.4 recurrence). The state is kept
+    // in statistics elements (stat_size: fp32 on CUDA, ARCHITECTURE §2).
+    void (*delta_step)(int kind, real *o, real *state, const real *q, const real *k, const real *v, const real *g,
+                       const real *beta, real scale, int N, int H, int K, int V);
+    // Plain ELU+1 linear attention (§1.1, §3.8, §4.10), q and k raw (feature map inside);
+    // state (S (N,H,K,V), z (N,H,K), statistics elements as delta_step's); z unused when
+    // normalize == 0.
+    void (*linear_attn_chunk_forward)(real *o, real *ST, real *zT, const real *q, const real *k, const real *v,
+                                      const real *S0, const real *z0, real scale, int normalize, int B, int T, int H,
+                                      int K, int V, const int *offsets, int nseq, int chunk, void *workspace);
+    void (*linear_attn_chunk_backward)(real *dq, real *dk, real *dv, real *dS0, real *dz0, const real *dout,
+                                       const real *dST, const real *dzT, const real *q, const real *k,
+                                       const real *v, const real *S0, const real *z0, real scale, int normalize,
+                                       int B, int T, int H, int K, int V, const int *offsets, int nseq, int chunk,
+                                       void *workspace);
+    void (*linear_attn_step)(real *o, real *S, real *z, const real *q, const real *k, const real *v, real scale,
+                             int normalize, int N, int H, int K, int V);
+    // Causal depthwise short conv (+ SiLU) over (B,T,D), weight (D,W), bias (D) or NULL,
+    // conv state (N,D,W-1) = the W-1 inputs before each sequence (§5.1).
+    void (*short_conv_forward)(real *y, real *state_out, const real *x, const real *w, const real *bias,
+                               const real *state_in, int B, int T, int D, int W, const int *offsets, int nseq,
+                               int silu);
+    // dx, dstate_in written; dw, dbias accumulated
+    void (*short_conv_backward)(real *dx, real *dw, real *dbias, real *dstate_in, const real *dy,
+                                const real *dstate_out, const real *x, const real *w, const real *bias,
+                                const real *state_in, int B, int T, int D, int W, const int *offsets, int nseq,
+                                int silu);
+    void (*short_conv_step)(real *y, real *state, const real *x, const real *w, const real *bias, int N, int D,
+                            int W, int silu);
+    // y = x / sqrt(sum x^2 + eps) per row of D; rstd (rows, statistics) saved (§1.4, §2.2)
+    void (*l2norm_forward)(real *y, real *rstd, const real *x, size_t rows, int D, real eps);
+    void (*l2norm_backward)(real *dx, const real *dy, const real *y, const real *rstd, size_t rows, int D);
+    // decay gate over x (N,H,K): lower_bound 0: g = -exp(A_log[h]) softplus(x + dt_bias[h,i]);
+    // lower_bound < 0: g = lb sigmoid(exp(A_log[h]) (x + dt_bias[h,i])). dx written;
+    // dA_log (H), ddt_bias (H*K) accumulated (§2.2).
+    void (*decay_gate_forward)(real *g, const real *x, const real *A_log, const real *dt_bias, size_t N, int H,
+                               int K, real lower_bound);
+    void (*decay_gate_backward)(real *dx, real *dA_log, real *ddt_bias, const real *dg, const real *x,
+                                const real *A_log, const real *dt_bias, size_t N, int H, int K, real lower_bound);
+    // beta = sigmoid(b) (x2 with neg_eigval); db written
+    void (*beta_forward)(real *beta, const real *b, size_t n, int neg_eigval);
+    void (*beta_backward)(real *db, const real *dbeta, const real *beta, size_t n, int neg_eigval);
+    // per-row gated RMSNorm (§5.2): y = x r w act(z), act = sigmoid or swish; rstd
+    // (rows, statistics) saved;
+    // dx, dz written, dw accumulated
+    void (*gated_rmsnorm_forward)(real *y, real *rstd, const real *x, const real *z, const real *w, size_t rows,
+                                  int D, real eps, int swish);
+    void (*gated_rmsnorm_backward)(real *dx, real *dz, real *dw, const real *dy, const real *x, const real *z,
+                                   const real *w, const real *rstd, size_t rows, int D, int swish);
     // ---- optional fused ops: NULL means the graph runs the separate ops ----
     // act = gelu(pre), pre = inp @ w^T + bias (bias may be NULL): matmul_forward then
     // gelu_forward, in one go (both act and pre written)

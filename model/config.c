@@ -26,7 +26,9 @@ typedef struct {
 
 static const Key KEYS[] = {
     // model
-    K(layers_spec, T_LAYERS, "A x12", NULL, 1, "token mixer of every layer: A = softmax attention, M = MLA; 'PATTERN xN' repeats"),
+    K(layers_spec, T_LAYERS, "A x12", NULL, 1,
+      "token mixer of every layer: A = softmax attention, M = MLA, K = KDA, G = Gated DeltaNet, D = DeltaNet, "
+      "L = linear attention; 'PATTERN xN' repeats"),
     K(d_model, T_INT, "768", NULL, 1, "residual stream width"),
     K(n_head, T_INT, "12", NULL, 1, "attention heads"),
     K(vocab_size, T_INT, "50257", NULL, 1, "tokenizer vocabulary size"),
@@ -63,6 +65,16 @@ static const Key KEYS[] = {
     K(moe_aux_loss_coef, T_REAL, "0", NULL, 0, "MoE: sequence-wise balance loss coefficient alpha (0 = off)"),
     K(dense_first, T_INT, "0", NULL, 1, "MoE: the first N layers use the dense MLP (mlp_hidden)"),
     K(attn_res_block, T_INT, "0", NULL, 1, "Block AttnRes block size in decoder layers (0 = plain residuals)"),
+    // linear-attention mixers (K G D L)
+    K(linear_heads, T_INT, "0", NULL, 1, "heads of the K/G/D/L mixers (0 = n_head)"),
+    K(linear_head_dim, T_INT, "0", NULL, 1, "key head dim of the K/G/D/L mixers (0 = d_model / linear_heads)"),
+    K(linear_value_dim, T_INT, "0", NULL, 1, "value head dim of the K/G/D/L mixers (0 = linear_head_dim)"),
+    K(conv_size, T_INT, "4", NULL, 1, "short causal convolution window of K/G/D (1..64)"),
+    K(chunk_size, T_INT, "64", NULL, 0, "chunk size of the chunkwise K/G/D/L forms"),
+    K(kda_gate_lower_bound, T_REAL, "0", NULL, 1, "KDA gate: 0 = -exp(A_log) softplus(x + dt_bias); in [-5, 0) = lb sigmoid(exp(A_log)(x + dt_bias))"),
+    K(gate_rank, T_INT, "0", NULL, 1, "rank of KDA's low-rank decay gate and output gate (0 = linear_value_dim)"),
+    K(reset_at_eot, T_BOOL, "false", NULL, 1, "K/G/D/L states restart after every eot_token (softmax attention is not masked)"),
+    K(eot_token, T_INT, "50256", NULL, 1, "end-of-text token id (GPT-2: 50256)"),
     // training
     K(batch_size, T_INT, "4", NULL, 0, "micro-batch rows per rank"),
     K(seq_len, T_INT, "1024", NULL, 0, "tokens per row"),
@@ -95,6 +107,8 @@ static const Key KEYS[] = {
     K(wd_bias, T_REAL, "-1", NULL, 0, "weight decay of biases (-1 = none)"),
     K(lr_router, T_REAL, "0", NULL, 0, "peak lr of MoE router weights (0 = lr)"),
     K(wd_router, T_REAL, "-1", NULL, 0, "weight decay of MoE router weights (-1 = none)"),
+    K(lr_gate, T_REAL, "0", NULL, 0, "peak lr of A_log, dt_bias and short-conv kernels (0 = lr)"),
+    K(wd_gate, T_REAL, "-1", NULL, 0, "weight decay of A_log, dt_bias and short-conv kernels (-1 = none)"),
     K(seed, T_LONG, "1337", NULL, 0, "seed for init and data order"),
     K(vocab_dir, T_STR, "out/vocab", NULL, 0, "folder with GPT-2's encoder.json and vocab.bpe (samples print as text when present)"),
     K(train_data, T_STR, "", NULL, 0, "glob of training shards (llm.c format)"),
@@ -169,9 +183,10 @@ static const char *expand_layers(const char *spec, char *out) {
         }
         prev_start = n;
         for (char *c = tok; *c; c++) {
-            if (!strchr("AM", *c)) {
+            if (!strchr("AMKGDL", *c)) {
                 snprintf(err, sizeof err,
-                         "unknown layer type '%c' (this build has: A = softmax attention, M = MLA)", *c);
+                         "unknown layer type '%c' (this build has: A = softmax attention, M = MLA, K = KDA, "
+                         "G = Gated DeltaNet, D = DeltaNet, L = linear attention)", *c);
                 return err;
             }
             if (n >= CONFIG_MAX_LAYERS) return "more than 256 layers";
@@ -376,14 +391,34 @@ void config_finalize(Config *c) {
     if (c->muon_momentum < 0 || c->muon_momentum >= 1) BAD("muon_momentum", "muon_momentum must lie in [0, 1)");
     if (c->muon_ns_steps < 1) BAD("muon_ns_steps", "muon_ns_steps must be at least 1");
     {
-        const char *lr_keys[5] = {"lr_matrix", "lr_embed", "lr_norm", "lr_bias", "lr_router"};
-        const char *wd_keys[5] = {"wd_matrix", "wd_embed", "wd_norm", "wd_bias", "wd_router"};
-        const double lrs[5] = {c->lr_matrix, c->lr_embed, c->lr_norm, c->lr_bias, c->lr_router};
-        const double wds[5] = {c->wd_matrix, c->wd_embed, c->wd_norm, c->wd_bias, c->wd_router};
-        for (int i = 0; i < 5; i++) {
+        const char *lr_keys[6] = {"lr_matrix", "lr_embed", "lr_norm", "lr_bias", "lr_router", "lr_gate"};
+        const char *wd_keys[6] = {"wd_matrix", "wd_embed", "wd_norm", "wd_bias", "wd_router", "wd_gate"};
+        const double lrs[6] = {c->lr_matrix, c->lr_embed, c->lr_norm, c->lr_bias, c->lr_router, c->lr_gate};
+        const double wds[6] = {c->wd_matrix, c->wd_embed, c->wd_norm, c->wd_bias, c->wd_router, c->wd_gate};
+        for (int i = 0; i < 6; i++) {
             if (lrs[i] < 0) BAD(lr_keys[i], "%s must not be negative (0 = lr)", lr_keys[i]);
             if (wds[i] < 0 && wds[i] != -1) BAD(wd_keys[i], "%s must be >= 0, or -1 for the default", wd_keys[i]);
         }
+    }
+    {  // linear-attention mixers (kda-spec §5): derived sizes, then checks where a K/G/D/L layer exists
+        const int linear = strpbrk(c->layers, "KGDL") != NULL;
+        if (c->linear_heads == 0) c->linear_heads = c->n_head;
+        if (c->linear_head_dim == 0) {
+            if (linear && c->d_model % c->linear_heads)
+                BAD("linear_heads", "linear_heads = %d does not divide d_model = %d (or set linear_head_dim)",
+                    c->linear_heads, c->d_model);
+            c->linear_head_dim = c->d_model / c->linear_heads;
+        }
+        if (c->linear_value_dim == 0) c->linear_value_dim = c->linear_head_dim;
+        if (c->gate_rank == 0) c->gate_rank = c->linear_value_dim;
+        if (linear && c->linear_head_dim < 1) BAD("linear_head_dim", "linear_head_dim must be positive");
+        if (c->conv_size < 1 || c->conv_size > 64) BAD("conv_size", "conv_size must lie in [1, 64]");
+        if (c->chunk_size < 1) BAD("chunk_size", "chunk_size must be at least 1");
+        if (c->kda_gate_lower_bound > 0 || c->kda_gate_lower_bound < -5)
+            BAD("kda_gate_lower_bound", "kda_gate_lower_bound must lie in [-5, 0] (0 = softplus gate)");
+        if (c->reset_at_eot && c->eot_token >= c->vocab_size)
+            BAD("eot_token", "eot_token = %d is outside the vocabulary (vocab_size = %d; reset_at_eot set at %s)",
+                c->eot_token, c->vocab_size, origin_of("reset_at_eot"));
     }
     if (c->keep_checkpoints < 1) BAD("keep_checkpoints", "keep_checkpoints must be at least 1");
     if (c->log_every < 1) BAD("log_every", "log_every must be at least 1");

@@ -59,6 +59,16 @@ typedef struct {
     int dense_first;                  // the first N layers use the dense MLP
     // ---- Block AttnRes (§4) ----
     int attn_res_block;               // block size S in decoder layers (0 = plain residuals)
+    // ---- linear-attention mixers K, G, D, L (kda-spec §5; docs/kda.md) ----
+    int linear_heads;                 // heads H (0 = n_head)
+    int linear_head_dim;              // key head dim K (0 = d_model / linear_heads)
+    int linear_value_dim;             // value head dim V (0 = linear_head_dim)
+    int conv_size;                    // short convolution window W (§5.1)
+    int chunk_size;                   // chunk C of the chunkwise forms (§3)
+    double kda_gate_lower_bound;      // 0 = softplus gate; in [-5, 0): lower-bound gate (§1.4)
+    int gate_rank;                    // rank of KDA's low-rank gate / output gate (0 = linear_value_dim)
+    int reset_at_eot;                 // linear-mixer states restart after every eot_token
+    int eot_token;                    // id of end-of-text
     // ---- training ----
     int batch_size;                   // micro-batch rows per rank
     int seq_len;                      // tokens per row
@@ -82,6 +92,7 @@ typedef struct {
     double lr_matrix, lr_embed, lr_norm, lr_bias;
     double wd_matrix, wd_embed, wd_norm, wd_bias;
     double lr_router, wd_router;      // MoE router weights (AdamW; wd -1 = none)
+    double lr_gate, wd_gate;          // gate/decay parameters and short-conv kernels (GROUP_GATE)
     long seed;
     char vocab_dir[CONFIG_STR];       // GPT-2 encoder.json + vocab.bpe, for text samples
     char train_data[CONFIG_STR];

@@ -27,6 +27,7 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
         switch (c->layers[l]) {
         case 'A': attn_layout(m, cv, &s, &b->attn); break;
         case 'M': mla_layout(m, cv, &s, &b->mla); break;
+        case 'K': case 'G': case 'D': case 'L': linear_layout(m, l, cv, &s, &b->lin); break;
         }
         b->mixer_out = carve(cv, N * C);
         b->res_mid = carve(cv, N * C);
@@ -60,6 +61,7 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
     a->dbranch = carve(cv, N * C);
     a->tokens = carve_bytes(cv, N * sizeof(int));
     a->targets = carve_bytes(cv, N * sizeof(int));
+    linear_segments_layout(m, cv);
     scratch->used = scratch_max;
 }
 
@@ -99,6 +101,7 @@ void model_destroy(Model *m) {
     m->be->free(m->act_memory);
     m->be->free(m->scratch_memory);
     free(m->acts.blocks);
+    linear_segments_free(&m->acts.seg);
     params_free(&m->table, &m->mp);
     memset(m, 0, sizeof *m);
 }
@@ -126,6 +129,7 @@ static void mixer_forward(Model *m, int l, real *out, const real *in, int B, int
     switch (m->cfg.layers[l]) {
     case 'A': attn_forward(m, l, out, in, B, T); break;
     case 'M': mla_forward(m, l, out, in, B, T); break;
+    case 'K': case 'G': case 'D': case 'L': linear_forward(m, l, out, in, B, T); break;
     default: die("model: no forward for layer type '%c'", m->cfg.layers[l]);
     }
 }
@@ -134,6 +138,7 @@ static void mixer_backward(Model *m, int l, real *din, const real *dout, int B, 
     switch (m->cfg.layers[l]) {
     case 'A': attn_backward(m, l, din, dout, B, T); break;
     case 'M': mla_backward(m, l, din, dout, B, T); break;
+    case 'K': case 'G': case 'D': case 'L': linear_backward(m, l, din, dout, B, T); break;
     default: die("model: no backward for layer type '%c'", m->cfg.layers[l]);
     }
 }
@@ -245,6 +250,7 @@ double model_forward(Model *m, const int *inputs, const int *targets, int B, int
     m->last_has_targets = targets != NULL;
     m->cached = 0;
     be->upload_tokens(a->tokens, inputs, (size_t)N);
+    linear_segments_build(m, inputs, B, T);
     run_graph(m, B, T, 0);
     m->moe_aux_loss = 0;
     for (int l = 0; l < c->n_layer; l++)

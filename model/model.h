@@ -18,6 +18,7 @@ typedef struct {
     NormActs norm1, norm2;
     AttnActs attn;                     // mixer 'A'
     MlaActs mla;                       // mixer 'M'
+    LinearActs lin;                    // mixers 'K' 'G' 'D' 'L'
     MlpActs mlp;
     MoeActs moe;
     real *mixer_out;                   // (N,C) mixer branch
@@ -44,6 +45,7 @@ typedef struct {
     // backward scratch
     real *dresid, *dtmp, *dbranch;     // (N,C)
     int *tokens, *targets;             // (N)
+    LinearSegments seg;                // sequence boundaries of the K/G/D/L mixers
 } Acts;
 
 typedef struct Model {

@@ -66,6 +66,7 @@ void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
         switch (b->mixer) {
         case 'A': attn_params(c, t, l, &b->attn); break;
         case 'M': mla_params(c, t, l, &b->mla); break;
+        case 'K': case 'G': case 'D': case 'L': linear_params(c, t, l, &b->lin); break;
         default: die("params: layer type '%c' has no parameter layout", b->mixer);
         }
         if (c->attn_res_block) attnres_params(c, t, &b->ar_ffn, "blocks.%d.attnres_ffn", l);
@@ -105,6 +106,7 @@ const char *param_group_name(ParamGroup g) {
     case GROUP_BIAS: return "bias";
     case GROUP_ROUTER: return "router";
     case GROUP_STATE: return "state";
+    case GROUP_GATE: return "gate";
     default: return "?";
     }
 }
@@ -122,6 +124,15 @@ void params_init(const ParamTable *t, float *host, unsigned long seed) {
             case INIT_NORMAL: w[j] = (float)(p->init_std * rng_normal(&rng)); break;
             case INIT_ZERO: w[j] = 0.0f; break;
             case INIT_ONE: w[j] = 1.0f; break;
+            case INIT_LOG_UNIFORM:  // (lo, hi]: 1 - u avoids log 0 when lo = 0
+                w[j] = (float)log(p->init_lo + (p->init_hi - p->init_lo) * (1.0 - rng_uniform(&rng)));
+                break;
+            case INIT_DT_BIAS: {    // fla: dt + log(-expm1(-dt)) = softplus^-1(dt)
+                double dt = exp(log(p->init_lo) + rng_uniform(&rng) * (log(p->init_hi) - log(p->init_lo)));
+                if (dt < 1e-4) dt = 1e-4;
+                w[j] = (float)(dt + log(-expm1(-dt)));
+                break;
+            }
             }
         }
     }
@@ -155,6 +166,9 @@ double params_mixer_flops(const Config *c, char mixer) {
     switch (mixer) {
     case 'A': return 6.0 * c->d_model * c->seq_len;  // causal: half of 12*C*T
     case 'M': return mla_mixer_flops(c);
+    // K/G/D/L: the state read-out and update, ~4 H K V per token forward, x3 with the backward
+    case 'K': case 'G': case 'D': case 'L':
+        return 12.0 * c->linear_heads * c->linear_head_dim * c->linear_value_dim;
     default: return 0.0;
     }
 }
@@ -178,8 +192,10 @@ void params_print(const Config *c, const ParamTable *t, FILE *f) {
             strcat(shape, part);
         }
         strcat(shape, ")");
-        char init[32];
+        char init[64];
         if (p->init == INIT_NORMAL) snprintf(init, sizeof init, "normal(%.4g)", p->init_std);
+        else if (p->init == INIT_LOG_UNIFORM) snprintf(init, sizeof init, "logU(%g,%g)", p->init_lo, p->init_hi);
+        else if (p->init == INIT_DT_BIAS) snprintf(init, sizeof init, "dt_bias(%g,%g)", p->init_lo, p->init_hi);
         else snprintf(init, sizeof init, "%s", p->init == INIT_ZERO ? "zeros" : "ones");
         fprintf(f, "%-36s %-18s %12zu %12zu  %-6s %s\n", p->name, shape, p->numel, p->offset,
                 param_group_name(p->group), init);

@@ -23,6 +23,8 @@ typedef enum {
     GROUP_ROUTER,   // MoE router weights: AdamW (never Muon), no weight decay by default
     GROUP_STATE,    // not trained: no gradient, no optimizer, not counted as a parameter, but
                     // saved with the weights (the MoE selection bias, blocks-spec §2.2/§2.6)
+    GROUP_GATE,     // A_log, dt_bias and short-conv kernels of the K/G/D/L mixers: no weight
+                    // decay, never Muon (kda-spec §5.2: fla marks them _no_weight_decay)
     GROUP_COUNT
 } ParamGroup;
 
@@ -30,6 +32,8 @@ typedef enum {
     INIT_NORMAL,    // N(0, std)
     INIT_ZERO,
     INIT_ONE,
+    INIT_LOG_UNIFORM,  // log U(init_lo, init_hi] (A_log, kda-spec §5.2-§5.3)
+    INIT_DT_BIAS,      // softplus^-1(dt), dt = exp U(log init_lo, log init_hi) clamped >= 1e-4 (§5.2)
 } InitRule;
 
 typedef struct {
@@ -41,6 +45,7 @@ typedef struct {
     ParamGroup group;
     InitRule init;
     double init_std;            // INIT_NORMAL only
+    double init_lo, init_hi;    // INIT_LOG_UNIFORM and INIT_DT_BIAS only
     int blocks;                 // logical matrices stacked along rows (fused q|k|v = 3); Muon
                                 // orthogonalises each separately. 1 for ordinary tensors.
     int routed;                 // 1: stacked routed-expert weights, of which only top_k / E
@@ -84,6 +89,20 @@ typedef struct {
 typedef struct {
     int query, norm;
 } AttnResParams;
+// Token mixers K (KDA), G (GDN), D (DeltaNet), L (linear attention), kda-spec §5.2-§5.4
+// (model/mixer_linear.c). H heads, key dim K, value dim V, rank R, conv window W.
+typedef struct {
+    int q_w, k_w, v_w;           // (H*K, C) (H*K, C) (H*V, C)
+    int q_conv, k_conv, v_conv;  // (H*K, 1, W) (H*K, 1, W) (H*V, 1, W)   K G D
+    int f_a, f_b;                // (R, C) (H*K, R)  KDA low-rank decay gate
+    int a_w;                     // (H, C)           GDN decay gate
+    int A_log, dt_bias;          // (H); (H*K) KDA, (H) GDN
+    int b_w;                     // (H, C)           beta logits   K G D
+    int g_a, g_b, g_bias;        // (R, C) (H*V, R) (H*V)  KDA output gate
+    int g_w;                     // (H*V, C)         GDN output gate
+    int o_norm;                  // (V) per-head output RMSNorm weight
+    int o_w;                     // (C, H*V)
+} LinearParams;
 
 // One block: x + mixer(norm1(x)), then + channel(norm2(x)).
 typedef struct {
@@ -91,6 +110,7 @@ typedef struct {
     NormParams norm1, norm2;
     AttnParams attn;       // mixer 'A'
     MlaParams mla;         // mixer 'M'
+    LinearParams lin;      // mixers 'K' 'G' 'D' 'L'
     MlpParams mlp;         // the dense channel mixer
     int moe_layer;         // 1: the channel mixer is MoE (moe_experts > 0, layer >= dense_first)
     MoeParams moe;

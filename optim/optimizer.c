@@ -19,6 +19,7 @@ double group_peak_lr(const Config *c, ParamGroup g) {
     case GROUP_NORM: v = c->lr_norm; break;
     case GROUP_BIAS: v = c->lr_bias; break;
     case GROUP_ROUTER: v = c->lr_router; break;
+    case GROUP_GATE: v = c->lr_gate; break;
     default: break;
     }
     return v > 0 ? v : c->lr;
@@ -32,6 +33,7 @@ double group_weight_decay(const Config *c, ParamGroup g) {
     case GROUP_NORM: v = c->wd_norm; break;
     case GROUP_BIAS: v = c->wd_bias; break;
     case GROUP_ROUTER: v = c->wd_router; break;
+    case GROUP_GATE: v = c->wd_gate; break;
     default: break;
     }
     if (v >= 0) return v;

@@ -73,6 +73,15 @@ int main(void) {
     config_load_file(&c, write_conf("ok2.conf", "layers = AA x3 A\n"));
     CHECK(c.n_layer == 7, "AA x3 A should give 7 layers, got %d", c.n_layer);
 
+    // linear-attention mixers: letters K G D L, sizes derived from d_model and n_head
+    config_defaults(&c);
+    config_load_file(&c, write_conf("lin.conf", "layers = KGDLA x2\nd_model = 64\nn_head = 4\nlinear_value_dim = 8\n"));
+    config_finalize(&c);
+    CHECK(c.n_layer == 10 && !strcmp(c.layers, "KGDLAKGDLA"), "layers %s", c.layers);
+    CHECK(c.linear_heads == 4 && c.linear_head_dim == 16 && c.linear_value_dim == 8 && c.gate_rank == 8 &&
+              c.conv_size == 4 && c.chunk_size == 64 && c.kda_gate_lower_bound == 0 && !c.reset_at_eot,
+          "linear defaults: H %d K %d V %d R %d", c.linear_heads, c.linear_head_dim, c.linear_value_dim, c.gate_rank);
+
     // write -> load round trip gives the same config
     {
         Config a, b;
@@ -111,6 +120,12 @@ int main(void) {
     bad("context_length = 128\nseq_len = 256\n", NULL, NULL, "case.conf:2: seq_len = 256 exceeds context_length = 128");
     bad("steps = 10\nwarmup_steps = 20\n", NULL, NULL, "case.conf:2: warmup_steps = 20 exceeds steps = 10");
     bad("beta2 = 1.0\n", NULL, NULL, "case.conf:1: beta2 must lie in [0, 1)");
+    bad("layers = K\nd_model = 64\nn_head = 4\nlinear_heads = 3\n", NULL, NULL,
+        "case.conf:4: linear_heads = 3 does not divide d_model = 64");
+    bad("kda_gate_lower_bound = -6\n", NULL, NULL, "case.conf:1: kda_gate_lower_bound must lie in [-5, 0]");
+    bad("conv_size = 0\n", NULL, NULL, "case.conf:1: conv_size must lie in [1, 64]");
+    bad("vocab_size = 100\nreset_at_eot = true\n", NULL, NULL,
+        "eot_token = 50256 is outside the vocabulary (vocab_size = 100; reset_at_eot set at out/test-tmp/config/case.conf:2)");
     bad("d_model = 64\n", "n_heads", "4", "command line --n_heads: unknown config key 'n_heads'");
     bad("d_model = 64\n", "n_head", "5", "command line --n_head: n_head = 5 does not divide d_model = 64");
     CHECK(expect_death(missing_file, NULL, "death", "does-not-exist.conf: cannot read config file"), "missing file");

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "model/decode.h"
 #include "model/util.h"
 
 // Draws from softmax(logits / temperature) over the first V entries.
@@ -21,8 +22,24 @@ static int sample_logits(const float *logits, int V, double temperature, Rng *rn
     return best;
 }
 
-void generate(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng) {
-    float *logits = xmalloc(sizeof(float) * (size_t)model->cfg.padded_vocab_size);
+// Token by token from per-layer caches (model/decode.h): the prompt is fed one token
+// at a time, then every sampled token; no prefix is ever recomputed.
+static void generate_cached(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng,
+                            float *logits) {
+    const int total = n_prompt + n_new;
+    Decoder d;
+    model_decode_init(&d, model, total);
+    for (int i = 0; i < n_prompt; i++) model_decode_step(&d, model, tokens[i], logits);
+    for (int n = n_prompt; n < total; n++) {
+        tokens[n] = sample_logits(logits, model->cfg.vocab_size, temperature, rng);
+        if (n + 1 < total) model_decode_step(&d, model, tokens[n], logits);
+    }
+    model_decode_free(&d, model);
+}
+
+// Fallback: a full forward over the last max_T tokens for every new token.
+static void generate_window(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng,
+                            float *logits) {
     for (int n = n_prompt; n < n_prompt + n_new; n++) {
         int start = n > model->max_T ? n - model->max_T : 0;
         int len = n - start;
@@ -30,6 +47,15 @@ void generate(Model *model, int *tokens, int n_prompt, int n_new, double tempera
         model_logits_row(model, 0, len - 1, logits);
         tokens[n] = sample_logits(logits, model->cfg.vocab_size, temperature, rng);
     }
+}
+
+void generate(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng) {
+    float *logits = xmalloc(sizeof(float) * (size_t)model->cfg.padded_vocab_size);
+    const Config *c = &model->cfg;
+    if (model_decode_supported(model) && (c->position != POS_LEARNED || n_prompt + n_new <= c->context_length))
+        generate_cached(model, tokens, n_prompt, n_new, temperature, rng, logits);
+    else
+        generate_window(model, tokens, n_prompt, n_new, temperature, rng, logits);
     free(logits);
 }
 

@@ -4,6 +4,8 @@
 
 #include "model/backend.h"
 #include "model/ops/block_ops.h"
+#include "model/ops/cpu_mixer_ops.h"
+#include "model/ops/linear_ops.h"
 #include "model/ops/ops_cpu.h"
 #include "model/util.h"
 #include "optim/adamw.h"
@@ -130,6 +132,26 @@ static const Backend cpu_backend = {
     .moe_bias_update = cpu_moe_bias_update,
     .attnres_forward = cpu_attnres_forward,
     .attnres_backward = cpu_attnres_backward,
+    .attention_step = cpu_attention_step,
+    // linear-attention mixers (model/ops/cpu_linear.c, linear_ops.h)
+    .linear_workspace_size = cpu_linear_workspace_size,
+    .delta_chunk_forward = cpu_delta_chunk_forward,
+    .delta_chunk_backward = cpu_delta_chunk_backward,
+    .delta_step = cpu_delta_step,
+    .linear_attn_chunk_forward = cpu_linear_attn_chunk_forward,
+    .linear_attn_chunk_backward = cpu_linear_attn_chunk_backward,
+    .linear_attn_step = linear_attn_step,
+    .short_conv_forward = kda_short_conv_forward,
+    .short_conv_backward = kda_short_conv_backward,
+    .short_conv_step = kda_short_conv_step,
+    .l2norm_forward = kda_l2norm_forward,
+    .l2norm_backward = kda_l2norm_backward,
+    .decay_gate_forward = kda_gate_forward,
+    .decay_gate_backward = kda_gate_backward,
+    .beta_forward = kda_beta_forward,
+    .beta_backward = kda_beta_backward,
+    .gated_rmsnorm_forward = kda_gated_rmsnorm_forward,
+    .gated_rmsnorm_backward = kda_gated_rmsnorm_backward,
     .sum = cpu_sum,
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
