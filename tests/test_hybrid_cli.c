@@ -104,7 +104,7 @@ int main(void) {
     }
     remove_tree(DIR_);
     make_data();
-    make_config("M x4");
+    make_config("KKKM");
 
     // uninterrupted run: falling loss, MoE statistics, validation, a sample
     CHECK(run(TINY "--out_dir " DIR_ "/a --checkpoint_every 4") == 0, "training run failed");

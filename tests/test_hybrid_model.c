@@ -390,7 +390,7 @@ static void test_config_errors(void) {
         {{"mla_rope_dim", "3", "mla_rope", "true"}, "needs an even mla_rope_dim"},
         {{"mla_kv_rank", "0", "layers", "MA"}, "mla_kv_rank must be positive"},
         {{"dense_first", "9", "layers", "MM"}, "dense_first = 9 exceeds the 2 layers"},
-        {{"layers", "KKKM", "mlp", "situ"}, "unknown layer type 'K'"},
+        {{"layers", "KKKQ", "mlp", "situ"}, "unknown layer type 'Q'"},
         {{"moe_route_scale", "0", "mlp", "situ"}, "moe_route_scale must be positive"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

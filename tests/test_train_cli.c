@@ -100,6 +100,21 @@ int main(void) {
     free(a);
     free(b);
 
+    // Muon (hidden matrices) + AdamW (the rest): the loss falls, and resume is bit-exact too
+    CHECK(run(TINY "--optimizer muon --out_dir " DIR_ "/m --checkpoint_every 0") == 0, "Muon run failed");
+    char *mu = loss_lines(DIR_ "/m/metrics.jsonl");
+    double mfirst = 0, mlast = 0;
+    sscanf(strstr(mu, "\"loss\": ") + 8, "%lf", &mfirst);
+    for (p = mu; (q = strstr(p + 1, "\"loss\": ")); p = q) {}
+    sscanf(p + 8, "%lf", &mlast);
+    CHECK(mlast < 0.75 * mfirst, "Muon: loss should fall by a quarter: %.4f -> %.4f", mfirst, mlast);
+    CHECK(run(TINY "--optimizer muon --out_dir " DIR_ "/n --stop_at_step 7") == 0, "interrupted Muon run failed");
+    CHECK(run(TINY "--optimizer muon --out_dir " DIR_ "/n --resume auto") == 0, "resumed Muon run failed");
+    char *mn = loss_lines(DIR_ "/n/metrics.jsonl");
+    CHECK(!strcmp(mu, mn), "Muon: resumed losses differ from the uninterrupted run:\n%s---\n%s", mu, mn);
+    free(mu);
+    free(mn);
+
     // resuming into a different model is refused, naming the key
     CHECK(run(TINY "--out_dir " DIR_ "/b --d_model 64 --resume auto") != 0, "config mismatch accepted");
     out = log_text();
