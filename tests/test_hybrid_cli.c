@@ -10,6 +10,7 @@
 #include "data/shard.h"
 #include "model/rng.h"
 #include "model/util.h"
+#include "cli_util.h"
 #include "testing.h"
 
 #define DIR_ "out/test-tmp/hybrid-cli"
@@ -20,23 +21,7 @@
     "--moe_hidden 16 --moe_shared_hidden 32 --moe_aux_loss_coef 0.01 --val_every 8 --val_batches 2 --log_every 8 "   \
     "--sample_tokens 8 --threads 1 --train_data '" DIR_ "/data/train_*.bin' --val_data '" DIR_ "/data/val_*.bin' "
 
-// A small Markov chain over 512 tokens (as tests/test_train_cli.c), so the loss can fall.
-static void make_data(void) {
-    mkdir_p(DIR_ "/data");
-    Rng r;
-    rng_seed(&r, 11);
-    for (int s = 0; s < 3; s++) {
-        size_t n = s == 2 ? 3000 : 20000;
-        uint16_t *t = xmalloc(sizeof(uint16_t) * n);
-        t[0] = 0;
-        for (size_t i = 1; i < n; i++)
-            t[i] = (uint16_t)((t[i - 1] * 7 + 3 + (rng_below(&r, 4) == 0 ? rng_below(&r, 512) : 0)) % 512);
-        char path[128];
-        snprintf(path, sizeof path, s == 2 ? DIR_ "/data/val_%06d.bin" : DIR_ "/data/train_%06d.bin", s);
-        shard_write(path, t, n);
-        free(t);
-    }
-}
+static void make_data(void) { cli_make_markov_shards(DIR_, 512); }
 
 // configs/hybrid-tiny.conf with `layers = <layers>`
 static void make_config(const char *layers) {
@@ -57,32 +42,11 @@ static void make_config(const char *layers) {
     free(out);
 }
 
-// Runs a command line that starts with "./hybrid"; $HYBRID (the sanitizer build's binary
-// under `make test SANITIZE=1`) replaces that path when set.
-static int run(const char *cmd) {
-    char full[4096];
-    const char *bin = getenv("HYBRID");
-    if (bin && !strncmp(cmd, "./hybrid", 8)) snprintf(full, sizeof full, "%s%s > " DIR_ "/last.log 2>&1", bin, cmd + 8);
-    else snprintf(full, sizeof full, "%s > " DIR_ "/last.log 2>&1", cmd);
-    return system(full);
-}
+static int run(const char *cmd) { return cli_run(DIR_, cmd); }
 
 static char *log_text(void) { return read_file(DIR_ "/last.log", NULL); }
 
-// The metrics lines without the timing fields (tokens and after).
-static char *stable_lines(const char *path) {
-    char *text = read_file(path, NULL);
-    if (!text) return xstrdup("");
-    char *out = xcalloc(1, strlen(text) + 1);
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        char *cut = strstr(line, ", \"tokens\"");
-        if (cut) *cut = 0;
-        strcat(out, line);
-        strcat(out, "\n");
-    }
-    free(text);
-    return out;
-}
+static char *stable_lines(const char *path) { return cli_stable_lines(path); }
 
 // substring search in binary data (the safetensors header follows 8 length bytes)
 static int contains(const char *buf, size_t n, const char *what) {

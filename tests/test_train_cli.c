@@ -8,6 +8,7 @@
 #include "data/shard.h"
 #include "model/rng.h"
 #include "model/util.h"
+#include "cli_util.h"
 #include "testing.h"
 
 #define DIR_ "out/test-tmp/train-cli"
@@ -17,51 +18,13 @@
     "--warmup_steps 2 --lr 1e-2 --val_every 8 --val_batches 2 --log_every 4 --sample_tokens 8 --threads 2 "        \
     "--train_data '" DIR_ "/data/train_*.bin' --val_data '" DIR_ "/data/val_*.bin' "
 
-// Text-like synthetic data: a noisy Markov chain over 64 tokens, so the loss can fall.
-static void make_data(void) {
-    mkdir_p(DIR_ "/data");
-    Rng r;
-    rng_seed(&r, 11);
-    for (int s = 0; s < 3; s++) {
-        size_t n = s == 2 ? 3000 : 20000;
-        uint16_t *t = xmalloc(sizeof(uint16_t) * n);
-        t[0] = 0;
-        for (size_t i = 1; i < n; i++)
-            t[i] = (uint16_t)((t[i - 1] * 7 + 3 + (rng_below(&r, 4) == 0 ? rng_below(&r, 64) : 0)) % 64);
-        char path[128];
-        snprintf(path, sizeof path, s == 2 ? DIR_ "/data/val_%06d.bin" : DIR_ "/data/train_%06d.bin", s);
-        shard_write(path, t, n);
-        free(t);
-    }
-}
+static void make_data(void) { cli_make_markov_shards(DIR_, 64); }
 
-// Runs a command line that starts with "./hybrid"; $HYBRID (the sanitizer build's
-// binary under `make test SANITIZE=1`) replaces that path when set.
-static int run(const char *cmd) {
-    char full[2048];
-    const char *bin = getenv("HYBRID");
-    if (bin && !strncmp(cmd, "./hybrid", 8)) snprintf(full, sizeof full, "%s%s > " DIR_ "/last.log 2>&1", bin, cmd + 8);
-    else snprintf(full, sizeof full, "%s > " DIR_ "/last.log 2>&1", cmd);
-    int rc = system(full);
-    return rc;
-}
+static int run(const char *cmd) { return cli_run(DIR_, cmd); }
 
 static char *log_text(void) { return read_file(DIR_ "/last.log", NULL); }
 
-// The training lines of a metrics log, without the timing fields.
-static char *loss_lines(const char *path) {
-    char *text = read_file(path, NULL);
-    if (!text) return xstrdup("");
-    char *out = xcalloc(1, strlen(text) + 1);
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        char *cut = strstr(line, ", \"tokens\"");
-        if (cut) *cut = 0;
-        strcat(out, line);
-        strcat(out, "\n");
-    }
-    free(text);
-    return out;
-}
+static char *loss_lines(const char *path) { return cli_stable_lines(path); }
 
 int main(void) {
     if (!file_exists(getenv("HYBRID") ? getenv("HYBRID") : "./hybrid")) {
