@@ -24,36 +24,45 @@ static inline real dot(const real *a, const real *b, int n) {
     return s;
 }
 
+// One output row of causal attention for one head: o = softmax_j<=i(scale q_i . k_j) v_j
+// with scale 1/sqrt(hs). base points at q of token 0 of this head inside packed (T, 3C) qkv.
+// Returns the row's log-sum-exp. Shared by the forward and the decode step
+// (attention_step.c), so decoding reproduces the forward exactly.
+double cpu_attention_row(real *o, const real *base, int i, int C, int hs) {
+    const double scale = 1.0 / sqrt((double)hs);
+    const size_t C3 = 3 * (size_t)C;
+    const real *q = base + i * C3;
+    // pass 1: the scores of row i and their maximum
+    double s[i + 1], m = -INFINITY;
+    for (int j = 0; j <= i; j++) {
+        s[j] = scale * dot(q, base + j * C3 + C, hs);
+        if (s[j] > m) m = s[j];
+    }
+    // pass 2: softmax denominator and the weighted sum of values
+    double acc[hs];
+    for (int c = 0; c < hs; c++) acc[c] = 0.0;
+    double sum = 0.0;
+    for (int j = 0; j <= i; j++) {
+        double e = exp(s[j] - m);
+        const real *v = base + j * C3 + 2 * C;
+        sum += e;
+        for (int c = 0; c < hs; c++) acc[c] += e * v[c];
+    }
+    for (int c = 0; c < hs; c++) o[c] = (real)(acc[c] / sum);
+    return m + log(sum);
+}
+
 void cpu_attention_forward(real *out, real *lse, const real *qkv, int B, int T, int C, int NH) {
     if (NH <= 0 || C % NH) die("attention: C = %d is not a multiple of the head count %d", C, NH);
     int hs = C / NH;
-    double scale = 1.0 / sqrt((double)hs);
     size_t C3 = 3 * (size_t)C;
 #pragma omp parallel for collapse(3) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int i = 0; i < T; i++) {
                 const real *base = qkv + (size_t)b * T * C3 + (size_t)h * hs;  // q of token 0, head h
-                const real *q = base + i * C3;
-                // pass 1: the scores of row i and their maximum
-                double s[i + 1], m = -INFINITY;
-                for (int j = 0; j <= i; j++) {
-                    s[j] = scale * dot(q, base + j * C3 + C, hs);
-                    if (s[j] > m) m = s[j];
-                }
-                // pass 2: softmax denominator and the weighted sum of values
-                double acc[hs];
-                for (int c = 0; c < hs; c++) acc[c] = 0.0;
-                double sum = 0.0;
-                for (int j = 0; j <= i; j++) {
-                    double e = exp(s[j] - m);
-                    const real *v = base + j * C3 + 2 * C;
-                    sum += e;
-                    for (int c = 0; c < hs; c++) acc[c] += e * v[c];
-                }
                 real *o = out + ((size_t)b * T + i) * C + (size_t)h * hs;
-                for (int c = 0; c < hs; c++) o[c] = (real)(acc[c] / sum);
-                lse[((size_t)b * NH + h) * T + i] = (real)(m + log(sum));
+                lse[((size_t)b * NH + h) * T + i] = (real)cpu_attention_row(o, base, i, C, hs);
             }
         }
     }

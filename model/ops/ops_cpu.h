@@ -27,6 +27,8 @@ void cpu_matmul_backward(real *dinp, real *dw, real *dbias, const real *dout, co
                          int N, int C, int OC);
 
 // attention.c
+// one causal attention row for one head (attention.c); returns its log-sum-exp
+double cpu_attention_row(real *o, const real *base, int i, int C, int hs);
 void cpu_attention_forward(real *out, real *lse, const real *qkv, int B, int T, int C, int NH);
 void cpu_attention_backward(real *dqkv, const real *dout, const real *qkv, const real *out, const real *lse,
                             int B, int T, int C, int NH);
