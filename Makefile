@@ -34,6 +34,20 @@ else
   $(info [hybrid] PCRE2 not found (Debian: libpcre2-dev): `prepare` and text prompts are disabled)
 endif
 
+MPICC_PATH := $(shell command -v mpicc 2>/dev/null)
+ifeq ($(NO_MPI),1)
+  MPICC_PATH :=
+endif
+ifneq ($(MPICC_PATH),)
+  MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+  MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+  CFLAGS += -DHAVE_MPI $(MPI_CFLAGS)
+  LDLIBS += $(MPI_LIBS)
+  $(info [hybrid] MPI found ($(MPICC_PATH)): `mpirun -np N ./hybrid train` runs data/expert parallel)
+else
+  $(info [hybrid] MPI not found (Debian: libopenmpi-dev openmpi-bin): single-process runs only)
+endif
+
 NVCC_PATH := $(shell command -v $(NVCC) 2>/dev/null)
 ifeq ($(NO_CUDA),1)
   NVCC_PATH :=
@@ -52,7 +66,7 @@ else
 endif
 
 # ---- sources ----
-LIB_SRC  := $(wildcard model/*.c model/ops/*.c optim/*.c data/*.c checkpoints/*.c) \
+LIB_SRC  := $(wildcard model/*.c model/ops/*.c optim/*.c data/*.c checkpoints/*.c dist/*.c) \
             $(filter-out train/main.c,$(wildcard train/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))

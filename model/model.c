@@ -65,8 +65,18 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
     scratch->used = scratch_max;
 }
 
-void model_create(Model *m, const Config *c, const Backend *be, int B, int T) {
+void model_create(Model *m, const Config *c, const Backend *be, int B, int T) { model_create_padded(m, c, be, B, T, 1); }
+
+size_t model_buffer_elems(const Model *m) { return m->buffer_elems; }
+
+size_t model_block_offset(const Model *m, int l) {
+    int idx = m->mp.block_first[l];
+    return idx < m->table.count ? m->table.items[idx].offset : m->table.total;
+}
+
+void model_create_padded(Model *m, const Config *c, const Backend *be, int B, int T, size_t multiple) {
     memset(m, 0, sizeof *m);
+    m->ep_size = 1;
     m->cfg = *c;
     m->be = be;
     m->max_B = B;
@@ -74,8 +84,10 @@ void model_create(Model *m, const Config *c, const Backend *be, int B, int T) {
     if (c->position == POS_LEARNED && T > c->context_length)
         die("model: sequence length %d exceeds context_length %d", T, c->context_length);
     params_build(c, &m->table, &m->mp);
-    m->params = be->alloc(m->table.total * be->elem_size);
-    m->grads = be->alloc(m->table.total * be->elem_size);
+    if (multiple < 1) multiple = 1;
+    m->buffer_elems = (m->table.total + multiple - 1) / multiple * multiple;
+    m->params = be->alloc(m->buffer_elems * be->elem_size);
+    m->grads = be->alloc(m->buffer_elems * be->elem_size);
     m->acts.blocks = xcalloc((size_t)c->n_layer, sizeof(BlockActs));
     Carver cv = {NULL, 0, be->elem_size, be->stat_size}, scratch = {NULL, 0, be->elem_size, be->stat_size};
     layout(m, &cv, &scratch);
@@ -299,8 +311,10 @@ void model_backward(Model *m, float loss_scale) {
     } else {
         norm_backward(m, &mp->normf, &a->normf, dP, a->dbranch, L ? a->blocks[L - 1].res_out : a->encoded, N);
     }
+    if (m->grads_ready) m->grads_ready(m, L, m->grads_ready_ctx);  // the tensors after the blocks are final
     // walk the blocks backwards; dP holds d(block output) = d(P_out)
     for (int l = L - 1; l >= 0; l--) {
+        if (l < L - 1 && m->grads_ready) m->grads_ready(m, l + 1, m->grads_ready_ctx);  // block l+1 is final
         const BlockParams *p = &mp->blocks[l];
         BlockActs *b = &a->blocks[l];
         // P_out = P_mid + channel(norm2(x_f)), x_f = P_mid or AttnRes(blocks, P_mid)
@@ -337,6 +351,7 @@ void model_backward(Model *m, float loss_scale) {
         }
     }
     be->embed_backward(G(mp->tok_embed), G(mp->pos_embed), dP, a->tokens, B, T, C);
+    if (m->grads_ready) m->grads_ready(m, -1, m->grads_ready_ctx);  // every gradient is final
 }
 
 int model_cache_supported(const Model *m) {

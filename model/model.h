@@ -53,7 +53,8 @@ typedef struct Model {
     ParamTable table;
     ModelParams mp;
     const Backend *be;
-    real *params, *grads;              // backend memory, table.total elements each
+    real *params, *grads;              // backend memory, table.total elements each (+ padding)
+    size_t buffer_elems;               // elements allocated in params and grads
     int max_B, max_T;                  // activation buffers are sized for these
     Acts acts;
     void *act_memory, *scratch_memory;
@@ -63,6 +64,17 @@ typedef struct Model {
     int last_count;                    // rows of the last forward whose target counts
     double moe_aux_loss;               // sum over MoE layers of the last forward's balance loss
     float backward_scale;              // loss_scale of the running backward (aux-loss gradient)
+    // Distributed runs (ARCHITECTURE §6, dist/): the collectives (NULL: one process) and
+    // the expert-parallel group size (1: every rank runs every expert; >1: model/moe.c
+    // dispatches tokens to the ranks of the COMM_EP group that own their experts).
+    struct Comm *comm;
+    int ep_size;
+    // Called by model_backward as soon as a part of the gradient buffer is final: the
+    // parameters from block `block` on (block = n_layer: the tensors after the blocks, right
+    // after the head's backward; -1: everything, after the embeddings). The data-parallel
+    // reduction (dist/grad_sync.c) starts its buckets there. NULL: none.
+    void (*grads_ready)(struct Model *m, int block, void *ctx);
+    void *grads_ready_ctx;
     int cached;                        // the graph runs in cached mode (model_forward_cached)
     int cache_pos;                     // cached mode: tokens already in the caches
 } Model;
@@ -71,6 +83,15 @@ typedef struct Model {
 // for micro-batches of up to B x T tokens. Parameters start at zero: call
 // model_init_params or model_set_params.
 void model_create(Model *m, const Config *c, const Backend *be, int B, int T);
+// The same, with the parameter and gradient buffers padded with zeros to a multiple of
+// `multiple` elements (ZeRO-1 splits them into equal shards, dist/grad_sync.c).
+void model_create_padded(Model *m, const Config *c, const Backend *be, int B, int T, size_t multiple);
+// Elements allocated in m->params and m->grads (table.total plus the padding).
+size_t model_buffer_elems(const Model *m);
+// First element of block l's tensors in the parameter buffer; l = n_layer: the first
+// tensor after the blocks (the final norm, the untied lm_head); the blocks' tensors are
+// contiguous and in layer order.
+size_t model_block_offset(const Model *m, int l);
 void model_destroy(Model *m);
 void model_init_params(Model *m, unsigned long seed);               // the table's init rules
 void model_set_params(Model *m, const float *host);                  // host fp32, table.total

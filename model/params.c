@@ -56,7 +56,9 @@ void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
         mp->pos_embed = params_add(t, GROUP_EMBED, INIT_NORMAL, c->init_std, 2, pshape, "embed.pos.weight");
     }
     mp->blocks = xcalloc((size_t)c->n_layer, sizeof(BlockParams));
+    mp->block_first = xcalloc((size_t)c->n_layer + 1, sizeof(int));
     for (int l = 0; l < c->n_layer; l++) {
+        mp->block_first[l] = t->count;
         BlockParams *b = &mp->blocks[l];
         memset(b, -1, sizeof *b);  // every index -1 until created
         b->mixer = c->layers[l];
@@ -75,6 +77,7 @@ void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
         if (b->moe_layer) moe_params(c, t, l, &b->moe);
         else mlp_params(c, t, l, &b->mlp);
     }
+    mp->block_first[c->n_layer] = t->count;
     mp->ar_out = (AttnResParams){-1, -1};
     if (c->attn_res_block) attnres_params(c, t, &mp->ar_out, "attnres_out", -1);
     norm_params(c, t, &mp->normf, "norm_f", -1);
@@ -88,6 +91,7 @@ void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
 void params_free(ParamTable *t, ModelParams *mp) {
     free(t->items);
     free(mp->blocks);
+    free(mp->block_first);
     memset(t, 0, sizeof *t);
     memset(mp, 0, sizeof *mp);
 }

@@ -123,6 +123,8 @@ typedef struct {
     NormParams normf;
     AttnResParams ar_out;       // the final AttnRes before normf (-1 without AttnRes)
     BlockParams *blocks;        // n_layer entries
+    int *block_first;           // table index of block l's first tensor; [n_layer]: the first
+                                // tensor after the blocks (== count when there is none)
 } ModelParams;
 
 // Appends a tensor to the table and returns its index (the modules build with this).

@@ -11,14 +11,24 @@
 #include <time.h>
 #include <unistd.h>
 
+static char g_error_prefix[32];
+static void (*g_abort_hook)(void);
+
+void set_error_context(const char *prefix, void (*abort_hook)(void)) {
+    snprintf(g_error_prefix, sizeof g_error_prefix, "%s", prefix ? prefix : "");
+    g_abort_hook = abort_hook;
+}
+
 void die(const char *fmt, ...) {
     va_list ap;
     fflush(stdout);
-    fprintf(stderr, "hybrid: error: ");
+    fprintf(stderr, "hybrid: error: %s", g_error_prefix);
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fprintf(stderr, "\n");
+    fflush(stderr);
+    if (g_abort_hook) g_abort_hook();  // distributed runs: take every rank down (dist/dist.c)
     exit(1);
 }
 

@@ -9,6 +9,9 @@
 
 // Print "hybrid: error: <message>" to stderr and exit(1).
 void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+// Distributed runs: a prefix for every error ("[rank 3] ") and a hook die() calls before
+// exiting (MPI_Abort, so the other ranks stop instead of waiting). NULL: none.
+void set_error_context(const char *prefix, void (*abort_hook)(void));
 
 void *xmalloc(size_t n);
 void *xcalloc(size_t count, size_t size);
