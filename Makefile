@@ -59,6 +59,15 @@ ifneq ($(NVCC_PATH),)
   CFLAGS += -DHAVE_CUDA -I$(CUDA_HOME)/include
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
   CU_SRC := $(wildcard kernels/*.cu)
+  NCCL_INC := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+  ifneq ($(and $(NCCL_INC),$(MPICC_PATH)),)
+    NVCCFLAGS += -DHAVE_NCCL $(MPI_CFLAGS)
+    CFLAGS += -DHAVE_NCCL
+    LDLIBS += -lnccl
+    $(info [hybrid] NCCL found ($(NCCL_INC)): multi-GPU training under mpirun)
+  else
+    $(info [hybrid] NCCL or MPI not found: one GPU per run)
+  endif
   $(info [hybrid] nvcc found at $(NVCC_PATH): CUDA backend built for sm_90 + PTX)
 else
   CU_SRC :=

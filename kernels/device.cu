@@ -13,3 +13,14 @@ extern "C" int cuda_device_count(void) {
     }
     return n;
 }
+
+// One process per GPU: rank `local_rank` of this node takes GPU local_rank (before the
+// backend is created). Dies if there are fewer visible GPUs than ranks on the node.
+extern "C" void die(const char *fmt, ...);
+extern "C" void cuda_select_device(int local_rank, int local_world) {
+    int n = cuda_device_count();
+    if (local_rank >= n)
+        die("%d ranks on this node but only %d CUDA device(s) visible: start at most %d ranks per node", local_world, n, n);
+    cudaError_t err = cudaSetDevice(local_rank);
+    if (err != cudaSuccess) die("cudaSetDevice(%d) failed: %s", local_rank, cudaGetErrorString(err));
+}

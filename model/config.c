@@ -125,6 +125,9 @@ static const Key KEYS[] = {
     K(temperature, T_REAL, "1.0", NULL, 0, "sampling temperature (0 = greedy)"),
     K(device, T_ENUM, "cpu", "cpu cuda", 0, "where to run"),
     K(threads, T_INT, "0", NULL, 0, "CPU threads (0 = OpenMP default)"),
+    K(zero, T_BOOL, "false", NULL, 0, "ZeRO-1 under mpirun: each rank keeps and updates 1/N of the AdamW state (optimizer = adamw)"),
+    K(expert_parallel, T_INT, "1", NULL, 0, "ranks per expert-parallel group under mpirun (divides the ranks and moe_experts)"),
+    K(bucket_mb, T_REAL, "25", NULL, 0, "gradient all-reduce bucket size in MB (overlapped with the backward on the GPU)"),
 };
 #define NKEYS ((int)(sizeof(KEYS) / sizeof(KEYS[0])))
 
@@ -421,6 +424,13 @@ void config_finalize(Config *c) {
                 c->eot_token, c->vocab_size, origin_of("reset_at_eot"));
     }
     if (c->keep_checkpoints < 1) BAD("keep_checkpoints", "keep_checkpoints must be at least 1");
+    if (c->expert_parallel < 1) BAD("expert_parallel", "expert_parallel must be at least 1");
+    if (c->expert_parallel > 1 && (c->moe_experts < 1 || c->moe_experts % c->expert_parallel))
+        BAD("expert_parallel", "expert_parallel = %d must divide moe_experts = %d", c->expert_parallel, c->moe_experts);
+    if (c->bucket_mb <= 0) BAD("bucket_mb", "bucket_mb must be positive");
+    if (c->zero && c->optimizer == OPT_MUON)
+        BAD("zero", "zero = true shards AdamW state; with optimizer = muon the hidden matrices are already split by "
+                    "ownership (each rank orthogonalises its own): set zero = false");
     if (c->log_every < 1) BAD("log_every", "log_every must be at least 1");
     if (c->temperature < 0) BAD("temperature", "temperature must not be negative");
     if (!c->out_dir[0]) BAD("out_dir", "out_dir must not be empty");

@@ -109,6 +109,9 @@ typedef struct {
     double temperature;
     DeviceKind device;
     int threads;                      // 0 = OpenMP default
+    int zero;                         // ZeRO-1 (dist/grad_sync.c)
+    int expert_parallel;              // expert-parallel group size
+    double bucket_mb;                 // gradient reduction bucket
 } Config;
 
 // Fills every key with its default.

@@ -40,41 +40,139 @@ double group_weight_decay(const Config *c, ParamGroup g) {
     return param_group_decays(g) ? c->weight_decay : 0.0;
 }
 
-void optimizer_create(Optimizer *o, const Model *model) {
+// Newton-Schulz cost of a Muon tensor (FLOPs up to a constant): per block 3 products of
+// its rows x cols with the smaller side.
+static double muon_cost(const ParamInfo *p) {
+    double r = (double)p->shape[0] / p->blocks, c = p->shape[1];
+    return p->blocks * r * c * (r < c ? r : c);
+}
+
+// Whole-matrix ownership: each Muon tensor to the least loaded rank, largest first; ties
+// go to the lower rank, so every rank computes the same assignment.
+static void assign_muon_owners(Optimizer *o, const Model *model) {
+    const ParamTable *t = &model->table;
+    o->owner = xmalloc(sizeof(int) * (size_t)(t->count ? t->count : 1));
+    double *load = xcalloc((size_t)o->world, sizeof(double));
+    int *order = xmalloc(sizeof(int) * (size_t)(t->count ? t->count : 1)), n = 0;
+    for (int i = 0; i < t->count; i++) {
+        o->owner[i] = -1;
+        if (optimizer_uses_muon(&model->cfg, &t->items[i])) order[n++] = i;
+    }
+    for (int a = 1; a < n; a++)  // insertion sort by cost, descending, stable
+        for (int b = a; b > 0 && muon_cost(&t->items[order[b]]) > muon_cost(&t->items[order[b - 1]]); b--) {
+            int tmp = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = tmp;
+        }
+    for (int k = 0; k < n; k++) {
+        int best = 0;
+        for (int r = 1; r < o->world; r++)
+            if (load[r] < load[best]) best = r;
+        o->owner[order[k]] = best;
+        load[best] += muon_cost(&t->items[order[k]]);
+    }
+    free(load);
+    free(order);
+}
+
+void optimizer_create_sharded(Optimizer *o, const Model *model, int rank, int world, int zero) {
     memset(o, 0, sizeof *o);
     const Backend *be = model->be;
     o->n = model->table.total;
-    o->m = be->alloc(o->n * sizeof(float));
-    o->v = be->alloc(o->n * sizeof(float));
+    o->rank = rank;
+    o->world = world;
+    o->zero = zero && world > 1;
+    o->lo = 0;
+    o->hi = o->n;
+    if (o->zero) {
+        size_t elems = model_buffer_elems(model);
+        if (elems % (size_t)world) die("ZeRO-1: the parameter buffer (%zu) is not padded to %d ranks", elems, world);
+        size_t shard = elems / (size_t)world;
+        o->lo = (size_t)rank * shard;
+        o->hi = o->lo + shard;
+    }
+    size_t window = o->hi - o->lo;
+    o->m = be->alloc(window * sizeof(float));
+    o->v = be->alloc(window * sizeof(float));
+    assign_muon_owners(o, model);
     size_t work = 0;
     for (int i = 0; i < model->table.count; i++) {
         const ParamInfo *p = &model->table.items[i];
-        if (!optimizer_uses_muon(&model->cfg, p)) continue;
+        if (!optimizer_uses_muon(&model->cfg, p) || (world > 1 && o->owner[i] != rank)) continue;
         size_t need = muon_workspace_size(p->shape[0] / p->blocks, p->shape[1]);
         if (need > work) work = need;
     }
     if (work) o->work = be->alloc(work * be->elem_size);
-    if (be->keeps_master) o->master = be->alloc(o->n * sizeof(float));
+    if (be->keeps_master) o->master = be->alloc(window * sizeof(float));
+}
+
+void optimizer_create(Optimizer *o, const Model *model) { optimizer_create_sharded(o, model, 0, 1, 0); }
+
+float *optimizer_master_of(const Optimizer *o, size_t offset, size_t count) {
+    if (!o->master || offset >= o->hi || offset + count <= o->lo) return NULL;
+    if (offset < o->lo || offset + count > o->hi)
+        die("ZeRO-1: a tensor of %zu elements at %zu straddles this rank's window [%zu, %zu) of master weights", count,
+            offset, o->lo, o->hi);
+    return o->master + (offset - o->lo);
+}
+
+// The part [*a, *b) of tensor i this rank owns for checkpoints and updates: ZeRO-1 its
+// window; a Muon tensor its owner; otherwise (every rank holds the same values) rank 0
+// when gathering (gather = 1) and every rank when updating.
+static int owned_range(const Optimizer *o, const Model *model, int i, int gather, size_t *a, size_t *b) {
+    const ParamInfo *p = &model->table.items[i];
+    *a = p->offset;
+    *b = p->offset + p->numel;
+    if (o->world == 1) return 1;
+    if (o->owner[i] >= 0) return o->owner[i] == o->rank;
+    if (o->zero) {
+        if (*a < o->lo) *a = o->lo;
+        if (*b > o->hi) *b = o->hi;
+        return *a < *b;
+    }
+    return gather ? o->rank == 0 : 1;
 }
 
 // master = the current parameters (widened exactly to fp32), through the host.
 static void master_from_params(Optimizer *o, const Model *model) {
-    float *host = xmalloc(sizeof(float) * o->n);
+    float *host = xmalloc(sizeof(float) * model_buffer_elems(model));
+    memset(host, 0, sizeof(float) * model_buffer_elems(model));
     model_get_params(model, host);
-    model->be->copy_from_host(o->master, host, o->n * sizeof(float));
+    model->be->copy_from_host(o->master, host + o->lo, (o->hi - o->lo) * sizeof(float));
     free(host);
     o->master_ready = 1;
 }
 
 void optimizer_get_weights(const Optimizer *o, const Model *model, float *host) {
-    if (o->master && o->master_ready) model->be->copy_to_host(host, o->master, o->n * sizeof(float));
-    else model_get_params(model, host);
+    model_get_params(model, host);
+    if (o->master && o->master_ready) {
+        size_t window = (o->hi < o->n ? o->hi : o->n) - (o->lo < o->n ? o->lo : o->n);
+        float *w = xmalloc(sizeof(float) * (window ? window : 1));
+        model->be->copy_to_host(w, o->master, window * sizeof(float));
+        for (int i = 0; i < model->table.count; i++) {
+            size_t a, b;
+            if (!owned_range(o, model, i, 1, &a, &b) || a >= o->hi || b <= o->lo) continue;
+            if (a < o->lo) a = o->lo;
+            if (b > o->hi) b = o->hi;
+            memcpy(host + a, w + (a - o->lo), (b - a) * sizeof(float));
+        }
+        free(w);
+    }
+    if (o->world == 1) return;
+    float *mask = xcalloc(o->n ? o->n : 1, sizeof(float));  // keep the owned parts only
+    for (int i = 0; i < model->table.count; i++) {
+        size_t a, b;
+        if (owned_range(o, model, i, 1, &a, &b)) memcpy(mask + a, host + a, (b - a) * sizeof(float));
+    }
+    memcpy(host, mask, o->n * sizeof(float));
+    free(mask);
 }
 
 void optimizer_set_weights(Optimizer *o, Model *model, const float *host) {
     model_set_params(model, host);
     if (o->master) {
-        model->be->copy_from_host(o->master, host, o->n * sizeof(float));
+        size_t end = o->hi < o->n ? o->hi : o->n;
+        if (end > o->lo) model->be->copy_from_host(o->master, host + o->lo, (end - o->lo) * sizeof(float));
         o->master_ready = 1;
     }
 }
@@ -84,6 +182,7 @@ void optimizer_destroy(Optimizer *o, const Model *model) {
     model->be->free(o->v);
     if (o->work) model->be->free(o->work);
     if (o->master) model->be->free(o->master);
+    free(o->owner);
     memset(o, 0, sizeof *o);
 }
 
@@ -100,30 +199,47 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
     for (int i = 0; i < model->table.count; i++) {
         const ParamInfo *p = &model->table.items[i];
         if (p->group == GROUP_STATE) continue;  // not trained (the MoE bias: model_moe_step)
+        size_t a, b;  // the elements this rank updates
+        if (!owned_range(o, model, i, 0, &a, &b)) continue;
         float group_lr = (float)(group_peak_lr(c, p->group) * schedule);
         float wd = (float)group_weight_decay(c, p->group);
-        real *param = backend_offset(be, model->params, p->offset);
-        const real *grad = backend_offset(be, model->grads, p->offset);
-        float *master = o->master ? o->master + p->offset : NULL;
+        real *param = backend_offset(be, model->params, a);
+        const real *grad = o->grad_shard ? backend_offset(be, o->grad_shard, a - o->lo) : backend_offset(be, model->grads, a);
+        float *master = o->master ? o->master + (a - o->lo) : NULL;
         if (optimizer_uses_muon(c, p))
-            be->muon_update(param, grad, o->m + p->offset, master, p->shape[0], p->shape[1], p->blocks,
+            be->muon_update(param, grad, o->m + (a - o->lo), master, p->shape[0], p->shape[1], p->blocks,
                             (float)c->muon_momentum, c->muon_nesterov, c->muon_ns_steps,
                             c->muon_scale == MUON_SCALE_KEY_KELLER ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT, group_lr,
                             wd, (float)scale, o->work);
         else
-            be->adamw_update(param, grad, o->m + p->offset, o->v + p->offset, master, p->numel, group_lr,
+            be->adamw_update(param, grad, o->m + (a - o->lo), o->v + (a - o->lo), master, b - a, group_lr,
                              (float)c->beta1, (float)c->beta2, (float)c->adam_eps, wd, (float)scale, o->t);
     }
 }
 
 // The moments are fp32 whatever the backend's element type: copy raw bytes.
 void optimizer_get_state(const Optimizer *o, const Model *model, float *m, float *v) {
-    model->be->copy_to_host(m, o->m, o->n * sizeof(float));
-    model->be->copy_to_host(v, o->v, o->n * sizeof(float));
+    memset(m, 0, o->n * sizeof(float));
+    memset(v, 0, o->n * sizeof(float));
+    size_t end = o->hi < o->n ? o->hi : o->n, window = end > o->lo ? end - o->lo : 0;
+    float *wm = xmalloc(sizeof(float) * (window ? window : 1)), *wv = xmalloc(sizeof(float) * (window ? window : 1));
+    model->be->copy_to_host(wm, o->m, window * sizeof(float));
+    model->be->copy_to_host(wv, o->v, window * sizeof(float));
+    for (int i = 0; i < model->table.count; i++) {
+        size_t a, b;
+        if (!owned_range(o, model, i, 1, &a, &b)) continue;
+        memcpy(m + a, wm + (a - o->lo), (b - a) * sizeof(float));
+        memcpy(v + a, wv + (a - o->lo), (b - a) * sizeof(float));
+    }
+    free(wm);
+    free(wv);
 }
 
 void optimizer_set_state(Optimizer *o, const Model *model, const float *m, const float *v, int t) {
-    model->be->copy_from_host(o->m, m, o->n * sizeof(float));
-    model->be->copy_from_host(o->v, v, o->n * sizeof(float));
+    size_t end = o->hi < o->n ? o->hi : o->n;
+    if (end > o->lo) {
+        model->be->copy_from_host(o->m, m + o->lo, (end - o->lo) * sizeof(float));
+        model->be->copy_from_host(o->v, v + o->lo, (end - o->lo) * sizeof(float));
+    }
     o->t = t;
 }

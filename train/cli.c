@@ -1,5 +1,7 @@
 #include "cli.h"
 
+#include "dist/dist.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,7 @@ void cli_parse(int argc, char **argv, Config *c, CliOption option, void *ctx, vo
 
 #ifdef HAVE_CUDA
 int cuda_device_count(void);
+void cuda_select_device(int local_rank, int local_world);
 #endif
 
 const Backend *cli_backend(const Config *c) {
@@ -54,6 +57,7 @@ const Backend *cli_backend(const Config *c) {
     if (cuda_device_count() < 1)
         die("--device cuda: no CUDA device is visible (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides it); "
             "use --device cpu");
+    if (g_dist.mpi) cuda_select_device(g_dist.local_rank, g_dist.local_world);  // one GPU per rank
     return backend_cuda();
 #else
     die("--device cuda: this build has no CUDA (nvcc was not found at build time); use --device cpu");

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "data/prepare.h"
+#include "dist/dist.h"
 #include "train.h"
 
 static void usage(FILE *f) {
@@ -25,7 +26,12 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (!strcmp(cmd, "train")) return train_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "train")) {  // the one command that runs under mpirun
+        dist_init(&argc, &argv);
+        int rc = train_main(argc - 1, argv + 1);
+        dist_finalize();
+        return rc;
+    }
     if (!strcmp(cmd, "sample")) return sample_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "prepare")) return prepare_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return inspect_main(argc - 1, argv + 1);

@@ -10,6 +10,8 @@
 #include "checkpoints/checkpoint.h"
 #include "cli.h"
 #include "data/loader.h"
+#include "dist/comm.h"
+#include "dist/grad_sync.h"
 #include "generate.h"
 #include "metrics.h"
 #include "model/model.h"
@@ -50,6 +52,8 @@ static void train_help(void) {
     config_print_keys(stdout);
 }
 
+// Mean validation loss over `batches` global batches: each rank evaluates its slice of
+// every batch, the ranks' means are averaged.
 static double evaluate(Model *model, Loader *val, int batches, int *inputs, int *targets) {
     loader_reset(val);
     double sum = 0;
@@ -57,19 +61,81 @@ static double evaluate(Model *model, Loader *val, int batches, int *inputs, int 
         loader_next(val, inputs, targets);
         sum += model_forward(model, inputs, targets, val->B, val->T);
     }
-    return sum / batches;
+    dist_allreduce_sum_double(&sum, 1);
+    return sum / batches / g_dist.world;
 }
 
+// Collective: every rank contributes what it owns (optimizer.h), rank 0 writes it once.
 static void save_checkpoint(const Config *c, Model *model, Optimizer *opt, const TrainerState *ts) {
     size_t n = model->table.total;
     float *p = xmalloc(sizeof(float) * n), *m = xmalloc(sizeof(float) * n), *v = xmalloc(sizeof(float) * n);
     optimizer_get_weights(opt, model, p);  // fp32 master weights where the backend keeps them
     optimizer_get_state(opt, model, m, v);
-    checkpoint_save(c->out_dir, c, &model->table, p, m, v, ts, c->keep_checkpoints);
-    printf("checkpoint: %s/checkpoints/step_%08d\n", c->out_dir, ts->step);
+    dist_reduce_sum_float_to_root(p, n);
+    dist_reduce_sum_float_to_root(m, n);
+    dist_reduce_sum_float_to_root(v, n);
+    if (dist_is_root()) {
+        checkpoint_save(c->out_dir, c, &model->table, p, m, v, ts, c->keep_checkpoints);
+        printf("checkpoint: %s/checkpoints/step_%08d\n", c->out_dir, ts->step);
+    }
+    dist_barrier("the checkpoint write");
     free(p);
     free(m);
     free(v);
+}
+
+// Rank 0 reads and checks the checkpoint, every rank gets its contents. A different
+// number of ranks is fine when the global micro-batch (ranks x batch_size) is the same,
+// so the data position carries over.
+static void resume_from(const char *dir, const Config *c, Model *model, Optimizer *opt, Loader *train, TrainerState *ts,
+                        Rng *rng) {
+    size_t n = model->table.total;
+    float *p = xmalloc(sizeof(float) * n), *m = xmalloc(sizeof(float) * n), *v = xmalloc(sizeof(float) * n);
+    if (dist_is_root()) {
+        checkpoint_check_config(dir, c);
+        checkpoint_load(dir, &model->table, p, m, v, ts);
+        if (ts->world != g_dist.world) {
+            Config had;
+            checkpoint_read_config(dir, &had);
+            if ((long)had.batch_size * ts->world != (long)c->batch_size * g_dist.world || had.seq_len != c->seq_len)
+                die("%s: checkpoint was written by %d rank(s) x batch_size %d; this run has %d rank(s) x batch_size %d. "
+                    "Resume with the same global micro-batch (ranks x batch_size = %ld) so the data position carries over",
+                    dir, ts->world, had.batch_size, g_dist.world, c->batch_size, (long)had.batch_size * ts->world);
+            printf("resuming a %d-rank checkpoint on %d rank(s) (same global micro-batch)\n", ts->world, g_dist.world);
+        }
+    }
+    dist_bcast_bytes(p, sizeof(float) * n, 0);
+    dist_bcast_bytes(m, sizeof(float) * n, 0);
+    dist_bcast_bytes(v, sizeof(float) * n, 0);
+    dist_bcast_bytes(ts, sizeof *ts, 0);
+    ts->world = g_dist.world;
+    optimizer_set_weights(opt, model, p);
+    optimizer_set_state(opt, model, m, v, ts->step);
+    loader_seek(train, ts->data);
+    rng->state = ts->rng;
+    free(p);
+    free(m);
+    free(v);
+    if (dist_is_root()) printf("resumed from %s at step %d\n", dir, ts->step);
+}
+
+// What every rank must agree on before the first step: the config and the data it found.
+static void check_ranks_agree(const Config *c, const Loader *train) {
+    if (g_dist.world == 1) return;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) die("open_memstream failed");
+    config_write(c, f);
+    fclose(f);
+    dist_check_same("the config", text);
+    free(text);
+    f = open_memstream(&text, &len);
+    if (!f) die("open_memstream failed");
+    for (int i = 0; i < train->nshards; i++) fprintf(f, "%s: %zu tokens\n", train->paths[i], train->ntok[i]);
+    fclose(f);
+    dist_check_same("the training data", text);
+    free(text);
 }
 
 static void print_sample(Model *model, const Config *c, const Tokenizer *tok, Rng *rng) {
@@ -96,18 +162,39 @@ int train_main(int argc, char **argv) {
 #ifdef _OPENMP
     if (c.threads > 0) omp_set_num_threads(c.threads);
 #endif
-    const int world = 1, rank = 0;
+    const int world = g_dist.world, rank = g_dist.rank, root = dist_is_root();
     const long micro_tokens = (long)c.batch_size * c.seq_len * world;
     long total = c.total_batch_size ? c.total_batch_size : micro_tokens;
     if (total % micro_tokens)
         die("total_batch_size = %ld is not a multiple of batch_size * seq_len * ranks = %ld", total, micro_tokens);
     const int accum = (int)(total / micro_tokens);
+    if (c.expert_parallel > 1 || world > 1) dist_set_ep(c.expert_parallel);
     const Backend *be = cli_backend(&c);
 
     Model model;
-    model_create(&model, &c, be, c.batch_size, c.seq_len);
+    model_create_padded(&model, &c, be, c.batch_size, c.seq_len, c.zero ? (size_t)world * 64 : 1);
+    if (c.zero && world > 1 && be->keeps_master && model_has_moe(&model))
+        die("zero = true with MoE on --device %s is not supported yet (the MoE selection bias's master weight may "
+            "straddle two ranks' windows)",
+            be->name);
+    Comm *comm = NULL;  // collectives exist when a launcher started us, even as a world of one
+    if (g_dist.mpi) {
+#if defined(HAVE_CUDA) && defined(HAVE_NCCL)
+        comm = c.device == DEVICE_CUDA ? comm_nccl_create() : comm_mpi_create(be->elem_size);
+#else
+        if (c.device == DEVICE_CUDA && world > 1)
+            die("--device cuda with %d ranks needs NCCL, which this build does not have (rebuild where nccl.h and mpicc "
+                "are found)",
+                world);
+        if (c.device != DEVICE_CUDA) comm = comm_mpi_create(be->elem_size);
+#endif
+    }
+    model.comm = comm;
+    model.ep_size = c.expert_parallel;
     Optimizer opt;
-    optimizer_create(&opt, &model);
+    optimizer_create_sharded(&opt, &model, rank, world, c.zero);
+    GradSync sync;
+    grad_sync_create(&sync, &model, &opt, comm, &c);
     Loader train, val;
     loader_open(&train, c.train_data, c.batch_size, c.seq_len, rank, world, c.vocab_size, c.shuffle, (uint64_t)c.seed);
     int val_batches = 0;
@@ -116,6 +203,7 @@ int train_main(int argc, char **argv) {
         size_t avail = loader_samples_per_epoch(&val);
         val_batches = c.val_batches && (size_t)c.val_batches < avail ? c.val_batches : (int)avail;
     }
+    check_ranks_agree(&c, &train);
 
     TrainerState ts = {0};
     ts.world = world;
@@ -127,40 +215,37 @@ int train_main(int argc, char **argv) {
         if (!resume_dir && strcmp(args.resume, "auto")) die("%s: no such checkpoint", args.resume);
     }
     if (resume_dir) {
-        checkpoint_check_config(resume_dir, &c);
-        size_t n = model.table.total;
-        float *p = xmalloc(sizeof(float) * n), *m = xmalloc(sizeof(float) * n), *v = xmalloc(sizeof(float) * n);
-        checkpoint_load(resume_dir, &model.table, p, m, v, &ts);
-        if (ts.world != world) die("%s: checkpoint was written by %d rank(s), this run has %d", resume_dir, ts.world, world);
-        optimizer_set_weights(&opt, &model, p);
-        optimizer_set_state(&opt, &model, m, v, ts.step);
-        loader_seek(&train, ts.data);
-        rng.state = ts.rng;
-        free(p);
-        free(m);
-        free(v);
-        printf("resumed from %s at step %d\n", resume_dir, ts.step);
+        resume_from(resume_dir, &c, &model, &opt, &train, &ts, &rng);
     } else {
-        model_init_params(&model, (unsigned long)c.seed);
-        if (args.resume) printf("no checkpoint in %s: starting from scratch\n", c.out_dir);
+        model_init_params(&model, (unsigned long)c.seed);  // the same seed on every rank: the same weights
+        if (args.resume && root) printf("no checkpoint in %s: starting from scratch\n", c.out_dir);
     }
     free(resume_dir);
 
-    mkdir_p(c.out_dir);
-    MetricsLog log;
-    metrics_open(&log, c.out_dir, ts.step > 0 ? ts.step : -1);
-    printf("model: %s | %d layers (%s), d_model %d, %d heads | %.2fM parameters | backend %s\n", c.layers_spec,
-           c.n_layer, c.layers, c.d_model, c.n_head, (double)params_count(&model.table) / 1e6, be->name);
-    if (model_has_moe(&model))
-        printf("moe: %d experts, top-%d, %.2fM active parameters per token\n", c.moe_experts, c.moe_top_k,
-               params_count_active(&c, &model.table, 0) / 1e6);
-    printf("batch: %d x %d tokens x %d accumulation step(s) x %d rank(s) = %ld tokens per step\n", c.batch_size,
-           c.seq_len, accum, world, total);
+    MetricsLog log = {0};
+    if (root) {
+        mkdir_p(c.out_dir);
+        metrics_open(&log, c.out_dir, ts.step > 0 ? ts.step : -1);
+        printf("model: %s | %d layers (%s), d_model %d, %d heads | %.2fM parameters | backend %s\n", c.layers_spec,
+               c.n_layer, c.layers, c.d_model, c.n_head, (double)params_count(&model.table) / 1e6, be->name);
+        if (model_has_moe(&model))
+            printf("moe: %d experts, top-%d, %.2fM active parameters per token\n", c.moe_experts, c.moe_top_k,
+                   params_count_active(&c, &model.table, 0) / 1e6);
+        printf("batch: %d x %d tokens x %d accumulation step(s) x %d rank(s) = %ld tokens per step\n", c.batch_size,
+               c.seq_len, accum, world, total);
+        if (world > 1 || comm)
+            printf("distributed: %d rank(s) over %s | %s | expert_parallel %d | bucket %.0f MB\n", world,
+                   comm ? comm->name : "-",
+                   c.zero ? "ZeRO-1 (AdamW state sharded)"
+                          : c.optimizer == OPT_MUON ? "Muon matrices split by owner" : "replicated optimizer",
+                   c.expert_parallel, c.bucket_mb);
+    }
 
-    Tokenizer *tok = sample_tokenizer(&c);
+    Tokenizer *tok = root ? sample_tokenizer(&c) : NULL;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    int *inputs = xmalloc(sizeof(int) * (size_t)micro_tokens), *targets = xmalloc(sizeof(int) * (size_t)micro_tokens);
+    const long local_tokens = (long)c.batch_size * c.seq_len;
+    int *inputs = xmalloc(sizeof(int) * (size_t)local_tokens), *targets = xmalloc(sizeof(int) * (size_t)local_tokens);
     const int end_step = c.stop_at_step ? c.stop_at_step : c.steps;
     double run_start = now_seconds(), run_tokens = 0;
     while (ts.step < end_step) {
@@ -176,17 +261,27 @@ int train_main(int argc, char **argv) {
                 die("step %d: the training loss is %f (not finite); lower lr or check the data. The last good checkpoint "
                     "is under %s/checkpoints",
                     step + 1, l, c.out_dir);
-            model_backward(&model, 1.0f / (float)accum);
+            if (micro == accum - 1) grad_sync_arm(&sync);  // reduce buckets as this backward finishes them
+            // sum over ranks of these gradients = the global batch's mean-loss gradient
+            model_backward(&model, 1.0f / ((float)accum * (float)world));
             loss += l / accum;
             aux_loss += model.moe_aux_loss / accum;
         }
-        double norm = grad_global_norm(&model);
+        // the ranks' mean losses, and whether any rank was asked to stop (all stop together)
+        double shared[3] = {loss, aux_loss, (double)g_interrupted};
+        dist_allreduce_sum_double(shared, 3);
+        loss = shared[0] / world;
+        aux_loss = shared[1] / world;
+        const int interrupted = shared[2] > 0;
+        grad_sync_finish(&sync);
+        double norm = grad_sync_norm(&sync);
         if (!isfinite(norm)) die("step %d: the gradient norm is not finite", step + 1);
         optimizer_step(&opt, &model, lr, norm);
-        // MoE: the step's expert loads, then the aux-loss-free bias update (blocks-spec §2.6)
+        // MoE: the step's expert loads over all ranks, then the aux-loss-free bias update (blocks-spec §2.6)
         char moe_json[256] = "", moe_text[64] = "";
         if (model_has_moe(&model)) {
             MoeStepStats ms;
+            grad_sync_moe_counts(&sync);
             model_moe_step(&model, opt.master, &ms);
             int n = snprintf(moe_json, sizeof moe_json,
                              "\"moe_load_min\": %ld, \"moe_load_max\": %ld, \"moe_load_cv\": %.6g, "
@@ -196,6 +291,7 @@ int train_main(int argc, char **argv) {
                 snprintf(moe_json + n, sizeof moe_json - (size_t)n, ", \"moe_aux_loss\": %.9g", aux_loss);
             snprintf(moe_text, sizeof moe_text, " | moe cv %.2f", ms.cv_mean);
         }
+        grad_sync_params(&sync);
         be->synchronize();
         ts.step = step + 1;
         ts.data = train.pos;
@@ -203,8 +299,8 @@ int train_main(int argc, char **argv) {
         run_tokens += (double)total;
         double dt = now_seconds() - t0, elapsed = now_seconds() - run_start;
         double tps = run_tokens / elapsed;
-        metrics_train(&log, ts.step, loss, lr, norm, moe_json, ts.tokens_seen, (double)total / dt, elapsed);
-        if (ts.step % c.log_every == 0 || ts.step == end_step) {
+        if (root) metrics_train(&log, ts.step, loss, lr, norm, moe_json, ts.tokens_seen, (double)total / dt, elapsed);
+        if (root && (ts.step % c.log_every == 0 || ts.step == end_step)) {
             char eta[32];
             format_duration(eta, sizeof eta, (double)(c.steps - ts.step) * (double)total / tps);
             printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f%s | %.0f tok/s | ETA %s\n", ts.step, c.steps, loss, lr,
@@ -214,27 +310,37 @@ int train_main(int argc, char **argv) {
         int last = ts.step == c.steps;
         if (val_batches && ((c.val_every && ts.step % c.val_every == 0) || last)) {
             double last_val = evaluate(&model, &val, val_batches, inputs, targets);
-            metrics_val(&log, ts.step, last_val);
-            printf("step %5d/%d | val loss %.4f (%d batches)\n", ts.step, c.steps, last_val, val_batches);
+            if (root) {
+                metrics_val(&log, ts.step, last_val);
+                printf("step %5d/%d | val loss %.4f (%d batches)\n", ts.step, c.steps, last_val, val_batches);
+            }
         }
-        if ((c.sample_every && ts.step % c.sample_every == 0) || last) print_sample(&model, &c, tok, &rng);
+        if (root && ((c.sample_every && ts.step % c.sample_every == 0) || last)) {
+            int ep = model.ep_size;
+            model.ep_size = 1;  // rank 0 alone: every expert runs locally (the weights are replicated)
+            print_sample(&model, &c, tok, &rng);
+            model.ep_size = ep;
+        }
         ts.rng = rng.state;
-        int stop = g_interrupted || ts.step == end_step;
+        int stop = interrupted || ts.step == end_step;
         if ((c.checkpoint_every && ts.step % c.checkpoint_every == 0) || stop) save_checkpoint(&c, &model, &opt, &ts);
-        if (g_interrupted) {
-            printf("interrupted after step %d: resume with --resume auto\n", ts.step);
+        if (interrupted) {
+            if (root) printf("interrupted after step %d: resume with --resume auto\n", ts.step);
+            g_interrupted = 1;
             break;
         }
     }
-    if (ts.step < c.steps && !g_interrupted)
+    if (root && ts.step < c.steps && !g_interrupted)
         printf("stopped at step %d of %d (stop_at_step): resume with --resume auto\n", ts.step, c.steps);
-    metrics_close(&log);
+    if (root) metrics_close(&log);
     if (tok) tokenizer_free(tok);
     free(inputs);
     free(targets);
     loader_close(&train);
     if (c.val_data[0]) loader_close(&val);
+    grad_sync_destroy(&sync);
     optimizer_destroy(&opt, &model);
+    if (comm) comm->destroy(comm);
     model_destroy(&model);
     return 0;
 }

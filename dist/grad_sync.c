@@ -1,0 +1,107 @@
+// Data-parallel gradient reduction and parameter synchronisation (grad_sync.h).
+#include "grad_sync.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/util.h"
+
+static void launch(GradSync *g, size_t lo) {
+    if (lo >= g->sent_lo) return;
+    const Backend *be = g->model->be;
+    g->comm->allreduce_sum_async(g->comm, backend_offset(be, g->model->grads, lo), g->sent_lo - lo, DT_REAL, COMM_WORLD);
+    g->sent_lo = lo;
+    g->buckets++;
+}
+
+// model_backward's hook: the gradients from block `block` on are final.
+static void on_grads_ready(Model *m, int block, void *ctx) {
+    GradSync *g = ctx;
+    if (!g->armed) return;
+    size_t lo = block < 0 ? 0 : model_block_offset(m, block);
+    if (block < 0 || g->sent_lo - lo >= g->bucket_elems) launch(g, lo);
+}
+
+void grad_sync_create(GradSync *g, Model *m, Optimizer *opt, Comm *comm, const Config *c) {
+    memset(g, 0, sizeof *g);
+    g->model = m;
+    g->opt = opt;
+    g->comm = comm;
+    g->world = opt->world;
+    g->rank = opt->rank;
+    g->zero = opt->zero;
+    size_t bytes = (size_t)(c->bucket_mb * 1024 * 1024);
+    g->bucket_elems = bytes / m->be->elem_size;
+    if (g->bucket_elems < 1) g->bucket_elems = 1;
+    if (g->world == 1 || !comm) return;
+    if (g->zero) {
+        g->grad_shard = m->be->alloc((opt->hi - opt->lo) * m->be->elem_size);
+        opt->grad_shard = g->grad_shard;
+    } else {
+        m->grads_ready = on_grads_ready;
+        m->grads_ready_ctx = g;
+    }
+}
+
+void grad_sync_destroy(GradSync *g) {
+    if (g->grad_shard) g->model->be->free(g->grad_shard);
+    if (g->model && g->model->grads_ready == on_grads_ready) g->model->grads_ready = NULL;
+    memset(g, 0, sizeof *g);
+}
+
+void grad_sync_arm(GradSync *g) {
+    g->armed = g->world > 1 && g->comm && !g->zero;
+    g->sent_lo = model_buffer_elems(g->model);
+    g->buckets = 0;
+}
+
+void grad_sync_finish(GradSync *g) {
+    if (g->world == 1 || !g->comm) return;
+    if (g->zero) {
+        g->comm->reduce_scatter_sum(g->comm, g->model->grads, g->grad_shard, g->opt->hi - g->opt->lo, DT_REAL,
+                                    COMM_WORLD);
+        g->buckets = 1;
+        return;
+    }
+    if (!g->armed) die("grad_sync_finish: the last backward was not armed (grad_sync_arm)");
+    launch(g, 0);  // whatever the hook has not sent (it sends everything at block -1)
+    g->comm->wait(g->comm);
+    g->armed = 0;
+}
+
+double grad_sync_norm(GradSync *g) {
+    const Backend *be = g->model->be;
+    if (!g->zero || g->world == 1 || !g->comm) return grad_global_norm(g->model);
+    double ss = be->sum_squares(g->grad_shard, g->opt->hi - g->opt->lo);
+    dist_allreduce_sum_double(&ss, 1);
+    return sqrt(ss);
+}
+
+void grad_sync_params(GradSync *g) {
+    if (g->world == 1 || !g->comm) return;
+    const Backend *be = g->model->be;
+    Optimizer *o = g->opt;
+    if (g->zero) {  // every rank's window of updated parameters to every rank
+        size_t shard = o->hi - o->lo;
+        g->comm->allgather(g->comm, backend_offset(be, g->model->params, o->lo), g->model->params, shard, DT_REAL,
+                           COMM_WORLD);
+        return;
+    }
+    // Muon: each hidden matrix from the rank that updated it
+    for (int i = 0; i < g->model->table.count; i++) {
+        if (o->owner[i] < 0) continue;
+        const ParamInfo *p = &g->model->table.items[i];
+        g->comm->broadcast(g->comm, backend_offset(be, g->model->params, p->offset), p->numel, DT_REAL, o->owner[i],
+                           COMM_WORLD);
+    }
+}
+
+void grad_sync_moe_counts(GradSync *g) {
+    if (g->world == 1 || !g->comm) return;
+    Model *m = g->model;
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (m->mp.blocks[l].moe_layer)
+            g->comm->allreduce_sum(g->comm, m->acts.blocks[l].moe.counts, (size_t)m->cfg.moe_experts, DT_LONG,
+                                   COMM_WORLD);
+}
