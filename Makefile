@@ -129,6 +129,11 @@ $(OUT)/build-lib/d/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(LIBOPS_CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
+# the CLI in double precision: the distributed tests compare 1, 2 and 4 ranks with it
+$(BUILD)/hybrid_f64: $(BUILD)/d/train/main.o $(OBJ_D) $(OBJ_CU)
+	@echo "LINK $@"
+	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 # tests link against the double-precision build of the library
 $(BUILD)/tests/%: tests/%.c $(OBJ_D) $(OBJ_CU)
 	@mkdir -p $(dir $@)
@@ -137,7 +142,7 @@ $(BUILD)/tests/%: tests/%.c $(OBJ_D) $(OBJ_CU)
 
 # Runs every C test binary, then every shell test (which drive ./hybrid); then the GPU
 # tests when a GPU is visible.
-test: $(BIN) vocab lib $(TESTS)
+test: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS)
 	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS)
 	@if [ -n "$(CU_SRC)" ] && [ "$(SANITIZE)" != 1 ] && nvidia-smi -L > /dev/null 2>&1; then \
 	    $(MAKE) --no-print-directory test-gpu; fi
