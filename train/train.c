@@ -27,6 +27,10 @@ typedef struct {
     const char *resume;  // NULL, "auto" or a checkpoint folder
 } TrainArgs;
 
+#ifdef HAVE_CUDA
+void cuda_memory_stats(size_t *live, size_t *peak, size_t *device_used, size_t *device_total);
+#endif
+
 static volatile sig_atomic_t g_interrupted = 0;
 static void on_signal(int sig) {
     (void)sig;
@@ -332,6 +336,14 @@ int train_main(int argc, char **argv) {
     }
     if (root && ts.step < c.steps && !g_interrupted)
         printf("stopped at step %d of %d (stop_at_step): resume with --resume auto\n", ts.step, c.steps);
+#ifdef HAVE_CUDA
+    if (root && c.device == DEVICE_CUDA) {  // per GPU (rank 0's; every rank holds the same buffers)
+        size_t live, peak, used, dev_total;
+        cuda_memory_stats(&live, &peak, &used, &dev_total);
+        printf("memory per GPU: backend peak %.2f GiB; device in use %.2f of %.2f GiB\n", peak / 1073741824.0,
+               used / 1073741824.0, dev_total / 1073741824.0);
+    }
+#endif
     if (root) metrics_close(&log);
     if (tok) tokenizer_free(tok);
     free(inputs);
