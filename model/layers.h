@@ -126,6 +126,10 @@ typedef struct {
     real *hs, *as, *shared;           // shared MLP (N, 2Ms), (N, Ms), (N, C)
     long *counts;                     // (E) slots per expert over the current optimizer step
     double aux_loss;                  // this forward's balance loss (0 when off)
+    // expert parallel (model/moe_dispatch_ep.h): the exchange's buffers and plan (NULL until
+    // model_set_expert_parallel), and the EP group size the last forward ran with (1: local)
+    struct MoeEp *ep;
+    int ep_last;
     // backward scratch
     real *dyp, *dweights, *dxp, *dhp, *dap, *dr, *dr_n, *dxin, *dscores, *dlogits, *dhs, *das, *dx;
 } MoeActs;

@@ -101,6 +101,7 @@ void model_create_padded(Model *m, const Config *c, const Backend *be, int B, in
 }
 
 void model_destroy(Model *m) {
+    model_release_expert_parallel(m);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         attnres_free(&m->acts.blocks[l].ar_attn);
         attnres_free(&m->acts.blocks[l].ar_ffn);

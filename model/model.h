@@ -66,9 +66,11 @@ typedef struct Model {
     float backward_scale;              // loss_scale of the running backward (aux-loss gradient)
     // Distributed runs (ARCHITECTURE §6, dist/): the collectives (NULL: one process) and
     // the expert-parallel group size (1: every rank runs every expert; >1: model/moe.c
-    // dispatches tokens to the ranks of the COMM_EP group that own their experts).
+    // dispatches tokens to the ranks of the COMM_EP group that own their experts; set it
+    // with model_set_expert_parallel).
     struct Comm *comm;
     int ep_size;
+    void *ep_memory, *ep_scratch_memory;  // the expert-parallel exchange's buffers
     // Called by model_backward as soon as a part of the gradient buffer is final: the
     // parameters from block `block` on (block = n_layer: the tensors after the blocks, right
     // after the head's backward; -1: everything, after the embeddings). The data-parallel
@@ -112,6 +114,29 @@ void model_logits_row(const Model *m, int b, int t, float *out);
 
 // Pointer to tensor `index` of the table inside buf (m->params or m->grads); NULL for -1.
 real *model_tensor(const Model *m, real *buf, int index);
+
+// ---- expert parallelism (blocks-spec §7), model/moe_dispatch_ep.c ----
+// Turns expert parallelism on for an EP group of ep_size ranks (the runtime's COMM_EP
+// group: call dist_set_ep(ep_size) first) and allocates the exchange's buffers (owner-side
+// rows for the dropless worst case ep_size * max_B * max_T * min(top_k, E / ep_size) per MoE
+// layer); ep_size = 1 frees them and runs every expert locally. Call it after model_create,
+// on every rank of the group, with every rank's model built for the same max_B x max_T.
+// comm (non-NULL) also becomes m->comm. Dies unless ep_size divides moe_experts.
+//   EP rank q owns the experts q*E/ep_size .. (q+1)*E/ep_size - 1. Parameters stay
+// replicated: every rank holds every expert's weights (they are NOT memory-sharded yet), an
+// owner accumulates its experts' gradients over the tokens of the whole group, and the other
+// ranks' slices of those gradients stay zero; the data-parallel gradient sum over the world
+// (dist/) then gives every expert its full gradient.
+//   Every MoE forward/backward is collective over the group. To run the model on one rank
+// alone (sampling or evaluation on rank 0), set m->ep_size = 1 for that time and restore it
+// afterwards: the replicated weights give the same results locally, and the buffers stay.
+// The cached forward (model_forward_cached, decoding) always runs the experts locally.
+void model_set_expert_parallel(Model *m, struct Comm *comm, int ep_size);
+// Dies with a clear message unless ep_size >= 1 divides moe_experts (models without MoE:
+// any ep_size >= 1).
+void model_check_expert_parallel(const Config *c, int ep_size);
+// Frees the buffers (model_destroy calls it).
+void model_release_expert_parallel(Model *m);
 
 // ---- cached (incremental) forward of one sequence (B = 1) ----
 // The same graph (run_graph) on the new tokens only: every mixer keeps a cache of the

@@ -10,7 +10,13 @@
 // Backward per §2.5; the router learns only through the weights (+ the optional balance loss
 // of §2.6 C); the bias gets no gradient. The backward also counts the slots per expert for
 // the once-per-step bias update (model_moe_step, §2.6 A).
+//   Expert parallel (m->ep_size > 1, blocks-spec §7): routing, dispatch plan, gather and
+// combine stay on the rank that owns the tokens; only the expert FFN moves: the sorted rows
+// go to the EP ranks that own their experts and the outputs come back (moe_dispatch_ep.h).
+// The counts for the bias update are this rank's tokens (the trainer sums them over ranks).
+#include "dist/comm.h"
 #include "model.h"
+#include "moe_dispatch_ep.h"
 #include "util.h"
 
 typedef struct {
@@ -103,6 +109,25 @@ void moe_layout(const Model *m, Carver *cv, Carver *scratch, MoeActs *a) {
 #define PRM(idx) model_tensor(m, m->params, (idx))
 #define GRD(idx) model_tensor(m, m->grads, (idx))
 
+// The exchange of this layer when the forward runs expert parallel, else NULL. The cached
+// forward (decoding, often on one rank alone) always runs every expert locally.
+static MoeEp *ep_for_forward(Model *m, MoeActs *a) {
+    if (m->ep_size <= 1 || m->cached) return NULL;
+    if (!a->ep || a->ep->P != m->ep_size)
+        die("expert parallel: m->ep_size = %d, but model_set_expert_parallel(m, comm, %d) was not called", m->ep_size,
+            m->ep_size);
+    if (comm_group_size(COMM_EP) != m->ep_size)
+        die("expert parallel: m->ep_size = %d, but the runtime's expert-parallel group now has %d ranks", m->ep_size,
+            comm_group_size(COMM_EP));
+    return a->ep;
+}
+
+// The local experts' slice of the stacked expert tensor buf (w13 or w2, or their gradients):
+// `per` elements per expert.
+static real *local_experts(const Model *m, const MoeEp *ep, real *buf, size_t per) {
+    return backend_offset(m->be, buf, (size_t)ep->rank * ep->El * per);
+}
+
 void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
@@ -124,8 +149,20 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
         zin = a->z;
     }
     be->moe_gather_forward(a->xp, zin, a->perm, N, d.K, d.De);
-    be->moe_experts_forward(a->yp, a->hp, a->ap, a->xp, PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M,
-                            glu_kind(c), beta, lbeta);
+    MoeEp *ep = ep_for_forward(m, a);
+    a->ep_last = ep ? ep->P : 1;
+    if (ep) {  // rows to their experts' owners, the local experts, outputs back (§7)
+        const size_t s13 = (size_t)2 * d.M * d.De, s2 = (size_t)d.De * d.M;
+        ep_plan(m, ep, a->offsets, d.E);
+        ep_dispatch(m, ep, ep->xe, a->xp, d.De);
+        be->moe_experts_forward(ep->ye, ep->he, ep->ae, ep->xe, local_experts(m, ep, PRM(p->w13), s13),
+                                local_experts(m, ep, PRM(p->w2), s2), ep->offsets, ep->El, d.De, d.M, glu_kind(c), beta,
+                                lbeta);
+        ep_combine(m, ep, a->yp, ep->ye, d.De);
+    } else {
+        be->moe_experts_forward(a->yp, a->hp, a->ap, a->xp, PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M,
+                                glu_kind(c), beta, lbeta);
+    }
     be->moe_combine_forward(a->r, a->yp, a->weights, a->pos, N, d.K, d.De);
     const real *routed = a->r;
     if (d.l) {  // K3 Stable LatentMoE: W_up RMSNorm(r)
@@ -175,8 +212,20 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     }
     // steps 2-4: combine, experts, gather
     be->moe_combine_backward(a->dyp, a->dweights, dr, a->yp, a->weights, a->pos, N, d.K, d.De);
-    be->moe_experts_backward(a->dxp, GRD(p->w13), GRD(p->w2), a->dhp, a->dap, a->dyp, a->xp, a->hp, a->ap,
-                             PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M, glu_kind(c), beta, lbeta);
+    if (a->ep_last > 1) {  // the transpose of the forward's exchange: dy to the owners, dx back
+        MoeEp *ep = a->ep;
+        const size_t s13 = (size_t)2 * d.M * d.De, s2 = (size_t)d.De * d.M;
+        real *dye = ep->ye;  // the forward's output rows are not needed any more
+        ep_dispatch(m, ep, dye, a->dyp, d.De);
+        be->moe_experts_backward(ep->dxe, local_experts(m, ep, GRD(p->w13), s13), local_experts(m, ep, GRD(p->w2), s2),
+                                 ep->dhe, ep->dae, dye, ep->xe, ep->he, ep->ae, local_experts(m, ep, PRM(p->w13), s13),
+                                 local_experts(m, ep, PRM(p->w2), s2), ep->offsets, ep->El, d.De, d.M, glu_kind(c),
+                                 beta, lbeta);
+        ep_combine(m, ep, a->dxp, ep->dxe, d.De);
+    } else {
+        be->moe_experts_backward(a->dxp, GRD(p->w13), GRD(p->w2), a->dhp, a->dap, a->dyp, a->xp, a->hp, a->ap,
+                                 PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M, glu_kind(c), beta, lbeta);
+    }
     be->moe_gather_backward(a->dxin, a->dxp, a->pos, N, d.K, d.De);
     if (d.l) {
         be->matmul_backward(a->dx, GRD(p->latent_down), NULL, a->dxin, a->in, PRM(p->latent_down), N, d.C, d.l);

@@ -1,0 +1,247 @@
+// Expert parallelism (blocks-spec §7, model/moe_dispatch_ep.c), double build. Run under
+// `mpirun -np 2` and `-np 4` (tests/moe_ep.sh); for every EP size that divides the world
+// (ep 2 on 2 ranks; ep 2 x dp 2 and ep 4 on 4 ranks) and tiny hybrid MoE configs (latent +
+// shared expert, plain without shared expert, 8 experts top-3 SwiGLU), each rank runs its
+// own tokens (ranks hold different numbers of rows) through the same model twice, once
+// with EP off (m->ep_size = 1: every expert local, the reference) and once expert parallel:
+//  (a) the logits and the loss equal the reference;
+//  (b) every non-expert gradient (router, shared expert, latent projections, attention,
+//      embeddings: the embedding gradient is the model's input gradient) equals the
+//      reference; a rank's gradient slices of experts it does not own are exactly zero;
+//      the expert gradients summed over the EP group equal the sum of the ranks' references;
+//      tokens really crossed ranks;
+//  (c) a misconfigured ep_size (not dividing moe_experts; not the runtime's EP group size)
+//      dies with a clear message (checked before MPI starts, so the forked child is safe).
+// Without a launcher (a world of one) it runs (c) and the trivial ep_size 1 case.
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "dist/comm.h"
+#include "dist/dist.h"
+#include "hybrid_test_util.h"
+#include "model/moe_dispatch_ep.h"
+#include "testing.h"
+
+#define TOL 1e-12
+
+static Comm *g_comm;
+static double g_worst[3];  // logits + loss, non-expert gradients, expert gradients (summed)
+
+static void fill_tokens(int *t, int n, int V, unsigned long seed) {
+    Rng r;
+    rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) t[i] = (int)rng_below(&r, (uint64_t)V);
+}
+
+// max |a - b| / max |b| (the absolute difference when b is all zero)
+static double rel_diff(const real *a, const real *b, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i])), s = fmax(s, fabs((double)b[i]));
+    return s > 0 ? d / s : d;
+}
+
+typedef struct {
+    double loss;
+    real *logits, *grads;
+} Run;
+
+static Run run_once(Model *m, const int *in, const int *tg, int B, int T) {
+    Run r;
+    const size_t nl = (size_t)B * T * m->cfg.padded_vocab_size;
+    model_zero_grad(m);
+    r.loss = model_forward(m, in, tg, B, T);
+    r.logits = xmalloc(sizeof(real) * nl);
+    memcpy(r.logits, m->acts.logits, sizeof(real) * nl);
+    model_backward(m, 1.0f);
+    r.grads = xmalloc(sizeof(real) * m->table.total);
+    memcpy(r.grads, m->grads, sizeof(real) * m->table.total);
+    return r;
+}
+
+static void check_case(const char *label, Config c, int ep, int disable_expert0) {
+    dist_set_ep(ep);
+    const int maxB = 2, T = 5, B = g_dist.rank % 2 ? 1 : 2;  // odd ranks hold fewer rows
+    Model m;
+    model_create(&m, &c, backend_cpu(), maxB, T);
+    tiny_hybrid_params(&m, 3, 0.3);  // the same parameters on every rank
+    if (disable_expert0) {           // no token of any rank picks expert 0 in the last layer
+        int l = c.n_layer - 1;
+        model_tensor(&m, m.params, m.mp.blocks[l].moe.router_bias)[0] = -10;
+    }
+    model_set_expert_parallel(&m, g_comm, ep);
+    int in[10], tg[10];
+    fill_tokens(in, B * T, c.vocab_size, 100 + g_dist.rank);
+    fill_tokens(tg, B * T, c.vocab_size, 200 + g_dist.rank);
+
+    m.ep_size = 1;  // EP off (the documented way): this rank's tokens, every expert local
+    Run ref = run_once(&m, in, tg, B, T);
+    m.ep_size = ep;
+    Run par = run_once(&m, in, tg, B, T);
+
+    char what[160];
+    // (a) forward
+    double e_logits = rel_diff(par.logits, ref.logits, (size_t)B * T * c.padded_vocab_size);
+    double e_loss = rel_err(par.loss, ref.loss, 1e-300);
+    snprintf(what, sizeof what, "%s ep %d: logits / loss vs EP off", label, ep);
+    CHECK(e_logits <= TOL && e_loss <= TOL, "%s: %.3e / %.3e (rank %d)", what, e_logits, e_loss, g_dist.rank);
+    g_worst[0] = fmax(g_worst[0], fmax(e_logits, e_loss));
+    // (b) gradients: per tensor
+    const int El = c.moe_experts / ep, own0 = g_dist.ep_rank * El;
+    double e_dense = 0, e_expert = 0;
+    long nonzero_foreign = 0;
+    for (int i = 0; i < m.table.count; i++) {
+        const ParamInfo *pi = &m.table.items[i];
+        real *gp = par.grads + pi->offset, *gr = ref.grads + pi->offset;
+        if (!pi->routed) {
+            double e = rel_diff(gp, gr, pi->numel);
+            CHECK(e <= TOL, "%s ep %d: gradient of %s differs from EP off by %.3e (rank %d)", label, ep, pi->name, e,
+                  g_dist.rank);
+            e_dense = fmax(e_dense, e);
+            continue;
+        }
+        const size_t per = pi->numel / c.moe_experts;  // the tensor is stacked by expert
+        for (int e = 0; e < c.moe_experts; e++)
+            if (e < own0 || e >= own0 + El)
+                for (size_t j = 0; j < per; j++) nonzero_foreign += gp[(size_t)e * per + j] != 0;
+        g_comm->allreduce_sum(g_comm, gp, pi->numel, DT_REAL, COMM_EP);
+        g_comm->allreduce_sum(g_comm, gr, pi->numel, DT_REAL, COMM_EP);
+        double e = rel_diff(gp, gr, pi->numel);
+        CHECK(e <= TOL, "%s ep %d: EP-group sum of the gradient of %s differs from the references' sum by %.3e (rank %d)",
+              label, ep, pi->name, e, g_dist.rank);
+        e_expert = fmax(e_expert, e);
+    }
+    CHECK(nonzero_foreign == 0, "%s ep %d: %ld gradient entries of experts rank %d does not own are nonzero", label, ep,
+          nonzero_foreign, g_dist.rank);
+    g_worst[1] = fmax(g_worst[1], e_dense);
+    g_worst[2] = fmax(g_worst[2], e_expert);
+    // the exchange was not vacuous: rows went to other ranks, and (disable_expert0) an
+    // owner had an expert without rows
+    double crossed = 0;
+    int empty_expert = 0;
+    for (int l = 0; l < c.n_layer; l++) {
+        const MoeEp *x = m.acts.blocks[l].moe.ep;
+        if (!m.mp.blocks[l].moe_layer) continue;
+        CHECK(x && m.acts.blocks[l].moe.ep_last == ep, "%s ep %d: layer %d did not run expert parallel", label, ep, l);
+        if (!x) continue;
+        for (int q = 0; q < ep; q++)
+            if (q != x->rank) crossed += (double)x->send_rows[q];
+        for (int e = 0; e < x->El; e++) empty_expert |= x->host_offsets[e + 1] == x->host_offsets[e];
+    }
+    dist_allreduce_sum_double(&crossed, 1);
+    dist_allreduce_max_int(&empty_expert, 1);
+    CHECK(crossed > 0, "%s ep %d: no row went to another rank", label, ep);
+    if (disable_expert0) CHECK(empty_expert, "%s ep %d: expert 0 was expected to get no rows", label, ep);
+    if (dist_is_root())
+        printf("  %-34s ep %d x dp %d: %5.0f rows crossed ranks; max rel diff logits/loss %.2e, dense grads %.2e, "
+               "expert grads (group sum) %.2e\n",
+               label, ep, g_dist.world / ep, crossed, fmax(e_logits, e_loss), e_dense, e_expert);
+    free(ref.logits), free(ref.grads), free(par.logits), free(par.grads);
+    model_destroy(&m);
+}
+
+// ---- (c) misconfiguration ----
+static Config g_death_cfg;
+static void die_check_3(void *arg) {
+    (void)arg;
+    model_check_expert_parallel(&g_death_cfg, 3);
+}
+static void die_set_3(void *arg) {
+    Model m;
+    model_create(&m, &g_death_cfg, backend_cpu(), 1, 4);
+    model_set_expert_parallel(&m, arg, 3);
+}
+static void die_group(void *arg) {
+    Model m;
+    model_create(&m, &g_death_cfg, backend_cpu(), 1, 4);
+    model_set_expert_parallel(&m, arg, 2);  // a world of one: the EP group has 1 rank
+}
+static void die_no_call(void *arg) {
+    (void)arg;
+    Model m;
+    model_create(&m, &g_death_cfg, backend_cpu(), 1, 4);
+    tiny_hybrid_params(&m, 3, 0.3);
+    m.ep_size = 2;  // without model_set_expert_parallel
+    int tok[4] = {1, 2, 3, 4};
+    model_forward(&m, tok, NULL, 1, 4);
+}
+static void test_misconfigured(Comm *comm) {
+    g_death_cfg = tiny_hybrid(NULL);  // 4 experts
+    CHECK(expect_death(die_check_3, NULL, "ep 3 of 4 experts", "ep_size = 3 does not divide moe_experts = 4"),
+          "model_check_expert_parallel accepted ep_size 3 for 4 experts");
+    CHECK(expect_death(die_set_3, comm, "set ep 3 of 4 experts", "ep_size = 3 does not divide moe_experts = 4"),
+          "model_set_expert_parallel accepted ep_size 3 for 4 experts");
+    CHECK(expect_death(die_group, comm, "ep 2 in a world of one", "expert-parallel group has 1 ranks", "dist_set_ep(2)"),
+          "model_set_expert_parallel accepted an ep_size other than the runtime's EP group");
+    CHECK(expect_death(die_no_call, NULL, "ep_size set by hand", "model_set_expert_parallel(m, comm, 2) was not called"),
+          "a forward with m->ep_size = 2 and no buffers did not die");
+}
+
+int main(int argc, char **argv) {
+    omp_set_num_threads(1);
+    // the death tests fork, so they run before MPI starts (a world of one)
+    Comm *local = comm_mpi_create(sizeof(real));
+    test_misconfigured(local);
+    local->destroy(local);
+
+    dist_init(&argc, &argv);
+    g_comm = comm_mpi_create(sizeof(real));
+    struct {
+        const char *label;
+        Config c;
+        int disable_expert0;
+    } cases[] = {
+        {"latent + shared, 4 experts top-2", tiny_hybrid(NULL), 1},
+        {"plain, no shared, 4 experts top-2", tiny_hybrid("moe_latent_dim", "0", "moe_shared", "0", NULL), 0},
+        {"plain + shared, 8 experts top-3", tiny_hybrid("moe_latent_dim", "0", "moe_experts", "8", "moe_top_k", "3",
+                                                      "mlp", "swiglu", NULL), 0},
+    };
+    const int ncase = (int)(sizeof cases / sizeof cases[0]);
+    if (g_dist.world == 1) {
+        printf("  a world of one (%s): only ep_size 1; run under mpirun (tests/moe_ep.sh) for the expert-parallel "
+               "checks\n",
+               dist_mpi_available() ? "MPI built in" : "built without MPI");
+        for (int i = 0; i < ncase; i++) {  // ep_size 1 is the plain local path: identical results
+            Model m;
+            model_create(&m, &cases[i].c, backend_cpu(), 2, 5);
+            tiny_hybrid_params(&m, 3, 0.3);
+            int in[10], tg[10];
+            fill_tokens(in, 10, cases[i].c.vocab_size, 100);
+            fill_tokens(tg, 10, cases[i].c.vocab_size, 200);
+            Run a = run_once(&m, in, tg, 2, 5);
+            model_set_expert_parallel(&m, g_comm, 1);
+            Run b = run_once(&m, in, tg, 2, 5);
+            CHECK(a.loss == b.loss && !memcmp(a.grads, b.grads, sizeof(real) * m.table.total),
+                  "%s: ep_size 1 changed the results", cases[i].label);
+            free(a.logits), free(a.grads), free(b.logits), free(b.grads);
+            model_destroy(&m);
+        }
+    }
+    for (int ep = 2; ep <= g_dist.world; ep *= 2) {
+        if (g_dist.world % ep) continue;
+        for (int i = 0; i < ncase; i++)
+            if (cases[i].c.moe_experts % ep == 0) check_case(cases[i].label, cases[i].c, ep, cases[i].disable_expert0);
+    }
+    double worst[3] = {g_worst[0], g_worst[1], g_worst[2]};
+    int failed = g_checks_failed;
+    if (g_dist.world > 1) {  // the worst differences and any failure, over every rank
+        for (int i = 0; i < 3; i++) {
+            double v = worst[i];
+            double *all = xmalloc(sizeof(double) * (size_t)g_dist.world);
+            dist_allgather_bytes(&v, all, sizeof v);
+            for (int r = 0; r < g_dist.world; r++) worst[i] = fmax(worst[i], all[r]);
+            free(all);
+        }
+        dist_allreduce_max_int(&failed, 1);
+        if (dist_is_root())
+            printf("  %d ranks: worst rel diff logits/loss %.2e, dense grads %.2e, expert grads %.2e (tolerance %.0e)\n",
+                   g_dist.world, worst[0], worst[1], worst[2], TOL);
+    }
+    g_comm->destroy(g_comm);
+    dist_finalize();
+    if (failed && !g_checks_failed) fprintf(stderr, "[rank %d] another rank failed\n", g_dist.rank);
+    printf("%s [rank %d of %d]: %d checks passed, %d failed\n", __FILE__, g_dist.rank, g_dist.world, g_checks_passed,
+           g_checks_failed);
+    return failed ? 1 : 0;
+}
