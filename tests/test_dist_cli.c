@@ -5,6 +5,7 @@
 //     and gradient norms of the 1-rank run to 1e-9 relative (the metrics print 9 digits)
 //     and the same final weights and optimizer state: the checkpoints store float32, so
 //     the bound is 2e-7 of each tensor's largest magnitude (a rounding step of float);
+//   - expert parallelism (ep 2, ep 2 x dp 2) on a tiny MoE hybrid gives the same numbers;
 //   - a run stopped and resumed under MPI continues exactly as the uninterrupted one;
 //     a 2-rank checkpoint resumes on 1 rank with the same global micro-batch;
 //   - ranks that disagree on the config or the data fail at start with a message on
@@ -189,6 +190,40 @@ int main(void) {
     int n;
     double d = metric_diff(DIR_ "/adamw1/metrics.jsonl", DIR_ "/other/metrics.jsonl", "\"loss\": ", &n);
     CHECK(d > 1e-6, "a run with another lr should differ, but differs by only %.3g", d);
+
+    // ---- expert parallelism: a tiny KM hybrid with MoE and AttnRes, ep 2 (2 ranks) and
+    // ep 2 x dp 2 (4 ranks) against 1 rank; the expert loads and bias updates are global ----
+    const char *moe = " train configs/hybrid-tiny.conf --layers 'KM' --d_model 32 --n_head 2 --vocab_size 64 "
+                      "--padded_vocab_size 0 --context_length 32 --seq_len 32 --total_batch_size 256 --steps 6 "
+                      "--warmup_steps 2 --mlp_hidden 64 --mla_kv_rank 16 --mla_qk_nope_dim 8 --mla_rope_dim 4 "
+                      "--mla_v_dim 8 --moe_experts 4 --moe_top_k 2 --moe_hidden 16 --moe_shared_hidden 32 "
+                      "--val_every 3 --val_batches 2 --log_every 1 --sample_tokens 4 --threads 1 "
+                      "--train_data '" DIR_ "/data/train_*.bin' --val_data '" DIR_ "/data/val_*.bin' ";
+    CHECK(run(MPIRUN "-np 1 %s%s --batch_size 4 --out_dir " DIR_ "/moe1", g_bin, moe) == 0, "1-rank MoE run failed:\n%s",
+          log_text());
+    CHECK(run(MPIRUN "-np 2 %s%s --batch_size 2 --out_dir " DIR_ "/moe2ep2 --expert_parallel 2", g_bin, moe) == 0,
+          "ep 2 run failed:\n%s", log_text());
+    out = log_text();
+    CHECK(strstr(out, "expert_parallel 2") != NULL, "no EP banner:\n%s", out);
+    free(out);
+    CHECK(run(MPIRUN "-np 4 %s%s --batch_size 1 --out_dir " DIR_ "/moe4ep2 --expert_parallel 2", g_bin, moe) == 0,
+          "ep 2 x dp 2 run failed:\n%s", log_text());
+    CHECK(run(MPIRUN "-np 2 %s%s --batch_size 2 --out_dir " DIR_ "/moe2ep1", g_bin, moe) == 0, "dp 2 MoE run failed:\n%s",
+          log_text());
+    same_as("moe1", "moe2ep1", "MoE hybrid, DP 2 (ep 1)");
+    same_as("moe1", "moe2ep2", "MoE hybrid, EP 2");
+    same_as("moe1", "moe4ep2", "MoE hybrid, EP 2 x DP 2");
+    {
+        int n1 = 0, n2 = 0;
+        double dl = metric_diff(DIR_ "/moe1/metrics.jsonl", DIR_ "/moe2ep2/metrics.jsonl", "\"moe_load_max\": ", &n1);
+        double dm = metric_diff(DIR_ "/moe1/metrics.jsonl", DIR_ "/moe4ep2/metrics.jsonl", "\"moe_load_cv\": ", &n2);
+        CHECK(n1 == 6 && dl == 0 && n2 == 6 && dm <= 1e-9, "expert loads differ from the 1-rank run: %.3g, %.3g", dl, dm);
+    }
+    CHECK(run(MPIRUN "-np 2 %s%s --batch_size 2 --out_dir " DIR_ "/moebad --expert_parallel 4", g_bin, moe) != 0,
+          "expert_parallel 4 on 2 ranks should fail");
+    out = log_text();
+    CHECK(strstr(out, "expert_parallel = 4 must divide the number of ranks (2)") != NULL, "unclear EP error:\n%s", out);
+    free(out);
 
     // ---- resume under MPI (the float CLI, whose checkpoints hold the whole state, so
     // the continuation must be bit-exact): ZeRO-1 on 2 ranks stopped at step 3, resumed ----

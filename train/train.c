@@ -194,7 +194,7 @@ int train_main(int argc, char **argv) {
 #endif
     }
     model.comm = comm;
-    model.ep_size = c.expert_parallel;
+    if (c.expert_parallel > 1) model_set_expert_parallel(&model, comm, c.expert_parallel);
     Optimizer opt;
     optimizer_create_sharded(&opt, &model, rank, world, c.zero);
     GradSync sync;
