@@ -7,6 +7,7 @@
 # (-DREAL_DOUBLE, for the finite-difference gradient checks in tests/).
 
 CC      ?= gcc
+comma   := ,
 NVCC    ?= nvcc
 OUT     := out
 CFLAGS  ?= -O2 -g
@@ -59,11 +60,12 @@ ifneq ($(NVCC_PATH),)
   CFLAGS += -DHAVE_CUDA -I$(CUDA_HOME)/include
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
   CU_SRC := $(wildcard kernels/*.cu)
-  NCCL_INC := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+  # NCCL_HOME: an NCCL outside the CUDA toolkit (include/nccl.h, lib/libnccl.so)
+  NCCL_INC := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
   ifneq ($(and $(NCCL_INC),$(MPICC_PATH)),)
-    NVCCFLAGS += -DHAVE_NCCL $(MPI_CFLAGS)
+    NVCCFLAGS += -DHAVE_NCCL $(MPI_CFLAGS) $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
     CFLAGS += -DHAVE_NCCL
-    LDLIBS += -lnccl
+    LDLIBS += $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -lnccl
     $(info [hybrid] NCCL found ($(NCCL_INC)): multi-GPU training under mpirun)
   else
     $(info [hybrid] NCCL or MPI not found: one GPU per run)

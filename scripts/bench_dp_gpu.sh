@@ -7,22 +7,27 @@
 #      are), ZeRO-1 off and on: tok/s per GPU (median over the steps after the warm-up),
 #      scaling efficiency, memory per GPU;
 #   3. the first 20 losses of the N-GPU run against 1 GPU with the same global batch
+#      (the data unshuffled, so both read the same sequences in the same order)
 #      (gradient accumulation over N micro-batches).
-# Usage: scripts/bench_dp_gpu.sh [RESULT_DIR]   (B, STEPS, NGPU from the environment)
+# Usage: scripts/bench_dp_gpu.sh [RESULT_DIR]   (B, STEPS, NGPU from the environment; a dry
+# run of the script on the CPU: DEVICE=cpu NGPU=2 B=2 CONFIG=configs/gpt2-tiny.conf ...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 RES=${1:-out/bench/dp}
 NG=${NGPU:-$(nvidia-smi -L | wc -l)}
+DEVICE=${DEVICE:-cuda}
+CONFIG=${CONFIG:-configs/gpt2-124m.conf}
+COMM=$([ "$DEVICE" = cuda ] && echo nccl || echo mpi)
 B=${B:-64}
-T=1024
+T=${T:-1024}
 STEPS=${STEPS:-30}
 mkdir -p "$RES"
 run() {  # name ranks extra-args...
     local name=$1 np=$2
     shift 2
-    local cmd=(./hybrid train configs/gpt2-124m.conf --device cuda --batch_size "$B" --seq_len $T --steps "$STEPS"
-               --warmup_steps 5 --val_data '' --sample_tokens 1 --keep_checkpoints 1 --out_dir "$RES/$name" "$@")
+    local cmd=(./hybrid train "$CONFIG" --device "$DEVICE" --batch_size "$B" --seq_len $T --steps "$STEPS"
+               --warmup_steps 5 --shuffle false --val_data '' --sample_tokens 1 --keep_checkpoints 1 --out_dir "$RES/$name" "$@")
     rm -rf "$RES/$name"
     if [ "$np" = 0 ]; then "${cmd[@]}" > "$RES/$name.log" 2>&1
     else mpirun --oversubscribe -np "$np" -x NCCL_NVLS_ENABLE "${cmd[@]}" > "$RES/$name.log" 2>&1; fi
@@ -35,10 +40,10 @@ STEPS=10
 run plain 0 --total_batch_size $((B * T))
 run mpi1 1 --total_batch_size $((B * T))
 STEPS=$STEPS_SAVE
-grep -q "distributed: 1 rank(s) over nccl" "$RES/mpi1.log" || { echo "mpi1: NCCL was not initialised"; exit 1; }
+grep -q "distributed: 1 rank(s) over $COMM" "$RES/mpi1.log" || { echo "mpi1: $COMM was not initialised"; exit 1; }
 strip() { sed 's/, "tokens".*//' "$1"; }
 if [ "$(strip "$RES/plain/metrics.jsonl")" = "$(strip "$RES/mpi1/metrics.jsonl")" ]; then
-    echo "world of one: mpirun -np 1 (NCCL) logs the same losses as the plain run (10 steps, identical)"
+    echo "world of one: mpirun -np 1 ($COMM) logs the same losses as the plain run (10 steps, identical)"
 else
     echo "world of one: the losses DIFFER"; diff <(strip "$RES/plain/metrics.jsonl") <(strip "$RES/mpi1/metrics.jsonl") || true
     exit 1
