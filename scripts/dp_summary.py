@@ -40,7 +40,7 @@ if ng >= 2:
     a, b = metrics(f"g1acc{ng}")[:20], metrics(f"g{ng}")[:20]
     d = [abs(x["loss"] - y["loss"]) for x, y in zip(a, b)]
     print(f"\nfirst 20 losses, {ng} GPUs vs 1 GPU with the same global batch ({ng} accumulation steps): "
-          f"max |diff| {max(d):.4f}, mean {statistics.mean(d):.4f}; "
+          f"max |diff| {max(d):.2e}, mean {statistics.mean(d):.2e}; "
           f"losses {a[0]['loss']:.4f} -> {a[-1]['loss']:.4f} (1 GPU) and {b[0]['loss']:.4f} -> {b[-1]['loss']:.4f}")
     za, zb = metrics(f"g{ng}")[:20], metrics(f"g{ng}z")[:20]
     dz = max(abs(x["loss"] - y["loss"]) for x, y in zip(za, zb))
