@@ -213,12 +213,7 @@ void checkpoint_read_config(const char *dir, Config *c) {
 
 // The text config_write gives `key` (for error messages).
 static void config_value(const Config *c, const char *key, char *buf, size_t size) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) die("open_memstream failed");
-    config_write(c, f);
-    fclose(f);
+    char *text = config_to_text(c);
     snprintf(buf, size, "?");
     size_t klen = strlen(key);
     for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {

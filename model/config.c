@@ -485,6 +485,16 @@ const char *config_model_mismatch(const Config *a, const Config *b) {
     return NULL;
 }
 
+char *config_to_text(const Config *c) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) die("open_memstream failed");
+    config_write(c, f);
+    fclose(f);
+    return text;
+}
+
 void config_print_keys(FILE *f) {
     for (int i = 0; i < NKEYS; i++) {
         const Key *k = &KEYS[i];

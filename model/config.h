@@ -124,6 +124,8 @@ void config_set_override(Config *c, const char *key, const char *value);
 void config_finalize(Config *c);
 // Writes every key as `key = value` (a loadable config file).
 void config_write(const Config *c, FILE *f);
+// config_write's text as a string (caller frees).
+char *config_to_text(const Config *c);
 // Compares the keys that fix the parameter shapes; returns the first differing key or NULL.
 const char *config_model_mismatch(const Config *a, const Config *b);
 // Prints the key reference (name, default, help) for --help.

@@ -126,15 +126,11 @@ static void resume_from(const char *dir, const Config *c, Model *model, Optimize
 // What every rank must agree on before the first step: the config and the data it found.
 static void check_ranks_agree(const Config *c, const Loader *train) {
     if (g_dist.world == 1) return;
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) die("open_memstream failed");
-    config_write(c, f);
-    fclose(f);
+    char *text = config_to_text(c);
     dist_check_same("the config", text);
     free(text);
-    f = open_memstream(&text, &len);
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
     if (!f) die("open_memstream failed");
     for (int i = 0; i < train->nshards; i++) fprintf(f, "%s: %zu tokens\n", train->paths[i], train->ntok[i]);
     fclose(f);
