@@ -10,7 +10,7 @@
 //     a 2-rank checkpoint resumes on 1 rank with the same global micro-batch;
 //   - ranks that disagree on the config or the data fail at start with a message on
 //     every rank; a rank that dies (a bad token id in its slice) takes the job down
-//     instead of leaving the others waiting.
+//     instead of leaving the others waiting; a rank that hangs makes the others time out.
 // Skipped (with a message, counted as passed) where mpirun or the MPI build is missing.
 #include <math.h>
 #include <stdlib.h>
@@ -313,6 +313,18 @@ int main(void) {
     out = log_text();
     CHECK(rc != 0 && rc != 124 && took < 120, "the job should fail fast (rc %d after %.0f s):\n%s", rc, took, out);
     CHECK(strstr(out, "[rank 1]") && strstr(out, "9999"), "the dying rank's message:\n%s", out);
+    free(out);
+
+    // ---- a rank that hangs: the others give up after HYBRID_DIST_TIMEOUT seconds ----
+    t0 = now_seconds();
+    rc = run("HYBRID_DIST_TIMEOUT=3 HYBRID_FAULT_HANG_RANK=1 " MPIRUN "-np 2 -x HYBRID_DIST_TIMEOUT -x "
+             "HYBRID_FAULT_HANG_RANK %s" TINY "--batch_size 2 --out_dir " DIR_ "/hang",
+             g_bin);
+    took = now_seconds() - t0;
+    out = log_text();
+    CHECK(rc != 0 && rc != 124 && took < 60, "a hung rank should end the job after the timeout (rc %d after %.0f s):\n%s",
+          rc, took, out);
+    CHECK(strstr(out, "[rank 0] waited") && strstr(out, "another rank has died or hangs"), "timeout message:\n%s", out);
     free(out);
     TEST_MAIN_END();
 }

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoints/checkpoint.h"
 #include "cli.h"
@@ -247,9 +248,15 @@ int train_main(int argc, char **argv) {
     const long local_tokens = (long)c.batch_size * c.seq_len;
     int *inputs = xmalloc(sizeof(int) * (size_t)local_tokens), *targets = xmalloc(sizeof(int) * (size_t)local_tokens);
     const int end_step = c.stop_at_step ? c.stop_at_step : c.steps;
+    // fault injection for the tests: this rank stops answering before its second step, so
+    // the others must time out (HYBRID_DIST_TIMEOUT) instead of waiting forever
+    const char *hang = getenv("HYBRID_FAULT_HANG_RANK");
+    const int hang_here = hang && world > 1 && atoi(hang) == rank;
     double run_start = now_seconds(), run_tokens = 0;
     while (ts.step < end_step) {
         const int step = ts.step;
+        if (hang_here && step == 1)
+            for (;;) sleep(1);
         double t0 = now_seconds();
         double lr = lr_at_step(&c, step);
         model_zero_grad(&model);
@@ -292,7 +299,9 @@ int train_main(int argc, char **argv) {
             snprintf(moe_text, sizeof moe_text, " | moe cv %.2f", ms.cv_mean);
         }
         grad_sync_params(&sync);
+        dist_wait_begin("the step's GPU work (NCCL collectives)");  // the watchdog also covers a hung GPU collective
         be->synchronize();
+        dist_wait_end();
         ts.step = step + 1;
         ts.data = train.pos;
         ts.tokens_seen += (double)total;
