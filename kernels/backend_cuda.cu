@@ -29,7 +29,7 @@ void cuda_launch_check(const char *file, int line) {
     }
 }
 
-static int env_flag(const char *name) {
+int env_flag(const char *name) {
     const char *v = getenv(name);
     return v && *v && strcmp(v, "0") != 0;
 }

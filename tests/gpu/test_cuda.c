@@ -225,7 +225,19 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     }
     cmp_bf16("backward dinp", ddinp, dinp, ni, TOL_GRAD);
     cmp_bf16("backward dw (x2, accumulated)", dgw, gw, nw, TOL_GRAD);
-    if (with_bias) cmp_bf16("backward dbias (x2, accumulated)", dgb, gb, OC, TOL_GRAD);
+    if (with_bias) {
+        cmp_bf16("backward dbias (x2, accumulated)", dgb, gb, OC, TOL_GRAD);
+        // deterministic: the same call from the same state gives the same bits
+        float *b1 = get_bf16(dgb, OC), *w1 = get_bf16(dgw, nw);
+        void *sgb = dev_bf16(b1, OC), *sgw = dev_bf16(w1, nw);
+        G->matmul_backward(ddinp, dgw, dgb, ddy, dx, dw, N, C, OC);
+        G->matmul_backward(ddinp, sgw, sgb, ddy, dx, dw, N, C, OC);
+        float *b2 = get_bf16(dgb, OC), *b3 = get_bf16(sgb, OC), *w2 = get_bf16(dgw, nw), *w3 = get_bf16(sgw, nw);
+        CHECK(!memcmp(b2, b3, sizeof(float) * OC) && !memcmp(w2, w3, sizeof(float) * nw),
+              "matmul backward: two identical calls gave different dw/dbias bits");
+        G->free(sgb), G->free(sgw);
+        free(b1), free(w1), free(b2), free(b3), free(w2), free(w3);
+    }
     G->free(dx), G->free(dw), G->free(dbias), G->free(dout), G->free(ddy), G->free(ddinp), G->free(dgw), G->free(dgb);
     free(x), free(w), free(bias), free(out), free(dy), free(dinp), free(gw), free(gb);
 }
