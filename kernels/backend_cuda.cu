@@ -325,6 +325,8 @@ extern "C" const Backend *backend_cuda(void) {
     if (!env_flag("HYBRID_CUDA_NO_FUSE")) {  // optional fused ops; HYBRID_CUDA_NO_FUSE=1 runs the separate ones
         b->matmul_gelu_forward = cuda_matmul_gelu_forward;
         b->matmul_backward_gelu = cuda_matmul_backward_gelu;
+        b->add_layernorm_forward = cuda_add_layernorm_forward;
+        b->layernorm_backward_add = cuda_layernorm_backward_add;
     }
     b->name = "cuda-bf16";  // last: marks the table as filled
     return &g_table;

@@ -17,6 +17,10 @@ void cuda_layernorm_forward(real *out, real *mean, real *rstd, const real *inp, 
                             int C, real eps);
 void cuda_layernorm_backward(real *dinp, real *dw, real *db, const real *dout, const real *inp, const real *w,
                              const real *mean, const real *rstd, int N, int C);
+void cuda_add_layernorm_forward(real *res, real *out, real *mean, real *rstd, const real *a, const real *b,
+                                const real *w, const real *bias, int N, int C, real eps);
+void cuda_layernorm_backward_add(real *dres, real *dw, real *db, const real *dout, const real *inp, const real *w,
+                                 const real *mean, const real *rstd, int N, int C);
 void cuda_rmsnorm_forward(real *out, real *rstd, const real *inp, const real *w, int N, int C, real eps);
 void cuda_rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w, const real *rstd,
                            int N, int C);

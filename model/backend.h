@@ -266,6 +266,15 @@ typedef struct Backend {
     void (*matmul_backward_gelu)(real *dpre, real *dw, real *dbias, const real *dout, const real *act, const real *w,
                                  const real *pre, int N, int C, int OC);
 
+    // res = a + b (written, n = N*C), then layernorm_forward(out, mean, rstd, res, w, bias)
+    // in one pass (the norm sees res as stored)
+    void (*add_layernorm_forward)(real *res, real *out, real *mean, real *rstd, const real *a, const real *b,
+                                  const real *w, const real *bias, int N, int C, real eps);
+    // layernorm_backward with the input gradient ACCUMULATED into dres (the residual
+    // stream's gradient): dres += dinp; dw, db accumulated as layernorm_backward
+    void (*layernorm_backward_add)(real *dres, real *dw, real *db, const real *dout, const real *inp, const real *w,
+                                   const real *mean, const real *rstd, int N, int C);
+
     // ---- optimizer ----
     // Accumulated in double: sum of a statistics buffer (stat_size elements: the
     // per-row losses), and sum of squares of elements (elem_size: the gradients, for

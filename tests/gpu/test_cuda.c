@@ -204,6 +204,55 @@ static void test_norm(int N, int C, int rms) {
     free(x), free(w), free(b), free(out), free(mean), free(rstd), free(dy), free(dinp), free(gw), free(gb);
 }
 
+// the optional fused ops: residual add + LayerNorm forward, LayerNorm backward into the
+// residual gradient, against add + layernorm on the CPU
+static void test_add_norm(int N, int C) {
+    if (!G->add_layernorm_forward || !G->layernorm_backward_add) {
+        printf("add+layernorm: fused ops not in the table (HYBRID_CUDA_NO_FUSE)\n");
+        return;
+    }
+    printf("add+layernorm fused N=%d C=%d\n", N, C);
+    size_t n = (size_t)N * C;
+    float *x = host_rand(n, 2, 0.3f), *y = host_rand(n, 1, 0), *w = host_rand(C, 0.5f, 1), *b = host_rand(C, 0.5f, 0);
+    float *res = xmalloc(sizeof(float) * n), *out = xmalloc(sizeof(float) * n);
+    float *mean = xmalloc(sizeof(float) * N), *rstd = xmalloc(sizeof(float) * N);
+    cpu_add_forward(res, x, y, n);
+    for (size_t i = 0; i < n; i++) res[i] = bf16_round(res[i]);  // the stored (bf16) sum is what is normalized
+    cpu_layernorm_forward(out, mean, rstd, res, w, b, N, C, 1e-5f);
+    void *dx = dev_bf16(x, n), *dy = dev_bf16(y, n), *dw = dev_bf16(w, C), *db = dev_bf16(b, C);
+    void *dres = dev_bf16(NULL, n), *dout = dev_bf16(NULL, n);
+    float *dmean = dev_f32(NULL, N), *drstd = dev_f32(NULL, N);
+    poison(dres, n * 2);
+    poison(dout, n * 2);
+    poison(dmean, N * 4);
+    poison(drstd, N * 4);
+    G->add_layernorm_forward(dres, dout, (real *)dmean, (real *)drstd, dx, dy, dw, db, N, C, 1e-5f);
+    cmp_bf16("forward residual (a + b)", dres, res, n, TOL_OUT);
+    cmp_bf16("forward out", dout, out, n, TOL_OUT);
+    cmp_f32("forward mean (fp32)", dmean, mean, N, TOL_F32);
+    cmp_f32("forward rstd (fp32)", drstd, rstd, N, TOL_F32);
+
+    // backward: dres (random start) += dinp, twice; dw, db accumulated twice from zero
+    float *gout = host_rand(n, 1, 0), *g0 = host_rand(n, 1, 0), *dinp = xmalloc(sizeof(float) * n);
+    float *acc = host_dup(g0, n), *gw = calloc(C, sizeof(float)), *gb = calloc(C, sizeof(float));
+    void *dgout = dev_bf16(gout, n), *dacc = dev_bf16(g0, n), *dgw = dev_bf16(NULL, C), *dgb = dev_bf16(NULL, C);
+    for (int rep = 0; rep < 2; rep++) {
+        cpu_layernorm_backward(dinp, gw, gb, gout, res, w, mean, rstd, N, C);
+        cpu_add_inplace(acc, dinp, n);
+        G->layernorm_backward_add(dacc, dgw, dgb, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
+    }
+    for (size_t i = 0; i < n; i++) acc[i] -= g0[i];  // compare the part the op added
+    float *got = get_bf16(dacc, n);
+    for (size_t i = 0; i < n; i++) got[i] -= g0[i];
+    expect("backward dres += dinp (x2)", rel_rms(got, acc, n), TOL_GRAD);
+    cmp_bf16("backward dw (x2, accumulated)", dgw, gw, C, TOL_GRAD);
+    cmp_bf16("backward db (x2, accumulated)", dgb, gb, C, TOL_GRAD);
+    G->free(dx), G->free(dy), G->free(dw), G->free(db), G->free(dres), G->free(dout), G->free(dmean);
+    G->free(drstd), G->free(dgout), G->free(dacc), G->free(dgw), G->free(dgb);
+    free(x), free(y), free(w), free(b), free(res), free(out), free(mean), free(rstd), free(gout), free(g0);
+    free(dinp), free(acc), free(gw), free(gb), free(got);
+}
+
 static void test_matmul(int N, int C, int OC, int with_bias) {
     printf("matmul N=%d C=%d OC=%d%s\n", N, C, OC, with_bias ? " +bias" : "");
     size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
@@ -764,6 +813,8 @@ int main(int argc, char **argv) {
     test_norm(N, C, 0);
     test_norm(N, C, 1);
     test_norm(1000, 200, 0);  // generic path
+    test_add_norm(N, C);
+    test_add_norm(1000, 200);  // generic path (separate ops)
     test_matmul(N, C, 3 * C, 1);
     test_matmul(N, 4 * C, C, 1);
     test_matmul(1024, C, Vp, 0);
