@@ -321,6 +321,7 @@ extern "C" const Backend *backend_cuda(void) {
     b->sum_squares = cuda_sum_squares;
     b->scale = cuda_scale;
     b->adamw_update = cuda_adamw_update;
+    b->adamw_update_multi = cuda_adamw_update_multi;
     b->muon_update = cuda_muon_update;
     if (!env_flag("HYBRID_CUDA_NO_FUSE")) {  // optional fused ops; HYBRID_CUDA_NO_FUSE=1 runs the separate ones
         b->matmul_gelu_forward = cuda_matmul_gelu_forward;
