@@ -11,7 +11,7 @@
 #include "kernels/common.cuh"
 #include "kernels/ops_cuda.h"
 
-#define NORM_ROWS_PER_CHUNK 128
+#define NORM_ROWS_PER_CHUNK 64  // 4 warps of 16 rows: ~155 registers, 3 blocks per SM at C = 768
 #define NORM_MAX_CHUNKS 1024
 
 // ADD: the input is res = inp + inp2, written (bf16) and normalized as rounded.
@@ -204,14 +204,22 @@ __global__ void norm_bwd_dw_generic_kernel(float *partial, const bf16 *dout, con
     partial[(size_t)blockIdx.y * 2 * C + C + c] = sb;
 }
 
-// dw[c] += sum over chunks of partial[chunk][c]; db likewise (db may be NULL)
+// dw[c] += sum over chunks of partial[chunk][c]; db likewise (db may be NULL).
+// Block (32, 8): 32 columns; row lane y adds chunks y, y + 8, ... in order, then the 8
+// lane sums are added in order (a fixed order: deterministic).
 __global__ void norm_dw_reduce_kernel(bf16 *dw, bf16 *db, const float *partial, int chunks, int C) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= 2 * C) return;
+    __shared__ float sh[8][33];
+    int i = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.f;
+    if (i < 2 * C)
+        for (int k = threadIdx.y; k < chunks; k += 8) s += partial[(size_t)k * 2 * C + i];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y || i >= 2 * C) return;
     bf16 *dst = i < C ? dw + i : (db ? db + (i - C) : NULL);
     if (!dst) return;
-    float s = 0.f;
-    for (int k = 0; k < chunks; k++) s += partial[(size_t)k * 2 * C + i];
+    s = 0.f;
+    for (int y = 0; y < 8; y++) s += sh[y][threadIdx.x];
     *dst = __float2bfloat16(__bfloat162float(*dst) + s);
 }
 
@@ -248,7 +256,7 @@ static void norm_backward(bf16 *dinp, bf16 *dw, bf16 *db, const bf16 *dout, cons
     int vec = C % 256 == 0 && C <= 1024 && is_aligned16(dinp) && is_aligned16(dout) && is_aligned16(inp) &&
               is_aligned16(w);
     if (vec) {
-        const int threads = 256;
+        const int threads = 128;
         size_t smem = (size_t)2 * C * sizeof(float);
         switch (C / 256) {
         case 1: norm_bwd_vec_kernel<1, RMS, ACC><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
@@ -266,7 +274,7 @@ static void norm_backward(bf16 *dinp, bf16 *dw, bf16 *db, const bf16 *dout, cons
                                                                           rows_per_chunk);
         LAUNCH_CHECK();
     }
-    norm_dw_reduce_kernel<<<(2 * C + 255) / 256, 256, 0, g_cuda.stream>>>(dw, db, partial, chunks, C);
+    norm_dw_reduce_kernel<<<(2 * C + 31) / 32, dim3(32, 8), 0, g_cuda.stream>>>(dw, db, partial, chunks, C);
     LAUNCH_CHECK();
 }
 

@@ -18,8 +18,8 @@
 #include "kernels/common.cuh"
 #include "kernels/ops_cuda.h"
 
-enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU, EPI_BGRADB };  // + bias when a bias pointer is given
-// EPI_BGRADB: the bias pointer RECEIVES (fp32, written) the column sums of op(B) over k
+enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU, EPI_BGRADB, EPI_BGRADB16 };  // + bias when a bias pointer is given
+// EPI_BGRADB(16): the bias pointer RECEIVES (fp32 (bf16), written) the column sums of op(B) over k
 
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldc, batch, bias, beta_zero, c_is_d, epi;
@@ -73,7 +73,7 @@ static GemmPlan *get_plan(const GemmKey *key) {
     cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     if (key->epi == EPI_GELU_AUX) epi = key->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     if (key->epi == EPI_DGELU) epi = CUBLASLT_EPILOGUE_DGELU;
-    if (key->epi == EPI_BGRADB) epi = CUBLASLT_EPILOGUE_BGRADB;
+    if (key->epi == EPI_BGRADB || key->epi == EPI_BGRADB16) epi = CUBLASLT_EPILOGUE_BGRADB;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (key->epi == EPI_GELU_AUX || key->epi == EPI_DGELU) {
         int64_t ld = key->ldc;  // aux has D's shape and leading dimension
@@ -106,9 +106,15 @@ static GemmPlan *get_plan(const GemmKey *key) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &res, &found));
+    const int bgrad = key->epi == EPI_BGRADB || key->epi == EPI_BGRADB16;
+    // a bias-gradient epilogue the library rejects (cuBLASLt 13 answers "invalid value"
+    // for some bias types) is a missing plan, not an error: the caller falls back
+    cublasStatus_t hst =
+        cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &res, &found);
+    if (!bgrad) CUBLAS_CHECK(hst);
+    else if (hst != CUBLAS_STATUS_SUCCESS) found = 0;
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found < 1 && key->epi == EPI_BGRADB && g_nnoplan < MAX_PLANS) {
+    if (found < 1 && bgrad && g_nnoplan < MAX_PLANS) {
         CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
@@ -125,8 +131,8 @@ static GemmPlan *get_plan(const GemmKey *key) {
     return p;
 }
 
-// Returns 0 (nothing launched) only when epi is EPI_BGRADB and no algorithm supports it.
-// For EPI_BGRADB, bias is an fp32 output (n floats).
+// Returns 0 (nothing launched) only when epi is EPI_BGRADB(16) and no algorithm supports
+// it. For EPI_BGRADB, bias is an fp32 output (n floats); EPI_BGRADB16: bf16.
 static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
                    const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
                    float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
@@ -245,10 +251,11 @@ static void bias_backward(bf16 *dbias, const bf16 *dout, int N, int OC) {
     LAUNCH_CHECK();
 }
 
-// dbias[o] += acc[o] (fp32 column sums from the BGRADB epilogue)
-__global__ void bias_add_f32_kernel(bf16 *dbias, const float *acc, int OC) {
+// dbias[o] += acc[o] (fp32 or bf16 column sums from the BGRADB epilogue)
+template <typename A>
+__global__ void bias_add_kernel(bf16 *dbias, const A *acc, int OC) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < OC) dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + acc[c]);
+    if (c < OC) dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + (float)acc[c]);
 }
 
 // HYBRID_CUDA_DBIAS_KERNEL=1: column-sum kernel instead of the BGRADB epilogue
@@ -260,13 +267,19 @@ static int dbias_in_gemm(void) {
 
 // dw += dout^T inp (the GEMM D^T (C, OC) += inp' (C, N) dout'^T (N, OC)) and, when dbias is
 // given, dbias += sum_rows dout: the BGRADB epilogue reduces op(B) = dout over k = N in the
-// same GEMM (into fp32 scratch, then added), else the column-sum kernel. Both fixed order
-// for a fixed plan: deterministic.
+// same GEMM (into fp32 scratch, or bf16 where the library takes no fp32 bias gradient
+// with bf16 output, then added), else the column-sum kernel. All fixed order for a fixed
+// plan: deterministic.
 static void dw_and_dbias(bf16 *dw, bf16 *dbias, const bf16 *dout, const bf16 *inp, int N, int C, int OC) {
     if (dbias && dbias_in_gemm() && N > 0 && OC > 0 && C > 0) {
-        float *acc = (float *)scratch_get((size_t)OC * sizeof(float));
+        void *acc = scratch_get((size_t)OC * sizeof(float));
         if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB, NULL)) {
-            bias_add_f32_kernel<<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, acc, OC);
+            bias_add_kernel<float><<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, (const float *)acc, OC);
+            LAUNCH_CHECK();
+            return;
+        }
+        if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB16, NULL)) {
+            bias_add_kernel<bf16><<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, (const bf16 *)acc, OC);
             LAUNCH_CHECK();
             return;
         }
