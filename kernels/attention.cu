@@ -267,7 +267,17 @@ __global__ void attn_bwd_d_kernel(float *D, const bf16 *dout, const bf16 *out, i
     int hs = C / NH, b = (int)(bt / T), t = (int)(bt % T);
     const bf16 *x = dout + bt * C + (size_t)h * hs, *y = out + bt * C + (size_t)h * hs;
     float s = 0.f;
-    for (int d = 0; d < hs; d++) s += __bfloat162float(x[d]) * __bfloat162float(y[d]);
+    if (hs % 8 == 0 && (((uintptr_t)x | (uintptr_t)y) & 15) == 0) {  // 16-byte loads
+        for (int d = 0; d < hs; d += 8) {
+            float xv[8], yv[8];
+            load8(x + d, xv);
+            load8(y + d, yv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) s += xv[k] * yv[k];
+        }
+    } else {
+        for (int d = 0; d < hs; d++) s += __bfloat162float(x[d]) * __bfloat162float(y[d]);
+    }
     D[((size_t)b * NH + h) * T + t] = s;
 }
 
