@@ -5,10 +5,10 @@
 //   out (N, OC) = inp (N, C) w^T         is  out^T (OC, N) = w'^T (OC, C) inp' (C, N)   [TN]
 //   dinp (N, C) = dout (N, OC) w          is  dinp^T (C, N) = w' (C, OC) dout' (OC, N)   [NN]
 //   dw (OC, C) += dout^T inp              is  dw^T (C, OC) += inp' (C, N) dout'^T (N, OC) [NT, beta 1]
-// where x' is x's memory read column-major. dbias (sum of dout's rows) comes from the dw
-// GEMM's BGRADB epilogue (the reduction of op(B) = dout over k = N, fp32), or, where
-// cuBLASLt has no algorithm for it, from a deterministic kernel: fixed row chunks, then
-// the chunks added in order.
+// where x' is x's memory read column-major. dbias (sum of dout's rows) is a deterministic
+// kernel: fixed row chunks, then the chunks added in order. HYBRID_CUDA_DBIAS_GEMM=1 takes
+// it from the dw GEMM's BGRADB epilogue instead (the reduction of op(B) = dout over
+// k = N; measured slower, see dbias_in_gemm).
 //
 // Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape,
 // transposition, epilogue, beta and pointer alignment, so steady-state calls do no
@@ -258,10 +258,12 @@ __global__ void bias_add_kernel(bf16 *dbias, const A *acc, int OC) {
     if (c < OC) dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + (float)acc[c]);
 }
 
-// HYBRID_CUDA_DBIAS_KERNEL=1: column-sum kernel instead of the BGRADB epilogue
+// HYBRID_CUDA_DBIAS_GEMM=1: the BGRADB epilogue instead of the column-sum kernel. Off by
+// default: on the H200 (cuBLASLt 13.0, 2026-11-29) the epilogue slowed the dw GEMMs by
+// more than the kernel costs (matmul_bwd 52.7 ms/step against 50.8 at GPT-2 124M B=64).
 static int dbias_in_gemm(void) {
     static int v = -1;
-    if (v < 0) v = !env_flag("HYBRID_CUDA_DBIAS_KERNEL");
+    if (v < 0) v = env_flag("HYBRID_CUDA_DBIAS_GEMM");
     return v;
 }
 
