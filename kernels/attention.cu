@@ -7,9 +7,11 @@
 // K/V (or Q/dO) tiles double-buffered in shared memory through cp.async.
 //   forward   one block per (query tile, b, h): online softmax over the key tiles.
 //   backward  D = rowsum(dO * O) first; then dK/dV with one block per key tile (looping
-//             over query tiles) and dQ with one block per query tile (looping over key
-//             tiles). Recomputing S and dP in both costs two extra matmuls, but every
-//             gradient element has one writer: deterministic without atomics.
+//             over query tiles), which also stores dS^T of every tile pair (bf16, 855 MB
+//             at GPT-2 124M B=64 T=1024); then dQ = dS K with one block per query tile
+//             (looping over the key tiles in order). Every gradient element has one
+//             writer: deterministic without atomics. (HYBRID_ATTN_BWD=split: the dQ
+//             kernel recomputes S and dP instead of reading dS, two extra matmuls.)
 // Other head sizes (<= 128): straightforward one-warp-per-row kernels (fp32, same math).
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
@@ -265,7 +267,17 @@ __global__ void attn_bwd_d_kernel(float *D, const bf16 *dout, const bf16 *out, i
     int hs = C / NH, b = (int)(bt / T), t = (int)(bt % T);
     const bf16 *x = dout + bt * C + (size_t)h * hs, *y = out + bt * C + (size_t)h * hs;
     float s = 0.f;
-    for (int d = 0; d < hs; d++) s += __bfloat162float(x[d]) * __bfloat162float(y[d]);
+    if (hs % 8 == 0 && (((uintptr_t)x | (uintptr_t)y) & 15) == 0) {  // 16-byte loads
+        for (int d = 0; d < hs; d += 8) {
+            float xv[8], yv[8];
+            load8(x + d, xv);
+            load8(y + d, yv);
+#pragma unroll
+            for (int k = 0; k < 8; k++) s += xv[k] * yv[k];
+        }
+    } else {
+        for (int d = 0; d < hs; d++) s += __bfloat162float(x[d]) * __bfloat162float(y[d]);
+    }
     D[((size_t)b * NH + h) * T + t] = s;
 }
 
@@ -273,17 +285,32 @@ __global__ void attn_bwd_d_kernel(float *D, const bf16 *dout, const bf16 *out, i
 // dS^T = P^T (dP^T - D), dK += dS^T Q, over the query tiles i >= key tile.
 // K and V stay in shared memory and are re-read as fragments every step, which keeps
 // the kernel near 160 registers (3 blocks per multiprocessor instead of 2).
-#define DKDV_SMEM(HS) (6 * sizeof(Tile<HS>) + 4 * ATT_TILE * sizeof(float))
+//
+// STORE_DS: also write dS^T of every (query tile i, key tile kt) pair, bf16, to the
+// global buffer ds (attn_ds_tile gives the layout); attn_bwd_dq_ds_kernel then forms
+// dQ = dS K from it (one matmul per tile pair instead of recomputing S and dP: three).
+// The tile goes through this warp's 16 rows of a staging tile, so the global stores are
+// 16-byte vectors of whole rows.
+#define DKDV_SMEM(HS, STORE_DS) ((6 + (STORE_DS)) * sizeof(Tile<HS>) + 4 * ATT_TILE * sizeof(float))
 
-template <int HS, int MINB>
-__global__ void __launch_bounds__(ATT_THREADS, MINB) attn_bwd_dkdv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
-                                                                    const float *lse, const float *Dg, int T, int C,
-                                                                    int NH, float sl2, float scale) {
+// dS^T tile (query tile i, key tile kt <= i) of head bh: 64 x 64 bf16, [key][query], the
+// lower-triangular tile pairs of a head packed row by row (i (i+1) / 2 + kt).
+__device__ __forceinline__ size_t attn_ds_tile(int bh, int ntiles, int i, int kt) {
+    const size_t ntri = (size_t)ntiles * (ntiles + 1) / 2;
+    return ((size_t)bh * ntri + (size_t)i * (i + 1) / 2 + kt) * (ATT_TILE * ATT_TILE);
+}
+
+template <int HS, int MINB, bool STORE_DS>
+__global__ void __launch_bounds__(ATT_THREADS, MINB) attn_bwd_dkdv_kernel(bf16 *dqkv, bf16 *ds, const bf16 *dout,
+                                                                    const bf16 *qkv, const float *lse,
+                                                                    const float *Dg, int T, int C, int NH, float sl2,
+                                                                    float scale) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     Tile<HS> *tiles = reinterpret_cast<Tile<HS> *>(smem_raw);
     Tile<HS> &sK = tiles[0], &sV = tiles[1];
     Tile<HS> *sQ = tiles + 2, *sdO = tiles + 4;
-    float(*sL)[ATT_TILE] = reinterpret_cast<float(*)[ATT_TILE]>(smem_raw + 6 * sizeof(Tile<HS>));
+    float(*sL)[ATT_TILE] =
+        reinterpret_cast<float(*)[ATT_TILE]>(smem_raw + (6 + (STORE_DS ? 1 : 0)) * sizeof(Tile<HS>));
     float(*sD)[ATT_TILE] = sL + 2;
     const int ntiles = (T + ATT_TILE - 1) / ATT_TILE;
     const int kt = blockIdx.x;  // key tile 0 has the most query tiles: launched first
@@ -354,11 +381,82 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) attn_bwd_dkdv_kernel(bf16 *
                 dpt[nt][e] = st[nt][e] * (dpt[nt][e] - sD[buf][ql]);
             }
         mma_p_tile<HS>(dk, dpt, sQ[buf], lane);
+        if (STORE_DS) {
+            // keys past T: 0 (their K rows are zero-filled, but p there is not bounded)
+            Tile<HS> &stg = tiles[6];
+            const bool kz0 = krow0 >= T, kz1 = krow0 + 8 >= T;
+#pragma unroll
+            for (int nt = 0; nt < 8; nt++) {
+                *reinterpret_cast<uint32_t *>(&stg.x[warp * 16 + g][nt * 8 + 2 * t]) =
+                    kz0 ? 0u : pack_bf16(dpt[nt][0], dpt[nt][1]);
+                *reinterpret_cast<uint32_t *>(&stg.x[warp * 16 + g + 8][nt * 8 + 2 * t]) =
+                    kz1 ? 0u : pack_bf16(dpt[nt][2], dpt[nt][3]);
+            }
+            __syncwarp();
+            bf16 *tile = ds + attn_ds_tile(blockIdx.y, ntiles, i, kt);
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int v = lane + 32 * r, row = warp * 16 + v / 8, col = (v % 8) * 8;
+                *reinterpret_cast<uint4 *>(tile + row * ATT_TILE + col) =
+                    *reinterpret_cast<const uint4 *>(&stg.x[row][col]);
+            }
+        }
         __syncthreads();
     }
     bf16 *dst = dqkv + (size_t)b * T * rs + (size_t)h * HS;
     store_rows<HS>(dst + C, rs, k0 + warp * 16, T, dk, scale, scale, lane);
     store_rows<HS>(dst + 2 * C, rs, k0 + warp * 16, T, dv, 1.f, 1.f, lane);
+}
+
+// dQ of one query tile from the stored dS^T tiles: dQ = sum over key tiles kt <= i, in
+// order, of dS_i,kt K_kt (A fragments of dS by a transposing ldmatrix of the [key][query]
+// tile). One writer per element, fixed order: deterministic.
+template <int HS>
+__global__ void __launch_bounds__(ATT_THREADS) attn_bwd_dq_ds_kernel(bf16 *dqkv, const bf16 *ds, const bf16 *qkv, int T,
+                                                                     int C, int NH, float scale) {
+    __shared__ Tile<HS> sK[2];
+    __shared__ Tile<ATT_TILE> sS[2];
+    const int ntiles = (T + ATT_TILE - 1) / ATT_TILE;
+    const int qt = ntiles - 1 - blockIdx.x;  // longest rows first
+    const int b = blockIdx.y / NH, h = blockIdx.y % NH;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const size_t rs = 3 * (size_t)C;
+    const bf16 *kbase = qkv + (size_t)b * T * rs + (size_t)h * HS + C;
+
+    load_tile(sK[0], kbase, rs, T);
+    load_tile(sS[0], ds + attn_ds_tile(blockIdx.y, ntiles, qt, 0), ATT_TILE, ATT_TILE);
+    cp_async_commit();
+    float dq[HS / 8][4];
+    zero_acc<HS / 8>(dq);
+    for (int j = 0; j <= qt; j++) {
+        if (j < qt) {
+            const int k1 = (j + 1) * ATT_TILE, nb = (j + 1) & 1;
+            load_tile(sK[nb], kbase + (size_t)k1 * rs, rs, T - k1);
+            load_tile(sS[nb], ds + attn_ds_tile(blockIdx.y, ntiles, qt, j + 1), ATT_TILE, ATT_TILE);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const Tile<ATT_TILE> &S = sS[j & 1];
+        const Tile<HS> &K = sK[j & 1];
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            uint32_t a[4];
+            ldsm_x4_t(a, &S.x[kk * 16 + (lane & 7) + 8 * (lane >> 4)][warp * 16 + 8 * ((lane >> 3) & 1)]);
+#pragma unroll
+            for (int dp = 0; dp < HS / 16; dp++) {
+                uint32_t bb[4];
+                ldsm_x4_t(bb, &K.x[kk * 16 + (lane & 7) + 8 * ((lane >> 3) & 1)][dp * 16 + 8 * (lane >> 4)]);
+                mma16816(dq[2 * dp], a, bb[0], bb[1]);
+                mma16816(dq[2 * dp + 1], a, bb[2], bb[3]);
+            }
+        }
+        __syncthreads();  // this buffer is refilled next iteration
+    }
+    store_rows<HS>(dqkv + (size_t)b * T * rs + (size_t)h * HS, rs, qt * ATT_TILE + warp * 16, T, dq, scale, scale,
+                   lane);
 }
 
 // dQ of one query tile: S = Q K^T, P, dP = dO V^T, dS = P (dP - D), dQ += dS K,
@@ -726,13 +824,16 @@ static int head_size(int C, int NH) {
     return hs;
 }
 
-// The two-kernel backward (dK/dV, then dQ) measured faster than the fused one on the
-// H200 (docs/cuda.md), so it is the default; HYBRID_ATTN_BWD=fused selects the other.
-static int attn_split_backward(void) {
+// Backward schedule (HYBRID_ATTN_BWD): "ds" (default) dK/dV kernel that also stores dS,
+// then dQ = dS K from it; "split" dK/dV kernel, then a dQ kernel that recomputes S and
+// dP; "fused" the single-pass kernel with the ordered dQ accumulation. docs/cuda.md has
+// the measurements.
+enum { ATT_BWD_DS, ATT_BWD_SPLIT, ATT_BWD_FUSED };
+static int attn_bwd_mode(void) {
     static int v = -1;
     if (v < 0) {
         const char *e = getenv("HYBRID_ATTN_BWD");
-        v = !(e && !strcmp(e, "fused"));
+        v = e && !strcmp(e, "fused") ? ATT_BWD_FUSED : e && !strcmp(e, "split") ? ATT_BWD_SPLIT : ATT_BWD_DS;
     }
     return v;
 }
@@ -746,19 +847,32 @@ static int attn_occupancy(void) {
     return v;
 }
 
-template <int MINB>
-static void launch_split(dim3 grid, bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse, const float *D,
-                         int T, int C, int NH, float scale) {
+template <int MINB, bool STORE_DS>
+static void launch_dkdv(dim3 grid, bf16 *dqkv, bf16 *ds, const bf16 *dout, const bf16 *qkv, const float *lse,
+                        const float *D, int T, int C, int NH, float scale) {
     static int smem_set = 0;
-    const size_t smem = DKDV_SMEM(64);
+    const size_t smem = DKDV_SMEM(64, STORE_DS ? 1 : 0);
     if (!smem_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_kernel<64, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        (int)smem));
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_kernel<64, MINB, STORE_DS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
         smem_set = 1;
     }
-    attn_bwd_dkdv_kernel<64, MINB><<<grid, ATT_THREADS, smem, g_cuda.stream>>>(dqkv, dout, qkv, lse, D, T, C, NH,
-                                                                               scale * LOG2E, scale);
+    attn_bwd_dkdv_kernel<64, MINB, STORE_DS><<<grid, ATT_THREADS, smem, g_cuda.stream>>>(
+        dqkv, ds, dout, qkv, lse, D, T, C, NH, scale * LOG2E, scale);
     LAUNCH_CHECK();
+}
+
+// dK/dV then dQ; ds (bf16 scratch of attn_ds_elems) selects the stored-dS dQ kernel
+template <int MINB>
+static void launch_split(dim3 grid, bf16 *dqkv, bf16 *ds, const bf16 *dout, const bf16 *qkv, const float *lse,
+                         const float *D, int T, int C, int NH, float scale) {
+    if (ds) {
+        launch_dkdv<MINB, true>(grid, dqkv, ds, dout, qkv, lse, D, T, C, NH, scale);
+        attn_bwd_dq_ds_kernel<64><<<grid, ATT_THREADS, 0, g_cuda.stream>>>(dqkv, ds, qkv, T, C, NH, scale);
+        LAUNCH_CHECK();
+        return;
+    }
+    launch_dkdv<MINB, false>(grid, dqkv, NULL, dout, qkv, lse, D, T, C, NH, scale);
     attn_bwd_dq_kernel<64, MINB><<<grid, ATT_THREADS, 0, g_cuda.stream>>>(dqkv, dout, qkv, lse, D, T, C, NH,
                                                                           scale * LOG2E, scale);
     LAUNCH_CHECK();
@@ -793,22 +907,30 @@ void cuda_attention_backward(real *dqkv, const real *dout, const real *qkv, cons
     float scale = 1.f / sqrtf((float)hs);
     size_t rows = (size_t)B * NH * T;
     float *D = NULL;
-    if (!use_fast(hs, C, dqkv, qkv) || !is_aligned16(dout) || attn_split_backward()) {
-        D = (float *)scratch_get(rows * sizeof(float));
+    bf16 *ds = NULL;
+    const int fast = use_fast(hs, C, dqkv, qkv) && is_aligned16(dout), mode = attn_bwd_mode();
+    if (!fast || mode != ATT_BWD_FUSED) {
+        // scratch: D | (ds mode) the dS^T tiles
+        const int nt = (T + ATT_TILE - 1) / ATT_TILE;
+        size_t off_ds = (rows * sizeof(float) + 255) & ~(size_t)255;
+        size_t ds_elems = fast && mode == ATT_BWD_DS ? (size_t)B * NH * nt * (nt + 1) / 2 * ATT_TILE * ATT_TILE : 0;
+        char *s = (char *)scratch_get(off_ds + ds_elems * sizeof(bf16));
+        D = (float *)s;
+        if (ds_elems) ds = (bf16 *)(s + off_ds);
         attn_bwd_d_kernel<<<(unsigned)((rows + 255) / 256), 256, 0, g_cuda.stream>>>(D, (const bf16 *)dout,
                                                                                       (const bf16 *)out, B, T, C, NH);
         LAUNCH_CHECK();
     }
-    if (use_fast(hs, C, dqkv, qkv) && is_aligned16(dout)) {
+    if (fast) {
         dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
-        if (attn_split_backward()) {  // two kernels, S and dP recomputed for dQ
+        if (mode != ATT_BWD_FUSED) {
             // HYBRID_ATTN_OCC=4: the 128-register builds (4 blocks per SM, a few spills)
             if (attn_occupancy() == 4)
-                launch_split<4>(grid, (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, (const float *)lse, D, T, C,
-                                NH, scale);
+                launch_split<4>(grid, (bf16 *)dqkv, ds, (const bf16 *)dout, (const bf16 *)qkv, (const float *)lse, D,
+                                T, C, NH, scale);
             else
-                launch_split<3>(grid, (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, (const float *)lse, D, T, C,
-                                NH, scale);
+                launch_split<3>(grid, (bf16 *)dqkv, ds, (const bf16 *)dout, (const bf16 *)qkv, (const float *)lse, D,
+                                T, C, NH, scale);
         } else {
             static int smem_set = 0;
             const size_t smem = FUSED_SMEM(64);

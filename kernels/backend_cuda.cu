@@ -29,7 +29,7 @@ void cuda_launch_check(const char *file, int line) {
     }
 }
 
-static int env_flag(const char *name) {
+int env_flag(const char *name) {
     const char *v = getenv(name);
     return v && *v && strcmp(v, "0") != 0;
 }
@@ -321,10 +321,13 @@ extern "C" const Backend *backend_cuda(void) {
     b->sum_squares = cuda_sum_squares;
     b->scale = cuda_scale;
     b->adamw_update = cuda_adamw_update;
+    b->adamw_update_multi = cuda_adamw_update_multi;
     b->muon_update = cuda_muon_update;
     if (!env_flag("HYBRID_CUDA_NO_FUSE")) {  // optional fused ops; HYBRID_CUDA_NO_FUSE=1 runs the separate ones
         b->matmul_gelu_forward = cuda_matmul_gelu_forward;
         b->matmul_backward_gelu = cuda_matmul_backward_gelu;
+        b->add_layernorm_forward = cuda_add_layernorm_forward;
+        b->layernorm_backward_add = cuda_layernorm_backward_add;
     }
     b->name = "cuda-bf16";  // last: marks the table as filled
     return &g_table;

@@ -41,12 +41,25 @@ __device__ float row_lse(const bf16 *z, int V, int vec) {
     float m = -INFINITY, s = 0.f;
     int done = 0;
     if (vec) {
+        // two 8-element vectors per step (both loads in flight), one rescale per step
         int nvec = V / 8;
-        for (int i = threadIdx.x; i < nvec; i += blockDim.x) {
-            float f[8];
+        for (int i = threadIdx.x; i < nvec; i += 2 * blockDim.x) {
+            const int i2 = i + blockDim.x;
+            float f[16];
             load8(z + 8 * i, f);
+            if (i2 < nvec) load8(z + 8 * i2, f + 8);
+            else
 #pragma unroll
-            for (int k = 0; k < 8; k++) ms_add(m, s, f[k]);
+                for (int k = 8; k < 16; k++) f[k] = -INFINITY;
+            float lm = f[0];
+#pragma unroll
+            for (int k = 1; k < 16; k++) lm = fmaxf(lm, f[k]);
+            if (lm > m) {
+                s *= __expf(m - lm);  // m = -inf: s is 0 and stays 0
+                m = lm;
+            }
+#pragma unroll
+            for (int k = 0; k < 16; k++) s += __expf(f[k] - m);
         }
         done = nvec * 8;
     }

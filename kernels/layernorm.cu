@@ -11,18 +11,29 @@
 #include "kernels/common.cuh"
 #include "kernels/ops_cuda.h"
 
-#define NORM_ROWS_PER_CHUNK 128
+#define NORM_ROWS_PER_CHUNK 64  // 4 warps of 16 rows: ~155 registers, 3 blocks per SM at C = 768
 #define NORM_MAX_CHUNKS 1024
 
-template <int NV, bool RMS>
+// ADD: the input is res = inp + inp2, written (bf16) and normalized as rounded.
+template <int NV, bool RMS, bool ADD = false>
 __global__ void norm_fwd_vec_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w, const bf16 *b,
-                                    int N, int C, float eps) {
+                                    int N, int C, float eps, const bf16 *inp2 = NULL, bf16 *res = NULL) {
     int lane = threadIdx.x & 31, row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (row >= N) return;
     const bf16 *x = inp + (size_t)row * C;
     float v[NV][8];
 #pragma unroll
     for (int j = 0; j < NV; j++) load8(x + (j * 32 + lane) * 8, v[j]);
+    if (ADD) {
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            float y[8];
+            load8(inp2 + (size_t)row * C + (j * 32 + lane) * 8, y);
+#pragma unroll
+            for (int k = 0; k < 8; k++) v[j][k] = __bfloat162float(__float2bfloat16(v[j][k] + y[k]));
+            store8(res + (size_t)row * C + (j * 32 + lane) * 8, v[j]);  // exact: already bf16 values
+        }
+    }
     float mu = 0.f;
     if (!RMS) {
         float s = 0.f;
@@ -89,7 +100,8 @@ __global__ void norm_fwd_generic_kernel(bf16 *out, float *mean, float *rstd, con
 
 // Input gradient (written) and this chunk's dw/db partial sums: partial[chunk][0..C) = dw,
 // [C..2C) = db. Warps take the chunk's rows round-robin, each in order.
-template <int NV, bool RMS>
+// ACC: dinp += the input gradient (rounded once, after the add)
+template <int NV, bool RMS, bool ACC = false>
 __global__ void norm_bwd_vec_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *w,
                                     const float *mean, const float *rstd, int N, int C, int rows_per_chunk) {
     extern __shared__ float sh[];  // 2C
@@ -127,9 +139,10 @@ __global__ void norm_bwd_vec_kernel(bf16 *dinp, float *partial, const bf16 *dout
         bf16 *dx = dinp + (size_t)row * C;
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            float o[8];
+            float o[8], prev[8];
+            if (ACC) load8(dx + (j * 32 + lane) * 8, prev);
 #pragma unroll
-            for (int k = 0; k < 8; k++) o[k] = r * (dy[j][k] * wv[j][k] - mg - xh[j][k] * mgx);
+            for (int k = 0; k < 8; k++) o[k] = r * (dy[j][k] * wv[j][k] - mg - xh[j][k] * mgx) + (ACC ? prev[k] : 0.f);
             store8(dx + (j * 32 + lane) * 8, o);
         }
     }
@@ -151,7 +164,7 @@ __global__ void norm_bwd_vec_kernel(bf16 *dinp, float *partial, const bf16 *dout
 }
 
 // Generic input gradient: one warp per row, strided.
-template <bool RMS>
+template <bool RMS, bool ACC = false>
 __global__ void norm_bwd_dx_generic_kernel(bf16 *dinp, const bf16 *dout, const bf16 *inp, const bf16 *w,
                                            const float *mean, const float *rstd, int N, int C) {
     int lane = threadIdx.x & 31, row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -169,7 +182,7 @@ __global__ void norm_bwd_dx_generic_kernel(bf16 *dinp, const bf16 *dout, const b
     for (int c = lane; c < C; c += 32) {
         float g = __bfloat162float(d[c]) * __bfloat162float(w[c]);
         float xh = (__bfloat162float(x[c]) - mu) * r;
-        dx[c] = __float2bfloat16(r * (g - mg - xh * mgx));
+        dx[c] = __float2bfloat16(r * (g - mg - xh * mgx) + (ACC ? __bfloat162float(dx[c]) : 0.f));
     }
 }
 
@@ -191,14 +204,22 @@ __global__ void norm_bwd_dw_generic_kernel(float *partial, const bf16 *dout, con
     partial[(size_t)blockIdx.y * 2 * C + C + c] = sb;
 }
 
-// dw[c] += sum over chunks of partial[chunk][c]; db likewise (db may be NULL)
+// dw[c] += sum over chunks of partial[chunk][c]; db likewise (db may be NULL).
+// Block (32, 8): 32 columns; row lane y adds chunks y, y + 8, ... in order, then the 8
+// lane sums are added in order (a fixed order: deterministic).
 __global__ void norm_dw_reduce_kernel(bf16 *dw, bf16 *db, const float *partial, int chunks, int C) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= 2 * C) return;
+    __shared__ float sh[8][33];
+    int i = blockIdx.x * 32 + threadIdx.x;
+    float s = 0.f;
+    if (i < 2 * C)
+        for (int k = threadIdx.y; k < chunks; k += 8) s += partial[(size_t)k * 2 * C + i];
+    sh[threadIdx.y][threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.y || i >= 2 * C) return;
     bf16 *dst = i < C ? dw + i : (db ? db + (i - C) : NULL);
     if (!dst) return;
-    float s = 0.f;
-    for (int k = 0; k < chunks; k++) s += partial[(size_t)k * 2 * C + i];
+    s = 0.f;
+    for (int y = 0; y < 8; y++) s += sh[y][threadIdx.x];
     *dst = __float2bfloat16(__bfloat162float(*dst) + s);
 }
 
@@ -223,7 +244,7 @@ static void norm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, c
     LAUNCH_CHECK();
 }
 
-template <bool RMS>
+template <bool RMS, bool ACC = false>
 static void norm_backward(bf16 *dinp, bf16 *dw, bf16 *db, const bf16 *dout, const bf16 *inp, const bf16 *w,
                           const float *mean, const float *rstd, int N, int C) {
     if (N <= 0) return;
@@ -235,25 +256,25 @@ static void norm_backward(bf16 *dinp, bf16 *dw, bf16 *db, const bf16 *dout, cons
     int vec = C % 256 == 0 && C <= 1024 && is_aligned16(dinp) && is_aligned16(dout) && is_aligned16(inp) &&
               is_aligned16(w);
     if (vec) {
-        const int threads = 256;
+        const int threads = 128;
         size_t smem = (size_t)2 * C * sizeof(float);
         switch (C / 256) {
-        case 1: norm_bwd_vec_kernel<1, RMS><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
-        case 2: norm_bwd_vec_kernel<2, RMS><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
-        case 3: norm_bwd_vec_kernel<3, RMS><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
-        default: norm_bwd_vec_kernel<4, RMS><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
+        case 1: norm_bwd_vec_kernel<1, RMS, ACC><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
+        case 2: norm_bwd_vec_kernel<2, RMS, ACC><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
+        case 3: norm_bwd_vec_kernel<3, RMS, ACC><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
+        default: norm_bwd_vec_kernel<4, RMS, ACC><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
         }
         LAUNCH_CHECK();
     } else {
         const int threads = 256;
-        norm_bwd_dx_generic_kernel<RMS><<<(N + 7) / 8, threads, 0, g_cuda.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+        norm_bwd_dx_generic_kernel<RMS, ACC><<<(N + 7) / 8, threads, 0, g_cuda.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
         LAUNCH_CHECK();
         dim3 grid((C + 255) / 256, chunks);
         norm_bwd_dw_generic_kernel<RMS><<<grid, 256, 0, g_cuda.stream>>>(partial, dout, inp, mean, rstd, N, C,
                                                                           rows_per_chunk);
         LAUNCH_CHECK();
     }
-    norm_dw_reduce_kernel<<<(2 * C + 255) / 256, 256, 0, g_cuda.stream>>>(dw, db, partial, chunks, C);
+    norm_dw_reduce_kernel<<<(2 * C + 31) / 32, dim3(32, 8), 0, g_cuda.stream>>>(dw, db, partial, chunks, C);
     LAUNCH_CHECK();
 }
 
@@ -281,4 +302,41 @@ void cuda_rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *i
     PROFILE("rmsnorm_bwd");
     norm_backward<true>((bf16 *)dinp, (bf16 *)dw, NULL, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w,
                         NULL, (const float *)rstd, N, C);
+}
+
+// Optional fused ops (model/backend.h). res = a + b (bf16), then LayerNorm of res.
+void cuda_add_layernorm_forward(real *res, real *out, real *mean, real *rstd, const real *a, const real *b,
+                                const real *w, const real *bias, int N, int C, real eps) {
+    PROFILE("add_layernorm_fwd");
+    ce_lse_invalidate(res, (size_t)N * C * sizeof(bf16));
+    if (N <= 0) return;
+    const int vec = C % 256 == 0 && C <= 1024 && is_aligned16(out) && is_aligned16(a) && is_aligned16(b) &&
+                    is_aligned16(res) && is_aligned16(w) && (!bias || is_aligned16(bias));
+    if (!vec) {  // the separate ops
+        cuda_add_forward(res, a, b, (size_t)N * C);
+        norm_forward<false>((bf16 *)out, (float *)mean, (float *)rstd, (const bf16 *)res, (const bf16 *)w,
+                            (const bf16 *)bias, N, C, eps);
+        return;
+    }
+    const int threads = 256, rows_per_block = threads / 32;
+    unsigned grid = (unsigned)((N + rows_per_block - 1) / rows_per_block);
+    bf16 *o = (bf16 *)out, *r = (bf16 *)res;
+    const bf16 *x = (const bf16 *)a, *y = (const bf16 *)b, *wv = (const bf16 *)w, *bv = (const bf16 *)bias;
+    float *mu = (float *)mean, *rs = (float *)rstd;
+    switch (C / 256) {
+    case 1: norm_fwd_vec_kernel<1, false, true><<<grid, threads, 0, g_cuda.stream>>>(o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
+    case 2: norm_fwd_vec_kernel<2, false, true><<<grid, threads, 0, g_cuda.stream>>>(o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
+    case 3: norm_fwd_vec_kernel<3, false, true><<<grid, threads, 0, g_cuda.stream>>>(o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
+    default: norm_fwd_vec_kernel<4, false, true><<<grid, threads, 0, g_cuda.stream>>>(o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
+    }
+    LAUNCH_CHECK();
+}
+
+// layernorm_backward with the input gradient added into dres (dres += dinp)
+void cuda_layernorm_backward_add(real *dres, real *dw, real *db, const real *dout, const real *inp, const real *w,
+                                 const real *mean, const real *rstd, int N, int C) {
+    PROFILE("layernorm_bwd_add");
+    ce_lse_invalidate(dres, (size_t)N * C * sizeof(bf16));
+    norm_backward<false, true>((bf16 *)dres, (bf16 *)dw, (bf16 *)db, (const bf16 *)dout, (const bf16 *)inp,
+                               (const bf16 *)w, (const float *)mean, (const float *)rstd, N, C);
 }

@@ -5,8 +5,10 @@
 //   out (N, OC) = inp (N, C) w^T         is  out^T (OC, N) = w'^T (OC, C) inp' (C, N)   [TN]
 //   dinp (N, C) = dout (N, OC) w          is  dinp^T (C, N) = w' (C, OC) dout' (OC, N)   [NN]
 //   dw (OC, C) += dout^T inp              is  dw^T (C, OC) += inp' (C, N) dout'^T (N, OC) [NT, beta 1]
-// where x' is x's memory read column-major. dbias (sum of dout's rows) is a separate
-// deterministic kernel: fixed row chunks, then the chunks added in order.
+// where x' is x's memory read column-major. dbias (sum of dout's rows) is a deterministic
+// kernel: fixed row chunks, then the chunks added in order. HYBRID_CUDA_DBIAS_GEMM=1 takes
+// it from the dw GEMM's BGRADB epilogue instead (the reduction of op(B) = dout over
+// k = N; measured slower, see dbias_in_gemm).
 //
 // Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape,
 // transposition, epilogue, beta and pointer alignment, so steady-state calls do no
@@ -16,7 +18,8 @@
 #include "kernels/common.cuh"
 #include "kernels/ops_cuda.h"
 
-enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU };  // + bias when a bias pointer is given
+enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU, EPI_BGRADB, EPI_BGRADB16 };  // + bias when a bias pointer is given
+// EPI_BGRADB(16): the bias pointer RECEIVES (fp32 (bf16), written) the column sums of op(B) over k
 
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldc, batch, bias, beta_zero, c_is_d, epi;
@@ -49,9 +52,16 @@ static void set_layout_batch(cublasLtMatrixLayout_t l, int batch, long long stri
                                                   sizeof stride));
 }
 
+// NULL when the heuristic has no algorithm for an EPI_BGRADB shape (the caller then
+// sums the bias with its own kernel); dies for any other shape.
+static GemmKey g_noplan[MAX_PLANS];
+static int g_nnoplan;
+
 static GemmPlan *get_plan(const GemmKey *key) {
     for (int i = 0; i < g_nplans; i++)
         if (!memcmp(&g_plans[i].key, key, sizeof *key)) return &g_plans[i];
+    for (int i = 0; i < g_nnoplan; i++)
+        if (!memcmp(&g_noplan[i], key, sizeof *key)) return NULL;
     if (g_nplans == MAX_PLANS) die("cuBLASLt: more than %d GEMM shapes", MAX_PLANS);
     GemmPlan *p = &g_plans[g_nplans];
     memset(p, 0, sizeof *p);
@@ -63,13 +73,14 @@ static GemmPlan *get_plan(const GemmKey *key) {
     cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     if (key->epi == EPI_GELU_AUX) epi = key->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     if (key->epi == EPI_DGELU) epi = CUBLASLT_EPILOGUE_DGELU;
+    if (key->epi == EPI_BGRADB || key->epi == EPI_BGRADB16) epi = CUBLASLT_EPILOGUE_BGRADB;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (key->epi != EPI_NONE) {
+    if (key->epi == EPI_GELU_AUX || key->epi == EPI_DGELU) {
         int64_t ld = key->ldc;  // aux has D's shape and leading dimension
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
     if (key->bias) {
-        cudaDataType_t bt = CUDA_R_16BF;
+        cudaDataType_t bt = key->epi == EPI_BGRADB ? CUDA_R_32F : CUDA_R_16BF;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
     // stored shapes: A is (m, k) after op, so stored (k, m) when transposed
@@ -95,8 +106,23 @@ static GemmPlan *get_plan(const GemmKey *key) {
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &res, &found));
+    const int bgrad = key->epi == EPI_BGRADB || key->epi == EPI_BGRADB16;
+    // a bias-gradient epilogue the library rejects (cuBLASLt 13 answers "invalid value"
+    // for some bias types) is a missing plan, not an error: the caller falls back
+    cublasStatus_t hst =
+        cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &res, &found);
+    if (!bgrad) CUBLAS_CHECK(hst);
+    else if (hst != CUBLAS_STATUS_SUCCESS) found = 0;
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (found < 1 && bgrad && g_nnoplan < MAX_PLANS) {
+        CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lc));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
+        g_noplan[g_nnoplan++] = *key;
+        return NULL;
+    }
     if (found < 1)
         die("cuBLASLt: no algorithm for the GEMM m=%d n=%d k=%d (trans %d%d, bias %d, batch %d, align %d)", key->m,
             key->n, key->k, key->transa, key->transb, key->bias, key->batch, key->align);
@@ -105,10 +131,12 @@ static GemmPlan *get_plan(const GemmKey *key) {
     return p;
 }
 
-static void gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
-                    const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
-                    float alpha, float beta, const bf16 *bias, int batch, int epi, const bf16 *aux) {
-    if (m <= 0 || n <= 0) return;
+// Returns 0 (nothing launched) only when epi is EPI_BGRADB(16) and no algorithm supports
+// it. For EPI_BGRADB, bias is an fp32 output (n floats); EPI_BGRADB16: bf16.
+static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
+                   const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
+                   float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
+    if (m <= 0 || n <= 0) return 1;
     if (k <= 0) die("gemm_bf16: k = %d", k);
     if (beta == 0.f) C = D;
     GemmKey key;
@@ -137,14 +165,16 @@ static void gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, 
     if (bias && ptr_align(bias) < al) al = ptr_align(bias);
     key.align = al;
     GemmPlan *p = get_plan(&key);
+    if (!p) return 0;
     if (bias)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    if (epi != EPI_NONE)
+    if (epi == EPI_GELU_AUX || epi == EPI_DGELU)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
                                                     sizeof aux));
     CUBLAS_CHECK(cublasLtMatmul(g_cuda.lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, D, p->ld, &p->algo,
                                 g_cuda.lt_workspace, g_cuda.lt_workspace_size, g_cuda.stream));
     LAUNCH_CHECK();
+    return 1;
 }
 
 void gemm_bf16(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
@@ -221,6 +251,45 @@ static void bias_backward(bf16 *dbias, const bf16 *dout, int N, int OC) {
     LAUNCH_CHECK();
 }
 
+// dbias[o] += acc[o] (fp32 or bf16 column sums from the BGRADB epilogue)
+template <typename A>
+__global__ void bias_add_kernel(bf16 *dbias, const A *acc, int OC) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < OC) dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + (float)acc[c]);
+}
+
+// HYBRID_CUDA_DBIAS_GEMM=1: the BGRADB epilogue instead of the column-sum kernel. Off by
+// default: on the H200 (cuBLASLt 13.0, 2026-11-29) the epilogue slowed the dw GEMMs by
+// more than the kernel costs (matmul_bwd 52.7 ms/step against 50.8 at GPT-2 124M B=64).
+static int dbias_in_gemm(void) {
+    static int v = -1;
+    if (v < 0) v = env_flag("HYBRID_CUDA_DBIAS_GEMM");
+    return v;
+}
+
+// dw += dout^T inp (the GEMM D^T (C, OC) += inp' (C, N) dout'^T (N, OC)) and, when dbias is
+// given, dbias += sum_rows dout: the BGRADB epilogue reduces op(B) = dout over k = N in the
+// same GEMM (into fp32 scratch, or bf16 where the library takes no fp32 bias gradient
+// with bf16 output, then added), else the column-sum kernel. All fixed order for a fixed
+// plan: deterministic.
+static void dw_and_dbias(bf16 *dw, bf16 *dbias, const bf16 *dout, const bf16 *inp, int N, int C, int OC) {
+    if (dbias && dbias_in_gemm() && N > 0 && OC > 0 && C > 0) {
+        void *acc = scratch_get((size_t)OC * sizeof(float));
+        if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB, NULL)) {
+            bias_add_kernel<float><<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, (const float *)acc, OC);
+            LAUNCH_CHECK();
+            return;
+        }
+        if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB16, NULL)) {
+            bias_add_kernel<bf16><<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, (const bf16 *)acc, OC);
+            LAUNCH_CHECK();
+            return;
+        }
+    }
+    gemm_bf16(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, NULL, 1);
+    if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
 void cuda_matmul_forward(real *out, const real *inp, const real *w, const real *bias, int N, int C, int OC) {
     PROFILE("matmul_fwd");
     ce_lse_invalidate(out, (size_t)N * OC * sizeof(bf16));
@@ -235,10 +304,7 @@ void cuda_matmul_backward(real *dinp, real *dw, real *dbias, const real *dout, c
     // dinp (written)
     gemm_bf16(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, NULL, (bf16 *)dinp, C, 0, 1.f, 0.f,
               NULL, 1);
-    // dw += dout^T inp
-    gemm_bf16(0, 1, C, OC, N, (const bf16 *)inp, C, 0, (const bf16 *)dout, OC, 0, (const bf16 *)dw, (bf16 *)dw, C, 0,
-              1.f, 1.f, NULL, 1);
-    if (dbias) bias_backward((bf16 *)dbias, (const bf16 *)dout, N, OC);
+    dw_and_dbias((bf16 *)dw, (bf16 *)dbias, (const bf16 *)dout, (const bf16 *)inp, N, C, OC);
 }
 
 // Optional fused ops (model/backend.h): the GELU of the MLP in the GEMM epilogues.
@@ -259,7 +325,5 @@ void cuda_matmul_backward_gelu(real *dpre, real *dw, real *dbias, const real *do
     ce_lse_invalidate(dpre, (size_t)N * C * sizeof(bf16));
     gemm_ex(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, NULL, (bf16 *)dpre, C, 0, 1.f, 0.f, NULL,
             1, EPI_DGELU, (const bf16 *)pre);
-    gemm_bf16(0, 1, C, OC, N, (const bf16 *)act, C, 0, (const bf16 *)dout, OC, 0, (const bf16 *)dw, (bf16 *)dw, C, 0,
-              1.f, 1.f, NULL, 1);
-    if (dbias) bias_backward((bf16 *)dbias, (const bf16 *)dout, N, OC);
+    dw_and_dbias((bf16 *)dw, (bf16 *)dbias, (const bf16 *)dout, (const bf16 *)act, N, C, OC);
 }

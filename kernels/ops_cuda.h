@@ -17,6 +17,10 @@ void cuda_layernorm_forward(real *out, real *mean, real *rstd, const real *inp, 
                             int C, real eps);
 void cuda_layernorm_backward(real *dinp, real *dw, real *db, const real *dout, const real *inp, const real *w,
                              const real *mean, const real *rstd, int N, int C);
+void cuda_add_layernorm_forward(real *res, real *out, real *mean, real *rstd, const real *a, const real *b,
+                                const real *w, const real *bias, int N, int C, real eps);
+void cuda_layernorm_backward_add(real *dres, real *dw, real *db, const real *dout, const real *inp, const real *w,
+                                 const real *mean, const real *rstd, int N, int C);
 void cuda_rmsnorm_forward(real *out, real *rstd, const real *inp, const real *w, int N, int C, real eps);
 void cuda_rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w, const real *rstd,
                            int N, int C);
@@ -50,6 +54,9 @@ void cuda_crossentropy_backward(real *dlogits, const real *logits, const int *ta
 // optim.cu
 void cuda_adamw_update(real *param, const real *grad, float *m, float *v, float *master, size_t n, float lr,
                        float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
+void cuda_adamw_update_multi(real *param, const real *grad, float *m, float *v, float *master, int n_seg,
+                             const size_t *off, const size_t *len, const float *lr, const float *wd, float beta1,
+                             float beta2, float eps, float grad_scale, int t);
 void cuda_muon_update(real *param, const real *grad, float *M, float *master, int rows, int cols, int n_blocks,
                       float momentum, int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay,
                       float grad_scale, real *work);

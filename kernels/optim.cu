@@ -16,19 +16,24 @@ extern "C" {
 #include "optim/muon.h"
 }
 
+__device__ __forceinline__ void adamw_elem(bf16 *param, const bf16 *grad, float *m, float *v, float *master, size_t i,
+                                           float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
+                                           float bc1, float bc2) {
+    float g = __bfloat162float(grad[i]) * grad_scale;
+    float mi = beta1 * m[i] + (1.f - beta1) * g;
+    float vi = beta2 * v[i] + (1.f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float p = master ? master[i] : __bfloat162float(param[i]);
+    p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
+    if (master) master[i] = p;
+    param[i] = __float2bfloat16(p);
+}
+
 __global__ void adamw_kernel(bf16 *param, const bf16 *grad, float *m, float *v, float *master, size_t n, float lr,
                              float beta1, float beta2, float eps, float wd, float grad_scale, float bc1, float bc2) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = __bfloat162float(grad[i]) * grad_scale;
-        float mi = beta1 * m[i] + (1.f - beta1) * g;
-        float vi = beta2 * v[i] + (1.f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float p = master ? master[i] : __bfloat162float(param[i]);
-        p -= lr * ((mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * p);
-        if (master) master[i] = p;
-        param[i] = __float2bfloat16(p);
-    }
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        adamw_elem(param, grad, m, v, master, i, lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2);
 }
 
 void cuda_adamw_update(real *param, const real *grad, float *m, float *v, float *master, size_t n, float lr,
@@ -40,6 +45,73 @@ void cuda_adamw_update(real *param, const real *grad, float *m, float *v, float 
                                                                    lr, beta1, beta2, eps, weight_decay, grad_scale,
                                                                    bc1, bc2);
     LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------
+// Multi-tensor AdamW: every segment of one step in one launch. The segment table is a
+// kernel parameter (CUDA >= 12.1 takes up to 32 KB of them); a block takes chunks of
+// ADAMW_CHUNK elements in turn and finds its segment by binary search over the chunk
+// offsets. Each element's arithmetic is adamw_elem, as in the one-tensor kernel, so the
+// results are the same bits.
+
+#define ADAMW_MT_MAX 384
+#define ADAMW_CHUNK 16384
+
+struct AdamwMulti {
+    int n;
+    unsigned cstart[ADAMW_MT_MAX + 1];  // first chunk of each segment; cstart[n] = all chunks
+    size_t off[ADAMW_MT_MAX];
+    size_t len[ADAMW_MT_MAX];
+    float lr[ADAMW_MT_MAX], wd[ADAMW_MT_MAX];
+};
+
+__global__ void adamw_multi_kernel(const __grid_constant__ AdamwMulti p, bf16 *param, const bf16 *grad, float *m,
+                                   float *v, float *master, float beta1, float beta2, float eps, float grad_scale,
+                                   float bc1, float bc2) {
+    const unsigned nchunks = p.cstart[p.n];
+    for (unsigned c = blockIdx.x; c < nchunks; c += gridDim.x) {
+        int lo = 0, hi = p.n - 1;  // the last segment with cstart <= c
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (p.cstart[mid] <= c) lo = mid;
+            else hi = mid - 1;
+        }
+        const size_t first = (size_t)(c - p.cstart[lo]) * ADAMW_CHUNK;
+        const size_t len = p.len[lo] - first < ADAMW_CHUNK ? p.len[lo] - first : ADAMW_CHUNK;
+        const size_t base = p.off[lo] + first;
+        const float lr = p.lr[lo], wd = p.wd[lo];
+        for (size_t i = base + threadIdx.x; i < base + len; i += blockDim.x)
+            adamw_elem(param, grad, m, v, master, i, lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2);
+    }
+}
+
+void cuda_adamw_update_multi(real *param, const real *grad, float *m, float *v, float *master, int n_seg,
+                             const size_t *off, const size_t *len, const float *lr, const float *wd, float beta1,
+                             float beta2, float eps, float grad_scale, int t) {
+    PROFILE("adamw");
+    float bc1 = (float)(1.0 - pow((double)beta1, t)), bc2 = (float)(1.0 - pow((double)beta2, t));
+    static AdamwMulti p;  // 12 KB: not on the stack
+    for (int s0 = 0; s0 < n_seg; s0 += ADAMW_MT_MAX) {
+        p.n = 0;
+        size_t chunks = 0;
+        for (int s = s0; s < n_seg && s < s0 + ADAMW_MT_MAX; s++) {
+            if (!len[s]) continue;
+            p.cstart[p.n] = (unsigned)chunks;
+            p.off[p.n] = off[s];
+            p.len[p.n] = len[s];
+            p.lr[p.n] = lr[s];
+            p.wd[p.n] = wd[s];
+            chunks += (len[s] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+            p.n++;
+        }
+        if (!p.n) continue;
+        if (chunks > 0xffffffffu) die("adamw_update_multi: %zu chunks", chunks);
+        p.cstart[p.n] = (unsigned)chunks;
+        unsigned grid = (unsigned)(chunks < (size_t)g_cuda.sm_count * 8 ? chunks : (size_t)g_cuda.sm_count * 8);
+        adamw_multi_kernel<<<grid, 256, 0, g_cuda.stream>>>(p, (bf16 *)param, (const bf16 *)grad, m, v, master, beta1,
+                                                            beta2, eps, grad_scale, bc1, bc2);
+        LAUNCH_CHECK();
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -266,6 +266,15 @@ typedef struct Backend {
     void (*matmul_backward_gelu)(real *dpre, real *dw, real *dbias, const real *dout, const real *act, const real *w,
                                  const real *pre, int N, int C, int OC);
 
+    // res = a + b (written, n = N*C), then layernorm_forward(out, mean, rstd, res, w, bias)
+    // in one pass (the norm sees res as stored)
+    void (*add_layernorm_forward)(real *res, real *out, real *mean, real *rstd, const real *a, const real *b,
+                                  const real *w, const real *bias, int N, int C, real eps);
+    // layernorm_backward with the input gradient ACCUMULATED into dres (the residual
+    // stream's gradient): dres += dinp; dw, db accumulated as layernorm_backward
+    void (*layernorm_backward_add)(real *dres, real *dw, real *db, const real *dout, const real *inp, const real *w,
+                                   const real *mean, const real *rstd, int N, int C);
+
     // ---- optimizer ----
     // Accumulated in double: sum of a statistics buffer (stat_size elements: the
     // per-row losses), and sum of squares of elements (elem_size: the gradients, for
@@ -280,6 +289,13 @@ typedef struct Backend {
     // master copy of param (n floats): the step updates master, then param = round(master).
     void (*adamw_update)(real *param, const real *grad, float *m, float *v, float *master, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t);
+    // Optional (NULL: one adamw_update per tensor): adamw_update on n_seg segments of the
+    // same buffers at once; segment i covers elements [off[i], off[i] + len[i]) of param,
+    // grad, m, v and master (host arrays off, len, lr, wd) with learning rate lr[i] and
+    // weight decay wd[i]; the results equal adamw_update's on each segment.
+    void (*adamw_update_multi)(real *param, const real *grad, float *m, float *v, float *master, int n_seg,
+                               const size_t *off, const size_t *len, const float *lr, const float *wd, float beta1,
+                               float beta2, float eps, float grad_scale, int t);
     // One Muon step on a (rows, cols) tensor holding n_blocks logical matrices stacked
     // along rows (optim/muon.h has the equations). M is the fp32 momentum; master as for
     // adamw_update; work holds muon_workspace_size(rows / n_blocks, cols) elements.

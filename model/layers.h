@@ -167,5 +167,13 @@ void norm_forward(struct Model *m, const NormParams *p, NormActs *a, const real 
 // din written
 void norm_backward(struct Model *m, const NormParams *p, const NormActs *a, real *din, const real *dout,
                    const real *in, int N);
+// res = x + y (N*C, written), then norm_forward of res: one op where the backend has the
+// fused add_layernorm_forward (LayerNorm), else add_forward then norm_forward
+void norm_forward_add(struct Model *m, const NormParams *p, NormActs *a, real *res, const real *x, const real *y,
+                      int N);
+// dres += d(norm input): one op where the backend has layernorm_backward_add
+// (LayerNorm), else norm_backward into tmp (N*C) then add_inplace
+void norm_backward_add(struct Model *m, const NormParams *p, const NormActs *a, real *dres, const real *dout,
+                       const real *in, int N, real *tmp);
 
 #endif

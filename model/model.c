@@ -204,6 +204,9 @@ static void run_graph(Model *m, int B, int T, int pos0) {
     const real *Pc = a->encoded;  // the residual stream; with AttnRes the running partial sum
     int nb = 0;                   // AttnRes: blocks sealed so far
     const real *src[CONFIG_MAX_LAYERS + 2];
+    // plain residuals: each residual add runs with the norm that reads its result
+    // (norm_forward_add); normed says the next norm1 / normf is already done
+    int normed = 0;
     for (int l = 0; l < L; l++) {
         const BlockParams *p = &mp->blocks[l];
         BlockActs *b = &a->blocks[l];
@@ -218,11 +221,13 @@ static void run_graph(Model *m, int B, int T, int pos0) {
             }
             if (pa.seal) a->ar_blocks[nb++] = Pc, Pc = NULL;  // push P; P := empty
         }
-        norm_forward(m, &p->norm1, &b->norm1, b->xa_in, N);
+        if (!normed) norm_forward(m, &p->norm1, &b->norm1, b->xa_in, N);
+        normed = 0;
         mixer_forward(m, l, b->mixer_out, b->norm1.out, B, T);
         b->pmid = b->mixer_out;
         if (Pc) {
-            be->add_forward(b->res_mid, Pc, b->mixer_out, (size_t)N * C);
+            if (S) be->add_forward(b->res_mid, Pc, b->mixer_out, (size_t)N * C);
+            else norm_forward_add(m, &p->norm2, &b->norm2, b->res_mid, Pc, b->mixer_out, N);
             b->pmid = b->res_mid;
         }
         b->xf_in = b->pmid;
@@ -232,9 +237,16 @@ static void run_graph(Model *m, int B, int T, int pos0) {
             attnres_forward(m, &p->ar_ffn, &b->ar_ffn, src, N);
             b->xf_in = b->ar_ffn.out;
         }
-        norm_forward(m, &p->norm2, &b->norm2, b->xf_in, N);
+        if (S || !Pc) norm_forward(m, &p->norm2, &b->norm2, b->xf_in, N);
         channel_forward(m, l, b->channel_out, b->norm2.out, B, T);
-        be->add_forward(b->res_out, b->pmid, b->channel_out, (size_t)N * C);
+        if (S) {
+            be->add_forward(b->res_out, b->pmid, b->channel_out, (size_t)N * C);
+        } else {  // with the next block's norm1, or the final norm
+            const NormParams *np = l + 1 < L ? &mp->blocks[l + 1].norm1 : &mp->normf;
+            NormActs *na = l + 1 < L ? &a->blocks[l + 1].norm1 : &a->normf;
+            norm_forward_add(m, np, na, b->res_out, b->pmid, b->channel_out, N);
+            normed = 1;
+        }
         Pc = b->res_out;
     }
     const real *h = Pc;
@@ -244,7 +256,7 @@ static void run_graph(Model *m, int B, int T, int pos0) {
         attnres_forward(m, &mp->ar_out, &a->ar_out, src, N);
         h = a->ar_out.out;
     }
-    norm_forward(m, &mp->normf, &a->normf, h, N);
+    if (!normed) norm_forward(m, &mp->normf, &a->normf, h, N);
     be->matmul_forward(a->logits, a->normf.out, P(mp->lm_head), NULL, N, C, c->padded_vocab_size);
 }
 
@@ -320,21 +332,21 @@ void model_backward(Model *m, float loss_scale) {
         BlockActs *b = &a->blocks[l];
         // P_out = P_mid + channel(norm2(x_f)), x_f = P_mid or AttnRes(blocks, P_mid)
         channel_backward(m, l, a->dbranch, dP, B, T);
-        norm_backward(m, &p->norm2, &b->norm2, a->dtmp, a->dbranch, b->xf_in, N);
         if (S) {
+            norm_backward(m, &p->norm2, &b->norm2, a->dtmp, a->dbranch, b->xf_in, N);
             AttnResPlan pf = attnres_plan(ATTNRES_FFN, l, S, L);
             ar_grads(dsrc, dB, &pf, dP);
             attnres_backward(m, &p->ar_ffn, &b->ar_ffn, dsrc, a->dtmp, N);
         } else {
-            be->add_inplace(dP, a->dtmp, nc);
+            norm_backward_add(m, &p->norm2, &b->norm2, dP, a->dbranch, b->xf_in, N, a->dtmp);
         }
         // dP = d(P_mid); P_mid = (P_in or empty) + mixer(norm1(x_a))
         mixer_backward(m, l, a->dbranch, dP, B, T);
-        norm_backward(m, &p->norm1, &b->norm1, a->dtmp, a->dbranch, b->xa_in, N);
         if (!S) {
-            be->add_inplace(dP, a->dtmp, nc);  // now d(block input)
+            norm_backward_add(m, &p->norm1, &b->norm1, dP, a->dbranch, b->xa_in, N, a->dtmp);  // d(block input)
             continue;
         }
+        norm_backward(m, &p->norm1, &b->norm1, a->dtmp, a->dbranch, b->xa_in, N);
         AttnResPlan pa = attnres_plan(ATTNRES_ATTN, l, S, L);
         if (pa.identity) {  // layer 0: x_a = E, which is also block b_0
             be->add_inplace(dB[0], a->dtmp, nc);

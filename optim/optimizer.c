@@ -196,6 +196,18 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
     o->t++;
     if (o->master && !o->master_ready) master_from_params(o, model);
     const double schedule = lr / c->lr;  // where the schedule is, as a fraction of the peak
+    // AdamW tensors go in one adamw_update_multi call where the backend has it
+    const int multi = be->adamw_update_multi != NULL;
+    int nseg = 0;
+    size_t *seg_off = NULL, *seg_len = NULL;
+    float *seg_lr = NULL, *seg_wd = NULL;
+    if (multi) {
+        size_t k = (size_t)(model->table.count > 0 ? model->table.count : 1);
+        seg_off = xmalloc(k * sizeof *seg_off);
+        seg_len = xmalloc(k * sizeof *seg_len);
+        seg_lr = xmalloc(k * sizeof *seg_lr);
+        seg_wd = xmalloc(k * sizeof *seg_wd);
+    }
     for (int i = 0; i < model->table.count; i++) {
         const ParamInfo *p = &model->table.items[i];
         if (p->group == GROUP_STATE) continue;  // not trained (the MoE bias: model_moe_step)
@@ -211,9 +223,26 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
                             (float)c->muon_momentum, c->muon_nesterov, c->muon_ns_steps,
                             c->muon_scale == MUON_SCALE_KEY_KELLER ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT, group_lr,
                             wd, (float)scale, o->work);
-        else
+        else if (multi) {  // offsets into the window: every array below is based at lo
+            seg_off[nseg] = a - o->lo;
+            seg_len[nseg] = b - a;
+            seg_lr[nseg] = group_lr;
+            seg_wd[nseg] = wd;
+            nseg++;
+        } else
             be->adamw_update(param, grad, o->m + (a - o->lo), o->v + (a - o->lo), master, b - a, group_lr,
                              (float)c->beta1, (float)c->beta2, (float)c->adam_eps, wd, (float)scale, o->t);
+    }
+    if (multi) {
+        if (nseg)
+            be->adamw_update_multi(backend_offset(be, model->params, o->lo),
+                                   o->grad_shard ? o->grad_shard : backend_offset(be, model->grads, o->lo), o->m, o->v,
+                                   o->master, nseg, seg_off, seg_len, seg_lr, seg_wd, (float)c->beta1, (float)c->beta2,
+                                   (float)c->adam_eps, (float)scale, o->t);
+        free(seg_off);
+        free(seg_len);
+        free(seg_lr);
+        free(seg_wd);
     }
 }
 

@@ -204,6 +204,55 @@ static void test_norm(int N, int C, int rms) {
     free(x), free(w), free(b), free(out), free(mean), free(rstd), free(dy), free(dinp), free(gw), free(gb);
 }
 
+// the optional fused ops: residual add + LayerNorm forward, LayerNorm backward into the
+// residual gradient, against add + layernorm on the CPU
+static void test_add_norm(int N, int C) {
+    if (!G->add_layernorm_forward || !G->layernorm_backward_add) {
+        printf("add+layernorm: fused ops not in the table (HYBRID_CUDA_NO_FUSE)\n");
+        return;
+    }
+    printf("add+layernorm fused N=%d C=%d\n", N, C);
+    size_t n = (size_t)N * C;
+    float *x = host_rand(n, 2, 0.3f), *y = host_rand(n, 1, 0), *w = host_rand(C, 0.5f, 1), *b = host_rand(C, 0.5f, 0);
+    float *res = xmalloc(sizeof(float) * n), *out = xmalloc(sizeof(float) * n);
+    float *mean = xmalloc(sizeof(float) * N), *rstd = xmalloc(sizeof(float) * N);
+    cpu_add_forward(res, x, y, n);
+    for (size_t i = 0; i < n; i++) res[i] = bf16_round(res[i]);  // the stored (bf16) sum is what is normalized
+    cpu_layernorm_forward(out, mean, rstd, res, w, b, N, C, 1e-5f);
+    void *dx = dev_bf16(x, n), *dy = dev_bf16(y, n), *dw = dev_bf16(w, C), *db = dev_bf16(b, C);
+    void *dres = dev_bf16(NULL, n), *dout = dev_bf16(NULL, n);
+    float *dmean = dev_f32(NULL, N), *drstd = dev_f32(NULL, N);
+    poison(dres, n * 2);
+    poison(dout, n * 2);
+    poison(dmean, N * 4);
+    poison(drstd, N * 4);
+    G->add_layernorm_forward(dres, dout, (real *)dmean, (real *)drstd, dx, dy, dw, db, N, C, 1e-5f);
+    cmp_bf16("forward residual (a + b)", dres, res, n, TOL_OUT);
+    cmp_bf16("forward out", dout, out, n, TOL_OUT);
+    cmp_f32("forward mean (fp32)", dmean, mean, N, TOL_F32);
+    cmp_f32("forward rstd (fp32)", drstd, rstd, N, TOL_F32);
+
+    // backward: dres (random start) += dinp, twice; dw, db accumulated twice from zero
+    float *gout = host_rand(n, 1, 0), *g0 = host_rand(n, 1, 0), *dinp = xmalloc(sizeof(float) * n);
+    float *acc = host_dup(g0, n), *gw = calloc(C, sizeof(float)), *gb = calloc(C, sizeof(float));
+    void *dgout = dev_bf16(gout, n), *dacc = dev_bf16(g0, n), *dgw = dev_bf16(NULL, C), *dgb = dev_bf16(NULL, C);
+    for (int rep = 0; rep < 2; rep++) {
+        cpu_layernorm_backward(dinp, gw, gb, gout, res, w, mean, rstd, N, C);
+        cpu_add_inplace(acc, dinp, n);
+        G->layernorm_backward_add(dacc, dgw, dgb, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
+    }
+    for (size_t i = 0; i < n; i++) acc[i] -= g0[i];  // compare the part the op added
+    float *got = get_bf16(dacc, n);
+    for (size_t i = 0; i < n; i++) got[i] -= g0[i];
+    expect("backward dres += dinp (x2)", rel_rms(got, acc, n), TOL_GRAD);
+    cmp_bf16("backward dw (x2, accumulated)", dgw, gw, C, TOL_GRAD);
+    cmp_bf16("backward db (x2, accumulated)", dgb, gb, C, TOL_GRAD);
+    G->free(dx), G->free(dy), G->free(dw), G->free(db), G->free(dres), G->free(dout), G->free(dmean);
+    G->free(drstd), G->free(dgout), G->free(dacc), G->free(dgw), G->free(dgb);
+    free(x), free(y), free(w), free(b), free(res), free(out), free(mean), free(rstd), free(gout), free(g0);
+    free(dinp), free(acc), free(gw), free(gb), free(got);
+}
+
 static void test_matmul(int N, int C, int OC, int with_bias) {
     printf("matmul N=%d C=%d OC=%d%s\n", N, C, OC, with_bias ? " +bias" : "");
     size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
@@ -225,7 +274,19 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     }
     cmp_bf16("backward dinp", ddinp, dinp, ni, TOL_GRAD);
     cmp_bf16("backward dw (x2, accumulated)", dgw, gw, nw, TOL_GRAD);
-    if (with_bias) cmp_bf16("backward dbias (x2, accumulated)", dgb, gb, OC, TOL_GRAD);
+    if (with_bias) {
+        cmp_bf16("backward dbias (x2, accumulated)", dgb, gb, OC, TOL_GRAD);
+        // deterministic: the same call from the same state gives the same bits
+        float *b1 = get_bf16(dgb, OC), *w1 = get_bf16(dgw, nw);
+        void *sgb = dev_bf16(b1, OC), *sgw = dev_bf16(w1, nw);
+        G->matmul_backward(ddinp, dgw, dgb, ddy, dx, dw, N, C, OC);
+        G->matmul_backward(ddinp, sgw, sgb, ddy, dx, dw, N, C, OC);
+        float *b2 = get_bf16(dgb, OC), *b3 = get_bf16(sgb, OC), *w2 = get_bf16(dgw, nw), *w3 = get_bf16(sgw, nw);
+        CHECK(!memcmp(b2, b3, sizeof(float) * OC) && !memcmp(w2, w3, sizeof(float) * nw),
+              "matmul backward: two identical calls gave different dw/dbias bits");
+        G->free(sgb), G->free(sgw);
+        free(b1), free(w1), free(b2), free(b3), free(w2), free(w3);
+    }
     G->free(dx), G->free(dw), G->free(dbias), G->free(dout), G->free(ddy), G->free(ddinp), G->free(dgw), G->free(dgb);
     free(x), free(w), free(bias), free(out), free(dy), free(dinp), free(gw), free(gb);
 }
@@ -433,6 +494,62 @@ static void test_adamw(size_t n) {
     CHECK(bad == 0, "%zu params differ from bf16(master)", bad);
     G->free(dp), G->free(dgr), G->free(dm), G->free(dv), G->free(dmaster);
     free(p0), free(p), free(m), free(v), free(gm), free(gp), free(gm2);
+}
+
+// multi-tensor AdamW: segments of one buffer (sizes from 1 to several chunks, gaps left
+// alone, per-segment lr and wd) against the CPU, and bit-equal to adamw_update per segment
+static void test_adamw_multi(void) {
+    if (!G->adamw_update_multi) {
+        printf("adamw multi: not in the table\n");
+        return;
+    }
+    enum { NS = 7 };
+    const size_t len[NS] = {768, 1, 3 * 768 * 768 + 5, 16384, 40000, 3, 200000};
+    size_t off[NS], n = 0;
+    float lr[NS], wd[NS];
+    for (int i = 0; i < NS; i++) {
+        n += 17;  // a gap no segment covers
+        off[i] = n;
+        n += len[i];
+        lr[i] = 1e-3f * (float)(i + 1);
+        wd[i] = i % 2 ? 0.f : 0.1f;
+    }
+    n += 9;
+    printf("adamw multi: %d segments, %zu elements\n", NS, n);
+    float *p0 = host_rand(n, 1, 0), *p = host_dup(p0, n), *m = calloc(n, 4), *v = calloc(n, 4);
+    void *dp = dev_bf16(p0, n), *dp2 = dev_bf16(p0, n), *dgr = dev_bf16(NULL, n);
+    float *dm = dev_f32(m, n), *dv = dev_f32(v, n), *dmaster = dev_f32(p0, n);
+    float *dm2 = dev_f32(m, n), *dv2 = dev_f32(v, n), *dmaster2 = dev_f32(p0, n);
+    for (int t = 1; t <= 3; t++) {
+        float *gr = host_rand(n, 1, 0);
+        G->upload(dgr, gr, n);
+        for (int i = 0; i < NS; i++) {
+            adamw_update_cpu(p + off[i], gr + off[i], m + off[i], v + off[i], NULL, len[i], lr[i], 0.9f, 0.95f, 1e-8f,
+                             wd[i], 0.5f, t);
+            G->adamw_update(backend_offset(G, dp2, off[i]), backend_offset(G, dgr, off[i]), dm2 + off[i],
+                            dv2 + off[i], dmaster2 + off[i], len[i], lr[i], 0.9f, 0.95f, 1e-8f, wd[i], 0.5f, t);
+        }
+        G->adamw_update_multi(dp, dgr, dm, dv, dmaster, NS, off, len, lr, wd, 0.9f, 0.95f, 1e-8f, 0.5f, t);
+        free(gr);
+    }
+    cmp_f32("master weights (fp32)", dmaster, p, n, TOL_F32);  // gaps: p0 on both sides
+    cmp_f32("m (fp32)", dm, m, n, TOL_F32);
+    cmp_f32("v (fp32)", dv, v, n, TOL_F32);
+    float *a = get_f32(dmaster, n), *b = get_f32(dmaster2, n), *pa = get_bf16(dp, n), *pb = get_bf16(dp2, n);
+    float *ma = get_f32(dm, n), *mb = get_f32(dm2, n), *va = get_f32(dv, n), *vb = get_f32(dv2, n);
+    CHECK(!memcmp(a, b, n * 4) && !memcmp(pa, pb, n * 4) && !memcmp(ma, mb, n * 4) && !memcmp(va, vb, n * 4),
+          "adamw_update_multi differs from adamw_update per segment");
+    size_t gap_bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        int in = 0;
+        for (int s2 = 0; s2 < NS; s2++) in |= i >= off[s2] && i < off[s2] + len[s2];
+        if (!in) gap_bad += a[i] != p0[i] || pa[i] != p0[i] || ma[i] != 0.f || va[i] != 0.f;
+    }
+    CHECK(gap_bad == 0, "adamw_update_multi wrote %zu elements outside the segments", gap_bad);
+    printf("  multi == per-segment bit for bit; gaps untouched\n");
+    G->free(dp), G->free(dp2), G->free(dgr), G->free(dm), G->free(dv), G->free(dmaster), G->free(dm2), G->free(dv2);
+    G->free(dmaster2);
+    free(p0), free(p), free(m), free(v), free(a), free(b), free(pa), free(pb), free(ma), free(mb), free(va), free(vb);
 }
 
 static void test_muon(int rows, int cols, int nb) {
@@ -752,6 +869,8 @@ int main(int argc, char **argv) {
     test_norm(N, C, 0);
     test_norm(N, C, 1);
     test_norm(1000, 200, 0);  // generic path
+    test_add_norm(N, C);
+    test_add_norm(1000, 200);  // generic path (separate ops)
     test_matmul(N, C, 3 * C, 1);
     test_matmul(N, 4 * C, C, 1);
     test_matmul(1024, C, Vp, 0);
@@ -765,6 +884,7 @@ int main(int argc, char **argv) {
     test_glu(N, 1024, 1);
     test_crossentropy(2048, V, Vp);
     test_adamw(((size_t)1 << 20) + 3);
+    test_adamw_multi();
     test_muon(3 * C, C, 3);
     test_muon(4 * C, C, 1);
     test_muon(C, 4 * C, 1);
