@@ -67,6 +67,8 @@ int prepare_parse_options(PrepareOptions *o, int argc, char **argv) {
         }
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
             fputs(HELP, stdout);
+            free(o->inputs);
+            o->inputs = NULL;
             return 0;
         }
         if (!strcmp(arg, "--allow-special")) { o->allow_special = 1; continue; }
