@@ -17,6 +17,8 @@
 #                    (SIGTERM: it finishes its step and writes what it has) before then
 #   BUILD            1 (default): `make -j16` first; 0: use the ./hybrid that is there
 #   PT_FLAGS         PyTorch options (default: --compile on cuda, --dtype fp32 on cpu)
+#   SKIP_PYTORCH     1: hybrid alone (its init is deterministic, so an earlier PyTorch run
+#                    from the same config and seed still compares)
 #
 # Needs `make data` done (out/data/brown_*; the device machine cannot run it) and, for a
 # sample as text, out/vocab. Writes to OUT: run.log (this script), hybrid.log,
@@ -104,7 +106,10 @@ run_pytorch() {
         --max-seconds $((limit - 25)) $PT_FLAGS 2>&1 | tee "$OUT/pytorch.log"
 }
 
-if [ "$MODE" = parallel ]; then
+if [ "${SKIP_PYTORCH:-0}" = 1 ]; then
+    wait $HYB_PID
+    say "hybrid ended (PyTorch skipped)"
+elif [ "$MODE" = parallel ]; then
     run_pytorch
     say "pytorch ended; waiting for hybrid"
     wait $HYB_PID
