@@ -12,7 +12,10 @@
 //
 // Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape,
 // transposition, epilogue, beta and pointer alignment, so steady-state calls do no
-// heuristic queries.
+// heuristic queries. The cache holds MAX_PLANS; past that the least recently used plan
+// is destroyed and rebuilt when needed again (sampling through full forwards makes a new
+// shape for every sequence length). The heuristic gives the same algorithm for the same
+// key, so a rebuilt plan computes the same bits.
 #include <string.h>
 
 #include "kernels/common.cuh"
@@ -29,6 +32,7 @@ typedef struct {
 
 typedef struct {
     GemmKey key;
+    unsigned long long last_use;  // g_use_clock at the last call (LRU eviction)
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t la, lb, lc, ld;
     cublasLtMatmulAlgo_t algo;
@@ -37,6 +41,7 @@ typedef struct {
 #define MAX_PLANS 256
 static GemmPlan g_plans[MAX_PLANS];
 static int g_nplans;
+static unsigned long long g_use_clock;
 
 static int ptr_align(const void *p) {
     uintptr_t u = (uintptr_t)p;
@@ -59,13 +64,32 @@ static int g_nnoplan;
 
 static GemmPlan *get_plan(const GemmKey *key) {
     for (int i = 0; i < g_nplans; i++)
+<<<<<<< HEAD
         if (!memcmp(&g_plans[i].key, key, sizeof *key)) return &g_plans[i];
     for (int i = 0; i < g_nnoplan; i++)
         if (!memcmp(&g_noplan[i], key, sizeof *key)) return NULL;
     if (g_nplans == MAX_PLANS) die("cuBLASLt: more than %d GEMM shapes", MAX_PLANS);
+=======
+        if (!memcmp(&g_plans[i].key, key, sizeof *key)) {
+            g_plans[i].last_use = ++g_use_clock;
+            return &g_plans[i];
+        }
+>>>>>>> realrun
     GemmPlan *p = &g_plans[g_nplans];
+    if (g_nplans == MAX_PLANS) {  // full: destroy the least recently used plan and reuse its slot
+        p = &g_plans[0];
+        for (int i = 1; i < MAX_PLANS; i++)
+            if (g_plans[i].last_use < p->last_use) p = &g_plans[i];
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lc));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
+        CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+    }
+    const int is_new_slot = p == &g_plans[g_nplans];
     memset(p, 0, sizeof *p);
     p->key = *key;
+    p->last_use = ++g_use_clock;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
@@ -127,7 +151,7 @@ static GemmPlan *get_plan(const GemmKey *key) {
         die("cuBLASLt: no algorithm for the GEMM m=%d n=%d k=%d (trans %d%d, bias %d, batch %d, align %d)", key->m,
             key->n, key->k, key->transa, key->transb, key->bias, key->batch, key->align);
     p->algo = res.algo;
-    g_nplans++;
+    if (is_new_slot) g_nplans++;
     return p;
 }
 

@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """Loss curves from hybrid's metrics logs (OUT_DIR/metrics.jsonl) into one PNG.
 
-usage: scripts/plot_losses.py --out curves.png [--title T] LABEL=PATH/metrics.jsonl ...
+usage: scripts/plot_losses.py --out curves.png [--title T] [--x tokens|step] [--diff]
+                              [--logy] LABEL=PATH/metrics.jsonl ...
 
 Each run gets one colour: its training loss per step as a thin line and its validation
-loss as a thicker line with markers, against tokens seen. Needs matplotlib (Debian:
+loss as a thicker line with markers, against tokens seen (or the step, --x step).
+--diff adds a lower panel with the first run's train and val loss minus each other run's,
+at the steps both logged. Needs matplotlib (Debian:
 `apt-get install python3-matplotlib`, used through /usr/bin/python3).
 """
 import argparse
@@ -21,8 +24,9 @@ except ImportError:
              "then run with /usr/bin/python3)")
 
 
-def read_run(path):
-    """(tokens, train loss) and (tokens, val loss) pairs; val lines get the tokens of their step."""
+def read_run(path, x="tokens"):
+    """(x, train loss) and (x, val loss) pairs, x = tokens seen or the step; val lines get the
+    tokens of their step."""
     train, val, tokens_at = [], [], {}
     with open(path) as f:
         for n, line in enumerate(f, 1):
@@ -35,7 +39,7 @@ def read_run(path):
                 sys.exit(f"{path}:{n}: not JSON ({e})")
             step = rec.get("step")
             if "loss" in rec:
-                tokens_at[step] = rec.get("tokens", step)
+                tokens_at[step] = rec.get("tokens", step) if x == "tokens" else step
                 train.append((tokens_at[step], rec["loss"]))
             if "val_loss" in rec:
                 val.append((tokens_at.get(step, step), rec["val_loss"]))
@@ -46,16 +50,23 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="PNG to write")
     ap.add_argument("--title", default="loss curves")
+    ap.add_argument("--x", choices=("tokens", "step"), default="tokens", help="horizontal axis")
+    ap.add_argument("--diff", action="store_true", help="lower panel: first run minus each other run")
+    ap.add_argument("--logy", action="store_true", help="logarithmic loss axis")
     ap.add_argument("runs", nargs="+", help="LABEL=PATH/metrics.jsonl")
     args = ap.parse_args()
-    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=120)
-    plotted = 0
+    if args.diff:
+        fig, (ax, axd) = plt.subplots(2, 1, figsize=(9, 8), dpi=120, sharex=True,
+                                      gridspec_kw={"height_ratios": [2.2, 1]})
+    else:
+        fig, ax = plt.subplots(figsize=(9, 5.5), dpi=120)
+    plotted, runs = 0, []
     for i, spec in enumerate(args.runs):
         label, sep, path = spec.partition("=")
         if not sep:
             label, path = spec, spec
         try:
-            train, val = read_run(path)
+            train, val = read_run(path, args.x)
         except OSError as e:
             print(f"plot_losses.py: skipping {label}: {e}", file=sys.stderr)
             continue
@@ -67,9 +78,29 @@ def main():
         elif train:
             ax.plot([], [], color=colour, label=f"{label} (train)")
         plotted += bool(train or val)
+        runs.append((label, colour, dict(train), dict(val)))
     if not plotted:
         sys.exit("plot_losses.py: no run had any loss to plot")
-    ax.set_xlabel("tokens")
+    if args.diff and len(runs) >= 2:
+        l0, _, t0, v0 = runs[0]
+        for label, colour, t, v in runs[1:]:
+            ts = sorted(set(t0) & set(t))
+            vs = sorted(set(v0) & set(v))
+            if ts:
+                axd.plot(ts, [t0[k] - t[k] for k in ts], color=colour, linewidth=0.6, alpha=0.6,
+                         label=f"train: {l0} - {label}")
+            if vs:
+                axd.plot(vs, [v0[k] - v[k] for k in vs], color=colour, linewidth=1.6, marker="o", markersize=2.5,
+                         label=f"val: {l0} - {label}")
+        axd.axhline(0, color="black", linewidth=0.6)
+        axd.set_ylabel("loss difference")
+        axd.set_xlabel(args.x)
+        axd.grid(True, alpha=0.3)
+        axd.legend(fontsize=8)
+    else:
+        ax.set_xlabel(args.x)
+    if args.logy:
+        ax.set_yscale("log")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title(args.title + "  (thin: train, thick: validation)")
     ax.grid(True, alpha=0.3)

@@ -60,8 +60,29 @@ int main(void) {
     free(out);
     char *b = loss_lines(DIR_ "/b/metrics.jsonl");
     CHECK(!strcmp(a, b), "resumed losses differ from the uninterrupted run:\n--- uninterrupted\n%s--- resumed\n%s", a, b);
-    free(a);
     free(b);
+
+    // --save-init: checkpoint step 0 holds the initial weights and does not change the run;
+    // a run resumed from it gives the uninterrupted run's losses to the last bit
+    CHECK(run(TINY "--out_dir " DIR_ "/i --save-init") == 0, "--save-init run failed");
+    CHECK(dir_exists(DIR_ "/i/checkpoints/step_00000000") && dir_exists(DIR_ "/i/checkpoints/step_00000016"),
+          "--save-init wrote no step_00000000 checkpoint");
+    char *si = loss_lines(DIR_ "/i/metrics.jsonl");
+    CHECK(!strcmp(a, si), "--save-init changed the losses:\n%s---\n%s", a, si);
+    free(si);
+    CHECK(run(TINY "--out_dir " DIR_ "/j --resume " DIR_ "/i/checkpoints/step_00000000") == 0,
+          "run from the step-0 checkpoint failed");
+    char *sj = loss_lines(DIR_ "/j/metrics.jsonl");
+    CHECK(!strcmp(a, sj), "run from the step-0 checkpoint differs:\n%s---\n%s", a, sj);
+    free(sj);
+    // a flag before the config file does not hide it
+    CHECK(run("./hybrid train --save-init configs/gpt2-tiny.conf --steps 1 --out_dir " DIR_ "/k --train_data '" DIR_
+              "/data/train_*.bin' --val_data '" DIR_ "/data/val_*.bin' --d_model 32 --n_head 2 --layers 'A x1' "
+              "--vocab_size 64 --padded_vocab_size 0 --context_length 32 --seq_len 32 --batch_size 4 "
+              "--total_batch_size 128 --warmup_steps 0 --sample_tokens 4 --threads 2") == 0,
+          "--save-init before the config file failed");
+    CHECK(dir_exists(DIR_ "/k/checkpoints/step_00000000"), "no step-0 checkpoint with --save-init first");
+    free(a);
 
     // Muon (hidden matrices) + AdamW (the rest): the loss falls, and resume is bit-exact too
     CHECK(run(TINY "--optimizer muon --out_dir " DIR_ "/m --checkpoint_every 0") == 0, "Muon run failed");

@@ -14,7 +14,7 @@ void cli_parse(int argc, char **argv, Config *c, CliOption option, void *ctx, vo
     int config_index = -1;
     for (int i = 1; i < argc; i++) {
         if (argv[i][0] == '-' && argv[i][1] == '-') {
-            i++;  // skip the value (flags are checked below)
+            if (config_is_key(argv[i] + 2)) i++;  // skip the key's value (commands' own options are checked below)
             continue;
         }
         size_t n = strlen(argv[i]);

@@ -26,6 +26,7 @@
 
 typedef struct {
     const char *resume;  // NULL, "auto" or a checkpoint folder
+    int save_init;       // --save-init: checkpoint step 0 (the initial weights) before training
 } TrainArgs;
 
 #ifdef HAVE_CUDA
@@ -45,13 +46,19 @@ static int train_option(const char *name, const char *value, void *ctx) {
         a->resume = value;
         return 1;
     }
+    if (!strcmp(name, "save-init")) {  // a flag: takes no value
+        a->save_init = 1;
+        return 0;
+    }
     return -1;
 }
 
 static void train_help(void) {
-    printf("usage: hybrid train [CONFIG.conf] [--key value ...] [--resume auto|CHECKPOINT_DIR]\n\n"
+    printf("usage: hybrid train [CONFIG.conf] [--key value ...] [--resume auto|CHECKPOINT_DIR] [--save-init]\n\n"
            "Trains the model the config describes on llm.c-format token shards.\n"
            "--resume auto continues from the newest checkpoint in out_dir; resuming is bit-exact.\n"
+           "--save-init writes the initial weights as checkpoint step_00000000 before the first step\n"
+           "(on CUDA: the bf16 parameters the fp32 master starts from), e.g. for another trainer to start from.\n"
            "SIGINT/SIGTERM finish the current step, write a checkpoint and stop.\n\n"
            "Config keys (each also a --key override):\n");
     config_print_keys(stdout);
@@ -242,6 +249,11 @@ int train_main(int argc, char **argv) {
                    c.expert_parallel, c.bucket_mb);
     }
 
+    if (args.save_init && ts.step == 0) {  // collective, like every checkpoint
+        ts.rng = rng.state;
+        ts.data = train.pos;
+        save_checkpoint(&c, &model, &opt, &ts);
+    }
     Tokenizer *tok = root ? sample_tokenizer(&c) : NULL;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);

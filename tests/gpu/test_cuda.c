@@ -291,6 +291,34 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     free(x), free(w), free(bias), free(out), free(dy), free(dinp), free(gw), free(gb);
 }
 
+// More GEMM shapes than the plan cache holds (sampling through full forwards makes one per
+// sequence length): every result right, and a shape whose plan was evicted and rebuilt
+// gives the same bits as before.
+static void test_matmul_many_shapes(void) {
+    const int C = 64, OC = 96, NMAX = 300;
+    printf("matmul: %d shapes (plan cache eviction)\n", NMAX);
+    float *x = host_rand((size_t)NMAX * C, 1, 0), *w = host_rand((size_t)OC * C, 0.125f, 0), *b = host_rand(OC, 0.5f, 0);
+    float *out = xmalloc(sizeof(float) * (size_t)NMAX * OC);
+    void *dx = dev_bf16(x, (size_t)NMAX * C), *dw = dev_bf16(w, (size_t)OC * C), *db = dev_bf16(b, OC);
+    void *dout = dev_bf16(NULL, (size_t)NMAX * OC);
+    unsigned short first[7 * 96], again[7 * 96];
+    int bad = 0;
+    for (int n = 7; n < 7 + NMAX - 6; n++) {
+        G->matmul_forward(dout, dx, dw, db, n, C, OC);
+        if (n == 7) G->copy_to_host(first, dout, sizeof first);
+        if (n % 50 == 0) {
+            cpu_matmul_forward(out, x, w, b, n, C, OC);
+            cmp_bf16("forward out (many shapes)", dout, out, (size_t)n * OC, TOL_OUT);
+        }
+    }
+    G->matmul_forward(dout, dx, dw, db, 7, C, OC);
+    G->copy_to_host(again, dout, sizeof again);
+    bad = memcmp(first, again, sizeof first) != 0;
+    CHECK(!bad, "a rebuilt GEMM plan gave different bits");
+    G->free(dx), G->free(dw), G->free(db), G->free(dout);
+    free(x), free(w), free(b), free(out);
+}
+
 // the optional fused ops (GELU in the GEMM epilogues) against matmul + gelu on the CPU
 static void test_matmul_gelu(int N, int C, int OC) {
     if (!G->matmul_gelu_forward || !G->matmul_backward_gelu) {
@@ -875,6 +903,7 @@ int main(int argc, char **argv) {
     test_matmul(N, 4 * C, C, 1);
     test_matmul(1024, C, Vp, 0);
     test_matmul(300, 100, 36, 1);  // odd shapes
+    test_matmul_many_shapes();
     test_matmul_gelu(N, C, 4 * C);
     test_attention(B, T, C, NH);
     test_attention(2, 200, 256, 4);  // T not a multiple of the tile
