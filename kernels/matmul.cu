@@ -64,29 +64,14 @@ static int g_nnoplan;
 
 static GemmPlan *get_plan(const GemmKey *key) {
     for (int i = 0; i < g_nplans; i++)
-<<<<<<< HEAD
-        if (!memcmp(&g_plans[i].key, key, sizeof *key)) return &g_plans[i];
-    for (int i = 0; i < g_nnoplan; i++)
-        if (!memcmp(&g_noplan[i], key, sizeof *key)) return NULL;
-    if (g_nplans == MAX_PLANS) die("cuBLASLt: more than %d GEMM shapes", MAX_PLANS);
-=======
         if (!memcmp(&g_plans[i].key, key, sizeof *key)) {
             g_plans[i].last_use = ++g_use_clock;
             return &g_plans[i];
         }
->>>>>>> realrun
-    GemmPlan *p = &g_plans[g_nplans];
-    if (g_nplans == MAX_PLANS) {  // full: destroy the least recently used plan and reuse its slot
-        p = &g_plans[0];
-        for (int i = 1; i < MAX_PLANS; i++)
-            if (g_plans[i].last_use < p->last_use) p = &g_plans[i];
-        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
-        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
-        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lc));
-        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
-        CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
-    }
-    const int is_new_slot = p == &g_plans[g_nplans];
+    for (int i = 0; i < g_nnoplan; i++)
+        if (!memcmp(&g_noplan[i], key, sizeof *key)) return NULL;
+    // the new plan is built aside and enters the cache only once cuBLASLt has an algorithm
+    GemmPlan built, *p = &built;
     memset(p, 0, sizeof *p);
     p->key = *key;
     p->last_use = ++g_use_clock;
@@ -138,21 +123,34 @@ static GemmPlan *get_plan(const GemmKey *key) {
     if (!bgrad) CUBLAS_CHECK(hst);
     else if (hst != CUBLAS_STATUS_SUCCESS) found = 0;
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    if (found < 1 && bgrad && g_nnoplan < MAX_PLANS) {
+    if (found < 1 && bgrad) {
         CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lc));
         CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
-        g_noplan[g_nnoplan++] = *key;
+        if (g_nnoplan < MAX_PLANS) g_noplan[g_nnoplan++] = *key;  // remembered, or asked again next time
         return NULL;
     }
     if (found < 1)
         die("cuBLASLt: no algorithm for the GEMM m=%d n=%d k=%d (trans %d%d, bias %d, batch %d, align %d)", key->m,
             key->n, key->k, key->transa, key->transb, key->bias, key->batch, key->align);
     p->algo = res.algo;
-    if (is_new_slot) g_nplans++;
-    return p;
+    GemmPlan *slot = &g_plans[g_nplans];
+    if (g_nplans == MAX_PLANS) {  // full: destroy the least recently used plan and reuse its slot
+        slot = &g_plans[0];
+        for (int i = 1; i < MAX_PLANS; i++)
+            if (g_plans[i].last_use < slot->last_use) slot = &g_plans[i];
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(slot->la));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(slot->lb));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(slot->lc));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(slot->ld));
+        CUBLAS_CHECK(cublasLtMatmulDescDestroy(slot->desc));
+    } else {
+        g_nplans++;
+    }
+    *slot = built;
+    return slot;
 }
 
 // Returns 0 (nothing launched) only when epi is EPI_BGRADB(16) and no algorithm supports
