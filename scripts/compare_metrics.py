@@ -16,22 +16,16 @@ import json
 import statistics
 import sys
 
+from metrics_io import records
+
 
 def read(path):
     train, val = {}, {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{n}: not JSON ({e})")
-            if "loss" in r:
-                train[r["step"]] = r
-            if "val_loss" in r:
-                val[r["step"]] = r["val_loss"]
+    for r in records(path):
+        if "loss" in r:
+            train[r["step"]] = r
+        if "val_loss" in r:
+            val[r["step"]] = r["val_loss"]
     return train, val
 
 

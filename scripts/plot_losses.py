@@ -11,8 +11,9 @@ at the steps both logged. Needs matplotlib (Debian:
 `apt-get install python3-matplotlib`, used through /usr/bin/python3).
 """
 import argparse
-import json
 import sys
+
+from metrics_io import records
 
 try:
     import matplotlib
@@ -28,21 +29,13 @@ def read_run(path, x="tokens"):
     """(x, train loss) and (x, val loss) pairs, x = tokens seen or the step; val lines get the
     tokens of their step."""
     train, val, tokens_at = [], [], {}
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{n}: not JSON ({e})")
-            step = rec.get("step")
-            if "loss" in rec:
-                tokens_at[step] = rec.get("tokens", step) if x == "tokens" else step
-                train.append((tokens_at[step], rec["loss"]))
-            if "val_loss" in rec:
-                val.append((tokens_at.get(step, step), rec["val_loss"]))
+    for rec in records(path):
+        step = rec.get("step")
+        if "loss" in rec:
+            tokens_at[step] = rec.get("tokens", step) if x == "tokens" else step
+            train.append((tokens_at[step], rec["loss"]))
+        if "val_loss" in rec:
+            val.append((tokens_at.get(step, step), rec["val_loss"]))
     return train, val
 
 
