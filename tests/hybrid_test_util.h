@@ -12,6 +12,7 @@
 
 #include "model/model.h"
 #include "model/util.h"
+#include "model_fd.h"
 
 // Tiny defaults; pairs of (key, value) strings override them, ending with NULL.
 static inline Config tiny_hybrid(const char *first_key, ...) {
@@ -40,18 +41,7 @@ static inline Config tiny_hybrid(const char *first_key, ...) {
 // queries, the MoE selection bias) so that nothing sits at a special point.
 static inline void tiny_hybrid_params(Model *m, unsigned long seed, double scale) {
     model_init_params(m, seed);
-    size_t n = m->table.total;
-    float *p = xmalloc(sizeof(float) * n);
-    model_get_params(m, p);
-    Rng rng;
-    rng_seed(&rng, seed * 7 + 1);
-    for (int i = 0; i < m->table.count; i++) {
-        const ParamInfo *pi = &m->table.items[i];
-        if (pi->init != INIT_NORMAL)
-            for (size_t j = 0; j < pi->numel; j++) p[pi->offset + j] += (float)(scale * rng_normal(&rng));
-    }
-    model_set_params(m, p);
-    free(p);
+    model_perturb_special(m, seed * 7 + 1, scale, 0);
 }
 
 // Smallest gap, over MoE layers and tokens of the last forward, between the K-th and the

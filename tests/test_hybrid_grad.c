@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "hybrid_test_util.h"
+#include "model_fd.h"
 #include "testing.h"
 
 // The tiny models are strongly non-linear (init_std 0.4): at h = 1e-5 the O(h^2) truncation
@@ -21,6 +22,10 @@ static const int inputs[10] = {1, 5, 3, 9, 0, 10, 2, 2, 7, 4};
 static const int targets[10] = {5, 3, 9, 0, 10, 2, -1, 7, 4, 6};
 
 static double full_loss(Model *m) { return model_forward(m, inputs, targets, 2, 5) + m->moe_aux_loss; }
+static double full_loss_fd(Model *m, void *ctx) {
+    (void)ctx;
+    return full_loss(m);
+}
 
 static void gradcheck(const char *label, Config c) {
     Model m;
@@ -38,38 +43,25 @@ static void gradcheck(const char *label, Config c) {
     model_zero_grad(&m);
     double loss0 = full_loss(&m);
     model_backward(&m, 1.0f);
-    real *params = m.params, *grads = m.grads;
+    TensorFd *fd = model_fd_compare(&m, full_loss_fd, NULL, H_FD, 2);
     double worst = 0;
     int tensors = 0;
     for (int i = 0; i < m.table.count; i++) {
         const ParamInfo *pi = &m.table.items[i];
-        double max_err = 0, max_g = 0, max_a = 0;
-        for (size_t j = 0; j < pi->numel; j++) {
-            real *w = &params[pi->offset + j];
-            real saved = *w;
-            *w = saved + H_FD;
-            double lp = full_loss(&m);
-            *w = saved - H_FD;
-            double lm = full_loss(&m);
-            *w = saved;
-            double numeric = (lp - lm) / (2 * H_FD);
-            double analytic = grads[pi->offset + j];
-            max_err = fmax(max_err, fabs(numeric - analytic));
-            max_g = fmax(max_g, fabs(numeric));
-            max_a = fmax(max_a, fabs(analytic));
-        }
+        const double max_g = fd[i].max_numeric, max_a = fd[i].max_analytic;
         if (pi->group == GROUP_STATE) {  // the selection bias: no gradient, and no effect on the loss
             CHECK(max_a == 0.0 && max_g == 0.0, "%s: %s: bias gradient analytic %g numeric %g", label, pi->name, max_a,
                   max_g);
             continue;
         }
-        double rel = max_g > 0 ? max_err / max_g : max_err;
+        double rel = tensor_fd_rel(&fd[i]);
         int padding_rows = (i == m.mp.tok_embed || i == m.mp.lm_head);
         CHECK(max_g > 0 || padding_rows, "%s: %s: gradient is identically zero", label, pi->name);
         CHECK(rel <= 1e-6, "%s: %s: max |fd - analytic| / max |fd| = %.3e", label, pi->name, rel);
         worst = fmax(worst, rel);
         tensors++;
     }
+    free(fd);
     printf("%-58s seed %2lu margin %.3f loss %.4f: %3d tensors, %zu params, worst rel err %.2e\n", label, seed, margin,
            loss0, tensors, params_count(&m.table), worst);
     model_destroy(&m);

@@ -12,6 +12,7 @@
 
 #include "model/model.h"
 #include "model/util.h"
+#include "model_fd.h"
 #include "testing.h"
 
 #define EOT 3
@@ -51,24 +52,23 @@ static Config make_config(const Case *k) {
     return c;
 }
 
+typedef struct {
+    const int *inputs, *targets;
+} FdBatch;
+
+static double batch_loss(Model *m, void *ctx) {
+    const FdBatch *b = ctx;
+    return model_forward(m, b->inputs, b->targets, 2, 5);
+}
+
 static void gradcheck(const Case *k) {
     Config c = make_config(k);
     Model m;
     model_create(&m, &c, backend_cpu(), 2, 5);
     model_init_params(&m, 42);
     // norm gains, biases start at one/zero: perturb them so their gradients are generic
-    size_t n = m.table.total;
-    float *p = xmalloc(sizeof(float) * n);
-    model_get_params(&m, p);
-    Rng rng;
-    rng_seed(&rng, 7);
-    for (int i = 0; i < m.table.count; i++) {
-        const ParamInfo *pi = &m.table.items[i];
-        if (pi->init == INIT_ZERO || pi->init == INIT_ONE)
-            for (size_t j = 0; j < pi->numel; j++) p[pi->offset + j] += (float)(0.3 * rng_normal(&rng));
-    }
-    model_set_params(&m, p);
-    free(p);
+    // (A_log and dt_bias keep their ranges)
+    model_perturb_special(&m, 7, 0.3, 1);
     // EOT (3) inside both rows and as the last token: sequences [0,3) [3,5) [5,8) [8,10)
     int inputs[10] = {1, 5, 3, 9, 0, 10, 2, 3, 7, 3};
     int targets[10] = {5, 3, 9, 0, 10, 2, -1, 7, 4, 6};
@@ -77,7 +77,8 @@ static void gradcheck(const Case *k) {
     model_forward(&m, inputs, targets, 2, 5);
     model_backward(&m, 1.0f);
     if (k->reset) CHECK(m.acts.seg.nseq == 4 && m.acts.seg.ngroups >= 1, "%s: nseq %d", k->label, m.acts.seg.nseq);
-    real *params = m.params, *grads = m.grads;
+    real *grads = m.grads;
+    const size_t n = m.table.total;
     // thousands of tiny forwards: one thread, so OpenMP barriers do not dominate (the ops
     // are thread-count independent; the analytic gradient above ran on all threads)
     const int threads = omp_get_max_threads();
@@ -93,35 +94,20 @@ static void gradcheck(const Case *k) {
         memcpy(grads, saved, sizeof(real) * n);
         free(saved);
     }
-    const double h = 3e-5;
+    // fourth-order central difference: the h^2 error of the plain one is not negligible
+    // at 1e-6 where the L2 and RMS norms see small vectors
+    FdBatch batch = {inputs, targets};
+    TensorFd *fd = model_fd_compare(&m, batch_loss, &batch, 3e-5, 4);
     double worst = 0;
     for (int i = 0; i < m.table.count; i++) {
         const ParamInfo *pi = &m.table.items[i];
-        double max_err = 0, max_g = 0;
-        for (size_t j = 0; j < pi->numel; j++) {
-            real *w = &params[pi->offset + j];
-            const real saved = *w;
-            double f[4];  // L(w + h), L(w - h), L(w + 2h), L(w - 2h)
-            const double at[4] = {h, -h, 2 * h, -2 * h};
-            for (int e = 0; e < 4; e++) {
-                *w = saved + at[e];
-                f[e] = model_forward(&m, inputs, targets, 2, 5);
-            }
-            *w = saved;
-            // fourth-order central difference: the h^2 error of the plain one is not
-            // negligible at 1e-6 where the L2 and RMS norms see small vectors
-            double numeric = (8 * (f[0] - f[1]) - (f[2] - f[3])) / (12 * h);
-            double analytic = grads[pi->offset + j];
-            double d = fabs(numeric - analytic);
-            if (!(d <= max_err)) max_err = d;  // NaN propagates
-            max_g = fmax(max_g, fabs(numeric));
-        }
-        double rel = max_g > 0 ? max_err / max_g : max_err;
+        double rel = tensor_fd_rel(&fd[i]);
         if (!(rel <= worst)) worst = rel;
         int padding_rows = (i == m.mp.tok_embed || i == m.mp.lm_head);
-        CHECK(max_g > 0 || padding_rows, "%s: %s: gradient is identically zero", k->label, pi->name);
+        CHECK(fd[i].max_numeric > 0 || padding_rows, "%s: %s: gradient is identically zero", k->label, pi->name);
         CHECK(rel <= 1e-6, "%s: %s: max |fd - analytic| / max |fd| = %.3e", pi->name, k->label, rel);
     }
+    free(fd);
     omp_set_num_threads(threads);
     printf("%-52s %5zu params  worst tensor rel err %.2e\n", k->label, m.table.total, worst);
     model_destroy(&m);
