@@ -137,10 +137,14 @@ $(BUILD)/hybrid_f64: $(BUILD)/d/train/main.o $(OBJ_D) $(OBJ_CU)
 	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # tests link against the double-precision build of the library
-$(BUILD)/tests/%: tests/%.c $(OBJ_D) $(OBJ_CU)
+# (compiled and linked in two steps, so that -MMD records each test's headers)
+$(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
+	@$(CC) $(CFLAGS) -DREAL_DOUBLE -c -o $@ $<
+
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ_D) $(OBJ_CU)
 	@echo "LINK $@"
-	@$(CC) $(CFLAGS) -DREAL_DOUBLE -o $@ $^ $(LDLIBS)
+	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # Runs every C test binary, then every shell test (which drive ./hybrid); then the GPU
 # tests when a GPU is visible.
@@ -156,8 +160,11 @@ BENCH_B ?= 64
 BENCH_T ?= 1024
 BENCH_STEPS ?= 20
 
-$(GPU_BIN)/%: tests/gpu/%.c $(OBJ_F) $(OBJ_CU)
+$(GPU_BIN)/%.o: tests/gpu/%.c
 	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(GPU_BIN)/%: $(GPU_BIN)/%.o $(OBJ_F) $(OBJ_CU)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 ifneq ($(CU_SRC),)
@@ -192,4 +199,6 @@ train: hybrid data
 clean:
 	rm -rf $(OUT)/build $(OUT)/build-san $(OUT)/build-lib $(OUT)/lib hybrid
 
--include $(OBJ_F:.o=.d) $(OBJ_D:.o=.d) $(BUILD)/f/train/main.d $(wildcard $(OUT)/build-lib/*/*/*.d $(OUT)/build-lib/*/*/*/*.d)
+# header dependencies (-MMD): library objects, both CLIs, the test and GPU test programs
+-include $(OBJ_F:.o=.d) $(OBJ_D:.o=.d) $(BUILD)/f/train/main.d $(BUILD)/d/train/main.d $(TESTS:=.d) \
+         $(wildcard $(GPU_BIN)/*.d $(OUT)/build-lib/*/*/*.d $(OUT)/build-lib/*/*/*/*.d)
