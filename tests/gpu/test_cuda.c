@@ -25,6 +25,7 @@
 #include "optim/adamw.h"
 #include "optim/muon.h"
 #include "optim/optimizer.h"
+#include "tests/cli_util.h"
 #include "tests/testing.h"
 
 #define TOL_OUT 5e-3
@@ -814,24 +815,9 @@ static void test_small_training(int muon) {
 
 #define CLI_DIR "out/test-gpu/cli"
 
-static char *metric_losses(const char *path) {
-    char *text = read_file(path, NULL);
-    if (!text) return xstrdup("");
-    char *out = xcalloc(1, strlen(text) + 1);
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
-        char *cut = strstr(line, ", \"tokens\"");
-        if (cut) *cut = 0;
-        strcat(out, line);
-        strcat(out, "\n");
-    }
-    free(text);
-    return out;
-}
-
+// cli_run, and the log on failure
 static int sh(const char *cmd) {
-    char full[4096];
-    snprintf(full, sizeof full, "%s > " CLI_DIR "/last.log 2>&1", cmd);
-    int rc = system(full);
+    int rc = cli_run(CLI_DIR, cmd);
     if (rc) {
         char *log = read_file(CLI_DIR "/last.log", NULL);
         printf("  command failed (%d): %s\n%s\n", rc, cmd, log ? log : "");
@@ -870,7 +856,7 @@ static void test_cli_resume(const char *optimizer) {
     CHECK(sh(cmd) == 0, "first half failed");
     snprintf(cmd, sizeof cmd, "%s --out_dir " CLI_DIR "/b --checkpoint_every 4 --resume auto", base);
     CHECK(sh(cmd) == 0, "resumed half failed");
-    char *a = metric_losses(CLI_DIR "/a/metrics.jsonl"), *b = metric_losses(CLI_DIR "/b/metrics.jsonl");
+    char *a = cli_stable_lines(CLI_DIR "/a/metrics.jsonl"), *b = cli_stable_lines(CLI_DIR "/b/metrics.jsonl");
     int same = !strcmp(a, b) && strlen(a) > 0;
     CHECK(same, "resumed losses differ:\n%s---\n%s", a, b);
     printf("  metrics identical after resume: %s\n", same ? "yes" : "NO");
