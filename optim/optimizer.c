@@ -133,6 +133,18 @@ static int owned_range(const Optimizer *o, const Model *model, int i, int gather
     return gather ? o->rank == 0 : 1;
 }
 
+// Zeros what this rank does not own of a whole-buffer host copy (checkpoint gathers sum
+// the ranks' copies).
+static void zero_unowned(const Optimizer *o, const Model *model, float *host) {
+    for (int i = 0; i < model->table.count; i++) {
+        const ParamInfo *p = &model->table.items[i];
+        size_t a, b, end = p->offset + p->numel;
+        if (!owned_range(o, model, i, 1, &a, &b)) a = b = end;
+        memset(host + p->offset, 0, (a - p->offset) * sizeof(float));
+        memset(host + b, 0, (end - b) * sizeof(float));
+    }
+}
+
 // master = the current parameters (widened exactly to fp32), through the host.
 static void master_from_params(Optimizer *o, const Model *model) {
     float *host = xmalloc(sizeof(float) * model_buffer_elems(model));
@@ -145,27 +157,10 @@ static void master_from_params(Optimizer *o, const Model *model) {
 
 void optimizer_get_weights(const Optimizer *o, const Model *model, float *host) {
     model_get_params(model, host);
-    if (o->master && o->master_ready) {
-        size_t window = (o->hi < o->n ? o->hi : o->n) - (o->lo < o->n ? o->lo : o->n);
-        float *w = xmalloc(sizeof(float) * (window ? window : 1));
-        model->be->copy_to_host(w, o->master, window * sizeof(float));
-        for (int i = 0; i < model->table.count; i++) {
-            size_t a, b;
-            if (!owned_range(o, model, i, 1, &a, &b) || a >= o->hi || b <= o->lo) continue;
-            if (a < o->lo) a = o->lo;
-            if (b > o->hi) b = o->hi;
-            memcpy(host + a, w + (a - o->lo), (b - a) * sizeof(float));
-        }
-        free(w);
-    }
-    if (o->world == 1) return;
-    float *mask = xcalloc(o->n ? o->n : 1, sizeof(float));  // keep the owned parts only
-    for (int i = 0; i < model->table.count; i++) {
-        size_t a, b;
-        if (owned_range(o, model, i, 1, &a, &b)) memcpy(mask + a, host + a, (b - a) * sizeof(float));
-    }
-    memcpy(host, mask, o->n * sizeof(float));
-    free(mask);
+    size_t end = o->hi < o->n ? o->hi : o->n;
+    if (o->master && o->master_ready && end > o->lo)  // the window's exact fp32 weights
+        model->be->copy_to_host(host + o->lo, o->master, (end - o->lo) * sizeof(float));
+    zero_unowned(o, model, host);  // (a world of one owns everything)
 }
 
 void optimizer_set_weights(Optimizer *o, Model *model, const float *host) {
@@ -250,18 +245,13 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
 void optimizer_get_state(const Optimizer *o, const Model *model, float *m, float *v) {
     memset(m, 0, o->n * sizeof(float));
     memset(v, 0, o->n * sizeof(float));
-    size_t end = o->hi < o->n ? o->hi : o->n, window = end > o->lo ? end - o->lo : 0;
-    float *wm = xmalloc(sizeof(float) * (window ? window : 1)), *wv = xmalloc(sizeof(float) * (window ? window : 1));
-    model->be->copy_to_host(wm, o->m, window * sizeof(float));
-    model->be->copy_to_host(wv, o->v, window * sizeof(float));
-    for (int i = 0; i < model->table.count; i++) {
-        size_t a, b;
-        if (!owned_range(o, model, i, 1, &a, &b)) continue;
-        memcpy(m + a, wm + (a - o->lo), (b - a) * sizeof(float));
-        memcpy(v + a, wv + (a - o->lo), (b - a) * sizeof(float));
+    size_t end = o->hi < o->n ? o->hi : o->n;
+    if (end > o->lo) {  // the window's moments land at their place in the whole buffer
+        model->be->copy_to_host(m + o->lo, o->m, (end - o->lo) * sizeof(float));
+        model->be->copy_to_host(v + o->lo, o->v, (end - o->lo) * sizeof(float));
     }
-    free(wm);
-    free(wv);
+    zero_unowned(o, model, m);
+    zero_unowned(o, model, v);
 }
 
 void optimizer_set_state(Optimizer *o, const Model *model, const float *m, const float *v, int t) {
