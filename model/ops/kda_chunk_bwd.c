@@ -312,29 +312,23 @@ void dr_chunk_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real
     }
 }
 
-static DeltaIn make_in(const real *q, const real *k, const real *v, const real *g, const real *beta, int gate,
-                       const LinearDims *d, real scale) {
-    DeltaIn in = {q, k, v, g, beta, gate, d->H, d->K, d->V, (double)scale};
-    return in;
-}
-
 void kda_chunk_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dh0, const real *dout,
                         const real *dhT, const real *q, const real *k, const real *v, const real *g,
                         const real *beta, const real *h0, real scale, const LinearDims *d, int chunk,
                         void *workspace) {
-    DeltaIn in = make_in(q, k, v, g, beta, DR_GATE_CHANNEL, d, scale);
+    DeltaIn in = delta_in(q, k, v, g, beta, DR_GATE_CHANNEL, d->H, d->K, d->V, scale);
     dr_chunk_backward(dq, dk, dv, dg, dbeta, dh0, dout, dhT, &in, h0, d, chunk, workspace);
 }
 void gdn_chunk_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dh0, const real *dout,
                         const real *dhT, const real *q, const real *k, const real *v, const real *g,
                         const real *beta, const real *h0, real scale, const LinearDims *d, int chunk,
                         void *workspace) {
-    DeltaIn in = make_in(q, k, v, g, beta, DR_GATE_HEAD, d, scale);
+    DeltaIn in = delta_in(q, k, v, g, beta, DR_GATE_HEAD, d->H, d->K, d->V, scale);
     dr_chunk_backward(dq, dk, dv, dg, dbeta, dh0, dout, dhT, &in, h0, d, chunk, workspace);
 }
 void deltanet_chunk_backward(real *dq, real *dk, real *dv, real *dbeta, real *dh0, const real *dout,
                              const real *dhT, const real *q, const real *k, const real *v, const real *beta,
                              const real *h0, real scale, const LinearDims *d, int chunk, void *workspace) {
-    DeltaIn in = make_in(q, k, v, NULL, beta, DR_GATE_NONE, d, scale);
+    DeltaIn in = delta_in(q, k, v, NULL, beta, DR_GATE_NONE, d->H, d->K, d->V, scale);
     dr_chunk_backward(dq, dk, dv, NULL, dbeta, dh0, dout, dhT, &in, h0, d, chunk, workspace);
 }

@@ -55,26 +55,20 @@ void dr_chunk_forward(real *o, real *hT, const DeltaIn *in, const real *h0, cons
     }
 }
 
-static DeltaIn make_in(const real *q, const real *k, const real *v, const real *g, const real *beta, int gate,
-                       const LinearDims *d, real scale) {
-    DeltaIn in = {q, k, v, g, beta, gate, d->H, d->K, d->V, (double)scale};
-    return in;
-}
-
 void kda_chunk_forward(real *o, real *hT, const real *q, const real *k, const real *v, const real *g,
                        const real *beta, const real *h0, real scale, const LinearDims *d, int chunk,
                        void *workspace) {
-    DeltaIn in = make_in(q, k, v, g, beta, DR_GATE_CHANNEL, d, scale);
+    DeltaIn in = delta_in(q, k, v, g, beta, DR_GATE_CHANNEL, d->H, d->K, d->V, scale);
     dr_chunk_forward(o, hT, &in, h0, d, chunk, workspace);
 }
 void gdn_chunk_forward(real *o, real *hT, const real *q, const real *k, const real *v, const real *g,
                        const real *beta, const real *h0, real scale, const LinearDims *d, int chunk,
                        void *workspace) {
-    DeltaIn in = make_in(q, k, v, g, beta, DR_GATE_HEAD, d, scale);
+    DeltaIn in = delta_in(q, k, v, g, beta, DR_GATE_HEAD, d->H, d->K, d->V, scale);
     dr_chunk_forward(o, hT, &in, h0, d, chunk, workspace);
 }
 void deltanet_chunk_forward(real *o, real *hT, const real *q, const real *k, const real *v, const real *beta,
                             const real *h0, real scale, const LinearDims *d, int chunk, void *workspace) {
-    DeltaIn in = make_in(q, k, v, NULL, beta, DR_GATE_NONE, d, scale);
+    DeltaIn in = delta_in(q, k, v, NULL, beta, DR_GATE_NONE, d->H, d->K, d->V, scale);
     dr_chunk_forward(o, hT, &in, h0, d, chunk, workspace);
 }

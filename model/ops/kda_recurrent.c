@@ -190,58 +190,52 @@ void dr_step(real *o, real *state, const DeltaIn *in, int N) {
 }
 
 // ---- public entry points ------------------------------------------------------------
-static DeltaIn make_in(const real *q, const real *k, const real *v, const real *g, const real *beta, int gate,
-                       int H, int K, int V, real scale) {
-    DeltaIn in = {q, k, v, g, beta, gate, H, K, V, (double)scale};
-    return in;
-}
-
 void kda_recurrent_forward(real *o, real *hT, const real *q, const real *k, const real *v, const real *g,
                            const real *beta, const real *h0, real scale, const LinearDims *d, void *workspace) {
-    DeltaIn in = make_in(q, k, v, g, beta, DR_GATE_CHANNEL, d->H, d->K, d->V, scale);
+    DeltaIn in = delta_in(q, k, v, g, beta, DR_GATE_CHANNEL, d->H, d->K, d->V, scale);
     dr_recurrent_forward(o, hT, &in, h0, d, workspace);
 }
 void kda_recurrent_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dh0, const real *dout,
                             const real *dhT, const real *q, const real *k, const real *v, const real *g,
                             const real *beta, const real *h0, real scale, const LinearDims *d, void *workspace) {
-    DeltaIn in = make_in(q, k, v, g, beta, DR_GATE_CHANNEL, d->H, d->K, d->V, scale);
+    DeltaIn in = delta_in(q, k, v, g, beta, DR_GATE_CHANNEL, d->H, d->K, d->V, scale);
     dr_recurrent_backward(dq, dk, dv, dg, dbeta, dh0, dout, dhT, &in, h0, d, workspace);
 }
 void gdn_recurrent_forward(real *o, real *hT, const real *q, const real *k, const real *v, const real *g,
                            const real *beta, const real *h0, real scale, const LinearDims *d, void *workspace) {
-    DeltaIn in = make_in(q, k, v, g, beta, DR_GATE_HEAD, d->H, d->K, d->V, scale);
+    DeltaIn in = delta_in(q, k, v, g, beta, DR_GATE_HEAD, d->H, d->K, d->V, scale);
     dr_recurrent_forward(o, hT, &in, h0, d, workspace);
 }
 void gdn_recurrent_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real *dh0, const real *dout,
                             const real *dhT, const real *q, const real *k, const real *v, const real *g,
                             const real *beta, const real *h0, real scale, const LinearDims *d, void *workspace) {
-    DeltaIn in = make_in(q, k, v, g, beta, DR_GATE_HEAD, d->H, d->K, d->V, scale);
+    DeltaIn in = delta_in(q, k, v, g, beta, DR_GATE_HEAD, d->H, d->K, d->V, scale);
     dr_recurrent_backward(dq, dk, dv, dg, dbeta, dh0, dout, dhT, &in, h0, d, workspace);
 }
 void deltanet_recurrent_forward(real *o, real *hT, const real *q, const real *k, const real *v, const real *beta,
                                 const real *h0, real scale, const LinearDims *d, void *workspace) {
-    DeltaIn in = make_in(q, k, v, NULL, beta, DR_GATE_NONE, d->H, d->K, d->V, scale);
+    DeltaIn in = delta_in(q, k, v, NULL, beta, DR_GATE_NONE, d->H, d->K, d->V, scale);
     dr_recurrent_forward(o, hT, &in, h0, d, workspace);
 }
 void deltanet_recurrent_backward(real *dq, real *dk, real *dv, real *dbeta, real *dh0, const real *dout,
                                  const real *dhT, const real *q, const real *k, const real *v, const real *beta,
                                  const real *h0, real scale, const LinearDims *d, void *workspace) {
-    DeltaIn in = make_in(q, k, v, NULL, beta, DR_GATE_NONE, d->H, d->K, d->V, scale);
+    DeltaIn in = delta_in(q, k, v, NULL, beta, DR_GATE_NONE, d->H, d->K, d->V, scale);
     dr_recurrent_backward(dq, dk, dv, NULL, dbeta, dh0, dout, dhT, &in, h0, d, workspace);
 }
 
 void kda_step(real *o, real *state, const real *q, const real *k, const real *v, const real *g, const real *beta,
               real scale, int N, int H, int K, int V) {
-    DeltaIn in = make_in(q, k, v, g, beta, DR_GATE_CHANNEL, H, K, V, scale);
+    DeltaIn in = delta_in(q, k, v, g, beta, DR_GATE_CHANNEL, H, K, V, scale);
     dr_step(o, state, &in, N);
 }
 void gdn_step(real *o, real *state, const real *q, const real *k, const real *v, const real *g, const real *beta,
               real scale, int N, int H, int K, int V) {
-    DeltaIn in = make_in(q, k, v, g, beta, DR_GATE_HEAD, H, K, V, scale);
+    DeltaIn in = delta_in(q, k, v, g, beta, DR_GATE_HEAD, H, K, V, scale);
     dr_step(o, state, &in, N);
 }
 void deltanet_step(real *o, real *state, const real *q, const real *k, const real *v, const real *beta, real scale,
                    int N, int H, int K, int V) {
-    DeltaIn in = make_in(q, k, v, NULL, beta, DR_GATE_NONE, H, K, V, scale);
+    DeltaIn in = delta_in(q, k, v, NULL, beta, DR_GATE_NONE, H, K, V, scale);
     dr_step(o, state, &in, N);
 }

@@ -39,6 +39,13 @@ typedef struct {
     double scale;
 } DeltaIn;
 
+// The inputs of one call (the public entry points of the recurrent, chunkwise and step forms).
+static inline DeltaIn delta_in(const real *q, const real *k, const real *v, const real *g, const real *beta, int gate,
+                               int H, int K, int V, real scale) {
+    DeltaIn in = {q, k, v, g, beta, gate, H, K, V, (double)scale};
+    return in;
+}
+
 // log-decay of channel i of head h at flattened token tok
 static inline double dr_gate(const DeltaIn *in, size_t tok, int h, int i) {
     switch (in->gate) {
