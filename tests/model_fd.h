@@ -37,6 +37,17 @@ static inline void model_perturb_special(Model *m, uint64_t seed, double scale, 
 
 typedef double (*ModelLoss)(Model *m, void *ctx);
 
+// The plain loss: the mean cross-entropy of one batch (ctx for model_batch_loss).
+typedef struct {
+    const int *inputs, *targets;
+    int B, T;
+} FdBatch;
+
+static inline double model_batch_loss(Model *m, void *ctx) {
+    const FdBatch *b = ctx;
+    return model_forward(m, b->inputs, b->targets, b->B, b->T);
+}
+
 typedef struct {
     double max_err;       // max |numeric - analytic| over the tensor's elements (NaN propagates)
     double max_numeric;   // max |numeric|

@@ -52,15 +52,6 @@ static Config make_config(const Case *k) {
     return c;
 }
 
-typedef struct {
-    const int *inputs, *targets;
-} FdBatch;
-
-static double batch_loss(Model *m, void *ctx) {
-    const FdBatch *b = ctx;
-    return model_forward(m, b->inputs, b->targets, 2, 5);
-}
-
 static void gradcheck(const Case *k) {
     Config c = make_config(k);
     Model m;
@@ -96,8 +87,8 @@ static void gradcheck(const Case *k) {
     }
     // fourth-order central difference: the h^2 error of the plain one is not negligible
     // at 1e-6 where the L2 and RMS norms see small vectors
-    FdBatch batch = {inputs, targets};
-    TensorFd *fd = model_fd_compare(&m, batch_loss, &batch, 3e-5, 4);
+    FdBatch batch = {inputs, targets, 2, 5};
+    TensorFd *fd = model_fd_compare(&m, model_batch_loss, &batch, 3e-5, 4);
     double worst = 0;
     for (int i = 0; i < m.table.count; i++) {
         const ParamInfo *pi = &m.table.items[i];

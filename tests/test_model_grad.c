@@ -38,15 +38,6 @@ static Config tiny_with(int tie, int bias, const char *norm, const char *mlp, co
 
 static Config tiny(int tie, int bias) { return tiny_with(tie, bias, "layernorm", "gelu", "learned"); }
 
-typedef struct {
-    const int *inputs, *targets;
-} FdBatch;
-
-static double batch_loss(Model *m, void *ctx) {
-    const FdBatch *b = ctx;
-    return model_forward(m, b->inputs, b->targets, 2, 5);
-}
-
 static void gradcheck(const char *label, Config c) {
     Model m;
     model_create(&m, &c, backend_cpu(), 2, 5);
@@ -60,8 +51,8 @@ static void gradcheck(const char *label, Config c) {
     model_forward(&m, inputs, targets, 2, 5);
     model_backward(&m, 1.0f);
     // analytic gradient (real = double here: the whole library is the double build)
-    FdBatch batch = {inputs, targets};
-    TensorFd *fd = model_fd_compare(&m, batch_loss, &batch, 1e-5, 2);
+    FdBatch batch = {inputs, targets, 2, 5};
+    TensorFd *fd = model_fd_compare(&m, model_batch_loss, &batch, 1e-5, 2);
     for (int i = 0; i < m.table.count; i++) {
         const ParamInfo *pi = &m.table.items[i];
         double rel = tensor_fd_rel(&fd[i]);
