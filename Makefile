@@ -77,7 +77,7 @@ else
 endif
 
 # ---- sources ----
-LIB_SRC  := $(wildcard model/*.c model/ops/*.c optim/*.c data/*.c checkpoints/*.c dist/*.c) \
+LIB_SRC  := $(wildcard base/*.c model/*.c model/ops/*.c optim/*.c data/*.c checkpoints/*.c dist/*.c) \
             $(filter-out train/main.c,$(wildcard train/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -88,7 +88,7 @@ OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 
 # The ops as shared libraries for other programs (include/hybrid_ops.h): float and
 # double builds of model/ops/ (without the backend table) plus util/rng, never sanitized.
-LIBOPS_SRC    := $(filter-out model/ops/cpu_backend.c,$(wildcard model/ops/*.c)) model/util.c model/rng.c
+LIBOPS_SRC    := $(filter-out model/ops/cpu_backend.c,$(wildcard model/ops/*.c)) base/util.c base/rng.c
 LIBOPS_CFLAGS := -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP -fPIC
 LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 

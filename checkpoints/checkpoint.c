@@ -13,7 +13,7 @@
 
 #include "checkpoints/safetensors.h"
 #include "checkpoints/trainer_state.h"
-#include "model/util.h"
+#include "base/util.h"
 
 __attribute__((format(printf, 1, 2))) static char *fmt(const char *f, ...) {
     va_list ap;

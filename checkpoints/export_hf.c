@@ -8,7 +8,7 @@
 
 #include "checkpoints/checkpoint.h"
 #include "checkpoints/safetensors.h"
-#include "model/util.h"
+#include "base/util.h"
 
 // Dies unless the config is exactly what GPT2LMHeadModel computes.
 static void check_gpt2_shaped(const char *dir, const Config *c, const ModelParams *mp) {

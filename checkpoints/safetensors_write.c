@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "model/util.h"
+#include "base/util.h"
 #include "safetensors.h"
 
 typedef struct {

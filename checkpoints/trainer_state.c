@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/util.h"
+#include "base/util.h"
 
 typedef enum { F_INT, F_U64, F_REAL } FieldKind;
 

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "data/tokenizer_impl.h"
-#include "model/util.h"
+#include "base/util.h"
 
 void bpe_work_free(BpeWork *w) {
     free(w->tok);

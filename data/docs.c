@@ -8,7 +8,7 @@
 
 #include "data/brown.h"
 #include "data/jsonl.h"
-#include "model/util.h"
+#include "base/util.h"
 
 const char *docs_format_name(DocFormat f) {
     static const char *names[] = {"auto", "text", "jsonl", "brown"};

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 #include "shard.h"
 
 // Fisher-Yates from a generator seeded by (seed, epoch, salt): every rank computes

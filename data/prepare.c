@@ -21,7 +21,7 @@
 #include "data/progress.h"
 #include "data/shardseq.h"
 #include "data/tokenizer.h"
-#include "model/util.h"
+#include "base/util.h"
 
 #define BATCH_BYTES (64u << 20)
 #define CHUNK_BYTES (1u << 20)

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "data/tokenizer.h"
-#include "model/util.h"
+#include "base/util.h"
 
 static const char HELP[] =
     "usage: hybrid prepare [options] INPUT...\n"

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "model/util.h"
+#include "base/util.h"
 
 void progress_start(Progress *p, const char *label, uint64_t total, int quiet) {
     p->label = label;

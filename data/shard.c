@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "model/util.h"
+#include "base/util.h"
 
 size_t shard_validate(const char *path) {
     FILE *f = fopen(path, "rb");

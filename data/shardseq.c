@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "data/shard.h"
-#include "model/util.h"
+#include "base/util.h"
 
 void shardseq_init(ShardSeq *s, const char *dir, const char *name, const char *split, size_t shard_tokens) {
     memset(s, 0, sizeof(*s));

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/util.h"
+#include "base/util.h"
 
 #define EMPTY UINT32_MAX
 

@@ -13,7 +13,7 @@
 #include "data/json.h"
 #include "data/strmap.h"
 #include "data/tokenizer_impl.h"
-#include "model/util.h"
+#include "base/util.h"
 
 #define MAX_VOCAB (1 << 20)
 

@@ -5,7 +5,7 @@
 
 #include "data/strmap.h"
 #include "data/tokenizer_impl.h"
-#include "model/util.h"
+#include "base/util.h"
 
 // Encodes text without looking for special tokens (defined below, per build).
 static void encode_ordinary(Encoder *e, const char *bytes, size_t len, TokenVec *out);

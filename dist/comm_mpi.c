@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "comm.h"
-#include "model/real.h"
-#include "model/util.h"
+#include "base/real.h"
+#include "base/util.h"
 
 #ifdef HAVE_MPI
 #include <mpi.h>
@@ -13,15 +13,13 @@
 int comm_group_size(CommGroup g) { return g == COMM_EP ? g_dist.ep_size : g_dist.world; }
 int comm_group_rank(CommGroup g) { return g == COMM_EP ? g_dist.ep_rank : g_dist.rank; }
 
-size_t comm_type_size(const Comm *c, CommType t) {
-    switch (t) {
-    case DT_REAL: return c->real_size;
-    case DT_FLOAT: return sizeof(float);
-    case DT_DOUBLE: return sizeof(double);
-    case DT_LONG: return sizeof(long);
-    case DT_INT: return sizeof(int);
-    }
-    return 0;
+static int group_size(const Comm *c, CommGroup g) {
+    (void)c;
+    return comm_group_size(g);
+}
+static int group_rank(const Comm *c, CommGroup g) {
+    (void)c;
+    return comm_group_rank(g);
 }
 
 #ifdef HAVE_MPI
@@ -169,5 +167,7 @@ Comm *comm_mpi_create(size_t real_size) {
     c->allreduce_sum_async = mpi_allreduce;
     c->wait = mpi_wait;
     c->destroy = mpi_destroy;
+    c->group_size = group_size;
+    c->group_rank = group_rank;
     return c;
 }

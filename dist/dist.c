@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "model/util.h"
+#include "base/util.h"
 
 #ifdef HAVE_MPI
 #include <mpi.h>

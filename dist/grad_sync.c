@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/util.h"
+#include "base/util.h"
 
 static void launch(GradSync *g, size_t lo) {
     if (lo >= g->sent_lo) return;

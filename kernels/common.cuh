@@ -20,7 +20,7 @@
 
 extern "C" {
 #include "model/backend.h"
-#include "model/util.h"
+#include "base/util.h"
 }
 
 typedef __nv_bfloat16 bf16;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 
 #include "model.h"
-#include "util.h"
+#include "base/util.h"
 
 void attnres_params(const Config *c, ParamTable *t, AttnResParams *p, const char *fmt, int layer) {
     char name[PARAM_NAME_MAX];

@@ -20,7 +20,7 @@
 #include <stddef.h>
 
 #include "attn_layout.h"
-#include "real.h"
+#include "base/real.h"
 
 // Which member of the linear-attention family an entry runs (kda-spec §1): the delta
 // rule without a decay (DeltaNet), with a per-head scalar decay g (B,T,H) (GDN), or with

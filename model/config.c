@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 typedef enum { T_INT, T_LONG, T_REAL, T_BOOL, T_STR, T_ENUM, T_LAYERS } KeyType;
 

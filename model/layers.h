@@ -11,10 +11,10 @@
 #ifndef HYBRID_LAYERS_H
 #define HYBRID_LAYERS_H
 
-#include "carve.h"
+#include "base/carve.h"
 #include "config.h"
 #include "params.h"
-#include "util.h"
+#include "base/util.h"
 
 struct Model;
 

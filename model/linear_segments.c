@@ -11,7 +11,7 @@
 
 #include "mixer_linear.h"
 #include "model.h"
-#include "util.h"
+#include "base/util.h"
 
 void linear_segments_layout(Model *m, Carver *cv) {
     const Config *c = &m->cfg;

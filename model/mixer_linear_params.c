@@ -5,7 +5,7 @@
 
 #include "mixer_linear.h"
 #include "model.h"
-#include "util.h"
+#include "base/util.h"
 
 static int gate_param(ParamTable *t, InitRule init, int n, double lo, double hi, const char *fmt, int l) {
     int i = params_vector(t, GROUP_GATE, init, n, fmt, l);

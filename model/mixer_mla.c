@@ -13,7 +13,7 @@
 #include <math.h>
 
 #include "model.h"
-#include "util.h"
+#include "base/util.h"
 
 #define MLA_NORM_EPS 1e-6  // q_a / kv_a RMSNorm (§1.2: HF builds them without the config eps)
 

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "ops/block_ops.h"
-#include "util.h"
+#include "base/util.h"
 
 // Saved activations (cv) and backward scratch shared by all blocks (scratch: each
 // block's layout starts at the same offset; the region is as large as the largest).

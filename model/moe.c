@@ -14,10 +14,10 @@
 // combine stay on the rank that owns the tokens; only the expert FFN moves: the sorted rows
 // go to the EP ranks that own their experts and the outputs come back (moe_dispatch_ep.h).
 // The counts for the bias update are this rank's tokens (the trainer sums them over ranks).
-#include "dist/comm.h"
+#include "base/comm.h"
 #include "model.h"
 #include "moe_dispatch_ep.h"
-#include "util.h"
+#include "base/util.h"
 
 typedef struct {
     int C, E, K, M, De, l, Ms;  // Ms: shared MLP width (0 = none)
@@ -116,9 +116,9 @@ static MoeEp *ep_for_forward(Model *m, MoeActs *a) {
     if (!a->ep || a->ep->P != m->ep_size)
         die("expert parallel: m->ep_size = %d, but model_set_expert_parallel(m, comm, %d) was not called", m->ep_size,
             m->ep_size);
-    if (comm_group_size(COMM_EP) != m->ep_size)
+    if (m->comm->group_size(m->comm, COMM_EP) != m->ep_size)
         die("expert parallel: m->ep_size = %d, but the runtime's expert-parallel group now has %d ranks", m->ep_size,
-            comm_group_size(COMM_EP));
+            m->comm->group_size(m->comm, COMM_EP));
     return a->ep;
 }
 

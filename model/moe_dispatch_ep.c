@@ -4,10 +4,10 @@
 
 #include <stdlib.h>
 
-#include "carve.h"
-#include "dist/comm.h"
+#include "base/carve.h"
+#include "base/comm.h"
 #include "model.h"
-#include "util.h"
+#include "base/util.h"
 
 // ---- the exchange ----
 
@@ -147,10 +147,10 @@ void model_check_expert_parallel(const Config *c, int ep_size) {
 void model_set_expert_parallel(Model *m, Comm *comm, int ep_size) {
     model_check_expert_parallel(&m->cfg, ep_size);
     if (ep_size > 1 && !comm) die("expert parallel: ep_size = %d needs a Comm (comm_mpi_create / comm_nccl_create)", ep_size);
-    if (ep_size > 1 && comm_group_size(COMM_EP) != ep_size)
+    if (ep_size > 1 && comm->group_size(comm, COMM_EP) != ep_size)
         die("expert parallel: ep_size = %d, but the runtime's expert-parallel group has %d ranks (call dist_set_ep(%d) "
             "first)",
-            ep_size, comm_group_size(COMM_EP), ep_size);
+            ep_size, comm->group_size(comm, COMM_EP), ep_size);
     model_release_expert_parallel(m);
     if (comm) m->comm = comm;
     m->ep_size = ep_size;
@@ -160,7 +160,7 @@ void model_set_expert_parallel(Model *m, Comm *comm, int ep_size) {
         if (!m->mp.blocks[l].moe_layer) continue;
         MoeEp *ep = xcalloc(1, sizeof *ep);
         ep->P = P;
-        ep->rank = comm_group_rank(COMM_EP);
+        ep->rank = comm->group_rank(comm, COMM_EP);
         ep->El = El;
         ep->send_rows = xcalloc(8 * (size_t)P, sizeof(size_t));
         ep->send_displs = ep->send_rows + P;

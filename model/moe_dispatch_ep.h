@@ -27,7 +27,7 @@
 
 #include <stddef.h>
 
-#include "real.h"
+#include "base/real.h"
 
 struct Model;
 

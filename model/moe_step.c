@@ -8,7 +8,7 @@
 
 #include "model.h"
 #include "ops/block_ops.h"
-#include "util.h"
+#include "base/util.h"
 
 int model_has_moe(const Model *m) {
     for (int l = 0; l < m->cfg.n_layer; l++)

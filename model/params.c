@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "layers.h"
-#include "util.h"
+#include "base/util.h"
 
 int params_add(ParamTable *t, ParamGroup group, InitRule init, double std, int ndim, const int *shape,
                const char *fmt, ...) {

@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "config.h"
-#include "rng.h"
+#include "base/rng.h"
 
 #define PARAM_NAME_MAX 96
 #define PARAM_MAX_DIMS 4

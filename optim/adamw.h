@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "model/real.h"
+#include "base/real.h"
 
 // master: NULL updates param in place; otherwise master (n floats) is updated and
 // param = (real)master (the backend-table form, model/backend.h).

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "model/util.h"
+#include "base/util.h"
 
 // Below this many multiply-adds (m*m*n) per NS product, threads cost more than they save.
 #define MUON_PAR_MIN_WORK 32768

@@ -23,7 +23,7 @@
 
 #include <stddef.h>
 
-#include "model/real.h"
+#include "base/real.h"
 
 // Quintic Newton-Schulz coefficients (KellerJordan/Muon): chosen to maximise the slope
 // at 0, not to converge. Five steps map every singular value σ of the normalised input

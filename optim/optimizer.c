@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/util.h"
+#include "base/util.h"
 #include "optim/muon.h"
 
 int optimizer_uses_muon(const Config *c, const ParamInfo *p) {

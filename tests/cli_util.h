@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "data/shard.h"
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 
 // Text-like synthetic data, a noisy Markov chain over `vocab` tokens (so the loss can
 // fall): dir/data/train_000000.bin, train_000001.bin (20000 tokens each) and

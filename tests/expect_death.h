@@ -11,7 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "model/util.h"
+#include "base/util.h"
 
 // Under LeakSanitizer an exit() with live allocations counts as a leak and changes the
 // exit status; the child turns leak checking off (a weak symbol: absent without ASan).

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/real.h"
-#include "model/rng.h"
+#include "base/real.h"
+#include "base/rng.h"
 
 #ifndef REAL_DOUBLE
 #error "gradient tests need the double build (-DREAL_DOUBLE)"

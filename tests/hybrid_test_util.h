@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "model/model.h"
-#include "model/util.h"
+#include "base/util.h"
 #include "model_fd.h"
 
 // Tiny defaults; pairs of (key, value) strings override them, ending with NULL.

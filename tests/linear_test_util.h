@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "model/ops/linear_ops.h"
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 
 static inline real *tnew(size_t n) { return (real *)xcalloc(n ? n : 1, sizeof(real)); }
 

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 
 #include "model/model.h"
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 
 #ifndef REAL_DOUBLE
 #error "gradient tests need the double build (-DREAL_DOUBLE)"

@@ -12,7 +12,7 @@
 
 #include "checkpoints/checkpoint.h"
 #include "checkpoints/safetensors.h"
-#include "model/util.h"
+#include "base/util.h"
 #include "tests/testing.h"
 
 static char g_root[256];  // out/test-tmp/checkpoint-<pid>, removed at the end

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "model/config.h"
-#include "model/util.h"
+#include "base/util.h"
 #include "testing.h"
 
 static const char *DIR_ = "out/test-tmp/config";

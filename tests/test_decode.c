@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "model/decode.h"
-#include "model/util.h"
+#include "base/util.h"
 #include "testing.h"
 #include "train/generate.h"
 

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "data/shard.h"
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 #include "testing.h"
 
 #define DIR_ "out/test-tmp/linear-train"

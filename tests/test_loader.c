@@ -6,7 +6,7 @@
 
 #include "data/loader.h"
 #include "data/shard.h"
-#include "model/util.h"
+#include "base/util.h"
 #include "testing.h"
 
 #define DIR_ "out/test-tmp/loader"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "model/model.h"
-#include "model/util.h"
+#include "base/util.h"
 #include "optim/optimizer.h"
 #include "model_fd.h"
 #include "testing.h"

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 #include "optim/muon.h"
 #include "testing.h"
 

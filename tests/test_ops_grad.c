@@ -14,8 +14,8 @@
 
 #include "model/backend.h"
 #include "model/ops/ops_cpu.h"
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 #include "optim/adamw.h"
 #include "tests/testing.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "include/hybrid_ops.h"
-#include "model/rng.h"
+#include "base/rng.h"
 #include "testing.h"
 
 #define B_ 2

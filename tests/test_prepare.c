@@ -13,7 +13,7 @@
 #include "data/shard.h"
 #include "data/shardseq.h"
 #include "data/tokenizer.h"
-#include "model/util.h"
+#include "base/util.h"
 #include "tests/expect_death.h"
 #include "tests/testing.h"
 

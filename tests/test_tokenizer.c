@@ -8,8 +8,8 @@
 #include "data/buf.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_impl.h"
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 #include "tests/expect_death.h"
 #include "tests/testing.h"
 

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "data/shard.h"
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 #include "cli_util.h"
 #include "testing.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/util.h"
+#include "base/util.h"
 
 void cli_parse(int argc, char **argv, Config *c, CliOption option, void *ctx, void (*positional)(const char *, void *)) {
     config_defaults(c);

@@ -6,7 +6,7 @@
 #include "cli.h"
 #include "generate.h"
 #include "model/model.h"
-#include "model/util.h"
+#include "base/util.h"
 #include "train.h"
 
 // ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "model/decode.h"
-#include "model/util.h"
+#include "base/util.h"
 
 // Draws from softmax(logits / temperature) over the first V entries.
 static int sample_logits(const float *logits, int V, double temperature, Rng *rng) {

@@ -9,7 +9,7 @@
 
 #include "data/tokenizer.h"
 #include "model/model.h"
-#include "model/rng.h"
+#include "base/rng.h"
 
 // Appends n_new tokens to tokens[0..n_prompt) (tokens must hold n_prompt + n_new).
 // Cached decoding sees the whole prefix; the fallback window is the last model->max_T

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/util.h"
+#include "base/util.h"
 
 void metrics_open(MetricsLog *log, const char *out_dir, int keep_through_step) {
     snprintf(log->path, sizeof log->path, "%s/metrics.jsonl", out_dir);

@@ -16,7 +16,7 @@
 #include "generate.h"
 #include "metrics.h"
 #include "model/model.h"
-#include "model/util.h"
+#include "base/util.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 

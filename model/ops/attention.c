@@ -15,7 +15,7 @@
 #include <math.h>
 
 #include "model/ops/ops_cpu.h"
-#include "model/util.h"
+#include "base/util.h"
 
 static inline real dot(const real *a, const real *b, int n) {
     real s = 0;

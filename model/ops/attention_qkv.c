@@ -16,7 +16,7 @@
 #include <math.h>
 
 #include "model/ops/block_ops.h"
-#include "model/util.h"
+#include "base/util.h"
 
 static inline double dot(const real *a, const real *b, int n) {
     double s = 0.0;

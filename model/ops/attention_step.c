@@ -3,7 +3,7 @@
 // cpu_attention_row, so decoding reproduces the full forward.
 #include "model/ops/cpu_mixer_ops.h"
 #include "model/ops/ops_cpu.h"
-#include "model/util.h"
+#include "base/util.h"
 
 void cpu_attention_step(real *out, const real *qkv, int T, int C, int NH) {
     if (NH <= 0 || C % NH) die("attention_step: C = %d is not a multiple of the head count %d", C, NH);

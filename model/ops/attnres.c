@@ -12,7 +12,7 @@
 #include <math.h>
 
 #include "model/ops/block_ops.h"
-#include "model/util.h"
+#include "base/util.h"
 
 void cpu_attnres_forward(real *out, real *probs, real *logits, real *rstd, const real *const *srcs, int n,
                          const real *w, const real *gamma, int N, int C, double eps) {

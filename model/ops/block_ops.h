@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 #include "model/attn_layout.h"
-#include "model/real.h"
+#include "base/real.h"
 
 // =====================================================================================
 // Small ops

@@ -7,7 +7,7 @@
 #include "model/ops/cpu_mixer_ops.h"
 #include "model/ops/linear_ops.h"
 #include "model/ops/ops_cpu.h"
-#include "model/util.h"
+#include "base/util.h"
 #include "optim/adamw.h"
 #include "optim/muon.h"
 

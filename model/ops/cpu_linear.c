@@ -4,7 +4,7 @@
 #include "model/backend.h"
 #include "model/ops/cpu_mixer_ops.h"
 #include "model/ops/linear_ops.h"
-#include "model/util.h"
+#include "base/util.h"
 
 static LinearDims dims(int B, int T, int H, int K, int V, const int *offsets, int nseq) {
     return offsets ? linear_dims_varlen(T, H, K, V, offsets, nseq) : linear_dims(B, T, H, K, V);

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "model/real.h"
+#include "base/real.h"
 
 // attention_step.c
 void cpu_attention_step(real *out, const real *qkv, int T, int C, int NH);

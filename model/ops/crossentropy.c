@@ -10,7 +10,7 @@
 #include <math.h>
 
 #include "model/ops/ops_cpu.h"
-#include "model/util.h"
+#include "base/util.h"
 
 static void check_targets(const char *who, const int *targets, int N, int V, int Vp) {
     if (V <= 0 || V > Vp) die("%s: vocabulary size V = %d must be in 1..Vp (Vp = %d)", who, V, Vp);

@@ -12,7 +12,7 @@
 #include <math.h>
 
 #include "model/ops/block_ops.h"
-#include "model/util.h"
+#include "base/util.h"
 
 // numerically stable logistic function
 static inline double sigmoid(double x) {

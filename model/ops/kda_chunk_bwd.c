@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "model/ops/linear_internal.h"
-#include "model/util.h"
+#include "base/util.h"
 
 // gradient scratch for one chunk
 typedef struct {

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "model/ops/linear_internal.h"
-#include "model/util.h"
+#include "base/util.h"
 
 // per (sequence, head) task: the running state H (K×V) and one chunk's locals
 static size_t fwd_local(int C, int K, int V) { return (size_t)K * V + dr_chunk_doubles(C, K, V); }

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "model/ops/linear_internal.h"
-#include "model/util.h"
+#include "base/util.h"
 
 // phi(x) = elu(x) + 1 and its derivative (§1.1)
 static inline double phi(double x) { return x > 0 ? x + 1.0 : exp(x); }

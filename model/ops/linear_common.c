@@ -1,6 +1,6 @@
 // Shape and sequence-offset checks shared by the linear-attention ops.
 #include "model/ops/linear_internal.h"
-#include "model/util.h"
+#include "base/util.h"
 
 void lin_check_dims(const LinearDims *d, const char *op) {
     if (d->B < 1 || d->T < 0 || d->H < 1 || d->K < 1 || d->V < 1)

@@ -44,7 +44,7 @@
 
 #include <stddef.h>
 
-#include "model/real.h"
+#include "base/real.h"
 
 typedef struct {
     int B, T;            // batch and time: the flattened token axis has B*T rows

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "model/ops/block_ops.h"
-#include "model/util.h"
+#include "base/util.h"
 
 void cpu_moe_count(long *counts, const int *sel, int N, int K, int E) {
     for (size_t n = 0; n < (size_t)N * K; n++) {

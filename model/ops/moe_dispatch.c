@@ -7,7 +7,7 @@
 //           backward: dyp[pos[n]] = w[n] dout[t]  (a bijection: no collisions),
 //                     dw[n] = dout[t] . yp[pos[n]]
 #include "model/ops/block_ops.h"
-#include "model/util.h"
+#include "base/util.h"
 
 void cpu_moe_dispatch_plan(int *perm, int *pos, int *offsets, const int *sel, int N, int K, int E) {
     const int NK = N * K;

@@ -11,7 +11,7 @@
 #include <math.h>
 
 #include "model/ops/block_ops.h"
-#include "model/util.h"
+#include "base/util.h"
 
 #define RENORM_EPS 1e-20
 

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "model/real.h"
+#include "base/real.h"
 
 // embed.c
 void cpu_embed_forward(real *out, const int *tokens, const real *wte, const real *wpe, int B, int T, int C);

@@ -7,7 +7,7 @@
 #include <math.h>
 
 #include "model/ops/block_ops.h"
-#include "model/util.h"
+#include "base/util.h"
 
 static void rope_apply(real *out, const real *inp, int B, int T, int NH, int d, int row, int head, int pos0,
                        double base, double sign) {

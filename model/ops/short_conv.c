@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "model/ops/linear_internal.h"
-#include "model/util.h"
+#include "base/util.h"
 
 static void conv_check(int B, int T, int D, int W, const int *offsets, int nseq, const char *op) {
     if (D < 1 || W < 1) die("%s: bad D=%d W=%d", op, D, W);

@@ -21,8 +21,8 @@
 #include <time.h>
 
 #include "model/ops/linear_ops.h"
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 
 static double cpu_seconds(void) {
     struct timespec ts;

@@ -12,8 +12,8 @@
 
 #include "kernels/cuda_backend.h"
 #include "model/model.h"
-#include "model/rng.h"
-#include "model/util.h"
+#include "base/rng.h"
+#include "base/util.h"
 #include "optim/optimizer.h"
 
 #define PEAK_BF16 989.4e12

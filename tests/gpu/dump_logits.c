@@ -9,7 +9,7 @@
 
 #include "checkpoints/checkpoint.h"
 #include "model/model.h"
-#include "model/util.h"
+#include "base/util.h"
 
 static double run(const Backend *be, const Config *c, const float *w, const int *in, const int *tg, int B, int T,
                   const char *path) {

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "real.h"
+#include "base/real.h"
 
 typedef struct {
     char *base;

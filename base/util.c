@@ -1,5 +1,5 @@
 #define _POSIX_C_SOURCE 200809L
-#include "util.h"
+#include "base/util.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,4 +1,4 @@
-#include "rng.h"
+#include "base/rng.h"
 
 #include <math.h>
 
