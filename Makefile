@@ -56,16 +56,17 @@ endif
 ifneq ($(NVCC_PATH),)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC_PATH))
   CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-  NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -Wall,-Wextra,-fopenmp -DHAVE_CUDA
-  CFLAGS += -DHAVE_CUDA -I$(CUDA_HOME)/include
-  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
-  CU_SRC := $(wildcard kernels/*.cu)
+  NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -Wall,-Wextra,-fopenmp -DHAVE_CUDA -MMD -MP
+  # only the float build has CUDA: the double build (tests, hybrid_f64) is the CPU reference
+  CUDA_CFLAGS := -DHAVE_CUDA -I$(CUDA_HOME)/include
+  CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
+  CU_SRC := $(wildcard kernels/*.cu kernels/*/*.cu)
   # NCCL_HOME: an NCCL outside the CUDA toolkit (include/nccl.h, lib/libnccl.so)
   NCCL_INC := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
   ifneq ($(and $(NCCL_INC),$(MPICC_PATH)),)
     NVCCFLAGS += -DHAVE_NCCL $(MPI_CFLAGS) $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
-    CFLAGS += -DHAVE_NCCL
-    LDLIBS += $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -lnccl
+    CUDA_CFLAGS += -DHAVE_NCCL
+    CUDA_LIBS   += $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -lnccl
     $(info [hybrid] NCCL found ($(NCCL_INC)): multi-GPU training under mpirun)
   else
     $(info [hybrid] NCCL or MPI not found: one GPU per run)
@@ -77,7 +78,7 @@ else
 endif
 
 # ---- sources ----
-LIB_SRC  := $(wildcard base/*.c model/*.c model/ops/*.c optim/*.c data/*.c checkpoints/*.c dist/*.c) \
+LIB_SRC  := $(wildcard base/*.c model/*.c model/ops/*.c model/ops/*/*.c optim/*.c data/*.c checkpoints/*.c dist/*.c) \
             $(filter-out train/main.c,$(wildcard train/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -87,8 +88,8 @@ OBJ_D  := $(patsubst %.c,$(BUILD)/d/%.o,$(LIB_SRC))
 OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 
 # The ops as shared libraries for other programs (include/hybrid_ops.h): float and
-# double builds of model/ops/ (without the backend table) plus util/rng, never sanitized.
-LIBOPS_SRC    := $(filter-out model/ops/cpu_backend.c,$(wildcard model/ops/*.c)) base/util.c base/rng.c
+# double builds of model/ops/ (every family, the CPU tables) plus the base layer, never sanitized.
+LIBOPS_SRC    := $(wildcard model/ops/*.c model/ops/*/*.c) model/backend.c base/util.c base/rng.c
 LIBOPS_CFLAGS := -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP -fPIC
 LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 
@@ -99,11 +100,11 @@ all: $(BIN)
 
 # the CLI; the sanitizer build's copy lives in its build folder
 $(BIN): $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/f/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
 $(BUILD)/d/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -132,7 +133,7 @@ $(OUT)/build-lib/d/%.o: %.c
 	$(CC) $(LIBOPS_CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
 # the CLI in double precision: the distributed tests compare 1, 2 and 4 ranks with it
-$(BUILD)/hybrid_f64: $(BUILD)/d/train/main.o $(OBJ_D) $(OBJ_CU)
+$(BUILD)/hybrid_f64: $(BUILD)/d/train/main.o $(OBJ_D)
 	@echo "LINK $@"
 	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -142,7 +143,7 @@ $(BUILD)/tests/%.o: tests/%.c
 	@mkdir -p $(dir $@)
 	@$(CC) $(CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ_D) $(OBJ_CU)
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ_D)
 	@echo "LINK $@"
 	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -162,10 +163,10 @@ BENCH_STEPS ?= 20
 
 $(GPU_BIN)/%.o: tests/gpu/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
 $(GPU_BIN)/%: $(GPU_BIN)/%.o $(OBJ_F) $(OBJ_CU)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 ifneq ($(CU_SRC),)
 test-gpu: hybrid $(GPU_BIN)/test_cuda $(GPU_BIN)/dump_logits
@@ -200,5 +201,5 @@ clean:
 	rm -rf $(OUT)/build $(OUT)/build-san $(OUT)/build-lib $(OUT)/lib hybrid
 
 # header dependencies (-MMD): library objects, both CLIs, the test and GPU test programs
--include $(OBJ_F:.o=.d) $(OBJ_D:.o=.d) $(BUILD)/f/train/main.d $(BUILD)/d/train/main.d $(TESTS:=.d) \
+-include $(OBJ_F:.o=.d) $(OBJ_D:.o=.d) $(OBJ_CU:.o=.d) $(BUILD)/f/train/main.d $(BUILD)/d/train/main.d $(TESTS:=.d) \
          $(wildcard $(GPU_BIN)/*.d $(OUT)/build-lib/*/*/*.d $(OUT)/build-lib/*/*/*/*.d)

@@ -73,7 +73,7 @@ void grad_sync_finish(GradSync *g) {
 double grad_sync_norm(GradSync *g) {
     const Backend *be = g->model->be;
     if (!g->zero || g->world == 1 || !g->comm) return grad_global_norm(g->model);
-    double ss = be->sum_squares(g->grad_shard, g->opt->hi - g->opt->lo);
+    double ss = be->core->sum_squares(g->grad_shard, g->opt->hi - g->opt->lo);
     dist_allreduce_sum_double(&ss, 1);
     return sqrt(ss);
 }

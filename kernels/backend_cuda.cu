@@ -10,7 +10,6 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_backend.h"
-#include "kernels/ops_cuda.h"
 
 CudaState g_cuda;
 
@@ -278,57 +277,30 @@ static void cu_copy_from_host(void *dst, const void *src, size_t bytes) {
 static void cu_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream)); }
 
 // ---------------------------------------------------------------------------
-// the table (filled member by member: C++ has no out-of-order designated initializers)
-
-static Backend g_table;
+// the table: memory above, and the families this backend has (kernels/<family>/table.cu).
+// The others stay NULL: model_create names the layer that needs one (delta rule, MLA, MoE
+// and AttnRes have no kernels yet).
 
 extern "C" const Backend *backend_cuda(void) {
-    if (g_table.name) return &g_table;
+    static Backend b;
+    if (b.name) return &b;
     cuda_init();
-    Backend *b = &g_table;
-    memset(b, 0, sizeof *b);
-    b->elem_size = sizeof(bf16);
-    b->stat_size = sizeof(float);
-    b->keeps_master = 1;
-    b->alloc = cu_alloc;
-    b->free = cu_free;
-    b->zero = cu_zero;
-    b->upload = cu_upload;
-    b->download = cu_download;
-    b->upload_tokens = cu_upload_tokens;
-    b->copy_to_host = cu_copy_to_host;
-    b->copy_from_host = cu_copy_from_host;
-    b->synchronize = cu_synchronize;
-    b->embed_forward = cuda_embed_forward;
-    b->embed_backward = cuda_embed_backward;
-    b->layernorm_forward = cuda_layernorm_forward;
-    b->layernorm_backward = cuda_layernorm_backward;
-    b->rmsnorm_forward = cuda_rmsnorm_forward;
-    b->rmsnorm_backward = cuda_rmsnorm_backward;
-    b->matmul_forward = cuda_matmul_forward;
-    b->matmul_backward = cuda_matmul_backward;
-    b->attention_forward = cuda_attention_forward;
-    b->attention_backward = cuda_attention_backward;
-    b->gelu_forward = cuda_gelu_forward;
-    b->gelu_backward = cuda_gelu_backward;
-    b->glu_forward = cuda_glu_forward;
-    b->glu_backward = cuda_glu_backward;
-    b->add_forward = cuda_add_forward;
-    b->add_inplace = cuda_add_inplace;
-    b->crossentropy_forward = cuda_crossentropy_forward;
-    b->crossentropy_backward = cuda_crossentropy_backward;
-    b->sum = cuda_sum;
-    b->sum_squares = cuda_sum_squares;
-    b->scale = cuda_scale;
-    b->adamw_update = cuda_adamw_update;
-    b->adamw_update_multi = cuda_adamw_update_multi;
-    b->muon_update = cuda_muon_update;
-    if (!env_flag("HYBRID_CUDA_NO_FUSE")) {  // optional fused ops; HYBRID_CUDA_NO_FUSE=1 runs the separate ones
-        b->matmul_gelu_forward = cuda_matmul_gelu_forward;
-        b->matmul_backward_gelu = cuda_matmul_backward_gelu;
-        b->add_layernorm_forward = cuda_add_layernorm_forward;
-        b->layernorm_backward_add = cuda_layernorm_backward_add;
-    }
-    b->name = "cuda-bf16";  // last: marks the table as filled
-    return &g_table;
+    memset(&b, 0, sizeof b);
+    b.elem_size = sizeof(bf16);
+    b.stat_size = sizeof(float);
+    b.keeps_master = 1;
+    b.alloc = cu_alloc;
+    b.free = cu_free;
+    b.zero = cu_zero;
+    b.upload = cu_upload;
+    b.download = cu_download;
+    b.upload_tokens = cu_upload_tokens;
+    b.copy_to_host = cu_copy_to_host;
+    b.copy_from_host = cu_copy_from_host;
+    b.synchronize = cu_synchronize;
+    b.core = cuda_core_ops();
+    b.norm_glu = cuda_norm_glu_ops();
+    b.optim = cuda_optim_ops();
+    b.name = "cuda-bf16";  // last: marks the table as filled
+    return &b;
 }

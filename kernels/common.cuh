@@ -19,11 +19,35 @@
 #include <stdint.h>
 
 extern "C" {
-#include "model/backend.h"
 #include "base/util.h"
+#include "model/backend.h"
 }
 
+// This backend exists only in the float build (`real` = float): scalars that cross into it
+// are float, and its pointers hold bf16 tensors or fp32 statistics whatever `real` says.
+static_assert(sizeof(real) == sizeof(float), "the CUDA backend is built with real = float only");
+
 typedef __nv_bfloat16 bf16;
+
+// The ops of the families this backend has (kernels/<family>/*.cu), each declared with
+// exactly its member's type (model/ops/op_table.h), plus the optional fused ops it offers.
+#define CUDA_DECLARE_CORE(member) OP_DECLARE(CoreOps, cuda_, member)
+#define CUDA_DECLARE_NORM_GLU(member) OP_DECLARE(NormGluOps, cuda_, member)
+#define CUDA_DECLARE_OPTIM(member) OP_DECLARE(OptimOps, cuda_, member)
+extern "C" {
+CORE_OPS(CUDA_DECLARE_CORE)
+NORM_GLU_OPS(CUDA_DECLARE_NORM_GLU)
+OPTIM_OPS(CUDA_DECLARE_OPTIM)
+OP_DECLARE(CoreOps, cuda_, matmul_gelu_forward)
+OP_DECLARE(CoreOps, cuda_, matmul_backward_gelu)
+OP_DECLARE(CoreOps, cuda_, add_layernorm_forward)
+OP_DECLARE(CoreOps, cuda_, layernorm_backward_add)
+OP_DECLARE(OptimOps, cuda_, adamw_update_multi)
+// the families' CUDA tables (kernels/<family>/table.cu)
+const CoreOps *cuda_core_ops(void);
+const NormGluOps *cuda_norm_glu_ops(void);
+const OptimOps *cuda_optim_ops(void);
+}
 
 // ---- errors ----
 [[noreturn]] void cuda_fail(const char *what, const char *err, const char *file, int line);

@@ -19,7 +19,6 @@ void attnres_params(const Config *c, ParamTable *t, AttnResParams *p, const char
 
 void attnres_layout(const Model *m, Carver *cv, AttnResActs *a, int n) {
     const size_t N = (size_t)m->max_B * m->max_T;
-    BACKEND_REQUIRE(m->be, attnres_forward, "Block AttnRes (attn_res_block > 0)");
     a->n = n;
     a->out = carve(cv, N * m->cfg.d_model);
     a->probs = carve_stat(cv, N * n);  // fp32 statistics (§4.4)
@@ -35,13 +34,13 @@ void attnres_free(AttnResActs *a) {
 
 void attnres_forward(Model *m, const AttnResParams *p, AttnResActs *a, const real *const *srcs, int N) {
     for (int i = 0; i < a->n; i++) a->srcs[i] = srcs[i];
-    m->be->attnres_forward(a->out, a->probs, a->logits, a->rstd, a->srcs, a->n, model_tensor(m, m->params, p->query),
+    m->be->attnres->attnres_forward(a->out, a->probs, a->logits, a->rstd, a->srcs, a->n, model_tensor(m, m->params, p->query),
                            model_tensor(m, m->params, p->norm), N, m->cfg.d_model, m->cfg.norm_eps);
 }
 
 void attnres_backward(Model *m, const AttnResParams *p, const AttnResActs *a, real *const *dsrcs, const real *dout,
                       int N) {
-    m->be->attnres_backward(dsrcs, model_tensor(m, m->grads, p->query), model_tensor(m, m->grads, p->norm),
+    m->be->attnres->attnres_backward(dsrcs, model_tensor(m, m->grads, p->query), model_tensor(m, m->grads, p->norm),
                             m->acts.ar_work, dout, a->srcs, a->n, model_tensor(m, m->params, p->query),
                             model_tensor(m, m->params, p->norm), a->probs, a->logits, a->rstd, N, m->cfg.d_model);
 }

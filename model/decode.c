@@ -21,8 +21,7 @@ int model_decode_supported(const Model *m) {
     if (m->cfg.moe_experts > 0 || m->cfg.attn_res_block > 0) return 0;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const char x = m->cfg.layers[l];
-        if (x == 'A' && !be->attention_step) return 0;
-        if (is_linear(x) && (!be->delta_step || !be->linear_attn_step || !be->short_conv_step)) return 0;
+        if (is_linear(x) && !be->delta_rule) return 0;
         if (x != 'A' && !is_linear(x)) return 0;
     }
     return 1;
@@ -78,7 +77,7 @@ void model_decode_step(Decoder *d, Model *m, int token, float *logits) {
     if (d->bounded && pos >= d->max_len) die("decode: position %d is past the %d tokens the caches were made for", pos, d->max_len);
     be->upload_tokens(d->token, &token, 1);
     const real *wpe = mp->pos_embed >= 0 ? backend_offset(be, P(mp->pos_embed), (size_t)pos * C) : NULL;
-    be->embed_forward(a->encoded, d->token, P(mp->tok_embed), wpe, 1, 1, C);
+    be->core->embed_forward(a->encoded, d->token, P(mp->tok_embed), wpe, 1, 1, C);
     const real *x = a->encoded;
     for (int l = 0; l < c->n_layer; l++) {
         const BlockParams *p = &mp->blocks[l];
@@ -90,14 +89,14 @@ void model_decode_step(Decoder *d, Model *m, int token, float *logits) {
         case 'K': case 'G': case 'D': case 'L': linear_decode_step(m, l, &lc->lin, b->mixer_out, b->norm1.out); break;
         default: die("decode: no decode step for layer type '%c'", lc->mixer);
         }
-        be->add_forward(b->res_mid, x, b->mixer_out, (size_t)C);
+        be->core->add_forward(b->res_mid, x, b->mixer_out, (size_t)C);
         norm_forward(m, &p->norm2, &b->norm2, b->res_mid, 1);
         mlp_forward(m, l, b->channel_out, b->norm2.out, 1, 1);
-        be->add_forward(b->res_out, b->res_mid, b->channel_out, (size_t)C);
+        be->core->add_forward(b->res_out, b->res_mid, b->channel_out, (size_t)C);
         x = b->res_out;
     }
     norm_forward(m, &mp->normf, &a->normf, x, 1);
-    be->matmul_forward(a->logits, a->normf.out, P(mp->lm_head), NULL, 1, C, c->padded_vocab_size);
+    be->core->matmul_forward(a->logits, a->normf.out, P(mp->lm_head), NULL, 1, C, c->padded_vocab_size);
     be->download(logits, a->logits, (size_t)c->padded_vocab_size);
     // the activation buffers now hold this one row: no backward, logits row (0, 0)
     m->last_B = m->last_T = 1;

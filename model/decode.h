@@ -17,7 +17,7 @@
 #include "model.h"
 
 // 'A': the packed qkv row of every token so far, (max_len, 3C), as attention_forward
-// reads them; attention_step attends the newest row to all of them.
+// reads them; attention_cached attends the newest row to all of them.
 typedef struct {
     real *qkv;
 } AttnCache;

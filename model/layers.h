@@ -12,19 +12,19 @@
 #define HYBRID_LAYERS_H
 
 #include "base/carve.h"
+#include "model/backend.h"
 #include "config.h"
 #include "params.h"
 #include "base/util.h"
 
 struct Model;
 
-// In a module's layout: dies, naming the backend and the layer type, if the backend lacks an
-// op the module calls (today the CUDA backend has no KDA/MLA/MoE/AttnRes kernels, so such
-// configs are refused on --device cuda at model creation).
-#define BACKEND_REQUIRE(be, op, what)                                                                  \
-    do {                                                                                               \
-        if (!(be)->op) die("backend %s has no %s yet, which %s needs", (be)->name, #op, what);         \
-    } while (0)
+// The gated activation of the GLU MLPs (dense, shared and routed experts) as the config
+// says. The SiTU constants are rounded to `real`: the precision the build computes in.
+static inline GluAct model_glu_act(const Config *c) {
+    GluAct a = {c->mlp == MLP_SITU ? GLU_SITU : GLU_SWIGLU, (real)c->situ_beta, (real)c->situ_linear_beta};
+    return a;
+}
 
 // ---- A: causal softmax multi-head attention (GPT-2) ----
 typedef struct {

@@ -25,10 +25,10 @@ void attn_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     const AttnParams *p = &m->mp.blocks[l].attn;
     AttnActs *a = &m->acts.blocks[l].attn;
     const int N = B * T, C = m->cfg.d_model;
-    be->matmul_forward(a->qkv, in, model_tensor(m, m->params, p->qkv_w), model_tensor(m, m->params, p->qkv_b), N, C,
+    be->core->matmul_forward(a->qkv, in, model_tensor(m, m->params, p->qkv_w), model_tensor(m, m->params, p->qkv_b), N, C,
                        3 * C);
-    be->attention_forward(a->y, a->lse, a->qkv, B, T, C, m->cfg.n_head);
-    be->matmul_forward(out, a->y, model_tensor(m, m->params, p->out_w), model_tensor(m, m->params, p->out_b), N, C, C);
+    be->core->attention_forward(a->y, a->lse, a->qkv, B, T, C, m->cfg.n_head);
+    be->core->matmul_forward(out, a->y, model_tensor(m, m->params, p->out_w), model_tensor(m, m->params, p->out_b), N, C, C);
     a->in = (real *)in;
 }
 
@@ -37,9 +37,9 @@ void attn_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const AttnParams *p = &m->mp.blocks[l].attn;
     AttnActs *a = &m->acts.blocks[l].attn;
     const int N = B * T, C = m->cfg.d_model;
-    be->matmul_backward(a->dy, model_tensor(m, m->grads, p->out_w), model_tensor(m, m->grads, p->out_b), dout, a->y,
+    be->core->matmul_backward(a->dy, model_tensor(m, m->grads, p->out_w), model_tensor(m, m->grads, p->out_b), dout, a->y,
                         model_tensor(m, m->params, p->out_w), N, C, C);
-    be->attention_backward(a->dqkv, a->dy, a->qkv, a->y, a->lse, B, T, C, m->cfg.n_head);
-    be->matmul_backward(din, model_tensor(m, m->grads, p->qkv_w), model_tensor(m, m->grads, p->qkv_b), a->dqkv, a->in,
+    be->core->attention_backward(a->dqkv, a->dy, a->qkv, a->y, a->lse, B, T, C, m->cfg.n_head);
+    be->core->matmul_backward(din, model_tensor(m, m->grads, p->qkv_w), model_tensor(m, m->grads, p->qkv_b), a->dqkv, a->in,
                         model_tensor(m, m->params, p->qkv_w), N, C, 3 * C);
 }

@@ -41,21 +41,21 @@ static void core(Model *m, const LinShape *s, LinearActs *a, int B, int T, int b
         if (!backward) {
             real *o = AT(a->o, s->HV);
             if (s->kind == LINEAR_ATTN)
-                be->linear_attn_chunk_forward(o, NULL, NULL, q, k, v, NULL, NULL, s->scale, 1, Bc, Tc, s->H, s->K,
+                be->delta_rule->linear_attn_chunk_forward(o, NULL, NULL, q, k, v, NULL, NULL, s->scale, 1, Bc, Tc, s->H, s->K,
                                               s->V, off, nseq, chunk, a->workspace);
             else
-                be->delta_chunk_forward(s->kind, o, NULL, q, k, v, g, beta, NULL, s->scale, Bc, Tc, s->H, s->K, s->V,
+                be->delta_rule->delta_chunk_forward(s->kind, o, NULL, q, k, v, g, beta, NULL, s->scale, Bc, Tc, s->H, s->K, s->V,
                                         off, nseq, chunk, a->workspace);
         } else {
             real *dq = AT(a->dq, s->HK), *dk = AT(a->dk, s->HK), *dv = AT(a->dv, s->HV), *dg = AT(a->dg, G);
             real *dbeta = AT(a->dbeta, (size_t)s->H);
             const real *dout = AT(a->dout_core, s->HV);
             if (s->kind == LINEAR_ATTN)
-                be->linear_attn_chunk_backward(dq, dk, dv, NULL, NULL, dout, NULL, NULL, q, k, v, NULL, NULL,
+                be->delta_rule->linear_attn_chunk_backward(dq, dk, dv, NULL, NULL, dout, NULL, NULL, q, k, v, NULL, NULL,
                                                s->scale, 1, Bc, Tc, s->H, s->K, s->V, off, nseq, chunk,
                                                a->workspace);
             else
-                be->delta_chunk_backward(s->kind, dq, dk, dv, dg, dbeta, NULL, dout, NULL, q, k, v, g, beta, NULL,
+                be->delta_rule->delta_chunk_backward(s->kind, dq, dk, dv, dg, dbeta, NULL, dout, NULL, q, k, v, g, beta, NULL,
                                          s->scale, Bc, Tc, s->H, s->K, s->V, off, nseq, chunk, a->workspace);
         }
 #undef AT
@@ -65,17 +65,17 @@ static void core(Model *m, const LinShape *s, LinearActs *a, int B, int T, int b
 // short conv + SiLU over the flattened rows, cut at the sequence boundaries (§5.1)
 static void conv_forward(Model *m, real *y, const real *x, const real *w, int D, int W, int B, int T) {
     const LinearSegments *sg = &m->acts.seg;
-    if (sg->active) m->be->short_conv_forward(y, NULL, x, w, NULL, NULL, 1, B * T, D, W, sg->offsets, sg->nseq, 1);
-    else m->be->short_conv_forward(y, NULL, x, w, NULL, NULL, B, T, D, W, NULL, 0, 1);
+    if (sg->active) m->be->delta_rule->short_conv_forward(y, NULL, x, w, NULL, NULL, 1, B * T, D, W, sg->offsets, sg->nseq, 1);
+    else m->be->delta_rule->short_conv_forward(y, NULL, x, w, NULL, NULL, B, T, D, W, NULL, 0, 1);
 }
 
 static void conv_backward(Model *m, real *dx, real *dw, const real *dy, const real *x, const real *w, int D, int W,
                           int B, int T) {
     const LinearSegments *sg = &m->acts.seg;
     if (sg->active)
-        m->be->short_conv_backward(dx, dw, NULL, NULL, dy, NULL, x, w, NULL, NULL, 1, B * T, D, W, sg->offsets,
+        m->be->delta_rule->short_conv_backward(dx, dw, NULL, NULL, dy, NULL, x, w, NULL, NULL, 1, B * T, D, W, sg->offsets,
                                    sg->nseq, 1);
-    else m->be->short_conv_backward(dx, dw, NULL, NULL, dy, NULL, x, w, NULL, NULL, B, T, D, W, NULL, 0, 1);
+    else m->be->delta_rule->short_conv_backward(dx, dw, NULL, NULL, dy, NULL, x, w, NULL, NULL, B, T, D, W, NULL, 0, 1);
 }
 
 void linear_mixer_inputs(Model *m, int l, LinearActs *a, const real *in, int N) {
@@ -83,27 +83,27 @@ void linear_mixer_inputs(Model *m, int l, LinearActs *a, const real *in, int N) 
     const LinShape s = lin_shape(&m->cfg, m->cfg.layers[l]);
     const LinearParams *p = &m->mp.blocks[l].lin;
     const int C = m->cfg.d_model;
-    be->matmul_forward(a->qp, in, P(p->q_w), NULL, N, C, s.HK);
-    be->matmul_forward(a->kp, in, P(p->k_w), NULL, N, C, s.HK);
-    be->matmul_forward(a->vp, in, P(p->v_w), NULL, N, C, s.HV);
+    be->core->matmul_forward(a->qp, in, P(p->q_w), NULL, N, C, s.HK);
+    be->core->matmul_forward(a->kp, in, P(p->k_w), NULL, N, C, s.HK);
+    be->core->matmul_forward(a->vp, in, P(p->v_w), NULL, N, C, s.HV);
     if (s.kind == LINEAR_KDA) {  // g = gate(F_b F_a x), per channel (§5.2)
-        be->matmul_forward(a->fa, in, P(p->f_a), NULL, N, C, s.R);
-        be->matmul_forward(a->graw, a->fa, P(p->f_b), NULL, N, s.R, s.HK);
+        be->core->matmul_forward(a->fa, in, P(p->f_a), NULL, N, C, s.R);
+        be->core->matmul_forward(a->graw, a->fa, P(p->f_b), NULL, N, s.R, s.HK);
     } else if (s.kind == LINEAR_GDN) {  // g = gate(W_a x), per head (§5.3)
-        be->matmul_forward(a->graw, in, P(p->a_w), NULL, N, C, s.H);
+        be->core->matmul_forward(a->graw, in, P(p->a_w), NULL, N, C, s.H);
     }
     if (s.gate_dim)
-        be->decay_gate_forward(a->g, a->graw, P(p->A_log), P(p->dt_bias), (size_t)N, s.H, s.gate_dim, s.lower_bound);
+        be->delta_rule->decay_gate_forward(a->g, a->graw, P(p->A_log), P(p->dt_bias), (size_t)N, s.H, s.gate_dim, s.lower_bound);
     if (s.conv) {  // beta = sigmoid(W_b x)
-        be->matmul_forward(a->braw, in, P(p->b_w), NULL, N, C, s.H);
-        be->beta_forward(a->beta, a->braw, (size_t)N * s.H, 0);
+        be->core->matmul_forward(a->braw, in, P(p->b_w), NULL, N, C, s.H);
+        be->delta_rule->beta_forward(a->beta, a->braw, (size_t)N * s.H, 0);
     }
 }
 
 void linear_mixer_qk_norm(Model *m, int l, LinearActs *a, int N) {
     const LinShape s = lin_shape(&m->cfg, m->cfg.layers[l]);
-    m->be->l2norm_forward(a->q, a->q_rstd, a->qc, (size_t)N * s.H, s.K, (real)LINEAR_L2NORM_EPS);
-    m->be->l2norm_forward(a->k, a->k_rstd, a->kc, (size_t)N * s.H, s.K, (real)LINEAR_L2NORM_EPS);
+    m->be->delta_rule->l2norm_forward(a->q, a->q_rstd, a->qc, (size_t)N * s.H, s.K, (real)LINEAR_L2NORM_EPS);
+    m->be->delta_rule->l2norm_forward(a->k, a->k_rstd, a->kc, (size_t)N * s.H, s.K, (real)LINEAR_L2NORM_EPS);
 }
 
 void linear_mixer_output(Model *m, int l, LinearActs *a, real *out, const real *in, int N) {
@@ -114,16 +114,16 @@ void linear_mixer_output(Model *m, int l, LinearActs *a, real *out, const real *
     const size_t rows = (size_t)N * s.H;
     const real eps = (real)c->norm_eps;
     if (s.kind == LINEAR_KDA) {
-        be->matmul_forward(a->ga, in, P(p->g_a), NULL, N, c->d_model, s.R);
-        be->matmul_forward(a->z, a->ga, P(p->g_b), P(p->g_bias), N, s.R, s.HV);
-        be->gated_rmsnorm_forward(a->y, a->o_rstd, a->o, a->z, P(p->o_norm), rows, s.V, eps, 0);
+        be->core->matmul_forward(a->ga, in, P(p->g_a), NULL, N, c->d_model, s.R);
+        be->core->matmul_forward(a->z, a->ga, P(p->g_b), P(p->g_bias), N, s.R, s.HV);
+        be->delta_rule->gated_rmsnorm_forward(a->y, a->o_rstd, a->o, a->z, P(p->o_norm), rows, s.V, eps, 0);
     } else if (s.kind == LINEAR_GDN) {
-        be->matmul_forward(a->z, in, P(p->g_w), NULL, N, c->d_model, s.HV);
-        be->gated_rmsnorm_forward(a->y, a->o_rstd, a->o, a->z, P(p->o_norm), rows, s.V, eps, 1);
+        be->core->matmul_forward(a->z, in, P(p->g_w), NULL, N, c->d_model, s.HV);
+        be->delta_rule->gated_rmsnorm_forward(a->y, a->o_rstd, a->o, a->z, P(p->o_norm), rows, s.V, eps, 1);
     } else {
-        be->rmsnorm_forward(a->y, a->o_rstd, a->o, P(p->o_norm), (int)rows, s.V, eps);
+        be->norm_glu->rmsnorm_forward(a->y, a->o_rstd, a->o, P(p->o_norm), (int)rows, s.V, eps);
     }
-    be->matmul_forward(out, a->y, P(p->o_w), NULL, N, s.HV, c->d_model);
+    be->core->matmul_forward(out, a->y, P(p->o_w), NULL, N, s.HV, c->d_model);
 }
 
 void linear_forward(Model *m, int l, real *out, const real *in, int B, int T) {
@@ -147,8 +147,8 @@ void linear_forward(Model *m, int l, real *out, const real *in, int B, int T) {
 static void proj_backward(Model *m, LinearActs *a, real *din, int *first, int w, const real *dout, int N, int OC) {
     const int C = m->cfg.d_model;
     real *dst = *first ? din : a->dx;
-    m->be->matmul_backward(dst, G(w), NULL, dout, a->in, P(w), N, C, OC);
-    if (!*first) m->be->add_inplace(din, a->dx, (size_t)N * C);
+    m->be->core->matmul_backward(dst, G(w), NULL, dout, a->in, P(w), N, C, OC);
+    if (!*first) m->be->core->add_inplace(din, a->dx, (size_t)N * C);
     *first = 0;
 }
 
@@ -161,40 +161,40 @@ void linear_backward(Model *m, int l, real *din, const real *dout, int B, int T)
     const size_t rows = (size_t)N * s.H;
     int first = 1;
     // out = y W_o^T, then the output norm (and its gate)
-    be->matmul_backward(a->dy, G(p->o_w), NULL, dout, a->y, P(p->o_w), N, s.HV, m->cfg.d_model);
+    be->core->matmul_backward(a->dy, G(p->o_w), NULL, dout, a->y, P(p->o_w), N, s.HV, m->cfg.d_model);
     if (s.kind == LINEAR_KDA) {
-        be->gated_rmsnorm_backward(a->dout_core, a->dz, G(p->o_norm), a->dy, a->o, a->z, P(p->o_norm), a->o_rstd, rows,
+        be->delta_rule->gated_rmsnorm_backward(a->dout_core, a->dz, G(p->o_norm), a->dy, a->o, a->z, P(p->o_norm), a->o_rstd, rows,
                                    s.V, 0);
-        be->matmul_backward(a->dga, G(p->g_b), G(p->g_bias), a->dz, a->ga, P(p->g_b), N, s.R, s.HV);
+        be->core->matmul_backward(a->dga, G(p->g_b), G(p->g_bias), a->dz, a->ga, P(p->g_b), N, s.R, s.HV);
         proj_backward(m, a, din, &first, p->g_a, a->dga, N, s.R);
     } else if (s.kind == LINEAR_GDN) {
-        be->gated_rmsnorm_backward(a->dout_core, a->dz, G(p->o_norm), a->dy, a->o, a->z, P(p->o_norm), a->o_rstd, rows,
+        be->delta_rule->gated_rmsnorm_backward(a->dout_core, a->dz, G(p->o_norm), a->dy, a->o, a->z, P(p->o_norm), a->o_rstd, rows,
                                    s.V, 1);
         proj_backward(m, a, din, &first, p->g_w, a->dz, N, s.HV);
     } else {
-        be->rmsnorm_backward(a->dout_core, G(p->o_norm), a->dy, a->o, P(p->o_norm), a->o_rstd, (int)rows, s.V);
+        be->norm_glu->rmsnorm_backward(a->dout_core, G(p->o_norm), a->dy, a->o, P(p->o_norm), a->o_rstd, (int)rows, s.V);
     }
     // the core op: dq, dk, dv, dg, dbeta
     core(m, &s, a, B, T, 1);
     if (s.conv) {
-        be->beta_backward(a->db, a->dbeta, a->beta, rows, 0);
+        be->delta_rule->beta_backward(a->db, a->dbeta, a->beta, rows, 0);
         proj_backward(m, a, din, &first, p->b_w, a->db, N, s.H);
     }
     if (s.gate_dim) {
-        be->decay_gate_backward(a->dgraw, G(p->A_log), G(p->dt_bias), a->dg, a->graw, P(p->A_log), P(p->dt_bias),
+        be->delta_rule->decay_gate_backward(a->dgraw, G(p->A_log), G(p->dt_bias), a->dg, a->graw, P(p->A_log), P(p->dt_bias),
                                 (size_t)N, s.H, s.gate_dim, s.lower_bound);
         if (s.kind == LINEAR_KDA) {
-            be->matmul_backward(a->dfa, G(p->f_b), NULL, a->dgraw, a->fa, P(p->f_b), N, s.R, s.HK);
+            be->core->matmul_backward(a->dfa, G(p->f_b), NULL, a->dgraw, a->fa, P(p->f_b), N, s.R, s.HK);
             proj_backward(m, a, din, &first, p->f_a, a->dfa, N, s.R);
         } else {
             proj_backward(m, a, din, &first, p->a_w, a->dgraw, N, s.H);
         }
     }
     if (s.conv) {  // L2 norm, then conv + SiLU, then the projection (q, k share dqp)
-        be->l2norm_backward(a->dqc, a->dq, a->q, a->q_rstd, rows, s.K);
+        be->delta_rule->l2norm_backward(a->dqc, a->dq, a->q, a->q_rstd, rows, s.K);
         conv_backward(m, a->dqp, G(p->q_conv), a->dqc, a->qp, P(p->q_conv), s.HK, s.W, B, T);
         proj_backward(m, a, din, &first, p->q_w, a->dqp, N, s.HK);
-        be->l2norm_backward(a->dkc, a->dk, a->k, a->k_rstd, rows, s.K);
+        be->delta_rule->l2norm_backward(a->dkc, a->dk, a->k, a->k_rstd, rows, s.K);
         conv_backward(m, a->dqp, G(p->k_conv), a->dkc, a->kp, P(p->k_conv), s.HK, s.W, B, T);
         proj_backward(m, a, din, &first, p->k_w, a->dqp, N, s.HK);
         conv_backward(m, a->dvp, G(p->v_conv), a->dv, a->vp, P(p->v_conv), s.HV, s.W, B, T);

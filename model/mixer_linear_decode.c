@@ -55,13 +55,13 @@ void linear_decode_step(Model *m, int l, LinearCache *c, real *out, const real *
     a->in = (real *)in;
     linear_mixer_inputs(m, l, a, in, 1);
     if (s.conv) {
-        be->short_conv_step(a->qc, c->conv_q, a->qp, P(p->q_conv), NULL, 1, s.HK, s.W, 1);
-        be->short_conv_step(a->kc, c->conv_k, a->kp, P(p->k_conv), NULL, 1, s.HK, s.W, 1);
-        be->short_conv_step(a->v, c->conv_v, a->vp, P(p->v_conv), NULL, 1, s.HV, s.W, 1);
+        be->delta_rule->short_conv_step(a->qc, c->conv_q, a->qp, P(p->q_conv), NULL, 1, s.HK, s.W, 1);
+        be->delta_rule->short_conv_step(a->kc, c->conv_k, a->kp, P(p->k_conv), NULL, 1, s.HK, s.W, 1);
+        be->delta_rule->short_conv_step(a->v, c->conv_v, a->vp, P(p->v_conv), NULL, 1, s.HV, s.W, 1);
         linear_mixer_qk_norm(m, l, a, 1);
-        be->delta_step(s.kind, a->o, c->S, a->q, a->k, a->v, a->g, a->beta, s.scale, 1, s.H, s.K, s.V);
+        be->delta_rule->delta_step(s.kind, a->o, c->S, a->q, a->k, a->v, a->g, a->beta, s.scale, 1, s.H, s.K, s.V);
     } else {
-        be->linear_attn_step(a->o, c->S, c->z, a->q, a->k, a->v, s.scale, 1, 1, s.H, s.K, s.V);
+        be->delta_rule->linear_attn_step(a->o, c->S, c->z, a->q, a->k, a->v, s.scale, 1, 1, s.H, s.K, s.V);
     }
     linear_mixer_output(m, l, a, out, in, 1);
 }

@@ -119,11 +119,8 @@ void linear_layout(const Model *m, int l, Carver *cv, Carver *scratch, LinearAct
     a->dx = carve(scratch, N * C);
     // the chunkwise workspace, for up to lin_segment_cap sequences per call (linear_segments.c)
     const Backend *be = m->be;
-    if (!be->linear_workspace_size || !be->delta_chunk_forward || !be->linear_attn_chunk_forward ||
-        !be->short_conv_forward || !be->gated_rmsnorm_forward)
-        die("backend %s has no linear-attention ops (layer %d is '%c')", be->name, l, c->layers[l]);
     const int cap = lin_segment_cap(m->max_B, m->max_T, c->chunk_size), rows = (int)N;
-    size_t fwd = be->linear_workspace_size(s.kind, 0, 1, rows, s.H, s.K, s.V, cap, c->chunk_size);
-    size_t bwd = be->linear_workspace_size(s.kind, 1, 1, rows, s.H, s.K, s.V, cap, c->chunk_size);
+    size_t fwd = be->delta_rule->linear_workspace_size(s.kind, 0, 1, rows, s.H, s.K, s.V, cap, c->chunk_size);
+    size_t bwd = be->delta_rule->linear_workspace_size(s.kind, 1, 1, rows, s.H, s.K, s.V, cap, c->chunk_size);
     a->workspace = carve_bytes(scratch, fwd > bwd ? fwd : bwd);
 }

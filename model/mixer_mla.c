@@ -55,9 +55,6 @@ void mla_layout(const Model *m, Carver *cv, Carver *scratch, MlaActs *a) {
     const Config *c = &m->cfg;
     MlaDims d = dims(c);
     const size_t N = (size_t)m->max_B * m->max_T;
-    BACKEND_REQUIRE(m->be, attention_qkv_forward, "MLA ('M')");
-    BACKEND_REQUIRE(m->be, mla_build_k_forward, "MLA ('M')");
-    BACKEND_REQUIRE(m->be, rope_forward, "MLA ('M')");
     a->q = carve(cv, N * d.H * d.dqk);
     if (d.rq) {
         a->aq = carve(cv, N * d.rq);
@@ -116,42 +113,42 @@ void mla_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     a->in = (real *)in;
     // query path
     if (d.rq) {
-        be->matmul_forward(a->aq, in, PRM(p->q_a_w), NULL, N, d.C, d.rq);
-        be->rmsnorm_forward(a->aq_n, a->rstd_q, a->aq, PRM(p->q_a_norm), N, d.rq, (real)MLA_NORM_EPS);
-        be->matmul_forward(a->q, a->aq_n, PRM(p->q_b_w), NULL, N, d.rq, d.H * d.dqk);
+        be->core->matmul_forward(a->aq, in, PRM(p->q_a_w), NULL, N, d.C, d.rq);
+        be->norm_glu->rmsnorm_forward(a->aq_n, a->rstd_q, a->aq, PRM(p->q_a_norm), N, d.rq, (real)MLA_NORM_EPS);
+        be->core->matmul_forward(a->q, a->aq_n, PRM(p->q_b_w), NULL, N, d.rq, d.H * d.dqk);
     } else {
-        be->matmul_forward(a->q, in, PRM(p->q_w), NULL, N, d.C, d.H * d.dqk);
+        be->core->matmul_forward(a->q, in, PRM(p->q_w), NULL, N, d.C, d.H * d.dqk);
     }
     // KV latent path
-    be->matmul_forward(a->kv, in, PRM(p->kv_a_w), NULL, N, d.C, d.r + d.dr);
-    be->mla_split_kv_forward(a->c, a->kr, a->kv, N, d.r, d.dr);
-    be->rmsnorm_forward(a->c_n, a->rstd_c, a->c, PRM(p->kv_a_norm), N, d.r, (real)MLA_NORM_EPS);
+    be->core->matmul_forward(a->kv, in, PRM(p->kv_a_w), NULL, N, d.C, d.r + d.dr);
+    be->mla->mla_split_kv_forward(a->c, a->kr, a->kv, N, d.r, d.dr);
+    be->norm_glu->rmsnorm_forward(a->c_n, a->rstd_c, a->c, PRM(p->kv_a_norm), N, d.r, (real)MLA_NORM_EPS);
     if (c->mla_rope) {  // §1.6: only the decoupled slices rotate
         real *q_rope = backend_offset(be, a->q, (size_t)d.dn);
-        be->rope_forward(q_rope, q_rope, B, T, d.H, d.dr, d.H * d.dqk, d.dqk, pos0, c->mla_rope_theta);
-        be->rope_forward(a->kr, a->kr, B, T, 1, d.dr, d.dr, 0, pos0, c->mla_rope_theta);
+        be->mla->rope_forward(q_rope, q_rope, B, T, d.H, d.dr, d.H * d.dqk, d.dqk, pos0, c->mla_rope_theta);
+        be->mla->rope_forward(a->kr, a->kr, B, T, 1, d.dr, d.dr, 0, pos0, c->mla_rope_theta);
     }
     real *o = a->o;
     if (m->cached) {
         // §1.7: cache row t = [chat_t | kr_t] (the concatenation split_kv's backward writes)
         if (B != 1) die("mla: the cached forward takes one sequence at a time (B = %d)", B);
-        be->mla_split_kv_backward(backend_offset(be, a->cache, (size_t)pos0 * (d.r + d.dr)), a->c_n, a->kr, N, d.r,
+        be->mla->mla_split_kv_backward(backend_offset(be, a->cache, (size_t)pos0 * (d.r + d.dr)), a->c_n, a->kr, N, d.r,
                                   d.dr);
-        be->mla_absorbed_attention(o, a->q, a->cache, PRM(p->kv_b_w), N, pos0 + N, d.H, d.dn, d.dr, d.dv, d.r,
+        be->mla->mla_absorbed_attention(o, a->q, a->cache, PRM(p->kv_b_w), N, pos0 + N, d.H, d.dn, d.dr, d.dv, d.r,
                                    1.0 / sqrt((double)d.dqk));
     } else {
-        be->matmul_forward(a->e, a->c_n, PRM(p->kv_b_w), NULL, N, d.r, d.H * d.de);
-        be->mla_build_k_forward(a->k, a->e, a->kr, N, d.H, d.dn, d.dv, d.dr);
+        be->core->matmul_forward(a->e, a->c_n, PRM(p->kv_b_w), NULL, N, d.r, d.H * d.de);
+        be->mla->mla_build_k_forward(a->k, a->e, a->kr, N, d.H, d.dn, d.dv, d.dr);
         AttnLayout L = layout_of(&d, B, T);
-        be->attention_qkv_forward(o, a->lse, a->q, a->k, backend_offset(be, a->e, (size_t)d.dn), &L);
+        be->mla->attention_qkv_forward(o, a->lse, a->q, a->k, backend_offset(be, a->e, (size_t)d.dn), &L);
     }
     real *u = o;
     if (c->mla_gate) {
-        be->matmul_forward(a->z, in, PRM(p->gate_w), NULL, N, d.C, d.H * d.dv);
-        be->sigmoid_gate_forward(a->u, o, a->z, (size_t)N * d.H * d.dv);
+        be->core->matmul_forward(a->z, in, PRM(p->gate_w), NULL, N, d.C, d.H * d.dv);
+        be->mla->sigmoid_gate_forward(a->u, o, a->z, (size_t)N * d.H * d.dv);
         u = a->u;
     }
-    be->matmul_forward(out, u, PRM(p->out_w), NULL, N, d.H * d.dv, d.C);
+    be->core->matmul_forward(out, u, PRM(p->out_w), NULL, N, d.H * d.dv, d.C);
 }
 
 void mla_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
@@ -164,41 +161,41 @@ void mla_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const size_t nv = (size_t)N * d.H * d.dv;
     // 1. output projection
     const real *u = c->mla_gate ? a->u : a->o;
-    be->matmul_backward(a->du, GRD(p->out_w), NULL, dout, u, PRM(p->out_w), N, d.H * d.dv, d.C);
+    be->core->matmul_backward(a->du, GRD(p->out_w), NULL, dout, u, PRM(p->out_w), N, d.H * d.dv, d.C);
     // 2. gate: do = du sigma(z), dz -> W_g and the first dx contribution
     const real *d_o = a->du;
     int dx_written = 0;
     if (c->mla_gate) {
-        be->sigmoid_gate_backward(a->d_o, a->dz, a->du, a->o, a->z, nv);
-        be->matmul_backward(din, GRD(p->gate_w), NULL, a->dz, a->in, PRM(p->gate_w), N, d.C, d.H * d.dv);
+        be->mla->sigmoid_gate_backward(a->d_o, a->dz, a->du, a->o, a->z, nv);
+        be->core->matmul_backward(din, GRD(p->gate_w), NULL, a->dz, a->in, PRM(p->gate_w), N, d.C, d.H * d.dv);
         d_o = a->d_o;
         dx_written = 1;
     }
     // 3. attention: dq, dk, and dv straight into the v columns of de
     AttnLayout L = layout_of(&d, B, T);
-    be->attention_qkv_backward(a->dq, a->dk, backend_offset(be, a->de, (size_t)d.dn), d_o, a->q, a->k,
+    be->mla->attention_qkv_backward(a->dq, a->dk, backend_offset(be, a->de, (size_t)d.dn), d_o, a->q, a->k,
                                backend_offset(be, a->e, (size_t)d.dn), a->o, a->lse, &L);
     // 4. k = [k_nope | kr]: k_nope columns of de, dkr = sum over heads
-    be->mla_build_k_backward(a->de, a->dkr, a->dk, N, d.H, d.dn, d.dv, d.dr);
+    be->mla->mla_build_k_backward(a->de, a->dkr, a->dk, N, d.H, d.dn, d.dv, d.dr);
     if (c->mla_rope) {  // the transpose rotation, in place
         real *dq_rope = backend_offset(be, a->dq, (size_t)d.dn);
-        be->rope_backward(dq_rope, dq_rope, B, T, d.H, d.dr, d.H * d.dqk, d.dqk, 0, c->mla_rope_theta);
-        be->rope_backward(a->dkr, a->dkr, B, T, 1, d.dr, d.dr, 0, 0, c->mla_rope_theta);
+        be->mla->rope_backward(dq_rope, dq_rope, B, T, d.H, d.dr, d.H * d.dqk, d.dqk, 0, c->mla_rope_theta);
+        be->mla->rope_backward(a->dkr, a->dkr, B, T, 1, d.dr, d.dr, 0, 0, c->mla_rope_theta);
     }
     // 5-7. e = chat W_kvb^T, chat = RMSNorm(c), kv = [c | kr] = x W_kva^T
-    be->matmul_backward(a->dc_n, GRD(p->kv_b_w), NULL, a->de, a->c_n, PRM(p->kv_b_w), N, d.r, d.H * d.de);
-    be->rmsnorm_backward(a->dc, GRD(p->kv_a_norm), a->dc_n, a->c, PRM(p->kv_a_norm), a->rstd_c, N, d.r);
-    be->mla_split_kv_backward(a->dkv, a->dc, a->dkr, N, d.r, d.dr);
-    be->matmul_backward(dx_written ? a->dx : din, GRD(p->kv_a_w), NULL, a->dkv, a->in, PRM(p->kv_a_w), N, d.C,
+    be->core->matmul_backward(a->dc_n, GRD(p->kv_b_w), NULL, a->de, a->c_n, PRM(p->kv_b_w), N, d.r, d.H * d.de);
+    be->norm_glu->rmsnorm_backward(a->dc, GRD(p->kv_a_norm), a->dc_n, a->c, PRM(p->kv_a_norm), a->rstd_c, N, d.r);
+    be->mla->mla_split_kv_backward(a->dkv, a->dc, a->dkr, N, d.r, d.dr);
+    be->core->matmul_backward(dx_written ? a->dx : din, GRD(p->kv_a_w), NULL, a->dkv, a->in, PRM(p->kv_a_w), N, d.C,
                         d.r + d.dr);
-    if (dx_written) be->add_inplace(din, a->dx, (size_t)N * d.C);
+    if (dx_written) be->core->add_inplace(din, a->dx, (size_t)N * d.C);
     // 8. query path
     if (d.rq) {
-        be->matmul_backward(a->daq_n, GRD(p->q_b_w), NULL, a->dq, a->aq_n, PRM(p->q_b_w), N, d.rq, d.H * d.dqk);
-        be->rmsnorm_backward(a->daq, GRD(p->q_a_norm), a->daq_n, a->aq, PRM(p->q_a_norm), a->rstd_q, N, d.rq);
-        be->matmul_backward(a->dx, GRD(p->q_a_w), NULL, a->daq, a->in, PRM(p->q_a_w), N, d.C, d.rq);
+        be->core->matmul_backward(a->daq_n, GRD(p->q_b_w), NULL, a->dq, a->aq_n, PRM(p->q_b_w), N, d.rq, d.H * d.dqk);
+        be->norm_glu->rmsnorm_backward(a->daq, GRD(p->q_a_norm), a->daq_n, a->aq, PRM(p->q_a_norm), a->rstd_q, N, d.rq);
+        be->core->matmul_backward(a->dx, GRD(p->q_a_w), NULL, a->daq, a->in, PRM(p->q_a_w), N, d.C, d.rq);
     } else {
-        be->matmul_backward(a->dx, GRD(p->q_w), NULL, a->dq, a->in, PRM(p->q_w), N, d.C, d.H * d.dqk);
+        be->core->matmul_backward(a->dx, GRD(p->q_w), NULL, a->dq, a->in, PRM(p->q_w), N, d.C, d.H * d.dqk);
     }
-    be->add_inplace(din, a->dx, (size_t)N * d.C);
+    be->core->add_inplace(din, a->dx, (size_t)N * d.C);
 }

@@ -28,17 +28,17 @@ void mlp_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     const MlpParams *p = &m->mp.blocks[l].mlp;
     MlpActs *a = &m->acts.blocks[l].mlp;
     const int N = B * T, C = c->d_model, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
-    if (!is_glu(c) && be->matmul_gelu_forward) {  // optional fused op: the GELU in the GEMM epilogue
-        be->matmul_gelu_forward(a->act, a->h, in, model_tensor(m, m->params, p->up_w),
+    if (!is_glu(c) && be->core->matmul_gelu_forward) {  // optional fused op: the GELU in the GEMM epilogue
+        be->core->matmul_gelu_forward(a->act, a->h, in, model_tensor(m, m->params, p->up_w),
                                 model_tensor(m, m->params, p->up_b), N, C, H);
     } else {
-        be->matmul_forward(a->h, in, model_tensor(m, m->params, p->up_w), model_tensor(m, m->params, p->up_b), N, C,
+        be->core->matmul_forward(a->h, in, model_tensor(m, m->params, p->up_w), model_tensor(m, m->params, p->up_b), N, C,
                            up);
         if (is_glu(c))
-            be->glu_forward(a->act, a->h, N, H, c->mlp == MLP_SITU, (real)c->situ_beta, (real)c->situ_linear_beta);
-        else be->gelu_forward(a->act, a->h, (size_t)N * H);
+            be->norm_glu->glu_forward(a->act, a->h, N, H, model_glu_act(c));
+        else be->core->gelu_forward(a->act, a->h, (size_t)N * H);
     }
-    be->matmul_forward(out, a->act, model_tensor(m, m->params, p->down_w), model_tensor(m, m->params, p->down_b), N, H,
+    be->core->matmul_forward(out, a->act, model_tensor(m, m->params, p->down_w), model_tensor(m, m->params, p->down_b), N, H,
                        C);
     a->in = (real *)in;
 }
@@ -49,17 +49,16 @@ void mlp_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const MlpParams *p = &m->mp.blocks[l].mlp;
     MlpActs *a = &m->acts.blocks[l].mlp;
     const int N = B * T, C = c->d_model, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
-    if (!is_glu(c) && be->matmul_backward_gelu) {  // optional fused op: dGELU in the GEMM epilogue
-        be->matmul_backward_gelu(a->dh, model_tensor(m, m->grads, p->down_w), model_tensor(m, m->grads, p->down_b),
+    if (!is_glu(c) && be->core->matmul_backward_gelu) {  // optional fused op: dGELU in the GEMM epilogue
+        be->core->matmul_backward_gelu(a->dh, model_tensor(m, m->grads, p->down_w), model_tensor(m, m->grads, p->down_b),
                                  dout, a->act, model_tensor(m, m->params, p->down_w), a->h, N, H, C);
     } else {
-        be->matmul_backward(a->dact, model_tensor(m, m->grads, p->down_w), model_tensor(m, m->grads, p->down_b), dout,
+        be->core->matmul_backward(a->dact, model_tensor(m, m->grads, p->down_w), model_tensor(m, m->grads, p->down_b), dout,
                             a->act, model_tensor(m, m->params, p->down_w), N, H, C);
         if (is_glu(c))
-            be->glu_backward(a->dh, a->dact, a->h, N, H, c->mlp == MLP_SITU, (real)c->situ_beta,
-                             (real)c->situ_linear_beta);
-        else be->gelu_backward(a->dh, a->h, a->dact, (size_t)N * H);
+            be->norm_glu->glu_backward(a->dh, a->dact, a->h, N, H, model_glu_act(c));
+        else be->core->gelu_backward(a->dh, a->h, a->dact, (size_t)N * H);
     }
-    be->matmul_backward(din, model_tensor(m, m->grads, p->up_w), model_tensor(m, m->grads, p->up_b), a->dh, a->in,
+    be->core->matmul_backward(din, model_tensor(m, m->grads, p->up_w), model_tensor(m, m->grads, p->up_b), a->dh, a->in,
                         model_tensor(m, m->params, p->up_w), N, C, up);
 }

@@ -1,10 +1,10 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/block_ops.h"
 #include "base/util.h"
 
 // Saved activations (cv) and backward scratch shared by all blocks (scratch: each
@@ -65,6 +65,31 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
     scratch->used = scratch_max;
 }
 
+// Which op families the token mixer `mixer` calls.
+static unsigned mixer_families(char mixer) {
+    switch (mixer) {
+    case 'A': return FAMILY_CORE;
+    case 'M': return FAMILY_CORE | FAMILY_MLA | FAMILY_NORM_GLU;
+    default: return FAMILY_CORE | FAMILY_DELTA_RULE;
+    }
+}
+
+// Dies, naming the layer and the part of it, if the backend lacks a family the config needs.
+static void check_backend(const Model *m) {
+    const Config *c = &m->cfg;
+    char who[128];
+    backend_require(m->be, FAMILY_CORE, "every model");
+    if (c->norm == NORM_RMSNORM) backend_require(m->be, FAMILY_NORM_GLU, "norm = rmsnorm");
+    if (c->attn_res_block) backend_require(m->be, FAMILY_ATTNRES, "attn_res_block > 0");
+    for (int l = 0; l < c->n_layer; l++) {
+        snprintf(who, sizeof who, "layer %d (mixer '%c')", l, c->layers[l]);
+        backend_require(m->be, mixer_families(c->layers[l]), who);
+        snprintf(who, sizeof who, "layer %d (%s)", l, m->mp.blocks[l].moe_layer ? "MoE" : "the GLU MLP");
+        if (m->mp.blocks[l].moe_layer) backend_require(m->be, FAMILY_MOE | FAMILY_NORM_GLU, who);
+        else if (c->mlp != MLP_GELU) backend_require(m->be, FAMILY_NORM_GLU, who);
+    }
+}
+
 void model_create(Model *m, const Config *c, const Backend *be, int B, int T) { model_create_padded(m, c, be, B, T, 1); }
 
 size_t model_buffer_elems(const Model *m) { return m->buffer_elems; }
@@ -84,6 +109,7 @@ void model_create_padded(Model *m, const Config *c, const Backend *be, int B, in
     if (c->position == POS_LEARNED && T > c->context_length)
         die("model: sequence length %d exceeds context_length %d", T, c->context_length);
     params_build(c, &m->table, &m->mp);
+    check_backend(m);
     if (multiple < 1) multiple = 1;
     m->buffer_elems = (m->table.total + multiple - 1) / multiple * multiple;
     m->params = be->alloc(m->buffer_elems * be->elem_size);
@@ -200,7 +226,7 @@ static void run_graph(Model *m, int B, int T, int pos0) {
     Acts *a = &m->acts;
     const int N = B * T, C = c->d_model, S = c->attn_res_block, L = c->n_layer;
     const real *wpe = mp->pos_embed >= 0 ? backend_offset(be, P(mp->pos_embed), (size_t)pos0 * C) : NULL;
-    be->embed_forward(a->encoded, a->tokens, P(mp->tok_embed), wpe, B, T, C);
+    be->core->embed_forward(a->encoded, a->tokens, P(mp->tok_embed), wpe, B, T, C);
     const real *Pc = a->encoded;  // the residual stream; with AttnRes the running partial sum
     int nb = 0;                   // AttnRes: blocks sealed so far
     const real *src[CONFIG_MAX_LAYERS + 2];
@@ -226,7 +252,7 @@ static void run_graph(Model *m, int B, int T, int pos0) {
         mixer_forward(m, l, b->mixer_out, b->norm1.out, B, T);
         b->pmid = b->mixer_out;
         if (Pc) {
-            if (S) be->add_forward(b->res_mid, Pc, b->mixer_out, (size_t)N * C);
+            if (S) be->core->add_forward(b->res_mid, Pc, b->mixer_out, (size_t)N * C);
             else norm_forward_add(m, &p->norm2, &b->norm2, b->res_mid, Pc, b->mixer_out, N);
             b->pmid = b->res_mid;
         }
@@ -240,7 +266,7 @@ static void run_graph(Model *m, int B, int T, int pos0) {
         if (S || !Pc) norm_forward(m, &p->norm2, &b->norm2, b->xf_in, N);
         channel_forward(m, l, b->channel_out, b->norm2.out, B, T);
         if (S) {
-            be->add_forward(b->res_out, b->pmid, b->channel_out, (size_t)N * C);
+            be->core->add_forward(b->res_out, b->pmid, b->channel_out, (size_t)N * C);
         } else {  // with the next block's norm1, or the final norm
             const NormParams *np = l + 1 < L ? &mp->blocks[l + 1].norm1 : &mp->normf;
             NormActs *na = l + 1 < L ? &a->blocks[l + 1].norm1 : &a->normf;
@@ -257,7 +283,7 @@ static void run_graph(Model *m, int B, int T, int pos0) {
         h = a->ar_out.out;
     }
     if (!normed) norm_forward(m, &mp->normf, &a->normf, h, N);
-    be->matmul_forward(a->logits, a->normf.out, P(mp->lm_head), NULL, N, C, c->padded_vocab_size);
+    be->core->matmul_forward(a->logits, a->normf.out, P(mp->lm_head), NULL, N, C, c->padded_vocab_size);
 }
 
 double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
@@ -289,9 +315,9 @@ double model_forward(Model *m, const int *inputs, const int *targets, int B, int
     }
     m->last_count = count;
     be->upload_tokens(a->targets, targets, (size_t)N);
-    be->crossentropy_forward(a->losses, a->logits, a->targets, N, V, Vp);
+    be->core->crossentropy_forward(a->losses, a->logits, a->targets, N, V, Vp);
     // ignored rows have loss 0, so the mean is the sum over the rows that count
-    return count ? be->sum(a->losses, (size_t)N) / count : 0.0;
+    return count ? be->core->sum(a->losses, (size_t)N) / count : 0.0;
 }
 
 void model_backward(Model *m, float loss_scale) {
@@ -307,8 +333,8 @@ void model_backward(Model *m, float loss_scale) {
     // in place: the logits become dlogits (they are not needed after this)
     real dloss = m->last_count ? (real)loss_scale / (real)m->last_count : 0;
     m->backward_scale = loss_scale;  // the MoE balance loss enters with weight loss_scale
-    be->crossentropy_backward(a->logits, a->logits, a->targets, dloss, N, V, Vp);
-    be->matmul_backward(a->dbranch, G(mp->lm_head), NULL, a->logits, a->normf.out, P(mp->lm_head), N, C, Vp);
+    be->core->crossentropy_backward(a->logits, a->logits, a->targets, dloss, N, V, Vp);
+    be->core->matmul_backward(a->dbranch, G(mp->lm_head), NULL, a->logits, a->normf.out, P(mp->lm_head), N, C, Vp);
     const int S = c->attn_res_block, L = c->n_layer;
     const size_t nc = (size_t)N * C;
     // dP: the gradient of the current residual stream / AttnRes partial; with AttnRes one
@@ -349,7 +375,7 @@ void model_backward(Model *m, float loss_scale) {
         norm_backward(m, &p->norm1, &b->norm1, a->dtmp, a->dbranch, b->xa_in, N);
         AttnResPlan pa = attnres_plan(ATTNRES_ATTN, l, S, L);
         if (pa.identity) {  // layer 0: x_a = E, which is also block b_0
-            be->add_inplace(dB[0], a->dtmp, nc);
+            be->core->add_inplace(dB[0], a->dtmp, nc);
             dP = dB[0];
         } else if (pa.seal) {  // the partial read here IS block b_m; P was reset, so dP_in = dB_m
             int mb = pa.n_blocks;
@@ -363,7 +389,7 @@ void model_backward(Model *m, float loss_scale) {
             attnres_backward(m, &p->ar_attn, &b->ar_attn, dsrc, a->dtmp, N);
         }
     }
-    be->embed_backward(G(mp->tok_embed), G(mp->pos_embed), dP, a->tokens, B, T, C);
+    be->core->embed_backward(G(mp->tok_embed), G(mp->pos_embed), dP, a->tokens, B, T, C);
     if (m->grads_ready) m->grads_ready(m, -1, m->grads_ready_ctx);  // every gradient is final
 }
 

@@ -30,8 +30,6 @@ static MoeDims dims(const Config *c) {
     return d;
 }
 
-static int glu_kind(const Config *c) { return c->mlp == MLP_SITU; }
-
 void moe_params(const Config *c, ParamTable *t, int l, MoeParams *p) {
     MoeDims d = dims(c);
     const double s = c->init_std, so = params_resid_std(c);
@@ -60,9 +58,6 @@ void moe_params(const Config *c, ParamTable *t, int l, MoeParams *p) {
 void moe_layout(const Model *m, Carver *cv, Carver *scratch, MoeActs *a) {
     MoeDims d = dims(&m->cfg);
     const size_t N = (size_t)m->max_B * m->max_T, NK = N * d.K;
-    BACKEND_REQUIRE(m->be, router_forward, "MoE (moe_experts > 0)");
-    BACKEND_REQUIRE(m->be, moe_experts_forward, "MoE (moe_experts > 0)");
-    BACKEND_REQUIRE(m->be, moe_bias_update, "MoE (moe_experts > 0)");
     a->logits = carve(cv, N * d.E);
     a->scores = carve(cv, N * d.E);
     a->weights = carve(cv, NK);
@@ -135,55 +130,53 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     MoeActs *a = &m->acts.blocks[l].moe;
     const MoeDims d = dims(c);
     const int N = B * T;
-    const real beta = (real)c->situ_beta, lbeta = (real)c->situ_linear_beta;
     a->in = (real *)in;
     // router (§2.2): sigmoid scores, biased top-k selection, unbiased renormalised weights
-    be->matmul_forward(a->logits, in, PRM(p->router_w), NULL, N, d.C, d.E);
-    be->router_forward(a->sel, a->weights, a->scores, a->logits, PRM(p->router_bias), N, d.E, d.K, 0, c->moe_renorm,
+    be->core->matmul_forward(a->logits, in, PRM(p->router_w), NULL, N, d.C, d.E);
+    be->moe->router_forward(a->sel, a->weights, a->scores, a->logits, PRM(p->router_bias), N, d.E, d.K, ROUTER_SIGMOID, c->moe_renorm,
                        c->moe_route_scale);
-    be->moe_dispatch_plan(a->perm, a->pos, a->offsets, a->sel, N, d.K, d.E);
+    be->moe->moe_dispatch_plan(a->perm, a->pos, a->offsets, a->sel, N, d.K, d.E);
     // routed experts (§2.3, §2.7), in the latent space for variant B
     const real *zin = in;
     if (d.l) {
-        be->matmul_forward(a->z, in, PRM(p->latent_down), NULL, N, d.C, d.l);
+        be->core->matmul_forward(a->z, in, PRM(p->latent_down), NULL, N, d.C, d.l);
         zin = a->z;
     }
-    be->moe_gather_forward(a->xp, zin, a->perm, N, d.K, d.De);
+    be->moe->moe_gather_forward(a->xp, zin, a->perm, N, d.K, d.De);
     MoeEp *ep = ep_for_forward(m, a);
     a->ep_last = ep ? ep->P : 1;
     if (ep) {  // rows to their experts' owners, the local experts, outputs back (§7)
         const size_t s13 = (size_t)2 * d.M * d.De, s2 = (size_t)d.De * d.M;
         ep_plan(m, ep, a->offsets, d.E);
         ep_dispatch(m, ep, ep->xe, a->xp, d.De);
-        be->moe_experts_forward(ep->ye, ep->he, ep->ae, ep->xe, local_experts(m, ep, PRM(p->w13), s13),
-                                local_experts(m, ep, PRM(p->w2), s2), ep->offsets, ep->El, d.De, d.M, glu_kind(c), beta,
-                                lbeta);
+        be->moe->moe_experts_forward(ep->ye, ep->he, ep->ae, ep->xe, local_experts(m, ep, PRM(p->w13), s13),
+                                local_experts(m, ep, PRM(p->w2), s2), ep->offsets, ep->El, d.De, d.M, model_glu_act(c));
         ep_combine(m, ep, a->yp, ep->ye, d.De);
     } else {
-        be->moe_experts_forward(a->yp, a->hp, a->ap, a->xp, PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M,
-                                glu_kind(c), beta, lbeta);
+        be->moe->moe_experts_forward(a->yp, a->hp, a->ap, a->xp, PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M,
+                                model_glu_act(c));
     }
-    be->moe_combine_forward(a->r, a->yp, a->weights, a->pos, N, d.K, d.De);
+    be->moe->moe_combine_forward(a->r, a->yp, a->weights, a->pos, N, d.K, d.De);
     const real *routed = a->r;
     if (d.l) {  // K3 Stable LatentMoE: W_up RMSNorm(r)
-        be->rmsnorm_forward(a->r_n, a->rstd_r, a->r, PRM(p->latent_norm), N, d.l, (real)c->norm_eps);
-        be->matmul_forward(a->routed, a->r_n, PRM(p->latent_up), NULL, N, d.l, d.C);
+        be->norm_glu->rmsnorm_forward(a->r_n, a->rstd_r, a->r, PRM(p->latent_norm), N, d.l, (real)c->norm_eps);
+        be->core->matmul_forward(a->routed, a->r_n, PRM(p->latent_up), NULL, N, d.l, d.C);
         routed = a->routed;
     }
     // shared experts: one full-width GLU MLP on x
     if (d.Ms) {
-        be->matmul_forward(a->hs, in, PRM(p->shared_up), NULL, N, d.C, 2 * d.Ms);
-        be->glu_forward(a->as, a->hs, N, d.Ms, glu_kind(c), beta, lbeta);
-        be->matmul_forward(a->shared, a->as, PRM(p->shared_down), NULL, N, d.Ms, d.C);
-        be->add_forward(out, routed, a->shared, (size_t)N * d.C);
+        be->core->matmul_forward(a->hs, in, PRM(p->shared_up), NULL, N, d.C, 2 * d.Ms);
+        be->norm_glu->glu_forward(a->as, a->hs, N, d.Ms, model_glu_act(c));
+        be->core->matmul_forward(a->shared, a->as, PRM(p->shared_down), NULL, N, d.Ms, d.C);
+        be->core->add_forward(out, routed, a->shared, (size_t)N * d.C);
     } else {  // out = routed
         be->zero(out, (size_t)N * d.C);
-        be->add_inplace(out, routed, (size_t)N * d.C);
+        be->core->add_inplace(out, routed, (size_t)N * d.C);
     }
     // optional balance loss (§2.6 C), per sequence of T tokens, only when training
     a->aux_loss = 0;
     if (c->moe_aux_loss_coef > 0 && m->last_has_targets)
-        a->aux_loss = be->moe_aux_loss_forward(a->scores, a->sel, N, d.E, d.K, T, c->moe_aux_loss_coef);
+        a->aux_loss = be->moe->moe_aux_loss_forward(a->scores, a->sel, N, d.E, d.K, T, c->moe_aux_loss_coef);
 }
 
 void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
@@ -194,54 +187,52 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const MoeDims d = dims(c);
     const int N = B * T;
     const size_t nc = (size_t)N * d.C;
-    const real beta = (real)c->situ_beta, lbeta = (real)c->situ_linear_beta;
     // shared MLP (writes din)
     if (d.Ms) {
-        be->matmul_backward(a->das, GRD(p->shared_down), NULL, dout, a->as, PRM(p->shared_down), N, d.Ms, d.C);
-        be->glu_backward(a->dhs, a->das, a->hs, N, d.Ms, glu_kind(c), beta, lbeta);
-        be->matmul_backward(din, GRD(p->shared_up), NULL, a->dhs, a->in, PRM(p->shared_up), N, d.C, 2 * d.Ms);
+        be->core->matmul_backward(a->das, GRD(p->shared_down), NULL, dout, a->as, PRM(p->shared_down), N, d.Ms, d.C);
+        be->norm_glu->glu_backward(a->dhs, a->das, a->hs, N, d.Ms, model_glu_act(c));
+        be->core->matmul_backward(din, GRD(p->shared_up), NULL, a->dhs, a->in, PRM(p->shared_up), N, d.C, 2 * d.Ms);
     } else {
         be->zero(din, nc);
     }
     // routed output side (§2.5 step 1)
     const real *dr = dout;
     if (d.l) {
-        be->matmul_backward(a->dr_n, GRD(p->latent_up), NULL, dout, a->r_n, PRM(p->latent_up), N, d.l, d.C);
-        be->rmsnorm_backward(a->dr, GRD(p->latent_norm), a->dr_n, a->r, PRM(p->latent_norm), a->rstd_r, N, d.l);
+        be->core->matmul_backward(a->dr_n, GRD(p->latent_up), NULL, dout, a->r_n, PRM(p->latent_up), N, d.l, d.C);
+        be->norm_glu->rmsnorm_backward(a->dr, GRD(p->latent_norm), a->dr_n, a->r, PRM(p->latent_norm), a->rstd_r, N, d.l);
         dr = a->dr;
     }
     // steps 2-4: combine, experts, gather
-    be->moe_combine_backward(a->dyp, a->dweights, dr, a->yp, a->weights, a->pos, N, d.K, d.De);
+    be->moe->moe_combine_backward(a->dyp, a->dweights, dr, a->yp, a->weights, a->pos, N, d.K, d.De);
     if (a->ep_last > 1) {  // the transpose of the forward's exchange: dy to the owners, dx back
         MoeEp *ep = a->ep;
         const size_t s13 = (size_t)2 * d.M * d.De, s2 = (size_t)d.De * d.M;
         real *dye = ep->ye;  // the forward's output rows are not needed any more
         ep_dispatch(m, ep, dye, a->dyp, d.De);
-        be->moe_experts_backward(ep->dxe, local_experts(m, ep, GRD(p->w13), s13), local_experts(m, ep, GRD(p->w2), s2),
+        be->moe->moe_experts_backward(ep->dxe, local_experts(m, ep, GRD(p->w13), s13), local_experts(m, ep, GRD(p->w2), s2),
                                  ep->dhe, ep->dae, dye, ep->xe, ep->he, ep->ae, local_experts(m, ep, PRM(p->w13), s13),
-                                 local_experts(m, ep, PRM(p->w2), s2), ep->offsets, ep->El, d.De, d.M, glu_kind(c),
-                                 beta, lbeta);
+                                 local_experts(m, ep, PRM(p->w2), s2), ep->offsets, ep->El, d.De, d.M, model_glu_act(c));
         ep_combine(m, ep, a->dxp, ep->dxe, d.De);
     } else {
-        be->moe_experts_backward(a->dxp, GRD(p->w13), GRD(p->w2), a->dhp, a->dap, a->dyp, a->xp, a->hp, a->ap,
-                                 PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M, glu_kind(c), beta, lbeta);
+        be->moe->moe_experts_backward(a->dxp, GRD(p->w13), GRD(p->w2), a->dhp, a->dap, a->dyp, a->xp, a->hp, a->ap,
+                                 PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M, model_glu_act(c));
     }
-    be->moe_gather_backward(a->dxin, a->dxp, a->pos, N, d.K, d.De);
+    be->moe->moe_gather_backward(a->dxin, a->dxp, a->pos, N, d.K, d.De);
     if (d.l) {
-        be->matmul_backward(a->dx, GRD(p->latent_down), NULL, a->dxin, a->in, PRM(p->latent_down), N, d.C, d.l);
-        be->add_inplace(din, a->dx, nc);
+        be->core->matmul_backward(a->dx, GRD(p->latent_down), NULL, a->dxin, a->in, PRM(p->latent_down), N, d.C, d.l);
+        be->core->add_inplace(din, a->dx, nc);
     } else {
-        be->add_inplace(din, a->dxin, nc);
+        be->core->add_inplace(din, a->dxin, nc);
     }
     // steps 5-7: router, selection fixed; the balance loss reaches every score
-    be->router_weights_backward(a->dscores, a->dweights, a->scores, a->sel, N, d.E, d.K, c->moe_renorm,
+    be->moe->router_weights_backward(a->dscores, a->dweights, a->scores, a->sel, N, d.E, d.K, c->moe_renorm,
                                 c->moe_route_scale);
     if (c->moe_aux_loss_coef > 0)
-        be->moe_aux_loss_backward(a->dscores, a->scores, a->sel, N, d.E, d.K, T, c->moe_aux_loss_coef,
+        be->moe->moe_aux_loss_backward(a->dscores, a->scores, a->sel, N, d.E, d.K, T, c->moe_aux_loss_coef,
                                   m->backward_scale);
-    be->router_scores_backward(a->dlogits, a->dscores, a->scores, N, d.E, 0);
-    be->matmul_backward(a->dx, GRD(p->router_w), NULL, a->dlogits, a->in, PRM(p->router_w), N, d.C, d.E);
-    be->add_inplace(din, a->dx, nc);
+    be->moe->router_scores_backward(a->dlogits, a->dscores, a->scores, N, d.E, ROUTER_SIGMOID);
+    be->core->matmul_backward(a->dx, GRD(p->router_w), NULL, a->dlogits, a->in, PRM(p->router_w), N, d.C, d.E);
+    be->core->add_inplace(din, a->dx, nc);
     // the step's expert loads for the bias update (§2.6 A): training micro-batches only
-    be->moe_count(a->counts, a->sel, N, d.K, d.E);
+    be->moe->moe_count(a->counts, a->sel, N, d.K, d.E);
 }

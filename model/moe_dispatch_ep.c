@@ -74,14 +74,14 @@ void ep_dispatch(const Model *m, MoeEp *ep, real *dst, const real *src, int widt
     ep_elems(ep, width);
     const size_t *n = ep->elems;
     m->comm->alltoallv(m->comm, src, n, n + P, ep->work, n + 2 * P, n + 3 * P, DT_REAL, COMM_EP);
-    m->be->moe_gather_forward(dst, ep->work, ep->perm_e, ep->recv_total, 1, width);
+    m->be->moe->moe_gather_forward(dst, ep->work, ep->perm_e, ep->recv_total, 1, width);
 }
 
 void ep_combine(const Model *m, MoeEp *ep, real *dst, const real *src, int width) {
     const int P = ep->P;
     ep_elems(ep, width);
     const size_t *n = ep->elems;
-    m->be->moe_gather_forward(ep->work, src, ep->perm_s, ep->recv_total, 1, width);
+    m->be->moe->moe_gather_forward(ep->work, src, ep->perm_s, ep->recv_total, 1, width);
     m->comm->alltoallv(m->comm, ep->work, n + 2 * P, n + 3 * P, dst, n, n + P, DT_REAL, COMM_EP);
 }
 

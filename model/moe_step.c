@@ -7,7 +7,6 @@
 #include <stdlib.h>
 
 #include "model.h"
-#include "ops/block_ops.h"
 #include "base/util.h"
 
 int model_has_moe(const Model *m) {
@@ -33,7 +32,7 @@ void model_moe_step(Model *m, float *master, MoeStepStats *st) {
         s.cv_max = fmax(s.cv_max, ls.cv);
         s.layers++;
         if (c->moe_bias_update_rate > 0)
-            m->be->moe_bias_update(model_tensor(m, m->params, p->moe.router_bias),
+            m->be->moe->moe_bias_update(model_tensor(m, m->params, p->moe.router_bias),
                                    master ? master + m->table.items[p->moe.router_bias].offset : NULL, a->counts, E,
                                    c->moe_bias_update_rate);
         m->be->copy_from_host(a->counts, zeros, sizeof(long) * (size_t)E);

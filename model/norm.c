@@ -28,8 +28,8 @@ void norm_forward(Model *m, const NormParams *p, NormActs *a, const real *in, in
     const int C = m->cfg.d_model;
     const real eps = (real)m->cfg.norm_eps;
     real *w = model_tensor(m, m->params, p->w), *b = model_tensor(m, m->params, p->b);
-    if (m->cfg.norm == NORM_LAYERNORM) m->be->layernorm_forward(a->out, a->mean, a->rstd, in, w, b, N, C, eps);
-    else m->be->rmsnorm_forward(a->out, a->rstd, in, w, N, C, eps);
+    if (m->cfg.norm == NORM_LAYERNORM) m->be->core->layernorm_forward(a->out, a->mean, a->rstd, in, w, b, N, C, eps);
+    else m->be->norm_glu->rmsnorm_forward(a->out, a->rstd, in, w, N, C, eps);
 }
 
 void norm_backward(Model *m, const NormParams *p, const NormActs *a, real *din, const real *dout, const real *in,
@@ -38,30 +38,30 @@ void norm_backward(Model *m, const NormParams *p, const NormActs *a, real *din, 
     real *w = model_tensor(m, m->params, p->w);
     real *dw = model_tensor(m, m->grads, p->w), *db = model_tensor(m, m->grads, p->b);
     if (m->cfg.norm == NORM_LAYERNORM)
-        m->be->layernorm_backward(din, dw, db, dout, in, w, a->mean, a->rstd, N, C);
-    else m->be->rmsnorm_backward(din, dw, dout, in, w, a->rstd, N, C);
+        m->be->core->layernorm_backward(din, dw, db, dout, in, w, a->mean, a->rstd, N, C);
+    else m->be->norm_glu->rmsnorm_backward(din, dw, dout, in, w, a->rstd, N, C);
 }
 
 void norm_forward_add(Model *m, const NormParams *p, NormActs *a, real *res, const real *x, const real *y, int N) {
     const int C = m->cfg.d_model;
-    if (m->cfg.norm == NORM_LAYERNORM && m->be->add_layernorm_forward) {
+    if (m->cfg.norm == NORM_LAYERNORM && m->be->core->add_layernorm_forward) {
         real *w = model_tensor(m, m->params, p->w), *b = model_tensor(m, m->params, p->b);
-        m->be->add_layernorm_forward(res, a->out, a->mean, a->rstd, x, y, w, b, N, C, (real)m->cfg.norm_eps);
+        m->be->core->add_layernorm_forward(res, a->out, a->mean, a->rstd, x, y, w, b, N, C, (real)m->cfg.norm_eps);
         return;
     }
-    m->be->add_forward(res, x, y, (size_t)N * C);
+    m->be->core->add_forward(res, x, y, (size_t)N * C);
     norm_forward(m, p, a, res, N);
 }
 
 void norm_backward_add(Model *m, const NormParams *p, const NormActs *a, real *dres, const real *dout, const real *in,
                        int N, real *tmp) {
     const int C = m->cfg.d_model;
-    if (m->cfg.norm == NORM_LAYERNORM && m->be->layernorm_backward_add) {
+    if (m->cfg.norm == NORM_LAYERNORM && m->be->core->layernorm_backward_add) {
         real *w = model_tensor(m, m->params, p->w);
         real *dw = model_tensor(m, m->grads, p->w), *db = model_tensor(m, m->grads, p->b);
-        m->be->layernorm_backward_add(dres, dw, db, dout, in, w, a->mean, a->rstd, N, C);
+        m->be->core->layernorm_backward_add(dres, dw, db, dout, in, w, a->mean, a->rstd, N, C);
         return;
     }
     norm_backward(m, p, a, tmp, dout, in, N);
-    m->be->add_inplace(dres, tmp, (size_t)N * C);
+    m->be->core->add_inplace(dres, tmp, (size_t)N * C);
 }

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "optim/muon.h"
+#include "model/ops/optim/muon.h"
 
 int optimizer_uses_muon(const Config *c, const ParamInfo *p) {
     return c->optimizer == OPT_MUON && p->group == GROUP_MATRIX && p->ndim == 2;
@@ -181,7 +181,7 @@ void optimizer_destroy(Optimizer *o, const Model *model) {
     memset(o, 0, sizeof *o);
 }
 
-double grad_global_norm(const Model *model) { return sqrt(model->be->sum_squares(model->grads, model->table.total)); }
+double grad_global_norm(const Model *model) { return sqrt(model->be->core->sum_squares(model->grads, model->table.total)); }
 
 void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
     const Config *c = &model->cfg;
@@ -192,7 +192,7 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
     if (o->master && !o->master_ready) master_from_params(o, model);
     const double schedule = lr / c->lr;  // where the schedule is, as a fraction of the peak
     // AdamW tensors go in one adamw_update_multi call where the backend has it
-    const int multi = be->adamw_update_multi != NULL;
+    const int multi = be->optim->adamw_update_multi != NULL;
     int nseg = 0;
     size_t *seg_off = NULL, *seg_len = NULL;
     float *seg_lr = NULL, *seg_wd = NULL;
@@ -214,7 +214,7 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
         const real *grad = o->grad_shard ? backend_offset(be, o->grad_shard, a - o->lo) : backend_offset(be, model->grads, a);
         float *master = o->master ? o->master + (a - o->lo) : NULL;
         if (optimizer_uses_muon(c, p))
-            be->muon_update(param, grad, o->m + (a - o->lo), master, p->shape[0], p->shape[1], p->blocks,
+            be->optim->muon_update(param, grad, o->m + (a - o->lo), master, p->shape[0], p->shape[1], p->blocks,
                             (float)c->muon_momentum, c->muon_nesterov, c->muon_ns_steps,
                             c->muon_scale == MUON_SCALE_KEY_KELLER ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT, group_lr,
                             wd, (float)scale, o->work);
@@ -225,12 +225,12 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
             seg_wd[nseg] = wd;
             nseg++;
         } else
-            be->adamw_update(param, grad, o->m + (a - o->lo), o->v + (a - o->lo), master, b - a, group_lr,
+            be->optim->adamw_update(param, grad, o->m + (a - o->lo), o->v + (a - o->lo), master, b - a, group_lr,
                              (float)c->beta1, (float)c->beta2, (float)c->adam_eps, wd, (float)scale, o->t);
     }
     if (multi) {
         if (nseg)
-            be->adamw_update_multi(backend_offset(be, model->params, o->lo),
+            be->optim->adamw_update_multi(backend_offset(be, model->params, o->lo),
                                    o->grad_shard ? o->grad_shard : backend_offset(be, model->grads, o->lo), o->m, o->v,
                                    o->master, nseg, seg_off, seg_len, seg_lr, seg_wd, (float)c->beta1, (float)c->beta2,
                                    (float)c->adam_eps, (float)scale, o->t);

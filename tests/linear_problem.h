@@ -95,9 +95,9 @@ static inline void prob_forward(const Prob *p, int chunk, real *o, real *hT, rea
     const LinearDims *d = &p->d;
     const real *h0 = p->use_h0 ? p->h0 : NULL, *z0 = p->use_h0 ? p->z0 : NULL;
     size_t ws_bytes = chunk ? (prob_is_la(p) ? linear_attn_chunk_fwd_workspace_size(d, chunk)
-                                             : kda_chunk_fwd_workspace_size(d, chunk))
+                                             : delta_chunk_fwd_workspace_size(d, chunk))
                             : (prob_is_la(p) ? linear_attn_recurrent_fwd_workspace_size(d)
-                                             : kda_recurrent_fwd_workspace_size(d));
+                                             : delta_recurrent_fwd_workspace_size(d));
     void *ws = xmalloc(ws_bytes);
     const real s = p->scale;
     switch (p->variant) {
@@ -127,9 +127,9 @@ static inline void prob_backward(const Prob *p, int chunk, Result *res) {
     const real *h0 = p->use_h0 ? p->h0 : NULL, *z0 = p->use_h0 ? p->z0 : NULL;
     const real *dhT = p->use_dhT ? p->dhT : NULL, *dzT = p->use_dhT ? p->dzT : NULL;
     size_t ws_bytes = chunk ? (prob_is_la(p) ? linear_attn_chunk_bwd_workspace_size(d, chunk)
-                                             : kda_chunk_bwd_workspace_size(d, chunk))
+                                             : delta_chunk_bwd_workspace_size(d, chunk))
                             : (prob_is_la(p) ? linear_attn_recurrent_bwd_workspace_size(d)
-                                             : kda_recurrent_bwd_workspace_size(d));
+                                             : delta_recurrent_bwd_workspace_size(d));
     void *ws = xmalloc(ws_bytes);
     const real s = p->scale;
     switch (p->variant) {

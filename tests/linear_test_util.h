@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/ops/linear_ops.h"
+#include "model/ops/delta_rule/delta_rule.h"
 #include "base/rng.h"
 #include "base/util.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fd_check.h"
-#include "model/ops/block_ops.h"
+#include "model/backend.h"
 #include "testing.h"
 
 #define H_FD 1e-5

@@ -16,7 +16,7 @@
 #include <stdio.h>
 
 #include "hybrid_test_util.h"
-#include "model/ops/block_ops.h"
+#include "model/backend.h"
 #include "model/params.h"
 #include "testing.h"
 

@@ -148,7 +148,7 @@ static void decode_steps(void) {
             case V_KDA: kda_step(o, S, qt, kt, vt, gt, bt, p.scale, B, H, K, V); break;
             case V_GDN: gdn_step(o, S, qt, kt, vt, gt, bt, p.scale, B, H, K, V); break;
             case V_DELTANET: deltanet_step(o, S, qt, kt, vt, bt, p.scale, B, H, K, V); break;
-            default: linear_attn_step(o, S, z, qt, kt, vt, p.scale, variant == V_LA, B, H, K, V);
+            default: cpu_linear_attn_step(o, S, z, qt, kt, vt, p.scale, variant == V_LA, B, H, K, V);
             }
             for (int b = 0; b < B; b++)
                 for (int x = 0; x < H * V; x++)
@@ -184,7 +184,7 @@ static void strong_decay(void) {
             double dt = exp(log(1e-3) + rng_uniform(&r) * (log(1e-1) - log(1e-3)));
             dt_bias[i] = (real)(dt + log(-expm1(-dt)));
         }
-        kda_gate_forward(p.g, x, A_log, dt_bias, (size_t)T, H, gK, 0);
+        cpu_decay_gate_forward(p.g, x, A_log, dt_bias, (size_t)T, H, gK, 0);
         double gmin = 0;
         for (size_t i = 0; i < p.ng; i++) {
             if (p.g[i] < -20) p.g[i] = -20;  // "down to -20 per step"

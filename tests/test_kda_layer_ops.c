@@ -29,7 +29,7 @@ static double conv_loss(void *ctx) {
     const int N = c->offsets ? c->nseq : c->B;
     const size_t ny = (size_t)c->B * c->T * c->D, ns = (size_t)N * c->D * (c->W - 1);
     real *y = tnew(ny), *so = tnew(ns);
-    kda_short_conv_forward(y, so, c->x, c->w, c->bias, c->state_in, c->B, c->T, c->D, c->W, c->offsets, c->nseq,
+    cpu_short_conv_forward(y, so, c->x, c->w, c->bias, c->state_in, c->B, c->T, c->D, c->W, c->offsets, c->nseq,
                            c->silu);
     double L = dot(c->dy, y, ny) + dot(c->dso, so, ns);
     free(y), free(so);
@@ -51,7 +51,7 @@ static void conv_case(int B, int T, int D, int W, const int *offsets, int nseq, 
     fill_normal(&r, c.dy, nx, 1.0);
     fill_normal(&r, c.dso, ns, 1.0);
     real *dx = tnew(nx), *dw = tnew((size_t)D * W), *db = tnew(D), *dsi = tnew(ns);
-    kda_short_conv_backward(dx, dw, c.bias ? db : NULL, c.state_in ? dsi : NULL, c.dy, c.dso, c.x, c.w, c.bias,
+    cpu_short_conv_backward(dx, dw, c.bias ? db : NULL, c.state_in ? dsi : NULL, c.dy, c.dso, c.x, c.w, c.bias,
                             c.state_in, B, T, D, W, offsets, nseq, silu);
     char op[96];
     snprintf(op, sizeof op, "short conv %s%s", label, silu ? "" : " (no act)");
@@ -64,7 +64,7 @@ static void conv_case(int B, int T, int D, int W, const int *offsets, int nseq, 
     real *dw2 = tnew((size_t)D * W), *db2 = tnew(D);
     memcpy(dw2, dw, (size_t)D * W * sizeof(real));
     memcpy(db2, db, D * sizeof(real));
-    kda_short_conv_backward(dx, dw2, c.bias ? db2 : NULL, NULL, c.dy, c.dso, c.x, c.w, c.bias, c.state_in, B, T, D,
+    cpu_short_conv_backward(dx, dw2, c.bias ? db2 : NULL, NULL, c.dy, c.dso, c.x, c.w, c.bias, c.state_in, B, T, D,
                             W, offsets, nseq, silu);
     double acc_err = 0;
     for (int i = 0; i < D * W; i++) acc_err = fmax(acc_err, fabs((double)dw2[i] - 2.0 * dw[i]));
@@ -88,7 +88,7 @@ static void conv_decode(void) {
     fill_normal(&r, bias, D, 0.5);
     fill_normal(&r, s0, ns, 1.0);
     real *y = tnew(nx), *sT = tnew(ns);
-    kda_short_conv_forward(y, sT, x, w, bias, s0, B, T, D, W, NULL, 0, 1);
+    cpu_short_conv_forward(y, sT, x, w, bias, s0, B, T, D, W, NULL, 0, 1);
 
     // token by token
     real *st = tnew(ns), *xt = tnew((size_t)B * D), *yt = tnew((size_t)B * D);
@@ -96,7 +96,7 @@ static void conv_decode(void) {
     double err = 0;
     for (int t = 0; t < T; t++) {
         for (int b = 0; b < B; b++) memcpy(xt + (size_t)b * D, x + ((size_t)b * T + t) * D, D * sizeof(real));
-        kda_short_conv_step(yt, st, xt, w, bias, B, D, W, 1);
+        cpu_short_conv_step(yt, st, xt, w, bias, B, D, W, 1);
         for (int b = 0; b < B; b++)
             for (int c = 0; c < D; c++) err = fmax(err, fabs((double)yt[b * D + c] - y[((size_t)b * T + t) * D + c]));
     }
@@ -108,8 +108,8 @@ static void conv_decode(void) {
     for (int b = 0; b < B; b++) {
         real *ya = tnew((size_t)T * D), *mid = tnew((size_t)D * (W - 1)), *end = tnew((size_t)D * (W - 1));
         const real *xb = x + (size_t)b * T * D, *s0b = s0 + (size_t)b * D * (W - 1);
-        kda_short_conv_forward(ya, mid, xb, w, bias, s0b, 1, 2, D, W, NULL, 0, 1);
-        kda_short_conv_forward(ya + 2 * D, end, xb + 2 * D, w, bias, mid, 1, T - 2, D, W, NULL, 0, 1);
+        cpu_short_conv_forward(ya, mid, xb, w, bias, s0b, 1, 2, D, W, NULL, 0, 1);
+        cpu_short_conv_forward(ya + 2 * D, end, xb + 2 * D, w, bias, mid, 1, T - 2, D, W, NULL, 0, 1);
         e2 = fmax(e2, tensor_err(ya, y + (size_t)b * T * D, (size_t)T * D));
         e2 = fmax(e2, tensor_err(end, sT + (size_t)b * D * (W - 1), (size_t)D * (W - 1)));
         free(ya), free(mid), free(end);
@@ -128,7 +128,7 @@ typedef struct {
 static double l2_loss(void *ctx) {
     L2 *c = ctx;
     real *y = tnew(c->rows * c->D), *rs = tnew(c->rows);
-    kda_l2norm_forward(y, rs, c->x, c->rows, c->D, (real)1e-6);
+    cpu_l2norm_forward(y, rs, c->x, c->rows, c->D, (real)1e-6);
     double L = dot(c->dy, y, c->rows * c->D);
     free(y), free(rs);
     return L;
@@ -141,8 +141,8 @@ static void l2_case(void) {
     c.x[0] = (real)1e-3, c.x[1] = (real)-2e-3;  // include a nearly-zero row start
     fill_normal(&r, c.dy, 84, 1.0);
     real *y = tnew(84), *rs = tnew(12), *dx = tnew(84);
-    kda_l2norm_forward(y, rs, c.x, c.rows, c.D, (real)1e-6);
-    kda_l2norm_backward(dx, c.dy, y, rs, c.rows, c.D);
+    cpu_l2norm_forward(y, rs, c.x, c.rows, c.D, (real)1e-6);
+    cpu_l2norm_backward(dx, c.dy, y, rs, c.rows, c.D);
     report("l2norm", "dx", fd_check(l2_loss, &c, c.x, 84, dx, EPS));
     free(c.x), free(c.dy), free(y), free(rs), free(dx);
 }
@@ -158,7 +158,7 @@ static double gate_loss(void *ctx) {
     Gate *c = ctx;
     size_t n = c->N * c->H * c->K;
     real *g = tnew(n);
-    kda_gate_forward(g, c->x, c->A_log, c->dt_bias, c->N, c->H, c->K, c->lb);
+    cpu_decay_gate_forward(g, c->x, c->A_log, c->dt_bias, c->N, c->H, c->K, c->lb);
     double L = dot(c->dg, g, n);
     free(g);
     return L;
@@ -176,7 +176,7 @@ static void gate_case(int K, real lb, int use_A, int use_bias, const char *label
     if (c.dt_bias) fill_normal(&r, c.dt_bias, (size_t)H * K, 1.0);
     fill_normal(&r, c.dg, n, 1.0);
     real *dx = tnew(n), *dA = tnew(H), *dbias = tnew((size_t)H * K);
-    kda_gate_backward(dx, c.A_log ? dA : NULL, c.dt_bias ? dbias : NULL, c.dg, c.x, c.A_log, c.dt_bias, N, H, K, lb);
+    cpu_decay_gate_backward(dx, c.A_log ? dA : NULL, c.dt_bias ? dbias : NULL, c.dg, c.x, c.A_log, c.dt_bias, N, H, K, lb);
     char op[96];
     snprintf(op, sizeof op, "gate %s", label);
     report(op, "dx", fd_check(gate_loss, &c, c.x, n, dx, EPS));
@@ -184,7 +184,7 @@ static void gate_case(int K, real lb, int use_A, int use_bias, const char *label
     if (c.dt_bias) report(op, "ddt_bias", fd_check(gate_loss, &c, c.dt_bias, (size_t)H * K, dbias, EPS));
     // forward values are log-decays: <= 0, and >= lb for the lower-bound form
     real *g = tnew(n);
-    kda_gate_forward(g, c.x, c.A_log, c.dt_bias, N, H, K, lb);
+    cpu_decay_gate_forward(g, c.x, c.A_log, c.dt_bias, N, H, K, lb);
     int ok = 1;
     for (size_t i = 0; i < n; i++) ok &= g[i] <= 0 && (lb == 0 || g[i] >= lb);
     CHECK(ok, "%s: gate values out of range", op);
@@ -200,7 +200,7 @@ typedef struct {
 static double beta_loss(void *ctx) {
     Beta *c = ctx;
     real *beta = tnew(c->n);
-    kda_beta_forward(beta, c->b, c->n, c->neg);
+    cpu_beta_forward(beta, c->b, c->n, c->neg);
     double L = dot(c->dbeta, beta, c->n);
     free(beta);
     return L;
@@ -212,8 +212,8 @@ static void beta_case(int neg) {
     fill_normal(&r, c.b, 20, 2.0);
     fill_normal(&r, c.dbeta, 20, 1.0);
     real *beta = tnew(20), *db = tnew(20);
-    kda_beta_forward(beta, c.b, 20, neg);
-    kda_beta_backward(db, c.dbeta, beta, 20, neg);
+    cpu_beta_forward(beta, c.b, 20, neg);
+    cpu_beta_backward(db, c.dbeta, beta, 20, neg);
     report(neg ? "beta (2 sigmoid, neg eigval)" : "beta (sigmoid)", "db", fd_check(beta_loss, &c, c.b, 20, db, EPS));
     free(c.b), free(c.dbeta), free(beta), free(db);
 }
@@ -227,7 +227,7 @@ typedef struct {
 static double gnorm_loss(void *ctx) {
     GNorm *c = ctx;
     real *y = tnew(c->rows * c->D), *rs = tnew(c->rows);
-    kda_gated_rmsnorm_forward(y, rs, c->x, c->z, c->w, c->rows, c->D, (real)1e-5, c->swish);
+    cpu_gated_rmsnorm_forward(y, rs, c->x, c->z, c->w, c->rows, c->D, (real)1e-5, c->swish);
     double L = dot(c->dy, y, c->rows * c->D);
     free(y), free(rs);
     return L;
@@ -244,8 +244,8 @@ static void gnorm_case(int swish, int use_w) {
     if (c.w) fill_normal(&r, c.w, D, 1.0);
     fill_normal(&r, c.dy, n, 1.0);
     real *y = tnew(n), *rs = tnew(rows), *dx = tnew(n), *dz = tnew(n), *dw = tnew(D);
-    kda_gated_rmsnorm_forward(y, rs, c.x, c.z, c.w, rows, D, (real)1e-5, swish);
-    kda_gated_rmsnorm_backward(dx, dz, c.w ? dw : NULL, c.dy, c.x, c.z, c.w, rs, rows, D, swish);
+    cpu_gated_rmsnorm_forward(y, rs, c.x, c.z, c.w, rows, D, (real)1e-5, swish);
+    cpu_gated_rmsnorm_backward(dx, dz, c.w ? dw : NULL, c.dy, c.x, c.z, c.w, rs, rows, D, swish);
     char op[96];
     snprintf(op, sizeof op, "gated rmsnorm (%s%s)", swish ? "swish" : "sigmoid", use_w ? "" : ", no weight");
     report(op, "dx", fd_check(gnorm_loss, &c, c.x, n, dx, EPS));

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fd_check.h"
-#include "model/ops/block_ops.h"
+#include "model/backend.h"
 #include "testing.h"
 
 #define H_FD 1e-5
@@ -35,7 +35,7 @@ typedef struct {
 
 static double attn_loss(void *p) {
     AttnCtx *c = p;
-    cpu_attn_forward(c->out, c->lse, c->packed + c->qo, c->packed + c->ko, c->packed + c->vo, &c->L);
+    cpu_attention_qkv_forward(c->out, c->lse, c->packed + c->qo, c->packed + c->ko, c->packed + c->vo, &c->L);
     return dotv(c->out, c->R, (size_t)c->L.B * c->L.T * c->L.NH * c->L.dv);
 }
 
@@ -98,7 +98,7 @@ static void test_attention(void) {
     // backward into a packed gradient buffer pre-filled with a sentinel
     real *dpacked = zeros(np);
     for (size_t i = 0; i < np; i++) dpacked[i] = 7;
-    cpu_attn_backward(dpacked + c.qo, dpacked + c.ko, dpacked + c.vo, c.R, c.packed + c.qo, c.packed + c.ko,
+    cpu_attention_qkv_backward(dpacked + c.qo, dpacked + c.ko, dpacked + c.vo, c.R, c.packed + c.qo, c.packed + c.ko,
                       c.packed + c.vo, c.out, c.lse, &c.L);
     // columns not addressed by q/k/v (the pads and the gaps between v heads) stay untouched
     int touched = 0;
@@ -147,8 +147,8 @@ static void test_attention(void) {
             for (int i = 0; i < dv; i++) vc[(n * NH + h) * dv + i] = c.packed[n * c.W + c.vo + i];
         }
     AttnLayout Lc = {B, T, NH, dqk, dv, (int)c.W, dqk, NH * dqk, dqk, NH * dv, dv, c.L.scale};
-    cpu_attn_forward(out2, lse2, c.packed, c.packed + c.ko, c.packed + c.vo, &Lm);
-    cpu_attn_forward(c.out, c.lse, c.packed, kc, vc, &Lc);
+    cpu_attention_qkv_forward(out2, lse2, c.packed, c.packed + c.ko, c.packed + c.vo, &Lm);
+    cpu_attention_qkv_forward(c.out, c.lse, c.packed, kc, vc, &Lc);
     CHECK(max_abs_diff(out2, c.out, no) == 0.0, "MQA (head stride 0) forward differs from materialised heads");
     free(kc), free(vc), free(out2), free(lse2), free(dpacked);
     free(c.packed), free(c.out), free(c.lse), free(c.R);
@@ -268,7 +268,7 @@ static void mla_forward_attn(Mla *m) {
     cpu_block_linear_forward(m->e, m->chat, m->Wkvb, N, m->r, NH * (m->dn + m->dv));
     cpu_mla_build_k_forward(m->k, m->e, m->kr, N, NH, m->dn, m->dv, m->dr);
     AttnLayout L = mla_layout(m);
-    cpu_attn_forward(m->o, m->lse, m->q, m->k, m->e + m->dn, &L);
+    cpu_attention_qkv_forward(m->o, m->lse, m->q, m->k, m->e + m->dn, &L);
 }
 
 // gate + o_proj (§1.3 steps 5-6) applied to an attention output
@@ -311,7 +311,7 @@ static void mla_backward(Mla *m, MlaGrads *g, real **dkr_out, real **dk_out) {
     real *dq = zeros((size_t)N * NH * dqk), *dk = zeros((size_t)N * NH * dqk);
     real *de = zeros((size_t)N * NH * (m->dn + m->dv)), *dkr = zeros((size_t)N * m->dr);
     AttnLayout L = mla_layout(m);
-    cpu_attn_backward(dq, dk, de + m->dn, d_o, m->q, m->k, m->e + m->dn, m->o, m->lse, &L);
+    cpu_attention_qkv_backward(dq, dk, de + m->dn, d_o, m->q, m->k, m->e + m->dn, m->o, m->lse, &L);
     cpu_mla_build_k_backward(de, dkr, dk, N, NH, m->dn, m->dv, m->dr);  // 4
     if (m->rope) {
         cpu_rope_backward(dq + m->dn, dq + m->dn, m->B, m->T, NH, m->dr, NH * dqk, dqk, 0, m->rope_base);
@@ -455,8 +455,8 @@ static void test_attention_threads(void) {
         omp_set_num_threads(t + 1);
         real *o = zeros((size_t)N * NH * dv), *lse = zeros((size_t)N * NH);
         real *dq = zeros((size_t)N * NH * dqk), *dk = zeros((size_t)N * NH * dqk), *dvv = zeros((size_t)N * NH * dv);
-        cpu_attn_forward(o, lse, q, k, v, &L);
-        cpu_attn_backward(dq, dk, dvv, R, q, k, v, o, lse, &L);
+        cpu_attention_qkv_forward(o, lse, q, k, v, &L);
+        cpu_attention_qkv_backward(dq, dk, dvv, R, q, k, v, o, lse, &L);
         res[t][0] = o, res[t][1] = lse, res[t][2] = dq, res[t][3] = dk, res[t][4] = dvv;
     }
     omp_set_num_threads(1);

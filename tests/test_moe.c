@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "fd_check.h"
-#include "model/ops/block_ops.h"
+#include "model/backend.h"
 #include "testing.h"
 
 #define H_FD 1e-5
@@ -57,7 +57,7 @@ static double router_loss(void *p) {
     cpu_router_forward(c->sel, c->weights, c->scores, c->logits, c->bias, c->N, c->E, c->K, c->fn, c->renorm,
                        c->scale);
     double l = dotv(c->weights, c->Rw, (size_t)c->N * c->K);
-    if (c->aux == 1) l += cpu_moe_seq_aux_loss_forward(c->scores, c->sel, c->N, c->E, c->K, c->L, c->alpha);
+    if (c->aux == 1) l += cpu_moe_aux_loss_forward(c->scores, c->sel, c->N, c->E, c->K, c->L, c->alpha);
     if (c->aux == 2) l += cpu_moe_switch_aux_loss_forward(c->scores, c->sel, c->N, c->E, c->K, c->alpha);
     return l;
 }
@@ -65,7 +65,7 @@ static double router_loss(void *p) {
 static void router_grad(RouterCtx *c, real *dlogits, real *dscores) {
     router_loss(c);
     cpu_router_weights_backward(dscores, c->Rw, c->scores, c->sel, c->N, c->E, c->K, c->renorm, c->scale);
-    if (c->aux == 1) cpu_moe_seq_aux_loss_backward(dscores, c->scores, c->sel, c->N, c->E, c->K, c->L, c->alpha, 1.0);
+    if (c->aux == 1) cpu_moe_aux_loss_backward(dscores, c->scores, c->sel, c->N, c->E, c->K, c->L, c->alpha, 1.0);
     if (c->aux == 2) cpu_moe_switch_aux_loss_backward(dscores, c->sel, c->N, c->E, c->K, c->alpha, 1.0);
     cpu_router_scores_backward(dlogits, dscores, c->scores, c->N, c->E, c->fn);
 }

@@ -25,7 +25,7 @@
 
 #include "base/rng.h"
 #include "base/util.h"
-#include "optim/muon.h"
+#include "model/ops/optim/muon.h"
 #include "testing.h"
 
 static const double NA = MUON_NS_A, NB = MUON_NS_B, NC = MUON_NS_C;

@@ -13,10 +13,10 @@
 #include <unistd.h>
 
 #include "model/backend.h"
-#include "model/ops/ops_cpu.h"
+#include "model/backend.h"
 #include "base/rng.h"
 #include "base/util.h"
-#include "optim/adamw.h"
+#include "model/ops/optim/optim.h"
 #include "tests/testing.h"
 
 #ifndef REAL_DOUBLE
@@ -527,17 +527,24 @@ static void test_elementwise(void) {
 static void test_backend_table(void) {
     const Backend *be = backend_cpu();
     CHECK(be->elem_size == sizeof(real), "elem_size");
-    CHECK(be->matmul_forward == cpu_matmul_forward && be->attention_backward == cpu_attention_backward &&
-              be->adamw_update == adamw_update_cpu && be->crossentropy_backward == cpu_crossentropy_backward,
-          "backend table entries");
-    // every member is filled
+    // every family is there, and each required member is its cpu_<member> (op_table.h)
+    CHECK(be->core && be->norm_glu && be->delta_rule && be->mla && be->moe && be->attnres && be->optim,
+          "the CPU backend has every family");
+    int entries = 0, wrong = 0;
+#define CHECK_ENTRY(fam, member) entries++, wrong += be->fam->member != cpu_##member;
+#define CORE_E(m) CHECK_ENTRY(core, m)
+#define NORM_GLU_E(m) CHECK_ENTRY(norm_glu, m)
+#define DELTA_RULE_E(m) CHECK_ENTRY(delta_rule, m)
+#define MLA_E(m) CHECK_ENTRY(mla, m)
+#define MOE_E(m) CHECK_ENTRY(moe, m)
+#define ATTNRES_E(m) CHECK_ENTRY(attnres, m)
+#define OPTIM_E(m) CHECK_ENTRY(optim, m)
+    CORE_OPS(CORE_E) NORM_GLU_OPS(NORM_GLU_E) DELTA_RULE_OPS(DELTA_RULE_E) MLA_OPS(MLA_E) MOE_OPS(MOE_E)
+    ATTNRES_OPS(ATTNRES_E) OPTIM_OPS(OPTIM_E)
+    CHECK(wrong == 0, "%d of %d family entries are not cpu_<member>", wrong, entries);
     CHECK(be->name && be->alloc && be->free && be->zero && be->upload && be->download && be->upload_tokens &&
-              be->synchronize && be->embed_forward && be->embed_backward && be->layernorm_forward &&
-              be->layernorm_backward && be->matmul_forward && be->matmul_backward && be->attention_forward &&
-              be->attention_backward && be->gelu_forward && be->gelu_backward && be->add_forward &&
-              be->add_inplace && be->crossentropy_forward && be->crossentropy_backward && be->sum_squares &&
-              be->scale && be->adamw_update,
-          "a Backend member is NULL");
+              be->copy_to_host && be->copy_from_host && be->synchronize,
+          "a memory member is NULL");
     real *p = be->alloc(5 * sizeof(real));
     CHECK(p[0] == 0 && p[4] == 0, "alloc zero-fills");
     float src[5] = {1.5f, -2, 0.25f, 3, 4}, back[5];
@@ -568,7 +575,7 @@ static void test_adamw(void) {
     //   m_hat = m / (1 - 0.5) = {1, -2, 0};  v_hat = v / (1 - 0.75) = {1, 4, 0}
     //   p -= 0.25 * (m_hat / (sqrt(v_hat) + eps) + 0.5 * p)
     real g1[3] = {2.0, -4.0, 0.0};
-    adamw_update_cpu(p, g1, m, v, NULL, 3, lr, b1, b2, eps, wd, gs, 1);
+    cpu_adamw_update(p, g1, m, v, NULL, 3, lr, b1, b2, eps, wd, gs, 1);
     double p1[3] = {1.0 - 0.25 * (1.0 / (1.0 + e) + 0.5 * 1.0),     // = 0.625 (up to eps)
                     -2.0 - 0.25 * (-2.0 / (2.0 + e) + 0.5 * -2.0),  // = -1.5
                     0.5 - 0.25 * (0.0 / (0.0 + e) + 0.5 * 0.5)};    // = 0.4375
@@ -583,7 +590,7 @@ static void test_adamw(void) {
     //   p -= 0.25 * (m_hat / (sqrt(v_hat) + eps) + 0.5 * p)
     //   -> p ~ {0.6302083, -1.3125, 0.1623332}
     real g2[3] = {-2.0, 2.0, 4.0};
-    adamw_update_cpu(p, g2, m, v, NULL, 3, lr, b1, b2, eps, wd, gs, 2);
+    cpu_adamw_update(p, g2, m, v, NULL, 3, lr, b1, b2, eps, wd, gs, 2);
     double p2[3] = {p1[0] - 0.25 * ((-1.0 / 3.0) / (1.0 + e) + 0.5 * p1[0]),
                     p1[1] - 0.25 * (0.0 / (sqrt(16.0 / 7.0) + e) + 0.5 * p1[1]),
                     p1[2] - 0.25 * ((4.0 / 3.0) / (sqrt(16.0 / 7.0) + e) + 0.5 * p1[2])};

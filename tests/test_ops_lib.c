@@ -57,7 +57,7 @@ static void run_lib(void *lib, int bytes, double *out) {
                          const double *, const double *, const double *, const double *, const double *,
                          const double *, double, const LinearDims *, int, void *);
     void *fwd = dlsym(lib, "kda_chunk_forward"), *bwd = dlsym(lib, "kda_chunk_backward");
-    WsFn wsf = (WsFn)dlsym(lib, "kda_chunk_fwd_workspace_size"), wsb = (WsFn)dlsym(lib, "kda_chunk_bwd_workspace_size");
+    WsFn wsf = (WsFn)dlsym(lib, "delta_chunk_fwd_workspace_size"), wsb = (WsFn)dlsym(lib, "delta_chunk_bwd_workspace_size");
     if (!fwd || !bwd || !wsf || !wsb) {
         CHECK(0, "missing symbols: %s", dlerror());
         return;
@@ -109,7 +109,7 @@ int main(void) {
     // the reference: the ops linked into this (double) test binary
     {
         LinearDims d = linear_dims(B_, T_, H_, K_, V_);
-        size_t a = kda_chunk_fwd_workspace_size(&d, CHUNK), b = kda_chunk_bwd_workspace_size(&d, CHUNK);
+        size_t a = delta_chunk_fwd_workspace_size(&d, CHUNK), b = delta_chunk_bwd_workspace_size(&d, CHUNK);
         void *ws = malloc(a > b ? a : b);
         const size_t nk = NTOK * K_, nv = NTOK * V_;
         double *o = ref, *dq = o + nv, *dk = dq + nk, *dv = dk + nk, *dg = dv + nv, *db = dg + nk;

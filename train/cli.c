@@ -59,6 +59,8 @@ const Backend *cli_backend(const Config *c) {
             "use --device cpu");
     if (g_dist.mpi) cuda_select_device(g_dist.local_rank, g_dist.local_world);  // one GPU per rank
     return backend_cuda();
+#elif defined(REAL_DOUBLE)
+    die("--device cuda: this is the double-precision CPU reference build, which has no CUDA; use ./hybrid");
 #else
     die("--device cuda: this build has no CUDA (nvcc was not found at build time); use --device cpu");
 #endif

@@ -1,5 +1,7 @@
-// Which element type this build of the ops uses (include/hybrid_ops.h): lets a program
-// that loads the shared library check it got the float or the double one.
-#include "include/hybrid_ops.h"
+// Which element type this build of the ops uses: `make lib` exports it so that a program
+// that loads the shared library (include/hybrid_ops.h declares it) can check it got the
+// float or the double one.
+#include "base/real.h"
 
+int hybrid_ops_real_bytes(void);
 int hybrid_ops_real_bytes(void) { return (int)sizeof(real); }

@@ -3,8 +3,8 @@
  * one size, default B=1, T=1024, H=4, K=V=64, chunk 64, in the float build:
  *
  *   gcc -O2 -fopenmp -std=c11 -D_DEFAULT_SOURCE -I. -o out/bench_kda_cpu tests/bench/kda_cpu.c \
- *       model/ops/kda_chunk_common.c model/ops/kda_chunk_fwd.c model/ops/kda_chunk_bwd.c \
- *       model/ops/kda_recurrent.c model/ops/linear_common.c model/util.c model/rng.c -lm
+ *       model/ops/delta_rule/chunk_common.c model/ops/delta_rule/chunk_fwd.c model/ops/delta_rule/chunk_bwd.c \
+ *       model/ops/delta_rule/recurrent.c model/ops/delta_rule/checks.c base/util.c base/rng.c -lm
  *   OMP_NUM_THREADS=2 out/bench_kda_cpu [T] [H] [K] [V] [chunk] [reps]
  *
  * Reports wall time and process CPU time (all threads) per call, the best of `reps`
@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "model/ops/linear_ops.h"
+#include "model/ops/delta_rule/delta_rule.h"
 #include "base/rng.h"
 #include "base/util.h"
 
@@ -90,8 +90,8 @@ int main(int argc, char **argv) {
     real *dk_r = xmalloc(nqk * sizeof(real)), *dv_r = xmalloc(nv * sizeof(real)), *db_r = xmalloc(rows * sizeof(real));
     real *dh0_r = xmalloc(nh * sizeof(real));
 
-    size_t ws_f = kda_chunk_fwd_workspace_size(&d, C), ws_b = kda_chunk_bwd_workspace_size(&d, C);
-    size_t ws_rf = kda_recurrent_fwd_workspace_size(&d), ws_rb = kda_recurrent_bwd_workspace_size(&d);
+    size_t ws_f = delta_chunk_fwd_workspace_size(&d, C), ws_b = delta_chunk_bwd_workspace_size(&d, C);
+    size_t ws_rf = delta_recurrent_fwd_workspace_size(&d), ws_rb = delta_recurrent_bwd_workspace_size(&d);
     void *wsf = xmalloc(ws_f), *wsb = xmalloc(ws_b), *wsrf = xmalloc(ws_rf), *wsrb = xmalloc(ws_rb);
     const real scale = (real)(1 / sqrt((double)K));
 

@@ -18,12 +18,12 @@
 #include "kernels/cuda_backend.h"
 #include "model/backend.h"
 #include "model/model.h"
-#include "model/ops/block_ops.h"
-#include "model/ops/ops_cpu.h"
+#include "model/backend.h"
+#include "model/backend.h"
 #include "base/rng.h"
 #include "base/util.h"
-#include "optim/adamw.h"
-#include "optim/muon.h"
+#include "model/ops/optim/optim.h"
+#include "model/ops/optim/muon.h"
 #include "optim/optimizer.h"
 #include "tests/cli_util.h"
 #include "tests/testing.h"
@@ -147,7 +147,7 @@ static void test_embed(int B, int T, int C, int V, int Vp) {
     void *dwte_w = dev_bf16(wte, (size_t)Vp * C), *dwpe_w = dev_bf16(wpe, (size_t)T * C), *dout_d = dev_bf16(NULL, N * C);
     int *dtok = dev_tokens(tok, N);
     poison(dout_d, N * C * 2);
-    G->embed_forward(dout_d, dtok, dwte_w, dwpe_w, B, T, C);
+    G->core->embed_forward(dout_d, dtok, dwte_w, dwpe_w, B, T, C);
     cmp_bf16("embed_forward out", dout_d, out, N * C, TOL_OUT);
 
     float *dout = host_rand(N * C, 1, 0);
@@ -155,7 +155,7 @@ static void test_embed(int B, int T, int C, int V, int Vp) {
     void *d_dout = dev_bf16(dout, N * C), *d_gte = dev_bf16(NULL, (size_t)Vp * C), *d_gpe = dev_bf16(NULL, (size_t)T * C);
     for (int rep = 0; rep < 2; rep++) {
         cpu_embed_backward(gte, gpe, dout, tok, B, T, C);
-        G->embed_backward(d_gte, d_gpe, d_dout, dtok, B, T, C);
+        G->core->embed_backward(d_gte, d_gpe, d_dout, dtok, B, T, C);
     }
     cmp_bf16("embed_backward dwte (x2, accumulated)", d_gte, gte, (size_t)Vp * C, TOL_GRAD);
     cmp_bf16("embed_backward dwpe (x2, accumulated)", d_gpe, gpe, (size_t)T * C, TOL_GRAD);
@@ -181,8 +181,8 @@ static void test_norm(int N, int C, int rms) {
     poison(dout, n * 2);
     poison(dmean, N * 4);
     poison(drstd, N * 4);
-    if (rms) G->rmsnorm_forward(dout, (real *)drstd, dx, dw, N, C, 1e-5f);
-    else G->layernorm_forward(dout, (real *)dmean, (real *)drstd, dx, dw, db, N, C, 1e-5f);
+    if (rms) G->norm_glu->rmsnorm_forward(dout, (real *)drstd, dx, dw, N, C, 1e-5f);
+    else G->core->layernorm_forward(dout, (real *)dmean, (real *)drstd, dx, dw, db, N, C, 1e-5f);
     cmp_bf16("forward out", dout, out, n, TOL_OUT);
     if (!rms) cmp_f32("forward mean (fp32)", dmean, mean, N, TOL_F32);
     cmp_f32("forward rstd (fp32)", drstd, rstd, N, TOL_F32);
@@ -194,8 +194,8 @@ static void test_norm(int N, int C, int rms) {
         if (rms) cpu_rmsnorm_backward(dinp, gw, dy, x, w, rstd, N, C);
         else cpu_layernorm_backward(dinp, gw, gb, dy, x, w, mean, rstd, N, C);
         poison(ddinp, n * 2);
-        if (rms) G->rmsnorm_backward(ddinp, dgw, ddy, dx, dw, (real *)drstd, N, C);
-        else G->layernorm_backward(ddinp, dgw, dgb, ddy, dx, dw, (real *)dmean, (real *)drstd, N, C);
+        if (rms) G->norm_glu->rmsnorm_backward(ddinp, dgw, ddy, dx, dw, (real *)drstd, N, C);
+        else G->core->layernorm_backward(ddinp, dgw, dgb, ddy, dx, dw, (real *)dmean, (real *)drstd, N, C);
     }
     cmp_bf16("backward dinp", ddinp, dinp, n, TOL_GRAD);
     cmp_bf16("backward dw (x2, accumulated)", dgw, gw, C, TOL_GRAD);
@@ -208,7 +208,7 @@ static void test_norm(int N, int C, int rms) {
 // the optional fused ops: residual add + LayerNorm forward, LayerNorm backward into the
 // residual gradient, against add + layernorm on the CPU
 static void test_add_norm(int N, int C) {
-    if (!G->add_layernorm_forward || !G->layernorm_backward_add) {
+    if (!G->core->add_layernorm_forward || !G->core->layernorm_backward_add) {
         printf("add+layernorm: fused ops not in the table (HYBRID_CUDA_NO_FUSE)\n");
         return;
     }
@@ -227,7 +227,7 @@ static void test_add_norm(int N, int C) {
     poison(dout, n * 2);
     poison(dmean, N * 4);
     poison(drstd, N * 4);
-    G->add_layernorm_forward(dres, dout, (real *)dmean, (real *)drstd, dx, dy, dw, db, N, C, 1e-5f);
+    G->core->add_layernorm_forward(dres, dout, (real *)dmean, (real *)drstd, dx, dy, dw, db, N, C, 1e-5f);
     cmp_bf16("forward residual (a + b)", dres, res, n, TOL_OUT);
     cmp_bf16("forward out", dout, out, n, TOL_OUT);
     cmp_f32("forward mean (fp32)", dmean, mean, N, TOL_F32);
@@ -240,7 +240,7 @@ static void test_add_norm(int N, int C) {
     for (int rep = 0; rep < 2; rep++) {
         cpu_layernorm_backward(dinp, gw, gb, gout, res, w, mean, rstd, N, C);
         cpu_add_inplace(acc, dinp, n);
-        G->layernorm_backward_add(dacc, dgw, dgb, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
+        G->core->layernorm_backward_add(dacc, dgw, dgb, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
     }
     for (size_t i = 0; i < n; i++) acc[i] -= g0[i];  // compare the part the op added
     float *got = get_bf16(dacc, n);
@@ -262,7 +262,7 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     cpu_matmul_forward(out, x, w, with_bias ? bias : NULL, N, C, OC);
     void *dx = dev_bf16(x, ni), *dw = dev_bf16(w, nw), *dbias = dev_bf16(bias, OC), *dout = dev_bf16(NULL, no);
     poison(dout, no * 2);
-    G->matmul_forward(dout, dx, dw, with_bias ? dbias : NULL, N, C, OC);
+    G->core->matmul_forward(dout, dx, dw, with_bias ? dbias : NULL, N, C, OC);
     cmp_bf16("forward out", dout, out, no, TOL_OUT);
 
     float *dy = host_rand(no, 1, 0), *dinp = xmalloc(sizeof(float) * ni);
@@ -271,7 +271,7 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     for (int rep = 0; rep < 2; rep++) {
         cpu_matmul_backward(dinp, gw, with_bias ? gb : NULL, dy, x, w, N, C, OC);
         poison(ddinp, ni * 2);
-        G->matmul_backward(ddinp, dgw, with_bias ? dgb : NULL, ddy, dx, dw, N, C, OC);
+        G->core->matmul_backward(ddinp, dgw, with_bias ? dgb : NULL, ddy, dx, dw, N, C, OC);
     }
     cmp_bf16("backward dinp", ddinp, dinp, ni, TOL_GRAD);
     cmp_bf16("backward dw (x2, accumulated)", dgw, gw, nw, TOL_GRAD);
@@ -280,8 +280,8 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
         // deterministic: the same call from the same state gives the same bits
         float *b1 = get_bf16(dgb, OC), *w1 = get_bf16(dgw, nw);
         void *sgb = dev_bf16(b1, OC), *sgw = dev_bf16(w1, nw);
-        G->matmul_backward(ddinp, dgw, dgb, ddy, dx, dw, N, C, OC);
-        G->matmul_backward(ddinp, sgw, sgb, ddy, dx, dw, N, C, OC);
+        G->core->matmul_backward(ddinp, dgw, dgb, ddy, dx, dw, N, C, OC);
+        G->core->matmul_backward(ddinp, sgw, sgb, ddy, dx, dw, N, C, OC);
         float *b2 = get_bf16(dgb, OC), *b3 = get_bf16(sgb, OC), *w2 = get_bf16(dgw, nw), *w3 = get_bf16(sgw, nw);
         CHECK(!memcmp(b2, b3, sizeof(float) * OC) && !memcmp(w2, w3, sizeof(float) * nw),
               "matmul backward: two identical calls gave different dw/dbias bits");
@@ -305,14 +305,14 @@ static void test_matmul_many_shapes(void) {
     unsigned short first[7 * 96], again[7 * 96];
     int bad = 0;
     for (int n = 7; n < 7 + NMAX - 6; n++) {
-        G->matmul_forward(dout, dx, dw, db, n, C, OC);
+        G->core->matmul_forward(dout, dx, dw, db, n, C, OC);
         if (n == 7) G->copy_to_host(first, dout, sizeof first);
         if (n % 50 == 0) {
             cpu_matmul_forward(out, x, w, b, n, C, OC);
             cmp_bf16("forward out (many shapes)", dout, out, (size_t)n * OC, TOL_OUT);
         }
     }
-    G->matmul_forward(dout, dx, dw, db, 7, C, OC);
+    G->core->matmul_forward(dout, dx, dw, db, 7, C, OC);
     G->copy_to_host(again, dout, sizeof again);
     bad = memcmp(first, again, sizeof first) != 0;
     CHECK(!bad, "a rebuilt GEMM plan gave different bits");
@@ -322,7 +322,7 @@ static void test_matmul_many_shapes(void) {
 
 // the optional fused ops (GELU in the GEMM epilogues) against matmul + gelu on the CPU
 static void test_matmul_gelu(int N, int C, int OC) {
-    if (!G->matmul_gelu_forward || !G->matmul_backward_gelu) {
+    if (!G->core->matmul_gelu_forward || !G->core->matmul_backward_gelu) {
         printf("matmul+gelu: fused ops not in the table (HYBRID_CUDA_NO_FUSE)\n");
         return;
     }
@@ -336,7 +336,7 @@ static void test_matmul_gelu(int N, int C, int OC) {
          *dact = dev_bf16(NULL, no);
     poison(dpre, no * 2);
     poison(dact, no * 2);
-    G->matmul_gelu_forward(dact, dpre, dx, dw, db, N, C, OC);
+    G->core->matmul_gelu_forward(dact, dpre, dx, dw, db, N, C, OC);
     cmp_bf16("forward pre-activation", dpre, pre, no, TOL_OUT);
     cmp_bf16("forward gelu", dact, act, no, TOL_OUT);
     // the next layer: (N, OC) -> (N, C2) with weights w2; backward through it and the GELU
@@ -352,7 +352,7 @@ static void test_matmul_gelu(int N, int C, int OC) {
          *ddpre = dev_bf16(NULL, no);
     for (int rep = 0; rep < 2; rep++) {
         poison(ddpre, no * 2);
-        G->matmul_backward_gelu(ddpre, dgw2, dgb2, ddy, dact, dw2, dpre, N, OC, C2);
+        G->core->matmul_backward_gelu(ddpre, dgw2, dgb2, ddy, dact, dw2, dpre, N, OC, C2);
     }
     cmp_bf16("backward dpre (dGELU epilogue)", ddpre, dpre_ref, no, TOL_GRAD);
     cmp_bf16("backward dw (x2, accumulated)", dgw2, gw2, nw2, TOL_GRAD);
@@ -372,7 +372,7 @@ static void test_attention(int B, int T, int C, int NH) {
     float *dlse = dev_f32(NULL, nl);
     poison(dout, no * 2);
     poison(dlse, nl * 4);
-    G->attention_forward(dout, (real *)dlse, dqkv_in, B, T, C, NH);
+    G->core->attention_forward(dout, (real *)dlse, dqkv_in, B, T, C, NH);
     cmp_bf16("forward out", dout, out, no, TOL_OUT);
     cmp_f32("forward lse (fp32)", dlse, lse, nl, TOL_F32);
 
@@ -380,7 +380,7 @@ static void test_attention(int B, int T, int C, int NH) {
     cpu_attention_backward(dqkv, dy, qkv, out, lse, B, T, C, NH);
     void *ddy = dev_bf16(dy, no), *ddqkv = dev_bf16(NULL, nq);
     poison(ddqkv, nq * 2);
-    G->attention_backward(ddqkv, ddy, dqkv_in, dout, (real *)dlse, B, T, C, NH);
+    G->core->attention_backward(ddqkv, ddy, dqkv_in, dout, (real *)dlse, B, T, C, NH);
     float *got = get_bf16(ddqkv, nq);
     // q, k and v parts separately
     const char *names[3] = {"backward dq", "backward dk", "backward dv"};
@@ -402,27 +402,27 @@ static void test_elementwise(size_t n) {
     void *da = dev_bf16(a, n), *db = dev_bf16(b, n), *dc = dev_bf16(NULL, n);
     cpu_gelu_forward(ref, a, n);
     poison(dc, n * 2);
-    G->gelu_forward(dc, da, n);
+    G->core->gelu_forward(dc, da, n);
     cmp_bf16("gelu_forward", dc, ref, n, TOL_OUT);
     cpu_gelu_backward(ref, a, b, n);
     poison(dc, n * 2);
-    G->gelu_backward(dc, da, db, n);
+    G->core->gelu_backward(dc, da, db, n);
     cmp_bf16("gelu_backward", dc, ref, n, TOL_GRAD);
     cpu_add_forward(ref, a, b, n);
     poison(dc, n * 2);
-    G->add_forward(dc, da, db, n);
+    G->core->add_forward(dc, da, db, n);
     cmp_bf16("add_forward", dc, ref, n, TOL_OUT);
-    G->add_inplace(da, db, n);
+    G->core->add_inplace(da, db, n);
     cmp_bf16("add_inplace", da, ref, n, TOL_OUT);
     cpu_scale(ref, 0.37f, n);
-    G->scale(da, 0.37f, n);
+    G->core->scale(da, 0.37f, n);
     cmp_bf16("scale", da, ref, n, TOL_OUT);
     // misaligned, odd length: the scalar path
     size_t m = n - 5;
     void *da1 = backend_offset(G, db, 1), *dc1 = backend_offset(G, dc, 1);
     cpu_gelu_forward(ref, b + 1, m);
     poison(dc, n * 2);
-    G->gelu_forward(dc1, da1, m);
+    G->core->gelu_forward(dc1, da1, m);
     float *g = get_bf16(dc, n);
     expect("gelu_forward (misaligned, odd length)", rel_rms(g + 1, ref, m), TOL_OUT);
     CHECK(isnan(g[0]) && isnan(g[n - 4]), "gelu wrote outside its range");
@@ -434,10 +434,10 @@ static void test_elementwise(size_t n) {
         ss_ref += (double)b[i] * b[i];
     }
     float *df = dev_f32(b, n);
-    expect("sum (fp32 statistics)", fabs(G->sum((real *)df, n) - s_ref) / fmax(fabs(s_ref), 1e-30), TOL_F32);
-    expect("sum_squares (bf16)", fabs(G->sum_squares(db, n) - ss_ref) / ss_ref, TOL_F32);
+    expect("sum (fp32 statistics)", fabs(G->core->sum((real *)df, n) - s_ref) / fmax(fabs(s_ref), 1e-30), TOL_F32);
+    expect("sum_squares (bf16)", fabs(G->core->sum_squares(db, n) - ss_ref) / ss_ref, TOL_F32);
     double ss1 = ss_ref - (double)b[0] * b[0];
-    expect("sum_squares (misaligned)", fabs(G->sum_squares(da1, n - 1) - ss1) / ss1, TOL_F32);
+    expect("sum_squares (misaligned)", fabs(G->core->sum_squares(da1, n - 1) - ss1) / ss1, TOL_F32);
     G->free(da), G->free(db), G->free(dc), G->free(df);
     free(a), free(b), free(ref);
 }
@@ -453,8 +453,8 @@ static void test_glu(int N, int H, int kind) {
     void *dxin = dev_bf16(x, ni), *ddy = dev_bf16(dy, no), *dout = dev_bf16(NULL, no), *ddx = dev_bf16(NULL, ni);
     poison(dout, no * 2);
     poison(ddx, ni * 2);
-    G->glu_forward(dout, dxin, N, H, kind, 2.0f, kind ? 3.0f : 0.0f);
-    G->glu_backward(ddx, ddy, dxin, N, H, kind, 2.0f, kind ? 3.0f : 0.0f);
+    G->norm_glu->glu_forward(dout, dxin, N, H, act);
+    G->norm_glu->glu_backward(ddx, ddy, dxin, N, H, act);
     cmp_bf16("forward", dout, out, no, TOL_OUT);
     cmp_bf16("backward", ddx, dx, ni, TOL_GRAD);
     G->free(dxin), G->free(ddy), G->free(dout), G->free(ddx);
@@ -477,9 +477,9 @@ static void test_crossentropy(int N, int V, int Vp) {
     int *dtg = dev_tokens(tg, N);
     float *dl = dev_f32(NULL, N);
     poison(dl, N * 4);
-    G->crossentropy_forward((real *)dl, dzd, dtg, N, V, Vp);
+    G->core->crossentropy_forward((real *)dl, dzd, dtg, N, V, Vp);
     cmp_f32("forward losses (fp32)", dl, loss, N, TOL_F32);
-    G->crossentropy_backward(dzd, dzd, dtg, dloss, N, V, Vp);  // in place, as the graph runs it
+    G->core->crossentropy_backward(dzd, dzd, dtg, dloss, N, V, Vp);  // in place, as the graph runs it
     float *g = get_bf16(dzd, n);
     expect("backward dlogits (in place)", rel_rms(g, dz, n), TOL_GRAD);
     int stray = 0;
@@ -488,7 +488,7 @@ static void test_crossentropy(int N, int V, int Vp) {
             if ((tg[i] < 0 || v >= V) && g[(size_t)i * Vp + v] != 0.f) stray++;
     CHECK(stray == 0, "%d padding / ignored-row gradients are not exactly 0", stray);
     G->upload(dzd, z, n);  // new contents: the forward's saved statistics no longer apply
-    G->crossentropy_backward(dzd, dzd, dtg, dloss, N, V, Vp);
+    G->core->crossentropy_backward(dzd, dzd, dtg, dloss, N, V, Vp);
     free(g);
     g = get_bf16(dzd, n);
     expect("backward dlogits (statistics recomputed)", rel_rms(g, dz, n), TOL_GRAD);
@@ -504,8 +504,8 @@ static void test_adamw(size_t n) {
     for (int t = 1; t <= 3; t++) {
         float *gr = host_rand(n, 1, 0);
         G->upload(dgr, gr, n);
-        adamw_update_cpu(p, gr, m, v, NULL, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
-        G->adamw_update(dp, dgr, dm, dv, dmaster, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+        cpu_adamw_update(p, gr, m, v, NULL, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+        G->optim->adamw_update(dp, dgr, dm, dv, dmaster, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
         free(gr);
     }
     cmp_f32("master weights (fp32)", dmaster, p, n, TOL_F32);
@@ -528,7 +528,7 @@ static void test_adamw(size_t n) {
 // multi-tensor AdamW: segments of one buffer (sizes from 1 to several chunks, gaps left
 // alone, per-segment lr and wd) against the CPU, and bit-equal to adamw_update per segment
 static void test_adamw_multi(void) {
-    if (!G->adamw_update_multi) {
+    if (!G->optim->adamw_update_multi) {
         printf("adamw multi: not in the table\n");
         return;
     }
@@ -553,12 +553,12 @@ static void test_adamw_multi(void) {
         float *gr = host_rand(n, 1, 0);
         G->upload(dgr, gr, n);
         for (int i = 0; i < NS; i++) {
-            adamw_update_cpu(p + off[i], gr + off[i], m + off[i], v + off[i], NULL, len[i], lr[i], 0.9f, 0.95f, 1e-8f,
+            cpu_adamw_update(p + off[i], gr + off[i], m + off[i], v + off[i], NULL, len[i], lr[i], 0.9f, 0.95f, 1e-8f,
                              wd[i], 0.5f, t);
-            G->adamw_update(backend_offset(G, dp2, off[i]), backend_offset(G, dgr, off[i]), dm2 + off[i],
+            G->optim->adamw_update(backend_offset(G, dp2, off[i]), backend_offset(G, dgr, off[i]), dm2 + off[i],
                             dv2 + off[i], dmaster2 + off[i], len[i], lr[i], 0.9f, 0.95f, 1e-8f, wd[i], 0.5f, t);
         }
-        G->adamw_update_multi(dp, dgr, dm, dv, dmaster, NS, off, len, lr, wd, 0.9f, 0.95f, 1e-8f, 0.5f, t);
+        G->optim->adamw_update_multi(dp, dgr, dm, dv, dmaster, NS, off, len, lr, wd, 0.9f, 0.95f, 1e-8f, 0.5f, t);
         free(gr);
     }
     cmp_f32("master weights (fp32)", dmaster, p, n, TOL_F32);  // gaps: p0 on both sides
@@ -592,8 +592,8 @@ static void test_muon(int rows, int cols, int nb) {
     for (int step = 0; step < 2; step++) {
         float *gr = host_rand(n, 1, 0);
         G->upload(dg, gr, n);
-        muon_update_cpu(w, gr, M, NULL, rows, cols, nb, 0.95f, 1, 5, MUON_SCALE_MOONLIGHT, 0.02f, 0.1f, 0.7f, work);
-        G->muon_update(dw, dg, dM, dmaster, rows, cols, nb, 0.95f, 1, 5, MUON_SCALE_MOONLIGHT, 0.02f, 0.1f, 0.7f,
+        cpu_muon_update(w, gr, M, NULL, rows, cols, nb, 0.95f, 1, 5, MUON_SCALE_MOONLIGHT, 0.02f, 0.1f, 0.7f, work);
+        G->optim->muon_update(dw, dg, dM, dmaster, rows, cols, nb, 0.95f, 1, 5, MUON_SCALE_MOONLIGHT, 0.02f, 0.1f, 0.7f,
                        dwork);
         free(gr);
     }

@@ -1,0 +1,350 @@
+// Linear layers through cuBLASLt: bf16 operands, fp32 accumulation, bf16 results, the
+// bias added in the GEMM epilogue. model/ops/matmul.c gives the equations.
+//
+// cuBLAS is column-major: a row-major (R, K) matrix is a column-major (K, R) one. So
+//   out (N, OC) = inp (N, C) w^T         is  out^T (OC, N) = w'^T (OC, C) inp' (C, N)   [TN]
+//   dinp (N, C) = dout (N, OC) w          is  dinp^T (C, N) = w' (C, OC) dout' (OC, N)   [NN]
+//   dw (OC, C) += dout^T inp              is  dw^T (C, OC) += inp' (C, N) dout'^T (N, OC) [NT, beta 1]
+// where x' is x's memory read column-major. dbias (sum of dout's rows) is a deterministic
+// kernel: fixed row chunks, then the chunks added in order. HYBRID_CUDA_DBIAS_GEMM=1 takes
+// it from the dw GEMM's BGRADB epilogue instead (the reduction of op(B) = dout over
+// k = N; measured slower, see dbias_in_gemm).
+//
+// Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape,
+// transposition, epilogue, beta and pointer alignment, so steady-state calls do no
+// heuristic queries. The cache holds MAX_PLANS; past that the least recently used plan
+// is destroyed and rebuilt when needed again (sampling through full forwards makes a new
+// shape for every sequence length). The heuristic gives the same algorithm for the same
+// key, so a rebuilt plan computes the same bits.
+#include <string.h>
+
+#include "kernels/common.cuh"
+
+enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU, EPI_BGRADB, EPI_BGRADB16 };  // + bias when a bias pointer is given
+// EPI_BGRADB(16): the bias pointer RECEIVES (fp32 (bf16), written) the column sums of op(B) over k
+
+typedef struct {
+    int transa, transb, m, n, k, lda, ldb, ldc, batch, bias, beta_zero, c_is_d, epi;
+    long long sa, sb, sc;
+    int align;  // min alignment (bytes, up to 256) of the pointers
+} GemmKey;
+
+typedef struct {
+    GemmKey key;
+    unsigned long long last_use;  // g_use_clock at the last call (LRU eviction)
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, lc, ld;
+    cublasLtMatmulAlgo_t algo;
+} GemmPlan;
+
+#define MAX_PLANS 256
+static GemmPlan g_plans[MAX_PLANS];
+static int g_nplans;
+static unsigned long long g_use_clock;
+
+static int ptr_align(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    int a = 256;
+    while (a > 2 && (u % (uintptr_t)a)) a >>= 1;
+    return a;
+}
+
+static void set_layout_batch(cublasLtMatrixLayout_t l, int batch, long long stride) {
+    if (batch <= 1) return;
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch, sizeof batch));
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                  sizeof stride));
+}
+
+// NULL when the heuristic has no algorithm for an EPI_BGRADB shape (the caller then
+// sums the bias with its own kernel); dies for any other shape.
+static GemmKey g_noplan[MAX_PLANS];
+static int g_nnoplan;
+
+static GemmPlan *get_plan(const GemmKey *key) {
+    for (int i = 0; i < g_nplans; i++)
+        if (!memcmp(&g_plans[i].key, key, sizeof *key)) {
+            g_plans[i].last_use = ++g_use_clock;
+            return &g_plans[i];
+        }
+    for (int i = 0; i < g_nnoplan; i++)
+        if (!memcmp(&g_noplan[i], key, sizeof *key)) return NULL;
+    // the new plan is built aside and enters the cache only once cuBLASLt has an algorithm
+    GemmPlan built, *p = &built;
+    memset(p, 0, sizeof *p);
+    p->key = *key;
+    p->last_use = ++g_use_clock;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    if (key->epi == EPI_GELU_AUX) epi = key->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (key->epi == EPI_DGELU) epi = CUBLASLT_EPILOGUE_DGELU;
+    if (key->epi == EPI_BGRADB || key->epi == EPI_BGRADB16) epi = CUBLASLT_EPILOGUE_BGRADB;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (key->epi == EPI_GELU_AUX || key->epi == EPI_DGELU) {
+        int64_t ld = key->ldc;  // aux has D's shape and leading dimension
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
+    }
+    if (key->bias) {
+        cudaDataType_t bt = key->epi == EPI_BGRADB ? CUDA_R_32F : CUDA_R_16BF;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    // stored shapes: A is (m, k) after op, so stored (k, m) when transposed
+    int ar = key->transa ? key->k : key->m, ac = key->transa ? key->m : key->k;
+    int br = key->transb ? key->n : key->k, bc = key->transb ? key->k : key->n;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, key->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, key->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_16BF, key->m, key->n, key->ldc));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, key->m, key->n, key->ldc));
+    set_layout_batch(p->la, key->batch, key->sa);
+    set_layout_batch(p->lb, key->batch, key->sb);
+    set_layout_batch(p->lc, key->batch, key->sc);
+    set_layout_batch(p->ld, key->batch, key->sc);
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = g_cuda.lt_workspace_size;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    uint32_t al = (uint32_t)key->align;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    const int bgrad = key->epi == EPI_BGRADB || key->epi == EPI_BGRADB16;
+    // a bias-gradient epilogue the library rejects (cuBLASLt 13 answers "invalid value"
+    // for some bias types) is a missing plan, not an error: the caller falls back
+    cublasStatus_t hst =
+        cublasLtMatmulAlgoGetHeuristic(g_cuda.lt, p->desc, p->la, p->lb, p->lc, p->ld, pref, 1, &res, &found);
+    if (!bgrad) CUBLAS_CHECK(hst);
+    else if (hst != CUBLAS_STATUS_SUCCESS) found = 0;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    if (found < 1 && bgrad) {
+        CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lc));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
+        if (g_nnoplan < MAX_PLANS) g_noplan[g_nnoplan++] = *key;  // remembered, or asked again next time
+        return NULL;
+    }
+    if (found < 1)
+        die("cuBLASLt: no algorithm for the GEMM m=%d n=%d k=%d (trans %d%d, bias %d, batch %d, align %d)", key->m,
+            key->n, key->k, key->transa, key->transb, key->bias, key->batch, key->align);
+    p->algo = res.algo;
+    GemmPlan *slot = &g_plans[g_nplans];
+    if (g_nplans == MAX_PLANS) {  // full: destroy the least recently used plan and reuse its slot
+        slot = &g_plans[0];
+        for (int i = 1; i < MAX_PLANS; i++)
+            if (g_plans[i].last_use < slot->last_use) slot = &g_plans[i];
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(slot->la));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(slot->lb));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(slot->lc));
+        CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(slot->ld));
+        CUBLAS_CHECK(cublasLtMatmulDescDestroy(slot->desc));
+    } else {
+        g_nplans++;
+    }
+    *slot = built;
+    return slot;
+}
+
+// Returns 0 (nothing launched) only when epi is EPI_BGRADB(16) and no algorithm supports
+// it. For EPI_BGRADB, bias is an fp32 output (n floats); EPI_BGRADB16: bf16.
+static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
+                   const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
+                   float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
+    if (m <= 0 || n <= 0) return 1;
+    if (k <= 0) die("gemm_bf16: k = %d", k);
+    if (beta == 0.f) C = D;
+    GemmKey key;
+    memset(&key, 0, sizeof key);
+    key.transa = transa;
+    key.transb = transb;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.batch = batch < 1 ? 1 : batch;
+    key.sa = key.batch > 1 ? strideA : 0;
+    key.sb = key.batch > 1 ? strideB : 0;
+    key.sc = key.batch > 1 ? strideC : 0;
+    key.bias = bias != NULL;
+    key.beta_zero = beta == 0.f;
+    key.c_is_d = C == D;
+    key.epi = epi;
+    int al = ptr_align(A);
+    if (aux && ptr_align(aux) < al) al = ptr_align(aux);
+    if (ptr_align(B) < al) al = ptr_align(B);
+    if (ptr_align(C) < al) al = ptr_align(C);
+    if (ptr_align(D) < al) al = ptr_align(D);
+    if (bias && ptr_align(bias) < al) al = ptr_align(bias);
+    key.align = al;
+    GemmPlan *p = get_plan(&key);
+    if (!p) return 0;
+    if (bias)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (epi == EPI_GELU_AUX || epi == EPI_DGELU)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                    sizeof aux));
+    CUBLAS_CHECK(cublasLtMatmul(g_cuda.lt, p->desc, &alpha, A, p->la, B, p->lb, &beta, C, p->lc, D, p->ld, &p->algo,
+                                g_cuda.lt_workspace, g_cuda.lt_workspace_size, g_cuda.stream));
+    LAUNCH_CHECK();
+    return 1;
+}
+
+void gemm_bf16(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
+               const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
+               float alpha, float beta, const bf16 *bias, int batch) {
+    gemm_ex(transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB, C, D, ldc, strideC, alpha, beta, bias, batch,
+            EPI_NONE, NULL);
+}
+
+// ---------------------------------------------------------------------------
+// dbias[o] += sum_i dout[i, o]: block (32, 8) covers 256 columns (8 per thread) of one
+// row chunk; the 8 row lanes are added in order in shared memory.
+
+#define BIAS_ROWS_PER_CHUNK 256
+#define BIAS_MAX_CHUNKS 512
+
+__global__ void bias_partial_vec_kernel(float *partial, const bf16 *dout, int N, int OC, int rows_per_chunk) {
+    __shared__ float sh[8][256];
+    int col = (blockIdx.x * 32 + threadIdx.x) * 8;
+    int row0 = blockIdx.y * rows_per_chunk, row1 = min(row0 + rows_per_chunk, N);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (col < OC) {
+        for (int r = row0 + threadIdx.y; r < row1; r += 8) {
+            float f[8];
+            load8(dout + (size_t)r * OC + col, f);
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[k] += f[k];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) sh[threadIdx.y][threadIdx.x * 8 + k] = acc[k];
+    __syncthreads();
+    int t = threadIdx.y * 32 + threadIdx.x;  // 0..255: one column each
+    int c = blockIdx.x * 256 + t;
+    if (c < OC) {
+        float s = 0.f;
+        for (int y = 0; y < 8; y++) s += sh[y][t];
+        partial[(size_t)blockIdx.y * OC + c] = s;
+    }
+}
+
+__global__ void bias_partial_scalar_kernel(float *partial, const bf16 *dout, int N, int OC, int rows_per_chunk) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= OC) return;
+    int row0 = blockIdx.y * rows_per_chunk, row1 = min(row0 + rows_per_chunk, N);
+    float s = 0.f;
+    for (int r = row0; r < row1; r++) s += __bfloat162float(dout[(size_t)r * OC + c]);
+    partial[(size_t)blockIdx.y * OC + c] = s;
+}
+
+__global__ void bias_reduce_kernel(bf16 *dbias, const float *partial, int chunks, int OC) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= OC) return;
+    float s = 0.f;
+    for (int k = 0; k < chunks; k++) s += partial[(size_t)k * OC + c];
+    dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + s);
+}
+
+static void bias_backward(bf16 *dbias, const bf16 *dout, int N, int OC) {
+    int chunks = (N + BIAS_ROWS_PER_CHUNK - 1) / BIAS_ROWS_PER_CHUNK;
+    if (chunks > BIAS_MAX_CHUNKS) chunks = BIAS_MAX_CHUNKS;
+    int rows_per_chunk = (N + chunks - 1) / chunks;
+    chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
+    float *partial = (float *)scratch_get((size_t)chunks * OC * sizeof(float));
+    if (OC % 8 == 0 && is_aligned16(dout)) {
+        dim3 grid((OC + 255) / 256, chunks), block(32, 8);
+        bias_partial_vec_kernel<<<grid, block, 0, g_cuda.stream>>>(partial, dout, N, OC, rows_per_chunk);
+    } else {
+        dim3 grid((OC + 255) / 256, chunks);
+        bias_partial_scalar_kernel<<<grid, 256, 0, g_cuda.stream>>>(partial, dout, N, OC, rows_per_chunk);
+    }
+    LAUNCH_CHECK();
+    bias_reduce_kernel<<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, partial, chunks, OC);
+    LAUNCH_CHECK();
+}
+
+// dbias[o] += acc[o] (fp32 or bf16 column sums from the BGRADB epilogue)
+template <typename A>
+__global__ void bias_add_kernel(bf16 *dbias, const A *acc, int OC) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < OC) dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + (float)acc[c]);
+}
+
+// HYBRID_CUDA_DBIAS_GEMM=1: the BGRADB epilogue instead of the column-sum kernel. Off by
+// default: on the H200 (cuBLASLt 13.0, 2026-11-29) the epilogue slowed the dw GEMMs by
+// more than the kernel costs (matmul_bwd 52.7 ms/step against 50.8 at GPT-2 124M B=64).
+static int dbias_in_gemm(void) {
+    static int v = -1;
+    if (v < 0) v = env_flag("HYBRID_CUDA_DBIAS_GEMM");
+    return v;
+}
+
+// dw += dout^T inp (the GEMM D^T (C, OC) += inp' (C, N) dout'^T (N, OC)) and, when dbias is
+// given, dbias += sum_rows dout: the BGRADB epilogue reduces op(B) = dout over k = N in the
+// same GEMM (into fp32 scratch, or bf16 where the library takes no fp32 bias gradient
+// with bf16 output, then added), else the column-sum kernel. All fixed order for a fixed
+// plan: deterministic.
+static void dw_and_dbias(bf16 *dw, bf16 *dbias, const bf16 *dout, const bf16 *inp, int N, int C, int OC) {
+    if (dbias && dbias_in_gemm() && N > 0 && OC > 0 && C > 0) {
+        void *acc = scratch_get((size_t)OC * sizeof(float));
+        if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB, NULL)) {
+            bias_add_kernel<float><<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, (const float *)acc, OC);
+            LAUNCH_CHECK();
+            return;
+        }
+        if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB16, NULL)) {
+            bias_add_kernel<bf16><<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, (const bf16 *)acc, OC);
+            LAUNCH_CHECK();
+            return;
+        }
+    }
+    gemm_bf16(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, NULL, 1);
+    if (dbias) bias_backward(dbias, dout, N, OC);
+}
+
+void cuda_matmul_forward(real *out, const real *inp, const real *w, const real *bias, int N, int C, int OC) {
+    PROFILE("matmul_fwd");
+    ce_lse_invalidate(out, (size_t)N * OC * sizeof(bf16));
+    gemm_bf16(1, 0, OC, N, C, (const bf16 *)w, C, 0, (const bf16 *)inp, C, 0, NULL, (bf16 *)out, OC, 0, 1.f, 0.f,
+              (const bf16 *)bias, 1);
+}
+
+void cuda_matmul_backward(real *dinp, real *dw, real *dbias, const real *dout, const real *inp, const real *w, int N,
+                          int C, int OC) {
+    PROFILE("matmul_bwd");
+    ce_lse_invalidate(dinp, (size_t)N * C * sizeof(bf16));
+    // dinp (written)
+    gemm_bf16(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, NULL, (bf16 *)dinp, C, 0, 1.f, 0.f,
+              NULL, 1);
+    dw_and_dbias((bf16 *)dw, (bf16 *)dbias, (const bf16 *)dout, (const bf16 *)inp, N, C, OC);
+}
+
+// Optional fused ops (model/backend.h): the GELU of the MLP in the GEMM epilogues.
+// Forward: act = gelu(pre), pre = inp w^T + bias, both written by one GEMM.
+void cuda_matmul_gelu_forward(real *act, real *pre, const real *inp, const real *w, const real *bias, int N, int C,
+                              int OC) {
+    PROFILE("matmul_gelu_fwd");
+    ce_lse_invalidate(act, (size_t)N * OC * sizeof(bf16));
+    gemm_ex(1, 0, OC, N, C, (const bf16 *)w, C, 0, (const bf16 *)inp, C, 0, NULL, (bf16 *)act, OC, 0, 1.f, 0.f,
+            (const bf16 *)bias, 1, EPI_GELU_AUX, (const bf16 *)pre);
+}
+
+// Backward of the layer that reads act = gelu(pre): dpre = (dout w) * gelu'(pre) in the
+// input-gradient GEMM's epilogue; dw and dbias as matmul_backward.
+void cuda_matmul_backward_gelu(real *dpre, real *dw, real *dbias, const real *dout, const real *act, const real *w,
+                               const real *pre, int N, int C, int OC) {
+    PROFILE("matmul_bwd");
+    ce_lse_invalidate(dpre, (size_t)N * C * sizeof(bf16));
+    gemm_ex(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, NULL, (bf16 *)dpre, C, 0, 1.f, 0.f, NULL,
+            1, EPI_DGELU, (const bf16 *)pre);
+    dw_and_dbias((bf16 *)dw, (bf16 *)dbias, (const bf16 *)dout, (const bf16 *)act, N, C, OC);
+}

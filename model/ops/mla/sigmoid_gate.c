@@ -1,0 +1,25 @@
+// Sigmoid output gate (blocks-spec §5.7; Gated MLA §1.3 step 5, §1.5 step 2):
+//   y = o sigma(z);   do = dy sigma(z);   dz = dy o sigma(z) (1 - sigma(z))
+#include <math.h>
+
+#include "model/ops/mla/mla.h"
+
+static inline double sigmoid(double x) {
+    if (x >= 0) return 1.0 / (1.0 + exp(-x));
+    double e = exp(x);
+    return e / (1.0 + e);
+}
+
+void cpu_sigmoid_gate_forward(real *y, const real *o, const real *z, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] = (real)(o[i] * sigmoid(z[i]));
+}
+
+void cpu_sigmoid_gate_backward(real *d_o, real *dz, const real *dy, const real *o, const real *z, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        double s = sigmoid(z[i]);
+        d_o[i] = (real)(dy[i] * s);
+        dz[i] = (real)(dy[i] * o[i] * s * (1.0 - s));
+    }
+}
