@@ -135,10 +135,17 @@ void export_hf_gpt2(const char *dir, const Config *c, const ParamTable *t, const
     add(&e, t, params, mp->pos_embed, 0, 0, "transformer.wpe.weight");
     for (int l = 0; l < c->n_layer; l++) {
         const BlockParams *b = &mp->blocks[l];
+        // the attention tensors by their table names (the mixer keeps its indices private)
+        int attn[4];
+        const char *attn_names[4] = {"attn.qkv.weight", "attn.qkv.bias", "attn.out.weight", "attn.out.bias"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(name, sizeof name, "blocks.%d.%s", l, attn_names[i]);
+            attn[i] = params_find(t, name);
+        }
         const struct { int index, conv1d; const char *suffix; } parts[] = {
             {b->norm1.w, 0, "ln_1.weight"},      {b->norm1.b, 0, "ln_1.bias"},
-            {b->attn.qkv_w, 1, "attn.c_attn.weight"}, {b->attn.qkv_b, 0, "attn.c_attn.bias"},
-            {b->attn.out_w, 1, "attn.c_proj.weight"}, {b->attn.out_b, 0, "attn.c_proj.bias"},
+            {attn[0], 1, "attn.c_attn.weight"}, {attn[1], 0, "attn.c_attn.bias"},
+            {attn[2], 1, "attn.c_proj.weight"}, {attn[3], 0, "attn.c_proj.bias"},
             {b->norm2.w, 0, "ln_2.weight"},      {b->norm2.b, 0, "ln_2.bias"},
             {b->mlp.up_w, 1, "mlp.c_fc.weight"}, {b->mlp.up_b, 0, "mlp.c_fc.bias"},
             {b->mlp.down_w, 1, "mlp.c_proj.weight"}, {b->mlp.down_b, 0, "mlp.c_proj.bias"},

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "model/mixer.h"
 
 typedef enum { T_INT, T_LONG, T_REAL, T_BOOL, T_STR, T_ENUM, T_LAYERS } KeyType;
 
@@ -27,8 +28,7 @@ typedef struct {
 static const Key KEYS[] = {
     // model
     K(layers_spec, T_LAYERS, "A x12", NULL, 1,
-      "token mixer of every layer: A = softmax attention, M = MLA, K = KDA, G = Gated DeltaNet, D = DeltaNet, "
-      "L = linear attention; 'PATTERN xN' repeats"),
+      "token mixer of every layer, one letter each (see below); 'PATTERN xN' repeats"),
     K(d_model, T_INT, "768", NULL, 1, "residual stream width"),
     K(n_head, T_INT, "12", NULL, 1, "attention heads"),
     K(vocab_size, T_INT, "50257", NULL, 1, "tokenizer vocabulary size"),
@@ -140,6 +140,8 @@ static const char *origin_of(const char *name) {
     return "?";
 }
 
+const char *config_origin(const char *name) { return origin_of(name); }
+
 static const Key *find_key(const char *name, int *index) {
     char norm[128];
     size_t n = strlen(name);
@@ -186,10 +188,8 @@ static const char *expand_layers(const char *spec, char *out) {
         }
         prev_start = n;
         for (char *c = tok; *c; c++) {
-            if (!strchr("AMKGDL", *c)) {
-                snprintf(err, sizeof err,
-                         "unknown layer type '%c' (this build has: A = softmax attention, M = MLA, K = KDA, "
-                         "G = Gated DeltaNet, D = DeltaNet, L = linear attention)", *c);
+            if (!mixer_find(*c)) {
+                snprintf(err, sizeof err, "unknown layer type '%c' (this build has: %s)", *c, mixer_letters_help());
                 return err;
             }
             if (n >= CONFIG_MAX_LAYERS) return "more than 256 layers";
@@ -326,14 +326,6 @@ void config_set_override(Config *c, const char *key, const char *value) {
 static void config_finalize_hybrid(Config *c) {
 #define BAD(key, ...) do { fprintf(stderr, "hybrid: error: %s: ", origin_of(key)); \
         fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } while (0)
-    if (strchr(c->layers, 'M')) {
-        if (c->mla_kv_rank < 1) BAD("mla_kv_rank", "mla_kv_rank must be positive (layers has MLA 'M')");
-        if (c->mla_qk_nope_dim < 1) BAD("mla_qk_nope_dim", "mla_qk_nope_dim must be positive (layers has MLA 'M')");
-        if (c->mla_v_dim < 1) BAD("mla_v_dim", "mla_v_dim must be positive (layers has MLA 'M')");
-        if (c->mla_rope && (c->mla_rope_dim < 2 || c->mla_rope_dim % 2))
-            BAD("mla_rope_dim", "mla_rope = true needs an even mla_rope_dim >= 2 (got %d)", c->mla_rope_dim);
-        if (c->mla_rope && c->mla_rope_theta <= 0) BAD("mla_rope_theta", "mla_rope_theta must be positive");
-    }
     if (c->moe_experts > 0) {
         if (c->mlp == MLP_GELU)
             BAD("mlp", "MoE experts are gated MLPs: set mlp = swiglu or situ (moe_experts = %d set at %s)",
@@ -357,9 +349,6 @@ void config_finalize(Config *c) {
         fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } while (0)
     if (c->d_model < 1) BAD("d_model", "d_model must be positive");
     if (c->n_head < 1) BAD("n_head", "n_head must be positive");
-    if (strchr(c->layers, 'A') && c->d_model % c->n_head)
-        BAD("n_head", "n_head = %d does not divide d_model = %d (d_model set at %s)", c->n_head, c->d_model,
-            origin_of("d_model"));
     if (c->vocab_size < 2) BAD("vocab_size", "vocab_size must be at least 2");
     if (c->vocab_size > 65536) BAD("vocab_size", "vocab_size %d does not fit the uint16 shard format", c->vocab_size);
     if (c->padded_vocab_size == 0) c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
@@ -403,26 +392,15 @@ void config_finalize(Config *c) {
             if (wds[i] < 0 && wds[i] != -1) BAD(wd_keys[i], "%s must be >= 0, or -1 for the default", wd_keys[i]);
         }
     }
-    {  // linear-attention mixers (kda-spec §5): derived sizes, then checks where a K/G/D/L layer exists
-        const int linear = strpbrk(c->layers, "KGDL") != NULL;
-        if (c->linear_heads == 0) c->linear_heads = c->n_head;
-        if (c->linear_head_dim == 0) {
-            if (linear && c->d_model % c->linear_heads)
-                BAD("linear_heads", "linear_heads = %d does not divide d_model = %d (or set linear_head_dim)",
-                    c->linear_heads, c->d_model);
-            c->linear_head_dim = c->d_model / c->linear_heads;
-        }
-        if (c->linear_value_dim == 0) c->linear_value_dim = c->linear_head_dim;
-        if (c->gate_rank == 0) c->gate_rank = c->linear_value_dim;
-        if (linear && c->linear_head_dim < 1) BAD("linear_head_dim", "linear_head_dim must be positive");
-        if (c->conv_size < 1 || c->conv_size > 64) BAD("conv_size", "conv_size must lie in [1, 64]");
-        if (c->chunk_size < 1) BAD("chunk_size", "chunk_size must be at least 1");
-        if (c->kda_gate_lower_bound > 0 || c->kda_gate_lower_bound < -5)
-            BAD("kda_gate_lower_bound", "kda_gate_lower_bound must lie in [-5, 0] (0 = softplus gate)");
-        if (c->reset_at_eot && c->eot_token >= c->vocab_size)
-            BAD("eot_token", "eot_token = %d is outside the vocabulary (vocab_size = %d; reset_at_eot set at %s)",
-                c->eot_token, c->vocab_size, origin_of("reset_at_eot"));
+    // every registered mixer derives and checks its keys (only the checks that need the
+    // mixer to be used are skipped when no layer has its letter)
+    for (const MixerOps *const *mx = mixer_all(); *mx; mx++) {
+        const char *key = NULL, *why = (*mx)->config(c, strchr(c->layers, (*mx)->letter) != NULL, &key);
+        if (why) BAD(key, "%s", why);
     }
+    if (c->reset_at_eot && c->eot_token >= c->vocab_size)
+        BAD("eot_token", "eot_token = %d is outside the vocabulary (vocab_size = %d; reset_at_eot set at %s)",
+            c->eot_token, c->vocab_size, origin_of("reset_at_eot"));
     if (c->keep_checkpoints < 1) BAD("keep_checkpoints", "keep_checkpoints must be at least 1");
     if (c->expert_parallel < 1) BAD("expert_parallel", "expert_parallel must be at least 1");
     if (c->expert_parallel > 1 && (c->moe_experts < 1 || c->moe_experts % c->expert_parallel))
@@ -496,6 +474,7 @@ char *config_to_text(const Config *c) {
 }
 
 void config_print_keys(FILE *f) {
+    fprintf(f, "  layers letters: %s\n", mixer_letters_help());
     for (int i = 0; i < NKEYS; i++) {
         const Key *k = &KEYS[i];
         if (k->type == T_ENUM)

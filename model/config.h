@@ -132,5 +132,7 @@ const char *config_model_mismatch(const Config *a, const Config *b);
 void config_print_keys(FILE *f);
 // True if `key` names a config key.
 int config_is_key(const char *key);
+// Where key was last set ("file:line", "command line --key" or "default"), for messages.
+const char *config_origin(const char *key);
 
 #endif

@@ -9,9 +9,9 @@
 //                                               GDN: z = x W_g^T, act = swish; D, L: plain RMSNorm
 //   out     = concat_h(y_h) W_o^T
 // Training runs the chunkwise forms; with reset_at_eot the sequences come from
-// linear_segments.c (each batch row, cut after every end-of-text token).
-#include "mixer_linear.h"
-#include "model.h"
+// doc_segments.c (each batch row, cut after every end-of-text token).
+#include "model/doc_segments.h"
+#include "model/mixer_linear.h"
 
 #define P(idx) model_tensor(m, m->params, (idx))
 #define G(idx) model_tensor(m, m->grads, (idx))
@@ -20,7 +20,7 @@
 // `cap` sequences (pointers advanced to the group's first row), or one plain call.
 static void core(Model *m, const LinShape *s, LinearActs *a, int B, int T, int backward) {
     const Backend *be = m->be;
-    const LinearSegments *sg = &m->acts.seg;
+    const DocSegments *sg = &m->acts.seg;
     const int chunk = m->cfg.chunk_size, ng = sg->active ? sg->ngroups : 1;
     const size_t G = (size_t)s->H * s->gate_dim;
     for (int gi = 0; gi < ng; gi++) {
@@ -64,24 +64,25 @@ static void core(Model *m, const LinShape *s, LinearActs *a, int B, int T, int b
 
 // short conv + SiLU over the flattened rows, cut at the sequence boundaries (§5.1)
 static void conv_forward(Model *m, real *y, const real *x, const real *w, int D, int W, int B, int T) {
-    const LinearSegments *sg = &m->acts.seg;
+    const DocSegments *sg = &m->acts.seg;
     if (sg->active) m->be->delta_rule->short_conv_forward(y, NULL, x, w, NULL, NULL, 1, B * T, D, W, sg->offsets, sg->nseq, 1);
     else m->be->delta_rule->short_conv_forward(y, NULL, x, w, NULL, NULL, B, T, D, W, NULL, 0, 1);
 }
 
 static void conv_backward(Model *m, real *dx, real *dw, const real *dy, const real *x, const real *w, int D, int W,
                           int B, int T) {
-    const LinearSegments *sg = &m->acts.seg;
+    const DocSegments *sg = &m->acts.seg;
     if (sg->active)
         m->be->delta_rule->short_conv_backward(dx, dw, NULL, NULL, dy, NULL, x, w, NULL, NULL, 1, B * T, D, W, sg->offsets,
                                    sg->nseq, 1);
     else m->be->delta_rule->short_conv_backward(dx, dw, NULL, NULL, dy, NULL, x, w, NULL, NULL, B, T, D, W, NULL, 0, 1);
 }
 
-void linear_mixer_inputs(Model *m, int l, LinearActs *a, const real *in, int N) {
+void linear_mixer_inputs(Model *m, int l, const real *in, int N) {
     const Backend *be = m->be;
-    const LinShape s = lin_shape(&m->cfg, m->cfg.layers[l]);
-    const LinearParams *p = &m->mp.blocks[l].lin;
+    const LinShape s = lin_shape(&m->cfg, l);
+    const LinearParams *p = m->mp.blocks[l].mixer;
+    LinearActs *a = m->acts.blocks[l].mixer;
     const int C = m->cfg.d_model;
     be->core->matmul_forward(a->qp, in, P(p->q_w), NULL, N, C, s.HK);
     be->core->matmul_forward(a->kp, in, P(p->k_w), NULL, N, C, s.HK);
@@ -100,17 +101,19 @@ void linear_mixer_inputs(Model *m, int l, LinearActs *a, const real *in, int N) 
     }
 }
 
-void linear_mixer_qk_norm(Model *m, int l, LinearActs *a, int N) {
-    const LinShape s = lin_shape(&m->cfg, m->cfg.layers[l]);
+void linear_mixer_qk_norm(Model *m, int l, int N) {
+    const LinShape s = lin_shape(&m->cfg, l);
+    LinearActs *a = m->acts.blocks[l].mixer;
     m->be->delta_rule->l2norm_forward(a->q, a->q_rstd, a->qc, (size_t)N * s.H, s.K, (real)LINEAR_L2NORM_EPS);
     m->be->delta_rule->l2norm_forward(a->k, a->k_rstd, a->kc, (size_t)N * s.H, s.K, (real)LINEAR_L2NORM_EPS);
 }
 
-void linear_mixer_output(Model *m, int l, LinearActs *a, real *out, const real *in, int N) {
+void linear_mixer_output(Model *m, int l, real *out, const real *in, int N) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const LinShape s = lin_shape(c, c->layers[l]);
-    const LinearParams *p = &m->mp.blocks[l].lin;
+    const LinShape s = lin_shape(c, l);
+    const LinearParams *p = m->mp.blocks[l].mixer;
+    LinearActs *a = m->acts.blocks[l].mixer;
     const size_t rows = (size_t)N * s.H;
     const real eps = (real)c->norm_eps;
     if (s.kind == LINEAR_KDA) {
@@ -126,21 +129,21 @@ void linear_mixer_output(Model *m, int l, LinearActs *a, real *out, const real *
     be->core->matmul_forward(out, a->y, P(p->o_w), NULL, N, s.HV, c->d_model);
 }
 
-void linear_forward(Model *m, int l, real *out, const real *in, int B, int T) {
-    const LinShape s = lin_shape(&m->cfg, m->cfg.layers[l]);
-    const LinearParams *p = &m->mp.blocks[l].lin;
-    LinearActs *a = &m->acts.blocks[l].lin;
+static void linear_forward(Model *m, int l, real *out, const real *in, int B, int T) {
+    const LinShape s = lin_shape(&m->cfg, l);
+    const LinearParams *p = m->mp.blocks[l].mixer;
+    LinearActs *a = m->acts.blocks[l].mixer;
     const int N = B * T;
     a->in = (real *)in;
-    linear_mixer_inputs(m, l, a, in, N);
+    linear_mixer_inputs(m, l, in, N);
     if (s.conv) {
         conv_forward(m, a->qc, a->qp, P(p->q_conv), s.HK, s.W, B, T);
         conv_forward(m, a->kc, a->kp, P(p->k_conv), s.HK, s.W, B, T);
         conv_forward(m, a->v, a->vp, P(p->v_conv), s.HV, s.W, B, T);
-        linear_mixer_qk_norm(m, l, a, N);
+        linear_mixer_qk_norm(m, l, N);
     }
     core(m, &s, a, B, T, 0);
-    linear_mixer_output(m, l, a, out, in, N);
+    linear_mixer_output(m, l, out, in, N);
 }
 
 // din (first contribution written, later ones added) from one input projection
@@ -152,11 +155,11 @@ static void proj_backward(Model *m, LinearActs *a, real *din, int *first, int w,
     *first = 0;
 }
 
-void linear_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
+static void linear_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const Backend *be = m->be;
-    const LinShape s = lin_shape(&m->cfg, m->cfg.layers[l]);
-    const LinearParams *p = &m->mp.blocks[l].lin;
-    LinearActs *a = &m->acts.blocks[l].lin;
+    const LinShape s = lin_shape(&m->cfg, l);
+    const LinearParams *p = m->mp.blocks[l].mixer;
+    LinearActs *a = m->acts.blocks[l].mixer;
     const int N = B * T;
     const size_t rows = (size_t)N * s.H;
     int first = 1;
@@ -205,3 +208,33 @@ void linear_backward(Model *m, int l, real *din, const real *dout, int B, int T)
         proj_backward(m, a, din, &first, p->v_w, a->dv, N, s.HV);
     }
 }
+
+// The four registry entries share every function; the variant is the LinearKind.
+#define LINEAR_MIXER(ident, ch, label, kind_, fams)                                                      \
+    const MixerOps ident = {                                                                             \
+        .letter = ch,                                                                                    \
+        .name = label,                                                                                   \
+        .variant = kind_,                                                                                \
+        .families = fams,                                                                                \
+        .resets_at_eot = 1,                                                                              \
+        .params_size = sizeof(LinearParams),                                                             \
+        .acts_size = sizeof(LinearActs),                                                                 \
+        .cache_size = sizeof(LinearCache),                                                               \
+        .config = linear_config,                                                                         \
+        .params = linear_params,                                                                         \
+        .layout = linear_layout,                                                                         \
+        .forward = linear_forward,                                                                       \
+        .backward = linear_backward,                                                                     \
+        .flops = linear_flops,                                                                           \
+        .cache_init = linear_cache_init,                                                                 \
+        .cache_free = linear_cache_free,                                                                 \
+        .cache_reset = linear_cache_reset,                                                               \
+        .forward_cached = linear_forward_cached,                                                         \
+    };
+
+LINEAR_MIXER(mixer_kda, 'K', "KDA", LINEAR_KDA, FAMILY_CORE | FAMILY_DELTA_RULE)
+LINEAR_MIXER(mixer_gdn, 'G', "Gated DeltaNet", LINEAR_GDN, FAMILY_CORE | FAMILY_DELTA_RULE)
+LINEAR_MIXER(mixer_deltanet, 'D', "DeltaNet", LINEAR_DELTANET, FAMILY_CORE | FAMILY_DELTA_RULE | FAMILY_NORM_GLU)
+// D and L norm the output with a plain RMSNorm (norms-and-GLU family)
+LINEAR_MIXER(mixer_linear_attention, 'L', "linear attention", LINEAR_ATTN,
+             FAMILY_CORE | FAMILY_DELTA_RULE | FAMILY_NORM_GLU)

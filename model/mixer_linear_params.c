@@ -1,11 +1,43 @@
-// Token mixers K (KDA), G (GDN), D (DeltaNet), L (linear attention): their tensors in
-// the parameter table (kda-spec §5.2-§5.4, names and init as fla's layers) and the
-// activations their forward saves / their backward needs.
+// Token mixers K (KDA), G (GDN), D (DeltaNet), L (linear attention): their config keys,
+// their tensors in the parameter table (kda-spec §5.2-§5.4, names and init as fla's
+// layers), the activations their forward saves / their backward needs, and their FLOPs.
+#include <stdio.h>
 #include <string.h>
 
-#include "mixer_linear.h"
-#include "model.h"
 #include "base/util.h"
+#include "model/doc_segments.h"
+#include "model/mixer_linear.h"
+
+// Shared by the four letters: derived sizes always (so every config is written out the
+// same), range checks always, and the head split only where a K/G/D/L layer exists.
+const char *linear_config(Config *c, int used, const char **key) {
+    static char msg[200];
+    if (c->linear_heads == 0) c->linear_heads = c->n_head;
+    if (c->linear_head_dim == 0) {
+        if (used && c->d_model % c->linear_heads) {
+            snprintf(msg, sizeof msg, "linear_heads = %d does not divide d_model = %d (or set linear_head_dim)",
+                     c->linear_heads, c->d_model);
+            *key = "linear_heads";
+            return msg;
+        }
+        c->linear_head_dim = c->d_model / c->linear_heads;
+    }
+    if (c->linear_value_dim == 0) c->linear_value_dim = c->linear_head_dim;
+    if (c->gate_rank == 0) c->gate_rank = c->linear_value_dim;
+    if (used && c->linear_head_dim < 1) return *key = "linear_head_dim", "linear_head_dim must be positive";
+    if (c->conv_size < 1 || c->conv_size > 64) return *key = "conv_size", "conv_size must lie in [1, 64]";
+    if (c->chunk_size < 1) return *key = "chunk_size", "chunk_size must be at least 1";
+    if (c->kda_gate_lower_bound > 0 || c->kda_gate_lower_bound < -5)
+        return *key = "kda_gate_lower_bound", "kda_gate_lower_bound must lie in [-5, 0] (0 = softplus gate)";
+    return NULL;
+}
+
+// The state read-out and update: ~4 H K V multiply-adds per token forward, x3 with the
+// backward (independent of T: the mixing is linear in the sequence length).
+double linear_flops(const Config *c, int T) {
+    (void)T;
+    return 12.0 * c->linear_heads * c->linear_head_dim * c->linear_value_dim;
+}
 
 static int gate_param(ParamTable *t, InitRule init, int n, double lo, double hi, const char *fmt, int l) {
     int i = params_vector(t, GROUP_GATE, init, n, fmt, l);
@@ -20,11 +52,11 @@ static int conv_param(ParamTable *t, const Config *c, int D, int W, const char *
     return params_add(t, GROUP_GATE, INIT_NORMAL, c->init_std, 3, shape, fmt, l);
 }
 
-void linear_params(const Config *c, ParamTable *t, int l, LinearParams *p) {
-    const LinShape s = lin_shape(c, c->layers[l]);
+void linear_params(const Config *c, ParamTable *t, int l, void *params) {
+    LinearParams *p = params;
+    const LinShape s = lin_shape(c, l);
     const int C = c->d_model;
     const double std = c->init_std;
-    memset(p, -1, sizeof *p);
     p->q_w = params_matrix(t, std, s.HK, C, "blocks.%d.attn.q_proj.weight", l);
     p->k_w = params_matrix(t, std, s.HK, C, "blocks.%d.attn.k_proj.weight", l);
     p->v_w = params_matrix(t, std, s.HV, C, "blocks.%d.attn.v_proj.weight", l);
@@ -58,9 +90,10 @@ void linear_params(const Config *c, ParamTable *t, int l, LinearParams *p) {
     p->o_w = params_matrix(t, params_resid_std(c), C, s.HV, "blocks.%d.attn.o_proj.weight", l);
 }
 
-void linear_layout(const Model *m, int l, Carver *cv, Carver *scratch, LinearActs *a) {
+void linear_layout(const Model *m, int l, Carver *cv, Carver *scratch) {
     const Config *c = &m->cfg;
-    const LinShape s = lin_shape(c, c->layers[l]);
+    LinearActs *a = m->acts.blocks[l].mixer;
+    const LinShape s = lin_shape(c, l);
     const size_t N = (size_t)m->max_B * m->max_T, C = c->d_model;
     const size_t HK = s.HK, HV = s.HV, H = s.H, R = s.R, G = (size_t)s.H * s.gate_dim;
     memset(a, 0, sizeof *a);
@@ -117,9 +150,9 @@ void linear_layout(const Model *m, int l, Carver *cv, Carver *scratch, LinearAct
         a->dgraw = carve(scratch, N * G);
     }
     a->dx = carve(scratch, N * C);
-    // the chunkwise workspace, for up to lin_segment_cap sequences per call (linear_segments.c)
+    // the chunkwise workspace, for up to doc_segment_cap sequences per call (doc_segments.h)
     const Backend *be = m->be;
-    const int cap = lin_segment_cap(m->max_B, m->max_T, c->chunk_size), rows = (int)N;
+    const int cap = doc_segment_cap(m->max_B, m->max_T, c->chunk_size), rows = (int)N;
     size_t fwd = be->delta_rule->linear_workspace_size(s.kind, 0, 1, rows, s.H, s.K, s.V, cap, c->chunk_size);
     size_t bwd = be->delta_rule->linear_workspace_size(s.kind, 1, 1, rows, s.H, s.K, s.V, cap, c->chunk_size);
     a->workspace = carve_bytes(scratch, fwd > bwd ? fwd : bwd);

@@ -8,14 +8,43 @@
 //   k  = per head [k_nope,h | kr];  o = causal softmax attention(q, k, v)   (N, H*dv)
 //   u  = o * sigmoid(x W_g^T)  (gate)  or  u = o;    out = u W_o^T
 // Backward in the order of §1.5. The latent norms use eps 1e-6 (§1.2).
-// Cached mode (model_forward_cached, B = 1): the rows [chat | kr] of the new tokens are appended to
-// the layer's cache and attention runs in the absorbed form (§1.7) over the whole cache.
+// Cached form (generation): the rows [chat | kr] of the new tokens are appended to the
+// layer's latent cache and attention runs in the absorbed form (§1.7) over the whole cache.
 #include <math.h>
+#include <stdio.h>
 
-#include "model.h"
 #include "base/util.h"
+#include "model/model.h"
 
 #define MLA_NORM_EPS 1e-6  // q_a / kv_a RMSNorm (§1.2: HF builds them without the config eps)
+
+// Indices of the layer's tensors (blocks-spec §1.2): q_w without q-LoRA, else q_a /
+// q_a_norm / q_b; gate_w -1 without the gate.
+typedef struct {
+    int q_w, q_a_w, q_a_norm, q_b_w;
+    int kv_a_w, kv_a_norm, kv_b_w;
+    int gate_w, out_w;
+} MlaParams;
+
+// Training/prefill uses the decompressed form (§1.3).
+typedef struct {
+    real *in;
+    real *q;                  // (N, H*dqk) per head [q_nope | q_rope] (q_rope rotated with RoPE)
+    real *aq, *aq_n, *rstd_q; // q-LoRA: (N, r_q) before / after its RMSNorm, (N)
+    real *kv;                 // (N, r+dr) = [c | k_rope]
+    real *c, *c_n, *rstd_c;   // (N, r) latent before / after its RMSNorm, (N)
+    real *kr;                 // (N, dr) shared rope key (rotated with RoPE)
+    real *e;                  // (N, H*(dn+dv)) = chat W_kvb^T, per head [k_nope | v]
+    real *k;                  // (N, H*dqk) per head [k_nope | k_rope]
+    real *o, *lse;            // (N, H*dv) attention output, (B, H, T)
+    real *z, *u;              // gate logits, gated output (N, H*dv) (gate only)
+    // backward scratch
+    real *du, *d_o, *dz, *dq, *dk, *de, *dkr, *dc_n, *dc, *dkv, *daq_n, *daq, *dx;
+} MlaActs;
+
+typedef struct {
+    real *rows;               // (max_len, r+dr): row t = [chat_t | kr_t]
+} MlaCache;
 
 typedef struct {
     int C, H, r, rq, dn, dr, dv, dqk, de;
@@ -29,12 +58,30 @@ static MlaDims dims(const Config *c) {
     return d;
 }
 
-double mla_mixer_flops(const Config *c) {
-    MlaDims d = dims(c);
-    return 3.0 * c->seq_len * d.H * (d.dqk + d.dv);  // §6.6: causal average over T/2 keys, x3 fwd+bwd
+static const char *mla_config(Config *c, int used, const char **key) {
+    static char msg[160];
+    if (!used) return NULL;
+    const char *why = NULL;
+    if (c->mla_kv_rank < 1) *key = "mla_kv_rank", why = "mla_kv_rank must be positive (layers has MLA 'M')";
+    else if (c->mla_qk_nope_dim < 1)
+        *key = "mla_qk_nope_dim", why = "mla_qk_nope_dim must be positive (layers has MLA 'M')";
+    else if (c->mla_v_dim < 1) *key = "mla_v_dim", why = "mla_v_dim must be positive (layers has MLA 'M')";
+    else if (c->mla_rope && (c->mla_rope_dim < 2 || c->mla_rope_dim % 2)) {
+        snprintf(msg, sizeof msg, "mla_rope = true needs an even mla_rope_dim >= 2 (got %d)", c->mla_rope_dim);
+        *key = "mla_rope_dim", why = msg;
+    } else if (c->mla_rope && c->mla_rope_theta <= 0) *key = "mla_rope_theta", why = "mla_rope_theta must be positive";
+    return why;
 }
 
-void mla_params(const Config *c, ParamTable *t, int l, MlaParams *p) {
+// §6.6: each query attends to T/2 keys on average with H heads of width dqk (scores) and
+// dv (values); x3 for forward + backward
+static double mla_flops(const Config *c, int T) {
+    MlaDims d = dims(c);
+    return 3.0 * T * d.H * (d.dqk + d.dv);
+}
+
+static void mla_params(const Config *c, ParamTable *t, int l, void *params) {
+    MlaParams *p = params;
     MlaDims d = dims(c);
     const double s = c->init_std;
     if (d.rq) {
@@ -51,8 +98,9 @@ void mla_params(const Config *c, ParamTable *t, int l, MlaParams *p) {
     p->out_w = params_matrix(t, params_resid_std(c), d.C, d.H * d.dv, "blocks.%d.mla.out.weight", l);
 }
 
-void mla_layout(const Model *m, Carver *cv, Carver *scratch, MlaActs *a) {
+static void mla_layout(const Model *m, int l, Carver *cv, Carver *scratch) {
     const Config *c = &m->cfg;
+    MlaActs *a = m->acts.blocks[l].mixer;
     MlaDims d = dims(c);
     const size_t N = (size_t)m->max_B * m->max_T;
     a->q = carve(cv, N * d.H * d.dqk);
@@ -74,7 +122,6 @@ void mla_layout(const Model *m, Carver *cv, Carver *scratch, MlaActs *a) {
         a->z = carve(cv, N * d.H * d.dv);
         a->u = carve(cv, N * d.H * d.dv);
     }
-    a->cache = carve(cv, (size_t)m->max_T * (d.r + d.dr));
     a->du = carve(scratch, N * d.H * d.dv);
     if (c->mla_gate) {
         a->d_o = carve(scratch, N * d.H * d.dv);
@@ -103,13 +150,15 @@ static AttnLayout layout_of(const MlaDims *d, int B, int T) {
 #define PRM(idx) model_tensor(m, m->params, (idx))
 #define GRD(idx) model_tensor(m, m->grads, (idx))
 
-void mla_forward(Model *m, int l, real *out, const real *in, int B, int T) {
+// The query and the latent KV path (shared by the full and the cached forms), on the N = B*T
+// rows at positions pos0 + t: q, kv = [c | kr], chat = RMSNorm(c), RoPE on the decoupled slices.
+static void mla_inputs(Model *m, int l, const real *in, int B, int T, int pos0) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const MlaParams *p = &m->mp.blocks[l].mla;
-    MlaActs *a = &m->acts.blocks[l].mla;
+    const MlaParams *p = m->mp.blocks[l].mixer;
+    MlaActs *a = m->acts.blocks[l].mixer;
     const MlaDims d = dims(c);
-    const int N = B * T, pos0 = m->cached ? m->cache_pos : 0;
+    const int N = B * T;
     a->in = (real *)in;
     // query path
     if (d.rq) {
@@ -128,34 +177,77 @@ void mla_forward(Model *m, int l, real *out, const real *in, int B, int T) {
         be->mla->rope_forward(q_rope, q_rope, B, T, d.H, d.dr, d.H * d.dqk, d.dqk, pos0, c->mla_rope_theta);
         be->mla->rope_forward(a->kr, a->kr, B, T, 1, d.dr, d.dr, 0, pos0, c->mla_rope_theta);
     }
-    real *o = a->o;
-    if (m->cached) {
-        // §1.7: cache row t = [chat_t | kr_t] (the concatenation split_kv's backward writes)
-        if (B != 1) die("mla: the cached forward takes one sequence at a time (B = %d)", B);
-        be->mla->mla_split_kv_backward(backend_offset(be, a->cache, (size_t)pos0 * (d.r + d.dr)), a->c_n, a->kr, N, d.r,
-                                  d.dr);
-        be->mla->mla_absorbed_attention(o, a->q, a->cache, PRM(p->kv_b_w), N, pos0 + N, d.H, d.dn, d.dr, d.dv, d.r,
-                                   1.0 / sqrt((double)d.dqk));
-    } else {
-        be->core->matmul_forward(a->e, a->c_n, PRM(p->kv_b_w), NULL, N, d.r, d.H * d.de);
-        be->mla->mla_build_k_forward(a->k, a->e, a->kr, N, d.H, d.dn, d.dv, d.dr);
-        AttnLayout L = layout_of(&d, B, T);
-        be->mla->attention_qkv_forward(o, a->lse, a->q, a->k, backend_offset(be, a->e, (size_t)d.dn), &L);
-    }
-    real *u = o;
+}
+
+// The optional output gate and the output projection: out = (o [* sigmoid(x W_g^T)]) W_o^T.
+static void mla_output(Model *m, int l, real *out, const real *in, int N) {
+    const Backend *be = m->be;
+    const Config *c = &m->cfg;
+    const MlaParams *p = m->mp.blocks[l].mixer;
+    MlaActs *a = m->acts.blocks[l].mixer;
+    const MlaDims d = dims(c);
+    real *u = a->o;
     if (c->mla_gate) {
         be->core->matmul_forward(a->z, in, PRM(p->gate_w), NULL, N, d.C, d.H * d.dv);
-        be->mla->sigmoid_gate_forward(a->u, o, a->z, (size_t)N * d.H * d.dv);
+        be->mla->sigmoid_gate_forward(a->u, a->o, a->z, (size_t)N * d.H * d.dv);
         u = a->u;
     }
     be->core->matmul_forward(out, u, PRM(p->out_w), NULL, N, d.H * d.dv, d.C);
 }
 
-void mla_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
+static void mla_forward(Model *m, int l, real *out, const real *in, int B, int T) {
+    const Backend *be = m->be;
+    const MlaParams *p = m->mp.blocks[l].mixer;
+    MlaActs *a = m->acts.blocks[l].mixer;
+    const MlaDims d = dims(&m->cfg);
+    const int N = B * T;
+    mla_inputs(m, l, in, B, T, 0);
+    be->core->matmul_forward(a->e, a->c_n, PRM(p->kv_b_w), NULL, N, d.r, d.H * d.de);
+    be->mla->mla_build_k_forward(a->k, a->e, a->kr, N, d.H, d.dn, d.dv, d.dr);
+    AttnLayout L = layout_of(&d, B, T);
+    be->mla->attention_qkv_forward(a->o, a->lse, a->q, a->k, backend_offset(be, a->e, (size_t)d.dn), &L);
+    mla_output(m, l, out, in, N);
+}
+
+static void mla_cache_init(Model *m, int l, int max_len) {
+    MlaCache *k = m->acts.blocks[l].cache;
+    const MlaDims d = dims(&m->cfg);
+    k->rows = m->be->alloc((size_t)max_len * (d.r + d.dr) * m->be->elem_size);
+}
+
+static void mla_cache_free(Model *m, int l) {
+    MlaCache *k = m->acts.blocks[l].cache;
+    m->be->free(k->rows);
+    k->rows = NULL;
+}
+
+// rows past the current position are never read: nothing to clear
+static void mla_cache_reset(Model *m, int l) {
+    (void)m;
+    (void)l;
+}
+
+// §1.7: the new rows [chat_t | kr_t] join the latent cache (the concatenation split_kv's
+// backward writes), then attention in the absorbed form over every cached row.
+static void mla_forward_cached(Model *m, int l, real *out, const real *in, int n, int pos0) {
+    const Backend *be = m->be;
+    const MlaParams *p = m->mp.blocks[l].mixer;
+    MlaActs *a = m->acts.blocks[l].mixer;
+    MlaCache *k = m->acts.blocks[l].cache;
+    const MlaDims d = dims(&m->cfg);
+    mla_inputs(m, l, in, 1, n, pos0);
+    be->mla->mla_split_kv_backward(backend_offset(be, k->rows, (size_t)pos0 * (d.r + d.dr)), a->c_n, a->kr, n, d.r,
+                                   d.dr);
+    be->mla->mla_absorbed_attention(a->o, a->q, k->rows, PRM(p->kv_b_w), n, pos0 + n, d.H, d.dn, d.dr, d.dv, d.r,
+                                    1.0 / sqrt((double)d.dqk));
+    mla_output(m, l, out, in, n);
+}
+
+static void mla_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const Backend *be = m->be;
     const Config *c = &m->cfg;
-    const MlaParams *p = &m->mp.blocks[l].mla;
-    MlaActs *a = &m->acts.blocks[l].mla;
+    const MlaParams *p = m->mp.blocks[l].mixer;
+    MlaActs *a = m->acts.blocks[l].mixer;
     const MlaDims d = dims(c);
     const int N = B * T;
     const size_t nv = (size_t)N * d.H * d.dv;
@@ -199,3 +291,22 @@ void mla_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     }
     be->core->add_inplace(din, a->dx, (size_t)N * d.C);
 }
+
+const MixerOps mixer_mla = {
+    .letter = 'M',
+    .name = "MLA",
+    .families = FAMILY_CORE | FAMILY_MLA | FAMILY_NORM_GLU,
+    .params_size = sizeof(MlaParams),
+    .acts_size = sizeof(MlaActs),
+    .cache_size = sizeof(MlaCache),
+    .config = mla_config,
+    .params = mla_params,
+    .layout = mla_layout,
+    .forward = mla_forward,
+    .backward = mla_backward,
+    .flops = mla_flops,
+    .cache_init = mla_cache_init,
+    .cache_free = mla_cache_free,
+    .cache_reset = mla_cache_reset,
+    .forward_cached = mla_forward_cached,
+};

@@ -24,11 +24,7 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
             if (!pa.identity) attnres_layout(m, cv, &b->ar_attn, pa.n_sources);
         }
         norm_layout(m, cv, &b->norm1);
-        switch (c->layers[l]) {
-        case 'A': attn_layout(m, cv, &s, &b->attn); break;
-        case 'M': mla_layout(m, cv, &s, &b->mla); break;
-        case 'K': case 'G': case 'D': case 'L': linear_layout(m, l, cv, &s, &b->lin); break;
-        }
+        mixer_of(c, l)->layout(m, l, cv, &s);
         b->mixer_out = carve(cv, N * C);
         b->res_mid = carve(cv, N * C);
         if (S) attnres_layout(m, cv, &b->ar_ffn, attnres_plan(ATTNRES_FFN, l, S, L).n_sources);
@@ -61,17 +57,8 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
     a->dbranch = carve(cv, N * C);
     a->tokens = carve_bytes(cv, N * sizeof(int));
     a->targets = carve_bytes(cv, N * sizeof(int));
-    linear_segments_layout(m, cv);
+    doc_segments_layout(m, cv);
     scratch->used = scratch_max;
-}
-
-// Which op families the token mixer `mixer` calls.
-static unsigned mixer_families(char mixer) {
-    switch (mixer) {
-    case 'A': return FAMILY_CORE;
-    case 'M': return FAMILY_CORE | FAMILY_MLA | FAMILY_NORM_GLU;
-    default: return FAMILY_CORE | FAMILY_DELTA_RULE;
-    }
 }
 
 // Dies, naming the layer and the part of it, if the backend lacks a family the config needs.
@@ -82,8 +69,9 @@ static void check_backend(const Model *m) {
     if (c->norm == NORM_RMSNORM) backend_require(m->be, FAMILY_NORM_GLU, "norm = rmsnorm");
     if (c->attn_res_block) backend_require(m->be, FAMILY_ATTNRES, "attn_res_block > 0");
     for (int l = 0; l < c->n_layer; l++) {
-        snprintf(who, sizeof who, "layer %d (mixer '%c')", l, c->layers[l]);
-        backend_require(m->be, mixer_families(c->layers[l]), who);
+        const MixerOps *mx = mixer_of(c, l);
+        snprintf(who, sizeof who, "layer %d (mixer '%c', %s)", l, mx->letter, mx->name);
+        backend_require(m->be, mx->families, who);
         snprintf(who, sizeof who, "layer %d (%s)", l, m->mp.blocks[l].moe_layer ? "MoE" : "the GLU MLP");
         if (m->mp.blocks[l].moe_layer) backend_require(m->be, FAMILY_MOE | FAMILY_NORM_GLU, who);
         else if (c->mlp != MLP_GELU) backend_require(m->be, FAMILY_NORM_GLU, who);
@@ -115,6 +103,7 @@ void model_create_padded(Model *m, const Config *c, const Backend *be, int B, in
     m->params = be->alloc(m->buffer_elems * be->elem_size);
     m->grads = be->alloc(m->buffer_elems * be->elem_size);
     m->acts.blocks = xcalloc((size_t)c->n_layer, sizeof(BlockActs));
+    for (int l = 0; l < c->n_layer; l++) m->acts.blocks[l].mixer = xcalloc(1, mixer_of(c, l)->acts_size);
     Carver cv = {NULL, 0, be->elem_size, be->stat_size}, scratch = {NULL, 0, be->elem_size, be->stat_size};
     layout(m, &cv, &scratch);
     m->act_bytes = cv.used;
@@ -128,9 +117,11 @@ void model_create_padded(Model *m, const Config *c, const Backend *be, int B, in
 
 void model_destroy(Model *m) {
     model_release_expert_parallel(m);
+    model_cache_free(m);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         attnres_free(&m->acts.blocks[l].ar_attn);
         attnres_free(&m->acts.blocks[l].ar_ffn);
+        free(m->acts.blocks[l].mixer);
     }
     attnres_free(&m->acts.ar_out);
     free((void *)m->acts.ar_blocks);
@@ -140,7 +131,7 @@ void model_destroy(Model *m) {
     m->be->free(m->act_memory);
     m->be->free(m->scratch_memory);
     free(m->acts.blocks);
-    linear_segments_free(&m->acts.seg);
+    doc_segments_free(&m->acts.seg);
     params_free(&m->table, &m->mp);
     memset(m, 0, sizeof *m);
 }
@@ -164,30 +155,11 @@ real *model_tensor(const Model *m, real *buf, int index) {
 #define P(idx) model_tensor(m, m->params, (idx))
 #define G(idx) model_tensor(m, m->grads, (idx))
 
-static void mixer_forward(Model *m, int l, real *out, const real *in, int B, int T) {
-    switch (m->cfg.layers[l]) {
-    case 'A': attn_forward(m, l, out, in, B, T); break;
-    case 'M': mla_forward(m, l, out, in, B, T); break;
-    case 'K': case 'G': case 'D': case 'L': linear_forward(m, l, out, in, B, T); break;
-    default: die("model: no forward for layer type '%c'", m->cfg.layers[l]);
-    }
-}
-
-static void mixer_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
-    switch (m->cfg.layers[l]) {
-    case 'A': attn_backward(m, l, din, dout, B, T); break;
-    case 'M': mla_backward(m, l, din, dout, B, T); break;
-    case 'K': case 'G': case 'D': case 'L': linear_backward(m, l, din, dout, B, T); break;
-    default: die("model: no backward for layer type '%c'", m->cfg.layers[l]);
-    }
-}
-
-// 1 if layer type `mixer` has a cached form (a cache that model_forward_cached extends)
-static int mixer_has_cache(char mixer) {
-    switch (mixer) {
-    case 'M': return 1;
-    default: return 0;
-    }
+// The token mixer of layer l; in cached mode its cached form, from position pos0.
+static void mixer_forward(Model *m, int l, real *out, const real *in, int B, int T, int pos0) {
+    const MixerOps *mx = mixer_of(&m->cfg, l);
+    if (m->cached) mx->forward_cached(m, l, out, in, T, pos0);
+    else mx->forward(m, l, out, in, B, T);
 }
 
 // The channel mixer: MoE for layers >= dense_first when moe_experts > 0, else the dense MLP.
@@ -249,7 +221,7 @@ static void run_graph(Model *m, int B, int T, int pos0) {
         }
         if (!normed) norm_forward(m, &p->norm1, &b->norm1, b->xa_in, N);
         normed = 0;
-        mixer_forward(m, l, b->mixer_out, b->norm1.out, B, T);
+        mixer_forward(m, l, b->mixer_out, b->norm1.out, B, T, pos0);
         b->pmid = b->mixer_out;
         if (Pc) {
             if (S) be->core->add_forward(b->res_mid, Pc, b->mixer_out, (size_t)N * C);
@@ -301,7 +273,7 @@ double model_forward(Model *m, const int *inputs, const int *targets, int B, int
     m->last_has_targets = targets != NULL;
     m->cached = 0;
     be->upload_tokens(a->tokens, inputs, (size_t)N);
-    linear_segments_build(m, inputs, B, T);
+    doc_segments_build(m, inputs, B, T);
     run_graph(m, B, T, 0);
     m->moe_aux_loss = 0;
     for (int l = 0; l < c->n_layer; l++)
@@ -367,7 +339,7 @@ void model_backward(Model *m, float loss_scale) {
             norm_backward_add(m, &p->norm2, &b->norm2, dP, a->dbranch, b->xf_in, N, a->dtmp);
         }
         // dP = d(P_mid); P_mid = (P_in or empty) + mixer(norm1(x_a))
-        mixer_backward(m, l, a->dbranch, dP, B, T);
+        mixer_of(c, l)->backward(m, l, a->dbranch, dP, B, T);
         if (!S) {
             norm_backward_add(m, &p->norm1, &b->norm1, dP, a->dbranch, b->xa_in, N, a->dtmp);  // d(block input)
             continue;
@@ -393,23 +365,47 @@ void model_backward(Model *m, float loss_scale) {
     if (m->grads_ready) m->grads_ready(m, -1, m->grads_ready_ctx);  // every gradient is final
 }
 
-int model_cache_supported(const Model *m) {
-    for (int l = 0; l < m->cfg.n_layer; l++)
-        if (!mixer_has_cache(m->cfg.layers[l])) return 0;
-    return 1;
+void model_cache_init(Model *m, int max_len) {
+    const Config *c = &m->cfg;
+    if (max_len < 1) die("model_cache_init: max_len = %d must be positive", max_len);
+    if (c->position == POS_LEARNED && max_len > c->context_length)
+        die("model_cache_init: %d tokens exceed context_length %d (learned positions)", max_len, c->context_length);
+    model_cache_free(m);
+    for (int l = 0; l < c->n_layer; l++) {
+        const MixerOps *mx = mixer_of(c, l);
+        m->acts.blocks[l].cache = xcalloc(1, mx->cache_size);
+        mx->cache_init(m, l, max_len);
+        mx->cache_reset(m, l);
+    }
+    m->cache_len = max_len;
+    m->cache_pos = 0;
 }
 
-void model_cache_reset(Model *m) { m->cache_pos = 0; }
+void model_cache_reset(Model *m) {
+    if (!m->cache_len) die("model_cache_reset: no caches (call model_cache_init first)");
+    for (int l = 0; l < m->cfg.n_layer; l++) mixer_of(&m->cfg, l)->cache_reset(m, l);
+    m->cache_pos = 0;
+}
+
+void model_cache_free(Model *m) {
+    if (!m->cache_len) return;
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        mixer_of(&m->cfg, l)->cache_free(m, l);
+        free(m->acts.blocks[l].cache);
+        m->acts.blocks[l].cache = NULL;
+    }
+    m->cache_len = 0;
+    m->cache_pos = 0;
+}
 
 void model_forward_cached(Model *m, const int *tokens, int n) {
     const Config *c = &m->cfg;
-    for (int l = 0; l < c->n_layer; l++)
-        if (!mixer_has_cache(c->layers[l]))
-            die("model_forward_cached: layer %d has type '%c', which has no cached form yet", l, c->layers[l]);
-    if (n < 1 || m->cache_pos + n > m->max_T)
-        die("model_forward_cached: %d more tokens after %d exceed the %d the model was built for", n, m->cache_pos, m->max_T);
-    if (c->position == POS_LEARNED && m->cache_pos + n > c->context_length)
-        die("model_forward_cached: position %d exceeds context_length %d", m->cache_pos + n, c->context_length);
+    if (!m->cache_len) die("model_forward_cached: no caches (call model_cache_init first)");
+    if (n < 1 || n > m->max_T)
+        die("model_forward_cached: %d tokens at once; the model's buffers hold 1 to %d", n, m->max_T);
+    if (m->cache_pos + n > m->cache_len)
+        die("model_forward_cached: %d more tokens after %d exceed the %d the caches were made for", n, m->cache_pos,
+            m->cache_len);
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             die("model_forward_cached: token id %d is outside [0, %d)", tokens[i], c->vocab_size);
@@ -418,6 +414,7 @@ void model_forward_cached(Model *m, const int *tokens, int n) {
     m->last_has_targets = 0;  // no backward after a cached forward
     m->cached = 1;
     m->be->upload_tokens(m->acts.tokens, tokens, (size_t)n);
+    doc_segments_build(m, tokens, 1, n);
     run_graph(m, 1, n, m->cache_pos);
     m->cached = 0;
     m->cache_pos += n;

@@ -10,15 +10,16 @@
 
 #include "backend.h"
 #include "config.h"
+#include "doc_segments.h"
 #include "layers.h"
+#include "mixer.h"
 #include "params.h"
 
 // Saved activations of one block (rows N = B*T).
 typedef struct {
     NormActs norm1, norm2;
-    AttnActs attn;                     // mixer 'A'
-    MlaActs mla;                       // mixer 'M'
-    LinearActs lin;                    // mixers 'K' 'G' 'D' 'L'
+    void *mixer;                       // the token mixer's activations (MixerOps.acts_size)
+    void *cache;                       // its generation cache (MixerOps.cache_size; NULL without one)
     MlpActs mlp;
     MoeActs moe;
     real *mixer_out;                   // (N,C) mixer branch
@@ -45,7 +46,7 @@ typedef struct {
     // backward scratch
     real *dresid, *dtmp, *dbranch;     // (N,C)
     int *tokens, *targets;             // (N)
-    LinearSegments seg;                // sequence boundaries of the K/G/D/L mixers
+    DocSegments seg;                   // document boundaries (reset_at_eot)
 } Acts;
 
 typedef struct Model {
@@ -78,6 +79,7 @@ typedef struct Model {
     void (*grads_ready)(struct Model *m, int block, void *ctx);
     void *grads_ready_ctx;
     int cached;                        // the graph runs in cached mode (model_forward_cached)
+    int cache_len;                     // positions the caches hold (model_cache_init; 0: no caches)
     int cache_pos;                     // cached mode: tokens already in the caches
 } Model;
 
@@ -138,18 +140,22 @@ void model_check_expert_parallel(const Config *c, int ep_size);
 // Frees the buffers (model_destroy calls it).
 void model_release_expert_parallel(Model *m);
 
-// ---- cached (incremental) forward of one sequence (B = 1) ----
-// The same graph (run_graph) on the new tokens only: every mixer keeps a cache of the
-// prefix (MLA: the latent rows [chat | k_rope], attended in the absorbed form, blocks-spec
-// §1.7), and the per-token parts (norms, AttnRes, MoE, MLP) simply run on the new rows. The
-// logits equal those of a full forward up to rounding. (The `layers` work adds a token-by-
-// token Decoder, model/decode.h, for A/K/G/D/L; docs/hybrid.md says how the two meet.)
-// 1 if every layer type of the model has a cached form (today: M).
-int model_cache_supported(const Model *m);
+// ---- cached (incremental) forward of one sequence: the one generation path ----
+// The same graph (run_graph) on the new tokens only: every token mixer keeps a cache of the
+// prefix (MixerOps.forward_cached: A its packed qkv rows, M its latent rows [chat | k_rope]
+// attended in the absorbed form, K/G/D/L their O(1) recurrent and conv states), and the
+// per-token parts (norms, AttnRes, MoE, MLP) simply run on the new rows. The logits equal
+// those of a full forward up to rounding (tests/test_decode.c), reset_at_eot included. The
+// cached forward runs on the activation buffers: do not use it between a forward and its
+// backward. MoE runs every expert locally (no expert-parallel exchange).
+// Allocates the caches for a sequence of up to max_len tokens (with learned positions at most
+// context_length), at position 0; again with another max_len, it replaces them.
+void model_cache_init(Model *m, int max_len);
 // Empties the caches (position 0).
 void model_cache_reset(Model *m);
-// Runs the next n tokens (positions cache_pos .. cache_pos+n-1, at most max_T in all);
-// their logits are then model_logits_row(m, 0, i), i < n. Dies for a layer without a cache.
+void model_cache_free(Model *m);  // model_destroy frees them too
+// Runs the next n tokens (positions cache_pos .. cache_pos+n-1; n <= max_T of the model, and
+// the caches must hold them); their logits are then model_logits_row(m, 0, i), i < n.
 void model_forward_cached(Model *m, const int *tokens, int n);
 
 // ---- MoE load balancing once per optimizer step (blocks-spec §2.6), model/moe_step.c ----

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "layers.h"
+#include "mixer.h"
 #include "base/util.h"
 
 int params_add(ParamTable *t, ParamGroup group, InitRule init, double std, int ndim, const int *shape,
@@ -55,22 +56,20 @@ void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
         int pshape[2] = {c->context_length, C};
         mp->pos_embed = params_add(t, GROUP_EMBED, INIT_NORMAL, c->init_std, 2, pshape, "embed.pos.weight");
     }
+    mp->n_layer = c->n_layer;
     mp->blocks = xcalloc((size_t)c->n_layer, sizeof(BlockParams));
     mp->block_first = xcalloc((size_t)c->n_layer + 1, sizeof(int));
     for (int l = 0; l < c->n_layer; l++) {
         mp->block_first[l] = t->count;
         BlockParams *b = &mp->blocks[l];
         memset(b, -1, sizeof *b);  // every index -1 until created
-        b->mixer = c->layers[l];
+        const MixerOps *mx = mixer_of(c, l);
+        b->mixer = xmalloc(mx->params_size);
+        memset(b->mixer, -1, mx->params_size);
         if (c->attn_res_block && l > 0)  // layer 0's attention input is the embedding itself (§4.3)
             attnres_params(c, t, &b->ar_attn, "blocks.%d.attnres_attn", l);
         norm_params(c, t, &b->norm1, "blocks.%d.norm1", l);
-        switch (b->mixer) {
-        case 'A': attn_params(c, t, l, &b->attn); break;
-        case 'M': mla_params(c, t, l, &b->mla); break;
-        case 'K': case 'G': case 'D': case 'L': linear_params(c, t, l, &b->lin); break;
-        default: die("params: layer type '%c' has no parameter layout", b->mixer);
-        }
+        mx->params(c, t, l, b->mixer);
         if (c->attn_res_block) attnres_params(c, t, &b->ar_ffn, "blocks.%d.attnres_ffn", l);
         norm_params(c, t, &b->norm2, "blocks.%d.norm2", l);
         b->moe_layer = c->moe_experts > 0 && l >= c->dense_first;
@@ -90,6 +89,7 @@ void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
 
 void params_free(ParamTable *t, ModelParams *mp) {
     free(t->items);
+    for (int l = 0; l < mp->n_layer; l++) free(mp->blocks[l].mixer);
     free(mp->blocks);
     free(mp->block_first);
     memset(t, 0, sizeof *t);
@@ -166,22 +166,11 @@ double params_count_active(const Config *c, const ParamTable *t, int non_embeddi
     return n;
 }
 
-double params_mixer_flops(const Config *c, char mixer) {
-    switch (mixer) {
-    case 'A': return 6.0 * c->d_model * c->seq_len;  // causal: half of 12*C*T
-    case 'M': return mla_mixer_flops(c);
-    // K/G/D/L: the state read-out and update, ~4 H K V per token forward, x3 with the backward
-    case 'K': case 'G': case 'D': case 'L':
-        return 12.0 * c->linear_heads * c->linear_head_dim * c->linear_value_dim;
-    default: return 0.0;
-    }
-}
-
 double params_flops_per_token(const Config *c, const ParamTable *t) {
     // every active non-embedding parameter is one multiply-add per token (x 3 for fwd + bwd),
     // plus the lm_head matmul (tied or not): padded vocab x d_model
     double flops = 6.0 * params_count_active(c, t, 1) + 6.0 * (double)c->padded_vocab_size * c->d_model;
-    for (int l = 0; l < c->n_layer; l++) flops += params_mixer_flops(c, c->layers[l]);
+    for (int l = 0; l < c->n_layer; l++) flops += mixer_of(c, l)->flops(c, c->seq_len);
     return flops;
 }
 

@@ -60,9 +60,6 @@ typedef struct {
 
 // Indices into the table of each module's tensors; -1 where the config has no such tensor.
 typedef struct {
-    int qkv_w, qkv_b, out_w, out_b;
-} AttnParams;
-typedef struct {
     int up_w, up_b;        // (H,C) for GELU, (2H,C) [gate | up] for GLU
     int down_w, down_b;    // (C,H)
 } MlpParams;
@@ -70,12 +67,6 @@ typedef struct {
     int w, b;              // b = -1 without a shift (rmsnorm, or bias = false)
 } NormParams;
 
-// MLA (blocks-spec §1.2): q_w without q-LoRA, else q_a / q_a_norm / q_b; gate_w -1 without the gate.
-typedef struct {
-    int q_w, q_a_w, q_a_norm, q_b_w;
-    int kv_a_w, kv_a_norm, kv_b_w;
-    int gate_w, out_w;
-} MlaParams;
 // MoE (§2): router, the selection bias (GROUP_STATE), routed experts stacked by expert
 // (w13 (E*2m, De) = per expert [W1_e; W3_e], w2 (E*De, m)), the shared MLP (-1 without),
 // the latent projections and norm (-1 for variant A; De = l with them, d without).
@@ -89,28 +80,10 @@ typedef struct {
 typedef struct {
     int query, norm;
 } AttnResParams;
-// Token mixers K (KDA), G (GDN), D (DeltaNet), L (linear attention), kda-spec §5.2-§5.4
-// (model/mixer_linear.c). H heads, key dim K, value dim V, rank R, conv window W.
-typedef struct {
-    int q_w, k_w, v_w;           // (H*K, C) (H*K, C) (H*V, C)
-    int q_conv, k_conv, v_conv;  // (H*K, 1, W) (H*K, 1, W) (H*V, 1, W)   K G D
-    int f_a, f_b;                // (R, C) (H*K, R)  KDA low-rank decay gate
-    int a_w;                     // (H, C)           GDN decay gate
-    int A_log, dt_bias;          // (H); (H*K) KDA, (H) GDN
-    int b_w;                     // (H, C)           beta logits   K G D
-    int g_a, g_b, g_bias;        // (R, C) (H*V, R) (H*V)  KDA output gate
-    int g_w;                     // (H*V, C)         GDN output gate
-    int o_norm;                  // (V) per-head output RMSNorm weight
-    int o_w;                     // (C, H*V)
-} LinearParams;
-
 // One block: x + mixer(norm1(x)), then + channel(norm2(x)).
 typedef struct {
-    char mixer;            // the layer letter of `layers`
     NormParams norm1, norm2;
-    AttnParams attn;       // mixer 'A'
-    MlaParams mla;         // mixer 'M'
-    LinearParams lin;      // mixers 'K' 'G' 'D' 'L'
+    void *mixer;           // the token mixer's tensor indices (its MixerOps.params_size, model/mixer.h)
     MlpParams mlp;         // the dense channel mixer
     int moe_layer;         // 1: the channel mixer is MoE (moe_experts > 0, layer >= dense_first)
     MoeParams moe;
@@ -122,6 +95,7 @@ typedef struct {
     int lm_head;                // the tok_embed index when tied
     NormParams normf;
     AttnResParams ar_out;       // the final AttnRes before normf (-1 without AttnRes)
+    int n_layer;
     BlockParams *blocks;        // n_layer entries
     int *block_first;           // table index of block l's first tensor; [n_layer]: the first
                                 // tensor after the blocks (== count when there is none)
@@ -158,12 +132,8 @@ double params_count_active(const Config *c, const ParamTable *t, int non_embeddi
 
 // Training FLOPs per token (forward + backward), blocks-spec §6.6: 6 * (active
 // non-embedding parameters) + 6 * padded_vocab * d_model (the lm_head) + the
-// sequence-mixing term of each layer (params_mixer_flops).
+// sequence-mixing term of each layer's token mixer (MixerOps.flops, at seq_len).
 double params_flops_per_token(const Config *c, const ParamTable *t);
-// Per-layer, per-token training FLOPs of the mixing that is not a parameter matmul
-// (fwd + bwd), by layer type: A 6*d*T (GPT-2: causal half of 12*d*T), M 3*T*H*(dqk + dv)
-// (§6.6). Layer types that add their own term extend the switch in params.c.
-double params_mixer_flops(const Config *c, char mixer);
 
 // Prints the table, the totals and the FLOPs per token.
 void params_print(const Config *c, const ParamTable *t, FILE *f);

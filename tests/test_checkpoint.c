@@ -636,7 +636,7 @@ static void test_export_124m(void) {
     CHECK(bad_values == 0, "%ld exported values differ from the source", bad_values);
     // a few transposed elements by hand: c_attn.weight[i][o] == qkv.weight[o][i]
     const StTensor *qkv = st_find(&f, "transformer.h.11.attn.c_attn.weight");
-    const float *src = p + t.items[mp.blocks[11].attn.qkv_w].offset;
+    const float *src = p + t.items[params_find(&t, "blocks.11.attn.qkv.weight")].offset;
     const int pairs[][2] = {{0, 0}, {0, 1}, {1, 0}, {767, 2303}, {5, 1600}};
     for (int i = 0; qkv && i < 5; i++) {
         int in = pairs[i][0], o = pairs[i][1];

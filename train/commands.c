@@ -20,10 +20,15 @@ typedef struct {
     double temperature;
     long seed;
     int have_temperature;
+    int full_forward;
 } SampleArgs;
 
 static int sample_option(const char *name, const char *value, void *ctx) {
     SampleArgs *a = ctx;
+    if (!strcmp(name, "full-forward") || !strcmp(name, "full_forward")) {
+        a->full_forward = 1;
+        return 0;
+    }
     if (!value) die("command line: --%s needs a value", name);
     if (!strcmp(name, "checkpoint")) a->checkpoint = value;
     else if (!strcmp(name, "prompt-ids") || !strcmp(name, "prompt_ids")) a->prompt_ids = value;
@@ -64,10 +69,12 @@ int sample_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: hybrid sample CHECKPOINT_DIR [--prompt TEXT | --prompt-ids 1,2,3] [--tokens N] [--temp T]\n"
-                   "                     [--seed S] [--vocab_dir DIR]\n\n"
+                   "                     [--seed S] [--vocab_dir DIR] [--full-forward]\n\n"
                    "Generates from a checkpoint (temperature 0 = greedy). Without a prompt it starts from\n"
                    "end-of-text. Prints text when the model uses GPT-2's vocabulary and vocab_dir has the\n"
-                   "tokenizer files, token ids otherwise.\n");
+                   "tokenizer files, token ids otherwise. Decoding runs the model's cached forward (every\n"
+                   "layer keeps a cache of the prefix); --full-forward instead runs a full forward over\n"
+                   "the last seq_len tokens for every new token (slow; the same tokens up to rounding).\n");
             return 0;
         }
     SampleArgs a = {0};
@@ -109,7 +116,8 @@ int sample_main(int argc, char **argv) {
     }
     Rng rng;
     rng_seed(&rng, (uint64_t)dummy.seed);
-    generate(&model, tokens, n_prompt, a.tokens, a.have_temperature ? a.temperature : c.temperature, &rng);
+    generate(&model, tokens, n_prompt, a.tokens, a.have_temperature ? a.temperature : c.temperature, &rng,
+             a.full_forward ? GENERATE_FULL_FORWARD : GENERATE_CACHED);
     print_tokens(stdout, tok, tokens + n_prompt, a.tokens);
     if (tok) tokenizer_free(tok);
     free(tokens);

@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "model/decode.h"
 #include "base/util.h"
 
 // Draws from softmax(logits / temperature) over the first V entries.
@@ -22,22 +21,30 @@ static int sample_logits(const float *logits, int V, double temperature, Rng *rn
     return best;
 }
 
-// Token by token from per-layer caches (model/decode.h): the prompt is fed one token
-// at a time, then every sampled token; no prefix is ever recomputed.
+// The cached forward (model.h): the prompt in pieces of at most max_T tokens, then one
+// token at a time; no token of the prefix is ever recomputed.
 static void generate_cached(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng,
                             float *logits) {
     const int total = n_prompt + n_new;
-    Decoder d;
-    model_decode_init(&d, model, total);
-    for (int i = 0; i < n_prompt; i++) model_decode_step(&d, model, tokens[i], logits);
+    model_cache_init(model, total);
+    for (int i = 0; i < n_prompt;) {
+        const int n = n_prompt - i < model->max_T ? n_prompt - i : model->max_T;
+        model_forward_cached(model, tokens + i, n);
+        i += n;
+        if (i == n_prompt) model_logits_row(model, 0, n - 1, logits);
+    }
     for (int n = n_prompt; n < total; n++) {
         tokens[n] = sample_logits(logits, model->cfg.vocab_size, temperature, rng);
-        if (n + 1 < total) model_decode_step(&d, model, tokens[n], logits);
+        if (n + 1 < total) {
+            model_forward_cached(model, tokens + n, 1);
+            model_logits_row(model, 0, 0, logits);
+        }
     }
-    model_decode_free(&d, model);
+    model_cache_free(model);
 }
 
-// Fallback: a full forward over the last max_T tokens for every new token.
+// A full forward over the last max_T tokens for every new token: the reference the cached
+// path is checked against (and what runs once learned positions would run out).
 static void generate_window(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng,
                             float *logits) {
     for (int n = n_prompt; n < n_prompt + n_new; n++) {
@@ -49,10 +56,11 @@ static void generate_window(Model *model, int *tokens, int n_prompt, int n_new, 
     }
 }
 
-void generate(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng) {
+void generate(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng, GenerateMode mode) {
     float *logits = xmalloc(sizeof(float) * (size_t)model->cfg.padded_vocab_size);
     const Config *c = &model->cfg;
-    if (model_decode_supported(model) && (c->position != POS_LEARNED || n_prompt + n_new <= c->context_length))
+    const int positions_left = c->position != POS_LEARNED || n_prompt + n_new <= c->context_length;
+    if (mode == GENERATE_CACHED && positions_left)
         generate_cached(model, tokens, n_prompt, n_new, temperature, rng, logits);
     else
         generate_window(model, tokens, n_prompt, n_new, temperature, rng, logits);

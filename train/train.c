@@ -150,7 +150,7 @@ static void print_sample(Model *model, const Config *c, const Tokenizer *tok, Rn
     int n = c->sample_tokens;
     int *tokens = xmalloc(sizeof(int) * (size_t)(n + 1));
     tokens[0] = c->vocab_size > 50256 ? 50256 : 0;  // start from end-of-text
-    generate(model, tokens, 1, n, c->temperature, rng);
+    generate(model, tokens, 1, n, c->temperature, rng, GENERATE_CACHED);
     printf("sample: ");
     print_tokens(stdout, tok, tokens + 1, n);
     free(tokens);

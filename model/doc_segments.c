@@ -1,25 +1,21 @@
-// Sequence boundaries of the K/G/D/L mixers (docs/kda.md, "Document boundaries").
-// With reset_at_eot, the flattened B*T rows are cut at every batch-row start and after
-// every end-of-text token (the token after an EOT starts a new sequence, whose
-// recurrent and conv states start from zero), FlashAttention's cu_seqlens convention
-// (kda-spec §0.1). The short convs take all the offsets at once; the chunkwise ops run
-// over consecutive groups of at most `cap` sequences, each with its offsets rebased to
-// its first row, because their workspaces grow with the number of sequences.
-// Softmax-attention layers ignore all of this.
+// Document boundaries (doc_segments.h).
 #include <stdlib.h>
 #include <string.h>
 
-#include "mixer_linear.h"
-#include "model.h"
 #include "base/util.h"
+#include "model/doc_segments.h"
+#include "model/mixer.h"
+#include "model/model.h"
 
-void linear_segments_layout(Model *m, Carver *cv) {
+void doc_segments_layout(Model *m, Carver *cv) {
     const Config *c = &m->cfg;
-    LinearSegments *s = &m->acts.seg;
-    if (!c->reset_at_eot || !strpbrk(c->layers, "KGDL")) return;  // inactive: offsets NULL
+    DocSegments *s = &m->acts.seg;
+    int used = 0;
+    for (int l = 0; l < c->n_layer; l++) used |= mixer_of(c, l)->resets_at_eot;
+    if (!c->reset_at_eot || !used) return;  // inactive: offsets NULL
     const size_t N = (size_t)m->max_B * m->max_T;
     s->active = 1;
-    s->cap = lin_segment_cap(m->max_B, m->max_T, c->chunk_size);
+    s->cap = doc_segment_cap(m->max_B, m->max_T, c->chunk_size);
     s->offsets = carve_bytes(cv, (N + 1) * sizeof(int));
     s->group_offsets = carve_bytes(cv, (2 * N + 2) * sizeof(int));
     if (cv->base && !s->host) {  // the second layout pass: host copies
@@ -29,10 +25,11 @@ void linear_segments_layout(Model *m, Carver *cv) {
     }
 }
 
-void linear_segments_build(Model *m, const int *inputs, int B, int T) {
-    LinearSegments *s = &m->acts.seg;
+void doc_segments_build(Model *m, const int *inputs, int B, int T) {
+    DocSegments *s = &m->acts.seg;
     if (!s->active) return;
     const int N = B * T, eot = m->cfg.eot_token;
+    s->last_is_eot = inputs[N - 1] == eot;
     int *off = s->host, n = 0;
     off[0] = 0;
     for (int i = 1; i < N; i++)
@@ -53,7 +50,7 @@ void linear_segments_build(Model *m, const int *inputs, int B, int T) {
     m->be->upload_tokens(s->group_offsets, s->host_group, (size_t)(n + g));
 }
 
-void linear_segments_free(LinearSegments *s) {
+void doc_segments_free(DocSegments *s) {
     free(s->host);
     memset(s, 0, sizeof *s);
 }
