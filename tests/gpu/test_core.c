@@ -6,7 +6,8 @@
 // bf16 outputs TOL_OUT 5e-3, bf16 gradients TOL_GRAD 8e-3, fp32 statistics, losses and
 // sums TOL_F32 1e-4. Checked: embed, layernorm, the fused add + layernorm, matmul (and
 // the plan cache over 300 shapes, and bit-identical repeated backwards), the fused
-// matmul + GELU, attention forward/backward, GELU, add, scale, sum, sum_squares,
+// matmul + GELU, attention forward/backward, attention_cached (decode) against the CPU
+// and against the CUDA full forward's rows, GELU, add, scale, sum, sum_squares,
 // cross-entropy.
 #include <math.h>
 #include <stdio.h>
@@ -273,6 +274,35 @@ static void test_attention(int B, int T, int C, int NH) {
     free(qkv), free(out), free(lse), free(dy), free(dqkv), free(got), free(gp), free(rp);
 }
 
+// Decode-time attention: the last Tq rows of a KV cache of Tc packed qkv rows (one
+// sequence) against the CPU, and against the same rows of the CUDA full forward over the
+// same qkv (B = 1, T = Tc). The output buffer has one row more than the op writes: that
+// row must stay NaN.
+static void test_attention_cached(int Tq, int Tc, int C, int NH) {
+    printf("attention_cached Tq=%d Tc=%d C=%d NH=%d (head size %d)\n", Tq, Tc, C, NH, C / NH);
+    size_t nq = (size_t)Tc * 3 * C, no = (size_t)Tq * C, nf = (size_t)Tc * C, nl = (size_t)NH * Tc;
+    float *qkv = host_rand(nq, 1.5f, 0), *out = xmalloc(sizeof(float) * no);
+    cpu_attention_cached(out, qkv, Tq, Tc, C, NH);
+    void *dqkv = dev_bf16(qkv, nq), *dout = dev_bf16(NULL, no + C);
+    poison_bf16(dout, no + C);
+    G->core->attention_cached(dout, dqkv, Tq, Tc, C, NH);
+    float *got = get_bf16(dout, no + C);
+    expect("out vs CPU", rel_rms(got, out, no), TOL_OUT);
+    int outside = 0;
+    for (int c = 0; c < C; c++) outside += !isnan(got[no + c]);
+    CHECK(outside == 0, "attention_cached wrote %d elements past its %d output rows", outside, Tq);
+
+    void *dfull = dev_bf16(NULL, nf);
+    float *dlse = dev_f32(NULL, nl);
+    poison_bf16(dfull, nf);
+    poison_f32(dlse, nl);
+    G->core->attention_forward(dfull, (real *)dlse, dqkv, 1, Tc, C, NH);
+    float *full = get_bf16(dfull, nf);
+    expect("out vs attention_forward's last Tq rows (CUDA)", rel_rms(got, full + (size_t)(Tc - Tq) * C, no), TOL_OUT);
+    G->free(dqkv), G->free(dout), G->free(dfull), G->free(dlse);
+    free(qkv), free(out), free(got), free(full);
+}
+
 static void test_elementwise(size_t n) {
     printf("elementwise n=%zu\n", n);
     float *a = host_rand(n, 3, 0), *b = host_rand(n, 1, 0), *ref = xmalloc(sizeof(float) * n);
@@ -371,6 +401,12 @@ int main(void) {
     test_attention(B, T, C, NH);
     test_attention(2, 200, 256, 4);  // T not a multiple of the tile
     test_attention(2, 100, 128, 4);  // head size 32: the generic kernels
+    // decode: one new row (cache of 1, 7, 1024 rows), a full prefill, a chunk of 5; head
+    // sizes 64 (GPT-2), 128 and 40 (not a multiple of the warp)
+    const int heads[3][2] = {{768, 12}, {256, 2}, {120, 3}};                 // C, NH
+    const int rows[5][2] = {{1, 1}, {1, 7}, {1, 1024}, {64, 64}, {5, 300}};  // Tq, Tc
+    for (int h = 0; h < 3; h++)
+        for (int r = 0; r < 5; r++) test_attention_cached(rows[r][0], rows[r][1], heads[h][0], heads[h][1]);
     test_elementwise((size_t)N * 4 * C + 3);
     test_crossentropy(2048, V, Vp);
     gpu_test_summary();
