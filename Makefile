@@ -155,8 +155,12 @@ test: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS)
 	    $(MAKE) --no-print-directory test-gpu; fi
 
 # ---- GPU: parity tests and the GPT-2 benchmark (need nvcc and a visible GPU) ----
-# tests/gpu/ programs link the float build of the library plus the CUDA objects.
+# tests/gpu/ programs link the float build of the library plus the CUDA objects; the test
+# programs (tests/gpu/test_*.c: one per op family, and test_model) also link the shared
+# harness (tests/gpu/harness.c), so a new family's tests are one new file. test_model runs last.
 GPU_BIN := $(BUILD)/gpu
+GPU_TESTS := $(patsubst tests/gpu/%.c,$(GPU_BIN)/%,\
+               $(filter-out tests/gpu/test_model.c,$(wildcard tests/gpu/test_*.c)) tests/gpu/test_model.c)
 BENCH_B ?= 64
 BENCH_T ?= 1024
 BENCH_STEPS ?= 20
@@ -168,11 +172,18 @@ $(GPU_BIN)/%.o: tests/gpu/%.c
 $(GPU_BIN)/%: $(GPU_BIN)/%.o $(OBJ_F) $(OBJ_CU)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
+$(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_CU)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
 ifneq ($(CU_SRC),)
-test-gpu: hybrid $(GPU_BIN)/test_cuda $(GPU_BIN)/dump_logits
+# Every test program, then the Hugging Face check, one line each (tests/run_all.sh; each
+# program's full output in $(GPU_BIN)/<name>.log). HYBRID_GPU_OPS_ONLY=1: the op families
+# alone (test_model skips itself, check_hf.sh is left out).
+test-gpu: hybrid $(GPU_TESTS) $(GPU_BIN)/dump_logits
 	@nvidia-smi -L > /dev/null 2>&1 || { echo "test-gpu: no GPU visible (nvidia-smi -L failed)"; exit 1; }
-	@rc=0; $(GPU_BIN)/test_cuda || rc=1; BUILD=$(BUILD) sh tests/gpu/check_hf.sh || rc=1; \
-	if [ $$rc = 0 ]; then echo "test-gpu: all passed"; else echo "test-gpu: FAILED"; fi; exit $$rc
+	@if BUILD=$(BUILD) RUN_SCRIPTS="$(if $(filter-out 0,$(HYBRID_GPU_OPS_ONLY)),,tests/gpu/check_hf.sh)" \
+	    sh tests/run_all.sh $(GPU_TESTS); then echo "test-gpu: all passed"; \
+	else echo "test-gpu: FAILED (logs: $(GPU_BIN)/*.log)"; exit 1; fi
 
 bench: hybrid $(GPU_BIN)/bench_gpt2
 	@nvidia-smi -L > /dev/null 2>&1 || { echo "bench: no GPU visible (nvidia-smi -L failed)"; exit 1; }

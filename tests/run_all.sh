@@ -1,6 +1,7 @@
 #!/bin/sh
-# Runs every C test binary given as arguments, then every tests/*.sh script, and
-# prints one summary line "N passed, N failed". Exits non-zero if anything failed.
+# Runs every C test binary given as arguments, then every tests/*.sh script (or the
+# scripts listed in $RUN_SCRIPTS, when set: `make test-gpu` runs tests/gpu/check_hf.sh),
+# one line each, and a summary line "N passed, N failed". Exits non-zero if anything failed.
 passed=0
 failed=0
 failures=""
@@ -15,7 +16,7 @@ for t in "$@"; do
     printf '%-32s %-6s %4ss  %s\n' "$name" "$status" $(( $(date +%s) - start )) "$(tail -n 1 "$t.log")"
     [ "$status" = ok ] || sed 's/^/    | /' "$t.log" | tail -n 40
 done
-for s in tests/*.sh; do
+for s in ${RUN_SCRIPTS-tests/*.sh}; do
     [ "$s" = tests/run_all.sh ] && continue
     [ -f "$s" ] || continue
     name=$(basename "$s")
