@@ -1,7 +1,8 @@
 // Optimizer steps on the device: AdamW (model/ops/optim/optim.h) and Muon (model/ops/optim/muon.h).
 // State (moments, Muon momentum) and master weights are fp32; parameters are bf16,
 // rounded to nearest even from the master after every step (so the master alone
-// decides the trajectory and a checkpoint of it resumes bit for bit).
+// decides the trajectory and a checkpoint of it resumes bit for bit). The contract's
+// `real` hyperparameters are spelled float here: CUDA exists only in the float build.
 //
 // Muon's Newton-Schulz runs on bf16 operands with fp32 accumulation through cuBLASLt,
 // all the blocks of a fused tensor (qkv: 3) as one strided batch:

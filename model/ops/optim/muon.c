@@ -175,8 +175,8 @@ void muon_update_blocks(real *W, const real *G, float *M, int rows, int cols, in
 }
 
 void cpu_muon_update(real *param, const real *grad, float *M, float *master, int rows, int cols, int n_blocks,
-                     float momentum, int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay,
-                     float grad_scale, real *work) {
+                     real momentum, int nesterov, int ns_steps, int scale_rule, real lr, real weight_decay,
+                     real grad_scale, real *work) {
     if (master) die("cpu_muon_update: the CPU backend keeps no master weights (master must be NULL)");
     MuonConfig mc = {momentum, nesterov, ns_steps, (MuonScaleRule)scale_rule};
     muon_update_blocks(param, grad, M, rows, cols, n_blocks, &mc, lr, weight_decay, grad_scale, work);
