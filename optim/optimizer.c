@@ -5,10 +5,13 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "model/ops/optim/muon.h"
 
 int optimizer_uses_muon(const Config *c, const ParamInfo *p) {
     return c->optimizer == OPT_MUON && p->group == GROUP_MATRIX && p->ndim == 2;
+}
+
+MuonScaleRule optimizer_muon_rule(const Config *c) {
+    return c->muon_scale == MUON_SCALE_KEY_KELLER ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT;
 }
 
 double group_peak_lr(const Config *c, ParamGroup g) {
@@ -217,8 +220,7 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
         if (optimizer_uses_muon(c, p))
             be->optim->muon_update(param, grad, o->m + (a - o->lo), master, p->shape[0], p->shape[1], p->blocks,
                             (real)c->muon_momentum, c->muon_nesterov, c->muon_ns_steps,
-                            c->muon_scale == MUON_SCALE_KEY_KELLER ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT, group_lr,
-                            wd, (real)scale, o->work);
+                            optimizer_muon_rule(c), group_lr, wd, (real)scale, o->work);
         else if (multi) {  // offsets into the window: every array below is based at lo
             seg_off[nseg] = a - o->lo;
             seg_len[nseg] = b - a;

@@ -8,7 +8,7 @@
 //
 //  (a) AdamW: one step at t = 4 from a nonzero state (bias corrections and both betas
 //      matter), clipping active, every parameter group with its lr and weight decay.
-//  (b) Muon on the hidden matrices + AdamW on the rest: the Muon
+//  (b) Muon (moonlight and keller) on the hidden matrices + AdamW on the rest: the Muon
 //      tensors equal muon_update_blocks with the config's exact momentum, lr and decay.
 #include <math.h>
 #include <stdlib.h>
@@ -126,8 +126,9 @@ static Errors one_step(const char *label, const char *optimizer, const char *muo
         if (optimizer_uses_muon(&c, pi)) {
             n_muon++;
             const int rows = (int)pi->shape[0], cols = (int)pi->shape[1];
-            const MuonScaleRule rule = !strcmp(muon_scale, "keller") ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT;
-            MuonConfig mc = {c.muon_momentum, c.muon_nesterov, c.muon_ns_steps, rule};
+            const MuonScaleRule rule = optimizer_muon_rule(&c);
+            CHECK(rule == (!strcmp(muon_scale, "keller") ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT), "%s: rule", label);
+            MuonConfig mc = {c.muon_momentum, c.muon_nesterov, c.muon_ns_steps, rule, muon_momentum_form(rule)};
             MuonConfig mc32 = mc;
             mc32.momentum = f32(c.muon_momentum);
             double *w = xmalloc(sizeof(double) * muon_workspace_size(rows / pi->blocks, cols));
@@ -184,5 +185,6 @@ static Errors one_step(const char *label, const char *optimizer, const char *muo
 int main(void) {
     one_step("adamw", "adamw", "moonlight");
     one_step("muon moonlight", "muon", "moonlight");
+    one_step("muon keller", "muon", "keller");
     TEST_MAIN_END();
 }

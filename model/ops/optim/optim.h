@@ -30,7 +30,10 @@ typedef struct OptimOps {
                          real beta1, real beta2, real eps, real weight_decay, real grad_scale, int t);
     // One Muon step on a (rows, cols) tensor holding n_blocks logical matrices stacked along
     // rows (muon.h has the equations). M is the fp32 momentum; master as for adamw_update;
-    // work holds muon_workspace_size(rows / n_blocks, cols) elements. scale_rule: MuonScaleRule.
+    // work holds muon_workspace_size(rows / n_blocks, cols) elements. scale_rule: a
+    // MuonScaleRule, which picks the update scale and the momentum form together
+    // (muon_momentum_form: keller keeps M in KellerJordan/Muon's EMA form, moonlight and
+    // none in the sum form).
     void (*muon_update)(real *param, const real *grad, float *M, float *master, int rows, int cols, int n_blocks,
                         real momentum, int nesterov, int ns_steps, int scale_rule, real lr, real weight_decay,
                         real grad_scale, real *work);
