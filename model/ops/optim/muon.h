@@ -14,8 +14,8 @@
 // the AdamW lr and wd can be reused) or sqrt(max(1, rows / cols)) (KellerJordan/Muon,
 // modded-nanogpt: pair it with its own lr, ~0.02). From a zero buffer the EMA buffer is the
 // sum buffer times (1 - mu) (up to M's fp32 rounding), so the two forms differ only through
-// NS5's 1e-7 in the normalisation X / (||X||_F + 1e-7), which weighs 1 / (1 - mu) = 20
-// times more on the smaller EMA U.
+// NS5's 1e-7 in the normalisation X / (||X||_F + 1e-7), which weighs 1 / (1 - mu) times
+// (20 times at mu = 0.95) more on the smaller EMA U.
 //
 // Matrices are row-major (out, in) as in the parameter table. The momentum buffer is
 // fp32 like the AdamW moments, so the optimizer's `m` state can hold it. Nothing here
