@@ -121,10 +121,12 @@ void cuda_adamw_update_multi(real *param, const real *grad, float *m, float *v, 
 #define MUON_PART 64  // partial-sum blocks per matrix block for the Frobenius norm
 
 // U from g and the updated momentum mi (muon.h): g + mu M in the sum form, (1 - mu) g + mu M
-// in the EMA form (ema = 1), M without Nesterov. Both kernels below compute U through this.
+// in the EMA form (ema = 1), M without Nesterov. Both kernels below compute U through this,
+// so the norm and the scaled X see the same U (the EMA form's FMA is spelled out: with two
+// products either could be fused).
 __device__ __forceinline__ float muon_u(float g, float mi, float mu, int nesterov, int ema) {
     if (!nesterov) return mi;
-    if (ema) return (1.f - mu) * g + mu * mi;
+    if (ema) return __fmaf_rn(mu, mi, (1.f - mu) * g);
     return g + mu * mi;
 }
 
@@ -138,7 +140,7 @@ __global__ void muon_momentum_kernel(double *partial, float *M, const bf16 *grad
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x) {
         float g = grad_scale * __bfloat162float(grad[base + i]);
         float mi;
-        if (ema) mi = mu * M[base + i] + (1.f - mu) * g;
+        if (ema) mi = __fmaf_rn(mu, M[base + i], (1.f - mu) * g);
         else mi = mu * M[base + i] + g;
         M[base + i] = mi;
         float u = muon_u(g, mi, mu, nesterov, ema);
