@@ -520,28 +520,34 @@ static void test_muon_momentum_form(void) {
     checkpoint_check_optimizer(dold, &A.c);
     checkpoint_check_config(dold, &K.c);  // the shapes agree: only the momentum form is refused
 
-    // an old keller checkpoint resumed by keller: refused, naming the file and the problem
+    // refused, naming the file and the problem: an old keller checkpoint resumed by keller,
+    // and switching rules across forms, both ways
+    const struct {
+        const char *what, *dir;
+        const Config *want;
+        const char *msg, *also;
+    } refused[] = {
+        {"old keller checkpoint resumed by keller", dold, &K.c,
+         "written by a muon_scale = keller run before keller took KellerJordan/Muon's EMA momentum (no "
+         CHECKPOINT_MUON_MOMENTUM_KEY " = ema metadata): its Muon momentum is in the sum form M = mu M + g, and this "
+         "run (muon_scale = keller) keeps the ema form M = mu M + (1 - mu) g",
+         "would mix the two forms"},
+        {"moonlight checkpoint resumed by keller", dm, &K.c,
+         "its Muon momentum is in the sum form M = mu M + g (muon_scale = moonlight) but this run (muon_scale = "
+         "keller) keeps the ema form",
+         "Resume with muon_scale = moonlight"},
+        {"keller checkpoint resumed by moonlight", dk, &Mo.c,
+         "its Muon momentum is in the ema form M = mu M + (1 - mu) g (muon_scale = keller) but this run (muon_scale "
+         "= moonlight) keeps the sum form",
+         "Resume with muon_scale = keller"},
+    };
     char want[1024];
-    Call call = {.dir = dold, .want = &K.c};
-    snprintf(want, sizeof want,
-             "%s/optimizer.safetensors: written by a muon_scale = keller run before keller took KellerJordan/Muon's "
-             "EMA momentum (no " CHECKPOINT_MUON_MOMENTUM_KEY " = ema metadata): its Muon momentum is in the sum form "
-             "M = mu M + g, and this run (muon_scale = keller) keeps the ema form M = mu M + (1 - mu) g",
-             dold);
-    expect_die("old keller checkpoint resumed by keller", call_check_optimizer, &call, want, "would mix the two forms");
-    // switching rules across forms: refused both ways
-    call = (Call){.dir = dm, .want = &K.c};
-    snprintf(want, sizeof want,
-             "%s/optimizer.safetensors: its Muon momentum is in the sum form M = mu M + g (muon_scale = moonlight) but "
-             "this run (muon_scale = keller) keeps the ema form",
-             dm);
-    expect_die("moonlight checkpoint resumed by keller", call_check_optimizer, &call, want, "muon_scale = moonlight");
-    call = (Call){.dir = dk, .want = &Mo.c};
-    snprintf(want, sizeof want,
-             "%s/optimizer.safetensors: its Muon momentum is in the ema form M = mu M + (1 - mu) g (muon_scale = "
-             "keller) but this run (muon_scale = moonlight) keeps the sum form",
-             dk);
-    expect_die("keller checkpoint resumed by moonlight", call_check_optimizer, &call, want, NULL);
+    Call call;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        call = (Call){.dir = refused[i].dir, .want = refused[i].want};
+        snprintf(want, sizeof want, "%s/optimizer.safetensors: %s", refused[i].dir, refused[i].msg);
+        expect_die(refused[i].what, call_check_optimizer, &call, want, refused[i].also);
+    }
     // a value we never write
     const char *bogus[] = {CHECKPOINT_MUON_MOMENTUM_KEY, "lerp"};
     rewrite_optimizer_meta(dk, bogus, 1);

@@ -7,7 +7,8 @@
 // the test is seen to tell them apart.
 //
 //  (a) AdamW: one step at t = 4 from a nonzero state (bias corrections and both betas
-//      matter), clipping active, every parameter group with its lr and weight decay.
+//      matter), clipping active, on the tiny hybrid (tests/hybrid_test_util.h: every
+//      parameter group, each with its lr and weight decay).
 //  (b) Muon (moonlight and keller) on the hidden matrices + AdamW on the rest: the Muon
 //      tensors equal muon_update_blocks with the config's exact momentum, lr and decay.
 #include <math.h>
@@ -16,6 +17,7 @@
 
 #include "base/rng.h"
 #include "base/util.h"
+#include "hybrid_test_util.h"
 #include "model/model.h"
 #include "model/ops/optim/muon.h"
 #include "optim/optimizer.h"
@@ -23,31 +25,12 @@
 
 #define STEP_T 3  // steps already taken: this step is t = 4
 
+// The tiny hybrid (MLA, MoE with router and selection bias, AttnRes: every parameter group)
+// with distinct lrs per group and clipping that acts.
 static Config tiny(const char *optimizer, const char *muon_scale) {
-    Config c;
-    config_defaults(&c);
-    config_set_override(&c, "layers", "A x2");
-    c.d_model = 8;
-    c.n_head = 2;
-    c.vocab_size = 11;
-    c.padded_vocab_size = 16;
-    c.context_length = 8;
-    c.seq_len = 5;
-    c.batch_size = 2;
-    c.init_std = 0.4;
-    config_set_override(&c, "optimizer", optimizer);
-    config_set_override(&c, "muon_scale", muon_scale);
-    config_set_override(&c, "lr", "6e-4");
-    config_set_override(&c, "lr_norm", "1.3e-3");
-    config_set_override(&c, "lr_matrix", "0.023");
-    config_set_override(&c, "beta1", "0.9");
-    config_set_override(&c, "beta2", "0.95");
-    config_set_override(&c, "adam_eps", "1e-8");
-    config_set_override(&c, "weight_decay", "0.1");
-    config_set_override(&c, "muon_momentum", "0.95");
-    config_set_override(&c, "grad_clip", "0.3");
-    config_finalize(&c);
-    return c;
+    return tiny_hybrid("optimizer", optimizer, "muon_scale", muon_scale, "lr", "6e-4", "lr_norm", "1.3e-3",
+                       "lr_matrix", "0.023", "lr_router", "2.2e-3", "beta1", "0.9", "beta2", "0.95", "adam_eps",
+                       "1e-8", "weight_decay", "0.1", "muon_momentum", "0.95", "grad_clip", "0.3", NULL);
 }
 
 typedef struct {
@@ -83,13 +66,14 @@ static double adamw_hand(double p, double g, float *m, float *v, double lr, doub
 
 static double f32(double x) { return (double)(float)x; }
 
-// One optimizer_step on a tiny GPT-2 from random gradients and a random nonzero state;
-// every tensor checked against the hand equations (AdamW) or muon_update_blocks (Muon).
+// One optimizer_step on the tiny hybrid from random gradients and a random nonzero state;
+// every tensor checked against the hand equations (AdamW) or muon_update_blocks (Muon);
+// GROUP_STATE tensors (the MoE selection bias) must not move.
 static Errors one_step(const char *label, const char *optimizer, const char *muon_scale) {
     Config c = tiny(optimizer, muon_scale);
     Model model;
     model_create(&model, &c, backend_cpu(), 2, 5);
-    model_init_params(&model, 5);
+    tiny_hybrid_params(&model, 5, 0.3);
     Optimizer o;
     optimizer_create(&o, &model);
     const size_t n = model.table.total;
@@ -118,11 +102,17 @@ static Errors one_step(const char *label, const char *optimizer, const char *muo
     const double scale = c.grad_clip / norm, schedule = lr / c.lr;
     const int t = STEP_T + 1;
     Errors e = {0, 0};
-    int n_muon = 0, moments_bad = 0;
+    int n_muon = 0, n_state = 0, moments_bad = 0, state_moved = 0;
     for (int k = 0; k < model.table.count; k++) {
         const ParamInfo *pi = &model.table.items[k];
         const double glr = group_peak_lr(&c, pi->group) * schedule, gwd = group_weight_decay(&c, pi->group);
         const size_t a = pi->offset, len = pi->numel;
+        if (pi->group == GROUP_STATE) {
+            n_state++;
+            for (size_t i = a; i < a + len; i++)
+                state_moved += model.params[i] != p0[i] || m1[i] != m0[i] || v1[i] != v0[i];
+            continue;
+        }
         if (optimizer_uses_muon(&c, pi)) {
             n_muon++;
             const int rows = (int)pi->shape[0], cols = (int)pi->shape[1];
@@ -164,7 +154,10 @@ static Errors one_step(const char *label, const char *optimizer, const char *muo
         tensor_done(&e, &te);
     }
     CHECK(!strcmp(optimizer, "muon") == (n_muon > 0), "%s: %d Muon tensors", label, n_muon);
-    CHECK(moments_bad == 0, "%s: %d stored moments (elements or Muon tensors) differ from the hand equations", label, moments_bad);
+    CHECK(moments_bad == 0, "%s: %d stored moments (elements or Muon tensors) differ from the hand equations", label,
+          moments_bad);
+    CHECK(n_state > 0 && state_moved == 0, "%s: %d of the %d GROUP_STATE tensors' elements moved", label, state_moved,
+          n_state);
     CHECK(e.err < 1e-13, "%s: the step differs from the equations in double by %.3g of the update", label, e.err);
     CHECK(e.err_f32 > 1e-9, "%s: float-rounded hyperparameters change the update by only %.3g: the test would not see them",
           label, e.err_f32);
