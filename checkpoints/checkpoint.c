@@ -14,6 +14,8 @@
 #include "checkpoints/safetensors.h"
 #include "checkpoints/trainer_state.h"
 #include "base/util.h"
+#include "model/ops/optim/muon.h"
+#include "optim/optimizer.h"
 
 __attribute__((format(printf, 1, 2))) static char *fmt(const char *f, ...) {
     va_list ap;
@@ -93,9 +95,10 @@ static void save_config(const char *dir, const Config *c) {
     free(text);
 }
 
-// Writes the table's tensors from each of `bufs` (names prefixed by `prefixes`).
+// Writes the table's tensors from each of `bufs` (names prefixed by `prefixes`), plus
+// n_meta metadata pairs.
 static void save_tensors(const char *path, const ParamTable *t, const float *const *bufs, const char *const *prefixes,
-                         int nbufs) {
+                         int nbufs, const char *const *meta, int n_meta) {
     int n = t->count * nbufs;
     StOut *out = xcalloc((size_t)n, sizeof *out);
     char (*names)[PARAM_NAME_MAX + 8] = xcalloc((size_t)n, sizeof *names);
@@ -110,7 +113,7 @@ static void save_tensors(const char *path, const ParamTable *t, const float *con
             for (int d = 0; d < p->ndim; d++) o->shape[d] = p->shape[d];
             o->data = bufs[b] + p->offset;
         }
-    st_write(path, out, n, NULL, 0);
+    st_write(path, out, n, meta, n_meta);
     free(names);
     free(out);
 }
@@ -170,13 +173,16 @@ void checkpoint_save(const char *out_dir, const Config *c, const ParamTable *t, 
     save_config(tmp, c);
     char *path = fmt("%s/model.safetensors", tmp);
     const char *none = "";
-    save_tensors(path, t, &params, &none, 1);
+    save_tensors(path, t, &params, &none, 1, NULL, 0);
     free(path);
     if (m) {
         const float *bufs[2] = {m, v};
         const char *prefixes[2] = {"m.", "v."};
+        // the sum form is recorded by the key's absence, so moonlight files stay as they were
+        const char *meta[2] = {CHECKPOINT_MUON_MOMENTUM_KEY, muon_momentum_form_name(MUON_MOMENTUM_EMA)};
+        const int ema = c->optimizer == OPT_MUON && muon_momentum_form(optimizer_muon_rule(c)) == MUON_MOMENTUM_EMA;
         path = fmt("%s/optimizer.safetensors", tmp);
-        save_tensors(path, t, bufs, prefixes, 2);
+        save_tensors(path, t, bufs, prefixes, 2, meta, ema ? 1 : 0);
         free(path);
     }
     path = fmt("%s/trainer_state.txt", tmp);
@@ -234,6 +240,48 @@ void checkpoint_check_config(const char *dir, const Config *want) {
     config_value(&have, key, a, sizeof a);
     config_value(want, key, b, sizeof b);
     die("%s/config.conf: checkpoint has %s = %s but the config says %s", dir, key, a, b);
+}
+
+static const char *form_equation(MuonMomentumForm f) {
+    return f == MUON_MOMENTUM_EMA ? "M = mu M + (1 - mu) g" : "M = mu M + g";
+}
+
+void checkpoint_check_optimizer(const char *dir, const Config *want) {
+    Config have;
+    checkpoint_read_config(dir, &have);
+    if (want->optimizer != OPT_MUON || have.optimizer != OPT_MUON) return;  // no Muon momentum to mix
+    const MuonMomentumForm want_form = muon_momentum_form(optimizer_muon_rule(want));
+    char *path = fmt("%s/optimizer.safetensors", dir);
+    if (!file_exists(path)) {
+        free(path);
+        return;
+    }
+    StFile f;
+    st_open(&f, path);
+    const char *v = st_meta(&f, CHECKPOINT_MUON_MOMENTUM_KEY);
+    MuonMomentumForm form = MUON_MOMENTUM_SUM;  // absent: the sum form
+    if (v && !strcmp(v, muon_momentum_form_name(MUON_MOMENTUM_EMA))) form = MUON_MOMENTUM_EMA;
+    else if (v && strcmp(v, muon_momentum_form_name(MUON_MOMENTUM_SUM)))
+        die("%s: metadata %s = '%s' is neither 'sum' nor 'ema'", path, CHECKPOINT_MUON_MOMENTUM_KEY, v);
+    const char *have_scale = have.muon_scale == MUON_SCALE_KEY_KELLER ? "keller" : "moonlight";
+    const char *want_scale = want->muon_scale == MUON_SCALE_KEY_KELLER ? "keller" : "moonlight";
+    if (form != want_form) {
+        if (form == MUON_MOMENTUM_SUM && have.muon_scale == MUON_SCALE_KEY_KELLER)
+            die("%s: written by a muon_scale = keller run before keller took KellerJordan/Muon's EMA momentum (no %s "
+                "= ema metadata): its Muon momentum is in the sum form %s, and this run (muon_scale = %s) keeps the %s "
+                "form %s; resuming would mix the two forms (docs/optimizers.md, \"Muon's two momentum forms\"). "
+                "Resume it with the build that wrote it, or start a new run",
+                path, CHECKPOINT_MUON_MOMENTUM_KEY, form_equation(form), want_scale,
+                muon_momentum_form_name(want_form), form_equation(want_form));
+        die("%s: its Muon momentum is in the %s form %s (muon_scale = %s) but this run (muon_scale = %s) keeps the %s "
+            "form %s; resuming would mix the two forms (docs/optimizers.md, \"Muon's two momentum forms\"). Resume "
+            "with muon_scale = %s",
+            path, muon_momentum_form_name(form), form_equation(form), have_scale, want_scale,
+            muon_momentum_form_name(want_form), form_equation(want_form),
+            have_scale);
+    }
+    st_close(&f);
+    free(path);
 }
 
 static void load_tensors(const StFile *f, const ParamTable *t, const char *prefix, float *dst) {

@@ -2,10 +2,16 @@
 //   <out_dir>/checkpoints/step_00000100/
 //       config.conf          the full config (config_write)
 //       model.safetensors    fp32 weights, names and shapes from the parameter table
-//       optimizer.safetensors  fp32 AdamW moments "m.<name>", "v.<name>"
+//       optimizer.safetensors  fp32 AdamW moments "m.<name>", "v.<name>" (Muon tensors: the
+//                            momentum in m); metadata CHECKPOINT_MUON_MOMENTUM_KEY = "ema"
+//                            when a Muon run keeps its momentum in the EMA form (muon.h)
 //       trainer_state.txt    step, data position, RNG state, world size (key = value)
 // written under a temporary name and renamed into place, so a crash never leaves a
 // half-written checkpoint; the last `keep` checkpoints are kept.
+//
+// The Muon momentum form: without the metadata key a Muon checkpoint's momentum is in the
+// sum form (muon_scale = moonlight, and every checkpoint written before muon_scale = keller
+// took KellerJordan/Muon's EMA form), so moonlight and AdamW checkpoints are unchanged.
 #ifndef HYBRID_CHECKPOINT_H
 #define HYBRID_CHECKPOINT_H
 
@@ -14,6 +20,9 @@
 #include "data/loader.h"
 #include "model/config.h"
 #include "model/params.h"
+
+// optimizer.safetensors metadata: the Muon momentum form ("ema"; absent: "sum")
+#define CHECKPOINT_MUON_MOMENTUM_KEY "hybrid.muon_momentum"
 
 typedef struct {
     int step;              // optimizer steps completed
@@ -41,6 +50,13 @@ void checkpoint_read_config(const char *dir, Config *c);
 // Dies with "<dir>/config.conf: checkpoint has n_head = 4 but the config says 8" if the
 // checkpoint's config differs from `want` in a key that fixes the parameter shapes.
 void checkpoint_check_config(const char *dir, const Config *want);
+
+// Dies naming <dir>/optimizer.safetensors if its optimizer state cannot continue under
+// `want`: a Muon checkpoint resumed by a Muon run whose momentum form differs (e.g. a
+// muon_scale = keller checkpoint written before keller took the EMA form: its momentum is
+// the sum form). Checkpoints of AdamW runs, or resumed by one, pass; so does a missing file
+// (checkpoint_load reports it).
+void checkpoint_check_optimizer(const char *dir, const Config *want);
 
 // Loads a checkpoint into host arrays of t->total elements. Every tensor of the table
 // must be present with its shape (dies naming the file and tensor otherwise); m and v

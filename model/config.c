@@ -96,7 +96,8 @@ static const Key KEYS[] = {
     K(muon_nesterov, T_BOOL, "true", NULL, 0, "Muon Nesterov momentum"),
     K(muon_ns_steps, T_INT, "5", NULL, 0, "Muon Newton-Schulz iterations"),
     K(muon_scale, T_ENUM, "moonlight", "moonlight keller", 0,
-      "Muon update scale: 0.2*sqrt(max(rows,cols)) (AdamW's lr and wd carry over) or sqrt(max(1,rows/cols))"),
+      "Muon flavour: moonlight (momentum M = mu*M + g, scale 0.2*sqrt(max(rows,cols)): AdamW's lr and wd carry "
+      "over) or keller (KellerJordan/Muon: M = mu*M + (1-mu)*g, scale sqrt(max(1,rows/cols)))"),
     K(lr_matrix, T_REAL, "0", NULL, 0, "peak lr of 2-D hidden matrices (0 = lr)"),
     K(lr_embed, T_REAL, "0", NULL, 0, "peak lr of embeddings and lm_head (0 = lr)"),
     K(lr_norm, T_REAL, "0", NULL, 0, "peak lr of norm weights (0 = lr)"),

@@ -5,10 +5,13 @@
 #include <string.h>
 
 #include "base/util.h"
-#include "model/ops/optim/muon.h"
 
 int optimizer_uses_muon(const Config *c, const ParamInfo *p) {
     return c->optimizer == OPT_MUON && p->group == GROUP_MATRIX && p->ndim == 2;
+}
+
+MuonScaleRule optimizer_muon_rule(const Config *c) {
+    return c->muon_scale == MUON_SCALE_KEY_KELLER ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT;
 }
 
 double group_peak_lr(const Config *c, ParamGroup g) {
@@ -195,7 +198,7 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
     const int multi = be->optim->adamw_update_multi != NULL;
     int nseg = 0;
     size_t *seg_off = NULL, *seg_len = NULL;
-    float *seg_lr = NULL, *seg_wd = NULL;
+    real *seg_lr = NULL, *seg_wd = NULL;
     if (multi) {
         size_t k = (size_t)(model->table.count > 0 ? model->table.count : 1);
         seg_off = xmalloc(k * sizeof *seg_off);
@@ -208,16 +211,16 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
         if (p->group == GROUP_STATE) continue;  // not trained (the MoE bias: model_moe_step)
         size_t a, b;  // the elements this rank updates
         if (!owned_range(o, model, i, 0, &a, &b)) continue;
-        float group_lr = (float)(group_peak_lr(c, p->group) * schedule);
-        float wd = (float)group_weight_decay(c, p->group);
+        // hyperparameters in the build's precision (optim.h): exact doubles in the double build
+        real group_lr = (real)(group_peak_lr(c, p->group) * schedule);
+        real wd = (real)group_weight_decay(c, p->group);
         real *param = backend_offset(be, model->params, a);
         const real *grad = o->grad_shard ? backend_offset(be, o->grad_shard, a - o->lo) : backend_offset(be, model->grads, a);
         float *master = o->master ? o->master + (a - o->lo) : NULL;
         if (optimizer_uses_muon(c, p))
             be->optim->muon_update(param, grad, o->m + (a - o->lo), master, p->shape[0], p->shape[1], p->blocks,
-                            (float)c->muon_momentum, c->muon_nesterov, c->muon_ns_steps,
-                            c->muon_scale == MUON_SCALE_KEY_KELLER ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT, group_lr,
-                            wd, (float)scale, o->work);
+                            (real)c->muon_momentum, c->muon_nesterov, c->muon_ns_steps,
+                            optimizer_muon_rule(c), group_lr, wd, (real)scale, o->work);
         else if (multi) {  // offsets into the window: every array below is based at lo
             seg_off[nseg] = a - o->lo;
             seg_len[nseg] = b - a;
@@ -226,14 +229,14 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
             nseg++;
         } else
             be->optim->adamw_update(param, grad, o->m + (a - o->lo), o->v + (a - o->lo), master, b - a, group_lr,
-                             (float)c->beta1, (float)c->beta2, (float)c->adam_eps, wd, (float)scale, o->t);
+                             (real)c->beta1, (real)c->beta2, (real)c->adam_eps, wd, (real)scale, o->t);
     }
     if (multi) {
         if (nseg)
             be->optim->adamw_update_multi(backend_offset(be, model->params, o->lo),
                                    o->grad_shard ? o->grad_shard : backend_offset(be, model->grads, o->lo), o->m, o->v,
-                                   o->master, nseg, seg_off, seg_len, seg_lr, seg_wd, (float)c->beta1, (float)c->beta2,
-                                   (float)c->adam_eps, (float)scale, o->t);
+                                   o->master, nseg, seg_off, seg_len, seg_lr, seg_wd, (real)c->beta1, (real)c->beta2,
+                                   (real)c->adam_eps, (real)scale, o->t);
         free(seg_off);
         free(seg_len);
         free(seg_lr);

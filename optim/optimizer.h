@@ -12,6 +12,7 @@
 #define HYBRID_OPTIMIZER_H
 
 #include "model/model.h"
+#include "model/ops/optim/muon.h"
 
 //
 // Distributed runs (dist/grad_sync.c, ARCHITECTURE §6): with ZeRO-1 a rank keeps m, v and
@@ -46,6 +47,8 @@ void optimizer_destroy(Optimizer *o, const Model *model);
 double grad_global_norm(const Model *model);
 // Does tensor p go to Muon under config c?
 int optimizer_uses_muon(const Config *c, const ParamInfo *p);
+// The Muon rule of c's muon_scale: its update scale and its momentum form (muon.h).
+MuonScaleRule optimizer_muon_rule(const Config *c);
 // Peak learning rate and weight decay of a group under config c.
 double group_peak_lr(const Config *c, ParamGroup g);
 double group_weight_decay(const Config *c, ParamGroup g);

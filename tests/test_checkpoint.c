@@ -1,6 +1,7 @@
 // Checkpoints, the safetensors reader/writer and the Hugging Face GPT-2 export:
-// bit-identical round trips, keep-last-K, latest, and every rejection with its message
-// (failing calls run in a forked child whose stderr is captured).
+// bit-identical round trips, keep-last-K, latest, and every rejection with its message, a
+// Muon momentum of the other form included (failing calls run in a forked child whose
+// stderr is captured).
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -159,6 +160,11 @@ static void call_st_open(const void *a) {
 static void call_check_config(const void *a) {
     const Call *c = a;
     checkpoint_check_config(c->dir, c->want);
+}
+
+static void call_check_optimizer(const void *a) {
+    const Call *c = a;
+    checkpoint_check_optimizer(c->dir, c->want);
 }
 
 static void call_export(const void *a) {
@@ -440,6 +446,126 @@ static void test_bad_checkpoints(void) {
     model_free(&C);
 }
 
+// ---- the Muon momentum form (checkpoint.h) ----
+
+// Rewrites <dir>/optimizer.safetensors with the same tensors and the metadata pairs `meta`
+// (n_meta of them): n_meta = 0 gives the file a muon_scale = keller run wrote before keller
+// took the EMA form.
+static void rewrite_optimizer_meta(const char *dir, const char *const *meta, int n_meta) {
+    char *path = path_of(dir, "optimizer.safetensors");
+    StFile f;
+    st_open(&f, path);
+    StOut *out = xcalloc((size_t)f.count, sizeof *out);
+    for (int i = 0; i < f.count; i++) {
+        const StTensor *t = &f.tensors[i];
+        out[i] = (StOut){t->name, t->dtype, t->ndim, {0}, st_data(&f, t)};
+        for (int d = 0; d < t->ndim; d++) out[i].shape[d] = t->shape[d];
+    }
+    st_write(path, out, f.count, meta, n_meta);  // a new file renamed over the mapped one
+    free(out);
+    st_close(&f);
+    free(path);
+}
+
+// The metadata value of <dir>/optimizer.safetensors (copied into buf; "" if absent).
+static const char *optimizer_meta(const char *dir, char *buf, size_t size) {
+    char *path = path_of(dir, "optimizer.safetensors");
+    StFile f;
+    st_open(&f, path);
+    const char *v = st_meta(&f, CHECKPOINT_MUON_MOMENTUM_KEY);
+    snprintf(buf, size, "%s", v ? v : "");
+    st_close(&f);
+    free(path);
+    return buf;
+}
+
+static void test_muon_momentum_form(void) {
+    const char *adamw_kv[] = {"optimizer", "adamw", NULL};
+    const char *moon_kv[] = {"optimizer", "muon", "muon_scale", "moonlight", NULL};
+    const char *keller_kv[] = {"optimizer", "muon", "muon_scale", "keller", NULL};
+    Model A, Mo, K;
+    model_make(&A, adamw_kv);
+    model_make(&Mo, moon_kv);
+    model_make(&K, keller_kv);
+    char *da = fresh_checkpoint(&A, "form-adamw", 1), *dm = fresh_checkpoint(&Mo, "form-moonlight", 1);
+    char *dk = fresh_checkpoint(&K, "form-keller", 1), *dold = fresh_checkpoint(&K, "form-old-keller", 1);
+    char buf[64];
+    // what is recorded: "ema" for keller only; moonlight and AdamW files carry no key (as before)
+    CHECK(!strcmp(optimizer_meta(dk, buf, sizeof buf), "ema"), "keller checkpoint: %s = '%s'",
+          CHECKPOINT_MUON_MOMENTUM_KEY, buf);
+    CHECK(!strcmp(optimizer_meta(dm, buf, sizeof buf), ""), "moonlight checkpoint has %s = '%s'",
+          CHECKPOINT_MUON_MOMENTUM_KEY, buf);
+    CHECK(!strcmp(optimizer_meta(da, buf, sizeof buf), ""), "AdamW checkpoint has %s = '%s'",
+          CHECKPOINT_MUON_MOMENTUM_KEY, buf);
+    // the keller checkpoint's moments round-trip (the key changes nothing else)
+    size_t bytes = sizeof(float) * K.t.total;
+    float *p = xmalloc(bytes), *m = xmalloc(bytes), *v = xmalloc(bytes);
+    checkpoint_load(dk, &K.t, p, m, v, NULL);
+    CHECK(!memcmp(m, K.m, bytes) && !memcmp(v, K.v, bytes), "keller checkpoint: moments differ after the round trip");
+    free(p);
+    free(m);
+    free(v);
+    // a keller checkpoint from before the EMA form: no key
+    rewrite_optimizer_meta(dold, NULL, 0);
+    CHECK(!strcmp(optimizer_meta(dold, buf, sizeof buf), ""), "old keller file still has '%s'", buf);
+
+    // resumes that keep the form, or involve AdamW, pass (each call must not die)
+    checkpoint_check_optimizer(dk, &K.c);
+    checkpoint_check_optimizer(dm, &Mo.c);
+    checkpoint_check_optimizer(dold, &Mo.c);  // both sum form
+    checkpoint_check_optimizer(da, &K.c);
+    checkpoint_check_optimizer(da, &Mo.c);
+    checkpoint_check_optimizer(dk, &A.c);
+    checkpoint_check_optimizer(dm, &A.c);
+    checkpoint_check_optimizer(dold, &A.c);
+    checkpoint_check_config(dold, &K.c);  // the shapes agree: only the momentum form is refused
+
+    // refused, naming the file and the problem: an old keller checkpoint resumed by keller,
+    // and switching rules across forms, both ways
+    const struct {
+        const char *what, *dir;
+        const Config *want;
+        const char *msg, *also;
+    } refused[] = {
+        {"old keller checkpoint resumed by keller", dold, &K.c,
+         "written by a muon_scale = keller run before keller took KellerJordan/Muon's EMA momentum (no "
+         CHECKPOINT_MUON_MOMENTUM_KEY " = ema metadata): its Muon momentum is in the sum form M = mu M + g, and this "
+         "run (muon_scale = keller) keeps the ema form M = mu M + (1 - mu) g",
+         "would mix the two forms"},
+        {"moonlight checkpoint resumed by keller", dm, &K.c,
+         "its Muon momentum is in the sum form M = mu M + g (muon_scale = moonlight) but this run (muon_scale = "
+         "keller) keeps the ema form",
+         "Resume with muon_scale = moonlight"},
+        {"keller checkpoint resumed by moonlight", dk, &Mo.c,
+         "its Muon momentum is in the ema form M = mu M + (1 - mu) g (muon_scale = keller) but this run (muon_scale "
+         "= moonlight) keeps the sum form",
+         "Resume with muon_scale = keller"},
+    };
+    char want[1024];
+    Call call;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        call = (Call){.dir = refused[i].dir, .want = refused[i].want};
+        snprintf(want, sizeof want, "%s/optimizer.safetensors: %s", refused[i].dir, refused[i].msg);
+        expect_die(refused[i].what, call_check_optimizer, &call, want, refused[i].also);
+    }
+    // a value we never write
+    const char *bogus[] = {CHECKPOINT_MUON_MOMENTUM_KEY, "lerp"};
+    rewrite_optimizer_meta(dk, bogus, 1);
+    call = (Call){.dir = dk, .want = &K.c};
+    snprintf(want, sizeof want,
+             "%s/optimizer.safetensors: metadata " CHECKPOINT_MUON_MOMENTUM_KEY " = 'lerp' is neither 'sum' nor 'ema'",
+             dk);
+    expect_die("unknown momentum form", call_check_optimizer, &call, want, NULL);
+    printf("muon momentum form: keller checkpoints record 'ema', moonlight/AdamW none; mixed forms refused\n");
+    free(da);
+    free(dm);
+    free(dk);
+    free(dold);
+    model_free(&A);
+    model_free(&Mo);
+    model_free(&K);
+}
+
 // ---- the reader on hand-made files ----
 
 static void write_st(const char *path, const char *json, size_t data_len) {
@@ -658,6 +784,7 @@ int main(void) {
     test_round_trip();
     test_keep_and_latest();
     test_bad_checkpoints();
+    test_muon_momentum_form();
     test_reader_strictness();
     test_export_small();
     test_export_124m();

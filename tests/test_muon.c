@@ -2,7 +2,9 @@
 //  (a) NS5 maps singular values through the quintic φ and into its band, for random
 //      matrices of several aspect ratios, badly conditioned and orthogonal ones
 //      (singular values from a Jacobi eigen-solver on the small Gram matrix, here);
-//  (b) Muon steps equal a hand-written reference (naive matrix products, no library code);
+//  (b) Muon steps equal a hand-written reference (naive matrix products, no library code),
+//      and the keller rule equals Keller Jordan's Muon (KellerJordan/Muon, written out in
+//      double here) over one and three steps, which the sum form does not;
 //  (c) NS5(Xᵀ) = NS5(X)ᵀ;
 //  (d) the fused-block APIs equal the single-matrix API on each block;
 //  (e) bit-identical results for 1, 2 and 4 OpenMP threads.
@@ -318,7 +320,9 @@ static void test_band(void) {
 // 5 x { A = X Xᵀ; A2 = A A; B = b A + c A2; X = a X + B X }.
 static void ref_ns5(double *O, const double *G, int r, int c) {
     int tall = r > c, m = tall ? c : r, n = tall ? r : c;
-    double X[64], XT[64], A[16], A2[16], B[16], BX[64];
+    double *X = xmalloc(sizeof(double) * m * n), *XT = xmalloc(sizeof(double) * m * n);
+    double *BX = xmalloc(sizeof(double) * m * n), *A = xmalloc(sizeof(double) * m * m);
+    double *A2 = xmalloc(sizeof(double) * m * m), *B = xmalloc(sizeof(double) * m * m);
     if (tall) tr(X, G, r, c);
     else memcpy(X, G, sizeof(double) * r * c);
     double nrm = frob(X, m * n) + 1e-7;
@@ -333,22 +337,29 @@ static void ref_ns5(double *O, const double *G, int r, int c) {
     }
     if (tall) tr(O, X, m, n);
     else memcpy(O, X, sizeof(double) * r * c);
+    free(X);
+    free(XT);
+    free(BX);
+    free(A);
+    free(A2);
+    free(B);
 }
 
-// One Muon step by the equations of anchors.md §5.1 (Moonlight form).
-static void ref_muon(double *W, const double *G, float *M, int r, int c, double mu, int nesterov, double lr, double wd,
-                     double gs, double scale) {
+// One Muon step by the equations of muon.h, in the paper notation (mu M + ...), either form.
+static void ref_muon(double *W, const double *G, float *M, int r, int c, double mu, int nesterov, int ema, double lr,
+                     double wd, double gs, double scale) {
     double U[64], O[64];
+    double k = ema ? 1 - mu : 1;  // the gradient's weight: 1 - mu (EMA) or 1 (sum)
     for (int i = 0; i < r * c; i++) {
         double g = gs * G[i];
-        M[i] = (float)(mu * (double)M[i] + g);
-        U[i] = nesterov ? g + mu * (double)M[i] : (double)M[i];
+        M[i] = (float)(mu * (double)M[i] + k * g);
+        U[i] = nesterov ? k * g + mu * (double)M[i] : (double)M[i];
     }
     ref_ns5(O, U, r, c);
     for (int i = 0; i < r * c; i++) W[i] = W[i] * (1 - lr * wd) - lr * scale * O[i];
 }
 
-static void hand_case(const char *name, int r, int c, MuonScaleRule rule, double scale, int nesterov) {
+static void hand_case(const char *name, int r, int c, MuonScaleRule rule, double scale, int nesterov, int ema) {
     Rng rng;
     rng_seed(&rng, 7 + r * 10 + c);
     double W[64], Wr[64], G[3][64], work[256];
@@ -360,12 +371,13 @@ static void hand_case(const char *name, int r, int c, MuonScaleRule rule, double
     MuonConfig mc;
     muon_config_default(&mc);
     mc.scale_rule = rule;
+    mc.form = muon_momentum_form(rule);
     mc.nesterov = nesterov;
     CHECK(muon_workspace_size(r, c) <= 256, "workspace");
     double lr[3] = {0.1, 0.05, 0.02}, wd = 0.1, gs[3] = {1.0, 0.5, 0.25};
     for (int s = 0; s < 3; s++) {
         muon_update_matrix(W, G[s], M, r, c, &mc, lr[s], wd, gs[s], work);
-        ref_muon(Wr, G[s], Mr, r, c, 0.95, nesterov, lr[s], wd, gs[s], scale);
+        ref_muon(Wr, G[s], Mr, r, c, 0.95, nesterov, ema, lr[s], wd, gs[s], scale);
         CHECK(max_abs_diff(W, Wr, r * c) < 1e-12, "%s step %d: W differs by %g", name, s, max_abs_diff(W, Wr, r * c));
         CHECK(memcmp(M, Mr, sizeof(float) * r * c) == 0, "%s step %d: momentum differs", name, s);
     }
@@ -376,10 +388,15 @@ static void test_hand(void) {
     CHECK(muon_update_scale(MUON_SCALE_MOONLIGHT, 512, 128) == 0.2 * sqrt(512.0), "moonlight scale");
     CHECK(muon_update_scale(MUON_SCALE_KELLER, 512, 128) == 2.0, "keller scale tall");
     CHECK(muon_update_scale(MUON_SCALE_KELLER, 128, 512) == 1.0, "keller scale wide");
-    hand_case("2x3 moonlight nesterov", 2, 3, MUON_SCALE_MOONLIGHT, 0.2 * sqrt(3.0), 1);
-    hand_case("3x2 keller nesterov", 3, 2, MUON_SCALE_KELLER, sqrt(1.5), 1);
-    hand_case("2x2 moonlight plain", 2, 2, MUON_SCALE_MOONLIGHT, 0.2 * sqrt(2.0), 0);
-    hand_case("4x3 none nesterov", 4, 3, MUON_SCALE_NONE, 1.0, 1);
+    CHECK(muon_momentum_form(MUON_SCALE_MOONLIGHT) == MUON_MOMENTUM_SUM &&
+              muon_momentum_form(MUON_SCALE_NONE) == MUON_MOMENTUM_SUM &&
+              muon_momentum_form(MUON_SCALE_KELLER) == MUON_MOMENTUM_EMA,
+          "momentum forms of the rules");
+    hand_case("2x3 moonlight nesterov", 2, 3, MUON_SCALE_MOONLIGHT, 0.2 * sqrt(3.0), 1, 0);
+    hand_case("3x2 keller nesterov", 3, 2, MUON_SCALE_KELLER, sqrt(1.5), 1, 1);
+    hand_case("2x4 keller plain", 2, 4, MUON_SCALE_KELLER, 1.0, 0, 1);
+    hand_case("2x2 moonlight plain", 2, 2, MUON_SCALE_MOONLIGHT, 0.2 * sqrt(2.0), 0, 0);
+    hand_case("4x3 none nesterov", 4, 3, MUON_SCALE_NONE, 1.0, 1, 0);
 
     // Zero gradient and momentum: only the decay acts.
     double W[6] = {1, 2, 3, 4, 5, 6}, G[6] = {0}, work[64];
@@ -388,6 +405,116 @@ static void test_hand(void) {
     muon_config_default(&mc);
     muon_update_matrix(W, G, M, 2, 3, &mc, 0.1, 0.5, 1.0, work);
     CHECK(W[0] == 1 * 0.95 && W[5] == 6 * 0.95, "zero grad: %g %g", W[0], W[5]);
+}
+
+// ---------------------------------------------------------------- (b') Keller Jordan's Muon
+// KellerJordan/Muon (muon.py; modded-nanogpt's Muon is the same), line by line in double,
+// from a fresh (zero) momentum buffer as torch starts it:
+//   momentum.lerp_(grad, 1 - beta)                      buf = buf + (1 - beta) (g - buf)
+//   update = grad.lerp_(momentum, beta) if nesterov else momentum
+//   update = zeropower_via_newtonschulz5(update, 5)     (ref_ns5: X / (|X|_F + 1e-7), tall transposed)
+//   update *= max(1, rows / cols) ** 0.5
+//   p.mul_(1 - lr * weight_decay);  p.add_(update, alpha=-lr)
+// The buffer is kept in fp32, as our optimizer state (and torch's buffer of an fp32 weight)
+// is; `g` is the gradient after clipping (our grad_scale * G).
+static void keller_step(double *W, const double *g, float *buf, int r, int c, double beta, int nesterov, double lr,
+                        double wd) {
+    const int n = r * c;
+    double *upd = xmalloc(sizeof(double) * n), *O = xmalloc(sizeof(double) * n);
+    for (int i = 0; i < n; i++) buf[i] = (float)((double)buf[i] + (1 - beta) * (g[i] - (double)buf[i]));
+    for (int i = 0; i < n; i++) upd[i] = nesterov ? g[i] + beta * ((double)buf[i] - g[i]) : (double)buf[i];
+    ref_ns5(O, upd, r, c);
+    const double scale = sqrt(fmax(1.0, (double)r / c));
+    for (int i = 0; i < n; i++) W[i] = W[i] * (1 - lr * wd) - lr * scale * O[i];
+    free(upd);
+    free(O);
+}
+
+// max |W - W_ref| / max |W_ref - W0|: a deviation measured against the size of the update.
+static double update_rel(const double *W, const double *Wref, const double *W0, int n) {
+    double d = 0, u = 0;
+    for (int i = 0; i < n; i++) {
+        d = fmax(d, fabs(W[i] - Wref[i]));
+        u = fmax(u, fabs(Wref[i] - W0[i]));
+    }
+    return d / u;
+}
+
+// Three steps from a zero buffer: muon_update_matrix with the keller rule against
+// keller_step (after the first step and after the third); the same steps with the sum
+// form (moonlight's momentum under keller's scale, i.e. what the keller rule computed
+// before it took the EMA form) and with the moonlight rule must NOT match.
+// Returns the sum form's deviation after step 1.
+static double keller_case(const char *name, int r, int c, int nesterov) {
+    const int n = r * c;
+    Rng rng;
+    rng_seed(&rng, 101 + 7 * r + c + 1000 * nesterov);
+    double *W0 = xmalloc(sizeof(double) * n), *G = xmalloc(sizeof(double) * 3 * n), *g = xmalloc(sizeof(double) * n);
+    double *Wk = xmalloc(sizeof(double) * n), *Wref = xmalloc(sizeof(double) * n), *Wsum = xmalloc(sizeof(double) * n);
+    double *Wml = xmalloc(sizeof(double) * n), *work = xmalloc(sizeof(double) * muon_workspace_size(r, c));
+    float *Mk = xcalloc((size_t)n, sizeof(float)), *buf = xcalloc((size_t)n, sizeof(float));
+    float *Msum = xcalloc((size_t)n, sizeof(float)), *Mml = xcalloc((size_t)n, sizeof(float));
+    fill_normal(W0, n, &rng, 0.02);
+    fill_normal(G, 3 * n, &rng, 1e-3);  // gradient entries of a trained layer's size
+    memcpy(Wk, W0, sizeof(double) * n);
+    memcpy(Wref, W0, sizeof(double) * n);
+    memcpy(Wsum, W0, sizeof(double) * n);
+    memcpy(Wml, W0, sizeof(double) * n);
+    MuonConfig keller = {0.95, nesterov, 5, MUON_SCALE_KELLER, MUON_MOMENTUM_EMA};
+    MuonConfig old_keller = keller, moonlight = keller;
+    old_keller.form = MUON_MOMENTUM_SUM;
+    moonlight.scale_rule = MUON_SCALE_MOONLIGHT;
+    moonlight.form = MUON_MOMENTUM_SUM;
+    const double lr[3] = {0.02, 0.015, 0.01}, gs[3] = {1.0, 0.6, 1.0}, wd = 0.01;
+    double err[3], err_sum1 = 0, err_ml1 = 0;
+    for (int s = 0; s < 3; s++) {
+        for (int i = 0; i < n; i++) g[i] = gs[s] * G[s * n + i];
+        muon_update_matrix(Wk, G + s * n, Mk, r, c, &keller, lr[s], wd, gs[s], work);
+        muon_update_matrix(Wsum, G + s * n, Msum, r, c, &old_keller, lr[s], wd, gs[s], work);
+        muon_update_matrix(Wml, G + s * n, Mml, r, c, &moonlight, lr[s], wd, gs[s], work);
+        keller_step(Wref, g, buf, r, c, 0.95, nesterov, lr[s], wd);
+        err[s] = update_rel(Wk, Wref, W0, n);
+        if (s == 0) {
+            err_sum1 = update_rel(Wsum, Wref, W0, n);
+            err_ml1 = update_rel(Wml, Wref, W0, n);
+        }
+        CHECK(memcmp(Mk, buf, sizeof(float) * n) == 0, "%s step %d: the momentum buffer differs from Keller's", name,
+              s + 1);
+    }
+    CHECK(err[0] < 1e-12 && err[2] < 1e-12, "%s: keller differs from Keller Jordan's Muon by %.3g (1 step), %.3g (3 steps)",
+          name, err[0], err[2]);
+    double err_sum3 = update_rel(Wsum, Wref, W0, n), err_ml3 = update_rel(Wml, Wref, W0, n);
+    CHECK(err_sum1 > 1e-6 && err_sum3 > 1e-6, "%s: the sum form matches Keller's Muon (%.3g, %.3g): the test cannot fail",
+          name, err_sum1, err_sum3);
+    CHECK(err_ml1 > 1e-2 && err_ml3 > 1e-2, "%s: the moonlight rule matches Keller's Muon (%.3g, %.3g)", name, err_ml1,
+          err_ml3);
+    printf("keller vs Keller Jordan's Muon %-22s %2dx%-2d: |dW| / |update| after 1 step %.2g, 3 steps %.2g; "
+           "sum form (the old keller) %.2g, %.2g; moonlight %.2g, %.2g\n",
+           name, r, c, err[0], err[2], err_sum1, err_sum3, err_ml1, err_ml3);
+    free(W0);
+    free(G);
+    free(g);
+    free(Wk);
+    free(Wref);
+    free(Wsum);
+    free(Wml);
+    free(work);
+    free(Mk);
+    free(buf);
+    free(Msum);
+    free(Mml);
+    return err_sum1;
+}
+
+static void test_keller(void) {
+    const int shapes[3][2] = {{6, 6}, {4, 9}, {10, 3}};
+    const char *names[3] = {"square", "wide", "tall"};
+    for (int k = 0; k < 3; k++)
+        for (int nesterov = 1; nesterov >= 0; nesterov--) {
+            char name[64];
+            snprintf(name, sizeof name, "%s, %s", names[k], nesterov ? "nesterov" : "plain");
+            keller_case(name, shapes[k][0], shapes[k][1], nesterov);
+        }
 }
 
 // ---------------------------------------------------------------- (c) transposition
@@ -542,6 +669,7 @@ static void test_determinism(void) {
 int main(void) {
     test_band();
     test_hand();
+    test_keller();
     test_transpose();
     test_fused();
     test_determinism();

@@ -1,6 +1,7 @@
 // End-to-end through the real CLI (./hybrid, the float build): a tiny GPT-2 trains
 // on synthetic shards with a falling loss; a run interrupted (stop_at_step) and
-// resumed gives losses equal to the last bit to an uninterrupted run; checkpoints
+// resumed gives losses equal to the last bit to an uninterrupted run (AdamW, Muon
+// moonlight and keller; a checkpoint of the other Muon momentum form is refused); checkpoints
 // keep the last K; CLI errors are clear.
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,24 @@ int main(void) {
     CHECK(!strcmp(mu, mn), "Muon: resumed losses differ from the uninterrupted run:\n%s---\n%s", mu, mn);
     free(mu);
     free(mn);
+
+    // muon_scale = keller (KellerJordan/Muon's EMA momentum, recorded in the checkpoint):
+    // resume is bit-exact; the moonlight checkpoint above (sum form) is refused to it
+#define KELLER TINY "--optimizer muon --muon_scale keller --lr_matrix 0.02 "
+    CHECK(run(KELLER "--out_dir " DIR_ "/q --checkpoint_every 0") == 0, "keller run failed");
+    CHECK(run(KELLER "--out_dir " DIR_ "/r --stop_at_step 7") == 0, "interrupted keller run failed");
+    CHECK(run(KELLER "--out_dir " DIR_ "/r --resume auto") == 0, "resumed keller run failed");
+    char *kq = loss_lines(DIR_ "/q/metrics.jsonl"), *kr = loss_lines(DIR_ "/r/metrics.jsonl");
+    CHECK(!strcmp(kq, kr), "keller: resumed losses differ from the uninterrupted run:\n%s---\n%s", kq, kr);
+    free(kq);
+    free(kr);
+    CHECK(run(KELLER "--out_dir " DIR_ "/n --resume auto") != 0, "a moonlight checkpoint resumed by keller was accepted");
+    out = log_text();
+    CHECK(strstr(out, "/optimizer.safetensors: its Muon momentum is in the sum form") &&
+              strstr(out, "this run (muon_scale = keller) keeps the ema form"),
+          "momentum form refusal:\n%s", out);
+    free(out);
+#undef KELLER
 
     // resuming into a different model is refused, naming the key
     CHECK(run(TINY "--out_dir " DIR_ "/b --d_model 64 --resume auto") != 0, "config mismatch accepted");

@@ -105,6 +105,7 @@ static void resume_from(const char *dir, const Config *c, Model *model, Optimize
     float *p = xmalloc(sizeof(float) * n), *m = xmalloc(sizeof(float) * n), *v = xmalloc(sizeof(float) * n);
     if (dist_is_root()) {
         checkpoint_check_config(dir, c);
+        checkpoint_check_optimizer(dir, c);
         checkpoint_load(dir, &model->table, p, m, v, ts);
         if (ts->world != g_dist.world) {
             Config had;

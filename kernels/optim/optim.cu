@@ -1,9 +1,11 @@
 // Optimizer steps on the device: AdamW (model/ops/optim/optim.h) and Muon (model/ops/optim/muon.h).
 // State (moments, Muon momentum) and master weights are fp32; parameters are bf16,
 // rounded to nearest even from the master after every step (so the master alone
-// decides the trajectory and a checkpoint of it resumes bit for bit).
+// decides the trajectory and a checkpoint of it resumes bit for bit). The contract's
+// `real` hyperparameters are spelled float here: CUDA exists only in the float build.
 //
-// Muon's Newton-Schulz runs on bf16 operands with fp32 accumulation through cuBLASLt,
+// Muon keeps its momentum in the form the scale rule picks (muon.h: sum for moonlight, EMA
+// for keller). Its Newton-Schulz runs on bf16 operands with fp32 accumulation through cuBLASLt,
 // all the blocks of a fused tensor (qkv: 3) as one strided batch:
 //   X = U / (||U||_F + 1e-7) per block;  steps times:  A = X X^T,  B = b A + c A A,
 //   X = a X + B X   (a tall block uses A = X^T X and X = a X + X B instead: the same
@@ -118,17 +120,30 @@ void cuda_adamw_update_multi(real *param, const real *grad, float *m, float *v, 
 
 #define MUON_PART 64  // partial-sum blocks per matrix block for the Frobenius norm
 
-// M = mu M + g (g = grad_scale grad); partial sums of U^2, U = g + mu M (Nesterov) or M.
-// grid (MUON_PART, n_blocks); block b covers elements [b*len, (b+1)*len).
+// U from g and the updated momentum mi (muon.h): g + mu M in the sum form, (1 - mu) g + mu M
+// in the EMA form (ema = 1), M without Nesterov. Both kernels below compute U through this,
+// so the norm and the scaled X see the same U (the EMA form's FMA is spelled out: with two
+// products either could be fused).
+__device__ __forceinline__ float muon_u(float g, float mi, float mu, int nesterov, int ema) {
+    if (!nesterov) return mi;
+    if (ema) return __fmaf_rn(mu, mi, (1.f - mu) * g);
+    return g + mu * mi;
+}
+
+// The momentum (g = grad_scale grad): M = mu M + g (sum form) or M = mu M + (1 - mu) g
+// (EMA form, ema = 1); partial sums of U^2. grid (MUON_PART, n_blocks); block b covers
+// elements [b*len, (b+1)*len).
 __global__ void muon_momentum_kernel(double *partial, float *M, const bf16 *grad, size_t len, float mu, int nesterov,
-                                     float grad_scale) {
+                                     int ema, float grad_scale) {
     size_t base = (size_t)blockIdx.y * len;
     double s = 0.0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x) {
         float g = grad_scale * __bfloat162float(grad[base + i]);
-        float mi = mu * M[base + i] + g;
+        float mi;
+        if (ema) mi = __fmaf_rn(mu, M[base + i], (1.f - mu) * g);
+        else mi = mu * M[base + i] + g;
         M[base + i] = mi;
-        float u = nesterov ? g + mu * mi : mi;
+        float u = muon_u(g, mi, mu, nesterov, ema);
         s += (double)u * u;
     }
     s = block_sum_d(s);
@@ -146,13 +161,13 @@ __global__ void muon_norm_kernel(float *inv, const double *partial, int parts) {
 
 // X = bf16(U * inv[block]), U recomputed from the updated M (same values as above)
 __global__ void muon_scale_kernel(bf16 *X, const float *M, const bf16 *grad, const float *inv, size_t len, float mu,
-                                  int nesterov, float grad_scale) {
+                                  int nesterov, int ema, float grad_scale) {
     size_t base = (size_t)blockIdx.y * len;
     float s = inv[blockIdx.y];
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x) {
         float g = grad_scale * __bfloat162float(grad[base + i]);
         float mi = M[base + i];
-        float u = nesterov ? g + mu * mi : mi;
+        float u = muon_u(g, mi, mu, nesterov, ema);
         X[base + i] = __float2bfloat16(u * s);
     }
 }
@@ -189,13 +204,14 @@ void cuda_muon_update(real *param, const real *grad, float *M, float *master, in
     float *inv = (float *)(s + off_inv);
     bf16 *X = (bf16 *)(s + off_x), *Y = (bf16 *)(s + off_y), *A = (bf16 *)(s + off_a), *Bm = (bf16 *)(s + off_b);
 
+    const int ema = muon_momentum_form((MuonScaleRule)scale_rule) == MUON_MOMENTUM_EMA;
     dim3 grid(MUON_PART, n_blocks);
-    muon_momentum_kernel<<<grid, 256, 0, g_cuda.stream>>>(partial, M, (const bf16 *)grad, len, momentum, nesterov,
+    muon_momentum_kernel<<<grid, 256, 0, g_cuda.stream>>>(partial, M, (const bf16 *)grad, len, momentum, nesterov, ema,
                                                           grad_scale);
     LAUNCH_CHECK();
     muon_norm_kernel<<<n_blocks, 32, 0, g_cuda.stream>>>(inv, partial, MUON_PART);
     LAUNCH_CHECK();
-    muon_scale_kernel<<<grid, 256, 0, g_cuda.stream>>>(X, M, (const bf16 *)grad, inv, len, momentum, nesterov,
+    muon_scale_kernel<<<grid, 256, 0, g_cuda.stream>>>(X, M, (const bf16 *)grad, inv, len, momentum, nesterov, ema,
                                                        grad_scale);
     LAUNCH_CHECK();
 

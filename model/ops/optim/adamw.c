@@ -9,8 +9,8 @@
 
 #include "model/ops/optim/optim.h"
 
-void cpu_adamw_update(real *param, const real *grad, float *m, float *v, float *master, size_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) {
+void cpu_adamw_update(real *param, const real *grad, float *m, float *v, float *master, size_t n, real lr,
+                      real beta1, real beta2, real eps, real weight_decay, real grad_scale, int t) {
     double bc1 = 1.0 - pow(beta1, t), bc2 = 1.0 - pow(beta2, t);
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {

@@ -1,5 +1,5 @@
 // Muon on the CPU: Newton-Schulz orthogonalisation and the per-matrix update
-// (equations in muon.h; anchors.md §3.2 and §5.1).
+// (equations in muon.h; docs/optimizers.md).
 #include "model/ops/optim/muon.h"
 #include "model/ops/optim/optim.h"
 
@@ -16,6 +16,7 @@ void muon_config_default(MuonConfig *mc) {
     mc->nesterov = 1;
     mc->ns_steps = MUON_NS_STEPS;
     mc->scale_rule = MUON_SCALE_MOONLIGHT;
+    mc->form = muon_momentum_form(MUON_SCALE_MOONLIGHT);
 }
 
 double muon_update_scale(MuonScaleRule rule, int rows, int cols) {
@@ -25,6 +26,23 @@ double muon_update_scale(MuonScaleRule rule, int rows, int cols) {
     case MUON_SCALE_NONE: return 1.0;
     }
     die("muon: unknown scale rule %d", (int)rule);
+}
+
+MuonMomentumForm muon_momentum_form(MuonScaleRule rule) {
+    switch (rule) {
+    case MUON_SCALE_MOONLIGHT: return MUON_MOMENTUM_SUM;
+    case MUON_SCALE_KELLER: return MUON_MOMENTUM_EMA;
+    case MUON_SCALE_NONE: return MUON_MOMENTUM_SUM;
+    }
+    die("muon: unknown scale rule %d", (int)rule);
+}
+
+const char *muon_momentum_form_name(MuonMomentumForm form) {
+    switch (form) {
+    case MUON_MOMENTUM_SUM: return "sum";
+    case MUON_MOMENTUM_EMA: return "ema";
+    }
+    die("muon: unknown momentum form %d", (int)form);
 }
 
 size_t newton_schulz_workspace_size(int rows, int cols) {
@@ -139,11 +157,23 @@ void muon_update_matrix(real *W, const real *G, float *M, int rows, int cols, co
     const size_t n = (size_t)rows * cols;
     const double mu = mc->momentum;
     real *U = work;
-    for (size_t i = 0; i < n; i++) {
-        const double g = grad_scale * (double)G[i];
-        const float mi = (float)(mu * (double)M[i] + g);
-        M[i] = mi;
-        U[i] = (real)(mc->nesterov ? g + mu * (double)mi : (double)mi);
+    if (mc->form == MUON_MOMENTUM_EMA) {  // M = mu M + (1 - mu) g,  U = (1 - mu) g + mu M
+        const double k = 1.0 - mu;
+        for (size_t i = 0; i < n; i++) {
+            const double g = grad_scale * (double)G[i];
+            const float mi = (float)(mu * (double)M[i] + k * g);
+            M[i] = mi;
+            U[i] = (real)(mc->nesterov ? k * g + mu * (double)mi : (double)mi);
+        }
+    } else if (mc->form == MUON_MOMENTUM_SUM) {  // M = mu M + g,  U = g + mu M
+        for (size_t i = 0; i < n; i++) {
+            const double g = grad_scale * (double)G[i];
+            const float mi = (float)(mu * (double)M[i] + g);
+            M[i] = mi;
+            U[i] = (real)(mc->nesterov ? g + mu * (double)mi : (double)mi);
+        }
+    } else {
+        die("muon_update_matrix: unknown momentum form %d", (int)mc->form);
     }
     newton_schulz5(U, rows, cols, mc->ns_steps, work + n);
     const real decay = (real)(1.0 - lr * wd);
@@ -175,9 +205,10 @@ void muon_update_blocks(real *W, const real *G, float *M, int rows, int cols, in
 }
 
 void cpu_muon_update(real *param, const real *grad, float *M, float *master, int rows, int cols, int n_blocks,
-                     float momentum, int nesterov, int ns_steps, int scale_rule, float lr, float weight_decay,
-                     float grad_scale, real *work) {
+                     real momentum, int nesterov, int ns_steps, int scale_rule, real lr, real weight_decay,
+                     real grad_scale, real *work) {
     if (master) die("cpu_muon_update: the CPU backend keeps no master weights (master must be NULL)");
-    MuonConfig mc = {momentum, nesterov, ns_steps, (MuonScaleRule)scale_rule};
+    MuonConfig mc = {momentum, nesterov, ns_steps, (MuonScaleRule)scale_rule,
+                     muon_momentum_form((MuonScaleRule)scale_rule)};
     muon_update_blocks(param, grad, M, rows, cols, n_blocks, &mc, lr, weight_decay, grad_scale, work);
 }

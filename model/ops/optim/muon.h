@@ -1,16 +1,21 @@
 // Muon (MomentUm Orthogonalized by Newton-Schulz) for 2-D weight matrices: the CPU
-// reference. Update rules: shared/design/anchors.md §5.1 (Moonlight form) and §3.2
-// (NS5 as in modded-nanogpt / KellerJordan/Muon).
+// reference. The update rules and their sources are in docs/optimizers.md ("Muon's two
+// momentum forms"); NS5 is modded-nanogpt's / KellerJordan/Muon's.
 //
-// One step on a matrix W (rows, cols) with gradient G and momentum buffer M:
+// One step on a matrix W (rows, cols) with gradient G and momentum buffer M, mu = momentum:
 //   g = grad_scale * G                      (clipping factor, applied first)
-//   M = mu * M + g                          (classic accumulate form, Moonlight eq. 4)
-//   U = g + mu * M                          (Nesterov; U = M without it)
+//   momentum, in one of two forms (MuonMomentumForm; the scale rule picks it):
+//     sum (Moonlight, eq. 4):       M = mu M + g,            U = g + mu M
+//     EMA (KellerJordan/Muon):      M = mu M + (1 - mu) g,   U = (1 - mu) g + mu M
+//     (U = M without Nesterov; torch: M.lerp_(g, 1 - mu), U = g.lerp(M, mu))
 //   O = NS5(U)                              (≈ the orthogonal polar factor of U)
 //   W = W * (1 - lr * wd) - lr * scale(rows, cols) * O
 // with scale = 0.2 * sqrt(max(rows, cols)) (Moonlight: update RMS ≈ 0.2, like AdamW, so
 // the AdamW lr and wd can be reused) or sqrt(max(1, rows / cols)) (KellerJordan/Muon,
-// modded-nanogpt: pair it with its own lr, ~0.02).
+// modded-nanogpt: pair it with its own lr, ~0.02). From a zero buffer the EMA buffer is the
+// sum buffer times (1 - mu) (up to M's fp32 rounding), so the two forms differ only through
+// NS5's 1e-7 in the normalisation X / (||X||_F + 1e-7), which weighs 1 / (1 - mu) times
+// (20 times at mu = 0.95) more on the smaller EMA U.
 //
 // Matrices are row-major (out, in) as in the parameter table. The momentum buffer is
 // fp32 like the AdamW moments, so the optimizer's `m` state can hold it. Nothing here
@@ -34,22 +39,38 @@
 #define MUON_NS_EPS 1e-7
 #define MUON_NS_STEPS 5
 
+// The config's muon_scale. A rule names a whole update: its scale and its momentum form
+// (muon_momentum_form): moonlight is Moonlight's Muon, keller is KellerJordan/Muon's.
 typedef enum {
-    MUON_SCALE_MOONLIGHT,  // 0.2 * sqrt(max(rows, cols))   (Moonlight, the default)
-    MUON_SCALE_KELLER,     // sqrt(max(1, rows / cols))     (KellerJordan/Muon, modded-nanogpt)
-    MUON_SCALE_NONE,       // 1
+    MUON_SCALE_MOONLIGHT,  // 0.2 * sqrt(max(rows, cols)), sum form   (Moonlight, the default)
+    MUON_SCALE_KELLER,     // sqrt(max(1, rows / cols)), EMA form     (KellerJordan/Muon, modded-nanogpt)
+    MUON_SCALE_NONE,       // 1, sum form                             (tests)
 } MuonScaleRule;
+
+// How the momentum buffer M accumulates (equations at the top). A checkpoint's M is in
+// one of them; checkpoints/checkpoint.c records which and refuses to resume into the other.
+typedef enum {
+    MUON_MOMENTUM_SUM,  // M = mu M + g,           U = g + mu M            (Moonlight)
+    MUON_MOMENTUM_EMA,  // M = mu M + (1 - mu) g,  U = (1 - mu) g + mu M   (KellerJordan/Muon)
+} MuonMomentumForm;
 
 // Hyperparameters that stay fixed over a run (lr, wd and grad_scale are per call).
 typedef struct {
     double momentum;          // mu, 0.95
-    int nesterov;             // 1: U = g + mu * M; 0: U = M
+    int nesterov;             // 1: U from g and M as above; 0: U = M
     int ns_steps;             // Newton-Schulz iterations, 5
     MuonScaleRule scale_rule; // MUON_SCALE_MOONLIGHT
+    MuonMomentumForm form;    // muon_momentum_form(scale_rule): MUON_MOMENTUM_SUM
 } MuonConfig;
 
+// momentum 0.95, Nesterov, 5 steps, the moonlight rule and its sum form. Whoever changes
+// scale_rule sets form = muon_momentum_form(scale_rule) too (tests may pair them freely).
 void muon_config_default(MuonConfig *mc);
 double muon_update_scale(MuonScaleRule rule, int rows, int cols);
+// The momentum form of a rule: EMA for keller, sum for moonlight and none.
+MuonMomentumForm muon_momentum_form(MuonScaleRule rule);
+// "sum" or "ema" (the name checkpoints record).
+const char *muon_momentum_form_name(MuonMomentumForm form);
 
 // Reals of workspace newton_schulz5 needs for a (rows, cols) matrix: 3*m*n + 2*m*m
 // with m = min(rows, cols), n = max(rows, cols).
@@ -87,7 +108,8 @@ void muon_update_blocks(real *W, const real *G, float *M, int rows, int cols, in
 void muon_update_row_splits(real *W, const real *G, float *M, const int *block_rows, int n_blocks, int cols,
                             const MuonConfig *mc, double lr, double wd, double grad_scale, real *work);
 
-// The backend-table form of muon_update_blocks is cpu_muon_update (optim.h); the CPU keeps
-// no master copy, so its master argument must be NULL (param is updated in place).
+// The backend-table form of muon_update_blocks is cpu_muon_update (optim.h): its scale_rule
+// also picks the momentum form (muon_momentum_form). The CPU keeps no master copy, so its
+// master argument must be NULL (param is updated in place).
 
 #endif
