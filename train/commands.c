@@ -116,9 +116,13 @@ int sample_main(int argc, char **argv) {
     }
     Rng rng;
     rng_seed(&rng, (uint64_t)dummy.seed);
+    const double t0 = now_seconds();
     generate(&model, tokens, n_prompt, a.tokens, a.have_temperature ? a.temperature : c.temperature, &rng,
              a.full_forward ? GENERATE_FULL_FORWARD : GENERATE_CACHED);
+    const double dt = now_seconds() - t0;
     print_tokens(stdout, tok, tokens + n_prompt, a.tokens);
+    fprintf(stderr, "sample: %d tokens after a %d-token prompt in %.3f s (%.1f tokens/s, %s)\n", a.tokens, n_prompt,
+            dt, a.tokens / (dt > 0 ? dt : 1e-9), a.full_forward ? "a full forward per token" : "cached forward");
     if (tok) tokenizer_free(tok);
     free(tokens);
     model_destroy(&model);

@@ -101,8 +101,10 @@ static void test_adamw_multi(void) {
     free(p0), free(p), free(m), free(v), free(a), free(b), free(pa), free(pb), free(ma), free(mb), free(va), free(vb);
 }
 
-static void test_muon(int rows, int cols, int nb) {
-    printf("muon %dx%d, %d block(s) (bf16 Newton-Schulz, fp32 master)\n", rows, cols, nb);
+// rule: MUON_SCALE_MOONLIGHT (sum-form momentum) or MUON_SCALE_KELLER (EMA-form momentum)
+static void test_muon(int rows, int cols, int nb, int rule) {
+    printf("muon %dx%d, %d block(s), %s (bf16 Newton-Schulz, fp32 master)\n", rows, cols, nb,
+           rule == MUON_SCALE_KELLER ? "keller" : "moonlight");
     size_t n = (size_t)rows * cols;
     float *w0 = host_rand(n, 0.02f, 0), *w = host_dup(w0, n), *M = calloc(n, 4);
     float *work = xmalloc(sizeof(float) * muon_workspace_size(rows / nb, cols));
@@ -112,9 +114,8 @@ static void test_muon(int rows, int cols, int nb) {
     for (int step = 0; step < 2; step++) {
         float *gr = host_rand(n, 1, 0);
         G->upload(dg, gr, n);
-        cpu_muon_update(w, gr, M, NULL, rows, cols, nb, 0.95f, 1, 5, MUON_SCALE_MOONLIGHT, 0.02f, 0.1f, 0.7f, work);
-        G->optim->muon_update(dw, dg, dM, dmaster, rows, cols, nb, 0.95f, 1, 5, MUON_SCALE_MOONLIGHT, 0.02f, 0.1f, 0.7f,
-                       dwork);
+        cpu_muon_update(w, gr, M, NULL, rows, cols, nb, 0.95f, 1, 5, rule, 0.02f, 0.1f, 0.7f, work);
+        G->optim->muon_update(dw, dg, dM, dmaster, rows, cols, nb, 0.95f, 1, 5, rule, 0.02f, 0.1f, 0.7f, dwork);
         free(gr);
     }
     cmp_f32("momentum (fp32)", dM, M, n, TOL_F32);
@@ -134,9 +135,11 @@ int main(void) {
     const int C = 768;
     test_adamw(((size_t)1 << 20) + 3);
     test_adamw_multi();
-    test_muon(3 * C, C, 3);
-    test_muon(4 * C, C, 1);
-    test_muon(C, 4 * C, 1);
+    test_muon(3 * C, C, 3, MUON_SCALE_MOONLIGHT);
+    test_muon(4 * C, C, 1, MUON_SCALE_MOONLIGHT);
+    test_muon(C, 4 * C, 1, MUON_SCALE_MOONLIGHT);
+    test_muon(3 * C, C, 3, MUON_SCALE_KELLER);
+    test_muon(C, 4 * C, 1, MUON_SCALE_KELLER);
     gpu_test_summary();
     TEST_MAIN_END();
 }
