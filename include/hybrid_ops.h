@@ -9,6 +9,8 @@
 // functions beyond the table:
 //   model/ops/core/core.h              GPT-2 ops: embed, layernorm, matmul, attention, GELU, ...
 //   model/ops/norm_glu/norm_glu.h      RMSNorm, SwiGLU / SiTU
+//   model/ops/norm_glu/glu_mlp.h       the GLU MLP (matmul, SwiGLU / SiTU, matmul) on op
+//                                      tables: pass cpu_core_ops(), cpu_norm_glu_ops()
 //   model/ops/delta_rule/delta_rule.h  KDA / GDN / DeltaNet / linear attention: recurrent and
 //                                      chunkwise forward + backward, decode steps, short conv,
 //                                      L2 norm, gates, beta, gated RMSNorm
@@ -34,6 +36,7 @@
 #include "model/ops/delta_rule/delta_rule.h"
 #include "model/ops/mla/mla.h"
 #include "model/ops/moe/moe.h"
+#include "model/ops/norm_glu/glu_mlp.h"
 #include "model/ops/norm_glu/norm_glu.h"
 #include "model/ops/optim/muon.h"
 #include "model/ops/optim/optim.h"

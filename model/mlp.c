@@ -1,6 +1,8 @@
 // Dense channel mixer: GELU MLP (GPT-2: up, tanh-GELU, down) or a gated MLP
-// (one GEMM to [gate | up], SwiGLU or SiTU, down), blocks-spec §3 and §5.3-5.4.
+// (one GEMM to [gate | up], SwiGLU or SiTU, down: the GLU MLP of glu_mlp.h),
+// blocks-spec §3 and §5.3-5.4.
 #include "model.h"
+#include "model/ops/norm_glu/glu_mlp.h"
 
 static int is_glu(const Config *c) { return c->mlp != MLP_GELU; }
 
@@ -27,20 +29,22 @@ void mlp_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     const Config *c = &m->cfg;
     const MlpParams *p = &m->mp.blocks[l].mlp;
     MlpActs *a = &m->acts.blocks[l].mlp;
-    const int N = B * T, C = c->d_model, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
-    if (!is_glu(c) && be->core->matmul_gelu_forward) {  // optional fused op: the GELU in the GEMM epilogue
-        be->core->matmul_gelu_forward(a->act, a->h, in, model_tensor(m, m->params, p->up_w),
-                                model_tensor(m, m->params, p->up_b), N, C, H);
-    } else {
-        be->core->matmul_forward(a->h, in, model_tensor(m, m->params, p->up_w), model_tensor(m, m->params, p->up_b), N, C,
-                           up);
-        if (is_glu(c))
-            be->norm_glu->glu_forward(a->act, a->h, N, H, model_glu_act(c));
-        else be->core->gelu_forward(a->act, a->h, (size_t)N * H);
-    }
-    be->core->matmul_forward(out, a->act, model_tensor(m, m->params, p->down_w), model_tensor(m, m->params, p->down_b), N, H,
-                       C);
+    const int N = B * T, C = c->d_model, H = c->mlp_hidden;
+    const real *up_w = model_tensor(m, m->params, p->up_w), *up_b = model_tensor(m, m->params, p->up_b);
+    const real *down_w = model_tensor(m, m->params, p->down_w), *down_b = model_tensor(m, m->params, p->down_b);
     a->in = (real *)in;
+    if (is_glu(c)) {
+        glu_mlp_forward(be->core, be->norm_glu, out, a->h, a->act, in, up_w, up_b, down_w, down_b, N, C, H,
+                        model_glu_act(c));
+        return;
+    }
+    if (be->core->matmul_gelu_forward) {  // optional fused op: the GELU in the GEMM epilogue
+        be->core->matmul_gelu_forward(a->act, a->h, in, up_w, up_b, N, C, H);
+    } else {
+        be->core->matmul_forward(a->h, in, up_w, up_b, N, C, H);
+        be->core->gelu_forward(a->act, a->h, (size_t)N * H);
+    }
+    be->core->matmul_forward(out, a->act, down_w, down_b, N, H, C);
 }
 
 void mlp_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
@@ -48,17 +52,20 @@ void mlp_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const Config *c = &m->cfg;
     const MlpParams *p = &m->mp.blocks[l].mlp;
     MlpActs *a = &m->acts.blocks[l].mlp;
-    const int N = B * T, C = c->d_model, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
-    if (!is_glu(c) && be->core->matmul_backward_gelu) {  // optional fused op: dGELU in the GEMM epilogue
-        be->core->matmul_backward_gelu(a->dh, model_tensor(m, m->grads, p->down_w), model_tensor(m, m->grads, p->down_b),
-                                 dout, a->act, model_tensor(m, m->params, p->down_w), a->h, N, H, C);
-    } else {
-        be->core->matmul_backward(a->dact, model_tensor(m, m->grads, p->down_w), model_tensor(m, m->grads, p->down_b), dout,
-                            a->act, model_tensor(m, m->params, p->down_w), N, H, C);
-        if (is_glu(c))
-            be->norm_glu->glu_backward(a->dh, a->dact, a->h, N, H, model_glu_act(c));
-        else be->core->gelu_backward(a->dh, a->h, a->dact, (size_t)N * H);
+    const int N = B * T, C = c->d_model, H = c->mlp_hidden;
+    const real *up_w = model_tensor(m, m->params, p->up_w), *down_w = model_tensor(m, m->params, p->down_w);
+    real *dup_w = model_tensor(m, m->grads, p->up_w), *dup_b = model_tensor(m, m->grads, p->up_b);
+    real *ddown_w = model_tensor(m, m->grads, p->down_w), *ddown_b = model_tensor(m, m->grads, p->down_b);
+    if (is_glu(c)) {
+        glu_mlp_backward(be->core, be->norm_glu, din, dup_w, dup_b, ddown_w, ddown_b, a->dh, a->dact, dout, a->in,
+                         a->h, a->act, up_w, down_w, N, C, H, model_glu_act(c));
+        return;
     }
-    be->core->matmul_backward(din, model_tensor(m, m->grads, p->up_w), model_tensor(m, m->grads, p->up_b), a->dh, a->in,
-                        model_tensor(m, m->params, p->up_w), N, C, up);
+    if (be->core->matmul_backward_gelu) {  // optional fused op: dGELU in the GEMM epilogue
+        be->core->matmul_backward_gelu(a->dh, ddown_w, ddown_b, dout, a->act, down_w, a->h, N, H, C);
+    } else {
+        be->core->matmul_backward(a->dact, ddown_w, ddown_b, dout, a->act, down_w, N, H, C);
+        be->core->gelu_backward(a->dh, a->h, a->dact, (size_t)N * H);
+    }
+    be->core->matmul_backward(din, dup_w, dup_b, a->dh, a->in, up_w, N, C, H);
 }

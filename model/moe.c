@@ -16,6 +16,7 @@
 // The counts for the bias update are this rank's tokens (the trainer sums them over ranks).
 #include "base/comm.h"
 #include "model.h"
+#include "model/ops/norm_glu/glu_mlp.h"
 #include "moe_dispatch_ep.h"
 #include "base/util.h"
 
@@ -165,9 +166,8 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     }
     // shared experts: one full-width GLU MLP on x
     if (d.Ms) {
-        be->core->matmul_forward(a->hs, in, PRM(p->shared_up), NULL, N, d.C, 2 * d.Ms);
-        be->norm_glu->glu_forward(a->as, a->hs, N, d.Ms, model_glu_act(c));
-        be->core->matmul_forward(a->shared, a->as, PRM(p->shared_down), NULL, N, d.Ms, d.C);
+        glu_mlp_forward(be->core, be->norm_glu, a->shared, a->hs, a->as, in, PRM(p->shared_up), NULL,
+                        PRM(p->shared_down), NULL, N, d.C, d.Ms, model_glu_act(c));
         be->core->add_forward(out, routed, a->shared, (size_t)N * d.C);
     } else {  // out = routed
         be->zero(out, (size_t)N * d.C);
@@ -189,9 +189,9 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const size_t nc = (size_t)N * d.C;
     // shared MLP (writes din)
     if (d.Ms) {
-        be->core->matmul_backward(a->das, GRD(p->shared_down), NULL, dout, a->as, PRM(p->shared_down), N, d.Ms, d.C);
-        be->norm_glu->glu_backward(a->dhs, a->das, a->hs, N, d.Ms, model_glu_act(c));
-        be->core->matmul_backward(din, GRD(p->shared_up), NULL, a->dhs, a->in, PRM(p->shared_up), N, d.C, 2 * d.Ms);
+        glu_mlp_backward(be->core, be->norm_glu, din, GRD(p->shared_up), NULL, GRD(p->shared_down), NULL, a->dhs,
+                         a->das, dout, a->in, a->hs, a->as, PRM(p->shared_up), PRM(p->shared_down), N, d.C, d.Ms,
+                         model_glu_act(c));
     } else {
         be->zero(din, nc);
     }

@@ -175,14 +175,14 @@ typedef struct {
 } Stack;
 
 static void sub_forward(real *y, const real *x, const real *W, int N, int C) {
-    cpu_block_linear_forward(y, x, W, N, C, C);
+    cpu_matmul_forward(y, x, W, NULL, N, C, C);
     for (size_t i = 0; i < (size_t)N * C; i++) y[i] = (real)tanh(y[i]);
 }
 // dx written, dW accumulated, given y = tanh(x W^T)
 static void sub_backward(real *dx, real *dW, const real *dy, const real *y, const real *x, const real *W, int N, int C) {
     real *dpre = zeros((size_t)N * C);
     for (size_t i = 0; i < (size_t)N * C; i++) dpre[i] = dy[i] * (1 - y[i] * y[i]);
-    cpu_block_linear_backward(dx, dW, dpre, x, W, N, C, C);
+    cpu_matmul_backward(dx, dW, NULL, dpre, x, W, N, C, C);
     free(dpre);
 }
 

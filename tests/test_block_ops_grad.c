@@ -1,6 +1,6 @@
 // Gradient checks (central finite differences, double) for the small block ops:
-// RMSNorm (§5.1), SwiGLU (§5.4), SiTU (§3), the sigmoid output gate (§5.7), the local
-// linear helper and the dense GLU FFN (§2.3). Plus the SiTU properties of §9.
+// RMSNorm (§5.1), SwiGLU (§5.4), SiTU (§3), the sigmoid output gate (§5.7) and the GLU MLP
+// helper (§2.3, glu_mlp.h; with and without biases). Plus the SiTU properties of §9.
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -9,6 +9,7 @@
 
 #include "fd_check.h"
 #include "model/backend.h"
+#include "model/ops/norm_glu/glu_mlp.h"
 #include "testing.h"
 
 #define H_FD 1e-5
@@ -135,52 +136,63 @@ static void test_gate(void) {
     free(c.o), free(c.z), free(c.R), free(c.y), free(d_o), free(dz);
 }
 
-// ---- linear helper and the dense GLU FFN ----
-typedef struct { int N, C, M; GluAct act; real *x, *w13, *w2, *h, *a, *out, *R; } FfnCtx;
-static double ffn_loss(void *p) {
-    FfnCtx *c = p;
-    cpu_glu_ffn_forward(c->out, c->h, c->a, c->x, c->w13, c->w2, c->N, c->C, c->M, c->act);
+// ---- the GLU MLP helper (glu_mlp.h) on the CPU tables ----
+typedef struct { int N, C, M; GluAct act; real *x, *w13, *b13, *w2, *b2, *h, *a, *out, *R; } GluMlpCtx;
+static double glu_mlp_loss(void *p) {
+    GluMlpCtx *c = p;
+    glu_mlp_forward(cpu_core_ops(), cpu_norm_glu_ops(), c->out, c->h, c->a, c->x, c->w13, c->b13, c->w2, c->b2, c->N,
+                    c->C, c->M, c->act);
     return dotv(c->out, c->R, (size_t)c->N * c->C);
 }
-static void test_ffn(GluAct act, const char *name) {
+static void glu_mlp_grads(GluMlpCtx *c, real *dx, real *dw13, real *db13, real *dw2, real *db2, real *dh, real *da) {
+    glu_mlp_backward(cpu_core_ops(), cpu_norm_glu_ops(), dx, dw13, db13, dw2, db2, dh, da, c->R, c->x, c->h, c->a,
+                     c->w13, c->w2, c->N, c->C, c->M, c->act);
+}
+static void report_glu_mlp(const char *name, const char *what, double err) {
+    char label[96];
+    snprintf(label, sizeof label, "%s glu mlp %s", name, what);
+    report(label, err);
+}
+// with_bias: b13 and b2 present (the dense MLP with bias = true); else NULL (the experts)
+static void test_glu_mlp(GluAct act, int with_bias, const char *name) {
     Rng r;
     rng_seed(&r, 4);
-    FfnCtx c = {5, 6, 4, act, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    GluMlpCtx c = {5, 6, 4, act, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     size_t nx = (size_t)c.N * c.C, n13 = (size_t)2 * c.M * c.C, n2 = (size_t)c.C * c.M;
     c.x = rand_vec(&r, nx, 1.0);
     c.w13 = rand_vec(&r, n13, 0.7);
     c.w2 = rand_vec(&r, n2, 0.7);
     c.R = rand_vec(&r, nx, 1.0);
+    if (with_bias) c.b13 = rand_vec(&r, (size_t)2 * c.M, 0.5), c.b2 = rand_vec(&r, c.C, 0.5);
     c.h = zeros((size_t)c.N * 2 * c.M);
     c.a = zeros((size_t)c.N * c.M);
     c.out = zeros(nx);
     real *dx = zeros(nx), *dw13 = zeros(n13), *dw2 = zeros(n2);
+    real *db13 = with_bias ? zeros((size_t)2 * c.M) : NULL, *db2 = with_bias ? zeros(c.C) : NULL;
     real *dh = zeros((size_t)c.N * 2 * c.M), *da = zeros((size_t)c.N * c.M);
-    ffn_loss(&c);
-    cpu_glu_ffn_backward(dx, dw13, dw2, dh, da, c.R, c.x, c.h, c.a, c.w13, c.w2, c.N, c.C, c.M, act);
-    char what[96];
-    snprintf(what, sizeof what, "%s ffn dx", name);
-    report(what, fd_rel_err(ffn_loss, &c, c.x, dx, nx, H_FD));
-    snprintf(what, sizeof what, "%s ffn dW13", name);
-    report(what, fd_rel_err(ffn_loss, &c, c.w13, dw13, n13, H_FD));
-    snprintf(what, sizeof what, "%s ffn dW2", name);
-    report(what, fd_rel_err(ffn_loss, &c, c.w2, dw2, n2, H_FD));
+    glu_mlp_loss(&c);
+    glu_mlp_grads(&c, dx, dw13, db13, dw2, db2, dh, da);
+    report_glu_mlp(name, "dx", fd_rel_err(glu_mlp_loss, &c, c.x, dx, nx, H_FD));
+    report_glu_mlp(name, "dW13", fd_rel_err(glu_mlp_loss, &c, c.w13, dw13, n13, H_FD));
+    report_glu_mlp(name, "dW2", fd_rel_err(glu_mlp_loss, &c, c.w2, dw2, n2, H_FD));
+    if (with_bias) {
+        report_glu_mlp(name, "db13", fd_rel_err(glu_mlp_loss, &c, c.b13, db13, (size_t)2 * c.M, H_FD));
+        report_glu_mlp(name, "db2", fd_rel_err(glu_mlp_loss, &c, c.b2, db2, c.C, H_FD));
+    }
     // backward accumulates into the weight gradients: a second call doubles them
-    real *dw2b = zeros(n2);
+    real *dw2b = zeros(n2), *db2b = zeros(c.C);
     for (size_t i = 0; i < n2; i++) dw2b[i] = 2 * dw2[i];
-    ffn_loss(&c);  // refresh the saved h, a (the FD loop left those of a perturbed input)
-    cpu_glu_ffn_backward(dx, dw13, dw2, dh, da, c.R, c.x, c.h, c.a, c.w13, c.w2, c.N, c.C, c.M, act);
-    CHECK(max_abs_diff(dw2, dw2b, n2) <= 1e-12 * max_abs(dw2b, n2), "ffn dW2 does not accumulate");
-    // the linear helper with dinp = NULL only accumulates dw
-    real *dw2c = zeros(n2);
-    cpu_block_linear_backward(NULL, dw2c, c.R, c.a, c.w2, c.N, c.M, c.C);
-    for (size_t i = 0; i < n2; i++) dw2c[i] *= 2;
-    CHECK(max_abs_diff(dw2c, dw2b, n2) <= 1e-12 * max_abs(dw2b, n2), "linear backward with NULL dinp");
-    free(c.x), free(c.w13), free(c.w2), free(c.R), free(c.h), free(c.a), free(c.out);
-    free(dx), free(dw13), free(dw2), free(dh), free(da), free(dw2b), free(dw2c);
+    for (int i = 0; with_bias && i < c.C; i++) db2b[i] = 2 * db2[i];
+    glu_mlp_loss(&c);  // refresh the saved h, a (the FD loop left those of a perturbed input)
+    glu_mlp_grads(&c, dx, dw13, db13, dw2, db2, dh, da);
+    CHECK(max_abs_diff(dw2, dw2b, n2) <= 1e-12 * max_abs(dw2b, n2), "glu mlp dW2 does not accumulate");
+    if (with_bias)
+        CHECK(max_abs_diff(db2, db2b, c.C) <= 1e-12 * max_abs(db2b, c.C), "glu mlp db2 does not accumulate");
+    free(c.x), free(c.w13), free(c.b13), free(c.w2), free(c.b2), free(c.R), free(c.h), free(c.a), free(c.out);
+    free(dx), free(dw13), free(db13), free(dw2), free(db2), free(dh), free(da), free(dw2b), free(db2b);
 }
 
-// RMSNorm and the GLU FFN forward + backward are bit-identical with 1 and 2 threads
+// RMSNorm and the GLU MLP forward + backward are bit-identical with 1 and 2 threads
 static void test_threads(void) {
     Rng r;
     rng_seed(&r, 5);
@@ -197,8 +209,9 @@ static void test_threads(void) {
         real *dw2 = zeros((size_t)C * M), *dxf = zeros((size_t)N * C);
         cpu_rmsnorm_forward(y, rs, x, w, N, C, 1e-5);
         cpu_rmsnorm_backward(dx, dw, R, x, w, rs, N, C);
-        cpu_glu_ffn_forward(o, h, a, y, w13, w2, N, C, M, act);
-        cpu_glu_ffn_backward(dxf, dw13, dw2, dh, da, R, y, h, a, w13, w2, N, C, M, act);
+        glu_mlp_forward(cpu_core_ops(), cpu_norm_glu_ops(), o, h, a, y, w13, NULL, w2, NULL, N, C, M, act);
+        glu_mlp_backward(cpu_core_ops(), cpu_norm_glu_ops(), dxf, dw13, NULL, dw2, NULL, dh, da, R, y, h, a, w13, w2, N,
+                         C, M, act);
         res[k][0] = dx, res[k][1] = dw, res[k][2] = o, res[k][3] = dxf, res[k][4] = dw13, res[k][5] = dw2;
         free(y), free(rs), free(h), free(a), free(dh), free(da);
     }
@@ -206,7 +219,7 @@ static void test_threads(void) {
     size_t sz[6] = {(size_t)N * C, C, (size_t)N * C, (size_t)N * C, (size_t)2 * M * C, (size_t)C * M};
     int same = 1;
     for (int i = 0; i < 6; i++) same &= !memcmp(res[0][i], res[1][i], sz[i] * sizeof(real));
-    CHECK(same, "rmsnorm / GLU FFN results differ between 1 and 2 threads");
+    CHECK(same, "rmsnorm / GLU MLP results differ between 1 and 2 threads");
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < 6; i++) free(res[k][i]);
     free(x), free(w), free(w13), free(w2), free(R);
@@ -223,7 +236,9 @@ int main(void) {
     test_glu(situ_nocap, 2.0, 2.0, "situ(1,none)");
     test_situ_properties();
     test_gate();
-    test_ffn(swiglu, "swiglu");
-    test_ffn(situ, "situ");
+    test_glu_mlp(swiglu, 0, "swiglu");
+    test_glu_mlp(situ, 0, "situ");
+    test_glu_mlp(swiglu, 1, "swiglu+bias");
+    test_glu_mlp(situ, 1, "situ+bias");
     TEST_MAIN_END();
 }

@@ -252,20 +252,20 @@ static AttnLayout mla_layout(const Mla *m) {
 static void mla_forward_attn(Mla *m) {
     int N = m->B * m->T, dqk = mla_dqk(m), NH = m->NH;
     if (m->rq) {
-        cpu_block_linear_forward(m->aq, m->x, m->Wqa, N, m->d, m->rq);
+        cpu_matmul_forward(m->aq, m->x, m->Wqa, NULL, N, m->d, m->rq);
         cpu_rmsnorm_forward(m->aqn, m->rq_rstd, m->aq, m->gq, N, m->rq, 1e-6);
-        cpu_block_linear_forward(m->q, m->aqn, m->Wqb, N, m->rq, NH * dqk);
+        cpu_matmul_forward(m->q, m->aqn, m->Wqb, NULL, N, m->rq, NH * dqk);
     } else {
-        cpu_block_linear_forward(m->q, m->x, m->Wq, N, m->d, NH * dqk);
+        cpu_matmul_forward(m->q, m->x, m->Wq, NULL, N, m->d, NH * dqk);
     }
-    cpu_block_linear_forward(m->kv, m->x, m->Wkva, N, m->d, m->r + m->dr);
+    cpu_matmul_forward(m->kv, m->x, m->Wkva, NULL, N, m->d, m->r + m->dr);
     cpu_mla_split_kv_forward(m->c, m->kr, m->kv, N, m->r, m->dr);
     if (m->rope) {
         cpu_rope_forward(m->q + m->dn, m->q + m->dn, m->B, m->T, NH, m->dr, NH * dqk, dqk, 0, m->rope_base);
         cpu_rope_forward(m->kr, m->kr, m->B, m->T, 1, m->dr, m->dr, 0, 0, m->rope_base);
     }
     cpu_rmsnorm_forward(m->chat, m->ckv_rstd, m->c, m->gkv, N, m->r, 1e-6);
-    cpu_block_linear_forward(m->e, m->chat, m->Wkvb, N, m->r, NH * (m->dn + m->dv));
+    cpu_matmul_forward(m->e, m->chat, m->Wkvb, NULL, N, m->r, NH * (m->dn + m->dv));
     cpu_mla_build_k_forward(m->k, m->e, m->kr, N, NH, m->dn, m->dv, m->dr);
     AttnLayout L = mla_layout(m);
     cpu_attention_qkv_forward(m->o, m->lse, m->q, m->k, m->e + m->dn, &L);
@@ -276,12 +276,12 @@ static void mla_forward_out(Mla *m, const real *o) {
     int N = m->B * m->T, NH = m->NH;
     size_t no = (size_t)N * NH * m->dv;
     if (m->gate) {
-        cpu_block_linear_forward(m->z, m->x, m->Wg, N, m->d, NH * m->dv);
+        cpu_matmul_forward(m->z, m->x, m->Wg, NULL, N, m->d, NH * m->dv);
         cpu_sigmoid_gate_forward(m->u, o, m->z, no);
     } else {
         memcpy(m->u, o, no * sizeof(real));
     }
-    cpu_block_linear_forward(m->y, m->u, m->Wo, N, NH * m->dv, m->d);
+    cpu_matmul_forward(m->y, m->u, m->Wo, NULL, N, NH * m->dv, m->d);
 }
 
 static double mla_loss(void *p) {
@@ -298,11 +298,11 @@ static void mla_backward(Mla *m, MlaGrads *g, real **dkr_out, real **dk_out) {
     int N = m->B * m->T, dqk = mla_dqk(m), NH = m->NH, d = m->d;
     size_t no = (size_t)N * NH * m->dv;
     real *du = zeros(no), *d_o = zeros(no), *dz = zeros(no), *dxt = zeros((size_t)N * d);
-    cpu_block_linear_backward(du, g->Wo, m->R, m->u, m->Wo, N, NH * m->dv, d);  // 1
+    cpu_matmul_backward(du, g->Wo, NULL, m->R, m->u, m->Wo, N, NH * m->dv, d);  // 1
     for (size_t i = 0; i < (size_t)N * d; i++) g->x[i] = 0;
     if (m->gate) {  // 2
         cpu_sigmoid_gate_backward(d_o, dz, du, m->o, m->z, no);
-        cpu_block_linear_backward(dxt, g->Wg, dz, m->x, m->Wg, N, d, NH * m->dv);
+        cpu_matmul_backward(dxt, g->Wg, NULL, dz, m->x, m->Wg, N, d, NH * m->dv);
         for (size_t i = 0; i < (size_t)N * d; i++) g->x[i] += dxt[i];
     } else {
         memcpy(d_o, du, no * sizeof(real));
@@ -318,19 +318,19 @@ static void mla_backward(Mla *m, MlaGrads *g, real **dkr_out, real **dk_out) {
         cpu_rope_backward(dkr, dkr, m->B, m->T, 1, m->dr, m->dr, 0, 0, m->rope_base);
     }
     real *dchat = zeros((size_t)N * m->r), *dc = zeros((size_t)N * m->r), *dkv = zeros((size_t)N * (m->r + m->dr));
-    cpu_block_linear_backward(dchat, g->Wkvb, de, m->chat, m->Wkvb, N, m->r, NH * (m->dn + m->dv));  // 5
+    cpu_matmul_backward(dchat, g->Wkvb, NULL, de, m->chat, m->Wkvb, N, m->r, NH * (m->dn + m->dv));  // 5
     cpu_rmsnorm_backward(dc, g->gkv, dchat, m->c, m->gkv, m->ckv_rstd, N, m->r);                      // 6
     cpu_mla_split_kv_backward(dkv, dc, dkr, N, m->r, m->dr);                                          // 7
-    cpu_block_linear_backward(dxt, g->Wkva, dkv, m->x, m->Wkva, N, d, m->r + m->dr);
+    cpu_matmul_backward(dxt, g->Wkva, NULL, dkv, m->x, m->Wkva, N, d, m->r + m->dr);
     for (size_t i = 0; i < (size_t)N * d; i++) g->x[i] += dxt[i];
     if (m->rq) {  // 8
         real *daqn = zeros((size_t)N * m->rq), *daq = zeros((size_t)N * m->rq);
-        cpu_block_linear_backward(daqn, g->Wqb, dq, m->aqn, m->Wqb, N, m->rq, NH * dqk);
+        cpu_matmul_backward(daqn, g->Wqb, NULL, dq, m->aqn, m->Wqb, N, m->rq, NH * dqk);
         cpu_rmsnorm_backward(daq, g->gq, daqn, m->aq, m->gq, m->rq_rstd, N, m->rq);
-        cpu_block_linear_backward(dxt, g->Wqa, daq, m->x, m->Wqa, N, d, m->rq);
+        cpu_matmul_backward(dxt, g->Wqa, NULL, daq, m->x, m->Wqa, N, d, m->rq);
         free(daqn), free(daq);
     } else {
-        cpu_block_linear_backward(dxt, g->Wq, dq, m->x, m->Wq, N, d, NH * dqk);
+        cpu_matmul_backward(dxt, g->Wq, NULL, dq, m->x, m->Wq, N, d, NH * dqk);
     }
     for (size_t i = 0; i < (size_t)N * d; i++) g->x[i] += dxt[i];
     if (dkr_out) *dkr_out = dkr; else free(dkr);

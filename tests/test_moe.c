@@ -16,6 +16,7 @@
 
 #include "fd_check.h"
 #include "model/backend.h"
+#include "model/ops/norm_glu/glu_mlp.h"
 #include "testing.h"
 
 #define H_FD 1e-5
@@ -321,15 +322,15 @@ static void moe_free(Moe *m) {
     free(m->sel), free(m->perm), free(m->pos), free(m->off);
 }
 
-// forward in graph order (block_ops.h "Whole MoE layer")
+// forward in graph order (model/ops/moe/moe.h, "Whole MoE layer")
 static void moe_forward(Moe *m) {
     int N = m->N, d = m->d, E = m->E, K = m->K, M = m->M, dr = moe_dr(m);
-    cpu_block_linear_forward(m->logits, m->x, m->Wr, N, d, E);
+    cpu_matmul_forward(m->logits, m->x, m->Wr, NULL, N, d, E);
     cpu_router_forward(m->sel, m->weights, m->scores, m->logits, m->bias, N, E, K, m->fn, m->renorm, m->scale);
     cpu_moe_dispatch_plan(m->perm, m->pos, m->off, m->sel, N, K, E);
     const real *zin = m->x;
     if (m->l) {
-        cpu_block_linear_forward(m->z, m->x, m->Wdown, N, d, m->l);
+        cpu_matmul_forward(m->z, m->x, m->Wdown, NULL, N, d, m->l);
         zin = m->z;
     }
     cpu_moe_gather_forward(m->xp, zin, m->perm, N, K, dr);
@@ -337,11 +338,12 @@ static void moe_forward(Moe *m) {
     cpu_moe_combine_forward(m->rr, m->yp, m->weights, m->pos, N, K, dr);
     if (m->l) {
         cpu_rmsnorm_forward(m->nrm, m->rstd, m->rr, m->glat, N, m->l, m->lat_eps);
-        cpu_block_linear_forward(m->routed, m->nrm, m->Wup, N, m->l, d);
+        cpu_matmul_forward(m->routed, m->nrm, m->Wup, NULL, N, m->l, d);
     } else {
         memcpy(m->routed, m->rr, (size_t)N * d * sizeof(real));
     }
-    cpu_glu_ffn_forward(m->shared, m->hs, m->as, m->x, m->Ws13, m->Ws2, N, d, m->Ms, m->act);
+    glu_mlp_forward(cpu_core_ops(), cpu_norm_glu_ops(), m->shared, m->hs, m->as, m->x, m->Ws13, NULL, m->Ws2, NULL, N,
+                    d, m->Ms, m->act);
     for (size_t i = 0; i < (size_t)N * d; i++) m->out[i] = m->routed[i] + m->shared[i];
 }
 
@@ -372,13 +374,13 @@ static void moe_backward(Moe *m, MoeGrads *g) {
     real *dx = zeros((size_t)N * d), *dtmp = zeros((size_t)N * d);
     real *dhs = zeros((size_t)N * 2 * m->Ms), *das = zeros((size_t)N * m->Ms);
     // shared expert
-    cpu_glu_ffn_backward(dx, g->Ws13, g->Ws2, dhs, das, dout, m->x, m->hs, m->as, m->Ws13, m->Ws2, N, d, m->Ms,
-                         m->act);
+    glu_mlp_backward(cpu_core_ops(), cpu_norm_glu_ops(), dx, g->Ws13, NULL, g->Ws2, NULL, dhs, das, dout, m->x, m->hs,
+                     m->as, m->Ws13, m->Ws2, N, d, m->Ms, m->act);
     // routed path: output side
     real *drr = zeros((size_t)N * dr);
     if (m->l) {
         real *dn = zeros((size_t)N * m->l);
-        cpu_block_linear_backward(dn, g->Wup, dout, m->nrm, m->Wup, N, m->l, d);
+        cpu_matmul_backward(dn, g->Wup, NULL, dout, m->nrm, m->Wup, N, m->l, d);
         cpu_rmsnorm_backward(drr, g->glat, dn, m->rr, m->glat, m->rstd, N, m->l);
         free(dn);
     } else {
@@ -391,7 +393,7 @@ static void moe_backward(Moe *m, MoeGrads *g) {
                              M, m->act);
     cpu_moe_gather_backward(dz, dxp, m->pos, N, K, dr);
     if (m->l) {
-        cpu_block_linear_backward(dtmp, g->Wdown, dz, m->x, m->Wdown, N, d, m->l);
+        cpu_matmul_backward(dtmp, g->Wdown, NULL, dz, m->x, m->Wdown, N, d, m->l);
         for (size_t i = 0; i < (size_t)N * d; i++) dx[i] += dtmp[i];
     } else {
         for (size_t i = 0; i < (size_t)N * d; i++) dx[i] += dz[i];
@@ -400,7 +402,7 @@ static void moe_backward(Moe *m, MoeGrads *g) {
     real *dscores = zeros((size_t)N * E), *dlogits = zeros((size_t)N * E);
     cpu_router_weights_backward(dscores, dw, m->scores, m->sel, N, E, K, m->renorm, m->scale);
     cpu_router_scores_backward(dlogits, dscores, m->scores, N, E, m->fn);
-    cpu_block_linear_backward(dtmp, g->Wr, dlogits, m->x, m->Wr, N, d, E);
+    cpu_matmul_backward(dtmp, g->Wr, NULL, dlogits, m->x, m->Wr, N, d, E);
     for (size_t i = 0; i < (size_t)N * d; i++) g->x[i] = dx[i] + dtmp[i];
     free(dx), free(dtmp), free(dhs), free(das), free(drr), free(dyp), free(dw), free(dxp), free(dhp), free(dap);
     free(dz), free(dscores), free(dlogits);

@@ -1,8 +1,8 @@
 // The MoE family (blocks-spec §2): the router with top-k selection, the balance loss,
 // dropless dispatch (the sort of token slots by expert, gather, combine), the grouped
-// expert GLU FFN, the per-step expert counts and the aux-loss-free bias update. The router
-// and latent projections are core matmuls; the shared experts are a dense GLU MLP
-// (norm_glu/glu_mlp.c).
+// expert GLU MLP, the per-step expert counts and the aux-loss-free bias update. The router
+// and latent projections are core matmuls; the shared experts and, in the CPU reference,
+// each routed expert are the GLU MLP of norm_glu/glu_mlp.h.
 //
 // CPU reference: model/ops/moe/*.c. CUDA: kernels/moe/ (not yet: the CUDA backend has no
 // MoE family, so moe_experts > 0 is refused on --device cuda). Contracts as every family
@@ -71,7 +71,7 @@ typedef struct MoeOps {
     void (*moe_combine_forward)(real *out, const real *yp, const real *weights, const int *pos, int N, int K, int C);
     void (*moe_combine_backward)(real *dyp, real *dweights, const real *dout, const real *yp, const real *weights,
                                  const int *pos, int N, int K, int C);
-    // Grouped GLU expert FFN over the sorted rows (§2.3, §2.7): expert e maps rows
+    // Grouped expert GLU MLP over the sorted rows (§2.3, §2.7): expert e maps rows
     // [offsets[e], offsets[e+1]) of xp (width C) with w13 + e*2M*C ([W1_e; W3_e], (2M, C)) and
     // w2 + e*C*M ((C, M)). Saves hp (rows, 2M), ap (rows, M); yp (rows, C); rows = offsets[E].
     void (*moe_experts_forward)(real *yp, real *hp, real *ap, const real *xp, const real *w13, const real *w2,

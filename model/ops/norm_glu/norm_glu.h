@@ -1,6 +1,7 @@
 // The norms-and-GLU family: RMSNorm and the gated activations of the GLU MLPs (SwiGLU,
 // SiTU). Used by every model with `norm = rmsnorm` or `mlp = swiglu | situ` (the dense
-// MLP, shared and routed experts), whatever its token mixers.
+// MLP, shared and routed experts), whatever its token mixers. The whole GLU MLP (matmul,
+// activation, matmul) is glu_mlp.h.
 //
 // CPU reference: model/ops/norm_glu/*.c. CUDA: kernels/norm_glu/*.cu. Contracts as every
 // family (model/backend.h). Math: docs/hybrid.md, "RMSNorm", "SwiGLU" and "SiTU".
@@ -49,19 +50,5 @@ void cpu_swiglu_backward(real *dinp, const real *dout, const real *inp, int N, i
 void cpu_situ_forward(real *out, const real *inp, int N, int H, double beta, double linear_beta);
 void cpu_situ_backward(real *dinp, const real *dout, const real *inp, int N, int H, double beta,
                        double linear_beta);
-
-// ---- glu_ffn.c: a local linear layer (sums in double) and the dense GLU FFN built on it ----
-// out (N, OC) = inp (N, C) @ w^T, w (OC, C). Backward: dinp = dout @ w (written; dinp may be
-// NULL to skip), dw += dout^T @ inp (accumulated).
-void cpu_block_linear_forward(real *out, const real *inp, const real *w, int N, int C, int OC);
-void cpu_block_linear_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w, int N,
-                               int C, int OC);
-// Dense GLU MLP: h (N, 2M) = x W13^T, a (N, M) = glu(h), out (N, C) = a W2^T. Saves h and a.
-// Backward: dx written (may be NULL), dw13/dw2 accumulated; dh (N, 2M) and da (N, M) scratch.
-void cpu_glu_ffn_forward(real *out, real *h, real *a, const real *x, const real *w13, const real *w2, int N,
-                         int C, int M, GluAct act);
-void cpu_glu_ffn_backward(real *dx, real *dw13, real *dw2, real *dh, real *da, const real *dout, const real *x,
-                          const real *h, const real *a, const real *w13, const real *w2, int N, int C, int M,
-                          GluAct act);
 
 #endif
