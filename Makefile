@@ -60,7 +60,7 @@ ifneq ($(NVCC_PATH),)
   # only the float build has CUDA: the double build (tests, hybrid_f64) is the CPU reference
   CUDA_CFLAGS := -DHAVE_CUDA -I$(CUDA_HOME)/include
   CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
-  CU_SRC := $(wildcard kernels/*.cu kernels/*/*.cu)
+  CU_SRC := $(wildcard kernels/*.cu kernels/*/*.cu dist/*.cu)
   # NCCL_HOME: an NCCL outside the CUDA toolkit (include/nccl.h, lib/libnccl.so)
   NCCL_INC := $(firstword $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
   ifneq ($(and $(NCCL_INC),$(MPICC_PATH)),)

@@ -1,7 +1,7 @@
 // The collectives interface (ARCHITECTURE §6): a table of collectives on backend memory.
 // The model (MoE expert parallelism) and the trainer call only this table; dist/ fills
 // it with MPI on host buffers (dist/comm_mpi.c, the CPU backend) and kernels/ with NCCL
-// on device buffers (kernels/comm_nccl.cu), so the same code drives both. Every call is
+// on device buffers (dist/comm_nccl.cu), so the same code drives both. Every call is
 // collective over its group and checked. This header depends on nothing: it sits in the
 // base layer so that model/ can hold a Comm without depending on dist/.
 #ifndef HYBRID_BASE_COMM_H

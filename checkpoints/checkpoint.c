@@ -15,7 +15,6 @@
 #include "checkpoints/trainer_state.h"
 #include "base/util.h"
 #include "model/ops/optim/muon.h"
-#include "optim/optimizer.h"
 
 __attribute__((format(printf, 1, 2))) static char *fmt(const char *f, ...) {
     va_list ap;
@@ -82,17 +81,10 @@ static void fsync_dir(const char *path) {
 
 // ---- save ----
 
-static void save_config(const char *dir, const Config *c) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) die("%s: open_memstream failed", dir);
-    config_write(c, f);
-    fclose(f);
+static void save_config(const char *dir, const char *config_text) {
     char *path = fmt("%s/config.conf", dir);
-    write_file_atomic(path, text, len);
+    write_file_atomic(path, config_text, strlen(config_text));
     free(path);
-    free(text);
 }
 
 // Writes the table's tensors from each of `bufs` (names prefixed by `prefixes`), plus
@@ -158,8 +150,8 @@ static void prune(const char *root, int keep, int current) {
     closedir(d);
 }
 
-void checkpoint_save(const char *out_dir, const Config *c, const ParamTable *t, const float *params, const float *m,
-                     const float *v, const TrainerState *ts, int keep) {
+void checkpoint_save(const char *out_dir, const char *config_text, const ParamTable *t, const float *params,
+                     const float *m, const float *v, MuonMomentumForm muon_form, const TrainerState *ts, int keep) {
     if (keep < 1) die("checkpoint_save: keep must be at least 1 (got %d)", keep);
     if (!ts || ts->step < 0) die("checkpoint_save: a trainer state with a step >= 0 is required");
     if (!m != !v) die("checkpoint_save: give both optimizer moments m and v, or neither");
@@ -170,7 +162,7 @@ void checkpoint_save(const char *out_dir, const Config *c, const ParamTable *t, 
     if (dir_exists(tmp) || file_exists(tmp)) remove_tree(tmp);
     mkdir_p(tmp);
 
-    save_config(tmp, c);
+    save_config(tmp, config_text);
     char *path = fmt("%s/model.safetensors", tmp);
     const char *none = "";
     save_tensors(path, t, &params, &none, 1, NULL, 0);
@@ -180,7 +172,7 @@ void checkpoint_save(const char *out_dir, const Config *c, const ParamTable *t, 
         const char *prefixes[2] = {"m.", "v."};
         // the sum form is recorded by the key's absence, so moonlight files stay as they were
         const char *meta[2] = {CHECKPOINT_MUON_MOMENTUM_KEY, muon_momentum_form_name(MUON_MOMENTUM_EMA)};
-        const int ema = c->optimizer == OPT_MUON && muon_momentum_form(optimizer_muon_rule(c)) == MUON_MOMENTUM_EMA;
+        const int ema = muon_form == MUON_MOMENTUM_EMA;
         path = fmt("%s/optimizer.safetensors", tmp);
         save_tensors(path, t, bufs, prefixes, 2, meta, ema ? 1 : 0);
         free(path);
@@ -209,79 +201,22 @@ char *checkpoint_latest(const char *out_dir) {
     return best;
 }
 
-void checkpoint_read_config(const char *dir, Config *c) {
-    char *path = fmt("%s/config.conf", dir);
-    config_defaults(c);
-    config_load_file(c, path);
-    config_finalize(c);
-    free(path);
-}
-
-// The text config_write gives `key` (for error messages).
-static void config_value(const Config *c, const char *key, char *buf, size_t size) {
-    char *text = config_to_text(c);
-    snprintf(buf, size, "?");
-    size_t klen = strlen(key);
-    for (char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
-        if (strncmp(line, key, klen) || strncmp(line + klen, " = ", 3)) continue;
-        char *v = line + klen + 3, *e = strchr(v, '\n');
-        snprintf(buf, size, "%.*s", e ? (int)(e - v) : (int)strlen(v), v);
-        break;
-    }
-    free(text);
-}
-
-void checkpoint_check_config(const char *dir, const Config *want) {
-    Config have;
-    checkpoint_read_config(dir, &have);
-    const char *key = config_model_mismatch(&have, want);
-    if (!key) return;
-    char a[CONFIG_STR + 32], b[CONFIG_STR + 32];
-    config_value(&have, key, a, sizeof a);
-    config_value(want, key, b, sizeof b);
-    die("%s/config.conf: checkpoint has %s = %s but the config says %s", dir, key, a, b);
-}
-
-static const char *form_equation(MuonMomentumForm f) {
-    return f == MUON_MOMENTUM_EMA ? "M = mu M + (1 - mu) g" : "M = mu M + g";
-}
-
-void checkpoint_check_optimizer(const char *dir, const Config *want) {
-    Config have;
-    checkpoint_read_config(dir, &have);
-    if (want->optimizer != OPT_MUON || have.optimizer != OPT_MUON) return;  // no Muon momentum to mix
-    const MuonMomentumForm want_form = muon_momentum_form(optimizer_muon_rule(want));
+int checkpoint_muon_momentum(const char *dir, MuonMomentumForm *form) {
     char *path = fmt("%s/optimizer.safetensors", dir);
     if (!file_exists(path)) {
         free(path);
-        return;
+        return 0;
     }
     StFile f;
     st_open(&f, path);
     const char *v = st_meta(&f, CHECKPOINT_MUON_MOMENTUM_KEY);
-    MuonMomentumForm form = MUON_MOMENTUM_SUM;  // absent: the sum form
-    if (v && !strcmp(v, muon_momentum_form_name(MUON_MOMENTUM_EMA))) form = MUON_MOMENTUM_EMA;
+    *form = MUON_MOMENTUM_SUM;  // absent: the sum form
+    if (v && !strcmp(v, muon_momentum_form_name(MUON_MOMENTUM_EMA))) *form = MUON_MOMENTUM_EMA;
     else if (v && strcmp(v, muon_momentum_form_name(MUON_MOMENTUM_SUM)))
         die("%s: metadata %s = '%s' is neither 'sum' nor 'ema'", path, CHECKPOINT_MUON_MOMENTUM_KEY, v);
-    const char *have_scale = have.muon_scale == MUON_SCALE_KEY_KELLER ? "keller" : "moonlight";
-    const char *want_scale = want->muon_scale == MUON_SCALE_KEY_KELLER ? "keller" : "moonlight";
-    if (form != want_form) {
-        if (form == MUON_MOMENTUM_SUM && have.muon_scale == MUON_SCALE_KEY_KELLER)
-            die("%s: written by a muon_scale = keller run before keller took KellerJordan/Muon's EMA momentum (no %s "
-                "= ema metadata): its Muon momentum is in the sum form %s, and this run (muon_scale = %s) keeps the %s "
-                "form %s; resuming would mix the two forms (docs/optimizers.md, \"Muon's two momentum forms\"). "
-                "Resume it with the build that wrote it, or start a new run",
-                path, CHECKPOINT_MUON_MOMENTUM_KEY, form_equation(form), want_scale,
-                muon_momentum_form_name(want_form), form_equation(want_form));
-        die("%s: its Muon momentum is in the %s form %s (muon_scale = %s) but this run (muon_scale = %s) keeps the %s "
-            "form %s; resuming would mix the two forms (docs/optimizers.md, \"Muon's two momentum forms\"). Resume "
-            "with muon_scale = %s",
-            path, muon_momentum_form_name(form), form_equation(form), have_scale, want_scale,
-            muon_momentum_form_name(want_form), form_equation(want_form),
-            have_scale);
-    }
     st_close(&f);
     free(path);
+    return 1;
 }
 
 static void load_tensors(const StFile *f, const ParamTable *t, const char *prefix, float *dst) {

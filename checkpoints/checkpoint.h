@@ -1,6 +1,6 @@
 // Checkpoints (ARCHITECTURE §4). A checkpoint is a directory
 //   <out_dir>/checkpoints/step_00000100/
-//       config.conf          the full config (config_write)
+//       config.conf          the full config (the trainer's config_write)
 //       model.safetensors    fp32 weights, names and shapes from the parameter table
 //       optimizer.safetensors  fp32 AdamW moments "m.<name>", "v.<name>" (Muon tensors: the
 //                            momentum in m); metadata CHECKPOINT_MUON_MOMENTUM_KEY = "ema"
@@ -18,7 +18,8 @@
 #include <stdint.h>
 
 #include "data/loader.h"
-#include "model/config.h"
+#include "model/model_config.h"
+#include "model/ops/optim/muon.h"
 #include "model/params.h"
 
 // optimizer.safetensors metadata: the Muon momentum form ("ema"; absent: "sum")
@@ -34,29 +35,22 @@ typedef struct {
 
 // Writes checkpoint `step` under out_dir/checkpoints/, then removes all but the newest
 // `keep` (the one just written is never removed, even if older steps exist) and any
-// leftover .step_*.tmp folder of an interrupted save. params, m and v are host fp32 arrays
-// of t->total elements (m, v may be NULL for a weights-only checkpoint). Returns nothing;
-// dies with a clear error on failure.
-void checkpoint_save(const char *out_dir, const Config *c, const ParamTable *t, const float *params, const float *m,
-                     const float *v, const TrainerState *ts, int keep);
+// leftover .step_*.tmp folder of an interrupted save. config_text becomes config.conf (the
+// trainer's config_to_text). params, m and v are host fp32 arrays of t->total elements (m,
+// v may be NULL for a weights-only checkpoint); muon_form: the form of the Muon momentum
+// that m holds for a Muon run (MUON_MOMENTUM_EMA is recorded in the metadata; AdamW runs
+// pass MUON_MOMENTUM_SUM, recorded by the key's absence). Dies with a clear error on failure.
+void checkpoint_save(const char *out_dir, const char *config_text, const ParamTable *t, const float *params,
+                     const float *m, const float *v, MuonMomentumForm muon_form, const TrainerState *ts, int keep);
 
 // Path of the newest complete checkpoint under out_dir/checkpoints (caller frees), or NULL.
 // Complete = a folder named step_%08d: a save only gets that name once fully written.
 char *checkpoint_latest(const char *out_dir);
 
-// Reads the config stored in a checkpoint directory (defaults + config.conf, finalized).
-void checkpoint_read_config(const char *dir, Config *c);
-
-// Dies with "<dir>/config.conf: checkpoint has n_head = 4 but the config says 8" if the
-// checkpoint's config differs from `want` in a key that fixes the parameter shapes.
-void checkpoint_check_config(const char *dir, const Config *want);
-
-// Dies naming <dir>/optimizer.safetensors if its optimizer state cannot continue under
-// `want`: a Muon checkpoint resumed by a Muon run whose momentum form differs (e.g. a
-// muon_scale = keller checkpoint written before keller took the EMA form: its momentum is
-// the sum form). Checkpoints of AdamW runs, or resumed by one, pass; so does a missing file
-// (checkpoint_load reports it).
-void checkpoint_check_optimizer(const char *dir, const Config *want);
+// The form of the Muon momentum stored in <dir>/optimizer.safetensors (its metadata; absent:
+// the sum form). Returns 0 if there is no optimizer file; dies on an unknown value. (The
+// trainer's checks against a run's config: train/checkpoint_config.h.)
+int checkpoint_muon_momentum(const char *dir, MuonMomentumForm *form);
 
 // Loads a checkpoint into host arrays of t->total elements. Every tensor of the table
 // must be present with its shape (dies naming the file and tensor otherwise); m and v
@@ -65,6 +59,7 @@ void checkpoint_load(const char *dir, const ParamTable *t, float *params, float 
 
 // Writes a Hugging Face GPT2LMHeadModel folder (config.json + model.safetensors with
 // HF names and Conv1D (in, out) layout). Dies if the config is not GPT-2 shaped.
-void export_hf_gpt2(const char *dir, const Config *c, const ParamTable *t, const ModelParams *mp, const float *params);
+void export_hf_gpt2(const char *dir, const ModelConfig *c, const ParamTable *t, const ModelParams *mp,
+                    const float *params);
 
 #endif

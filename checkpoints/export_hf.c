@@ -11,7 +11,7 @@
 #include "base/util.h"
 
 // Dies unless the config is exactly what GPT2LMHeadModel computes.
-static void check_gpt2_shaped(const char *dir, const Config *c, const ModelParams *mp) {
+static void check_gpt2_shaped(const char *dir, const ModelConfig *c, const ModelParams *mp) {
     const char *why = NULL;
     if (strspn(c->layers, "A") != strlen(c->layers)) why = "every layer must be 'A' (softmax attention)";
     else if (c->norm != NORM_LAYERNORM) why = "norm must be layernorm";
@@ -46,7 +46,7 @@ static void real_text(double x, char *buf, size_t size) {
     }
 }
 
-static void write_config_json(const char *dir, const Config *c) {
+static void write_config_json(const char *dir, const ModelConfig *c) {
     char eps[32], std[32], inner[16], eos[16];
     real_text(c->norm_eps, eps, sizeof eps);
     real_text(c->init_std, std, sizeof std);
@@ -125,7 +125,7 @@ static void add(Export *e, const ParamTable *t, const float *params, int index, 
     }
 }
 
-void export_hf_gpt2(const char *dir, const Config *c, const ParamTable *t, const ModelParams *mp, const float *params) {
+void export_hf_gpt2(const char *dir, const ModelConfig *c, const ParamTable *t, const ModelParams *mp, const float *params) {
     check_gpt2_shaped(dir, c, mp);
     int max = 4 + 12 * c->n_layer;
     Export e = {xcalloc((size_t)max, sizeof(StOut)), xcalloc((size_t)max, 128), 0,

@@ -1,5 +1,5 @@
 // The constructors of the collectives table (base/comm.h has the interface): MPI on host
-// memory (dist/comm_mpi.c), NCCL on the CUDA backend's device memory (kernels/comm_nccl.cu),
+// memory (dist/comm_mpi.c), NCCL on the CUDA backend's device memory (dist/comm_nccl.cu),
 // and the runtime's group sizes and ranks they report.
 #ifndef HYBRID_COMM_H
 #define HYBRID_COMM_H

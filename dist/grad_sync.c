@@ -23,7 +23,7 @@ static void on_grads_ready(Model *m, int block, void *ctx) {
     if (block < 0 || g->sent_lo - lo >= g->bucket_elems) launch(g, lo);
 }
 
-void grad_sync_create(GradSync *g, Model *m, Optimizer *opt, Comm *comm, const Config *c) {
+void grad_sync_create(GradSync *g, Model *m, Optimizer *opt, Comm *comm, double bucket_mb) {
     memset(g, 0, sizeof *g);
     g->model = m;
     g->opt = opt;
@@ -31,7 +31,7 @@ void grad_sync_create(GradSync *g, Model *m, Optimizer *opt, Comm *comm, const C
     g->world = opt->world;
     g->rank = opt->rank;
     g->zero = opt->zero;
-    size_t bytes = (size_t)(c->bucket_mb * 1024 * 1024);
+    size_t bytes = (size_t)(bucket_mb * 1024 * 1024);
     g->bucket_elems = bytes / m->be->elem_size;
     if (g->bucket_elems < 1) g->bucket_elems = 1;
     if (g->world == 1 || !comm) return;

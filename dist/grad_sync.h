@@ -31,7 +31,8 @@ typedef struct {
     real *grad_shard;    // ZeRO-1: the reduced gradients of this rank's window
 } GradSync;
 
-void grad_sync_create(GradSync *g, Model *m, Optimizer *opt, Comm *comm, const Config *c);
+// bucket_mb: the size of a reduction bucket (the bucket_mb key)
+void grad_sync_create(GradSync *g, Model *m, Optimizer *opt, Comm *comm, double bucket_mb);
 void grad_sync_destroy(GradSync *g);
 // Before the backward of the step's last micro-batch.
 void grad_sync_arm(GradSync *g);

@@ -9,7 +9,7 @@
 #include "model.h"
 #include "base/util.h"
 
-void attnres_params(const Config *c, ParamTable *t, AttnResParams *p, const char *fmt, int layer) {
+void attnres_params(const ModelConfig *c, ParamTable *t, AttnResParams *p, const char *fmt, int layer) {
     char name[PARAM_NAME_MAX];
     snprintf(name, sizeof name, fmt, layer);
     int shape[1] = {c->d_model};

@@ -8,7 +8,7 @@
 #include "model/model.h"
 
 void doc_segments_layout(Model *m, Carver *cv) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     DocSegments *s = &m->acts.seg;
     int used = 0;
     for (int l = 0; l < c->n_layer; l++) used |= mixer_of(c, l)->resets_at_eot;

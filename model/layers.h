@@ -14,7 +14,7 @@
 
 #include "base/carve.h"
 #include "model/backend.h"
-#include "config.h"
+#include "model_config.h"
 #include "params.h"
 #include "base/util.h"
 
@@ -22,7 +22,7 @@ struct Model;
 
 // The gated activation of the GLU MLPs (dense, shared and routed experts) as the config
 // says. The SiTU constants are rounded to `real`: the precision the build computes in.
-static inline GluAct model_glu_act(const Config *c) {
+static inline GluAct model_glu_act(const ModelConfig *c) {
     GluAct a = {c->mlp == MLP_SITU ? GLU_SITU : GLU_SWIGLU, (real)c->situ_beta, (real)c->situ_linear_beta};
     return a;
 }
@@ -33,7 +33,7 @@ typedef struct {
     real *h, *act;         // (N,H or 2H) pre-activation, (N,H) activation
     real *dh, *dact;       // scratch
 } MlpActs;
-void mlp_params(const Config *c, ParamTable *t, int layer, MlpParams *p);
+void mlp_params(const ModelConfig *c, ParamTable *t, int layer, MlpParams *p);
 void mlp_layout(const struct Model *m, Carver *cv, Carver *scratch, MlpActs *a);
 void mlp_forward(struct Model *m, int layer, real *out, const real *in, int B, int T);
 void mlp_backward(struct Model *m, int layer, real *din, const real *dout, int B, int T);
@@ -57,7 +57,7 @@ typedef struct {
     // backward scratch
     real *dyp, *dweights, *dxp, *dhp, *dap, *dr, *dr_n, *dxin, *dscores, *dlogits, *dhs, *das, *dx;
 } MoeActs;
-void moe_params(const Config *c, ParamTable *t, int layer, MoeParams *p);
+void moe_params(const ModelConfig *c, ParamTable *t, int layer, MoeParams *p);
 void moe_layout(const struct Model *m, Carver *cv, Carver *scratch, MoeActs *a);
 void moe_forward(struct Model *m, int layer, real *out, const real *in, int B, int T);
 void moe_backward(struct Model *m, int layer, real *din, const real *dout, int B, int T);
@@ -70,7 +70,7 @@ typedef struct {
     real *out, *probs, *logits, *rstd;  // (N, C), (N, n) x 3
 } AttnResActs;
 // fmt names the op with one %d for the layer (layer < 0: fmt has no %d)
-void attnres_params(const Config *c, ParamTable *t, AttnResParams *p, const char *fmt, int layer);
+void attnres_params(const ModelConfig *c, ParamTable *t, AttnResParams *p, const char *fmt, int layer);
 // carves the op's tensors for n sources (and its host pointer list once cv has a base)
 void attnres_layout(const struct Model *m, Carver *cv, AttnResActs *a, int n);
 void attnres_free(AttnResActs *a);
@@ -85,7 +85,7 @@ typedef struct {
     real *out, *mean, *rstd;  // (N,C) (N) (N); mean unused by rmsnorm
 } NormActs;
 // fmt names the norm with one %d for the layer (layer < 0: fmt has no %d)
-void norm_params(const Config *c, ParamTable *t, NormParams *p, const char *fmt, int layer);
+void norm_params(const ModelConfig *c, ParamTable *t, NormParams *p, const char *fmt, int layer);
 void norm_layout(const struct Model *m, Carver *cv, NormActs *a);
 void norm_forward(struct Model *m, const NormParams *p, NormActs *a, const real *in, int N);
 // din written

@@ -22,7 +22,7 @@ const MixerOps *mixer_find(char letter) {
     return NULL;
 }
 
-const MixerOps *mixer_of(const Config *c, int layer) {
+const MixerOps *mixer_of(const ModelConfig *c, int layer) {
     const MixerOps *x = mixer_find(c->layers[layer]);
     if (!x) die("model: layer %d has the unknown mixer '%c'", layer, c->layers[layer]);
     return x;

@@ -18,7 +18,7 @@
 
 #include "base/carve.h"
 #include "base/real.h"
-#include "model/config.h"
+#include "model/model_config.h"
 #include "model/params.h"
 
 struct Model;
@@ -34,10 +34,10 @@ typedef struct MixerOps {
 
     // Derives this mixer's config defaults and checks its keys (used: some layer has this
     // letter; derivations run either way, so every config is written out the same). Returns
-    // NULL, or a message and in *key the config key to blame.
-    const char *(*config)(Config *c, int used, const char **key);
+    // NULL, or a message and in *key the config key to blame (origin: where a key was set).
+    const char *(*config)(ModelConfig *c, int used, ConfigOriginFn origin, const char **key);
     // Adds layer `layer`'s tensors to the table, filling its params struct.
-    void (*params)(const Config *c, ParamTable *t, int layer, void *params);
+    void (*params)(const ModelConfig *c, ParamTable *t, int layer, void *params);
     // Carves its saved activations (cv) and backward scratch (scratch, shared by all layers)
     // for up to max_B x max_T rows into its acts struct. Runs twice (model.c: count, carve).
     void (*layout)(const struct Model *m, int layer, Carver *cv, Carver *scratch);
@@ -48,7 +48,7 @@ typedef struct MixerOps {
     void (*backward)(struct Model *m, int layer, real *din, const real *dout, int B, int T);
     // Training FLOPs per token of the mixing that is not a parameter matmul (forward +
     // backward) for sequences of T tokens (inspect, MFU).
-    double (*flops)(const Config *c, int T);
+    double (*flops)(const ModelConfig *c, int T);
 
     // ---- the cached form (generation; model.h, "cached forward") ----
     // Allocates its cache (backend memory) for a sequence of up to max_len tokens.
@@ -64,7 +64,7 @@ typedef struct MixerOps {
 // The mixer of letter `letter`, or NULL.
 const MixerOps *mixer_find(char letter);
 // The mixer of layer l of a validated config.
-const MixerOps *mixer_of(const Config *c, int layer);
+const MixerOps *mixer_of(const ModelConfig *c, int layer);
 // Every registered mixer in order, NULL-terminated.
 const MixerOps *const *mixer_all(void);
 // "A = softmax attention, M = MLA, ..." (for messages and --help)

@@ -20,16 +20,16 @@ typedef struct {
     real *qkv;             // (max_len, 3C): the packed rows of positions 0, 1, ...
 } AttnCache;
 
-static const char *attn_config(Config *c, int used, const char **key) {
+static const char *attn_config(ModelConfig *c, int used, ConfigOriginFn origin, const char **key) {
     static char msg[160];
     if (!used || c->d_model % c->n_head == 0) return NULL;
     snprintf(msg, sizeof msg, "n_head = %d does not divide d_model = %d (d_model set at %s)", c->n_head, c->d_model,
-             config_origin("d_model"));
+             origin("d_model"));
     *key = "n_head";
     return msg;
 }
 
-static void attn_params(const Config *c, ParamTable *t, int l, void *params) {
+static void attn_params(const ModelConfig *c, ParamTable *t, int l, void *params) {
     AttnParams *p = params;
     const int C = c->d_model;
     p->qkv_w = params_matrix(t, c->init_std, 3 * C, C, "blocks.%d.attn.qkv.weight", l);
@@ -74,7 +74,7 @@ static void attn_backward(Model *m, int l, real *din, const real *dout, int B, i
 }
 
 // causal: each query attends to half the keys on average; 12 C T / 2 per token, fwd + bwd
-static double attn_flops(const Config *c, int T) { return 6.0 * c->d_model * T; }
+static double attn_flops(const ModelConfig *c, int T) { return 6.0 * c->d_model * T; }
 
 static void attn_cache_init(Model *m, int l, int max_len) {
     AttnCache *k = m->acts.blocks[l].cache;

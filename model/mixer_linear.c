@@ -110,7 +110,7 @@ void linear_mixer_qk_norm(Model *m, int l, int N) {
 
 void linear_mixer_output(Model *m, int l, real *out, const real *in, int N) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const LinShape s = lin_shape(c, l);
     const LinearParams *p = m->mp.blocks[l].mixer;
     LinearActs *a = m->acts.blocks[l].mixer;

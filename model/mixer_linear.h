@@ -64,7 +64,7 @@ typedef struct {
     real lower_bound;  // KDA gate form (0 = softplus), §1.4
 } LinShape;
 
-static inline LinShape lin_shape_of(const Config *c, LinearKind kind) {
+static inline LinShape lin_shape_of(const ModelConfig *c, LinearKind kind) {
     LinShape s;
     s.kind = kind;
     s.H = c->linear_heads;
@@ -82,15 +82,15 @@ static inline LinShape lin_shape_of(const Config *c, LinearKind kind) {
 }
 
 // The shape of layer l (its mixer's variant is its LinearKind).
-static inline LinShape lin_shape(const Config *c, int layer) {
+static inline LinShape lin_shape(const ModelConfig *c, int layer) {
     return lin_shape_of(c, (LinearKind)mixer_of(c, layer)->variant);
 }
 
 // mixer_linear_params.c
-const char *linear_config(Config *c, int used, const char **key);
-void linear_params(const Config *c, ParamTable *t, int layer, void *params);
+const char *linear_config(ModelConfig *c, int used, ConfigOriginFn origin, const char **key);
+void linear_params(const ModelConfig *c, ParamTable *t, int layer, void *params);
 void linear_layout(const struct Model *m, int layer, Carver *cv, Carver *scratch);
-double linear_flops(const Config *c, int T);
+double linear_flops(const ModelConfig *c, int T);
 
 // mixer_linear_cached.c
 void linear_cache_init(struct Model *m, int layer, int max_len);

@@ -10,8 +10,9 @@
 
 // Shared by the four letters: derived sizes always (so every config is written out the
 // same), range checks always, and the head split only where a K/G/D/L layer exists.
-const char *linear_config(Config *c, int used, const char **key) {
+const char *linear_config(ModelConfig *c, int used, ConfigOriginFn origin, const char **key) {
     static char msg[200];
+    (void)origin;
     if (c->linear_heads == 0) c->linear_heads = c->n_head;
     if (c->linear_head_dim == 0) {
         if (used && c->d_model % c->linear_heads) {
@@ -34,7 +35,7 @@ const char *linear_config(Config *c, int used, const char **key) {
 
 // The state read-out and update: ~4 H K V multiply-adds per token forward, x3 with the
 // backward (independent of T: the mixing is linear in the sequence length).
-double linear_flops(const Config *c, int T) {
+double linear_flops(const ModelConfig *c, int T) {
     (void)T;
     return 12.0 * c->linear_heads * c->linear_head_dim * c->linear_value_dim;
 }
@@ -47,12 +48,12 @@ static int gate_param(ParamTable *t, InitRule init, int n, double lo, double hi,
 }
 
 // depthwise Conv1d weight (D, 1, W), PyTorch's layout; fla inits it N(0, init_std)
-static int conv_param(ParamTable *t, const Config *c, int D, int W, const char *fmt, int l) {
+static int conv_param(ParamTable *t, const ModelConfig *c, int D, int W, const char *fmt, int l) {
     int shape[3] = {D, 1, W};
     return params_add(t, GROUP_GATE, INIT_NORMAL, c->init_std, 3, shape, fmt, l);
 }
 
-void linear_params(const Config *c, ParamTable *t, int l, void *params) {
+void linear_params(const ModelConfig *c, ParamTable *t, int l, void *params) {
     LinearParams *p = params;
     const LinShape s = lin_shape(c, l);
     const int C = c->d_model;
@@ -91,7 +92,7 @@ void linear_params(const Config *c, ParamTable *t, int l, void *params) {
 }
 
 void linear_layout(const Model *m, int l, Carver *cv, Carver *scratch) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     LinearActs *a = m->acts.blocks[l].mixer;
     const LinShape s = lin_shape(c, l);
     const size_t N = (size_t)m->max_B * m->max_T, C = c->d_model;

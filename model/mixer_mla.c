@@ -50,7 +50,7 @@ typedef struct {
     int C, H, r, rq, dn, dr, dv, dqk, de;
 } MlaDims;
 
-static MlaDims dims(const Config *c) {
+static MlaDims dims(const ModelConfig *c) {
     MlaDims d = {c->d_model, c->n_head, c->mla_kv_rank, c->mla_q_rank, c->mla_qk_nope_dim, c->mla_rope_dim,
                  c->mla_v_dim, 0, 0};
     d.dqk = d.dn + d.dr;
@@ -58,8 +58,9 @@ static MlaDims dims(const Config *c) {
     return d;
 }
 
-static const char *mla_config(Config *c, int used, const char **key) {
+static const char *mla_config(ModelConfig *c, int used, ConfigOriginFn origin, const char **key) {
     static char msg[160];
+    (void)origin;
     if (!used) return NULL;
     const char *why = NULL;
     if (c->mla_kv_rank < 1) *key = "mla_kv_rank", why = "mla_kv_rank must be positive (layers has MLA 'M')";
@@ -75,12 +76,12 @@ static const char *mla_config(Config *c, int used, const char **key) {
 
 // §6.6: each query attends to T/2 keys on average with H heads of width dqk (scores) and
 // dv (values); x3 for forward + backward
-static double mla_flops(const Config *c, int T) {
+static double mla_flops(const ModelConfig *c, int T) {
     MlaDims d = dims(c);
     return 3.0 * T * d.H * (d.dqk + d.dv);
 }
 
-static void mla_params(const Config *c, ParamTable *t, int l, void *params) {
+static void mla_params(const ModelConfig *c, ParamTable *t, int l, void *params) {
     MlaParams *p = params;
     MlaDims d = dims(c);
     const double s = c->init_std;
@@ -99,7 +100,7 @@ static void mla_params(const Config *c, ParamTable *t, int l, void *params) {
 }
 
 static void mla_layout(const Model *m, int l, Carver *cv, Carver *scratch) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     MlaActs *a = m->acts.blocks[l].mixer;
     MlaDims d = dims(c);
     const size_t N = (size_t)m->max_B * m->max_T;
@@ -154,7 +155,7 @@ static AttnLayout layout_of(const MlaDims *d, int B, int T) {
 // rows at positions pos0 + t: q, kv = [c | kr], chat = RMSNorm(c), RoPE on the decoupled slices.
 static void mla_inputs(Model *m, int l, const real *in, int B, int T, int pos0) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const MlaParams *p = m->mp.blocks[l].mixer;
     MlaActs *a = m->acts.blocks[l].mixer;
     const MlaDims d = dims(c);
@@ -182,7 +183,7 @@ static void mla_inputs(Model *m, int l, const real *in, int B, int T, int pos0) 
 // The optional output gate and the output projection: out = (o [* sigmoid(x W_g^T)]) W_o^T.
 static void mla_output(Model *m, int l, real *out, const real *in, int N) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const MlaParams *p = m->mp.blocks[l].mixer;
     MlaActs *a = m->acts.blocks[l].mixer;
     const MlaDims d = dims(c);
@@ -245,7 +246,7 @@ static void mla_forward_cached(Model *m, int l, real *out, const real *in, int n
 
 static void mla_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const MlaParams *p = m->mp.blocks[l].mixer;
     MlaActs *a = m->acts.blocks[l].mixer;
     const MlaDims d = dims(c);

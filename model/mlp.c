@@ -4,9 +4,9 @@
 #include "model.h"
 #include "model/ops/norm_glu/glu_mlp.h"
 
-static int is_glu(const Config *c) { return c->mlp != MLP_GELU; }
+static int is_glu(const ModelConfig *c) { return c->mlp != MLP_GELU; }
 
-void mlp_params(const Config *c, ParamTable *t, int l, MlpParams *p) {
+void mlp_params(const ModelConfig *c, ParamTable *t, int l, MlpParams *p) {
     const int C = c->d_model, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
     p->up_w = params_matrix(t, c->init_std, up, C, "blocks.%d.mlp.up.weight", l);
     if (is_glu(c)) t->items[p->up_w].blocks = 2;  // gate and up are separate matrices (Muon)
@@ -16,7 +16,7 @@ void mlp_params(const Config *c, ParamTable *t, int l, MlpParams *p) {
 }
 
 void mlp_layout(const Model *m, Carver *cv, Carver *scratch, MlpActs *a) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const size_t N = (size_t)m->max_B * m->max_T, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
     a->h = carve(cv, N * up);
     a->act = carve(cv, N * H);
@@ -26,7 +26,7 @@ void mlp_layout(const Model *m, Carver *cv, Carver *scratch, MlpActs *a) {
 
 void mlp_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const MlpParams *p = &m->mp.blocks[l].mlp;
     MlpActs *a = &m->acts.blocks[l].mlp;
     const int N = B * T, C = c->d_model, H = c->mlp_hidden;
@@ -49,7 +49,7 @@ void mlp_forward(Model *m, int l, real *out, const real *in, int B, int T) {
 
 void mlp_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const MlpParams *p = &m->mp.blocks[l].mlp;
     MlpActs *a = &m->acts.blocks[l].mlp;
     const int N = B * T, C = c->d_model, H = c->mlp_hidden;

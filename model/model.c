@@ -10,7 +10,7 @@
 // Saved activations (cv) and backward scratch shared by all blocks (scratch: each
 // block's layout starts at the same offset; the region is as large as the largest).
 static void layout(Model *m, Carver *cv, Carver *scratch) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const size_t N = (size_t)m->max_B * m->max_T, C = c->d_model, Vp = c->padded_vocab_size;
     const int S = c->attn_res_block, L = c->n_layer;
     Acts *a = &m->acts;
@@ -63,7 +63,7 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
 
 // Dies, naming the layer and the part of it, if the backend lacks a family the config needs.
 static void check_backend(const Model *m) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     char who[128];
     backend_require(m->be, FAMILY_CORE, "every model");
     if (c->norm == NORM_RMSNORM) backend_require(m->be, FAMILY_NORM_GLU, "norm = rmsnorm");
@@ -78,7 +78,7 @@ static void check_backend(const Model *m) {
     }
 }
 
-void model_create(Model *m, const Config *c, const Backend *be, int B, int T) { model_create_padded(m, c, be, B, T, 1); }
+void model_create(Model *m, const ModelConfig *c, const Backend *be, int B, int T) { model_create_padded(m, c, be, B, T, 1); }
 
 size_t model_buffer_elems(const Model *m) { return m->buffer_elems; }
 
@@ -87,7 +87,7 @@ size_t model_block_offset(const Model *m, int l) {
     return idx < m->table.count ? m->table.items[idx].offset : m->table.total;
 }
 
-void model_create_padded(Model *m, const Config *c, const Backend *be, int B, int T, size_t multiple) {
+void model_create_padded(Model *m, const ModelConfig *c, const Backend *be, int B, int T, size_t multiple) {
     memset(m, 0, sizeof *m);
     m->ep_size = 1;
     m->cfg = *c;
@@ -193,7 +193,7 @@ static void ar_grads(real **dsrc, real *const *dB, const AttnResPlan *pl, real *
 //   mixer reads norm2(AttnRes(blocks, P_mid)); the head reads normf(AttnRes(blocks, P_last)).
 static void run_graph(Model *m, int B, int T, int pos0) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const ModelParams *mp = &m->mp;
     Acts *a = &m->acts;
     const int N = B * T, C = c->d_model, S = c->attn_res_block, L = c->n_layer;
@@ -260,7 +260,7 @@ static void run_graph(Model *m, int B, int T, int pos0) {
 
 double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const ModelParams *mp = &m->mp;
     Acts *a = &m->acts;
     if (B > m->max_B || T > m->max_T)
@@ -294,7 +294,7 @@ double model_forward(Model *m, const int *inputs, const int *targets, int B, int
 
 void model_backward(Model *m, float loss_scale) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const ModelParams *mp = &m->mp;
     Acts *a = &m->acts;
     if (!m->last_has_targets) die("model_backward: the last forward had no targets");
@@ -366,7 +366,7 @@ void model_backward(Model *m, float loss_scale) {
 }
 
 void model_cache_init(Model *m, int max_len) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     if (max_len < 1) die("model_cache_init: max_len = %d must be positive", max_len);
     if (c->position == POS_LEARNED && max_len > c->context_length)
         die("model_cache_init: %d tokens exceed context_length %d (learned positions)", max_len, c->context_length);
@@ -399,7 +399,7 @@ void model_cache_free(Model *m) {
 }
 
 void model_forward_cached(Model *m, const int *tokens, int n) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     if (!m->cache_len) die("model_forward_cached: no caches (call model_cache_init first)");
     if (n < 1 || n > m->max_T)
         die("model_forward_cached: %d tokens at once; the model's buffers hold 1 to %d", n, m->max_T);

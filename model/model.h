@@ -9,7 +9,7 @@
 #define HYBRID_MODEL_H
 
 #include "backend.h"
-#include "config.h"
+#include "model_config.h"
 #include "doc_segments.h"
 #include "layers.h"
 #include "mixer.h"
@@ -50,7 +50,7 @@ typedef struct {
 } Acts;
 
 typedef struct Model {
-    Config cfg;
+    ModelConfig cfg;
     ParamTable table;
     ModelParams mp;
     const Backend *be;
@@ -86,10 +86,10 @@ typedef struct Model {
 // Builds the parameter table and allocates parameters, gradients and activations
 // for micro-batches of up to B x T tokens. Parameters start at zero: call
 // model_init_params or model_set_params.
-void model_create(Model *m, const Config *c, const Backend *be, int B, int T);
+void model_create(Model *m, const ModelConfig *c, const Backend *be, int B, int T);
 // The same, with the parameter and gradient buffers padded with zeros to a multiple of
 // `multiple` elements (ZeRO-1 splits them into equal shards, dist/grad_sync.c).
-void model_create_padded(Model *m, const Config *c, const Backend *be, int B, int T, size_t multiple);
+void model_create_padded(Model *m, const ModelConfig *c, const Backend *be, int B, int T, size_t multiple);
 // Elements allocated in m->params and m->grads (table.total plus the padding).
 size_t model_buffer_elems(const Model *m);
 // First element of block l's tensors in the parameter buffer; l = n_layer: the first
@@ -136,7 +136,7 @@ real *model_tensor(const Model *m, real *buf, int index);
 void model_set_expert_parallel(Model *m, struct Comm *comm, int ep_size);
 // Dies with a clear message unless ep_size >= 1 divides moe_experts (models without MoE:
 // any ep_size >= 1).
-void model_check_expert_parallel(const Config *c, int ep_size);
+void model_check_expert_parallel(const ModelConfig *c, int ep_size);
 // Frees the buffers (model_destroy calls it).
 void model_release_expert_parallel(Model *m);
 

@@ -24,14 +24,14 @@ typedef struct {
     int C, E, K, M, De, l, Ms;  // Ms: shared MLP width (0 = none)
 } MoeDims;
 
-static MoeDims dims(const Config *c) {
+static MoeDims dims(const ModelConfig *c) {
     MoeDims d = {c->d_model, c->moe_experts, c->moe_top_k, c->moe_hidden, c->d_model, c->moe_latent_dim,
                  c->moe_shared * c->moe_shared_hidden};
     if (d.l) d.De = d.l;
     return d;
 }
 
-void moe_params(const Config *c, ParamTable *t, int l, MoeParams *p) {
+void moe_params(const ModelConfig *c, ParamTable *t, int l, MoeParams *p) {
     MoeDims d = dims(c);
     const double s = c->init_std, so = params_resid_std(c);
     int rshape[2] = {d.E, d.C};
@@ -126,7 +126,7 @@ static real *local_experts(const Model *m, const MoeEp *ep, real *buf, size_t pe
 
 void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const MoeParams *p = &m->mp.blocks[l].moe;
     MoeActs *a = &m->acts.blocks[l].moe;
     const MoeDims d = dims(c);
@@ -181,7 +181,7 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
 
 void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const Backend *be = m->be;
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const MoeParams *p = &m->mp.blocks[l].moe;
     MoeActs *a = &m->acts.blocks[l].moe;
     const MoeDims d = dims(c);

@@ -90,7 +90,7 @@ void ep_combine(const Model *m, MoeEp *ep, real *dst, const real *src, int width
 // Backend memory of every MoE layer's exchange (cv: per layer; scratch: shared, each
 // layer starting at the same offset). Two passes, as model.c's layout.
 static void ep_layout(Model *m, Carver *cv, Carver *scratch) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const int P = m->ep_size, E = c->moe_experts, El = E / P, K = c->moe_top_k, M = c->moe_hidden;
     const int De = c->moe_latent_dim ? c->moe_latent_dim : c->d_model;
     // dropless worst case: every source sends each of its N tokens to at most min(K, El)
@@ -136,7 +136,7 @@ void model_release_expert_parallel(Model *m) {
     m->ep_memory = m->ep_scratch_memory = NULL;
 }
 
-void model_check_expert_parallel(const Config *c, int ep_size) {
+void model_check_expert_parallel(const ModelConfig *c, int ep_size) {
     if (ep_size < 1) die("expert parallel: ep_size = %d must be at least 1", ep_size);
     if (c->moe_experts > 0 && c->moe_experts % ep_size)
         die("expert parallel: ep_size = %d does not divide moe_experts = %d (each EP rank owns moe_experts / ep_size "

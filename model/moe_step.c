@@ -16,7 +16,7 @@ int model_has_moe(const Model *m) {
 }
 
 void model_moe_step(Model *m, float *master, MoeStepStats *st) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     const int E = c->moe_experts;
     MoeStepStats s = {0, 0, 0, 0.0, 0.0};
     long *counts = xcalloc((size_t)(E > 0 ? E : 1), sizeof(long)), *zeros = xcalloc((size_t)(E > 0 ? E : 1), sizeof(long));

@@ -3,7 +3,7 @@
 
 #include "model.h"
 
-void norm_params(const Config *c, ParamTable *t, NormParams *p, const char *fmt, int layer) {
+void norm_params(const ModelConfig *c, ParamTable *t, NormParams *p, const char *fmt, int layer) {
     char name[PARAM_NAME_MAX];
     snprintf(name, sizeof name, fmt, layer);
     char full[PARAM_NAME_MAX + 8];

@@ -43,9 +43,9 @@ int params_vector(ParamTable *t, ParamGroup g, InitRule init, int n, const char 
     return params_add(t, g, init, 0.0, 1, shape, fmt, layer);
 }
 
-double params_resid_std(const Config *c) { return c->init_std / sqrt(2.0 * c->n_layer); }
+double params_resid_std(const ModelConfig *c) { return c->init_std / sqrt(2.0 * c->n_layer); }
 
-void params_build(const Config *c, ParamTable *t, ModelParams *mp) {
+void params_build(const ModelConfig *c, ParamTable *t, ModelParams *mp) {
     memset(t, 0, sizeof *t);
     memset(mp, 0, sizeof *mp);
     const int C = c->d_model;
@@ -156,7 +156,7 @@ size_t params_count(const ParamTable *t) {
     return n;
 }
 
-double params_count_active(const Config *c, const ParamTable *t, int non_embedding) {
+double params_count_active(const ModelConfig *c, const ParamTable *t, int non_embedding) {
     double n = 0;
     for (int i = 0; i < t->count; i++) {
         const ParamInfo *p = &t->items[i];
@@ -166,15 +166,15 @@ double params_count_active(const Config *c, const ParamTable *t, int non_embeddi
     return n;
 }
 
-double params_flops_per_token(const Config *c, const ParamTable *t) {
+double params_flops_per_token(const ModelConfig *c, const ParamTable *t, int seq_len) {
     // every active non-embedding parameter is one multiply-add per token (x 3 for fwd + bwd),
     // plus the lm_head matmul (tied or not): padded vocab x d_model
     double flops = 6.0 * params_count_active(c, t, 1) + 6.0 * (double)c->padded_vocab_size * c->d_model;
-    for (int l = 0; l < c->n_layer; l++) flops += mixer_of(c, l)->flops(c, c->seq_len);
+    for (int l = 0; l < c->n_layer; l++) flops += mixer_of(c, l)->flops(c, seq_len);
     return flops;
 }
 
-void params_print(const Config *c, const ParamTable *t, FILE *f) {
+void params_print(const ModelConfig *c, const ParamTable *t, int seq_len, FILE *f) {
     fprintf(f, "%-36s %-18s %12s %12s  %-6s %s\n", "name", "shape", "numel", "offset", "group", "init");
     for (int i = 0; i < t->count; i++) {
         const ParamInfo *p = &t->items[i];
@@ -202,6 +202,6 @@ void params_print(const Config *c, const ParamTable *t, FILE *f) {
                 c->moe_top_k, c->moe_experts, act, act / 1e6, act_ne, act_ne / 1e6);
     }
     if (t->total != total) fprintf(f, "state (saved, not trained): %zu\n", t->total - total);
-    double fl = params_flops_per_token(c, t);
-    fprintf(f, "training FLOPs per token (seq_len %d): %.4g (%.1f MFLOP)\n", c->seq_len, fl, fl / 1e6);
+    double fl = params_flops_per_token(c, t, seq_len);
+    fprintf(f, "training FLOPs per token (seq_len %d): %.4g (%.1f MFLOP)\n", seq_len, fl, fl / 1e6);
 }

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "config.h"
+#include "model_config.h"
 #include "base/rng.h"
 
 #define PARAM_NAME_MAX 96
@@ -108,9 +108,9 @@ int params_add(ParamTable *t, ParamGroup group, InitRule init, double std, int n
 int params_matrix(ParamTable *t, double std, int out, int in, const char *fmt, int layer);
 int params_vector(ParamTable *t, ParamGroup g, InitRule init, int n, const char *fmt, int layer);
 // std of residual output projections: init_std / sqrt(2 * n_layer) (GPT-2)
-double params_resid_std(const Config *c);
+double params_resid_std(const ModelConfig *c);
 
-void params_build(const Config *c, ParamTable *t, ModelParams *mp);
+void params_build(const ModelConfig *c, ParamTable *t, ModelParams *mp);
 void params_free(ParamTable *t, ModelParams *mp);
 
 int params_find(const ParamTable *t, const char *name);  // -1 if absent
@@ -128,14 +128,15 @@ size_t params_count_non_embedding(const ParamTable *t);
 size_t params_count(const ParamTable *t);
 // Parameters a token actually uses: routed-expert tensors count top_k / E of their
 // elements (blocks-spec §6.6 "active"); non_embedding leaves out GROUP_EMBED.
-double params_count_active(const Config *c, const ParamTable *t, int non_embedding);
+double params_count_active(const ModelConfig *c, const ParamTable *t, int non_embedding);
 
 // Training FLOPs per token (forward + backward), blocks-spec §6.6: 6 * (active
 // non-embedding parameters) + 6 * padded_vocab * d_model (the lm_head) + the
-// sequence-mixing term of each layer's token mixer (MixerOps.flops, at seq_len).
-double params_flops_per_token(const Config *c, const ParamTable *t);
+// sequence-mixing term of each layer's token mixer (MixerOps.flops) for sequences of
+// seq_len tokens.
+double params_flops_per_token(const ModelConfig *c, const ParamTable *t, int seq_len);
 
-// Prints the table, the totals and the FLOPs per token.
-void params_print(const Config *c, const ParamTable *t, FILE *f);
+// Prints the table, the totals and the FLOPs per token at seq_len.
+void params_print(const ModelConfig *c, const ParamTable *t, int seq_len, FILE *f);
 
 #endif

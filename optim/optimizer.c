@@ -6,15 +6,15 @@
 
 #include "base/util.h"
 
-int optimizer_uses_muon(const Config *c, const ParamInfo *p) {
+int optimizer_uses_muon(const OptimConfig *c, const ParamInfo *p) {
     return c->optimizer == OPT_MUON && p->group == GROUP_MATRIX && p->ndim == 2;
 }
 
-MuonScaleRule optimizer_muon_rule(const Config *c) {
+MuonScaleRule optimizer_muon_rule(const OptimConfig *c) {
     return c->muon_scale == MUON_SCALE_KEY_KELLER ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT;
 }
 
-double group_peak_lr(const Config *c, ParamGroup g) {
+double group_peak_lr(const OptimConfig *c, ParamGroup g) {
     double v = 0;
     switch (g) {
     case GROUP_MATRIX: v = c->lr_matrix; break;
@@ -28,7 +28,7 @@ double group_peak_lr(const Config *c, ParamGroup g) {
     return v > 0 ? v : c->lr;
 }
 
-double group_weight_decay(const Config *c, ParamGroup g) {
+double group_weight_decay(const OptimConfig *c, ParamGroup g) {
     double v = -1;
     switch (g) {
     case GROUP_MATRIX: v = c->wd_matrix; break;
@@ -59,7 +59,7 @@ static void assign_muon_owners(Optimizer *o, const Model *model) {
     int *order = xmalloc(sizeof(int) * (size_t)(t->count ? t->count : 1)), n = 0;
     for (int i = 0; i < t->count; i++) {
         o->owner[i] = -1;
-        if (optimizer_uses_muon(&model->cfg, &t->items[i])) order[n++] = i;
+        if (optimizer_uses_muon(&o->cfg, &t->items[i])) order[n++] = i;
     }
     for (int a = 1; a < n; a++)  // insertion sort by cost, descending, stable
         for (int b = a; b > 0 && muon_cost(&t->items[order[b]]) > muon_cost(&t->items[order[b - 1]]); b--) {
@@ -78,8 +78,9 @@ static void assign_muon_owners(Optimizer *o, const Model *model) {
     free(order);
 }
 
-void optimizer_create_sharded(Optimizer *o, const Model *model, int rank, int world, int zero) {
+void optimizer_create_sharded(Optimizer *o, const Model *model, const OptimConfig *oc, int rank, int world, int zero) {
     memset(o, 0, sizeof *o);
+    o->cfg = *oc;
     const Backend *be = model->be;
     o->n = model->table.total;
     o->rank = rank;
@@ -101,7 +102,7 @@ void optimizer_create_sharded(Optimizer *o, const Model *model, int rank, int wo
     size_t work = 0;
     for (int i = 0; i < model->table.count; i++) {
         const ParamInfo *p = &model->table.items[i];
-        if (!optimizer_uses_muon(&model->cfg, p) || (world > 1 && o->owner[i] != rank)) continue;
+        if (!optimizer_uses_muon(&o->cfg, p) || (world > 1 && o->owner[i] != rank)) continue;
         size_t need = muon_workspace_size(p->shape[0] / p->blocks, p->shape[1]);
         if (need > work) work = need;
     }
@@ -109,7 +110,9 @@ void optimizer_create_sharded(Optimizer *o, const Model *model, int rank, int wo
     if (be->keeps_master) o->master = be->alloc(window * sizeof(float));
 }
 
-void optimizer_create(Optimizer *o, const Model *model) { optimizer_create_sharded(o, model, 0, 1, 0); }
+void optimizer_create(Optimizer *o, const Model *model, const OptimConfig *oc) {
+    optimizer_create_sharded(o, model, oc, 0, 1, 0);
+}
 
 float *optimizer_master_of(const Optimizer *o, size_t offset, size_t count) {
     if (!o->master || offset >= o->hi || offset + count <= o->lo) return NULL;
@@ -187,7 +190,7 @@ void optimizer_destroy(Optimizer *o, const Model *model) {
 double grad_global_norm(const Model *model) { return sqrt(model->be->core->sum_squares(model->grads, model->table.total)); }
 
 void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
-    const Config *c = &model->cfg;
+    const OptimConfig *c = &o->cfg;
     const Backend *be = model->be;
     double scale = 1.0;
     if (c->grad_clip > 0 && grad_norm > c->grad_clip) scale = c->grad_clip / grad_norm;

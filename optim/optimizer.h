@@ -12,6 +12,7 @@
 #define HYBRID_OPTIMIZER_H
 
 #include "model/model.h"
+#include "optim/optim_config.h"
 #include "model/ops/optim/muon.h"
 
 //
@@ -33,12 +34,13 @@ typedef struct {
     real *work;       // Muon's Newton-Schulz workspace (NULL for AdamW)
     float *master;    // fp32 master weights of the window (backend memory) when the backend keeps_master, else NULL
     int master_ready; // master holds the current weights (set from the params at the first step if not)
+    OptimConfig cfg;  // the optimizer's keys (lr, betas, groups, Muon)
 } Optimizer;
 
-// One process: the whole buffer.
-void optimizer_create(Optimizer *o, const Model *model);
+// One process: the whole buffer, under the optimizer config oc (copied).
+void optimizer_create(Optimizer *o, const Model *model, const OptimConfig *oc);
 // Rank `rank` of `world`; zero: ZeRO-1 windows (model_buffer_elems must be a multiple of world).
-void optimizer_create_sharded(Optimizer *o, const Model *model, int rank, int world, int zero);
+void optimizer_create_sharded(Optimizer *o, const Model *model, const OptimConfig *oc, int rank, int world, int zero);
 // Where the master weight of elements [offset, offset + count) lives on this rank (NULL
 // without master weights or when the range is outside the window; dies if it straddles).
 float *optimizer_master_of(const Optimizer *o, size_t offset, size_t count);
@@ -46,12 +48,12 @@ void optimizer_destroy(Optimizer *o, const Model *model);
 // Global L2 norm of the gradients.
 double grad_global_norm(const Model *model);
 // Does tensor p go to Muon under config c?
-int optimizer_uses_muon(const Config *c, const ParamInfo *p);
+int optimizer_uses_muon(const OptimConfig *c, const ParamInfo *p);
 // The Muon rule of c's muon_scale: its update scale and its momentum form (muon.h).
-MuonScaleRule optimizer_muon_rule(const Config *c);
+MuonScaleRule optimizer_muon_rule(const OptimConfig *c);
 // Peak learning rate and weight decay of a group under config c.
-double group_peak_lr(const Config *c, ParamGroup g);
-double group_weight_decay(const Config *c, ParamGroup g);
+double group_peak_lr(const OptimConfig *c, ParamGroup g);
+double group_weight_decay(const OptimConfig *c, ParamGroup g);
 // One step with the schedule's learning rate lr (for the base `lr`; each group scales
 // it by its own peak / lr): clips to c->grad_clip (if > 0) using grad_norm, then updates.
 void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm);

@@ -2,7 +2,7 @@
 
 #include <math.h>
 
-double lr_at_step(const Config *c, int step) {
+double lr_at_step(const OptimConfig *c, int step) {
     const double peak = c->lr, floor = c->lr * c->final_lr_frac;
     const int warm = c->warmup_steps, total = c->steps;
     if (step < warm) return peak * (double)(step + 1) / (double)warm;

@@ -9,8 +9,8 @@
 #ifndef HYBRID_SCHEDULE_H
 #define HYBRID_SCHEDULE_H
 
-#include "model/config.h"
+#include "optim/optim_config.h"
 
-double lr_at_step(const Config *c, int step);
+double lr_at_step(const OptimConfig *c, int step);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/config.h"
 #include "model/model.h"
 #include "base/util.h"
 #include "model_fd.h"
@@ -47,7 +48,7 @@ static inline void tiny_hybrid_params(Model *m, unsigned long seed, double scale
 // Smallest gap, over MoE layers and tokens of the last forward, between the K-th and the
 // (K+1)-th biased selection key s + b (infinity without MoE or with K = E).
 static inline double moe_min_margin(const Model *m, int N) {
-    const Config *c = &m->cfg;
+    const ModelConfig *c = &m->cfg;
     double worst = INFINITY;
     const int E = c->moe_experts, K = c->moe_top_k;
     if (E == 0 || K >= E) return worst;

@@ -11,8 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "train/config.h"
 #include "checkpoints/checkpoint.h"
 #include "checkpoints/safetensors.h"
+#include "optim/optimizer.h"
+#include "train/checkpoint_config.h"
 #include "base/util.h"
 #include "tests/testing.h"
 
@@ -25,16 +28,16 @@ typedef struct {
     ParamTable t;
     ModelParams mp;
     float *p, *m, *v;
-} Model;
+} CkModel;
 
-static void model_make(Model *M, const char *const *kv) {
+static void model_make(CkModel *M, const char *const *kv) {
     config_defaults(&M->c);
     static const char *const base[] = {"d_model", "64", "n_head", "4", "layers", "A x2", "vocab_size", "100",
                                        "context_length", "32", "seq_len", "16", NULL};
     for (int i = 0; base[i]; i += 2) config_set_override(&M->c, base[i], base[i + 1]);
     for (int i = 0; kv && kv[i]; i += 2) config_set_override(&M->c, kv[i], kv[i + 1]);
     config_finalize(&M->c);
-    params_build(&M->c, &M->t, &M->mp);
+    params_build(&M->c.model, &M->t, &M->mp);
     M->p = xmalloc(sizeof(float) * M->t.total);
     M->m = xmalloc(sizeof(float) * M->t.total);
     M->v = xmalloc(sizeof(float) * M->t.total);
@@ -48,7 +51,7 @@ static void model_make(Model *M, const char *const *kv) {
     }
 }
 
-static void model_free(Model *M) {
+static void model_free(CkModel *M) {
     free(M->p);
     free(M->m);
     free(M->v);
@@ -131,7 +134,7 @@ static void expect_die(const char *what, void (*fn)(const void *), const void *a
 
 typedef struct {
     const char *dir, *path;
-    const Model *M;
+    const CkModel *M;
     const Config *want;
     int with_optimizer, with_state;
 } Call;
@@ -169,14 +172,25 @@ static void call_check_optimizer(const void *a) {
 
 static void call_export(const void *a) {
     const Call *c = a;
-    export_hf_gpt2(c->dir, &c->M->c, &c->M->t, &c->M->mp, c->M->p);
+    export_hf_gpt2(c->dir, &c->M->c.model, &c->M->t, &c->M->mp, c->M->p);
+}
+
+// checkpoint_save with M's config as config.conf and its optimizer's Muon momentum form, as
+// the trainer's checkpoint_save_run does
+static void save_model(const char *out, const CkModel *M, const float *m, const float *v, const TrainerState *ts,
+                       int keep) {
+    char *text = config_to_text(&M->c);
+    const MuonMomentumForm form =
+        M->c.optim.optimizer == OPT_MUON ? muon_momentum_form(optimizer_muon_rule(&M->c.optim)) : MUON_MOMENTUM_SUM;
+    checkpoint_save(out, text, &M->t, M->p, m, v, form, ts, keep);
+    free(text);
 }
 
 // Saves model M as step 1 under g_root/<name>; returns the checkpoint folder (caller frees).
-static char *fresh_checkpoint(const Model *M, const char *name, int with_optimizer) {
+static char *fresh_checkpoint(const CkModel *M, const char *name, int with_optimizer) {
     char *out = path_of(g_root, name);
     TrainerState ts = state(1);
-    checkpoint_save(out, &M->c, &M->t, M->p, with_optimizer ? M->m : NULL, with_optimizer ? M->v : NULL, &ts, 2);
+    save_model(out, M, with_optimizer ? M->m : NULL, with_optimizer ? M->v : NULL, &ts, 2);
     char *dir = checkpoint_latest(out);
     free(out);
     return dir;
@@ -185,7 +199,7 @@ static char *fresh_checkpoint(const Model *M, const char *name, int with_optimiz
 // ---- tests ----
 
 static void test_round_trip(void) {
-    Model M;
+    CkModel M;
     model_make(&M, NULL);
     char *dir = fresh_checkpoint(&M, "roundtrip", 1);
     CHECK(dir && strstr(dir, "/checkpoints/step_00000001"), "latest is %s", dir ? dir : "NULL");
@@ -219,7 +233,7 @@ static void test_round_trip(void) {
     Config c;
     checkpoint_read_config(dir, &c);
     CHECK(config_model_mismatch(&c, &M.c) == NULL, "stored config differs in %s", config_model_mismatch(&c, &M.c));
-    CHECK(c.d_model == 64 && c.n_layer == 2 && c.padded_vocab_size == 128, "stored config d_model %d", c.d_model);
+    CHECK(c.model.d_model == 64 && c.model.n_layer == 2 && c.model.padded_vocab_size == 128, "stored config d_model %d", c.model.d_model);
     checkpoint_check_config(dir, &M.c);  // must not die
     // the data sections are CRC-checked, the metadata says "pt"
     char *mpath = path_of(dir, "model.safetensors");
@@ -256,13 +270,13 @@ static int step_exists(const char *out, int step) {
 }
 
 static void test_keep_and_latest(void) {
-    Model M;
+    CkModel M;
     model_make(&M, NULL);
     char *out = path_of(g_root, "keep");
     CHECK(checkpoint_latest(out) == NULL, "latest of an empty out_dir");
     for (int s = 1; s <= 5; s++) {
         TrainerState ts = state(s);
-        checkpoint_save(out, &M.c, &M.t, M.p, M.m, M.v, &ts, 3);
+        save_model(out, &M, M.m, M.v, &ts, 3);
     }
     CHECK(!step_exists(out, 1) && !step_exists(out, 2), "old checkpoints not removed");
     CHECK(step_exists(out, 3) && step_exists(out, 4) && step_exists(out, 5), "kept checkpoints missing");
@@ -281,7 +295,7 @@ static void test_keep_and_latest(void) {
     free(latest);
     // the next save prunes step 3 and the stale temporary, and leaves foreign names alone
     TrainerState ts = state(6);
-    checkpoint_save(out, &M.c, &M.t, M.p, M.m, M.v, &ts, 3);
+    save_model(out, &M, M.m, M.v, &ts, 3);
     CHECK(!step_exists(out, 3) && step_exists(out, 4) && step_exists(out, 6), "keep 3 after step 6");
     char *stale = path_of(out, "checkpoints/.step_00000009.tmp"), *abc = path_of(out, "checkpoints/step_abc");
     CHECK(!dir_exists(stale), "stale temporary not removed");
@@ -291,7 +305,7 @@ static void test_keep_and_latest(void) {
     free(junk_file);
     // saving the same step again replaces it
     M.p[0] += 1.0f;
-    checkpoint_save(out, &M.c, &M.t, M.p, M.m, M.v, &ts, 3);
+    save_model(out, &M, M.m, M.v, &ts, 3);
     latest = checkpoint_latest(out);
     float *p = xmalloc(sizeof(float) * M.t.total);
     checkpoint_load(latest, &M.t, p, NULL, NULL, NULL);
@@ -300,7 +314,7 @@ static void test_keep_and_latest(void) {
     free(latest);
     // an older step saved with keep = 1 keeps the newest and itself
     ts = state(2);
-    checkpoint_save(out, &M.c, &M.t, M.p, M.m, M.v, &ts, 1);
+    save_model(out, &M, M.m, M.v, &ts, 1);
     CHECK(step_exists(out, 6) && step_exists(out, 2) && !step_exists(out, 4) && !step_exists(out, 5),
           "keep 1 after saving step 2");
     free(out);
@@ -308,7 +322,7 @@ static void test_keep_and_latest(void) {
 }
 
 static void test_bad_checkpoints(void) {
-    Model A, B, C;
+    CkModel A, B, C;
     const char *narrow[] = {"d_model", "32", NULL}, *shallow[] = {"layers", "A", NULL};
     model_make(&A, NULL);
     model_make(&B, narrow);
@@ -483,7 +497,7 @@ static void test_muon_momentum_form(void) {
     const char *adamw_kv[] = {"optimizer", "adamw", NULL};
     const char *moon_kv[] = {"optimizer", "muon", "muon_scale", "moonlight", NULL};
     const char *keller_kv[] = {"optimizer", "muon", "muon_scale", "keller", NULL};
-    Model A, Mo, K;
+    CkModel A, Mo, K;
     model_make(&A, adamw_kv);
     model_make(&Mo, moon_kv);
     model_make(&K, keller_kv);
@@ -635,11 +649,11 @@ static void test_reader_strictness(void) {
 // ---- Hugging Face export ----
 
 static void test_export_small(void) {
-    Model M;
+    CkModel M;
     const char *kv[] = {"mlp_hidden", "96", NULL};
     model_make(&M, kv);
     char *dir = path_of(g_root, "hf-small");
-    export_hf_gpt2(dir, &M.c, &M.t, &M.mp, M.p);
+    export_hf_gpt2(dir, &M.c.model, &M.t, &M.mp, M.p);
     char *cfg_path = path_of(dir, "config.json"), *st_path = path_of(dir, "model.safetensors");
     char *cfg = read_file(cfg_path, NULL);
     CHECK(cfg && strstr(cfg, "\"n_inner\": 96,") && strstr(cfg, "\"vocab_size\": 100\n") &&
@@ -660,7 +674,7 @@ static void test_export_small(void) {
     const char *const *bad[] = {untied, rms, nobias};
     const char *why[] = {"tie_embeddings must be true", "norm must be layernorm", "bias must be true"};
     for (int i = 0; i < 3; i++) {
-        Model X;
+        CkModel X;
         model_make(&X, bad[i]);
         Call call = {.dir = dir, .M = &X};
         char want[600];
@@ -678,7 +692,7 @@ static void test_export_124m(void) {
     config_finalize(&c);
     ParamTable t;
     ModelParams mp;
-    params_build(&c, &t, &mp);
+    params_build(&c.model, &t, &mp);
     float *p = xmalloc(sizeof(float) * t.total);
 #pragma omp parallel for
     for (size_t i = 0; i < t.total; i++) {  // a cheap hash: every element distinct in practice
@@ -688,7 +702,7 @@ static void test_export_124m(void) {
     }
     char *dir = path_of(g_root, "hf-124m");
     double t0 = now_seconds();
-    export_hf_gpt2(dir, &c, &t, &mp, p);
+    export_hf_gpt2(dir, &c.model, &t, &mp, p);
     printf("124M export: %.2f s\n", now_seconds() - t0);
 
     char *cfg_path = path_of(dir, "config.json");

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/config.h"
+#include "train/config.h"
 #include "base/util.h"
 #include "testing.h"
 
@@ -48,17 +48,17 @@ int main(void) {
     Config c;
     config_defaults(&c);
     config_finalize(&c);
-    CHECK(c.n_layer == 12 && !strcmp(c.layers, "AAAAAAAAAAAA"), "layers %s", c.layers);
-    CHECK(c.padded_vocab_size == 50304, "padded %d", c.padded_vocab_size);
-    CHECK(c.mlp_hidden == 3072, "mlp_hidden %d", c.mlp_hidden);
+    CHECK(c.model.n_layer == 12 && !strcmp(c.model.layers, "AAAAAAAAAAAA"), "layers %s", c.model.layers);
+    CHECK(c.model.padded_vocab_size == 50304, "padded %d", c.model.padded_vocab_size);
+    CHECK(c.model.mlp_hidden == 3072, "mlp_hidden %d", c.model.mlp_hidden);
 
     // the shipped 124M config is exactly GPT-2 small
     config_defaults(&c);
     config_load_file(&c, "configs/gpt2-124m.conf");
     config_finalize(&c);
-    CHECK(c.n_layer == 12 && c.d_model == 768 && c.n_head == 12 && c.vocab_size == 50257 &&
-              c.padded_vocab_size == 50304 && c.context_length == 1024 && c.norm == NORM_LAYERNORM &&
-              c.position == POS_LEARNED && c.mlp == MLP_GELU && c.bias && c.tie_embeddings,
+    CHECK(c.model.n_layer == 12 && c.model.d_model == 768 && c.model.n_head == 12 && c.model.vocab_size == 50257 &&
+              c.model.padded_vocab_size == 50304 && c.model.context_length == 1024 && c.model.norm == NORM_LAYERNORM &&
+              c.model.position == POS_LEARNED && c.model.mlp == MLP_GELU && c.model.bias && c.model.tie_embeddings,
           "gpt2-124m.conf is not GPT-2 small");
 
     // file + comments + blank lines + overrides (with '-' for '_')
@@ -68,19 +68,19 @@ int main(void) {
     config_set_override(&c, "n-head", "8");
     config_set_override(&c, "layers", "A x2");
     config_finalize(&c);
-    CHECK(c.n_layer == 2 && c.d_model == 64 && c.n_head == 8 && c.lr == 1e-3 && !c.bias, "parsed values wrong");
+    CHECK(c.model.n_layer == 2 && c.model.d_model == 64 && c.model.n_head == 8 && c.optim.lr == 1e-3 && !c.model.bias, "parsed values wrong");
     config_defaults(&c);
     config_load_file(&c, write_conf("ok2.conf", "layers = AA x3 A\n"));
-    CHECK(c.n_layer == 7, "AA x3 A should give 7 layers, got %d", c.n_layer);
+    CHECK(c.model.n_layer == 7, "AA x3 A should give 7 layers, got %d", c.model.n_layer);
 
     // linear-attention mixers: letters K G D L, sizes derived from d_model and n_head
     config_defaults(&c);
     config_load_file(&c, write_conf("lin.conf", "layers = KGDLA x2\nd_model = 64\nn_head = 4\nlinear_value_dim = 8\n"));
     config_finalize(&c);
-    CHECK(c.n_layer == 10 && !strcmp(c.layers, "KGDLAKGDLA"), "layers %s", c.layers);
-    CHECK(c.linear_heads == 4 && c.linear_head_dim == 16 && c.linear_value_dim == 8 && c.gate_rank == 8 &&
-              c.conv_size == 4 && c.chunk_size == 64 && c.kda_gate_lower_bound == 0 && !c.reset_at_eot,
-          "linear defaults: H %d K %d V %d R %d", c.linear_heads, c.linear_head_dim, c.linear_value_dim, c.gate_rank);
+    CHECK(c.model.n_layer == 10 && !strcmp(c.model.layers, "KGDLAKGDLA"), "layers %s", c.model.layers);
+    CHECK(c.model.linear_heads == 4 && c.model.linear_head_dim == 16 && c.model.linear_value_dim == 8 && c.model.gate_rank == 8 &&
+              c.model.conv_size == 4 && c.model.chunk_size == 64 && c.model.kda_gate_lower_bound == 0 && !c.model.reset_at_eot,
+          "linear defaults: H %d K %d V %d R %d", c.model.linear_heads, c.model.linear_head_dim, c.model.linear_value_dim, c.model.gate_rank);
 
     // write -> load round trip gives the same config
     {
@@ -98,8 +98,8 @@ int main(void) {
         config_load_file(&b, path);
         config_finalize(&b);
         CHECK(config_model_mismatch(&a, &b) == NULL, "round trip changed a model key");
-        CHECK(b.lr_schedule == SCHED_WSD && b.d_model == 96, "round trip lost values");
-        b.n_head = 4;
+        CHECK(b.optim.lr_schedule == SCHED_WSD && b.model.d_model == 96, "round trip lost values");
+        b.model.n_head = 4;
         const char *diff = config_model_mismatch(&a, &b);
         CHECK(diff && !strcmp(diff, "n_head"), "mismatch should name n_head, got %s", diff ? diff : "NULL");
     }

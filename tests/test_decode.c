@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/config.h"
 #include "base/util.h"
 #include "expect_death.h"
 #include "hybrid_test_util.h"
@@ -97,11 +98,11 @@ static void run_cached(Model *m, const int *tokens, int n, const int *chunks, in
 // Cached vs full forward for one config: one token at a time, and in prefill chunks.
 static void check_config(const char *label, const Config *c, int n) {
     Model m;
-    model_create(&m, c, backend_cpu(), 1, n);
+    model_create(&m, &c->model, backend_cpu(), 1, n);
     tiny_hybrid_params(&m, 3, 0.3);
     int *tokens = xmalloc(sizeof(int) * n);
-    tokens_with_eot(tokens, n, c->vocab_size, 5);
-    const size_t Vp = (size_t)c->padded_vocab_size;
+    tokens_with_eot(tokens, n, c->model.vocab_size, 5);
+    const size_t Vp = (size_t)c->model.padded_vocab_size;
     double *full = xmalloc(sizeof(double) * n * Vp), *steps = xmalloc(sizeof(double) * n * Vp),
            *chunked = xmalloc(sizeof(double) * n * Vp), *again = xmalloc(sizeof(double) * n * Vp);
     model_forward(&m, tokens, NULL, 1, n);
@@ -133,13 +134,13 @@ static void check_config(const char *label, const Config *c, int n) {
 static void check_reset_semantics(int reset) {
     Config c = make_config("KGDL", reset, "position", "none", "moe_experts", "0", "attn_res_block", "0", NULL);
     Model m;
-    model_create(&m, &c, backend_cpu(), 1, LEN);
+    model_create(&m, &c.model, backend_cpu(), 1, LEN);
     tiny_hybrid_params(&m, 4, 0.3);
     int a[LEN], b[LEN];
-    tokens_with_eot(a, LEN, c.vocab_size, 3);
+    tokens_with_eot(a, LEN, c.model.vocab_size, 3);
     memcpy(b, a, sizeof a);
     for (int i = 0; i < 12; i++) b[i] = (a[i] + 5) % 23 == EOT ? 2 : (a[i] + 5) % 23;  // a different past
-    const size_t Vp = (size_t)c.padded_vocab_size;
+    const size_t Vp = (size_t)c.model.padded_vocab_size;
     double *la = xmalloc(sizeof(double) * LEN * Vp), *lb = xmalloc(sizeof(double) * LEN * Vp);
     const int one[1] = {1};
     model_cache_init(&m, LEN);
@@ -168,22 +169,22 @@ static void check_reset_semantics(int reset) {
 static void check_generate(void) {
     Config c = make_config("GKAM", 1, "position", "learned", NULL);
     Model m;
-    model_create(&m, &c, backend_cpu(), 1, LEN);
+    model_create(&m, &c.model, backend_cpu(), 1, LEN);
     tiny_hybrid_params(&m, 6, 0.3);
     int cached[LEN], windowed[LEN], manual[LEN];
-    tokens_with_eot(cached, 6, c.vocab_size, 2);
+    tokens_with_eot(cached, 6, c.model.vocab_size, 2);
     memcpy(manual, cached, sizeof(int) * 6);
     memcpy(windowed, cached, sizeof(int) * 6);
     Rng r;
     rng_seed(&r, 1);
     generate(&m, cached, 6, LEN - 6, 0.0, &r, GENERATE_CACHED);
     generate(&m, windowed, 6, LEN - 6, 0.0, &r, GENERATE_FULL_FORWARD);
-    float *logits = xmalloc(sizeof(float) * c.padded_vocab_size);
+    float *logits = xmalloc(sizeof(float) * c.model.padded_vocab_size);
     for (int n = 6; n < LEN; n++) {
         model_forward(&m, manual, NULL, 1, n);
         model_logits_row(&m, 0, n - 1, logits);
         int best = 0;
-        for (int v = 1; v < c.vocab_size; v++)
+        for (int v = 1; v < c.model.vocab_size; v++)
             if (logits[v] > logits[best]) best = v;
         manual[n] = best;
     }
@@ -198,7 +199,7 @@ static void cached_without_init(void *ctx) {
     (void)ctx;
     Config c = make_config("KA", 0, NULL);
     Model m;
-    model_create(&m, &c, backend_cpu(), 1, 8);
+    model_create(&m, &c.model, backend_cpu(), 1, 8);
     int t[1] = {1};
     model_forward_cached(&m, t, 1);
 }
@@ -207,7 +208,7 @@ static void cached_past_the_cache(void *ctx) {
     (void)ctx;
     Config c = make_config("MA", 0, NULL);
     Model m;
-    model_create(&m, &c, backend_cpu(), 1, 8);
+    model_create(&m, &c.model, backend_cpu(), 1, 8);
     model_cache_init(&m, 4);
     int t[5] = {1, 2, 3, 4, 5};
     model_forward_cached(&m, t, 5);  // (no forward runs in the child: OpenMP after fork can hang)
@@ -217,7 +218,7 @@ static void cache_past_positions(void *ctx) {
     (void)ctx;
     Config c = make_config("A", 0, "position", "learned", NULL);
     Model m;
-    model_create(&m, &c, backend_cpu(), 1, 8);
+    model_create(&m, &c.model, backend_cpu(), 1, 8);
     model_cache_init(&m, 33);
 }
 

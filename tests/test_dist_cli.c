@@ -18,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "train/config.h"
+#include "train/checkpoint_config.h"
 #include "checkpoints/checkpoint.h"
 #include "cli_util.h"
 #include "dist/dist.h"
@@ -97,7 +99,7 @@ typedef struct {
 static void load(Ckpt *c, const char *dir) {
     Config cfg;
     checkpoint_read_config(dir, &cfg);
-    params_build(&cfg, &c->t, &c->mp);
+    params_build(&cfg.model, &c->t, &c->mp);
     c->p = xmalloc(sizeof(float) * c->t.total);
     c->m = xmalloc(sizeof(float) * c->t.total);
     c->v = xmalloc(sizeof(float) * c->t.total);

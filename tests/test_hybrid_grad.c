@@ -9,6 +9,7 @@
 #include <omp.h>
 #include <stdio.h>
 
+#include "train/config.h"
 #include "hybrid_test_util.h"
 #include "model_fd.h"
 #include "testing.h"
@@ -29,7 +30,7 @@ static double full_loss_fd(Model *m, void *ctx) {
 
 static void gradcheck(const char *label, Config c) {
     Model m;
-    model_create(&m, &c, backend_cpu(), 2, 5);
+    model_create(&m, &c.model, backend_cpu(), 2, 5);
     // an init without near-ties in the routing (deterministic: the first seed that has none)
     unsigned long seed = 0;
     double margin = 0;

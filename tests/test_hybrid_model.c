@@ -13,6 +13,7 @@
 #include <omp.h>
 #include <stdio.h>
 
+#include "train/config.h"
 #include "hybrid_test_util.h"
 #include "model/backend.h"
 #include "model/params.h"
@@ -28,22 +29,22 @@ static void fill_tokens(int *t, int n, int V, unsigned long seed) {
 static void test_attnres_model(void) {
     Config c = tiny_hybrid("layers", "MMAM", "attn_res_block", "2", NULL);
     Model m;
-    model_create(&m, &c, backend_cpu(), 2, 5);
+    model_create(&m, &c.model, backend_cpu(), 2, 5);
     model_init_params(&m, 9);  // queries at zero, norms at one: the spec's init
     int in[10], tg[10];
-    fill_tokens(in, 10, c.vocab_size, 1);
-    fill_tokens(tg, 10, c.vocab_size, 2);
+    fill_tokens(in, 10, c.model.vocab_size, 1);
+    fill_tokens(tg, 10, c.model.vocab_size, 2);
     CHECK(params_find(&m.table, "blocks.0.attnres_attn.query") < 0, "layer 0's attention AttnRes should not exist");
     CHECK(params_find(&m.table, "blocks.1.attnres_attn.query") >= 0, "layer 1's attention AttnRes is missing");
     model_zero_grad(&m);
     model_forward(&m, in, tg, 2, 5);
     CHECK(m.acts.blocks[0].xa_in == m.acts.encoded, "layer 0's mixer input is not the embedding");
     // every op at w = 0: the uniform mean of its sources
-    const size_t nc = (size_t)10 * c.d_model;
+    const size_t nc = (size_t)10 * c.model.d_model;
     double worst = 0;
-    for (int l = 0; l <= c.n_layer; l++) {
+    for (int l = 0; l <= c.model.n_layer; l++) {
         for (int site = 0; site < 2; site++) {
-            const AttnResActs *a = l == c.n_layer ? (site ? NULL : &m.acts.ar_out)
+            const AttnResActs *a = l == c.model.n_layer ? (site ? NULL : &m.acts.ar_out)
                                                   : site ? &m.acts.blocks[l].ar_ffn : &m.acts.blocks[l].ar_attn;
             if (!a || !a->srcs) continue;
             for (size_t k = 0; k < nc; k++) {
@@ -73,7 +74,7 @@ static void test_attnres_model(void) {
 // ---------------------------------------------------------------------------------------
 static double loss_with(const Config *c, unsigned long seed, const int *in, const int *tg, void (*edit)(Model *)) {
     Model m;
-    model_create(&m, c, backend_cpu(), 2, 5);
+    model_create(&m, &c->model, backend_cpu(), 2, 5);
     tiny_hybrid_params(&m, seed, 0.3);
     if (edit) edit(&m);
     double l = model_forward(&m, in, tg, 2, 5);
@@ -110,9 +111,9 @@ static void test_router_model(void) {
     // an expert that no token reaches gets exactly zero weight gradient
     Config z = tiny_hybrid("moe_experts", "5", NULL);
     Model m;
-    model_create(&m, &z, backend_cpu(), 2, 5);
+    model_create(&m, &z.model, backend_cpu(), 2, 5);
     tiny_hybrid_params(&m, 8, 0.3);
-    const int l = 3, dead = 2, E = 5, M = z.moe_hidden, De = z.moe_latent_dim;
+    const int l = 3, dead = 2, E = 5, M = z.model.moe_hidden, De = z.model.moe_latent_dim;
     real *bias = model_tensor(&m, m.params, m.mp.blocks[l].moe.router_bias);
     bias[dead] = -100;  // scores lie in (0, 1): never selected
     model_zero_grad(&m);
@@ -136,16 +137,16 @@ static void test_router_model(void) {
 static void test_balance_step(void) {
     Config c = tiny_hybrid("moe_experts", "6", "moe_bias_update_rate", "0.01", NULL);
     Model m;
-    model_create(&m, &c, backend_cpu(), 2, 5);
+    model_create(&m, &c.model, backend_cpu(), 2, 5);
     tiny_hybrid_params(&m, 5, 0.3);
     int in[10], tg[10];
-    fill_tokens(in, 10, c.vocab_size, 7);
-    fill_tokens(tg, 10, c.vocab_size, 8);
-    const int E = 6, K = c.moe_top_k;
+    fill_tokens(in, 10, c.model.vocab_size, 7);
+    fill_tokens(tg, 10, c.model.vocab_size, 8);
+    const int E = 6, K = c.model.moe_top_k;
     MoeStepStats st;
     // a forward alone (evaluation, sampling) counts nothing
     model_forward(&m, in, tg, 2, 5);
-    for (int l = 0; l < c.n_layer; l++)
+    for (int l = 0; l < c.model.n_layer; l++)
         if (m.mp.blocks[l].moe_layer)
             for (int e = 0; e < E; e++) CHECK(m.acts.blocks[l].moe.counts[e] == 0, "forward alone counted");
     // two micro-batches of one step
@@ -155,18 +156,18 @@ static void test_balance_step(void) {
     for (int rep = 0; rep < 2; rep++) {
         model_forward(&m, rep ? tg : in, rep ? in : tg, 2, 5);
         model_backward(&m, 0.5f);
-        for (int l = 0; l < c.n_layer; l++)
+        for (int l = 0; l < c.model.n_layer; l++)
             if (m.mp.blocks[l].moe_layer)
                 for (int n = 0; n < 10 * K; n++) want[l][m.acts.blocks[l].moe.sel[n]]++;
     }
-    for (int l = 0; l < c.n_layer; l++)
+    for (int l = 0; l < c.model.n_layer; l++)
         if (m.mp.blocks[l].moe_layer)
             memcpy(bias0[l], model_tensor(&m, m.params, m.mp.blocks[l].moe.router_bias), sizeof(real) * E);
     model_moe_step(&m, NULL, &st);
     long mn = 1L << 40, mx = 0;
     double cv_sum = 0, cv_max = 0;
     int ok_bias = 1, layers = 0;
-    for (int l = 0; l < c.n_layer; l++) {
+    for (int l = 0; l < c.model.n_layer; l++) {
         if (!m.mp.blocks[l].moe_layer) continue;
         MoeLoadStats ls = moe_load_stats(want[l], E);
         mn = ls.min < mn ? ls.min : mn;
@@ -208,7 +209,7 @@ static void run_once(int threads, double *loss, real *grads, real *logits) {
                            "context_length", "32", "seq_len", "32", "moe_experts", "8", "moe_hidden", "16",
                            "moe_latent_dim", "16", "mla_kv_rank", "16", "init_std", "0.1", NULL);
     Model m;
-    model_create(&m, &c, backend_cpu(), 2, 32);
+    model_create(&m, &c.model, backend_cpu(), 2, 32);
     tiny_hybrid_params(&m, 12, 0.1);
     int in[64], tg[64];
     fill_tokens(in, 64, 64, 13);
@@ -227,7 +228,7 @@ static void test_determinism(void) {
                            "moe_latent_dim", "16", "mla_kv_rank", "16", NULL);
     ParamTable t;
     ModelParams mp;
-    params_build(&c, &t, &mp);
+    params_build(&c.model, &t, &mp);
     size_t n = t.total;
     params_free(&t, &mp);
     double l[3];
@@ -272,9 +273,9 @@ static void test_family_counts(void) {
         config_finalize(&c);
         ParamTable t;
         ModelParams mp;
-        params_build(&c, &t, &mp);
-        double total = (double)params_count(&t) / 1e6, act = params_count_active(&c, &t, 1) / 1e6;
-        double fl = params_flops_per_token(&c, &t) / 1e6;
+        params_build(&c.model, &t, &mp);
+        double total = (double)params_count(&t) / 1e6, act = params_count_active(&c.model, &t, 1) / 1e6;
+        double fl = params_flops_per_token(&c.model, &t, c.seq_len) / 1e6;
         printf("%-24s %-18s total %.3fM, active non-embedding %.3fM, %.1f MFLOP/token\n", ex[i].file,
                ex[i].override_key ? "(latent MoE)" : "", total, act, fl);
         CHECK(fabs(total - ex[i].total) <= ex[i].tol_m, "%s: total %.3fM, §6.7 says %.1fM", ex[i].file, total,
@@ -291,8 +292,8 @@ static void test_family_counts(void) {
     config_finalize(&g);
     ParamTable t;
     ModelParams mp;
-    params_build(&g, &t, &mp);
-    double fl = params_flops_per_token(&g, &t) / 1e6;
+    params_build(&g.model, &t, &mp);
+    double fl = params_flops_per_token(&g.model, &t, g.seq_len) / 1e6;
     CHECK(fabs(fl - 799) <= 0.5, "GPT-2 124M: %.1f MFLOP/token, §6.7 says 799", fl);
     params_free(&t, &mp);
 }
@@ -327,7 +328,7 @@ static void test_config_errors(void) {
     }
     // without M layers and without MoE the hybrid keys are not checked
     Config c = tiny_hybrid("layers", "AA", "mla_kv_rank", "0", NULL);
-    CHECK(c.n_layer == 2, "A-only config with an unused bad MLA key should load");
+    CHECK(c.model.n_layer == 2, "A-only config with an unused bad MLA key should load");
 }
 
 int main(void) {

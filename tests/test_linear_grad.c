@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/config.h"
 #include "model/model.h"
 #include "base/util.h"
 #include "model_fd.h"
@@ -30,23 +31,23 @@ static Config make_config(const Case *k) {
     config_set_override(&c, "norm", k->norm);
     config_set_override(&c, "mlp", k->mlp);
     config_set_override(&c, "position", "none");
-    c.d_model = 8;
-    c.n_head = 2;
-    c.vocab_size = 11;
-    c.padded_vocab_size = 16;
-    c.context_length = 8;
+    c.model.d_model = 8;
+    c.model.n_head = 2;
+    c.model.vocab_size = 11;
+    c.model.padded_vocab_size = 16;
+    c.model.context_length = 8;
     c.seq_len = 5;
     c.batch_size = 2;
-    c.bias = 0;
-    c.mlp_hidden = 16;  // the channel mixer is not under test here
-    c.init_std = 0.4;  // large enough that every branch matters
-    c.linear_heads = k->heads;
-    c.linear_head_dim = k->head_dim;
-    c.linear_value_dim = k->value_dim;
-    c.gate_rank = k->rank;
-    c.chunk_size = k->chunk;
-    c.reset_at_eot = k->reset;
-    c.eot_token = EOT;
+    c.model.bias = 0;
+    c.model.mlp_hidden = 16;  // the channel mixer is not under test here
+    c.model.init_std = 0.4;  // large enough that every branch matters
+    c.model.linear_heads = k->heads;
+    c.model.linear_head_dim = k->head_dim;
+    c.model.linear_value_dim = k->value_dim;
+    c.model.gate_rank = k->rank;
+    c.model.chunk_size = k->chunk;
+    c.model.reset_at_eot = k->reset;
+    c.model.eot_token = EOT;
     config_set_override(&c, "kda_gate_lower_bound", k->lower_bound);
     config_finalize(&c);
     return c;
@@ -55,7 +56,7 @@ static Config make_config(const Case *k) {
 static void gradcheck(const Case *k) {
     Config c = make_config(k);
     Model m;
-    model_create(&m, &c, backend_cpu(), 2, 5);
+    model_create(&m, &c.model, backend_cpu(), 2, 5);
     model_init_params(&m, 42);
     // norm gains, biases start at one/zero: perturb them so their gradients are generic
     // (A_log and dt_bias keep their ranges)

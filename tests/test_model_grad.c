@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/config.h"
 #include "model/model.h"
 #include "base/util.h"
 #include "optim/optimizer.h"
@@ -16,17 +17,17 @@ static Config tiny_with(int tie, int bias, const char *norm, const char *mlp, co
     Config c;
     config_defaults(&c);
     config_set_override(&c, "layers", "A x2");
-    c.d_model = 8;
-    c.n_head = 2;
-    c.vocab_size = 11;
-    c.padded_vocab_size = 16;
-    c.context_length = 8;
+    c.model.d_model = 8;
+    c.model.n_head = 2;
+    c.model.vocab_size = 11;
+    c.model.padded_vocab_size = 16;
+    c.model.context_length = 8;
     c.seq_len = 5;
     c.batch_size = 2;
-    c.mlp_hidden = 0;
-    c.init_std = 0.4;  // large enough that every branch matters
-    c.tie_embeddings = tie;
-    c.bias = bias;
+    c.model.mlp_hidden = 0;
+    c.model.init_std = 0.4;  // large enough that every branch matters
+    c.model.tie_embeddings = tie;
+    c.model.bias = bias;
     config_set_override(&c, "norm", norm);
     config_set_override(&c, "mlp", mlp);
     config_set_override(&c, "position", position);
@@ -40,7 +41,7 @@ static Config tiny(int tie, int bias) { return tiny_with(tie, bias, "layernorm",
 
 static void gradcheck(const char *label, Config c) {
     Model m;
-    model_create(&m, &c, backend_cpu(), 2, 5);
+    model_create(&m, &c.model, backend_cpu(), 2, 5);
     model_init_params(&m, 42);
     // biases and norm shifts start at zero/one; perturb them so their gradients are generic
     model_perturb_special(&m, 7, 0.3, 0);
@@ -66,21 +67,21 @@ static void gradcheck(const char *label, Config c) {
 
 static void overfit(void) {
     Config c = tiny(1, 1);
-    c.d_model = 32;
-    c.n_head = 4;
-    c.mlp_hidden = 128;
-    c.vocab_size = 64;
-    c.padded_vocab_size = 64;
-    c.context_length = 16;
-    c.init_std = 0.02;
-    c.lr = 3e-3;
-    c.weight_decay = 0.0;
-    c.grad_clip = 1.0;
+    c.model.d_model = 32;
+    c.model.n_head = 4;
+    c.model.mlp_hidden = 128;
+    c.model.vocab_size = 64;
+    c.model.padded_vocab_size = 64;
+    c.model.context_length = 16;
+    c.model.init_std = 0.02;
+    c.optim.lr = 3e-3;
+    c.optim.weight_decay = 0.0;
+    c.optim.grad_clip = 1.0;
     Model m;
-    model_create(&m, &c, backend_cpu(), 2, 16);
+    model_create(&m, &c.model, backend_cpu(), 2, 16);
     model_init_params(&m, 1);
     Optimizer o;
-    optimizer_create(&o, &m);
+    optimizer_create(&o, &m, &c.optim);
     int in[32], tg[32];
     Rng r;
     rng_seed(&r, 3);
@@ -92,7 +93,7 @@ static void overfit(void) {
         loss = model_forward(&m, in, tg, 2, 16);
         if (step == 0) first = loss;
         model_backward(&m, 1.0f);
-        optimizer_step(&o, &m, c.lr, grad_global_norm(&m));
+        optimizer_step(&o, &m, c.optim.lr, grad_global_norm(&m));
     }
     CHECK(fabsf(first - logf(64.0f)) < 0.1f, "initial loss %.4f should be near ln(64) = %.4f", first, logf(64.0f));
     CHECK(loss < 0.02f, "one batch should overfit to near zero, final loss %.5f", loss);

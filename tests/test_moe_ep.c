@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "train/config.h"
 #include "dist/comm.h"
 #include "dist/dist.h"
 #include "hybrid_test_util.h"
@@ -64,16 +65,16 @@ static void check_case(const char *label, Config c, int ep, int disable_expert0)
     dist_set_ep(ep);
     const int maxB = 2, T = 5, B = g_dist.rank % 2 ? 1 : 2;  // odd ranks hold fewer rows
     Model m;
-    model_create(&m, &c, backend_cpu(), maxB, T);
+    model_create(&m, &c.model, backend_cpu(), maxB, T);
     tiny_hybrid_params(&m, 3, 0.3);  // the same parameters on every rank
     if (disable_expert0) {           // no token of any rank picks expert 0 in the last layer
-        int l = c.n_layer - 1;
+        int l = c.model.n_layer - 1;
         model_tensor(&m, m.params, m.mp.blocks[l].moe.router_bias)[0] = -10;
     }
     model_set_expert_parallel(&m, g_comm, ep);
     int in[10], tg[10];
-    fill_tokens(in, B * T, c.vocab_size, 100 + g_dist.rank);
-    fill_tokens(tg, B * T, c.vocab_size, 200 + g_dist.rank);
+    fill_tokens(in, B * T, c.model.vocab_size, 100 + g_dist.rank);
+    fill_tokens(tg, B * T, c.model.vocab_size, 200 + g_dist.rank);
 
     m.ep_size = 1;  // EP off (the documented way): this rank's tokens, every expert local
     Run ref = run_once(&m, in, tg, B, T);
@@ -82,13 +83,13 @@ static void check_case(const char *label, Config c, int ep, int disable_expert0)
 
     char what[160];
     // (a) forward
-    double e_logits = rel_diff(par.logits, ref.logits, (size_t)B * T * c.padded_vocab_size);
+    double e_logits = rel_diff(par.logits, ref.logits, (size_t)B * T * c.model.padded_vocab_size);
     double e_loss = rel_err(par.loss, ref.loss, 1e-300);
     snprintf(what, sizeof what, "%s ep %d: logits / loss vs EP off", label, ep);
     CHECK(e_logits <= TOL && e_loss <= TOL, "%s: %.3e / %.3e (rank %d)", what, e_logits, e_loss, g_dist.rank);
     g_worst[0] = fmax(g_worst[0], fmax(e_logits, e_loss));
     // (b) gradients: per tensor
-    const int El = c.moe_experts / ep, own0 = g_dist.ep_rank * El;
+    const int El = c.model.moe_experts / ep, own0 = g_dist.ep_rank * El;
     double e_dense = 0, e_expert = 0;
     long nonzero_foreign = 0;
     for (int i = 0; i < m.table.count; i++) {
@@ -101,8 +102,8 @@ static void check_case(const char *label, Config c, int ep, int disable_expert0)
             e_dense = fmax(e_dense, e);
             continue;
         }
-        const size_t per = pi->numel / c.moe_experts;  // the tensor is stacked by expert
-        for (int e = 0; e < c.moe_experts; e++)
+        const size_t per = pi->numel / c.model.moe_experts;  // the tensor is stacked by expert
+        for (int e = 0; e < c.model.moe_experts; e++)
             if (e < own0 || e >= own0 + El)
                 for (size_t j = 0; j < per; j++) nonzero_foreign += gp[(size_t)e * per + j] != 0;
         g_comm->allreduce_sum(g_comm, gp, pi->numel, DT_REAL, COMM_EP);
@@ -120,7 +121,7 @@ static void check_case(const char *label, Config c, int ep, int disable_expert0)
     // owner had an expert without rows
     double crossed = 0;
     int empty_expert = 0;
-    for (int l = 0; l < c.n_layer; l++) {
+    for (int l = 0; l < c.model.n_layer; l++) {
         const MoeEp *x = m.acts.blocks[l].moe.ep;
         if (!m.mp.blocks[l].moe_layer) continue;
         CHECK(x && m.acts.blocks[l].moe.ep_last == ep, "%s ep %d: layer %d did not run expert parallel", label, ep, l);
@@ -145,22 +146,22 @@ static void check_case(const char *label, Config c, int ep, int disable_expert0)
 static Config g_death_cfg;
 static void die_check_3(void *arg) {
     (void)arg;
-    model_check_expert_parallel(&g_death_cfg, 3);
+    model_check_expert_parallel(&g_death_cfg.model, 3);
 }
 static void die_set_3(void *arg) {
     Model m;
-    model_create(&m, &g_death_cfg, backend_cpu(), 1, 4);
+    model_create(&m, &g_death_cfg.model, backend_cpu(), 1, 4);
     model_set_expert_parallel(&m, arg, 3);
 }
 static void die_group(void *arg) {
     Model m;
-    model_create(&m, &g_death_cfg, backend_cpu(), 1, 4);
+    model_create(&m, &g_death_cfg.model, backend_cpu(), 1, 4);
     model_set_expert_parallel(&m, arg, 2);  // a world of one: the EP group has 1 rank
 }
 static void die_no_call(void *arg) {
     (void)arg;
     Model m;
-    model_create(&m, &g_death_cfg, backend_cpu(), 1, 4);
+    model_create(&m, &g_death_cfg.model, backend_cpu(), 1, 4);
     tiny_hybrid_params(&m, 3, 0.3);
     m.ep_size = 2;  // without model_set_expert_parallel
     int tok[4] = {1, 2, 3, 4};
@@ -204,11 +205,11 @@ int main(int argc, char **argv) {
                dist_mpi_available() ? "MPI built in" : "built without MPI");
         for (int i = 0; i < ncase; i++) {  // ep_size 1 is the plain local path: identical results
             Model m;
-            model_create(&m, &cases[i].c, backend_cpu(), 2, 5);
+            model_create(&m, &cases[i].c.model, backend_cpu(), 2, 5);
             tiny_hybrid_params(&m, 3, 0.3);
             int in[10], tg[10];
-            fill_tokens(in, 10, cases[i].c.vocab_size, 100);
-            fill_tokens(tg, 10, cases[i].c.vocab_size, 200);
+            fill_tokens(in, 10, cases[i].c.model.vocab_size, 100);
+            fill_tokens(tg, 10, cases[i].c.model.vocab_size, 200);
             Run a = run_once(&m, in, tg, 2, 5);
             model_set_expert_parallel(&m, g_comm, 1);
             Run b = run_once(&m, in, tg, 2, 5);
@@ -221,7 +222,7 @@ int main(int argc, char **argv) {
     for (int ep = 2; ep <= g_dist.world; ep *= 2) {
         if (g_dist.world % ep) continue;
         for (int i = 0; i < ncase; i++)
-            if (cases[i].c.moe_experts % ep == 0) check_case(cases[i].label, cases[i].c, ep, cases[i].disable_expert0);
+            if (cases[i].c.model.moe_experts % ep == 0) check_case(cases[i].label, cases[i].c, ep, cases[i].disable_expert0);
     }
     double worst[3] = {g_worst[0], g_worst[1], g_worst[2]};
     int failed = g_checks_failed;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/config.h"
 #include "base/rng.h"
 #include "base/util.h"
 #include "hybrid_test_util.h"
@@ -72,10 +73,10 @@ static double f32(double x) { return (double)(float)x; }
 static Errors one_step(const char *label, const char *optimizer, const char *muon_scale) {
     Config c = tiny(optimizer, muon_scale);
     Model model;
-    model_create(&model, &c, backend_cpu(), 2, 5);
+    model_create(&model, &c.model, backend_cpu(), 2, 5);
     tiny_hybrid_params(&model, 5, 0.3);
     Optimizer o;
-    optimizer_create(&o, &model);
+    optimizer_create(&o, &model, &c.optim);
     const size_t n = model.table.total;
     Rng rng;
     rng_seed(&rng, 17);
@@ -92,20 +93,20 @@ static Errors one_step(const char *label, const char *optimizer, const char *muo
         g[i] = model.grads[i];
     }
 
-    const double norm = grad_global_norm(&model), lr = 0.7 * c.lr;
-    CHECK(norm > c.grad_clip, "%s: the gradient norm %g must exceed grad_clip %g (clipping active)", label, norm,
-          c.grad_clip);
+    const double norm = grad_global_norm(&model), lr = 0.7 * c.optim.lr;
+    CHECK(norm > c.optim.grad_clip, "%s: the gradient norm %g must exceed grad_clip %g (clipping active)", label, norm,
+          c.optim.grad_clip);
     optimizer_step(&o, &model, lr, norm);
     float *m1 = xmalloc(sizeof(float) * n), *v1 = xmalloc(sizeof(float) * n);
     optimizer_get_state(&o, &model, m1, v1);
 
-    const double scale = c.grad_clip / norm, schedule = lr / c.lr;
+    const double scale = c.optim.grad_clip / norm, schedule = lr / c.optim.lr;
     const int t = STEP_T + 1;
     Errors e = {0, 0};
     int n_muon = 0, n_state = 0, moments_bad = 0, state_moved = 0;
     for (int k = 0; k < model.table.count; k++) {
         const ParamInfo *pi = &model.table.items[k];
-        const double glr = group_peak_lr(&c, pi->group) * schedule, gwd = group_weight_decay(&c, pi->group);
+        const double glr = group_peak_lr(&c.optim, pi->group) * schedule, gwd = group_weight_decay(&c.optim, pi->group);
         const size_t a = pi->offset, len = pi->numel;
         if (pi->group == GROUP_STATE) {
             n_state++;
@@ -113,14 +114,14 @@ static Errors one_step(const char *label, const char *optimizer, const char *muo
                 state_moved += model.params[i] != p0[i] || m1[i] != m0[i] || v1[i] != v0[i];
             continue;
         }
-        if (optimizer_uses_muon(&c, pi)) {
+        if (optimizer_uses_muon(&c.optim, pi)) {
             n_muon++;
             const int rows = (int)pi->shape[0], cols = (int)pi->shape[1];
-            const MuonScaleRule rule = optimizer_muon_rule(&c);
+            const MuonScaleRule rule = optimizer_muon_rule(&c.optim);
             CHECK(rule == (!strcmp(muon_scale, "keller") ? MUON_SCALE_KELLER : MUON_SCALE_MOONLIGHT), "%s: rule", label);
-            MuonConfig mc = {c.muon_momentum, c.muon_nesterov, c.muon_ns_steps, rule, muon_momentum_form(rule)};
+            MuonConfig mc = {c.optim.muon_momentum, c.optim.muon_nesterov, c.optim.muon_ns_steps, rule, muon_momentum_form(rule)};
             MuonConfig mc32 = mc;
-            mc32.momentum = f32(c.muon_momentum);
+            mc32.momentum = f32(c.optim.muon_momentum);
             double *w = xmalloc(sizeof(double) * muon_workspace_size(rows / pi->blocks, cols));
             double *W = xmalloc(sizeof(double) * len), *W32 = xmalloc(sizeof(double) * len);
             float *M = xmalloc(sizeof(float) * len), *M32 = xmalloc(sizeof(float) * len);
@@ -145,9 +146,9 @@ static Errors one_step(const char *label, const char *optimizer, const char *muo
         for (size_t i = a; i < a + len; i++) {
             const double gi = g[i] * scale;
             float m = m0[i], v = v0[i], m32 = m0[i], v32 = v0[i];
-            double hand = adamw_hand(p0[i], gi, &m, &v, glr, c.beta1, c.beta2, c.adam_eps, gwd, t);
-            double hand32 = adamw_hand(p0[i], g[i] * f32(scale), &m32, &v32, f32(glr), f32(c.beta1), f32(c.beta2),
-                                       f32(c.adam_eps), f32(gwd), t);
+            double hand = adamw_hand(p0[i], gi, &m, &v, glr, c.optim.beta1, c.optim.beta2, c.optim.adam_eps, gwd, t);
+            double hand32 = adamw_hand(p0[i], g[i] * f32(scale), &m32, &v32, f32(glr), f32(c.optim.beta1), f32(c.optim.beta2),
+                                       f32(c.optim.adam_eps), f32(gwd), t);
             tensor_add(&te, model.params[i], hand, hand32, p0[i]);
             moments_bad += m != m1[i] || v != v1[i];
         }

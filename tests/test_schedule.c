@@ -1,23 +1,23 @@
 // LR schedules against values worked out by hand from the formulas in optim/schedule.h.
-#include "model/config.h"
+#include "train/config.h"
 #include "optim/schedule.h"
 #include "testing.h"
 
 static Config base(ScheduleKind kind) {
     Config c;
     config_defaults(&c);
-    c.lr = 1.0;
-    c.final_lr_frac = 0.1;
-    c.warmup_steps = 4;
-    c.steps = 14;
-    c.lr_schedule = kind;
-    c.wsd_decay_frac = 0.5;
+    c.optim.lr = 1.0;
+    c.optim.final_lr_frac = 0.1;
+    c.optim.warmup_steps = 4;
+    c.optim.steps = 14;
+    c.optim.lr_schedule = kind;
+    c.optim.wsd_decay_frac = 0.5;
     return c;
 }
 
 static void expect(const Config *c, int step, double want) {
-    double got = lr_at_step(c, step);
-    CHECK(rel_err(got, want, 1e-15) < 1e-12, "schedule %d step %d: got %.15g want %.15g", c->lr_schedule, step, got,
+    double got = lr_at_step(&c->optim, step);
+    CHECK(rel_err(got, want, 1e-15) < 1e-12, "schedule %d step %d: got %.15g want %.15g", c->optim.lr_schedule, step, got,
           want);
 }
 
@@ -54,7 +54,7 @@ int main(void) {
 
     // no warmup: the first step runs at the peak
     c = base(SCHED_COSINE);
-    c.warmup_steps = 0;
+    c.optim.warmup_steps = 0;
     expect(&c, 0, 1.0);
     TEST_MAIN_END();
 }

@@ -4,7 +4,7 @@
 #define HYBRID_CLI_H
 
 #include "model/backend.h"
-#include "model/config.h"
+#include "train/config.h"
 
 // Called for an option that is not a config key. Return 1 if it took `value`,
 // 0 if it is a flag that takes none, -1 if the option is unknown.

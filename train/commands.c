@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/checkpoint.h"
+#include "train/checkpoint_config.h"
 #include "cli.h"
 #include "generate.h"
 #include "model/model.h"
@@ -91,7 +91,7 @@ int sample_main(int argc, char **argv) {
     snprintf(c.vocab_dir, sizeof c.vocab_dir, "%s", dummy.vocab_dir);
     Tokenizer *tok = sample_tokenizer(&c);
     Model model;
-    model_create(&model, &c, cli_backend(&c), 1, c.seq_len);
+    model_create(&model, &c.model, cli_backend(&c), 1, c.seq_len);
     float *p = xmalloc(sizeof(float) * model.table.total);
     checkpoint_load(a.checkpoint, &model.table, p, NULL, NULL, NULL);
     model_set_params(&model, p);
@@ -99,12 +99,12 @@ int sample_main(int argc, char **argv) {
     int max = c.seq_len + a.tokens;
     int *tokens = xmalloc(sizeof(int) * (size_t)max);
     int n_prompt = 1;
-    tokens[0] = c.vocab_size > 50256 ? 50256 : 0;
+    tokens[0] = c.model.vocab_size > 50256 ? 50256 : 0;
     if (a.prompt_ids && a.prompt) die("sample: give --prompt or --prompt-ids, not both");
-    if (a.prompt_ids) n_prompt = parse_ids(a.prompt_ids, tokens, c.seq_len, c.vocab_size);
+    if (a.prompt_ids) n_prompt = parse_ids(a.prompt_ids, tokens, c.seq_len, c.model.vocab_size);
     if (a.prompt) {
         if (!tok) die("sample: --prompt needs the GPT-2 tokenizer files in %s (run `make vocab`) and a model with "
-                      "vocab_size 50257 (this one has %d)", c.vocab_dir, c.vocab_size);
+                      "vocab_size 50257 (this one has %d)", c.vocab_dir, c.model.vocab_size);
         size_t n;
         int *ids = tokenizer_encode(tok, a.prompt, strlen(a.prompt), 0, &n);
         if (n == 0) die("sample: --prompt is empty");
@@ -162,10 +162,10 @@ int inspect_main(int argc, char **argv) {
     else config_finalize(&c);
     ParamTable t;
     ModelParams mp;
-    params_build(&c, &t, &mp);
-    printf("layers: %s (%d)  d_model %d  heads %d  vocab %d (padded %d)  context %d\n\n", c.layers_spec, c.n_layer,
-           c.d_model, c.n_head, c.vocab_size, c.padded_vocab_size, c.context_length);
-    params_print(&c, &t, stdout);
+    params_build(&c.model, &t, &mp);
+    printf("layers: %s (%d)  d_model %d  heads %d  vocab %d (padded %d)  context %d\n\n", c.model.layers_spec, c.model.n_layer,
+           c.model.d_model, c.model.n_head, c.model.vocab_size, c.model.padded_vocab_size, c.model.context_length);
+    params_print(&c.model, &t, c.seq_len, stdout);
     params_free(&t, &mp);
     return 0;
 }
@@ -210,10 +210,10 @@ int export_main(int argc, char **argv) {
     checkpoint_read_config(a.checkpoint, &c);
     ParamTable t;
     ModelParams mp;
-    params_build(&c, &t, &mp);
+    params_build(&c.model, &t, &mp);
     float *p = xmalloc(sizeof(float) * t.total);
     checkpoint_load(a.checkpoint, &t, p, NULL, NULL, NULL);
-    export_hf_gpt2(a.hf_dir, &c, &t, &mp, p);
+    export_hf_gpt2(a.hf_dir, &c.model, &t, &mp, p);
     printf("exported %s -> %s (GPT2LMHeadModel)\n", a.checkpoint, a.hf_dir);
     free(p);
     params_free(&t, &mp);

@@ -58,7 +58,7 @@ static void generate_window(Model *model, int *tokens, int n_prompt, int n_new, 
 
 void generate(Model *model, int *tokens, int n_prompt, int n_new, double temperature, Rng *rng, GenerateMode mode) {
     float *logits = xmalloc(sizeof(float) * (size_t)model->cfg.padded_vocab_size);
-    const Config *c = &model->cfg;
+    const ModelConfig *c = &model->cfg;
     const int positions_left = c->position != POS_LEARNED || n_prompt + n_new <= c->context_length;
     if (mode == GENERATE_CACHED && positions_left)
         generate_cached(model, tokens, n_prompt, n_new, temperature, rng, logits);
@@ -71,7 +71,7 @@ Tokenizer *sample_tokenizer(const Config *c) {
     char enc[CONFIG_STR + 32], bpe[CONFIG_STR + 32];
     snprintf(enc, sizeof enc, "%s/encoder.json", c->vocab_dir);
     snprintf(bpe, sizeof bpe, "%s/vocab.bpe", c->vocab_dir);
-    if (c->vocab_size != 50257 || !file_exists(enc) || !file_exists(bpe)) return NULL;
+    if (c->model.vocab_size != 50257 || !file_exists(enc) || !file_exists(bpe)) return NULL;
     return tokenizer_load(enc, bpe);
 }
 

@@ -9,6 +9,7 @@
 
 #include "data/tokenizer.h"
 #include "model/model.h"
+#include "train/config.h"
 #include "base/rng.h"
 
 typedef enum {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoints/checkpoint.h"
+#include "train/checkpoint_config.h"
 #include "cli.h"
 #include "data/loader.h"
 #include "dist/comm.h"
@@ -87,7 +87,7 @@ static void save_checkpoint(const Config *c, Model *model, Optimizer *opt, const
     dist_reduce_sum_float_to_root(m, n);
     dist_reduce_sum_float_to_root(v, n);
     if (dist_is_root()) {
-        checkpoint_save(c->out_dir, c, &model->table, p, m, v, ts, c->keep_checkpoints);
+        checkpoint_save_run(c, &model->table, p, m, v, ts);
         printf("checkpoint: %s/checkpoints/step_%08d\n", c->out_dir, ts->step);
     }
     dist_barrier("the checkpoint write");
@@ -150,7 +150,7 @@ static void check_ranks_agree(const Config *c, const Loader *train) {
 static void print_sample(Model *model, const Config *c, const Tokenizer *tok, Rng *rng) {
     int n = c->sample_tokens;
     int *tokens = xmalloc(sizeof(int) * (size_t)(n + 1));
-    tokens[0] = c->vocab_size > 50256 ? 50256 : 0;  // start from end-of-text
+    tokens[0] = c->model.vocab_size > 50256 ? 50256 : 0;  // start from end-of-text
     generate(model, tokens, 1, n, c->temperature, rng, GENERATE_CACHED);
     printf("sample: ");
     print_tokens(stdout, tok, tokens + 1, n);
@@ -181,7 +181,7 @@ int train_main(int argc, char **argv) {
     const Backend *be = cli_backend(&c);
 
     Model model;
-    model_create_padded(&model, &c, be, c.batch_size, c.seq_len, c.zero ? (size_t)world * 64 : 1);
+    model_create_padded(&model, &c.model, be, c.batch_size, c.seq_len, c.zero ? (size_t)world * 64 : 1);
     if (c.zero && world > 1 && be->keeps_master && model_has_moe(&model))
         die("zero = true with MoE on --device %s is not supported yet (the MoE selection bias's master weight may "
             "straddle two ranks' windows)",
@@ -201,14 +201,14 @@ int train_main(int argc, char **argv) {
     model.comm = comm;
     if (c.expert_parallel > 1) model_set_expert_parallel(&model, comm, c.expert_parallel);
     Optimizer opt;
-    optimizer_create_sharded(&opt, &model, rank, world, c.zero);
+    optimizer_create_sharded(&opt, &model, &c.optim, rank, world, c.zero);
     GradSync sync;
-    grad_sync_create(&sync, &model, &opt, comm, &c);
+    grad_sync_create(&sync, &model, &opt, comm, c.bucket_mb);
     Loader train, val;
-    loader_open(&train, c.train_data, c.batch_size, c.seq_len, rank, world, c.vocab_size, c.shuffle, (uint64_t)c.seed);
+    loader_open(&train, c.train_data, c.batch_size, c.seq_len, rank, world, c.model.vocab_size, c.shuffle, (uint64_t)c.seed);
     int val_batches = 0;
     if (c.val_data[0]) {
-        loader_open(&val, c.val_data, c.batch_size, c.seq_len, rank, world, c.vocab_size, 0, 0);
+        loader_open(&val, c.val_data, c.batch_size, c.seq_len, rank, world, c.model.vocab_size, 0, 0);
         size_t avail = loader_samples_per_epoch(&val);
         val_batches = c.val_batches && (size_t)c.val_batches < avail ? c.val_batches : (int)avail;
     }
@@ -235,18 +235,18 @@ int train_main(int argc, char **argv) {
     if (root) {
         mkdir_p(c.out_dir);
         metrics_open(&log, c.out_dir, ts.step > 0 ? ts.step : -1);
-        printf("model: %s | %d layers (%s), d_model %d, %d heads | %.2fM parameters | backend %s\n", c.layers_spec,
-               c.n_layer, c.layers, c.d_model, c.n_head, (double)params_count(&model.table) / 1e6, be->name);
+        printf("model: %s | %d layers (%s), d_model %d, %d heads | %.2fM parameters | backend %s\n", c.model.layers_spec,
+               c.model.n_layer, c.model.layers, c.model.d_model, c.model.n_head, (double)params_count(&model.table) / 1e6, be->name);
         if (model_has_moe(&model))
-            printf("moe: %d experts, top-%d, %.2fM active parameters per token\n", c.moe_experts, c.moe_top_k,
-                   params_count_active(&c, &model.table, 0) / 1e6);
+            printf("moe: %d experts, top-%d, %.2fM active parameters per token\n", c.model.moe_experts, c.model.moe_top_k,
+                   params_count_active(&c.model, &model.table, 0) / 1e6);
         printf("batch: %d x %d tokens x %d accumulation step(s) x %d rank(s) = %ld tokens per step\n", c.batch_size,
                c.seq_len, accum, world, total);
         if (world > 1 || comm)
             printf("distributed: %d rank(s) over %s | %s | expert_parallel %d | bucket %.0f MB\n", world,
                    comm ? comm->name : "-",
                    c.zero ? "ZeRO-1 (AdamW state sharded)"
-                          : c.optimizer == OPT_MUON ? "Muon matrices split by owner" : "replicated optimizer",
+                          : c.optim.optimizer == OPT_MUON ? "Muon matrices split by owner" : "replicated optimizer",
                    c.expert_parallel, c.bucket_mb);
     }
 
@@ -260,7 +260,7 @@ int train_main(int argc, char **argv) {
     signal(SIGTERM, on_signal);
     const long local_tokens = (long)c.batch_size * c.seq_len;
     int *inputs = xmalloc(sizeof(int) * (size_t)local_tokens), *targets = xmalloc(sizeof(int) * (size_t)local_tokens);
-    const int end_step = c.stop_at_step ? c.stop_at_step : c.steps;
+    const int end_step = c.stop_at_step ? c.stop_at_step : c.optim.steps;
     // fault injection for the tests: this rank stops answering before its second step, so
     // the others must time out (HYBRID_DIST_TIMEOUT) instead of waiting forever
     const char *hang = getenv("HYBRID_FAULT_HANG_RANK");
@@ -271,7 +271,7 @@ int train_main(int argc, char **argv) {
         if (hang_here && step == 1)
             for (;;) sleep(1);
         double t0 = now_seconds();
-        double lr = lr_at_step(&c, step);
+        double lr = lr_at_step(&c.optim, step);
         model_zero_grad(&model);
         double loss = 0, aux_loss = 0;
         for (int micro = 0; micro < accum; micro++) {
@@ -307,7 +307,7 @@ int train_main(int argc, char **argv) {
                              "\"moe_load_min\": %ld, \"moe_load_max\": %ld, \"moe_load_cv\": %.6g, "
                              "\"moe_load_cv_max\": %.6g",
                              ms.min, ms.max, ms.cv_mean, ms.cv_max);
-            if (c.moe_aux_loss_coef > 0 && n > 0 && (size_t)n < sizeof moe_json)
+            if (c.model.moe_aux_loss_coef > 0 && n > 0 && (size_t)n < sizeof moe_json)
                 snprintf(moe_json + n, sizeof moe_json - (size_t)n, ", \"moe_aux_loss\": %.9g", aux_loss);
             snprintf(moe_text, sizeof moe_text, " | moe cv %.2f", ms.cv_mean);
         }
@@ -324,17 +324,17 @@ int train_main(int argc, char **argv) {
         if (root) metrics_train(&log, ts.step, loss, lr, norm, moe_json, ts.tokens_seen, (double)total / dt, elapsed);
         if (root && (ts.step % c.log_every == 0 || ts.step == end_step)) {
             char eta[32];
-            format_duration(eta, sizeof eta, (double)(c.steps - ts.step) * (double)total / tps);
-            printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f%s | %.0f tok/s | ETA %s\n", ts.step, c.steps, loss, lr,
+            format_duration(eta, sizeof eta, (double)(c.optim.steps - ts.step) * (double)total / tps);
+            printf("step %5d/%d | loss %.4f | lr %.3e | norm %.4f%s | %.0f tok/s | ETA %s\n", ts.step, c.optim.steps, loss, lr,
                    norm, moe_text, (double)total / dt, eta);
             fflush(stdout);
         }
-        int last = ts.step == c.steps;
+        int last = ts.step == c.optim.steps;
         if (val_batches && ((c.val_every && ts.step % c.val_every == 0) || last)) {
             double last_val = evaluate(&model, &val, val_batches, inputs, targets);
             if (root) {
                 metrics_val(&log, ts.step, last_val);
-                printf("step %5d/%d | val loss %.4f (%d batches)\n", ts.step, c.steps, last_val, val_batches);
+                printf("step %5d/%d | val loss %.4f (%d batches)\n", ts.step, c.optim.steps, last_val, val_batches);
             }
         }
         if (root && ((c.sample_every && ts.step % c.sample_every == 0) || last)) {
@@ -352,8 +352,8 @@ int train_main(int argc, char **argv) {
             break;
         }
     }
-    if (root && ts.step < c.steps && !g_interrupted)
-        printf("stopped at step %d of %d (stop_at_step): resume with --resume auto\n", ts.step, c.steps);
+    if (root && ts.step < c.optim.steps && !g_interrupted)
+        printf("stopped at step %d of %d (stop_at_step): resume with --resume auto\n", ts.step, c.optim.steps);
 #ifdef HAVE_CUDA
     if (root && c.device == DEVICE_CUDA) {  // per GPU (rank 0's; every rank holds the same buffers)
         size_t live, peak, used, dev_total;

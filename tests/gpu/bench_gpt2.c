@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/config.h"
 #include "kernels/cuda_backend.h"
 #include "model/model.h"
 #include "base/rng.h"
@@ -35,24 +36,23 @@ static void fill(Rng *r, int *in, int *tg, size_t n, int V) {
     }
 }
 
-// median ms of `steps` optimizer steps alone (gradients from one backward)
-static double time_optimizer(Model *m, OptimizerKind kind, int steps) {
-    OptimizerKind saved = m->cfg.optimizer;
-    m->cfg.optimizer = kind;
+// median ms of `steps` optimizer steps alone (gradients from one backward), with the
+// optimizer config oc switched to `kind`
+static double time_optimizer(Model *m, OptimConfig oc, OptimizerKind kind, int steps) {
+    oc.optimizer = kind;
     Optimizer o;
-    optimizer_create(&o, m);
+    optimizer_create(&o, m, &oc);
     double *t = xmalloc(sizeof(double) * (size_t)steps);
     for (int s = -2; s < steps; s++) {
         m->be->synchronize();
         double t0 = now_seconds();
-        optimizer_step(&o, m, m->cfg.lr, 1.0);
+        optimizer_step(&o, m, oc.lr, 1.0);
         m->be->synchronize();
         if (s >= 0) t[s] = (now_seconds() - t0) * 1e3;
     }
     double med = median(t, steps);
     free(t);
     optimizer_destroy(&o, m);
-    m->cfg.optimizer = saved;
     return med;
 }
 
@@ -75,10 +75,10 @@ int main(int argc, char **argv) {
     c.seq_len = T;
     config_finalize(&c);
     Model m;
-    model_create(&m, &c, be, B, T);
+    model_create(&m, &c.model, be, B, T);
     model_init_params(&m, 1);
     Optimizer opt;
-    optimizer_create(&opt, &m);
+    optimizer_create(&opt, &m, &c.optim);
     size_t N = (size_t)B * T;
     int *in = xmalloc(sizeof(int) * N), *tg = xmalloc(sizeof(int) * N);
     Rng r;
@@ -87,14 +87,14 @@ int main(int argc, char **argv) {
     double *ms = xmalloc(sizeof(double) * (size_t)steps), loss = 0;
     for (int s = -warmup; s < steps; s++) {
         if (s == 0 && cuda_profile_enabled()) cuda_profile_reset();
-        fill(&r, in, tg, N, c.vocab_size);
+        fill(&r, in, tg, N, c.model.vocab_size);
         be->synchronize();
         double t0 = now_seconds();
         model_zero_grad(&m);
         loss = model_forward(&m, in, tg, B, T);
         model_backward(&m, 1.0f);
         double norm = grad_global_norm(&m);
-        optimizer_step(&opt, &m, c.lr, norm);
+        optimizer_step(&opt, &m, c.optim.lr, norm);
         be->synchronize();
         if (s >= 0) ms[s] = (now_seconds() - t0) * 1e3;
     }
@@ -102,7 +102,7 @@ int main(int argc, char **argv) {
     for (int s = 0; s < steps; s++) mean += ms[s] / steps;
     double med = median(ms, steps);
     double tps = (double)N / (med / 1e3);
-    double fpt = params_flops_per_token(&c, &m.table);
+    double fpt = params_flops_per_token(&c.model, &m.table, c.seq_len);
     double mfu = fpt * tps / PEAK_BF16;
     size_t live, peak, used, total;
     cuda_memory_stats(&live, &peak, &used, &total);
@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
         cuda_profile_print(stdout, steps);
     }
     // optimizer steps alone: AdamW everywhere vs Muon on the hidden matrices
-    double adam_ms = time_optimizer(&m, OPT_ADAMW, 10), muon_ms = time_optimizer(&m, OPT_MUON, 10);
+    double adam_ms = time_optimizer(&m, c.optim, OPT_ADAMW, 10), muon_ms = time_optimizer(&m, c.optim, OPT_MUON, 10);
     printf("  optimizer step alone: AdamW %.2f ms, Muon (+AdamW on the rest) %.2f ms: Muon overhead %.2f ms/step\n",
            adam_ms, muon_ms, muon_ms - adam_ms);
     if (json) {

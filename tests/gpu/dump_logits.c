@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "train/config.h"
 #include "checkpoints/checkpoint.h"
 #include "model/model.h"
 #include "base/util.h"
@@ -14,10 +15,10 @@
 static double run(const Backend *be, const Config *c, const float *w, const int *in, const int *tg, int B, int T,
                   const char *path) {
     Model m;
-    model_create(&m, c, be, B, T);
+    model_create(&m, &c->model, be, B, T);
     model_set_params(&m, w);
     double loss = model_forward(&m, in, tg, B, T);
-    size_t n = (size_t)B * T * c->padded_vocab_size;
+    size_t n = (size_t)B * T * c->model.padded_vocab_size;
     float *z = xmalloc(sizeof(float) * n);
     be->download(z, m.acts.logits, n);
     FILE *f = xfopen(path, "wb");
@@ -37,7 +38,7 @@ int main(int argc, char **argv) {
     c.seq_len = T;
     ParamTable t;
     ModelParams mp;
-    params_build(&c, &t, &mp);
+    params_build(&c.model, &t, &mp);
     float *w = xmalloc(sizeof(float) * t.total);
     checkpoint_load(argv[1], &t, w, NULL, NULL, NULL);
     size_t len = 0;
@@ -55,7 +56,7 @@ int main(int argc, char **argv) {
     double lc = run(backend_cpu(), &c, w, in, tg, B, T, path);
     snprintf(path, sizeof path, "%s_cuda.f32", argv[5]);
     double lg = run(backend_cuda(), &c, w, in, tg, B, T, path);
-    printf("{\"loss_cpu\": %.9g, \"loss_cuda\": %.9g, \"vp\": %d}\n", lc, lg, c.padded_vocab_size);
+    printf("{\"loss_cpu\": %.9g, \"loss_cuda\": %.9g, \"vp\": %d}\n", lc, lg, c.model.padded_vocab_size);
     free(w), free(raw), free(in), free(tg);
     params_free(&t, &mp);
     return 0;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/config.h"
 #include "base/rng.h"
 #include "base/util.h"
 #include "data/shard.h"
@@ -36,15 +37,15 @@ static void test_model_step(int B, int T) {
     Config c;
     gpt2_config(&c, B, T);
     Model mc, mg;
-    model_create(&mc, &c, backend_cpu(), B, T);
-    model_create(&mg, &c, G, B, T);
-    size_t np = mc.table.total, N = (size_t)B * T, Vp = c.padded_vocab_size;
+    model_create(&mc, &c.model, backend_cpu(), B, T);
+    model_create(&mg, &c.model, G, B, T);
+    size_t np = mc.table.total, N = (size_t)B * T, Vp = c.model.padded_vocab_size;
     float *w = xmalloc(sizeof(float) * np);
     params_init(&mc.table, w, 1234);
     for (size_t i = 0; i < np; i++) w[i] = bf16_round(w[i]);
     model_set_params(&mc, w);
     model_set_params(&mg, w);
-    int *in = rand_tokens(N, c.vocab_size, 0), *tg = rand_tokens(N, c.vocab_size, 0);
+    int *in = rand_tokens(N, c.model.vocab_size, 0), *tg = rand_tokens(N, c.model.vocab_size, 0);
     tg[5] = -1;
     double lc = model_forward(&mc, in, tg, B, T), lg = model_forward(&mg, in, tg, B, T);
     printf("  loss cpu %.6f cuda %.6f\n", lc, lg);
@@ -89,10 +90,10 @@ static void gpu_run(Config *c, int steps, int restart_at, double *losses, float 
     int B = c->batch_size, T = c->seq_len;
     size_t N = (size_t)B * T;
     Model m;
-    model_create(&m, c, G, B, T);
+    model_create(&m, &c->model, G, B, T);
     model_init_params(&m, 1);
     Optimizer o;
-    optimizer_create(&o, &m);
+    optimizer_create(&o, &m, &c->optim);
     Rng data;
     rng_seed(&data, 99);
     int *in = xmalloc(sizeof(int) * N), *tg = xmalloc(sizeof(int) * N);
@@ -105,20 +106,20 @@ static void gpu_run(Config *c, int steps, int restart_at, double *losses, float 
             int t = o.t;
             optimizer_destroy(&o, &m);
             model_destroy(&m);
-            model_create(&m, c, G, B, T);
-            optimizer_create(&o, &m);
+            model_create(&m, &c->model, G, B, T);
+            optimizer_create(&o, &m, &c->optim);
             optimizer_set_weights(&o, &m, w);
             optimizer_set_state(&o, &m, mm, vv, t);
             free(w), free(mm), free(vv);
         }
         for (size_t i = 0; i < N; i++) {
-            in[i] = (int)rng_below(&data, (uint64_t)c->vocab_size);
-            tg[i] = (int)(((uint64_t)in[i] * 7 + 3) % (uint64_t)c->vocab_size);  // learnable
+            in[i] = (int)rng_below(&data, (uint64_t)c->model.vocab_size);
+            tg[i] = (int)(((uint64_t)in[i] * 7 + 3) % (uint64_t)c->model.vocab_size);  // learnable
         }
         model_zero_grad(&m);
         losses[s] = model_forward(&m, in, tg, B, T);
         model_backward(&m, 1.0f);
-        optimizer_step(&o, &m, c->lr, grad_global_norm(&m));
+        optimizer_step(&o, &m, c->optim.lr, grad_global_norm(&m));
     }
     if (params_out) model_get_params(&m, params_out);
     optimizer_destroy(&o, &m);
@@ -131,15 +132,15 @@ static void test_determinism_and_resume(int muon) {
            muon ? "Muon" : "AdamW");
     Config c;
     gpt2_config(&c, 4, 1024);
-    c.optimizer = muon ? OPT_MUON : OPT_ADAMW;
-    c.lr = 1e-3;
+    c.optim.optimizer = muon ? OPT_MUON : OPT_ADAMW;
+    c.optim.lr = 1e-3;
     enum { S = 4 };
     double l1[S], l2[S], l3[S];
     size_t np;
     {
         ParamTable t;
         ModelParams mp;
-        params_build(&c, &t, &mp);
+        params_build(&c.model, &t, &mp);
         np = t.total;
         params_free(&t, &mp);
     }
@@ -167,37 +168,37 @@ static void test_small_training(int muon) {
     config_defaults(&c);
     config_load_file(&c, "configs/gpt2-tiny.conf");
     config_set_override(&c, "layers", "A x2");
-    c.d_model = 256;
-    c.n_head = 4;
-    c.vocab_size = 1000;
-    c.padded_vocab_size = 0;
-    c.mlp_hidden = 0;
+    c.model.d_model = 256;
+    c.model.n_head = 4;
+    c.model.vocab_size = 1000;
+    c.model.padded_vocab_size = 0;
+    c.model.mlp_hidden = 0;
     c.batch_size = 8;
     c.seq_len = 128;
-    c.optimizer = muon ? OPT_MUON : OPT_ADAMW;
-    c.lr = 2e-3;
+    c.optim.optimizer = muon ? OPT_MUON : OPT_ADAMW;
+    c.optim.lr = 2e-3;
     config_finalize(&c);
     const int B = c.batch_size, T = c.seq_len, S = 10;
     size_t N = (size_t)B * T;
     Model mc, mg;
-    model_create(&mc, &c, backend_cpu(), B, T);
-    model_create(&mg, &c, G, B, T);
+    model_create(&mc, &c.model, backend_cpu(), B, T);
+    model_create(&mg, &c.model, G, B, T);
     float *w = xmalloc(sizeof(float) * mc.table.total);
     params_init(&mc.table, w, 7);
     for (size_t i = 0; i < mc.table.total; i++) w[i] = bf16_round(w[i]);
     model_set_params(&mc, w);
     model_set_params(&mg, w);
     Optimizer oc, og;
-    optimizer_create(&oc, &mc);
-    optimizer_create(&og, &mg);
+    optimizer_create(&oc, &mc, &c.optim);
+    optimizer_create(&og, &mg, &c.optim);
     Rng data;
     rng_seed(&data, 3);
     int *in = xmalloc(sizeof(int) * N), *tg = xmalloc(sizeof(int) * N);
     double worst = 0, first = 0, lastc = 0;
     for (int s = 0; s < S; s++) {
         for (size_t i = 0; i < N; i++) {
-            in[i] = (int)rng_below(&data, (uint64_t)c.vocab_size);
-            tg[i] = (int)(((uint64_t)in[i] * 7 + 3) % (uint64_t)c.vocab_size);
+            in[i] = (int)rng_below(&data, (uint64_t)c.model.vocab_size);
+            tg[i] = (int)(((uint64_t)in[i] * 7 + 3) % (uint64_t)c.model.vocab_size);
         }
         double l[2];
         Model *ms[2] = {&mc, &mg};
@@ -206,7 +207,7 @@ static void test_small_training(int muon) {
             model_zero_grad(ms[k]);
             l[k] = model_forward(ms[k], in, tg, B, T);
             model_backward(ms[k], 1.0f);
-            optimizer_step(os[k], ms[k], c.lr, grad_global_norm(ms[k]));
+            optimizer_step(os[k], ms[k], c.optim.lr, grad_global_norm(ms[k]));
         }
         double e = fabs(l[1] - l[0]) / l[0];
         if (e > worst) worst = e;

@@ -1,4 +1,4 @@
-// Comm over NCCL on the CUDA backend's device memory (dist/comm.h). The communicator is
+// Comm over NCCL on the CUDA backend's device memory (base/comm.h). The communicator is
 // created through MPI (rank 0's ncclUniqueId is broadcast), the expert-parallel group is
 // split from it. Synchronous collectives run on the backend's stream, ordered with the
 // compute; allreduce_sum_async runs on a second stream behind an event, so the bucketed
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 extern "C" {
 #include "dist/comm.h"

@@ -1,5 +1,5 @@
 #define _POSIX_C_SOURCE 200809L
-#include "config.h"
+#include "train/config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -23,93 +23,97 @@ typedef struct {
     const char *help;
 } Key;
 
-#define K(name, type, def, choices, model, help) {#name, type, offsetof(Config, name), def, choices, model, help}
+// K: a run key (Config.name); KM: a model key (Config.model.name); KO: an optimizer key
+// (Config.optim.name).
+#define K(name, type, def, choices, shape, help) {#name, type, offsetof(Config, name), def, choices, shape, help}
+#define KM(name, type, def, choices, shape, help) {#name, type, offsetof(Config, model.name), def, choices, shape, help}
+#define KO(name, type, def, choices, shape, help) {#name, type, offsetof(Config, optim.name), def, choices, shape, help}
 
 static const Key KEYS[] = {
     // model
-    K(layers_spec, T_LAYERS, "A x12", NULL, 1,
+    KM(layers_spec, T_LAYERS, "A x12", NULL, 1,
       "token mixer of every layer, one letter each (see below); 'PATTERN xN' repeats"),
-    K(d_model, T_INT, "768", NULL, 1, "residual stream width"),
-    K(n_head, T_INT, "12", NULL, 1, "attention heads"),
-    K(vocab_size, T_INT, "50257", NULL, 1, "tokenizer vocabulary size"),
-    K(padded_vocab_size, T_INT, "0", NULL, 1, "embedding rows (0 = vocab_size rounded up to 128)"),
-    K(context_length, T_INT, "1024", NULL, 1, "longest sequence the model is built for"),
-    K(norm, T_ENUM, "layernorm", "layernorm rmsnorm", 1, "normalisation layer"),
-    K(norm_eps, T_REAL, "1e-5", NULL, 1, "epsilon inside the norms"),
-    K(position, T_ENUM, "learned", "learned none", 1, "position information: learned absolute embeddings or none"),
-    K(mlp, T_ENUM, "gelu", "gelu swiglu situ", 1, "channel mixer: tanh-GELU MLP, SwiGLU or SiTU gated MLP"),
-    K(mlp_hidden, T_INT, "0", NULL, 1, "MLP hidden width (0 = 4 * d_model for gelu, 8/3 * d_model rounded up to 64 for GLUs)"),
-    K(situ_beta, T_REAL, "4.0", NULL, 1, "SiTU gate saturation beta (K3: 4)"),
-    K(situ_linear_beta, T_REAL, "25.0", NULL, 1, "SiTU up-branch cap (K3: 25; 0 = no cap)"),
-    K(bias, T_BOOL, "true", NULL, 1, "biases in linear layers and norms"),
-    K(tie_embeddings, T_BOOL, "true", NULL, 1, "lm_head shares the token embedding"),
-    K(init_std, T_REAL, "0.02", NULL, 0, "std of the normal init; residual projections get std/sqrt(2*n_layer)"),
+    KM(d_model, T_INT, "768", NULL, 1, "residual stream width"),
+    KM(n_head, T_INT, "12", NULL, 1, "attention heads"),
+    KM(vocab_size, T_INT, "50257", NULL, 1, "tokenizer vocabulary size"),
+    KM(padded_vocab_size, T_INT, "0", NULL, 1, "embedding rows (0 = vocab_size rounded up to 128)"),
+    KM(context_length, T_INT, "1024", NULL, 1, "longest sequence the model is built for"),
+    KM(norm, T_ENUM, "layernorm", "layernorm rmsnorm", 1, "normalisation layer"),
+    KM(norm_eps, T_REAL, "1e-5", NULL, 1, "epsilon inside the norms"),
+    KM(position, T_ENUM, "learned", "learned none", 1, "position information: learned absolute embeddings or none"),
+    KM(mlp, T_ENUM, "gelu", "gelu swiglu situ", 1, "channel mixer: tanh-GELU MLP, SwiGLU or SiTU gated MLP"),
+    KM(mlp_hidden, T_INT, "0", NULL, 1, "MLP hidden width (0 = 4 * d_model for gelu, 8/3 * d_model rounded up to 64 for GLUs)"),
+    KM(situ_beta, T_REAL, "4.0", NULL, 1, "SiTU gate saturation beta (K3: 4)"),
+    KM(situ_linear_beta, T_REAL, "25.0", NULL, 1, "SiTU up-branch cap (K3: 25; 0 = no cap)"),
+    KM(bias, T_BOOL, "true", NULL, 1, "biases in linear layers and norms"),
+    KM(tie_embeddings, T_BOOL, "true", NULL, 1, "lm_head shares the token embedding"),
+    KM(init_std, T_REAL, "0.02", NULL, 0, "std of the normal init; residual projections get std/sqrt(2*n_layer)"),
     // MLA, MoE, AttnRes (blocks-spec §1, §2, §4)
-    K(mla_kv_rank, T_INT, "512", NULL, 1, "MLA: KV latent width r_kv"),
-    K(mla_q_rank, T_INT, "0", NULL, 1, "MLA: q LoRA width r_q (0 = direct q projection)"),
-    K(mla_qk_nope_dim, T_INT, "128", NULL, 1, "MLA: per-head q/k width without position (d_n)"),
-    K(mla_rope_dim, T_INT, "64", NULL, 1, "MLA: decoupled position slice d_r (per-head q, shared k; 0 = none)"),
-    K(mla_v_dim, T_INT, "128", NULL, 1, "MLA: per-head value width d_v"),
-    K(mla_rope, T_BOOL, "false", NULL, 1, "MLA: rotate the d_r slice (RoPE); false = NoPE as Kimi Linear"),
-    K(mla_rope_theta, T_REAL, "10000", NULL, 1, "MLA: RoPE base"),
-    K(mla_gate, T_BOOL, "false", NULL, 1, "MLA: sigmoid output gate (K3 gated MLA)"),
-    K(moe_experts, T_INT, "0", NULL, 1, "MoE: routed experts E (0 = dense MLP everywhere)"),
-    K(moe_top_k, T_INT, "2", NULL, 1, "MoE: experts per token"),
-    K(moe_hidden, T_INT, "0", NULL, 1, "MoE: routed expert hidden width m (required with moe_experts)"),
-    K(moe_shared, T_INT, "1", NULL, 1, "MoE: shared experts (one MLP of moe_shared * moe_shared_hidden)"),
-    K(moe_shared_hidden, T_INT, "0", NULL, 1, "MoE: hidden width per shared expert (0 = moe_hidden)"),
-    K(moe_latent_dim, T_INT, "0", NULL, 1, "MoE: latent width l of the routed experts (K3 latent MoE; 0 = full width)"),
-    K(moe_renorm, T_BOOL, "true", NULL, 1, "MoE: renormalise the top-k routing weights"),
-    K(moe_route_scale, T_REAL, "1.0", NULL, 1, "MoE: routed scaling factor rho"),
-    K(moe_bias_update_rate, T_REAL, "1e-3", NULL, 0, "MoE: aux-loss-free bias step per optimizer step (0 = off)"),
-    K(moe_aux_loss_coef, T_REAL, "0", NULL, 0, "MoE: sequence-wise balance loss coefficient alpha (0 = off)"),
-    K(dense_first, T_INT, "0", NULL, 1, "MoE: the first N layers use the dense MLP (mlp_hidden)"),
-    K(attn_res_block, T_INT, "0", NULL, 1, "Block AttnRes block size in decoder layers (0 = plain residuals)"),
+    KM(mla_kv_rank, T_INT, "512", NULL, 1, "MLA: KV latent width r_kv"),
+    KM(mla_q_rank, T_INT, "0", NULL, 1, "MLA: q LoRA width r_q (0 = direct q projection)"),
+    KM(mla_qk_nope_dim, T_INT, "128", NULL, 1, "MLA: per-head q/k width without position (d_n)"),
+    KM(mla_rope_dim, T_INT, "64", NULL, 1, "MLA: decoupled position slice d_r (per-head q, shared k; 0 = none)"),
+    KM(mla_v_dim, T_INT, "128", NULL, 1, "MLA: per-head value width d_v"),
+    KM(mla_rope, T_BOOL, "false", NULL, 1, "MLA: rotate the d_r slice (RoPE); false = NoPE as Kimi Linear"),
+    KM(mla_rope_theta, T_REAL, "10000", NULL, 1, "MLA: RoPE base"),
+    KM(mla_gate, T_BOOL, "false", NULL, 1, "MLA: sigmoid output gate (K3 gated MLA)"),
+    KM(moe_experts, T_INT, "0", NULL, 1, "MoE: routed experts E (0 = dense MLP everywhere)"),
+    KM(moe_top_k, T_INT, "2", NULL, 1, "MoE: experts per token"),
+    KM(moe_hidden, T_INT, "0", NULL, 1, "MoE: routed expert hidden width m (required with moe_experts)"),
+    KM(moe_shared, T_INT, "1", NULL, 1, "MoE: shared experts (one MLP of moe_shared * moe_shared_hidden)"),
+    KM(moe_shared_hidden, T_INT, "0", NULL, 1, "MoE: hidden width per shared expert (0 = moe_hidden)"),
+    KM(moe_latent_dim, T_INT, "0", NULL, 1, "MoE: latent width l of the routed experts (K3 latent MoE; 0 = full width)"),
+    KM(moe_renorm, T_BOOL, "true", NULL, 1, "MoE: renormalise the top-k routing weights"),
+    KM(moe_route_scale, T_REAL, "1.0", NULL, 1, "MoE: routed scaling factor rho"),
+    KM(moe_bias_update_rate, T_REAL, "1e-3", NULL, 0, "MoE: aux-loss-free bias step per optimizer step (0 = off)"),
+    KM(moe_aux_loss_coef, T_REAL, "0", NULL, 0, "MoE: sequence-wise balance loss coefficient alpha (0 = off)"),
+    KM(dense_first, T_INT, "0", NULL, 1, "MoE: the first N layers use the dense MLP (mlp_hidden)"),
+    KM(attn_res_block, T_INT, "0", NULL, 1, "Block AttnRes block size in decoder layers (0 = plain residuals)"),
     // linear-attention mixers (K G D L)
-    K(linear_heads, T_INT, "0", NULL, 1, "heads of the K/G/D/L mixers (0 = n_head)"),
-    K(linear_head_dim, T_INT, "0", NULL, 1, "key head dim of the K/G/D/L mixers (0 = d_model / linear_heads)"),
-    K(linear_value_dim, T_INT, "0", NULL, 1, "value head dim of the K/G/D/L mixers (0 = linear_head_dim)"),
-    K(conv_size, T_INT, "4", NULL, 1, "short causal convolution window of K/G/D (1..64)"),
-    K(chunk_size, T_INT, "64", NULL, 0, "chunk size of the chunkwise K/G/D/L forms"),
-    K(kda_gate_lower_bound, T_REAL, "0", NULL, 1, "KDA gate: 0 = -exp(A_log) softplus(x + dt_bias); in [-5, 0) = lb sigmoid(exp(A_log)(x + dt_bias))"),
-    K(gate_rank, T_INT, "0", NULL, 1, "rank of KDA's low-rank decay gate and output gate (0 = linear_value_dim)"),
-    K(reset_at_eot, T_BOOL, "false", NULL, 1, "K/G/D/L states restart after every eot_token (softmax attention is not masked)"),
-    K(eot_token, T_INT, "50256", NULL, 1, "end-of-text token id (GPT-2: 50256)"),
+    KM(linear_heads, T_INT, "0", NULL, 1, "heads of the K/G/D/L mixers (0 = n_head)"),
+    KM(linear_head_dim, T_INT, "0", NULL, 1, "key head dim of the K/G/D/L mixers (0 = d_model / linear_heads)"),
+    KM(linear_value_dim, T_INT, "0", NULL, 1, "value head dim of the K/G/D/L mixers (0 = linear_head_dim)"),
+    KM(conv_size, T_INT, "4", NULL, 1, "short causal convolution window of K/G/D (1..64)"),
+    KM(chunk_size, T_INT, "64", NULL, 0, "chunk size of the chunkwise K/G/D/L forms"),
+    KM(kda_gate_lower_bound, T_REAL, "0", NULL, 1, "KDA gate: 0 = -exp(A_log) softplus(x + dt_bias); in [-5, 0) = lb sigmoid(exp(A_log)(x + dt_bias))"),
+    KM(gate_rank, T_INT, "0", NULL, 1, "rank of KDA's low-rank decay gate and output gate (0 = linear_value_dim)"),
+    KM(reset_at_eot, T_BOOL, "false", NULL, 1, "K/G/D/L states restart after every eot_token (softmax attention is not masked)"),
+    KM(eot_token, T_INT, "50256", NULL, 1, "end-of-text token id (GPT-2: 50256)"),
     // training
     K(batch_size, T_INT, "4", NULL, 0, "micro-batch rows per rank"),
     K(seq_len, T_INT, "1024", NULL, 0, "tokens per row"),
     K(total_batch_size, T_LONG, "0", NULL, 0, "tokens per optimizer step over all ranks (0 = one micro-batch); a multiple of batch_size*seq_len*ranks"),
-    K(steps, T_INT, "100", NULL, 0, "optimizer steps"),
+    KO(steps, T_INT, "100", NULL, 0, "optimizer steps"),
     K(stop_at_step, T_INT, "0", NULL, 0, "end this run after this many steps with a checkpoint, as if interrupted (0 = off)"),
-    K(optimizer, T_ENUM, "adamw", "adamw muon", 0, "optimizer: AdamW everywhere, or Muon on hidden matrices + AdamW on the rest"),
-    K(lr, T_REAL, "6e-4", NULL, 0, "peak learning rate"),
-    K(lr_schedule, T_ENUM, "cosine", "cosine linear constant wsd", 0, "learning-rate schedule after warmup"),
-    K(warmup_steps, T_INT, "0", NULL, 0, "linear warmup steps"),
-    K(final_lr_frac, T_REAL, "0.0", NULL, 0, "final learning rate as a fraction of lr"),
-    K(wsd_decay_frac, T_REAL, "0.2", NULL, 0, "wsd: fraction of steps spent decaying"),
-    K(weight_decay, T_REAL, "0.1", NULL, 0, "decoupled weight decay (matrices and embeddings only)"),
-    K(beta1, T_REAL, "0.9", NULL, 0, "AdamW beta1"),
-    K(beta2, T_REAL, "0.95", NULL, 0, "AdamW beta2"),
-    K(adam_eps, T_REAL, "1e-8", NULL, 0, "AdamW epsilon"),
-    K(grad_clip, T_REAL, "1.0", NULL, 0, "clip the global gradient norm to this (0 = off)"),
-    K(muon_momentum, T_REAL, "0.95", NULL, 0, "Muon momentum"),
-    K(muon_nesterov, T_BOOL, "true", NULL, 0, "Muon Nesterov momentum"),
-    K(muon_ns_steps, T_INT, "5", NULL, 0, "Muon Newton-Schulz iterations"),
-    K(muon_scale, T_ENUM, "moonlight", "moonlight keller", 0,
+    KO(optimizer, T_ENUM, "adamw", "adamw muon", 0, "optimizer: AdamW everywhere, or Muon on hidden matrices + AdamW on the rest"),
+    KO(lr, T_REAL, "6e-4", NULL, 0, "peak learning rate"),
+    KO(lr_schedule, T_ENUM, "cosine", "cosine linear constant wsd", 0, "learning-rate schedule after warmup"),
+    KO(warmup_steps, T_INT, "0", NULL, 0, "linear warmup steps"),
+    KO(final_lr_frac, T_REAL, "0.0", NULL, 0, "final learning rate as a fraction of lr"),
+    KO(wsd_decay_frac, T_REAL, "0.2", NULL, 0, "wsd: fraction of steps spent decaying"),
+    KO(weight_decay, T_REAL, "0.1", NULL, 0, "decoupled weight decay (matrices and embeddings only)"),
+    KO(beta1, T_REAL, "0.9", NULL, 0, "AdamW beta1"),
+    KO(beta2, T_REAL, "0.95", NULL, 0, "AdamW beta2"),
+    KO(adam_eps, T_REAL, "1e-8", NULL, 0, "AdamW epsilon"),
+    KO(grad_clip, T_REAL, "1.0", NULL, 0, "clip the global gradient norm to this (0 = off)"),
+    KO(muon_momentum, T_REAL, "0.95", NULL, 0, "Muon momentum"),
+    KO(muon_nesterov, T_BOOL, "true", NULL, 0, "Muon Nesterov momentum"),
+    KO(muon_ns_steps, T_INT, "5", NULL, 0, "Muon Newton-Schulz iterations"),
+    KO(muon_scale, T_ENUM, "moonlight", "moonlight keller", 0,
       "Muon flavour: moonlight (momentum M = mu*M + g, scale 0.2*sqrt(max(rows,cols)): AdamW's lr and wd carry "
       "over) or keller (KellerJordan/Muon: M = mu*M + (1-mu)*g, scale sqrt(max(1,rows/cols)))"),
-    K(lr_matrix, T_REAL, "0", NULL, 0, "peak lr of 2-D hidden matrices (0 = lr)"),
-    K(lr_embed, T_REAL, "0", NULL, 0, "peak lr of embeddings and lm_head (0 = lr)"),
-    K(lr_norm, T_REAL, "0", NULL, 0, "peak lr of norm weights (0 = lr)"),
-    K(lr_bias, T_REAL, "0", NULL, 0, "peak lr of biases (0 = lr)"),
-    K(wd_matrix, T_REAL, "-1", NULL, 0, "weight decay of 2-D hidden matrices (-1 = weight_decay)"),
-    K(wd_embed, T_REAL, "-1", NULL, 0, "weight decay of embeddings and lm_head (-1 = weight_decay)"),
-    K(wd_norm, T_REAL, "-1", NULL, 0, "weight decay of norm weights (-1 = none)"),
-    K(wd_bias, T_REAL, "-1", NULL, 0, "weight decay of biases (-1 = none)"),
-    K(lr_router, T_REAL, "0", NULL, 0, "peak lr of MoE router weights (0 = lr)"),
-    K(wd_router, T_REAL, "-1", NULL, 0, "weight decay of MoE router weights (-1 = none)"),
-    K(lr_gate, T_REAL, "0", NULL, 0, "peak lr of A_log, dt_bias and short-conv kernels (0 = lr)"),
-    K(wd_gate, T_REAL, "-1", NULL, 0, "weight decay of A_log, dt_bias and short-conv kernels (-1 = none)"),
+    KO(lr_matrix, T_REAL, "0", NULL, 0, "peak lr of 2-D hidden matrices (0 = lr)"),
+    KO(lr_embed, T_REAL, "0", NULL, 0, "peak lr of embeddings and lm_head (0 = lr)"),
+    KO(lr_norm, T_REAL, "0", NULL, 0, "peak lr of norm weights (0 = lr)"),
+    KO(lr_bias, T_REAL, "0", NULL, 0, "peak lr of biases (0 = lr)"),
+    KO(wd_matrix, T_REAL, "-1", NULL, 0, "weight decay of 2-D hidden matrices (-1 = weight_decay)"),
+    KO(wd_embed, T_REAL, "-1", NULL, 0, "weight decay of embeddings and lm_head (-1 = weight_decay)"),
+    KO(wd_norm, T_REAL, "-1", NULL, 0, "weight decay of norm weights (-1 = none)"),
+    KO(wd_bias, T_REAL, "-1", NULL, 0, "weight decay of biases (-1 = none)"),
+    KO(lr_router, T_REAL, "0", NULL, 0, "peak lr of MoE router weights (0 = lr)"),
+    KO(wd_router, T_REAL, "-1", NULL, 0, "weight decay of MoE router weights (-1 = none)"),
+    KO(lr_gate, T_REAL, "0", NULL, 0, "peak lr of A_log, dt_bias and short-conv kernels (0 = lr)"),
+    KO(wd_gate, T_REAL, "-1", NULL, 0, "weight decay of A_log, dt_bias and short-conv kernels (-1 = none)"),
     K(seed, T_LONG, "1337", NULL, 0, "seed for init and data order"),
     K(vocab_dir, T_STR, "out/vocab", NULL, 0, "folder with GPT-2's encoder.json and vocab.bpe (samples print as text when present)"),
     K(train_data, T_STR, "", NULL, 0, "glob of training shards (llm.c format)"),
@@ -265,10 +269,10 @@ static void set_key(Config *c, const char *name, const char *value, const char *
     }
     case T_LAYERS: {
         if (strlen(value) >= CONFIG_STR) die("%s: layers: value too long", where);
-        const char *err = expand_layers(value, c->layers);
+        const char *err = expand_layers(value, c->model.layers);
         if (err) die("%s: layers: %s", where, err);
-        strcpy(c->layers_spec, value);
-        c->n_layer = (int)strlen(c->layers);
+        strcpy(c->model.layers_spec, value);
+        c->model.n_layer = (int)strlen(c->model.layers);
         break;
     }
     }
@@ -323,91 +327,52 @@ void config_set_override(Config *c, const char *key, const char *value) {
     set_key(c, key, value, where);
 }
 
-// MLA, MoE and AttnRes keys (blocks-spec §1, §2, §4), checked only where they matter.
-static void config_finalize_hybrid(Config *c) {
-#define BAD(key, ...) do { fprintf(stderr, "hybrid: error: %s: ", origin_of(key)); \
-        fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } while (0)
-    if (c->moe_experts > 0) {
-        if (c->mlp == MLP_GELU)
-            BAD("mlp", "MoE experts are gated MLPs: set mlp = swiglu or situ (moe_experts = %d set at %s)",
-                c->moe_experts, origin_of("moe_experts"));
-        if (c->moe_top_k < 1 || c->moe_top_k > c->moe_experts)
-            BAD("moe_top_k", "moe_top_k = %d must lie in [1, moe_experts = %d]", c->moe_top_k, c->moe_experts);
-        if (c->moe_hidden < 1) BAD("moe_hidden", "moe_hidden must be set (the routed expert width; moe_experts = %d)",
-                                   c->moe_experts);
-        if (c->moe_shared_hidden == 0) c->moe_shared_hidden = c->moe_hidden;
-        if (c->moe_route_scale <= 0) BAD("moe_route_scale", "moe_route_scale must be positive");
-        if (c->moe_bias_update_rate < 0) BAD("moe_bias_update_rate", "moe_bias_update_rate must not be negative");
-        if (c->moe_aux_loss_coef < 0) BAD("moe_aux_loss_coef", "moe_aux_loss_coef must not be negative");
-        if (c->dense_first > c->n_layer)
-            BAD("dense_first", "dense_first = %d exceeds the %d layers", c->dense_first, c->n_layer);
-    }
-#undef BAD
-}
-
 void config_finalize(Config *c) {
 #define BAD(key, ...) do { fprintf(stderr, "hybrid: error: %s: ", origin_of(key)); \
         fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); exit(1); } while (0)
-    if (c->d_model < 1) BAD("d_model", "d_model must be positive");
-    if (c->n_head < 1) BAD("n_head", "n_head must be positive");
-    if (c->vocab_size < 2) BAD("vocab_size", "vocab_size must be at least 2");
-    if (c->vocab_size > 65536) BAD("vocab_size", "vocab_size %d does not fit the uint16 shard format", c->vocab_size);
-    if (c->padded_vocab_size == 0) c->padded_vocab_size = (c->vocab_size + 127) / 128 * 128;
-    if (c->padded_vocab_size < c->vocab_size)
-        BAD("padded_vocab_size", "padded_vocab_size = %d is smaller than vocab_size = %d", c->padded_vocab_size,
-            c->vocab_size);
-    if (c->mlp_hidden == 0)
-        c->mlp_hidden = c->mlp == MLP_GELU ? 4 * c->d_model : (8 * c->d_model / 3 + 63) / 64 * 64;
-    if (c->situ_beta <= 0) BAD("situ_beta", "situ_beta must be positive");
-    if (c->situ_linear_beta < 0) BAD("situ_linear_beta", "situ_linear_beta must not be negative (0 = no cap)");
-    config_finalize_hybrid(c);
-    if (c->context_length < 1) BAD("context_length", "context_length must be positive");
-    if (c->norm_eps <= 0) BAD("norm_eps", "norm_eps must be positive");
-    if (c->init_std <= 0) BAD("init_std", "init_std must be positive");
+    // the model's keys (model/model_config.c, with each token mixer's)
+    const char *key = NULL, *why = model_config_finalize(&c->model, config_origin, &key);
+    if (why) BAD(key, "%s", why);
+    // the run's
     if (c->batch_size < 1) BAD("batch_size", "batch_size must be positive");
     if (c->seq_len < 1) BAD("seq_len", "seq_len must be positive");
-    if (c->position == POS_LEARNED && c->seq_len > c->context_length)
+    if (c->model.position == POS_LEARNED && c->seq_len > c->model.context_length)
         BAD("seq_len", "seq_len = %d exceeds context_length = %d (learned positions; context_length set at %s)",
-            c->seq_len, c->context_length, origin_of("context_length"));
-    if (c->steps < 1) BAD("steps", "steps must be at least 1");
-    if (c->stop_at_step > c->steps) BAD("stop_at_step", "stop_at_step = %d exceeds steps = %d", c->stop_at_step, c->steps);
-    if (c->lr <= 0) BAD("lr", "lr must be positive");
-    if (c->warmup_steps > c->steps)
-        BAD("warmup_steps", "warmup_steps = %d exceeds steps = %d", c->warmup_steps, c->steps);
-    if (c->final_lr_frac < 0 || c->final_lr_frac > 1) BAD("final_lr_frac", "final_lr_frac must lie in [0, 1]");
-    if (c->wsd_decay_frac < 0 || c->wsd_decay_frac > 1) BAD("wsd_decay_frac", "wsd_decay_frac must lie in [0, 1]");
-    if (c->weight_decay < 0) BAD("weight_decay", "weight_decay must not be negative");
-    if (c->beta1 < 0 || c->beta1 >= 1) BAD("beta1", "beta1 must lie in [0, 1)");
-    if (c->beta2 < 0 || c->beta2 >= 1) BAD("beta2", "beta2 must lie in [0, 1)");
-    if (c->adam_eps <= 0) BAD("adam_eps", "adam_eps must be positive");
-    if (c->grad_clip < 0) BAD("grad_clip", "grad_clip must not be negative");
-    if (c->muon_momentum < 0 || c->muon_momentum >= 1) BAD("muon_momentum", "muon_momentum must lie in [0, 1)");
-    if (c->muon_ns_steps < 1) BAD("muon_ns_steps", "muon_ns_steps must be at least 1");
+            c->seq_len, c->model.context_length, origin_of("context_length"));
+    // the optimizer's
+    const OptimConfig *o = &c->optim;
+    if (o->steps < 1) BAD("steps", "steps must be at least 1");
+    if (c->stop_at_step > o->steps) BAD("stop_at_step", "stop_at_step = %d exceeds steps = %d", c->stop_at_step, o->steps);
+    if (o->lr <= 0) BAD("lr", "lr must be positive");
+    if (o->warmup_steps > o->steps)
+        BAD("warmup_steps", "warmup_steps = %d exceeds steps = %d", o->warmup_steps, o->steps);
+    if (o->final_lr_frac < 0 || o->final_lr_frac > 1) BAD("final_lr_frac", "final_lr_frac must lie in [0, 1]");
+    if (o->wsd_decay_frac < 0 || o->wsd_decay_frac > 1) BAD("wsd_decay_frac", "wsd_decay_frac must lie in [0, 1]");
+    if (o->weight_decay < 0) BAD("weight_decay", "weight_decay must not be negative");
+    if (o->beta1 < 0 || o->beta1 >= 1) BAD("beta1", "beta1 must lie in [0, 1)");
+    if (o->beta2 < 0 || o->beta2 >= 1) BAD("beta2", "beta2 must lie in [0, 1)");
+    if (o->adam_eps <= 0) BAD("adam_eps", "adam_eps must be positive");
+    if (o->grad_clip < 0) BAD("grad_clip", "grad_clip must not be negative");
+    if (o->muon_momentum < 0 || o->muon_momentum >= 1) BAD("muon_momentum", "muon_momentum must lie in [0, 1)");
+    if (o->muon_ns_steps < 1) BAD("muon_ns_steps", "muon_ns_steps must be at least 1");
     {
         const char *lr_keys[6] = {"lr_matrix", "lr_embed", "lr_norm", "lr_bias", "lr_router", "lr_gate"};
         const char *wd_keys[6] = {"wd_matrix", "wd_embed", "wd_norm", "wd_bias", "wd_router", "wd_gate"};
-        const double lrs[6] = {c->lr_matrix, c->lr_embed, c->lr_norm, c->lr_bias, c->lr_router, c->lr_gate};
-        const double wds[6] = {c->wd_matrix, c->wd_embed, c->wd_norm, c->wd_bias, c->wd_router, c->wd_gate};
+        const double lrs[6] = {o->lr_matrix, o->lr_embed, o->lr_norm, o->lr_bias, o->lr_router, o->lr_gate};
+        const double wds[6] = {o->wd_matrix, o->wd_embed, o->wd_norm, o->wd_bias, o->wd_router, o->wd_gate};
         for (int i = 0; i < 6; i++) {
             if (lrs[i] < 0) BAD(lr_keys[i], "%s must not be negative (0 = lr)", lr_keys[i]);
             if (wds[i] < 0 && wds[i] != -1) BAD(wd_keys[i], "%s must be >= 0, or -1 for the default", wd_keys[i]);
         }
     }
-    // every registered mixer derives and checks its keys (only the checks that need the
-    // mixer to be used are skipped when no layer has its letter)
-    for (const MixerOps *const *mx = mixer_all(); *mx; mx++) {
-        const char *key = NULL, *why = (*mx)->config(c, strchr(c->layers, (*mx)->letter) != NULL, &key);
-        if (why) BAD(key, "%s", why);
-    }
-    if (c->reset_at_eot && c->eot_token >= c->vocab_size)
-        BAD("eot_token", "eot_token = %d is outside the vocabulary (vocab_size = %d; reset_at_eot set at %s)",
-            c->eot_token, c->vocab_size, origin_of("reset_at_eot"));
+    // the run's, again
     if (c->keep_checkpoints < 1) BAD("keep_checkpoints", "keep_checkpoints must be at least 1");
     if (c->expert_parallel < 1) BAD("expert_parallel", "expert_parallel must be at least 1");
-    if (c->expert_parallel > 1 && (c->moe_experts < 1 || c->moe_experts % c->expert_parallel))
-        BAD("expert_parallel", "expert_parallel = %d must divide moe_experts = %d", c->expert_parallel, c->moe_experts);
+    if (c->expert_parallel > 1 && (c->model.moe_experts < 1 || c->model.moe_experts % c->expert_parallel))
+        BAD("expert_parallel", "expert_parallel = %d must divide moe_experts = %d", c->expert_parallel,
+            c->model.moe_experts);
     if (c->bucket_mb <= 0) BAD("bucket_mb", "bucket_mb must be positive");
-    if (c->zero && c->optimizer == OPT_MUON)
+    if (c->zero && o->optimizer == OPT_MUON)
         BAD("zero", "zero = true shards AdamW state; with optimizer = muon the hidden matrices are already split by "
                     "ownership (each rank orthogonalises its own): set zero = false");
     if (c->log_every < 1) BAD("log_every", "log_every must be at least 1");
@@ -424,7 +389,7 @@ static void write_value(const Config *c, const Key *k, FILE *f) {
     case T_REAL: fprintf(f, "%.17g", *(const double *)field); break;
     case T_BOOL: fprintf(f, "%s", *(const int *)field ? "true" : "false"); break;
     case T_STR: fprintf(f, "%s", field); break;
-    case T_LAYERS: fprintf(f, "%s", c->layers_spec); break;
+    case T_LAYERS: fprintf(f, "%s", c->model.layers_spec); break;
     case T_ENUM: {
         int want = *(const int *)field, idx = 0;
         const char *p = k->choices;
@@ -472,6 +437,17 @@ char *config_to_text(const Config *c) {
     config_write(c, f);
     fclose(f);
     return text;
+}
+
+void config_value_text(const Config *c, const char *key, char *buf, size_t size) {
+    int index;
+    const Key *k = find_key(key, &index);
+    snprintf(buf, size, "?");
+    if (!k) return;
+    FILE *f = fmemopen(buf, size, "w");
+    if (!f) die("fmemopen failed");
+    write_value(c, k, f);
+    fclose(f);
 }
 
 void config_print_keys(FILE *f) {

@@ -1,0 +1,16 @@
+rewrote tests/test_checkpoint.c
+rewrote tests/test_config.c
+rewrote tests/test_decode.c
+rewrote tests/test_hybrid_model.c
+rewrote tests/test_kda_layer_ops.c
+rewrote tests/test_linear_grad.c
+rewrote tests/test_model_grad.c
+rewrote tests/test_moe.c
+rewrote tests/test_moe_ep.c
+rewrote tests/test_ops_grad.c
+rewrote tests/test_optimizer.c
+rewrote tests/test_schedule.c
+rewrote tests/hybrid_test_util.h
+rewrote tests/gpu/bench_gpt2.c
+rewrote tests/gpu/dump_logits.c
+rewrote tests/gpu/test_model.c

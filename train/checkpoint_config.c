@@ -1,0 +1,70 @@
+// The trainer's side of checkpoints (checkpoint_config.h).
+#include "train/checkpoint_config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "optim/optimizer.h"
+
+void checkpoint_save_run(const Config *c, const ParamTable *t, const float *params, const float *m, const float *v,
+                         const TrainerState *ts) {
+    char *text = config_to_text(c);
+    const MuonMomentumForm form = c->optim.optimizer == OPT_MUON ? muon_momentum_form(optimizer_muon_rule(&c->optim))
+                                                                 : MUON_MOMENTUM_SUM;
+    checkpoint_save(c->out_dir, text, t, params, m, v, form, ts, c->keep_checkpoints);
+    free(text);
+}
+
+void checkpoint_read_config(const char *dir, Config *c) {
+    char path[CONFIG_STR + 32];
+    snprintf(path, sizeof path, "%s/config.conf", dir);
+    config_defaults(c);
+    config_load_file(c, path);
+    config_finalize(c);
+}
+
+void checkpoint_check_config(const char *dir, const Config *want) {
+    Config have;
+    checkpoint_read_config(dir, &have);
+    const char *key = config_model_mismatch(&have, want);
+    if (!key) return;
+    char a[CONFIG_STR + 32], b[CONFIG_STR + 32];
+    config_value_text(&have, key, a, sizeof a);
+    config_value_text(want, key, b, sizeof b);
+    die("%s/config.conf: checkpoint has %s = %s but the config says %s", dir, key, a, b);
+}
+
+static const char *form_equation(MuonMomentumForm f) {
+    return f == MUON_MOMENTUM_EMA ? "M = mu M + (1 - mu) g" : "M = mu M + g";
+}
+
+void checkpoint_check_optimizer(const char *dir, const Config *want) {
+    Config have;
+    checkpoint_read_config(dir, &have);
+    if (want->optim.optimizer != OPT_MUON || have.optim.optimizer != OPT_MUON) return;  // no Muon momentum to mix
+    const MuonMomentumForm want_form = muon_momentum_form(optimizer_muon_rule(&want->optim));
+    MuonMomentumForm form;
+    if (!checkpoint_muon_momentum(dir, &form)) return;
+    char path[CONFIG_STR + 32];
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    const char *have_scale = have.optim.muon_scale == MUON_SCALE_KEY_KELLER ? "keller" : "moonlight";
+    const char *want_scale = want->optim.muon_scale == MUON_SCALE_KEY_KELLER ? "keller" : "moonlight";
+    if (form != want_form) {
+        if (form == MUON_MOMENTUM_SUM && have.optim.muon_scale == MUON_SCALE_KEY_KELLER)
+            die("%s: written by a muon_scale = keller run before keller took KellerJordan/Muon's EMA momentum (no %s "
+                "= ema metadata): its Muon momentum is in the sum form %s, and this run (muon_scale = %s) keeps the %s "
+                "form %s; resuming would mix the two forms (docs/optimizers.md, \"Muon's two momentum forms\"). "
+                "Resume it with the build that wrote it, or start a new run",
+                path, CHECKPOINT_MUON_MOMENTUM_KEY, form_equation(form), want_scale,
+                muon_momentum_form_name(want_form), form_equation(want_form));
+        die("%s: its Muon momentum is in the %s form %s (muon_scale = %s) but this run (muon_scale = %s) keeps the %s "
+            "form %s; resuming would mix the two forms (docs/optimizers.md, \"Muon's two momentum forms\"). Resume "
+            "with muon_scale = %s",
+            path, muon_momentum_form_name(form), form_equation(form), have_scale, want_scale,
+            muon_momentum_form_name(want_form), form_equation(want_form),
+            have_scale);
+    }
+}
+
