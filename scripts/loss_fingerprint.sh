@@ -3,8 +3,10 @@
 # after step N: a refactor that changes no numbers leaves this output identical, bit for
 # bit (the hash covers every weight and moment after N steps, so equal hashes mean every
 # step was equal). Usage:
-#   scripts/loss_fingerprint.sh [-n N] [--device cuda] CONFIG.conf ... > fingerprint.txt
-# Runs ./hybrid (HYBRID=path to use another binary) in a scratch folder under out/.
+#   scripts/loss_fingerprint.sh [-n N] [--device cuda] [--set KEY VALUE ...] CONFIG.conf ... > fingerprint.txt
+# Runs ./hybrid (HYBRID=path to use another binary) in a scratch folder under out/;
+# --set passes a config override to every run (e.g. --set val_data "" when the validation
+# split is smaller than one batch).
 set -eu
 n=20
 extra=""
@@ -13,16 +15,16 @@ while [ $# -gt 0 ]; do
     case "$1" in
         -n) n=$2; shift 2 ;;
         --device) extra="$extra --device $2"; shift 2 ;;
+        --set) extra="$extra --$2 '$3'"; shift 3 ;;
         *) break ;;
     esac
 done
-[ $# -gt 0 ] || { echo "usage: $0 [-n N] [--device cuda] CONFIG.conf ..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $0 [-n N] [--device cuda] [--set KEY VALUE ...] CONFIG.conf ..." >&2; exit 2; }
 for conf in "$@"; do
     dir=out/fingerprint/$(basename "$conf" .conf)
     rm -rf "$dir"; mkdir -p "$dir"
-    # shellcheck disable=SC2086
-    "$hybrid" train "$conf" --stop_at_step "$n" --log_every 1 --val_every 0 --sample_tokens 0 \
-        --checkpoint_every 0 --keep_checkpoints 1 --out_dir "$dir" $extra > "$dir/train.log" 2>&1 ||
+    eval "\"\$hybrid\" train \"\$conf\" --stop_at_step \"\$n\" --log_every 1 --val_every 0 --sample_tokens 0 \
+        --checkpoint_every 0 --keep_checkpoints 1 --out_dir \"\$dir\" $extra" > "$dir/train.log" 2>&1 ||
         { echo "$conf: training failed, see $dir/train.log" >&2; exit 1; }
     ck=$(ls -d "$dir"/checkpoints/step_* | tail -n 1)
     echo "== $conf ($n steps$extra)"

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "train/checkpoint_config.h"
 #include "train/config.h"
 #include "checkpoints/checkpoint.h"
 #include "model/model.h"
