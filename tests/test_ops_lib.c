@@ -1,7 +1,9 @@
 // Smoke test of the shared libraries `make lib` builds (include/hybrid_ops.h): dlopen()
 // each, check its element type, and call the chunkwise KDA forward and backward on our
 // own buffers; the double library must agree with the ops linked into this test, the
-// float library to float precision.
+// float library to float precision. Also, in both element types (the float library is the
+// trainer's build of the ops): cpu_matmul_forward gives a row the same bits alone (one
+// token at a time, as decoding runs it) as inside a tile of rows.
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -93,6 +95,44 @@ static void run_lib(void *lib, int bytes, double *out) {
     free(ws);
 }
 
+// rows 0..N-1 through cpu_matmul_forward of `lib` at once, then in every split into pieces
+// of 1, 2 and 3 rows: the outputs must be the same bits (memcmp)
+static void check_matmul_rows(void *lib, int bytes, const char *name) {
+    typedef void (*MmF)(void *, const void *, const void *, const void *, int, int, int);
+    MmF mm = (MmF)dlsym(lib, "cpu_matmul_forward");
+    CHECK(mm != NULL, "%s: cpu_matmul_forward missing", name);
+    if (!mm) return;
+    enum { N = 7, C = 37, OC = 11 };
+    Rng r;
+    rng_seed(&r, 5);
+    char *x = malloc((size_t)N * C * bytes), *w = malloc((size_t)OC * C * bytes), *b = malloc((size_t)OC * bytes);
+    char *all = malloc((size_t)N * OC * bytes), *piece = malloc((size_t)N * OC * bytes);
+    for (int i = 0; i < N * C; i++) {
+        double v = rng_normal(&r);
+        if (bytes == 4) ((float *)x)[i] = (float)v;
+        else ((double *)x)[i] = v;
+    }
+    for (int i = 0; i < OC * C; i++) {
+        double v = rng_normal(&r);
+        if (bytes == 4) ((float *)w)[i] = (float)v;
+        else ((double *)w)[i] = v;
+    }
+    for (int i = 0; i < OC; i++) {
+        if (bytes == 4) ((float *)b)[i] = (float)rng_normal(&r);
+        else ((double *)b)[i] = rng_normal(&r);
+    }
+    mm(all, x, w, b, N, C, OC);
+    for (int len = 1; len <= 3; len++) {
+        for (int i0 = 0; i0 < N; i0 += len) {
+            int n = i0 + len <= N ? len : N - i0;
+            mm(piece + (size_t)i0 * OC * bytes, x + (size_t)i0 * C * bytes, w, b, n, C, OC);
+        }
+        CHECK(!memcmp(all, piece, (size_t)N * OC * bytes), "%s: matmul rows in pieces of %d differ from one call",
+              name, len);
+    }
+    free(x), free(w), free(b), free(all), free(piece);
+}
+
 static void *open_lib(const char *name) {
     const char *dir = getenv("HYBRID_LIB_DIR") ? getenv("HYBRID_LIB_DIR") : "out/lib";
     char path[512];
@@ -127,6 +167,7 @@ int main(void) {
         BytesFn rb = (BytesFn)dlsym(lib, "hybrid_ops_real_bytes");
         CHECK(rb && rb() == bytes[i], "%s: hybrid_ops_real_bytes", names[i]);
         if (!rb || rb() != bytes[i]) continue;
+        check_matmul_rows(lib, bytes[i], names[i]);
         memset(got, 0, n * sizeof(double));
         run_lib(lib, bytes[i], got);
         double maxd = 0, maxr = 0;
