@@ -170,6 +170,13 @@ static int train(int ranks, const char *out, const char *extra) {
 int main(void) {
     const char *build = getenv("BUILD") ? getenv("BUILD") : "out/build";
     snprintf(g_bin, sizeof g_bin, "%s/hybrid_f64", build);
+    if (file_exists(g_bin)) {  // the double build is the CPU reference: it has no CUDA and says so
+        remove_tree(DIR_);
+        cli_make_markov_shards(DIR_, 64);
+        CHECK(run("%s" TINY "--batch_size 4 --device cuda --out_dir " DIR_ "/f64cuda", g_bin) == 1 &&
+                  strstr(logged(), "this is the double-precision CPU reference build, which has no CUDA"),
+              "hybrid_f64 --device cuda should refuse with a message:\n%s", logged());
+    }
     if (!dist_mpi_available() || system("command -v mpirun > /dev/null 2>&1") != 0) {
         printf("skipped: this build has no MPI or mpirun is missing (Debian: libopenmpi-dev openmpi-bin)\n");
         TEST_MAIN_END();
