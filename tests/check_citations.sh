@@ -2,12 +2,12 @@
 # The repository stands alone: its files cite its own docs and nothing else.
 #  (a) No tracked file has a section sign or names a design note that is not in the
 #      repository (the names are spelled in pieces below, so this file passes too).
-#  (b) Every citation of a Markdown file's heading names a file that exists and one of its
-#      headings (#, ##, ... outside fenced code), compared exactly, backticks ignored. The
-#      forms: docs/kda.md, "Document boundaries" (or without the comma, or with the path in
-#      backticks); more headings may follow, joined by ", ", " and ", " or ", " to ", each
-#      heading optionally followed by ", step 4" (steps, item, items). A bare kda.md, "..."
-#      means the file next to the citing one. Citations may wrap across lines.
+#  (b) Every citation docs/<file>.md, "<heading>" (also without the comma, or with the path
+#      in backticks) names a file that exists and one of its headings (#, ##, ... outside
+#      fenced code), compared exactly, backticks ignored. More headings may follow, joined by
+#      a comma, "and", "or" or "to", each optionally followed by a step or item number
+#      (", step 4"). A path without a folder, <file>.md, "<heading>", means the file next to
+#      the citing one. Citations may wrap across comment lines.
 # Failures are printed as FILE:LINE: what. Needs only sh and awk; run from the repository root.
 set -u
 list=$(mktemp /tmp/check_citations.XXXXXX)
