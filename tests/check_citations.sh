@@ -38,23 +38,32 @@ function load_headings(f,    line, fence, h) {
     close(f)
     return loaded[f]
 }
-# the line of file offset p in the joined text
-function line_at(p,    n) { n = 1; while (n < nlines && start[n + 1] <= p) n++; return n }
-function check_file(f,    line, n, text, low, i, rest, off, m, path, target, q, h) {
-    n = 0; text = ""
+# the line of offset p in the paragraph that starts at line first and ends at line last
+function line_at(p,    n) { n = first; while (n < last && start[n + 1] <= p) n++; return n }
+function check_file(f,    line, n, text) {
+    n = 0; text = ""; first = 1
     while ((getline line < f) > 0) {
         n++
-        if (index(line, sect)) complain(f, n, "section sign (cite a heading: docs/<file>.md, \"<heading>\")")
-        low = tolower(line)
-        for (i = 1; i <= nlow; i++) if (index(low, lowname[i])) complain(f, n, "names " lowname[i] " (not in the repository)")
-        for (i = 1; i <= nexact; i++) if (index(line, exactname[i])) complain(f, n, "names " exactname[i] " (not in the repository)")
-        # join the lines without their comment markers, so that a citation may wrap
+        check_names(f, n, line)
+        # a paragraph from its first line that names a .md file up to a blank line, joined
+        # without the comment markers, so that a citation may wrap
         sub(/^[ \t]*(\/\/+|\/\*+|\*+|#+)?[ \t]*/, "", line)
+        if (line == "") { last = n - 1; check_citations(f, text); text = ""; first = n + 1; continue }
+        if (text == "" && !index(line, ".md")) { first = n + 1; continue }
         start[n] = length(text) + 1
         text = text line " "
     }
     close(f)
-    nlines = n
+    last = n
+    check_citations(f, text)
+}
+function check_names(f, n, line,    low, i) {
+    if (index(line, sect)) complain(f, n, "section sign (cite a heading: docs/<file>.md, \"<heading>\")")
+    low = tolower(line)
+    for (i = 1; i <= nlow; i++) if (index(low, lowname[i])) complain(f, n, "names " lowname[i] " (not in the repository)")
+    for (i = 1; i <= nexact; i++) if (index(line, exactname[i])) complain(f, n, "names " exactname[i] " (not in the repository)")
+}
+function check_citations(f, text,    rest, off, m, path, target, q, h) {
     rest = text; off = 0
     while (match(rest, /[A-Za-z0-9_.\/-]*[A-Za-z0-9_-]\.md`?,? +"[^"]*"/)) {
         m = substr(rest, RSTART, RLENGTH)
