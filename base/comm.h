@@ -1,4 +1,5 @@
-// The collectives interface (ARCHITECTURE §6): a table of collectives on backend memory.
+// The collectives interface (docs/distributed.md, "What each step does"): a table of
+// collectives on backend memory.
 // The model (MoE expert parallelism) and the trainer call only this table; dist/ fills
 // it with MPI on host buffers (dist/comm_mpi.c, the CPU backend) and kernels/ with NCCL
 // on device buffers (dist/comm_nccl.cu), so the same code drives both. Every call is

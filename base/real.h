@@ -1,5 +1,6 @@
 // The scalar type of the CPU reference. Built as float for training and as
-// double (-DREAL_DOUBLE) for finite-difference gradient checks (ARCHITECTURE §2).
+// double (-DREAL_DOUBLE) for finite-difference gradient checks (docs/architecture.md,
+// "Precision of the truth").
 #ifndef HYBRID_REAL_H
 #define HYBRID_REAL_H
 

@@ -1,4 +1,4 @@
-// Checkpoints (ARCHITECTURE §4). A checkpoint is a directory
+// Checkpoints (docs/architecture.md, "File formats"). A checkpoint is a directory
 //   <out_dir>/checkpoints/step_00000100/
 //       config.conf          the full config (the trainer's config_write)
 //       model.safetensors    fp32 weights, names and shapes from the parameter table

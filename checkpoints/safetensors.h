@@ -1,4 +1,4 @@
-// A small, strict safetensors reader and writer (ARCHITECTURE §4).
+// A small, strict safetensors reader and writer (docs/architecture.md, "File formats").
 //
 // File layout: 8-byte little-endian header length N, then N bytes of JSON
 //   {"<name>": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,

@@ -1,4 +1,5 @@
-// Token-sharded data loader over llm.c-format shards (ARCHITECTURE §4, anchors §1.6).
+// Token-sharded data loader over llm.c-format shards (docs/background.md, "llm.c token
+// shards" and "Token-sharded loading").
 //
 // One "sample" is one global micro-batch of world * B * T tokens (+1 for the shifted
 // targets). Rank r reads slot r of every sample: ranks see disjoint, contiguous slices

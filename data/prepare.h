@@ -1,5 +1,6 @@
 // `hybrid prepare`: text files, folders of them, JSONL or the Brown corpus ->
-// llm.c-compatible token shards (ARCHITECTURE §4). `hybrid prepare --help` explains.
+// llm.c-compatible token shards (docs/background.md, "llm.c token shards"). `hybrid prepare
+// --help` explains.
 #ifndef HYBRID_PREPARE_H
 #define HYBRID_PREPARE_H
 

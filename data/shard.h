@@ -1,4 +1,5 @@
-// llm.c-compatible token shards (ARCHITECTURE §4): a header of 256 little-endian int32
+// llm.c-compatible token shards (docs/background.md, "llm.c token shards"): a header of 256
+// little-endian int32
 // (magic 20240520, version 1, token count), then the tokens as uint16.
 #ifndef HYBRID_SHARD_H
 #define HYBRID_SHARD_H

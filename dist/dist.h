@@ -1,9 +1,9 @@
-// The distributed runtime (ARCHITECTURE §6): one process per GPU (or per CPU worker)
-// under `mpirun`. dist_init finds rank, world size and local rank, splits the expert-
-// parallel groups (blocks-spec §7) and installs the failure behaviour: an error on any
-// rank aborts every rank (MPI_Abort) instead of leaving the others waiting, and a
-// blocking collective that waits longer than `HYBRID_DIST_TIMEOUT` seconds (default
-// 600) aborts the job with a message naming the collective.
+// The distributed runtime (docs/distributed.md, "What each step does"): one process per GPU
+// (or per CPU worker) under `mpirun`. dist_init finds rank, world size and local rank, splits
+// the expert-parallel groups (docs/distributed.md, "Expert parallelism") and installs the
+// failure behaviour: an error on any rank aborts every rank (MPI_Abort) instead of leaving the
+// others waiting, and a blocking collective that waits longer than `HYBRID_DIST_TIMEOUT`
+// seconds (default 600) aborts the job with a message naming the collective.
 //
 // A process that was not started by a launcher (no OMPI_COMM_WORLD_SIZE, PMI_SIZE or
 // PMIX_RANK in its environment) is a world of one: no MPI call is made at all, so

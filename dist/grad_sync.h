@@ -1,4 +1,5 @@
-// Data-parallel gradient reduction and parameter synchronisation (ARCHITECTURE §6).
+// Data-parallel gradient reduction and parameter synchronisation (docs/distributed.md,
+// "What each step does").
 //
 // Each rank's backward runs with loss_scale 1 / (accumulation steps * world), so the SUM
 // over ranks of the gradients is the gradient of the global batch's mean loss: the same

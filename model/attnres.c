@@ -1,8 +1,10 @@
-// One Block AttnRes op (blocks-spec §4.4-4.5) as a module: its pseudo-query w (zero-
-// initialised, so every sublayer input starts as the mean of its sources) and key-norm
-// weight gamma (one-initialised), both 1-D, AdamW without weight decay (GROUP_NORM; kept
-// off Muon and out of low precision, §4.7). The stack bookkeeping (which sources, block
-// seals, the §4.6 gradient walk) lives in the graph (model.c).
+// One Block AttnRes op (docs/hybrid.md, "AttnRes op forward" and "AttnRes op backward") as
+// a module: its pseudo-query w (zero-initialised, so every sublayer input starts as the
+// mean of its sources) and key-norm weight gamma (one-initialised), both 1-D, AdamW without
+// weight decay (GROUP_NORM; kept off Muon and out of low precision, docs/hybrid.md,
+// "AttnRes cost and precision"). The stack bookkeeping (which sources, block seals, the
+// gradient walk of docs/hybrid.md, "AttnRes backward through the stack") lives in the
+// graph (model.c).
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -21,7 +23,7 @@ void attnres_layout(const Model *m, Carver *cv, AttnResActs *a, int n) {
     const size_t N = (size_t)m->max_B * m->max_T;
     a->n = n;
     a->out = carve(cv, N * m->cfg.d_model);
-    a->probs = carve_stat(cv, N * n);  // fp32 statistics (§4.4)
+    a->probs = carve_stat(cv, N * n);  // fp32 statistics (docs/hybrid.md, "AttnRes op forward")
     a->logits = carve_stat(cv, N * n);
     a->rstd = carve_stat(cv, N * n);
     if (cv->base && !a->srcs) a->srcs = xcalloc((size_t)n, sizeof(*a->srcs));

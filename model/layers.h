@@ -38,7 +38,7 @@ void mlp_layout(const struct Model *m, Carver *cv, Carver *scratch, MlpActs *a);
 void mlp_forward(struct Model *m, int layer, real *out, const real *in, int B, int T);
 void mlp_backward(struct Model *m, int layer, real *din, const real *dout, int B, int T);
 
-// ---- MoE channel mixer (blocks-spec §2), model/moe.c ----
+// ---- MoE channel mixer (docs/hybrid.md, "MoE channel mixer"), model/moe.c ----
 typedef struct {
     real *in;
     real *logits, *scores, *weights;  // (N, E), (N, E), (N, K)
@@ -62,7 +62,7 @@ void moe_layout(const struct Model *m, Carver *cv, Carver *scratch, MoeActs *a);
 void moe_forward(struct Model *m, int layer, real *out, const real *in, int B, int T);
 void moe_backward(struct Model *m, int layer, real *din, const real *dout, int B, int T);
 
-// ---- Block AttnRes op (blocks-spec §4), model/attnres.c ----
+// ---- Block AttnRes op (docs/hybrid.md, "Block Attention Residuals"), model/attnres.c ----
 // One op mixes its n sources (sealed blocks, then the partial sum) into out.
 typedef struct {
     int n;                            // sources

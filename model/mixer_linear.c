@@ -1,13 +1,16 @@
 // Token mixers K (KDA), G (GDN), D (DeltaNet), L (linear attention): forward and
-// backward of the whole layer through the backend table (kda-spec §5.2-§5.4):
-//   q, k, v = SiLU(ShortConv(x W^T))            (§5.1; L: the raw projections)
-//   q, k    = L2Norm(q), L2Norm(k)              (§1.4, eps 1e-6 on the sum of squares)
-//   g       = gate((x F_a^T) F_b^T)  KDA,  gate(x W_a^T)  GDN    (§1.4, §5.2, §5.3)
+// backward of the whole layer through the backend table (docs/delta-rule.md, "Layers"):
+//   q, k, v = SiLU(ShortConv(x W^T))            (L: the raw projections)
+//   q, k    = L2Norm(q), L2Norm(k)              (eps 1e-6 on the sum of squares)
+//   g       = gate((x F_a^T) F_b^T)  KDA,  gate(x W_a^T)  GDN
 //   beta    = sigmoid(x W_b^T)                  (K G D)
-//   o       = chunkwise KDA / GDN / DeltaNet / ELU+1 linear attention (§3, §4; §3.8)
+//   o       = chunkwise KDA / GDN / DeltaNet / ELU+1 linear attention
 //   y_h     = RMSNorm(o_h) w act(z_h)           KDA: z = (x G_a^T) G_b^T + b, act = sigmoid;
 //                                               GDN: z = x W_g^T, act = swish; D, L: plain RMSNorm
 //   out     = concat_h(y_h) W_o^T
+// The steps: docs/delta-rule.md, "Short causal convolution with SiLU", "Input transforms:
+// L2 norm, decay gate and beta", "KDA layer", "GDN layer", "Chunkwise forward", "Chunkwise
+// backward", "Chunked linear attention", "Gated RMSNorm of the output".
 // Training runs the chunkwise forms; with reset_at_eot the sequences come from
 // doc_segments.c (each batch row, cut after every end-of-text token).
 #include "model/doc_segments.h"
@@ -62,7 +65,8 @@ static void core(Model *m, const LinShape *s, LinearActs *a, int B, int T, int b
     }
 }
 
-// short conv + SiLU over the flattened rows, cut at the sequence boundaries (§5.1)
+// short conv + SiLU over the flattened rows, cut at the sequence boundaries
+// (docs/delta-rule.md, "Short causal convolution with SiLU")
 static void conv_forward(Model *m, real *y, const real *x, const real *w, int D, int W, int B, int T) {
     const DocSegments *sg = &m->acts.seg;
     if (sg->active) m->be->delta_rule->short_conv_forward(y, NULL, x, w, NULL, NULL, 1, B * T, D, W, sg->offsets, sg->nseq, 1);
@@ -87,10 +91,12 @@ void linear_mixer_inputs(Model *m, int l, const real *in, int N) {
     be->core->matmul_forward(a->qp, in, P(p->q_w), NULL, N, C, s.HK);
     be->core->matmul_forward(a->kp, in, P(p->k_w), NULL, N, C, s.HK);
     be->core->matmul_forward(a->vp, in, P(p->v_w), NULL, N, C, s.HV);
-    if (s.kind == LINEAR_KDA) {  // g = gate(F_b F_a x), per channel (§5.2)
+    // g = gate(F_b F_a x) per channel (KDA), gate(W_a x) per head (GDN): docs/delta-rule.md,
+    // "KDA layer" and "GDN layer"
+    if (s.kind == LINEAR_KDA) {
         be->core->matmul_forward(a->fa, in, P(p->f_a), NULL, N, C, s.R);
         be->core->matmul_forward(a->graw, a->fa, P(p->f_b), NULL, N, s.R, s.HK);
-    } else if (s.kind == LINEAR_GDN) {  // g = gate(W_a x), per head (§5.3)
+    } else if (s.kind == LINEAR_GDN) {
         be->core->matmul_forward(a->graw, in, P(p->a_w), NULL, N, C, s.H);
     }
     if (s.gate_dim)

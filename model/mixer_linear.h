@@ -1,7 +1,8 @@
 // The K (KDA), G (GDN), D (DeltaNet) and L (linear attention) mixers share one layer
-// (kda-spec §5.2-§5.4; docs/kda.md) and these private types: mixer_linear_params.c (config,
-// parameters, layout), mixer_linear.c (forward, backward, the four registry entries),
-// mixer_linear_cached.c (the generation cache and the cached forward).
+// (docs/kda.md; math: docs/delta-rule.md, "Layers") and these private types:
+// mixer_linear_params.c (config, parameters, layout), mixer_linear.c (forward, backward,
+// the four registry entries), mixer_linear_cached.c (the generation cache and the cached
+// forward).
 #ifndef HYBRID_MIXER_LINEAR_H
 #define HYBRID_MIXER_LINEAR_H
 
@@ -10,7 +11,9 @@
 #include "model/mixer.h"
 #include "model/model.h"
 
-#define LINEAR_L2NORM_EPS 1e-6  // fla's eps on the sum of squares of q and k (kda-spec §1.4)
+// fla's eps on the sum of squares of q and k (docs/delta-rule.md, "Input transforms: L2
+// norm, decay gate and beta")
+#define LINEAR_L2NORM_EPS 1e-6
 
 // Indices of the layer's tensors (H heads, key dim K, value dim V, rank R, conv window W);
 // -1 where the kind has no such tensor.
@@ -48,7 +51,8 @@ typedef struct {
 
 // The generation cache: conv states (D, W-1) of q, k, v (not for L), the state S (H, K, V)
 // and, for L, the key sum z (H, K); S and z in statistics elements (fp32 on CUDA). All zero
-// at the start of a sequence (kda-spec §1.4, §5.1).
+// at the start of a sequence (docs/delta-rule.md, "Decode steps" and "Short causal
+// convolution with SiLU").
 typedef struct {
     real *conv_q, *conv_k, *conv_v;
     real *S, *z;
@@ -58,10 +62,11 @@ typedef struct {
     LinearKind kind;   // the registry entry's variant
     int H, K, V, R, W; // heads, key / value head dims, gate rank, conv window
     int HK, HV;        // H*K, H*V
-    int conv;          // K G D: short convs + SiLU, L2-normalised q and k, beta (§5.2-§5.4)
+    int conv;          // K G D: short convs + SiLU, L2-normalised q and k, beta
     int gate_dim;      // log-decay entries per head: K (KDA), 1 (GDN), 0 (D, L)
-    real scale;        // K^-1/2 on q (§0.1)
-    real lower_bound;  // KDA gate form (0 = softplus), §1.4
+    real scale;        // K^-1/2 on q (docs/delta-rule.md, "Notation and tensor layout")
+    real lower_bound;  // KDA gate form (0 = softplus; docs/delta-rule.md, "Input transforms:
+                       // L2 norm, decay gate and beta")
 } LinShape;
 
 static inline LinShape lin_shape_of(const ModelConfig *c, LinearKind kind) {

@@ -1,10 +1,12 @@
 // The cached form of the K/G/D/L mixers (generation): the same layer as mixer_linear.c
 // from an O(1) recurrent state instead of the chunkwise forms. The per-token pieces
 // (projections, gates, L2 norms, the output norm and projection) run on all n new rows at
-// once; the short convs step over their window of the last W-1 inputs (§5.1) and the core
-// steps the recurrence (§1.4 index form; §1.1 for L), one token at a time. With
-// reset_at_eot the state restarts after every end-of-text token, as the training forward's
-// document boundaries do (doc_segments.h).
+// once; the short convs step over their window of the last W-1 inputs (docs/delta-rule.md,
+// "Short causal convolution with SiLU") and the core steps the recurrence (the index form
+// of docs/delta-rule.md, "Kimi Delta Attention (KDA)"; for L, docs/delta-rule.md, "Linear
+// attention with the ELU+1 feature map"), one token at a time. With reset_at_eot the
+// state restarts after every end-of-text token, as the training forward's document
+// boundaries do (doc_segments.h).
 #include "model/doc_segments.h"
 #include "model/mixer_linear.h"
 

@@ -1,6 +1,7 @@
 // Token mixers K (KDA), G (GDN), D (DeltaNet), L (linear attention): their config keys,
-// their tensors in the parameter table (kda-spec §5.2-§5.4, names and init as fla's
-// layers), the activations their forward saves / their backward needs, and their FLOPs.
+// their tensors in the parameter table (docs/kda.md, "Layer parameters": names and init as
+// fla's layers), the activations their forward saves / their backward needs, and their
+// FLOPs.
 #include <stdio.h>
 #include <string.h>
 
@@ -61,12 +62,12 @@ void linear_params(const ModelConfig *c, ParamTable *t, int l, void *params) {
     p->q_w = params_matrix(t, std, s.HK, C, "blocks.%d.attn.q_proj.weight", l);
     p->k_w = params_matrix(t, std, s.HK, C, "blocks.%d.attn.k_proj.weight", l);
     p->v_w = params_matrix(t, std, s.HV, C, "blocks.%d.attn.v_proj.weight", l);
-    if (s.conv) {  // §5.1: bias-free depthwise convs, SiLU
+    if (s.conv) {  // bias-free depthwise convs, SiLU (docs/kda.md, "Layer parameters")
         p->q_conv = conv_param(t, c, s.HK, s.W, "blocks.%d.attn.q_conv1d.weight", l);
         p->k_conv = conv_param(t, c, s.HK, s.W, "blocks.%d.attn.k_conv1d.weight", l);
         p->v_conv = conv_param(t, c, s.HV, s.W, "blocks.%d.attn.v_conv1d.weight", l);
     }
-    if (s.kind == LINEAR_KDA) {  // §5.2: low-rank gate, A_log ~ log U(1,16), dt_bias per channel
+    if (s.kind == LINEAR_KDA) {  // low-rank gate, A_log ~ log U(1,16), dt_bias per channel
         p->f_a = params_matrix(t, std, s.R, C, "blocks.%d.attn.f_proj.0.weight", l);
         p->f_b = params_matrix(t, std, s.HK, s.R, "blocks.%d.attn.f_proj.1.weight", l);
         // the lower-bound form starts from A = 1 (fla's safe_gate init: A_log = 0); with
@@ -74,17 +75,17 @@ void linear_params(const ModelConfig *c, ParamTable *t, int l, void *params) {
         p->A_log = s.lower_bound < 0 ? gate_param(t, INIT_ZERO, s.H, 0, 0, "blocks.%d.attn.A_log", l)
                                      : gate_param(t, INIT_LOG_UNIFORM, s.H, 1.0, 16.0, "blocks.%d.attn.A_log", l);
         p->dt_bias = gate_param(t, INIT_DT_BIAS, s.HK, 1e-3, 1e-1, "blocks.%d.attn.dt_bias", l);
-    } else if (s.kind == LINEAR_GDN) {  // §5.3: scalar gate per head, A_log ~ log U(0,16)
+    } else if (s.kind == LINEAR_GDN) {  // scalar gate per head, A_log ~ log U(0,16)
         p->a_w = params_matrix(t, std, s.H, C, "blocks.%d.attn.a_proj.weight", l);
         p->A_log = gate_param(t, INIT_LOG_UNIFORM, s.H, 0.0, 16.0, "blocks.%d.attn.A_log", l);
         p->dt_bias = gate_param(t, INIT_DT_BIAS, s.H, 1e-3, 1e-1, "blocks.%d.attn.dt_bias", l);
     }
     if (s.conv) p->b_w = params_matrix(t, std, s.H, C, "blocks.%d.attn.b_proj.weight", l);
-    if (s.kind == LINEAR_KDA) {  // §5.2: low-rank output gate with a bias (fla's layer)
+    if (s.kind == LINEAR_KDA) {  // low-rank output gate with a bias (fla's layer)
         p->g_a = params_matrix(t, std, s.R, C, "blocks.%d.attn.g_proj.0.weight", l);
         p->g_b = params_matrix(t, std, s.HV, s.R, "blocks.%d.attn.g_proj.1.weight", l);
         p->g_bias = params_vector(t, GROUP_BIAS, INIT_ZERO, s.HV, "blocks.%d.attn.g_proj.1.bias", l);
-    } else if (s.kind == LINEAR_GDN) {  // §5.3: full-rank swish output gate
+    } else if (s.kind == LINEAR_GDN) {  // full-rank swish output gate
         p->g_w = params_matrix(t, std, s.HV, C, "blocks.%d.attn.g_proj.weight", l);
     }
     p->o_norm = params_vector(t, GROUP_NORM, INIT_ONE, s.V, "blocks.%d.attn.o_norm.weight", l);

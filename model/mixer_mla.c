@@ -1,32 +1,38 @@
-// Token mixer 'M': Multi-head Latent Attention (blocks-spec §1), NoPE as Kimi Linear uses it
-// (the d_r slice is kept but not rotated) or RoPE (§1.6), optional q-LoRA, optional sigmoid
-// output gate (K3 gated MLA). H = n_head, r = mla_kv_rank, dn/dr/dv the head widths,
-// dqk = dn + dr, scale 1/sqrt(dqk). Forward, decompressed form (§1.3):
+// Token mixer 'M': Multi-head Latent Attention (docs/hybrid.md, "MLA token mixer (M)"), NoPE
+// as Kimi Linear uses it (the d_r slice is kept but not rotated) or RoPE (docs/hybrid.md,
+// "RoPE on the decoupled slice"), optional q-LoRA, optional sigmoid output gate (K3 gated
+// MLA). H = n_head, r = mla_kv_rank, dn/dr/dv the head widths, dqk = dn + dr, scale
+// 1/sqrt(dqk). Forward, decompressed form (docs/hybrid.md, "MLA forward (decompressed
+// form)"):
 //   q  = x W_q^T                      or  q = RMSNorm(x W_qa^T) W_qb^T      (N, H*dqk)
 //   kv = x W_kva^T = [c | kr];  chat = RMSNorm(c);  e = chat W_kvb^T = per head [k_nope | v]
 //   (RoPE: rotate q's rope slices per head and kr at positions pos0 + t)
 //   k  = per head [k_nope,h | kr];  o = causal softmax attention(q, k, v)   (N, H*dv)
 //   u  = o * sigmoid(x W_g^T)  (gate)  or  u = o;    out = u W_o^T
-// Backward in the order of §1.5. The latent norms use eps 1e-6 (§1.2).
+// Backward in the order of docs/hybrid.md, "MLA backward, in order". The latent norms use
+// eps 1e-6 (docs/hybrid.md, "MLA parameters").
 // Cached form (generation): the rows [chat | kr] of the new tokens are appended to the
-// layer's latent cache and attention runs in the absorbed form (§1.7) over the whole cache.
+// layer's latent cache and attention runs in the absorbed form (docs/hybrid.md, "Absorbed
+// (MQA-style) decode form") over the whole cache.
 #include <math.h>
 #include <stdio.h>
 
 #include "base/util.h"
 #include "model/model.h"
 
-#define MLA_NORM_EPS 1e-6  // q_a / kv_a RMSNorm (§1.2: HF builds them without the config eps)
+// q_a / kv_a RMSNorm (HF builds them without the config eps; docs/hybrid.md, "MLA parameters")
+#define MLA_NORM_EPS 1e-6
 
-// Indices of the layer's tensors (blocks-spec §1.2): q_w without q-LoRA, else q_a /
-// q_a_norm / q_b; gate_w -1 without the gate.
+// Indices of the layer's tensors (docs/hybrid.md, "MLA parameters"): q_w without q-LoRA,
+// else q_a / q_a_norm / q_b; gate_w -1 without the gate.
 typedef struct {
     int q_w, q_a_w, q_a_norm, q_b_w;
     int kv_a_w, kv_a_norm, kv_b_w;
     int gate_w, out_w;
 } MlaParams;
 
-// Training/prefill uses the decompressed form (§1.3).
+// Training/prefill uses the decompressed form (docs/hybrid.md, "MLA forward (decompressed
+// form)").
 typedef struct {
     real *in;
     real *q;                  // (N, H*dqk) per head [q_nope | q_rope] (q_rope rotated with RoPE)
@@ -74,8 +80,8 @@ static const char *mla_config(ModelConfig *c, int used, ConfigOriginFn origin, c
     return why;
 }
 
-// §6.6: each query attends to T/2 keys on average with H heads of width dqk (scores) and
-// dv (values); x3 for forward + backward
+// docs/hybrid.md, "Parameter counts and FLOPs per token": each query attends to T/2 keys
+// on average with H heads of width dqk (scores) and dv (values); x3 for forward + backward
 static double mla_flops(const ModelConfig *c, int T) {
     MlaDims d = dims(c);
     return 3.0 * T * d.H * (d.dqk + d.dv);
@@ -173,7 +179,8 @@ static void mla_inputs(Model *m, int l, const real *in, int B, int T, int pos0) 
     be->core->matmul_forward(a->kv, in, PRM(p->kv_a_w), NULL, N, d.C, d.r + d.dr);
     be->mla->mla_split_kv_forward(a->c, a->kr, a->kv, N, d.r, d.dr);
     be->norm_glu->rmsnorm_forward(a->c_n, a->rstd_c, a->c, PRM(p->kv_a_norm), N, d.r, (real)MLA_NORM_EPS);
-    if (c->mla_rope) {  // §1.6: only the decoupled slices rotate
+    // only the decoupled slices rotate (docs/hybrid.md, "RoPE on the decoupled slice")
+    if (c->mla_rope) {
         real *q_rope = backend_offset(be, a->q, (size_t)d.dn);
         be->mla->rope_forward(q_rope, q_rope, B, T, d.H, d.dr, d.H * d.dqk, d.dqk, pos0, c->mla_rope_theta);
         be->mla->rope_forward(a->kr, a->kr, B, T, 1, d.dr, d.dr, 0, pos0, c->mla_rope_theta);
@@ -228,8 +235,9 @@ static void mla_cache_reset(Model *m, int l) {
     (void)l;
 }
 
-// §1.7: the new rows [chat_t | kr_t] join the latent cache (the concatenation split_kv's
-// backward writes), then attention in the absorbed form over every cached row.
+// docs/hybrid.md, "Absorbed (MQA-style) decode form": the new rows [chat_t | kr_t] join the
+// latent cache (the concatenation split_kv's backward writes), then attention in the
+// absorbed form over every cached row.
 static void mla_forward_cached(Model *m, int l, real *out, const real *in, int n, int pos0) {
     const Backend *be = m->be;
     const MlaParams *p = m->mp.blocks[l].mixer;

@@ -1,6 +1,6 @@
 // Dense channel mixer: GELU MLP (GPT-2: up, tanh-GELU, down) or a gated MLP
-// (one GEMM to [gate | up], SwiGLU or SiTU, down: the GLU MLP of glu_mlp.h),
-// blocks-spec §3 and §5.3-5.4.
+// (one GEMM to [gate | up], SwiGLU or SiTU, down: the GLU MLP of glu_mlp.h);
+// docs/hybrid.md, "GELU (tanh approximation)", "SwiGLU" and "SiTU".
 #include "model.h"
 #include "model/ops/norm_glu/glu_mlp.h"
 

@@ -35,7 +35,9 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
         b->res_out = carve(cv, N * C);
         if (s.used > scratch_max) scratch_max = s.used;
     }
-    if (S) {  // §4.3: the output AttnRes, the sealed blocks and their §4.6 gradient accumulators
+    // the output AttnRes, the sealed blocks and their gradient accumulators (docs/hybrid.md,
+    // "Block AttnRes layer algorithm" and "AttnRes backward through the stack")
+    if (S) {
         AttnResPlan po = attnres_plan(ATTNRES_OUT, 0, S, L);
         attnres_layout(m, cv, &a->ar_out, po.n_sources);
         a->ar_nblocks = po.n_blocks;
@@ -173,13 +175,15 @@ static void channel_backward(Model *m, int l, real *din, const real *dout, int B
     else mlp_backward(m, l, din, dout, B, T);
 }
 
-// AttnRes sources (§4.3): sealed blocks b_0 .. b_{n_blocks-1}, then the partial P (if any).
+// AttnRes sources (docs/hybrid.md, "Block AttnRes layer algorithm"): sealed blocks
+// b_0 .. b_{n_blocks-1}, then the partial P (if any).
 static void ar_sources(const real **src, const real *const *blocks, const AttnResPlan *pl, const real *P) {
     for (int j = 0; j < pl->n_blocks; j++) src[j] = blocks[j];
     if (pl->has_partial) src[pl->n_blocks] = P;
 }
 
-// Their gradient accumulators (§4.6): dB_j per block, then dP for the partial.
+// Their gradient accumulators (docs/hybrid.md, "AttnRes backward through the stack"): dB_j
+// per block, then dP for the partial.
 static void ar_grads(real **dsrc, real *const *dB, const AttnResPlan *pl, real *dP) {
     for (int j = 0; j < pl->n_blocks; j++) dsrc[j] = dB[j];
     if (pl->has_partial) dsrc[pl->n_blocks] = dP;
@@ -188,9 +192,10 @@ static void ar_grads(real **dsrc, real *const *dB, const AttnResPlan *pl, real *
 // The graph on the uploaded tokens, rows b*T + t at positions pos0 + t: embeddings, the
 // blocks, the final norm and the logits. Block l, with P the block input:
 //   plain residuals: P_mid = P + mixer(norm1(P));  P_out = P_mid + channel(norm2(P_mid))
-//   Block AttnRes (§4.3): the mixer reads norm1(AttnRes(blocks, P)); at a block boundary
-//   (l % S == 0) P is sealed as a block and P_mid = the mixer output alone; the channel
-//   mixer reads norm2(AttnRes(blocks, P_mid)); the head reads normf(AttnRes(blocks, P_last)).
+//   Block AttnRes (docs/hybrid.md, "Block AttnRes layer algorithm"): the mixer reads
+//   norm1(AttnRes(blocks, P)); at a block boundary (l % S == 0) P is sealed as a block
+//   and P_mid = the mixer output alone; the channel mixer reads norm2(AttnRes(blocks,
+//   P_mid)); the head reads normf(AttnRes(blocks, P_last)).
 static void run_graph(Model *m, int B, int T, int pos0) {
     const Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
@@ -310,7 +315,8 @@ void model_backward(Model *m, float loss_scale) {
     const int S = c->attn_res_block, L = c->n_layer;
     const size_t nc = (size_t)N * C;
     // dP: the gradient of the current residual stream / AttnRes partial; with AttnRes one
-    // accumulator dB_j per sealed block as well (§4.6), all starting at zero
+    // accumulator dB_j per sealed block as well (docs/hybrid.md, "AttnRes backward through
+    // the stack"), all starting at zero
     real *dP = a->dresid, *dB[CONFIG_MAX_LAYERS + 1], *dsrc[CONFIG_MAX_LAYERS + 2];
     if (S) {
         norm_backward(m, &mp->normf, &a->normf, a->dtmp, a->dbranch, a->ar_out.out, N);

@@ -1,10 +1,10 @@
-// The model graph, written once (ARCHITECTURE §2): which op runs after which, what is
-// saved for the backward, and the residual bookkeeping. Every op goes through the
-// backend table, so the same code drives the CPU reference and CUDA. The sublayers
-// (token mixers, channel mixers, norms) are modules (layers.h); this file strings
-// them into blocks:  x = x + mixer(norm1(x));  x = x + channel(norm2(x)), or with Block
-// AttnRes (attn_res_block > 0, blocks-spec §4.3) each sublayer reading an AttnRes mix of
-// the sealed blocks and the running partial sum.
+// The model graph, written once (docs/architecture.md, "One graph, two backends"): which op
+// runs after which, what is saved for the backward, and the residual bookkeeping. Every op
+// goes through the backend table, so the same code drives the CPU reference and CUDA. The
+// sublayers (token mixers, channel mixers, norms) are modules (layers.h); this file strings
+// them into blocks:  x = x + mixer(norm1(x));  x = x + channel(norm2(x)), or with Block AttnRes
+// (attn_res_block > 0; docs/hybrid.md, "Block AttnRes layer algorithm") each sublayer reading
+// an AttnRes mix of the sealed blocks and the running partial sum.
 #ifndef HYBRID_MODEL_H
 #define HYBRID_MODEL_H
 
@@ -26,7 +26,8 @@ typedef struct {
     real *res_mid;                     // (N,C) input + mixer branch
     real *channel_out;                 // (N,C) channel branch
     real *res_out;                     // (N,C) block output
-    // Block AttnRes (blocks-spec §4.3); without it xa_in = the block input, xf_in = pmid
+    // Block AttnRes (docs/hybrid.md, "Block AttnRes layer algorithm"); without it
+    // xa_in = the block input, xf_in = pmid
     AttnResActs ar_attn, ar_ffn;
     const real *xa_in, *xf_in;         // inputs of norm1 and norm2
     const real *pmid;                  // P_mid: res_mid, or mixer_out right after a block seal
@@ -65,7 +66,7 @@ typedef struct Model {
     int last_count;                    // rows of the last forward whose target counts
     double moe_aux_loss;               // sum over MoE layers of the last forward's balance loss
     float backward_scale;              // loss_scale of the running backward (aux-loss gradient)
-    // Distributed runs (ARCHITECTURE §6, dist/): the collectives (NULL: one process) and
+    // Distributed runs (docs/distributed.md, dist/): the collectives (NULL: one process) and
     // the expert-parallel group size (1: every rank runs every expert; >1: model/moe.c
     // dispatches tokens to the ranks of the COMM_EP group that own their experts; set it
     // with model_set_expert_parallel).
@@ -117,7 +118,7 @@ void model_logits_row(const Model *m, int b, int t, float *out);
 // Pointer to tensor `index` of the table inside buf (m->params or m->grads); NULL for -1.
 real *model_tensor(const Model *m, real *buf, int index);
 
-// ---- expert parallelism (blocks-spec §7), model/moe_dispatch_ep.c ----
+// ---- expert parallelism (docs/hybrid.md, "Expert-parallel exchange"), model/moe_dispatch_ep.c
 // Turns expert parallelism on for an EP group of ep_size ranks (the runtime's COMM_EP
 // group: call dist_set_ep(ep_size) first) and allocates the exchange's buffers (owner-side
 // rows for the dropless worst case ep_size * max_B * max_T * min(top_k, E / ep_size) per MoE
@@ -158,7 +159,8 @@ void model_cache_free(Model *m);  // model_destroy frees them too
 // the caches must hold them); their logits are then model_logits_row(m, 0, i), i < n.
 void model_forward_cached(Model *m, const int *tokens, int n);
 
-// ---- MoE load balancing once per optimizer step (blocks-spec §2.6), model/moe_step.c ----
+// ---- MoE load balancing once per optimizer step (docs/hybrid.md, "Load balancing"),
+//      model/moe_step.c ----
 typedef struct {
     int layers;                        // MoE layers
     long min, max;                     // fewest / most slots any expert of any layer got this step

@@ -20,7 +20,7 @@ static const char *bad(const char **key, const char *k, const char *fmt, ...) {
     return g_msg;
 }
 
-// MoE keys (blocks-spec §2), checked only where they matter.
+// MoE keys (docs/hybrid.md, "MoE channel mixer"), checked only where they matter.
 static const char *moe_config(ModelConfig *c, ConfigOriginFn origin, const char **key) {
     if (c->moe_experts == 0) return NULL;
     if (c->mlp == MLP_GELU)

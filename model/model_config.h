@@ -29,36 +29,45 @@ typedef struct {
     int bias;
     int tie_embeddings;
     double init_std;
-    // ---- MLA token mixer 'M' (blocks-spec §1); heads = n_head ----
+    // ---- MLA token mixer 'M' (docs/hybrid.md, "MLA token mixer (M)"); heads = n_head ----
     int mla_kv_rank;                  // r_kv: KV latent width
     int mla_q_rank;                   // r_q: q LoRA width (0 = direct q projection)
     int mla_qk_nope_dim;              // d_n: per-head query/key width without position
     int mla_rope_dim;                 // d_r: decoupled rope slice (per-head q, shared k); 0 = none
     int mla_v_dim;                    // d_v: per-head value width
-    int mla_rope;                     // 0: the d_r slice stays unrotated (NoPE, Kimi); 1: RoPE (§1.6)
+    int mla_rope;                     // 0: the d_r slice stays unrotated (NoPE, Kimi); 1: RoPE
+                                      // (docs/hybrid.md, "RoPE on the decoupled slice")
     double mla_rope_theta;
-    int mla_gate;                     // sigmoid output gate (K3 gated MLA, §1.3 step 5)
-    // ---- MoE channel mixer (§2) ----
+    int mla_gate;                     // sigmoid output gate (K3 gated MLA; docs/hybrid.md,
+                                      // "MLA forward (decompressed form)", step 5)
+    // ---- MoE channel mixer (docs/hybrid.md, "MoE channel mixer") ----
     int moe_experts;                  // E routed experts (0 = dense MLP in every layer)
     int moe_top_k;
     int moe_hidden;                   // m: routed expert hidden width
     int moe_shared;                   // N_s shared experts (one full-width MLP of N_s * moe_shared_hidden)
     int moe_shared_hidden;            // m_s (0 = moe_hidden)
-    int moe_latent_dim;               // l: latent routed experts (§2.1 variant B); 0 = variant A
+    int moe_latent_dim;               // l: latent routed experts (variant (b) of docs/hybrid.md,
+                                      // "MoE layer variants"); 0 = variant (a)
     int moe_renorm;                   // renormalise the top-k weights
     double moe_route_scale;           // rho, routed_scaling_factor
-    double moe_bias_update_rate;      // gamma_b of the aux-loss-free bias update (§2.6 A); 0 = off
-    double moe_aux_loss_coef;         // alpha of the sequence-wise balance loss (§2.6 C); 0 = off
+    double moe_bias_update_rate;      // gamma_b of the aux-loss-free bias update (docs/hybrid.md,
+                                      // "Aux-loss-free bias balancing"); 0 = off
+    double moe_aux_loss_coef;         // alpha of the sequence-wise balance loss (docs/hybrid.md,
+                                      // "Auxiliary balance losses"); 0 = off
     int dense_first;                  // the first N layers use the dense MLP
-    // ---- Block AttnRes (§4) ----
+    // ---- Block AttnRes (docs/hybrid.md, "Block Attention Residuals") ----
     int attn_res_block;               // block size S in decoder layers (0 = plain residuals)
-    // ---- linear-attention mixers K, G, D, L (kda-spec §5; docs/kda.md) ----
+    // ---- linear-attention mixers K, G, D, L (docs/kda.md; docs/delta-rule.md, "Layers") ----
     int linear_heads;                 // heads H (0 = n_head)
     int linear_head_dim;              // key head dim K (0 = d_model / linear_heads)
     int linear_value_dim;             // value head dim V (0 = linear_head_dim)
-    int conv_size;                    // short convolution window W (§5.1)
-    int chunk_size;                   // chunk C of the chunkwise forms (§3)
-    double kda_gate_lower_bound;      // 0 = softplus gate; in [-5, 0): lower-bound gate (§1.4)
+    int conv_size;                    // short convolution window W (docs/delta-rule.md,
+                                      // "Short causal convolution with SiLU")
+    int chunk_size;                   // chunk C of the chunkwise forms (docs/delta-rule.md,
+                                      // "Chunkwise forward")
+    double kda_gate_lower_bound;      // 0 = softplus gate; in [-5, 0): lower-bound gate
+                                      // (docs/delta-rule.md, "Input transforms: L2 norm,
+                                      // decay gate and beta")
     int gate_rank;                    // rank of KDA's low-rank gate / output gate (0 = linear_value_dim)
     int reset_at_eot;                 // linear-mixer states restart after every eot_token
     int eot_token;                    // id of end-of-text

@@ -1,18 +1,22 @@
-// MoE channel mixer (blocks-spec §2): sigmoid router with a selection-only bias, top-k
-// weights renormalised and scaled (§2.2), dropless dispatch (§2.7), routed GLU experts
-// (SwiGLU or SiTU, as `mlp` says), an always-on shared MLP, and optionally the K3 latent
-// variant (§2.1 b). x is the normalised input (N, C); E experts, K = top_k, m = moe_hidden.
+// MoE channel mixer (docs/hybrid.md, "MoE channel mixer"): sigmoid router with a
+// selection-only bias, top-k weights renormalised and scaled (docs/hybrid.md, "Router
+// forward"), dropless dispatch (docs/hybrid.md, "Dropless permutation and grouped expert
+// FFN"), routed GLU experts (SwiGLU or SiTU, as `mlp` says), an always-on shared MLP, and
+// optionally the K3 latent variant (variant (b) of docs/hybrid.md, "MoE layer variants").
+// x is the normalised input (N, C); E experts, K = top_k, m = moe_hidden.
 //   logits = x W_r^T;  sel, weights, scores = router(logits, bias)
 //   A: z = x                       B: z = x W_down^T (N, l)
 //   r = sum_j weights_j Expert_{sel_j}(z)       (expert width De = C or l)
 //   A: routed = r                  B: routed = RMSNorm_{gamma_lat}(r) W_up^T
 //   out = routed + Shared(x)       (Shared: a GLU MLP of width moe_shared * moe_shared_hidden)
-// Backward per §2.5; the router learns only through the weights (+ the optional balance loss
-// of §2.6 C); the bias gets no gradient. The backward also counts the slots per expert for
-// the once-per-step bias update (model_moe_step, §2.6 A).
-//   Expert parallel (m->ep_size > 1, blocks-spec §7): routing, dispatch plan, gather and
-// combine stay on the rank that owns the tokens; only the expert FFN moves: the sorted rows
-// go to the EP ranks that own their experts and the outputs come back (moe_dispatch_ep.h).
+// Backward per docs/hybrid.md, "MoE backward"; the router learns only through the weights
+// (+ the optional balance loss of docs/hybrid.md, "Auxiliary balance losses"); the bias gets
+// no gradient. The backward also counts the slots per expert for the once-per-step bias
+// update (model_moe_step; docs/hybrid.md, "Aux-loss-free bias balancing").
+//   Expert parallel (m->ep_size > 1; docs/hybrid.md, "Expert parallelism" and
+// "Expert-parallel exchange"): routing, dispatch plan, gather and combine stay on the rank
+// that owns the tokens; only the expert FFN moves: the sorted rows go to the EP ranks that
+// own their experts and the outputs come back (moe_dispatch_ep.h).
 // The counts for the bias update are this rank's tokens (the trainer sums them over ranks).
 #include "base/comm.h"
 #include "model.h"
@@ -132,12 +136,14 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     const MoeDims d = dims(c);
     const int N = B * T;
     a->in = (real *)in;
-    // router (§2.2): sigmoid scores, biased top-k selection, unbiased renormalised weights
+    // router (docs/hybrid.md, "Router forward"): sigmoid scores, biased top-k selection,
+    // unbiased renormalised weights
     be->core->matmul_forward(a->logits, in, PRM(p->router_w), NULL, N, d.C, d.E);
     be->moe->router_forward(a->sel, a->weights, a->scores, a->logits, PRM(p->router_bias), N, d.E, d.K, ROUTER_SIGMOID, c->moe_renorm,
                        c->moe_route_scale);
     be->moe->moe_dispatch_plan(a->perm, a->pos, a->offsets, a->sel, N, d.K, d.E);
-    // routed experts (§2.3, §2.7), in the latent space for variant B
+    // routed experts (docs/hybrid.md, "Routed and shared experts" and "Dropless permutation
+    // and grouped expert FFN"), in the latent space for variant (b)
     const real *zin = in;
     if (d.l) {
         be->core->matmul_forward(a->z, in, PRM(p->latent_down), NULL, N, d.C, d.l);
@@ -146,7 +152,9 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     be->moe->moe_gather_forward(a->xp, zin, a->perm, N, d.K, d.De);
     MoeEp *ep = ep_for_forward(m, a);
     a->ep_last = ep ? ep->P : 1;
-    if (ep) {  // rows to their experts' owners, the local experts, outputs back (§7)
+    // rows to their experts' owners, the local experts, outputs back (docs/hybrid.md,
+    // "Expert-parallel exchange")
+    if (ep) {
         const size_t s13 = (size_t)2 * d.M * d.De, s2 = (size_t)d.De * d.M;
         ep_plan(m, ep, a->offsets, d.E);
         ep_dispatch(m, ep, ep->xe, a->xp, d.De);
@@ -173,7 +181,8 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
         be->zero(out, (size_t)N * d.C);
         be->core->add_inplace(out, routed, (size_t)N * d.C);
     }
-    // optional balance loss (§2.6 C), per sequence of T tokens, only when training
+    // optional balance loss (docs/hybrid.md, "Auxiliary balance losses"), per sequence of T
+    // tokens, only when training
     a->aux_loss = 0;
     if (c->moe_aux_loss_coef > 0 && m->last_has_targets)
         a->aux_loss = be->moe->moe_aux_loss_forward(a->scores, a->sel, N, d.E, d.K, T, c->moe_aux_loss_coef);
@@ -195,7 +204,7 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     } else {
         be->zero(din, nc);
     }
-    // routed output side (§2.5 step 1)
+    // routed output side (docs/hybrid.md, "MoE backward", step 1)
     const real *dr = dout;
     if (d.l) {
         be->core->matmul_backward(a->dr_n, GRD(p->latent_up), NULL, dout, a->r_n, PRM(p->latent_up), N, d.l, d.C);
@@ -233,6 +242,7 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     be->moe->router_scores_backward(a->dlogits, a->dscores, a->scores, N, d.E, ROUTER_SIGMOID);
     be->core->matmul_backward(a->dx, GRD(p->router_w), NULL, a->dlogits, a->in, PRM(p->router_w), N, d.C, d.E);
     be->core->add_inplace(din, a->dx, nc);
-    // the step's expert loads for the bias update (§2.6 A): training micro-batches only
+    // the step's expert loads for the bias update (docs/hybrid.md, "Aux-loss-free bias
+    // balancing"): training micro-batches only
     be->moe->moe_count(a->counts, a->sel, N, d.K, d.E);
 }

@@ -1,5 +1,5 @@
-// Expert-parallel token exchange (moe_dispatch_ep.h, blocks-spec §7) and the buffers it
-// needs (model_set_expert_parallel, model.h).
+// Expert-parallel token exchange (moe_dispatch_ep.h; docs/hybrid.md, "Expert-parallel
+// exchange") and the buffers it needs (model_set_expert_parallel, model.h).
 #include "moe_dispatch_ep.h"
 
 #include <stdlib.h>

@@ -1,4 +1,5 @@
-// Expert-parallel token exchange for the MoE layer (blocks-spec §7; model/moe.c uses it).
+// Expert-parallel token exchange for the MoE layer (docs/hybrid.md, "Expert-parallel
+// exchange"; model/moe.c uses it).
 //
 // An EP group is the Comm's COMM_EP group of P = m->ep_size consecutive ranks. Expert e
 // is owned by EP rank e / El, El = E / P (contiguous ranges). Each rank routes its own

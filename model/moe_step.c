@@ -1,6 +1,7 @@
-// Once per optimizer step (blocks-spec §2.6 A): the load statistics of the step's expert
-// counts (accumulated by moe_backward over the step's training micro-batches), the
-// aux-loss-free bias update b_e += gamma sign(mean c - c_e) (centred), and a fresh count.
+// Once per optimizer step (docs/hybrid.md, "Aux-loss-free bias balancing"): the load
+// statistics of the step's expert counts (accumulated by moe_backward over the step's training
+// micro-batches), the aux-loss-free bias update b_e += gamma sign(mean c - c_e) (centred), and
+// a fresh count.
 // The bias is a GROUP_STATE tensor of the parameter table, so checkpoints carry it and a
 // resumed run continues bit-exactly.
 #include <math.h>

@@ -66,7 +66,9 @@ void params_build(const ModelConfig *c, ParamTable *t, ModelParams *mp) {
         const MixerOps *mx = mixer_of(c, l);
         b->mixer = xmalloc(mx->params_size);
         memset(b->mixer, -1, mx->params_size);
-        if (c->attn_res_block && l > 0)  // layer 0's attention input is the embedding itself (§4.3)
+        // layer 0's attention input is the embedding itself (docs/hybrid.md, "Block AttnRes
+        // layer algorithm")
+        if (c->attn_res_block && l > 0)
             attnres_params(c, t, &b->ar_attn, "blocks.%d.attnres_attn", l);
         norm_params(c, t, &b->norm1, "blocks.%d.norm1", l);
         mx->params(c, t, l, b->mixer);

@@ -1,6 +1,6 @@
-// The parameter table: every tensor of the model, generated from the config.
-// One table drives init, optimizer groups, the checkpoint format and the
-// safetensors names (ARCHITECTURE §2). Parameters live in one contiguous buffer;
+// The parameter table: every tensor of the model, generated from the config. One table drives
+// init, optimizer groups, the checkpoint format and the safetensors names
+// (docs/architecture.md, "The parameter table"). Parameters live in one contiguous buffer;
 // gradients mirror it element for element.
 #ifndef HYBRID_PARAMS_H
 #define HYBRID_PARAMS_H
@@ -22,9 +22,11 @@ typedef enum {
     GROUP_BIAS,     // linear biases: no weight decay
     GROUP_ROUTER,   // MoE router weights: AdamW (never Muon), no weight decay by default
     GROUP_STATE,    // not trained: no gradient, no optimizer, not counted as a parameter, but
-                    // saved with the weights (the MoE selection bias, blocks-spec §2.2/§2.6)
+                    // saved with the weights (the MoE selection bias: docs/hybrid.md,
+                    // "Router forward" and "Aux-loss-free bias balancing")
     GROUP_GATE,     // A_log, dt_bias and short-conv kernels of the K/G/D/L mixers: no weight
-                    // decay, never Muon (kda-spec §5.2: fla marks them _no_weight_decay)
+                    // decay, never Muon (fla marks them _no_weight_decay; docs/kda.md,
+                    // "Layer parameters")
     GROUP_COUNT
 } ParamGroup;
 
@@ -32,8 +34,9 @@ typedef enum {
     INIT_NORMAL,    // N(0, std)
     INIT_ZERO,
     INIT_ONE,
-    INIT_LOG_UNIFORM,  // log U(init_lo, init_hi] (A_log, kda-spec §5.2-§5.3)
-    INIT_DT_BIAS,      // softplus^-1(dt), dt = exp U(log init_lo, log init_hi) clamped >= 1e-4 (§5.2)
+    INIT_LOG_UNIFORM,  // log U(init_lo, init_hi] (A_log; docs/kda.md, "Layer parameters")
+    INIT_DT_BIAS,      // softplus^-1(dt), dt = exp U(log init_lo, log init_hi) clamped >= 1e-4
+                       // (dt_bias; docs/kda.md, "Layer parameters")
 } InitRule;
 
 typedef struct {
@@ -67,16 +70,18 @@ typedef struct {
     int w, b;              // b = -1 without a shift (rmsnorm, or bias = false)
 } NormParams;
 
-// MoE (§2): router, the selection bias (GROUP_STATE), routed experts stacked by expert
-// (w13 (E*2m, De) = per expert [W1_e; W3_e], w2 (E*De, m)), the shared MLP (-1 without),
-// the latent projections and norm (-1 for variant A; De = l with them, d without).
+// MoE (docs/hybrid.md, "MoE channel mixer"): router, the selection bias (GROUP_STATE), routed
+// experts stacked by expert (w13 (E*2m, De) = per expert [W1_e; W3_e], w2 (E*De, m)), the
+// shared MLP (-1 without), the latent projections and norm (-1 for variant A; De = l with
+// them, d without).
 typedef struct {
     int router_w, router_bias;
     int w13, w2;
     int shared_up, shared_down;
     int latent_down, latent_norm, latent_up;
 } MoeParams;
-// One Block AttnRes op (§4.3): pseudo-query w and key-norm weight gamma; -1 when unused.
+// One Block AttnRes op (docs/hybrid.md, "Block AttnRes layer algorithm"): pseudo-query w
+// and key-norm weight gamma; -1 when unused.
 typedef struct {
     int query, norm;
 } AttnResParams;
@@ -127,12 +132,13 @@ size_t params_count_non_embedding(const ParamTable *t);
 // All trained parameters (table.total less GROUP_STATE).
 size_t params_count(const ParamTable *t);
 // Parameters a token actually uses: routed-expert tensors count top_k / E of their
-// elements (blocks-spec §6.6 "active"); non_embedding leaves out GROUP_EMBED.
+// elements ("active" in docs/hybrid.md, "Parameter counts and FLOPs per token");
+// non_embedding leaves out GROUP_EMBED.
 double params_count_active(const ModelConfig *c, const ParamTable *t, int non_embedding);
 
-// Training FLOPs per token (forward + backward), blocks-spec §6.6: 6 * (active
-// non-embedding parameters) + 6 * padded_vocab * d_model (the lm_head) + the
-// sequence-mixing term of each layer's token mixer (MixerOps.flops) for sequences of
+// Training FLOPs per token (forward + backward), docs/hybrid.md, "Parameter counts and FLOPs
+// per token": 6 * (active non-embedding parameters) + 6 * padded_vocab * d_model (the lm_head)
+// + the sequence-mixing term of each layer's token mixer (MixerOps.flops) for sequences of
 // seq_len tokens.
 double params_flops_per_token(const ModelConfig *c, const ParamTable *t, int seq_len);
 

@@ -16,7 +16,8 @@
 #include "model/ops/optim/muon.h"
 
 //
-// Distributed runs (dist/grad_sync.c, ARCHITECTURE §6): with ZeRO-1 a rank keeps m, v and
+// Distributed runs (dist/grad_sync.c; docs/distributed.md, "What each step does"): with
+// ZeRO-1 a rank keeps m, v and
 // the master weights only for its window [lo, hi) of the (padded) parameter buffer and
 // updates only the AdamW elements inside it, reading the reduced gradients from
 // grad_shard; with Muon each hidden matrix tensor has one owner rank that orthogonalises

@@ -1,4 +1,5 @@
-// Learning-rate schedules (anchors §1.8). `step` counts from 0; warmup is linear,
+// Learning-rate schedules (docs/background.md, "Learning-rate schedules"). `step` counts
+// from 0; warmup is linear,
 // lr * (step + 1) / warmup_steps, then:
 //   cosine:   lr_min + (lr - lr_min) * (1 + cos(pi * p)) / 2
 //   linear:   lr - (lr - lr_min) * p

@@ -1,7 +1,8 @@
 #!/bin/sh
-# KDA:MLA ratio ablation (blocks-spec §6.7, Kimi Linear report Table 1) with the `hybrid` CLI:
-# trains one base config at each ratio for the same token budget, then writes a table of
-# final validation losses (results.md, results.tsv) and a PNG of the loss curves.
+# KDA:MLA ratio ablation (docs/hybrid.md, "The KDA:MLA ablation"; the Kimi Linear report's
+# Table 1) with the `hybrid` CLI: trains one base config at each ratio for the same token
+# budget, then writes a table of final validation losses (results.md, results.tsv) and a PNG of
+# the loss curves.
 #
 # usage: scripts/ablate_ratio.sh [BASE.conf] [extra `hybrid train` options ...]
 #   BASE.conf   default configs/hybrid-tiny.conf (8 layers, CPU-sized)

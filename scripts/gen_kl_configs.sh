@@ -1,7 +1,7 @@
 #!/bin/sh
-# Writes the KL-S / KL-XS ablation family of blocks-spec §6.7 into configs/: one file per
-# KDA:MLA ratio, identical except for the `layers` line (and the run folder). Rerun after
-# editing the shared settings below; the files are committed.
+# Writes the KL-S / KL-XS ablation family (docs/hybrid.md, "The KL-S and KL-XS family") into
+# configs/: one file per KDA:MLA ratio, identical except for the `layers` line (and the run
+# folder). Rerun after editing the shared settings below; the files are committed.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -16,9 +16,10 @@ family() {  # name d_model heads r_kv r_q dense_hidden experts top_k expert_hidd
             1-0) layers="K x16"; what="1:0 (KDA only)";;
         esac
         cat > "configs/$name-$ratio.conf" <<CONF
-# $(echo "$name" | tr a-z A-Z), the small KDA:MLA ablation family of blocks-spec §6.7 (variant A MoE,
-# gated NoPE MLA with q-LoRA, Block AttnRes). The five ratio files differ only in \`layers\`
-# (and out_dir); written by scripts/gen_kl_configs.sh.
+# $(echo "$name" | tr a-z A-Z), the small KDA:MLA ablation family
+# (docs/hybrid.md, "The KL-S and KL-XS family"): variant A MoE, gated NoPE MLA with q-LoRA,
+# Block AttnRes. The five ratio files differ only in \`layers\` (and out_dir); written by
+# scripts/gen_kl_configs.sh.
 # Variant B (K3 latent MoE): moe_latent_dim = $(( $2 / 2 )), moe_hidden = $(( $8 * 2 )).
 layers            = $layers   # KDA:MLA $what
 d_model           = $2
@@ -42,7 +43,9 @@ mla_rope_dim      = 64
 mla_v_dim         = 128
 mla_rope          = false
 mla_gate          = true
-# KDA (K layers, kda-spec): $3 heads of 128, short conv 4, full-rank output gate
+# KDA (K layers; docs/kda.md): $3 heads of 128, short conv 4; the decay gate (f_proj.0, f_proj.1)
+# and the output gate (g_proj.0, g_proj.1 with a bias) are low-rank pairs of rank gate_rank
+# (default: the value head dim, 128)
 
 moe_experts       = $6
 moe_top_k         = $7

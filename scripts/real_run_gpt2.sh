@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# A real run (docs/cuda.md, "A real run"): hybrid.c trains GPT-2 on the Brown shards while
-# PyTorch (scripts/pytorch_train_gpt2.py) trains the same model from hybrid's own initial
-# weights on the same batches in the same order, so their loss curves can be laid over
-# each other.
+# A real run (docs/cuda.md, "A real run: GPT-2 124M on the Brown corpus, next to PyTorch"):
+# hybrid.c trains GPT-2 on the Brown shards while PyTorch (scripts/pytorch_train_gpt2.py)
+# trains the same model from hybrid's own initial weights on the same batches in the same
+# order, so their loss curves can be laid over each other.
 #
 # usage: [OUT=dir] scripts/real_run_gpt2.sh [CONFIG] [--key value ...]
 #

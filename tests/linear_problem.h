@@ -54,7 +54,9 @@ static inline void prob_init(Prob *p, LinearDims d, int variant, uint64_t seed, 
     p->dzT = tnew(p->nz);
     fill_normal(&r, p->q, p->nqk, 1.0);
     fill_normal(&r, p->k, p->nqk, 1.0);
-    if (!prob_is_la(p)) {  // the delta rule wants L2-normalised q, k (§1.2, §8.1)
+    // the delta rule wants L2-normalised q, k (docs/delta-rule.md, "DeltaNet" and "Test
+    // inputs")
+    if (!prob_is_la(p)) {
         l2normalize_rows(p->q, rows, d.K);
         l2normalize_rows(p->k, rows, d.K);
     }

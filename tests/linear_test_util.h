@@ -27,7 +27,7 @@ static inline void l2normalize_rows(real *x, size_t rows, int D) {
         for (int i = 0; i < D; i++) x[r * D + i] = (real)(x[r * D + i] * s);
     }
 }
-// the spec's test gate: g = -softplus(N(0,1)) * 0.5 (kda-spec §8.1)
+// the test gate of docs/delta-rule.md, "Test inputs": g = -softplus(N(0,1)) * 0.5
 static inline void fill_gate(Rng *r, real *g, size_t n) {
     for (size_t i = 0; i < n; i++) {
         double z = rng_normal(r);

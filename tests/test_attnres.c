@@ -1,10 +1,14 @@
-// Block AttnRes (blocks-spec §4), double build:
-//  - the op's backward (§4.5) vs finite differences for every source, w and gamma;
-//  - the §9 identities: one source -> identity (and no parameter gradient), w = 0 ->
+// Block AttnRes (docs/hybrid.md, "Block Attention Residuals"), double build:
+//  - the op's backward (docs/hybrid.md, "AttnRes op backward") vs finite differences for
+//    every source, w and gamma;
+//  - the identities of docs/hybrid.md, "Verification identities": one source -> identity
+//    (and no parameter gradient), w = 0 ->
 //    uniform mean, identical sources -> that source for any w;
-//  - attnres_plan against the source counts of §4.3;
-//  - a toy stack wired exactly as the K3 layer algorithm (§4.3) with the backward
-//    bookkeeping of §4.6, against finite differences for the embedding, every sublayer
+//  - attnres_plan against the source counts of docs/hybrid.md, "Block AttnRes layer
+//    algorithm";
+//  - a toy stack wired exactly as the K3 layer algorithm (same heading) with the backward
+//    bookkeeping of docs/hybrid.md, "AttnRes backward through the stack", against finite
+//    differences for the embedding, every sublayer
 //    weight and every AttnRes parameter (layer 0's attention op: exactly zero gradient);
 //  - bit-identical results with 1 vs 2 OpenMP threads.
 #include <math.h>
@@ -82,7 +86,7 @@ static void test_op_grad(void) {
     }
     report("attnres dw (pseudo-query)", fd_rel_err(op_loss, &c, c.w, dw, C, H_FD));
     report("attnres dgamma", fd_rel_err(op_loss, &c, c.g, dg, C, H_FD));
-    // at zero init (w = 0): dgamma = 0 and dw = dq (§4.5)
+    // at zero init (w = 0): dgamma = 0 and dw = dq (docs/hybrid.md, "AttnRes op backward")
     for (int i = 0; i < C; i++) c.w[i] = 0, dw[i] = 0, dg[i] = 0;
     op_grads(&c, dsrc, dw, dg, 0.0);
     report("attnres dw at w = 0", fd_rel_err(op_loss, &c, c.w, dw, C, H_FD));
@@ -134,7 +138,8 @@ static void test_identities(void) {
 }
 
 static void test_plan(void) {
-    // §4.3 source counts: attention 1 + l/S at a boundary (l > 0), else 2 + floor(l/S); ffn 2 + floor(l/S)
+    // source counts (docs/hybrid.md, "Block AttnRes layer algorithm"): attention 1 + l/S at
+    // a boundary (l > 0), else 2 + floor(l/S); ffn 2 + floor(l/S)
     int ok = 1;
     for (int S = 1; S <= 4; S++)
         for (int L = 1; L <= 13; L++) {
@@ -155,10 +160,11 @@ static void test_plan(void) {
     // proposed small family: 16 layers, S = 2 -> 8 blocks + partial = 9 sources
     AttnResPlan kl = attnres_plan(ATTNRES_OUT, 0, 2, 16);
     ok &= kl.n_sources == 9;
-    CHECK(ok, "attnres_plan disagrees with the source counts of §4.3");
+    CHECK(ok, "attnres_plan disagrees with the source counts of docs/hybrid.md");
 }
 
-// =============================== toy stack (§4.3 / §4.6) ===============================
+// =============================== toy stack ===============================
+// (docs/hybrid.md, "Block AttnRes layer algorithm" and "AttnRes backward through the stack")
 // Sublayers are a = tanh(x A_l^T) (mixer) and f = tanh(x F_l^T) (FFN): enough to make every
 // path matter. Loss = <AttnRes_out(blocks, P_final), R>.
 #define NL 5
@@ -234,7 +240,8 @@ static void op_bwd(real **dsrc, real *dw, real *dg, const real *dout, const real
     free(work);
 }
 
-// The §4.6 walk: dB[j] per sealed block, dP for the current partial.
+// The walk of docs/hybrid.md, "AttnRes backward through the stack": dB[j] per sealed
+// block, dP for the current partial.
 static void stack_backward(Stack *s, StackGrads *G) {
     const int N = s->N, C = s->C;
     const size_t nc = (size_t)N * C;

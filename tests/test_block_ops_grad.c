@@ -1,6 +1,8 @@
 // Gradient checks (central finite differences, double) for the small block ops:
-// RMSNorm (§5.1), SwiGLU (§5.4), SiTU (§3), the sigmoid output gate (§5.7) and the GLU MLP
-// helper (§2.3, glu_mlp.h; with and without biases). Plus the SiTU properties of §9.
+// RMSNorm, SwiGLU, SiTU, the sigmoid output gate and the GLU MLP helper (glu_mlp.h; with
+// and without biases): docs/hybrid.md, "RMSNorm", "SwiGLU", "SiTU", "Sigmoid output gate"
+// and "Routed and shared experts". Plus the SiTU properties of docs/hybrid.md,
+// "Verification identities".
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -103,7 +105,8 @@ static void test_situ_properties(void) {
     double rel = 0.0;
     for (int i = 0; i < 5; i++) rel = fmax(rel, fabs(hs[i] - hw[i]) / fabs(hw[i]));
     CHECK(rel < 1e-3, "SiTU vs SiLU*u for small inputs: rel diff %g", rel);
-    // a(g) minimum near g = -1.219, value ~ -0.2698 (spec §3): scan with u = 1, no cap
+    // a(g) minimum near g = -1.219, value ~ -0.2698 (docs/hybrid.md, "SiTU"): scan with
+    // u = 1, no cap
     real xm[2 * 2001], hm[2001];
     for (int i = 0; i < 2001; i++) xm[i] = (real)(-3.0 + 3.0 * i / 2000), xm[2001 + i] = 1;
     cpu_situ_forward(hm, xm, 1, 2001, 4.0, 0.0);

@@ -1,6 +1,7 @@
-// Data parallelism end to end (ARCHITECTURE §6, issue 8): the double-precision CLI
-// ($BUILD/hybrid_f64) under `mpirun --oversubscribe`, so that any difference larger
-// than double rounding is a bug, not float noise. One global batch, split 1, 2 or 4 ways:
+// Data parallelism end to end (docs/distributed.md, "Tests (`make test`, CPU, MPI)"; issue 8):
+// the double-precision CLI ($BUILD/hybrid_f64) under `mpirun --oversubscribe`, so that any
+// difference larger than double rounding is a bug, not float noise. One global batch, split
+// 1, 2 or 4 ways:
 //   - DP (replicated AdamW), ZeRO-1 and Muon with whole-matrix ownership give the losses
 //     and gradient norms of the 1-rank run to 1e-9 relative (the metrics print 9 digits)
 //     and the same final weights and optimizer state: the checkpoints store float32, so

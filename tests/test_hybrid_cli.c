@@ -3,7 +3,7 @@
 // KDA lands) and shrunk by overrides. It trains on synthetic shards with a falling loss,
 // logs the MoE load statistics, samples, and a run interrupted at step 6 and resumed gives
 // every metrics line (MoE statistics included, timing excluded) equal to the last bit. inspect
-// prints the §6.7 totals of KL-S.
+// prints the totals of KL-S (docs/hybrid.md, "The KL-S and KL-XS family").
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,7 +110,8 @@ int main(void) {
     // sample from the checkpoint
     CHECK(run("./hybrid sample " DIR_ "/a/checkpoints/step_00000040 --tokens 5 --temp 0") == 0, "sample failed");
 
-    // inspect: KL-S 0:1 totals (blocks-spec §6.7: 248.5M total, 86.0M active, 842 MFLOP/token)
+    // inspect: KL-S 0:1 totals (docs/hybrid.md, "The KL-S and KL-XS family": 248.5M total,
+    // 86.0M active, 842 MFLOP/token)
     CHECK(run("./hybrid inspect configs/kl-s-0-1.conf") == 0, "inspect failed");
     out = log_text();
     CHECK(strstr(out, "parameters: 248488704 total") && strstr(out, "85992192 non-embedding (85.99M)") &&

@@ -1,14 +1,18 @@
-// Model-level checks of the hybrid blocks (issue 5; blocks-spec §9), double build:
+// Model-level checks of the hybrid blocks (issue 5; docs/hybrid.md, "Verification
+// identities"), double build:
 //  - AttnRes: layer 0's mixer reads the embedding itself and has no AttnRes parameters; at
 //    zero pseudo-queries every AttnRes output is the mean of its sources and the key-norm
-//    weights get exactly zero gradient while the queries do not (§4.5);
+//    weights get exactly zero gradient while the queries do not (docs/hybrid.md, "AttnRes
+//    op backward");
 //  - router: a uniform shift of the selection bias changes nothing (bit-identical); an
 //    expert no token reaches gets exactly zero weight gradient; with the latent MoE the
-//    routed scale and the renormalisation do not change the output (§2.4);
+//    routed scale and the renormalisation do not change the output (docs/hybrid.md,
+//    "Latent-norm invariance");
 //  - the once-per-step balance: only backward passes count, the statistics match a recount
 //    of the selections, the bias moves by +-rate (centred), the counts start over;
 //  - MoE results are bit-identical run to run and with 1 vs 2 threads;
-//  - parameter counts and FLOPs of the KL-S / KL-XS configs match blocks-spec §6.7.
+//  - parameter counts and FLOPs of the KL-S / KL-XS configs match docs/hybrid.md, "The KL-S
+//    and KL-XS family".
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -30,7 +34,7 @@ static void test_attnres_model(void) {
     Config c = tiny_hybrid("layers", "MMAM", "attn_res_block", "2", NULL);
     Model m;
     model_create(&m, &c.model, backend_cpu(), 2, 5);
-    model_init_params(&m, 9);  // queries at zero, norms at one: the spec's init
+    model_init_params(&m, 9);  // queries at zero, norms at one: the documented init
     int in[10], tg[10];
     fill_tokens(in, 10, c.model.vocab_size, 1);
     fill_tokens(tg, 10, c.model.vocab_size, 2);
@@ -66,7 +70,7 @@ static void test_attnres_model(void) {
         if (strstr(p->name, ".norm.")) norms_zero &= mx == 0.0;
         else queries_live &= mx > 0.0;
     }
-    CHECK(norms_zero, "at w = 0 the AttnRes key-norm weights must get exactly zero gradient (§4.5)");
+    CHECK(norms_zero, "at w = 0 the AttnRes key-norm weights must get exactly zero gradient");
     CHECK(queries_live, "at w = 0 every AttnRes pseudo-query must get a gradient");
     model_destroy(&m);
 }
@@ -99,7 +103,8 @@ static void test_router_model(void) {
     double l0 = loss_with(&c, 4, in, tg, NULL), l1 = loss_with(&c, 4, in, tg, shift_bias);
     CHECK(l0 == l1, "a uniform selection-bias shift changed the loss: %.17g vs %.17g", l0, l1);
     // latent MoE: RMSNorm(alpha r) = RMSNorm(r), so rho and the renormalisation (a per-token
-    // common factor of the routed weights) cancel (§2.4); a tiny norm eps makes it exact
+    // common factor of the routed weights) cancel (docs/hybrid.md, "Latent-norm
+    // invariance"); a tiny norm eps makes it exact
     Config a = tiny_hybrid("norm_eps", "1e-30", NULL);
     Config b = tiny_hybrid("norm_eps", "1e-30", "moe_route_scale", "2.446", "moe_renorm", "false", NULL);
     double la = loss_with(&a, 6, in, tg, NULL), lb = loss_with(&b, 6, in, tg, NULL);
@@ -189,7 +194,7 @@ static void test_balance_step(void) {
               st.cv_max == cv_max,
           "step stats (%d layers, min %ld max %ld cv %g/%g) vs recount (%d, %ld, %ld, %g/%g)", st.layers, st.min,
           st.max, st.cv_mean, st.cv_max, layers, mn, mx, cv_sum / layers, cv_max);
-    CHECK(ok_bias, "the bias update is not the centred sign rule of §2.6 A");
+    CHECK(ok_bias, "the bias update is not the centred sign rule");
     CHECK(st.min + st.max > 0, "no slots counted");
     // an empty step leaves the bias alone and reports zero loads
     real keep[8];
@@ -249,12 +254,13 @@ static void test_determinism(void) {
 // ---------------------------------------------------------------------------------------
 typedef struct {
     const char *file, *override_key, *override_value;
-    double total, active_ne, mflops, tol_m;  // millions, as §6.7 rounds them
+    double total, active_ne, mflops, tol_m;  // millions, as docs/hybrid.md rounds them
 } Expect;
 
 static void test_family_counts(void) {
     const Expect ex[] = {
-        // §6.7: KL-S variant A with q-LoRA and AttnRes, T = 1024
+        // docs/hybrid.md, "The KL-S and KL-XS family": KL-S variant A with q-LoRA and
+        // AttnRes, T = 1024
         {"configs/kl-s-0-1.conf", NULL, NULL, 248.5, 86.0, 842, 0.05},
         // variant B (latent l = 384, expert m = 512): 257-262M total, 95-100M active, 867-895 MFLOPs;
         // 0:1 is the top of the FLOPs range and the bottom of the parameter range
@@ -278,14 +284,15 @@ static void test_family_counts(void) {
         double fl = params_flops_per_token(&c.model, &t, c.seq_len) / 1e6;
         printf("%-24s %-18s total %.3fM, active non-embedding %.3fM, %.1f MFLOP/token\n", ex[i].file,
                ex[i].override_key ? "(latent MoE)" : "", total, act, fl);
-        CHECK(fabs(total - ex[i].total) <= ex[i].tol_m, "%s: total %.3fM, §6.7 says %.1fM", ex[i].file, total,
+        CHECK(fabs(total - ex[i].total) <= ex[i].tol_m, "%s: total %.3fM, docs/hybrid.md says %.1fM", ex[i].file, total,
               ex[i].total);
-        CHECK(fabs(act - ex[i].active_ne) <= ex[i].tol_m, "%s: active %.3fM, §6.7 says %.1fM", ex[i].file, act,
+        CHECK(fabs(act - ex[i].active_ne) <= ex[i].tol_m, "%s: active %.3fM, docs/hybrid.md says %.1fM", ex[i].file, act,
               ex[i].active_ne);
-        CHECK(fabs(fl - ex[i].mflops) <= 0.5, "%s: %.1f MFLOP/token, §6.7 says %.0f", ex[i].file, fl, ex[i].mflops);
+        CHECK(fabs(fl - ex[i].mflops) <= 0.5, "%s: %.1f MFLOP/token, docs/hybrid.md says %.0f", ex[i].file, fl, ex[i].mflops);
         params_free(&t, &mp);
     }
-    // GPT-2 124M: §6.7's reference, ~799 MFLOP/token with the same formula
+    // GPT-2 124M: the family's reference (docs/hybrid.md, "The KL-S and KL-XS family"),
+    // ~799 MFLOP/token with the same formula
     Config g;
     config_defaults(&g);
     config_load_file(&g, "configs/gpt2-124m.conf");
@@ -294,7 +301,7 @@ static void test_family_counts(void) {
     ModelParams mp;
     params_build(&g.model, &t, &mp);
     double fl = params_flops_per_token(&g.model, &t, g.seq_len) / 1e6;
-    CHECK(fabs(fl - 799) <= 0.5, "GPT-2 124M: %.1f MFLOP/token, §6.7 says 799", fl);
+    CHECK(fabs(fl - 799) <= 0.5, "GPT-2 124M: %.1f MFLOP/token, docs/hybrid.md says 799", fl);
     params_free(&t, &mp);
 }
 

@@ -1,8 +1,9 @@
-// Chunkwise == recurrent for KDA, GDN, DeltaNet and linear attention (kda-spec §8.2):
-// forward outputs, final state and every gradient, for chunk sizes 1, 2, 4, 16, 64 with
-// partial last chunks and document boundaries; the special-case relations of §1.5
-// (§8.3); decode steps == recurrent forward; realistic strong decays (§8.9);
-// thread-count independence.
+// Chunkwise == recurrent for KDA, GDN, DeltaNet and linear attention (docs/delta-rule.md,
+// "Chunkwise equals recurrent"): forward outputs, final state and every gradient, for chunk
+// sizes 1, 2, 4, 16, 64 with partial last chunks and document boundaries; the special-case
+// relations (docs/delta-rule.md, "How the four rules relate" and "Special-case
+// identities"); decode steps == recurrent forward; realistic strong decays
+// (docs/delta-rule.md, "Stress cases"); thread-count independence.
 #include <omp.h>
 
 #include "tests/linear_problem.h"
@@ -55,8 +56,8 @@ static void chunk_vs_recurrent(LinearDims d, const int *chunks, int nchunks, int
     }
 }
 
-// §1.5 / §8.3: GDN == KDA with g broadcast over K, dg(GDN) = sum_i dg(KDA);
-// DeltaNet == KDA with g = 0.
+// docs/delta-rule.md, "Special-case identities": GDN == KDA with g broadcast over K,
+// dg(GDN) = sum_i dg(KDA); DeltaNet == KDA with g = 0.
 static void special_cases(void) {
     LinearDims d = linear_dims(2, 23, 2, 8, 5);
     for (int chunk = 0; chunk <= 16; chunk += 16) {
@@ -166,7 +167,8 @@ static void decode_steps(void) {
     }
 }
 
-// (d) realistic decays: g from the real gate formula (§5.2) with strongly negative values
+// (d) realistic decays: g from the real gate formula (docs/delta-rule.md, "KDA layer") with
+// strongly negative values
 // (one channel pinned at -20 per step, so Gamma reaches -1280 within a chunk of 64).
 static void strong_decay(void) {
     const int T = 200, H = 2, K = 32, V = 16;
@@ -209,7 +211,8 @@ static void strong_decay(void) {
     }
 }
 
-// §8.9 stress: beta exactly 0 and 1, nearly-no-decay gates (|g| < 1e-4) and gates pinned
+// docs/delta-rule.md, "Stress cases": beta exactly 0 and 1, nearly-no-decay gates
+// (|g| < 1e-4) and gates pinned
 // at -5 (the lower bound) for whole chunks; chunk == recurrent.
 static void stress_beta_gates(void) {
     LinearDims d = linear_dims(1, 150, 2, 16, 8);
@@ -240,7 +243,8 @@ static void stress_beta_gates(void) {
     prob_free(&p);
 }
 
-// §8.7 causality: perturbing tokens after t0 leaves the chunkwise outputs of tokens <= t0
+// docs/delta-rule.md, "Causality": perturbing tokens after t0 leaves the chunkwise outputs
+// of tokens <= t0
 // bitwise unchanged (exact relative-form decays need no reference row).
 static void causality(void) {
     const int T = 40, t0 = 21;  // t0 in the middle of chunk 1 (C = 16)

@@ -1,8 +1,11 @@
 // Backward passes of KDA, GDN, DeltaNet and linear attention against central finite
-// differences in double (kda-spec §8.1): loss L = sum dout∘o + sum dhT∘hT (+ dzT∘zT),
+// differences in double (inputs of docs/delta-rule.md, "Test inputs"):
+// loss L = sum dout∘o + sum dhT∘hT (+ dzT∘zT),
 // per tensor max|fd - analytic| / max|fd| <= 1e-6, for every input including the
-// initial state, the gate and beta. The recurrent backward (§2.1, §2.3) is the
-// reference; the chunkwise backward (§4) is checked the same way at chunk size 4.
+// initial state, the gate and beta. The recurrent backward (docs/delta-rule.md, "Backward of
+// the delta-rule recurrence" and "Backward of linear attention") is the reference; the
+// chunkwise backward (docs/delta-rule.md, "Chunkwise backward") is checked the same way at
+// chunk size 4.
 #include "tests/linear_problem.h"
 #include "tests/testing.h"
 

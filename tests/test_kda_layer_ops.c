@@ -1,7 +1,9 @@
-// KDA layer pre/post ops against central finite differences in double (kda-spec §8.5):
-// short conv + SiLU with conv state and document boundaries (§5.1), L2 norm (§2.2),
-// the gate in both forms (§2.2, §5.2), beta (§2.2), gated RMSNorm (§5.2); plus the
-// conv decode step and state hand-over, and parameter-gradient accumulation.
+// KDA layer pre/post ops against central finite differences in double (docs/delta-rule.md,
+// "Layer-op gradient checks"): short conv + SiLU with conv state and document boundaries, L2
+// norm, the gate in both forms, beta, gated RMSNorm (docs/delta-rule.md, "Short causal
+// convolution with SiLU", "Gradients of the input transforms", "KDA layer", "Gated RMSNorm of
+// the output"); plus the conv decode step and state hand-over, and parameter-gradient
+// accumulation.
 #include "tests/linear_test_util.h"
 #include "tests/testing.h"
 

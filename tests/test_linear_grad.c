@@ -1,10 +1,10 @@
-// Whole-model gradient checks of the K (KDA), G (GDN), D (DeltaNet) and L (linear
-// attention) mixers (kda-spec §5, §8): tiny hybrids against central finite
-// differences in double, every parameter element, per tensor
-// max |fd - analytic| / max |fd| <= 1e-6. Covers several chunks with a partial last
-// one, K != V, both KDA gate forms, and reset_at_eot with end-of-text tokens in the
-// batch (more sequences than one chunkwise call takes, so the grouped calls run too).
-// Also: the gradients are bit-identical on 1 thread and on all threads.
+// Whole-model gradient checks of the K (KDA), G (GDN), D (DeltaNet) and L (linear attention)
+// mixers (docs/delta-rule.md, "Layers" and "Verification"): tiny hybrids against central
+// finite differences in double, every parameter element, per tensor
+// max |fd - analytic| / max |fd| <= 1e-6. Covers several chunks with a partial last one,
+// K != V, both KDA gate forms, and reset_at_eot with end-of-text tokens in the batch (more
+// sequences than one chunkwise call takes, so the grouped calls run too). Also: the
+// gradients are bit-identical on 1 thread and on all threads.
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>

@@ -1,12 +1,14 @@
-// Attention with separate strided q/k/v and d_qk != d_v (§1.4), RoPE (§1.6) and the MLA
-// pieces (§1.2 - §1.5, §1.7), in double:
+// Attention with separate strided q/k/v and d_qk != d_v (docs/hybrid.md, "Causal attention
+// with a stored logsumexp"), RoPE (docs/hybrid.md, "RoPE on the decoupled slice") and the
+// MLA pieces (docs/hybrid.md, "MLA parameters" to "MLA backward, in order", and "Absorbed
+// (MQA-style) decode form"), in double:
 //  - attention forward vs a naive materialised softmax; backward vs finite differences,
 //    with q, k, v as slices of one packed buffer (gradients land in the same slices);
 //  - RoPE: finite differences, transpose property, relative-position property;
 //  - a whole MLA sublayer (q-LoRA, kv latent norm, shared rope key, RoPE on/off, sigmoid
 //    output gate on/off) composed from the ops, checked against finite differences for
 //    every weight and the input; the rope-key gradient is the sum over heads;
-//  - the absorbed decode form (§1.7) equals the decompressed form (~1e-12 relative).
+//  - the absorbed decode form equals the decompressed form (~1e-12 relative).
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -248,7 +250,8 @@ static AttnLayout mla_layout(const Mla *m) {
                         m->NH * (m->dn + m->dv), m->dn + m->dv, 1.0 / sqrt(dqk)};
 }
 
-// forward up to the attention output o (N, NH*dv) (§1.3 steps 1-4)
+// forward up to the attention output o (N, NH*dv) (docs/hybrid.md, "MLA forward
+// (decompressed form)", steps 1-4)
 static void mla_forward_attn(Mla *m) {
     int N = m->B * m->T, dqk = mla_dqk(m), NH = m->NH;
     if (m->rq) {
@@ -271,7 +274,8 @@ static void mla_forward_attn(Mla *m) {
     cpu_attention_qkv_forward(m->o, m->lse, m->q, m->k, m->e + m->dn, &L);
 }
 
-// gate + o_proj (§1.3 steps 5-6) applied to an attention output
+// gate + o_proj (docs/hybrid.md, "MLA forward (decompressed form)", steps 5-6) applied to
+// an attention output
 static void mla_forward_out(Mla *m, const real *o) {
     int N = m->B * m->T, NH = m->NH;
     size_t no = (size_t)N * NH * m->dv;
@@ -293,7 +297,7 @@ static double mla_loss(void *p) {
 
 typedef struct { real *Wq, *Wqa, *gq, *Wqb, *Wkva, *gkv, *Wkvb, *Wg, *Wo, *x; } MlaGrads;
 
-// backward of the whole sublayer (§1.5), dy = R
+// backward of the whole sublayer (docs/hybrid.md, "MLA backward, in order"), dy = R
 static void mla_backward(Mla *m, MlaGrads *g, real **dkr_out, real **dk_out) {
     int N = m->B * m->T, dqk = mla_dqk(m), NH = m->NH, d = m->d;
     size_t no = (size_t)N * NH * m->dv;
@@ -377,7 +381,8 @@ static void test_mla_grad(int rq, int rope, int gate) {
     mla_loss(&m);
     real *dkr, *dk;
     mla_backward(&m, &g, &dkr, &dk);
-    // §9: the shared rope key's gradient is the sum over heads of the per-head key gradients
+    // docs/hybrid.md, "Verification identities": the shared rope key's gradient is the sum
+    // over heads of the per-head key gradients
     // (before the RoPE backward when rope is on, so check only the NoPE case directly)
     if (!rope) {
         double worst = 0;
@@ -401,7 +406,8 @@ static void test_mla_grad(int rq, int rope, int gate) {
     mla_free(&m);
 }
 
-// absorbed decode (§1.7) == decompressed attention, with and without gate / q-LoRA / RoPE
+// absorbed decode (docs/hybrid.md, "Absorbed (MQA-style) decode form") == decompressed
+// attention, with and without gate / q-LoRA / RoPE
 static void test_mla_absorbed(int rq, int rope, int gate) {
     Rng rng;
     rng_seed(&rng, 99 + rq + 2 * rope + 4 * gate);

@@ -1,7 +1,8 @@
-// MoE ops (blocks-spec §2), double build:
+// MoE ops (docs/hybrid.md, "MoE channel mixer"), double build:
 //  - router forward semantics (top-k order and ties, selection-only bias, renorm, scale),
 //    router backward vs finite differences (sigmoid/softmax, renorm on/off, rho), with
-//    inputs that have no near-ties so FD never flips the selection; §9 identities;
+//    inputs that have no near-ties so FD never flips the selection; the identities of
+//    docs/hybrid.md, "Verification identities";
 //  - auxiliary losses (sequence-wise, Switch) vs finite differences; bias updates (sign,
 //    quantile balancing); load statistics;
 //  - dispatch plan (stable counting sort), gather / combine vs finite differences;
@@ -104,7 +105,8 @@ static void test_router_grad(RouterScoreFn fn, int renorm, double scale, int aux
              renorm, scale, aux == 1 ? " +seq aux" : aux == 2 ? " +switch aux" : "");
     report(what, fd_rel_err(router_loss, &c, c.logits, dlogits, (size_t)N * E, H_FD));
     if (fn == ROUTER_SIGMOID && !aux) {
-        // §9: unselected experts' logits get exactly zero gradient from the routed path
+        // docs/hybrid.md, "Verification identities": unselected experts' logits get exactly
+        // zero gradient from the routed path
         int bad = 0;
         for (int t = 0; t < N; t++)
             for (int e = 0; e < E; e++) {
@@ -188,7 +190,8 @@ static void test_balance(void) {
     cpu_moe_count(cnt, sel, N, K, E);
     MoeLoadStats before = moe_load_stats(cnt, E);
     // quantile balancing: one shot from zero bias, then repeated (it is applied every
-    // optimizer step). One shot is approximate (§2.6 B.5: one cut-off c_t for every expert,
+    // optimizer step). One shot is approximate (docs/hybrid.md, "Quantile balancing", item 5:
+    // one cut-off c_t for every expert,
     // and the cut-offs move once the bias changes), so it must cut the imbalance a lot and
     // repeated application must converge close to T*K/E.
     MoeLoadStats qb1 = before, qb5 = before;
@@ -461,7 +464,8 @@ static void test_moe_layer_grad(int latent, GluAct act, const char *aname) {
     moe_free(&m);
 }
 
-// §2.4 / §9: the latent RMSNorm makes the routed output invariant to a common scale of a
+// docs/hybrid.md, "Latent-norm invariance" and "Verification identities": the latent
+// RMSNorm makes the routed output invariant to a common scale of a
 // token's routed weights (here rho), up to eps
 static void test_latent_invariance(void) {
     Rng r;

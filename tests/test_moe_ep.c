@@ -1,5 +1,6 @@
-// Expert parallelism (blocks-spec §7, model/moe_dispatch_ep.c), double build. Run under
-// `mpirun -np 2` and `-np 4` (tests/moe_ep.sh); for every EP size that divides the world
+// Expert parallelism (docs/hybrid.md, "Expert-parallel exchange"; model/moe_dispatch_ep.c),
+// double build. Run under `mpirun -np 2` and `-np 4` (tests/moe_ep.sh); for every EP size that
+// divides the world
 // (ep 2 on 2 ranks; ep 2 x dp 2 and ep 4 on 4 ranks) and tiny hybrid MoE configs (latent +
 // shared expert, plain without shared expert, 8 experts top-3 SwiGLU), each rank runs its
 // own tokens (ranks hold different numbers of rows) through the same model twice, once

@@ -1,8 +1,8 @@
-// CPU reference ops (model/ops/): every backward against central finite differences
-// in double (ARCHITECTURE §5: relative error <= 1e-6), plus the contract details:
-// parameter gradients accumulate, input gradients are written, forward results do not
-// depend on the thread count, attention and cross-entropy match naive references,
-// and AdamW matches a hand computation.
+// CPU reference ops (model/ops/): every backward against central finite differences in double
+// (docs/architecture.md, "Precision of the truth": relative error <= 1e-6), plus the contract
+// details: parameter gradients accumulate, input gradients are written, forward results do not
+// depend on the thread count, attention and cross-entropy match naive references, and AdamW
+// matches a hand computation.
 //
 // Each gradient check uses the scalar loss L = sum(dout * forward_output) with a
 // random dout, so dL/d(output) = dout is what the backward receives.
@@ -24,7 +24,7 @@
 #endif
 
 #define FD_H 1e-5         // central-difference step
-#define FD_TOL 1e-6       // ARCHITECTURE §5
+#define FD_TOL 1e-6       // docs/architecture.md, "Precision of the truth"
 #define FD_FLOOR_REL 1e-4 // rel_err floor, relative to the tensor's largest gradient (see fd_check)
 #define GARBAGE 12345.0   // pre-fill for written (=) gradients: must be overwritten
 

@@ -24,7 +24,8 @@
 typedef size_t (*WsFn)(const LinearDims *, int);
 typedef int (*BytesFn)(void);
 
-// The inputs of kda-spec §8.1 in double: L2-normalised q, k; g = -softplus(N)/2; beta = sigma(N).
+// The inputs of docs/delta-rule.md, "Test inputs", in double: L2-normalised q, k;
+// g = -softplus(N)/2; beta = sigma(N).
 static double q[NTOK * K_], k[NTOK * K_], v[NTOK * V_], g[NTOK * K_], beta[NTOK], dout[NTOK * V_];
 
 static void make_inputs(void) {

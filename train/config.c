@@ -48,7 +48,8 @@ static const Key KEYS[] = {
     KM(bias, T_BOOL, "true", NULL, 1, "biases in linear layers and norms"),
     KM(tie_embeddings, T_BOOL, "true", NULL, 1, "lm_head shares the token embedding"),
     KM(init_std, T_REAL, "0.02", NULL, 0, "std of the normal init; residual projections get std/sqrt(2*n_layer)"),
-    // MLA, MoE, AttnRes (blocks-spec §1, §2, §4)
+    // MLA, MoE, AttnRes (docs/hybrid.md, "MLA token mixer (M)", "MoE channel mixer" and
+    // "Block Attention Residuals")
     KM(mla_kv_rank, T_INT, "512", NULL, 1, "MLA: KV latent width r_kv"),
     KM(mla_q_rank, T_INT, "0", NULL, 1, "MLA: q LoRA width r_q (0 = direct q projection)"),
     KM(mla_qk_nope_dim, T_INT, "128", NULL, 1, "MLA: per-head q/k width without position (d_n)"),

@@ -297,7 +297,8 @@ int train_main(int argc, char **argv) {
         double norm = grad_sync_norm(&sync);
         if (!isfinite(norm)) die("step %d: the gradient norm is not finite", step + 1);
         optimizer_step(&opt, &model, lr, norm);
-        // MoE: the step's expert loads over all ranks, then the aux-loss-free bias update (blocks-spec §2.6)
+        // MoE: the step's expert loads over all ranks, then the aux-loss-free bias update
+        // (docs/hybrid.md, "Aux-loss-free bias balancing")
         char moe_json[256] = "", moe_text[64] = "";
         if (model_has_moe(&model)) {
             MoeStepStats ms;

@@ -9,8 +9,8 @@
  *
  * Reports wall time and process CPU time (all threads) per call, the best of `reps`
  * after one untimed warm-up call (first-touch page faults of the workspace). Inputs
- * follow kda-spec §8.1 (L2-normalised q, k; g = -softplus(N(0,1))/2; beta =
- * sigmoid(N(0,1))), so the numbers include the exp() of the relative-form decays.
+ * follow docs/delta-rule.md, "Test inputs" (L2-normalised q, k; g = -softplus(N(0,1))/2;
+ * beta = sigmoid(N(0,1))), so the numbers include the exp() of the relative-form decays.
  * Internally every op accumulates in double, so in the float build the chunkwise and
  * recurrent results usually round to the same floats.
  */

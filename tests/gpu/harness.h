@@ -1,4 +1,5 @@
-// The shared harness of the GPU parity tests (docs/cuda.md, "Tests: `make test-gpu`").
+// The shared harness of the GPU parity tests (docs/cuda.md, "Tests: `make test-gpu`
+// (tests/gpu/)").
 // Each tests/gpu/test_<name>.c is one program with its own main(): the parity checks of
 // one op family (CUDA kernel against the float CPU reference, model/ops/<family>/), or the
 // whole-model checks (test_model.c). `make test-gpu` builds every test_*.c, links it with

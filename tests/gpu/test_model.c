@@ -1,4 +1,5 @@
-// GPU whole-model checks (docs/cuda.md, "Tests"): a GPT-2 124M training step on the CPU
+// GPU whole-model checks (docs/cuda.md, "Tests: `make test-gpu` (tests/gpu/)"): a GPT-2
+// 124M training step on the CPU
 // (float) and CUDA (bf16) backends from the same bf16-representable weights (B=2, T=256):
 // loss within TOL_OUT 5e-3, logits and all gradients together within TOL_MODEL 2e-2, the
 // worst single gradient tensor within 1.5 * TOL_MODEL (twelve layers of bf16 activations

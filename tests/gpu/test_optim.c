@@ -124,7 +124,8 @@ static void test_muon(int rows, int cols, int nb, int rule) {
         gm[i] -= w0[i];
         w[i] -= w0[i];
     }
-    // bf16 Newton-Schulz against the CPU's fp32 NS5: 2e-2 (docs/cuda.md, "Tests")
+    // bf16 Newton-Schulz against the CPU's fp32 NS5: 2e-2
+    // (docs/cuda.md, "Tests: `make test-gpu` (tests/gpu/)")
     expect("update (master - initial) vs CPU NS5 in fp32", rel_rms(gm, w, n), 2e-2);
     G->free(dw), G->free(dg), G->free(dM), G->free(dmaster), G->free(dwork);
     free(w0), free(w), free(M), free(work), free(gm);

@@ -1,9 +1,10 @@
-// Block Attention Residuals (blocks-spec §4). One op mixes n source tensors per token with
-// a softmax over depth; the pseudo-query w and norm weight gamma are per op.
-// Forward (§4.4), per token, in double:
+// Block Attention Residuals (docs/hybrid.md, "Block Attention Residuals"). One op mixes n
+// source tensors per token with a softmax over depth; the pseudo-query w and norm weight
+// gamma are per op.
+// Forward (docs/hybrid.md, "AttnRes op forward"), per token, in double:
 //   q = w * gamma;  rho_i = (mean_c V_i^2 + eps)^(-1/2);  z_i = rho_i (V_i . q)
 //   p = softmax_i(z);  out = sum_i p_i V_i                 (saves p, z, rho)
-// Backward (§4.5):
+// Backward (docs/hybrid.md, "AttnRes op backward"):
 //   pi_i = dout . V_i;  dz_i = p_i (pi_i - sum_j p_j pi_j)
 //   dV_i = p_i dout + dz_i rho_i q - (dz_i z_i rho_i^2 / C) V_i        (accumulated)
 //   dq   = sum_tokens sum_i dz_i rho_i V_i;  dw += dq * gamma;  dgamma += dq * w

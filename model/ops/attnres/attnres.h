@@ -1,5 +1,6 @@
-// The Block AttnRes family (blocks-spec §4): one AttnRes op mixes n source tensors per
-// token with a softmax over depth (a pseudo-query w and a key RMSNorm weight gamma per op).
+// The Block AttnRes family (docs/hybrid.md, "Block Attention Residuals"): one AttnRes op
+// mixes n source tensors per token with a softmax over depth (a pseudo-query w and a key
+// RMSNorm weight gamma per op).
 // The bookkeeping of which sources each op reads (attnres_plan) is shared by the graph.
 //
 // CPU reference: model/ops/attnres/attnres.c. CUDA: kernels/attnres/ (not yet: the CUDA
@@ -39,8 +40,9 @@ typedef struct AttnResOps {
 ATTNRES_OPS(ATTNRES_DECLARE_CPU)
 const AttnResOps *cpu_attnres_ops(void);
 
-// Bookkeeping of the K3 layer algorithm (§4.3), block size S in decoder layers, 0-indexed
-// layer l. State: sealed blocks b_0, b_1, ... and the running partial P (starts as the
+// Bookkeeping of the K3 layer algorithm (docs/hybrid.md, "Block AttnRes layer algorithm"),
+// block size S in decoder layers, 0-indexed layer l. State: sealed blocks b_0, b_1, ... and
+// the running partial P (starts as the
 // embedding E). For each layer:
 //   attention op: sources = b_0 .. b_{n_blocks-1}, then P (has_partial). If `identity`
 //     (l = 0), the op is not applied: x_a = E. If `seal`, P is pushed as block b_{n_blocks}
@@ -49,8 +51,9 @@ const AttnResOps *cpu_attnres_ops(void);
 //   out op (after the last layer; `layer` ignored): all sealed blocks, then the final P.
 // Every version of P that is a source must stay alive until the backward (P_mid and P_out
 // of every layer; they are new buffers, not in-place sums).
-// Backward (§4.6): keep dP and one accumulator dB_j per block, all zeroed; the out op's
-// backward seeds them. Per layer in reverse: FFN backward -> ffn AttnRes backward with
+// Backward (docs/hybrid.md, "AttnRes backward through the stack"): keep dP and one accumulator
+// dB_j per block, all zeroed; the out op's backward seeds them. Per layer in reverse: FFN
+// backward -> ffn AttnRes backward with
 // dsrcs = {dB_0.., dP_mid} where dP_mid starts as a copy of dP_out; mixer backward ->
 //   identity (l = 0):  dE = dx_a + dB_0;
 //   seal (l % S == 0): attention AttnRes backward with dsrcs = {dB_0 .. dB_{m-1}, dB_m}

@@ -8,7 +8,7 @@
 // gradients. Shapes: N = rows (B*T tokens), C = channels; weights use PyTorch's (out, in)
 // layout. Per-row statistics (mean, rstd, lse, losses) are statistics elements
 // (Backend.stat_size: `real` on the CPU, fp32 on CUDA).
-// The math of each op is in docs/hybrid.md ("Small ops") and in the comment at the top of
+// The math of each op is in docs/hybrid.md, "Small ops" and in the comment at the top of
 // its CPU file.
 #ifndef HYBRID_OPS_CORE_H
 #define HYBRID_OPS_CORE_H

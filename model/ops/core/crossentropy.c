@@ -1,4 +1,4 @@
-// Softmax cross-entropy (blocks-spec §5.5), per row i of logits z (N, Vp) with
+// Softmax cross-entropy (docs/hybrid.md, "Cross-entropy"), per row i of logits z (N, Vp) with
 // target y = targets[i]; only columns v < V are real tokens:
 //   lse = log sum_{v<V} exp(z_v),   loss_i = lse - z_y
 //   dz_v = (exp(z_v - lse) - [v == y]) * dloss   for v < V,   0 for V <= v < Vp

@@ -1,4 +1,5 @@
-// Token + position embedding (blocks-spec §5.6, input side).
+// Token + position embedding (docs/hybrid.md, "Token embedding and tied output head", the
+// input side).
 //   out[b,t,:] = wte[tok[b,t],:] + (wpe ? wpe[t,:] : 0)
 // Backward: dwte[tok[b,t],:] += dout[b,t,:] (a scatter-add: repeated tokens sum up),
 //           dwpe[t,:]        += sum_b dout[b,t,:].

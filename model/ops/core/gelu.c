@@ -1,4 +1,4 @@
-// GELU, tanh approximation (blocks-spec §5.3):
+// GELU, tanh approximation (docs/hybrid.md, "GELU (tanh approximation)"):
 //   y = 0.5 x (1 + t),  t = tanh(k (x + 0.044715 x^3)),  k = sqrt(2/pi)
 //   dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3 * 0.044715 x^2)
 #include <math.h>

@@ -1,4 +1,4 @@
-// LayerNorm (blocks-spec §5.2), per row of C channels:
+// LayerNorm (docs/hybrid.md, "LayerNorm"), per row of C channels:
 //   mu = mean x,  var = mean (x - mu)^2,  rstd = (var + eps)^(-1/2),
 //   xhat = (x - mu) * rstd,  y = w * xhat + b   (b may be NULL)
 // Backward, with g = dy * w:

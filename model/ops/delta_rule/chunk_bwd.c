@@ -1,7 +1,11 @@
-// Chunkwise backward of KDA / GDN / DeltaNet (§4). Per (sequence, head): recompute the
-// chunk states h[n] (§4.0), then walk the chunks in reverse with dH = dL/dH_{n+1}
-// (§4.1) and apply B1 (§4.2), B2 (§4.3), B3 (§4.4), the inverse's gradient (§4.5),
-// B4 (§4.6) and the reverse in-chunk cumsum B6 (§4.7) to each chunk.
+// Chunkwise backward of KDA / GDN / DeltaNet (docs/delta-rule.md, "Chunkwise backward").
+// Per (sequence, head): recompute the chunk states h[n] (docs/delta-rule.md,
+// "Recomputation in the backward"), then walk the chunks in reverse with dH = dL/dH_{n+1}
+// (docs/delta-rule.md, "State-gradient indexing") and apply to each chunk the stages of
+// docs/delta-rule.md, "Stage B1: output-side gradients", "Stage B2: reverse state-gradient
+// recurrence", "Stage B3: inter-chunk and WY gradients", "Gradient of the triangular
+// inverse", "Stage B4: intra-chunk decay gradients" and "Stage B6: reverse in-chunk cumsum
+// of the gate gradient".
 #include <string.h>
 
 #include "model/ops/delta_rule/internal.h"
@@ -60,7 +64,8 @@ static void chunk_backward(const DrChunk *cl, DrGrad *gr, const DeltaIn *in, siz
 #define VR(r) dr_v_row(in->v, in, tok0 + (size_t)(r), h)
 #define BETA(r) ((double)in->beta[(tok0 + (size_t)(r)) * HH + h])
 
-    // ---- B1 (§4.2): dA = s (dO Delta^T) on c <= r;  dDelta_loc = Aqk^T dO ----
+    // ---- B1 (docs/delta-rule.md, "Stage B1: output-side gradients"):
+    //      dA = s (dO Delta^T) on c <= r;  dDelta_loc = Aqk^T dO ----
     for (int r = 0; r < n; r++)
         for (int c = 0; c <= r; c++) {
             double acc = 0;
@@ -75,14 +80,15 @@ static void chunk_backward(const DrChunk *cl, DrGrad *gr, const DeltaIn *in, siz
             for (int j = 0; j < V; j++) dDc[j] += a * (double)DO(r)[j];
         }
     }
-    // ---- B2 (§4.3): complete dDelta = dDelta_loc + K_e dH' ----
+    // ---- B2 (docs/delta-rule.md, "Stage B2: reverse state-gradient recurrence"):
+    //      complete dDelta = dDelta_loc + K_e dH' ----
     for (int r = 0; r < n; r++)
         for (int i = 0; i < K; i++) {
             const double ke = cl->Ke[r * K + i];
             for (int j = 0; j < V; j++) gr->dD[r * V + j] += ke * dH[i * V + j];
         }
 
-    // ---- B3 inter-chunk terms (§4.4) ----
+    // ---- B3 inter-chunk terms (docs/delta-rule.md, "Stage B3: inter-chunk and WY gradients") ----
     for (int i = 0; i < K; i++) {  // dGamma_end: exp(Gamma_end) <H_n, dH'> per row i
         double acc = 0;
         for (int j = 0; j < V; j++) acc += Hn[i * V + j] * dH[i * V + j];
@@ -105,14 +111,15 @@ static void chunk_backward(const DrChunk *cl, DrGrad *gr, const DeltaIn *in, siz
         }
     }
 
-    // ---- B3 WY terms (§4.4): dU = dDelta, dW = -dDelta H_n^T ----
+    // ---- B3 WY terms (same heading): dU = dDelta, dW = -dDelta H_n^T ----
     for (int r = 0; r < n; r++)
         for (int i = 0; i < K; i++) {
             double acc = 0;
             for (int j = 0; j < V; j++) acc += gr->dD[r * V + j] * Hn[i * V + j];
             gr->dW[r * K + i] = -acc;
         }
-    // dT = dU (diag(beta) V)^T + dW (diag(beta) Kb)^T, only its strictly-lower part (§4.5)
+    // dT = dU (diag(beta) V)^T + dW (diag(beta) Kb)^T, only its strictly-lower part
+    // (docs/delta-rule.md, "Gradient of the triangular inverse")
     for (int r = 0; r < n; r++)
         for (int c = 0; c < n; c++) {
             if (c >= r) {
@@ -155,7 +162,7 @@ static void chunk_backward(const DrChunk *cl, DrGrad *gr, const DeltaIn *in, siz
         gr->dB[r] = db;
     }
 
-    // ---- §4.5: dL = -P_sl( T^T P_sl(dT) T^T ) ----
+    // ---- gradient of the triangular inverse: dL = -P_sl( T^T P_sl(dT) T^T ) ----
     // tmp = P_sl(dT) T^T : tmp[m][c] = sum_{p < m, p <= c} dT[m][p] T[c][p]
     for (int m = 0; m < n; m++)
         for (int c = 0; c < n; c++) {
@@ -176,11 +183,12 @@ static void chunk_backward(const DrChunk *cl, DrGrad *gr, const DeltaIn *in, siz
             gr->dL[r * C + c] = -acc;
         }
 
-    // ---- B4 (§4.6): intra-chunk pairwise-decay terms of Aqk and L, E = exp(Gamma_r - Gamma_c) ----
+    // ---- B4 (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients"): intra-chunk
+    //      pairwise-decay terms of Aqk and L, E = exp(Gamma_r - Gamma_c) ----
     // For the pair (r, c <= r) with a = dA[r][c], l = dL[r][c] (0 on the diagonal):
     //   dq_r += a k_c⊙E ;  dk_c += (a q_r + l beta_r k_r)⊙E ;  rho_r += l k_c⊙E
     //   x = (a q_r + l beta_r k_r)⊙k_c⊙E :  dGamma_r += x, dGamma_c -= x   (c < r only: the
-    //   diagonal's contributions cancel exactly, so they are skipped, §4.6)
+    //   diagonal's contributions cancel exactly, so they are skipped; same heading)
     // then dk_r += beta_r rho_r, dbeta_r += rho_r.k_r.
     for (int r = 0; r < n; r++) {
         const real *qr = QR(r), *kr = KR(r);
@@ -210,7 +218,8 @@ static void chunk_backward(const DrChunk *cl, DrGrad *gr, const DeltaIn *in, siz
         gr->dB[r] += db;
     }
 
-    // ---- B2 (§4.3): dH_n = diag(e_end) dH' + s Q_g^T dO - W^T dDelta ----
+    // ---- B2 (docs/delta-rule.md, "Stage B2: reverse state-gradient recurrence"):
+    //      dH_n = diag(e_end) dH' + s Q_g^T dO - W^T dDelta ----
     for (int i = 0; i < K; i++) {
         double *dHi = dH + (size_t)i * V;
         for (int j = 0; j < V; j++) dHi[j] *= cl->eend[i];
@@ -221,7 +230,8 @@ static void chunk_backward(const DrChunk *cl, DrGrad *gr, const DeltaIn *in, siz
         }
     }
 
-    // ---- B6 (§4.7): dGamma_end extras on the last row, then dg = reverse in-chunk cumsum ----
+    // ---- B6 (docs/delta-rule.md, "Stage B6: reverse in-chunk cumsum of the gate gradient"):
+    //      dGamma_end extras on the last row, then dg = reverse in-chunk cumsum ----
     for (int i = 0; i < K; i++) gr->dG[(size_t)(n - 1) * K + i] += gr->gend[i];
     for (int i = 0; i < K; i++) {
         double acc = 0;
@@ -280,7 +290,8 @@ void dr_chunk_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real
         grad_bind(&gr, dH + KV + dr_chunk_doubles(C, K, V), C, K, V);
         double *hs = slots + dr_state_slot(bos, s, h, H, nchunks, C) * KV;  // h[n] at hs + n*KV
 
-        // recompute h[n], the state entering chunk n (§4.0, forward F3/F4)
+        // recompute h[n], the state entering chunk n, with the forward's Delta and state
+        // update (docs/delta-rule.md, "Recomputation in the backward")
         if (nchunks > 0) {
             if (h0)
                 for (size_t x = 0; x < KV; x++) hs[x] = (double)h0[(size_t)task * KV + x];

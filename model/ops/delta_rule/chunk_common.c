@@ -1,5 +1,7 @@
-// Chunk-local quantities of the chunkwise delta rule (§3.1-§3.3), shared by the
-// chunkwise forward (chunk_fwd.c) and backward (chunk_bwd.c).
+// Chunk-local quantities of the chunkwise delta rule (docs/delta-rule.md, "Per-chunk
+// quantities", "Exactness of the chunk form: the WY representation" and "Triangular inverse
+// by forward substitution"), shared by the chunkwise forward (chunk_fwd.c) and backward
+// (chunk_bwd.c).
 #include "model/ops/delta_rule/internal.h"
 
 size_t dr_chunk_doubles(int C, int K, int V) {
@@ -29,11 +31,12 @@ void dr_chunk_prepare(DrChunk *cl, const DeltaIn *in, size_t tok0, int h, int n)
     const int C = cl->C, K = cl->K, V = cl->V;
     double *G = cl->G, *Aqk = cl->Aqk, *L = cl->L, *Tm = cl->Tm;
 
-    // §3.1: Gamma_r = sum_{j<=r} g_j inside the chunk (inclusive, resets per chunk)
+    // docs/delta-rule.md, "Per-chunk quantities": Gamma_r = sum_{j<=r} g_j inside the chunk
+    // (inclusive, resets per chunk)
     for (int r = 0; r < n; r++)
         for (int i = 0; i < K; i++) G[r * K + i] = (r ? G[(r - 1) * K + i] : 0.0) + dr_gate(in, tok0 + r, h, i);
 
-    // §3.1 decay-weighted copies; every exponent is <= 0 since g <= 0
+    // decay-weighted copies (same heading); every exponent is <= 0 since g <= 0
     const double *Gend = G + (size_t)(n - 1) * K;
     for (int i = 0; i < K; i++) cl->eend[i] = exp(Gend[i]);
     for (int r = 0; r < n; r++) {
@@ -46,7 +49,8 @@ void dr_chunk_prepare(DrChunk *cl, const DeltaIn *in, size_t tok0, int h, int n)
         }
     }
 
-    // §3.1 / §3.4: Aqk (c <= r, scaled) and L (c < r, beta on the row), with the decay in
+    // docs/delta-rule.md, "Per-chunk quantities" and "Stable decay exponents": Aqk (c <= r,
+    // scaled) and L (c < r, beta on the row), with the decay in
     // the relative form exp(Gamma_r - Gamma_c) evaluated only for c <= r (mask first).
     for (int r = 0; r < n; r++) {
         const real *qr = dr_qk_row(in->q, in, tok0 + r, h), *kr = dr_qk_row(in->k, in, tok0 + r, h);
@@ -69,7 +73,8 @@ void dr_chunk_prepare(DrChunk *cl, const DeltaIn *in, size_t tok0, int h, int n)
         }
     }
 
-    // §3.3: T = (I + L)^-1 by forward substitution, row r from the final rows m < r:
+    // docs/delta-rule.md, "Triangular inverse by forward substitution": T = (I + L)^-1,
+    // row r from the final rows m < r:
     //   T[r][r] = 1, T[r][c] = -sum_{m=c}^{r-1} L[r][m] T[m][c]  (c < r)
     for (int r = 0; r < n; r++) {
         for (int c = 0; c < n; c++) Tm[r * C + c] = (c == r) ? 1.0 : 0.0;
@@ -80,7 +85,8 @@ void dr_chunk_prepare(DrChunk *cl, const DeltaIn *in, size_t tok0, int h, int n)
         }
     }
 
-    // §3.2: W = T diag(beta) Kb,  U = T diag(beta) V
+    // docs/delta-rule.md, "Exactness of the chunk form: the WY representation":
+    // W = T diag(beta) Kb,  U = T diag(beta) V
     for (int r = 0; r < n; r++) {
         for (int i = 0; i < K; i++) cl->W[r * K + i] = 0;
         for (int j = 0; j < V; j++) cl->U[r * V + j] = 0;

@@ -1,4 +1,5 @@
-// Chunkwise-parallel forward of KDA / GDN / DeltaNet (§3.2, §3.6).
+// Chunkwise-parallel forward of KDA / GDN / DeltaNet (docs/delta-rule.md, "Exactness of the
+// chunk form: the WY representation" and "The chunkwise forward algorithm").
 #include <string.h>
 
 #include "model/ops/delta_rule/internal.h"
@@ -36,7 +37,8 @@ void dr_chunk_forward(real *o, real *hT, const DeltaIn *in, const real *h0, cons
             const size_t tok0 = bos + (size_t)cs;
             dr_chunk_prepare(&cl, in, tok0, h, n);
             dr_chunk_delta(&cl, n, S);  // Delta = U - W H_n
-            // O = s Q_g H_n + Aqk Delta   (§3.2)
+            // O = s Q_g H_n + Aqk Delta   (docs/delta-rule.md, "Exactness of the chunk form:
+            // the WY representation")
             for (int r = 0; r < n; r++) {
                 real *orow = o + ((tok0 + r) * H + h) * (size_t)V;
                 for (int j = 0; j < V; j++) {

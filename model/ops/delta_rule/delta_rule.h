@@ -1,4 +1,4 @@
-// The delta-rule family (kda-spec): KDA, Gated DeltaNet (GDN), DeltaNet and plain
+// The delta-rule family (docs/delta-rule.md): KDA, Gated DeltaNet (GDN), DeltaNet and plain
 // (ELU+1, normalised) linear attention, the token mixers K, G, D and L. Each core has a
 // recurrent and a chunkwise form with hand-derived backward passes and a single-token
 // decode step; the layer ops around the cores (short conv + SiLU, L2 norm, the decay gate,
@@ -12,7 +12,7 @@
 // CUDA: kernels/delta_rule/ (not yet: the CUDA backend has no delta-rule family, so
 // K/G/D/L layers are refused on --device cuda).
 //
-// ---- Layout (fla's, kda-spec §0.1) -------------------------------------------------
+// ---- Layout (fla's; docs/delta-rule.md, "Notation and tensor layout") --------------
 //   q, k           (B, T, H, K)      element (b,t,h,i) at ((b*T+t)*H+h)*K+i
 //   g  (KDA)       (B, T, H, K)      per-channel log-decay, g <= 0
 //   g  (GDN)       (B, T, H)         per-head scalar log-decay, g <= 0
@@ -21,7 +21,7 @@
 //   h0, hT         (N, H, K, V)      state S[i][j], i = key channel, j = value channel
 //                                     (fla's state_v_first=False), o_t = S_t^T (scale q_t)
 // One head count H for q/k and v (no GVA: with HV > H the caller repeats q,k per value
-// head and sums dq, dk over the group, kda-spec §2.2).
+// head and sums dq, dk over the group; docs/delta-rule.md, "Notation and tensor layout").
 //
 // ---- Sequences and document boundaries ----------------------------------------------
 // The token axis is flattened to B*T rows. Every sequence is a contiguous row range
@@ -30,7 +30,8 @@
 //   offsets != NULL : requires B == 1; N = nseq sequences (documents), sequence s =
 //                     rows [offsets[s], offsets[s+1]), offsets[0] = 0,
 //                     offsets[nseq] = T, non-decreasing (empty segments allowed).
-//                     This is FlashAttention's cu_seqlens convention (kda-spec §0.1).
+//                     This is FlashAttention's cu_seqlens convention (docs/delta-rule.md,
+//                     "Packed sequences (cu_seqlens offsets)").
 // The state resets at every sequence start to h0[s] (or to zero when h0 == NULL), and
 // hT[s] / dh0[s] / dhT[s] are per sequence. Chunks never straddle a sequence boundary:
 // chunk 0 of each sequence starts at its bos and its last chunk may be partial.
@@ -45,8 +46,9 @@
 // Internally states, cumulative gates and all accumulators are double; inputs and
 // outputs are `real`. Parallel (OpenMP) over (sequence, head) or rows/channels; every
 // output element is computed in a fixed order, so results do not depend on the number
-// of threads. The chunkwise backwards recompute the forward (fla's recompute mode,
-// §4.0), so the forwards save nothing beyond their outputs.
+// of threads. The chunkwise backwards recompute the forward (fla's recompute mode;
+// docs/delta-rule.md, "Recomputation in the backward"), so the forwards save nothing
+// beyond their outputs.
 #ifndef HYBRID_OPS_DELTA_RULE_H
 #define HYBRID_OPS_DELTA_RULE_H
 
@@ -73,9 +75,9 @@ static inline LinearDims linear_dims_varlen(int T, int H, int K, int V, const in
 // N, the number of sequences (and of initial / final states)
 static inline int linear_num_seqs(const LinearDims *d) { return d->offsets ? d->nseq : d->B; }
 
-// Which member of the family an entry runs (§1): the delta rule without a decay
-// (DeltaNet), with a per-head scalar decay g (B,T,H) (GDN), or with a per-channel decay g
-// (B,T,H,K) (KDA); or plain ELU+1 linear attention.
+// Which member of the family an entry runs (docs/delta-rule.md, "The four recurrences"): the
+// delta rule without a decay (DeltaNet), with a per-head scalar decay g (B,T,H) (GDN), or with
+// a per-channel decay g (B,T,H,K) (KDA); or plain ELU+1 linear attention.
 typedef enum { LINEAR_DELTANET, LINEAR_GDN, LINEAR_KDA, LINEAR_ATTN } LinearKind;
 
 // ---- The backend contract ----------------------------------------------------------
@@ -88,7 +90,8 @@ typedef struct DeltaRuleOps {
     // sequences over B*T tokens.
     size_t (*linear_workspace_size)(LinearKind kind, int backward, int B, int T, int H, int K, int V, int nseq,
                                     int chunk);
-    // Chunkwise delta rule (§3, §4), kind LINEAR_DELTANET/GDN/KDA (g ignored for DeltaNet):
+    // Chunkwise delta rule (docs/delta-rule.md, "Chunkwise forward" and "Chunkwise
+    // backward"), kind LINEAR_DELTANET/GDN/KDA (g ignored for DeltaNet):
     // q, k (B,T,H,K) L2-normalised; v, o (B,T,H,V); beta (B,T,H); h0, hT (N,H,K,V) or NULL.
     void (*delta_chunk_forward)(LinearKind kind, real *o, real *hT, const real *q, const real *k, const real *v,
                                 const real *g, const real *beta, const real *h0, real scale, int B, int T, int H,
@@ -99,11 +102,13 @@ typedef struct DeltaRuleOps {
                                  const real *g, const real *beta, const real *h0, real scale, int B, int T, int H,
                                  int K, int V, const int *offsets, int nseq, int chunk, void *workspace);
     // One decode token for N sequences: q, k, g (N,H,K) [GDN g (N,H)], v, o (N,H,V),
-    // beta (N,H); state (N,H,K,V) updated in place (§1.4 recurrence).
+    // beta (N,H); state (N,H,K,V) updated in place (the recurrence of docs/delta-rule.md,
+    // "Kimi Delta Attention (KDA)").
     void (*delta_step)(LinearKind kind, real *o, real *state, const real *q, const real *k, const real *v,
                        const real *g, const real *beta, real scale, int N, int H, int K, int V);
-    // Plain ELU+1 linear attention (§1.1, §3.8, §4.10), q and k raw (feature map inside);
-    // state S (N,H,K,V), z (N,H,K); z unused when normalize == 0.
+    // Plain ELU+1 linear attention (docs/delta-rule.md, "Linear attention with the ELU+1
+    // feature map", "Chunked linear attention", "Chunked linear-attention backward"), q and k
+    // raw (feature map inside); state S (N,H,K,V), z (N,H,K); z unused when normalize == 0.
     void (*linear_attn_chunk_forward)(real *o, real *ST, real *zT, const real *q, const real *k, const real *v,
                                       const real *S0, const real *z0, real scale, int normalize, int B, int T, int H,
                                       int K, int V, const int *offsets, int nseq, int chunk, void *workspace);
@@ -116,10 +121,11 @@ typedef struct DeltaRuleOps {
     void (*linear_attn_step)(real *o, real *S, real *z, const real *q, const real *k, const real *v, real scale,
                              int normalize, int N, int H, int K, int V);
 
-    // Causal depthwise short convolution + optional SiLU (§5.1). x, y (B, T, D); weight w
-    // (D, W) with W <= 64 (fla: 4), w[c][W-1] multiplies the current token (PyTorch's
-    // depthwise Conv1d weight (D, 1, W)); bias (D) or NULL. Sequences as above: the window
-    // never reaches into the previous sequence.
+    // Causal depthwise short convolution + optional SiLU (docs/delta-rule.md, "Short causal
+    // convolution with SiLU"). x, y (B, T, D); weight w (D, W) with W <= 64 (fla: 4),
+    // w[c][W-1] multiplies the current token (PyTorch's depthwise Conv1d weight (D, 1, W));
+    // bias (D) or NULL. Sequences as above: the window never reaches into the previous
+    // sequence.
     //   y[t][c] = act( bias[c] + sum_{j<W} w[c][j] * x[t-(W-1)+j][c] ),  act = SiLU or identity
     // Conv state (N, D, W-1): the W-1 inputs before the sequence, oldest first
     // (state[s][c][m] is the input at local time m-(W-1)). state_in NULL = zeros; state_out
@@ -139,13 +145,16 @@ typedef struct DeltaRuleOps {
     // Decode: x, y (N, D) one token; state (N, D, W-1) shifted in place.
     void (*short_conv_step)(real *y, real *state, const real *x, const real *w, const real *bias, int N, int D,
                             int W, int silu);
-    // L2 normalisation over the last dim (§1.4): y = x * rstd, rstd = 1/sqrt(sum_d x_d^2 + eps)
-    // (eps on the SUM; fla uses 1e-6). x, y (rows, D), rows = B*T*H; saves rstd (rows,
-    // statistics).
+    // L2 normalisation over the last dim (docs/delta-rule.md, "Input transforms: L2 norm,
+    // decay gate and beta"): y = x * rstd, rstd = 1/sqrt(sum_d x_d^2 + eps) (eps on the
+    // SUM; fla uses 1e-6). x, y (rows, D), rows = B*T*H; saves rstd (rows, statistics).
     void (*l2norm_forward)(real *y, real *rstd, const real *x, size_t rows, int D, real eps);
-    // §2.2: dx = rstd * (dy - (dy.y) y) (written); needs the forward's y and rstd.
+    // docs/delta-rule.md, "Gradients of the input transforms": dx = rstd * (dy - (dy.y) y)
+    // (written); needs the forward's y and rstd.
     void (*l2norm_backward)(real *dx, const real *dy, const real *y, const real *rstd, size_t rows, int D);
-    // Decay gate (§1.4, §2.2, §5.2): x (N, H, K) raw gate, g (N, H, K) log-decay;
+    // Decay gate (docs/delta-rule.md, "Input transforms: L2 norm, decay gate and beta",
+    // "Gradients of the input transforms", "KDA layer"): x (N, H, K) raw gate, g (N, H, K)
+    // log-decay;
     //   lower_bound == 0: g = -exp(A_log[h]) * softplus(x + dt_bias[h*K+i])
     //   lower_bound <  0: g = lower_bound * sigmoid(exp(A_log[h]) * (x + dt_bias[h*K+i]))
     // A_log (H) or NULL (A = 1); dt_bias (H*K) or NULL. GDN's scalar gate: K = 1.
@@ -154,10 +163,13 @@ typedef struct DeltaRuleOps {
     // dx written; dA_log (H), ddt_bias (H*K) accumulated (either may be NULL).
     void (*decay_gate_backward)(real *dx, real *dA_log, real *ddt_bias, const real *dg, const real *x,
                                 const real *A_log, const real *dt_bias, size_t N, int H, int K, real lower_bound);
-    // beta = c * sigmoid(b), c = 2 if neg_eigval else 1 (§1.4, §2.2); db written
+    // beta = c * sigmoid(b), c = 2 if neg_eigval else 1 (docs/delta-rule.md, "Input
+    // transforms: L2 norm, decay gate and beta", "Gradients of the input transforms");
+    // db written
     void (*beta_forward)(real *beta, const real *b, size_t n, int neg_eigval);
     void (*beta_backward)(real *db, const real *dbeta, const real *beta, size_t n, int neg_eigval);
-    // Per-head gated RMSNorm of the output (§5.2): x, z, y (rows, D), rows = B*T*H, D = V;
+    // Per-head gated RMSNorm of the output (docs/delta-rule.md, "Gated RMSNorm of the
+    // output"): x, z, y (rows, D), rows = B*T*H, D = V;
     // weight w (D) shared by all heads (NULL = 1):
     //   xh = x * r, r = (mean_d x^2 + eps)^-1/2,  y = xh * w * act(z),
     //   act(z) = sigmoid(z) (KDA) or z*sigmoid(z) (swish != 0, GDN's default).
@@ -183,18 +195,22 @@ const DeltaRuleOps *cpu_delta_rule_ops(void);
 // ---- LinearDims shapes, which the entries above call and the tests check one by one.
 
 // =====================================================================================
-// KDA (§1.4): per channel i,  S~ = diag(exp g_t) S_{t-1},  d_t = beta_t (v_t - S~^T k_t),
-//             S_t = S~ + k_t d_t^T,  o_t = S_t^T (scale q_t).
-// GDN (§1.3) = KDA with g broadcast over K (g has shape (B,T,H); its gradient is the
-// sum over K of KDA's per-channel gradient, §1.5). DeltaNet (§1.2) = KDA with g = 0
-// (no g argument, no dg).
+// KDA (docs/delta-rule.md, "Kimi Delta Attention (KDA)"): per channel i,
+//   S~ = diag(exp g_t) S_{t-1},  d_t = beta_t (v_t - S~^T k_t),
+//   S_t = S~ + k_t d_t^T,  o_t = S_t^T (scale q_t).
+// GDN = KDA with g broadcast over K (g has shape (B,T,H); its gradient is the sum over K
+// of KDA's per-channel gradient). DeltaNet = KDA with g = 0 (no g argument, no dg).
+// (docs/delta-rule.md, "Gated DeltaNet", "DeltaNet" and "How the four rules relate".)
 // =====================================================================================
 
-// ---- recurrent forms (§1.4 forward, §2.1 backward): the reference ------------------
+// ---- recurrent forms: the reference -------------------------------------------------
+// Forward: docs/delta-rule.md, "Kimi Delta Attention (KDA)"; backward: docs/delta-rule.md,
+// "Backward of the delta-rule recurrence".
 // Workspace bytes for the recurrent forward: one double state per (sequence, head).
 size_t delta_recurrent_fwd_workspace_size(const LinearDims *d);
 // Workspace bytes for the recurrent backward: all T+1 states of every (sequence, head)
-// in double (§2.4), (B*T + N) * H * K * V doubles, plus a small per-task scratch.
+// in double (docs/delta-rule.md, "Memory of the recurrent reference"),
+// (B*T + N) * H * K * V doubles, plus a small per-task scratch.
 size_t delta_recurrent_bwd_workspace_size(const LinearDims *d);
 
 void kda_recurrent_forward(real *o, real *hT, const real *q, const real *k, const real *v, const real *g,
@@ -217,17 +233,20 @@ void deltanet_recurrent_backward(real *dq, real *dk, real *dv, real *dbeta, real
                                  const real *dhT, const real *q, const real *k, const real *v, const real *beta,
                                  const real *h0, real scale, const LinearDims *d, void *workspace);
 
-// ---- chunkwise forms (§3 forward, §4 backward) ---------------------------------------
+// ---- chunkwise forms (docs/delta-rule.md, "Chunkwise forward" and "Chunkwise backward")
 // Chunk size `chunk` >= 1 (fla: 64); T need not be a multiple of it. Per chunk: the
-// in-chunk cumulative log-decay Gamma (§3.1), Aqk and L with the decay evaluated in the
+// in-chunk cumulative log-decay Gamma, Aqk and L with the decay evaluated in the
 // relative form exp(Gamma_r - Gamma_c), c <= r, masked before exponentiating so every
-// exponent is <= 0 (§3.4, the "token-parallel" path: no reference-row factorisation,
-// nothing can overflow), T = (I+L)^-1 by forward substitution (§3.3), the WY/UT
-// representation W, U (§3.2) and the inter-chunk state recurrence (§3.6).
-// The backward recomputes the chunk states h[n] (§4.0), then runs §4.2-§4.7 per chunk
-// in reverse: dA and local dDelta (B1), the state gradient (B2), inter-chunk and WY
-// terms (B3), the gradient of the triangular inverse (§4.5), the intra-chunk pairwise
-// decay terms (B4) and the reverse in-chunk cumsum of dGamma (§4.7 B6).
+// exponent is <= 0 (the "token-parallel" path: no reference-row factorisation, nothing
+// can overflow), T = (I+L)^-1 by forward substitution, the WY/UT representation W, U and
+// the inter-chunk state recurrence (docs/delta-rule.md, "Per-chunk quantities", "Stable
+// decay exponents", "Triangular inverse by forward substitution", "Exactness of the chunk
+// form: the WY representation", "The chunkwise forward algorithm").
+// The backward recomputes the chunk states h[n] (docs/delta-rule.md, "Recomputation in the
+// backward"), then runs stages B1-B6 per chunk in reverse: dA and local dDelta (B1), the
+// state gradient (B2), inter-chunk and WY terms (B3), the gradient of the triangular
+// inverse (docs/delta-rule.md, "Gradient of the triangular inverse"), the intra-chunk
+// pairwise decay terms (B4) and the reverse in-chunk cumsum of dGamma (B6).
 #define DELTA_DEFAULT_CHUNK 64  // fla's chunk size
 
 size_t delta_chunk_fwd_workspace_size(const LinearDims *d, int chunk);
@@ -256,7 +275,9 @@ void deltanet_chunk_backward(real *dq, real *dk, real *dv, real *dbeta, real *dh
                              const real *dhT, const real *q, const real *k, const real *v, const real *beta,
                              const real *h0, real scale, const LinearDims *d, int chunk, void *workspace);
 
-// ---- single-token decode steps (§1.4 index form; §3.7: decode uses the recurrence) --
+// ---- single-token decode steps --------------------------------------------------------
+// The index form of docs/delta-rule.md, "Kimi Delta Attention (KDA)"; decode uses the
+// recurrence (docs/delta-rule.md, "Decode steps").
 // One token for each of N sequences: q, k, g (N,H,K) [GDN: g (N,H)], v, o (N,H,V),
 // beta (N,H); state (N,H,K,V) is read and overwritten with the new state.
 void kda_step(real *o, real *state, const real *q, const real *k, const real *v, const real *g, const real *beta,
@@ -267,7 +288,8 @@ void deltanet_step(real *o, real *state, const real *q, const real *k, const rea
                    int N, int H, int K, int V);
 
 // =====================================================================================
-// Plain linear attention (§1.1): phi(x) = elu(x)+1, q^ = scale*phi(q), k^ = phi(k),
+// Plain linear attention (docs/delta-rule.md, "Linear attention with the ELU+1 feature
+// map"): phi(x) = elu(x)+1, q^ = scale*phi(q), k^ = phi(k),
 //   S_t = S_{t-1} + k^_t v_t^T,  z_t = z_{t-1} + k^_t,
 //   normalize: o_t = S_t^T q^_t / (q^_t . z_t + 1e-10);  else o_t = S_t^T q^_t.
 // The carried state is the pair (S (N,H,K,V), z (N,H,K)); z arguments are ignored
@@ -280,13 +302,15 @@ size_t linear_attn_recurrent_bwd_workspace_size(const LinearDims *d);
 void linear_attn_recurrent_forward(real *o, real *ST, real *zT, const real *q, const real *k, const real *v,
                                    const real *S0, const real *z0, real scale, int normalize, const LinearDims *d,
                                    void *workspace);
-// §2.3. dq, dk (B,T,H,K); dv (B,T,H,V); dS0 (N,H,K,V), dz0 (N,H,K) or NULL.
+// docs/delta-rule.md, "Backward of linear attention". dq, dk (B,T,H,K); dv (B,T,H,V);
+// dS0 (N,H,K,V), dz0 (N,H,K) or NULL.
 void linear_attn_recurrent_backward(real *dq, real *dk, real *dv, real *dS0, real *dz0, const real *dout,
                                     const real *dST, const real *dzT, const real *q, const real *k, const real *v,
                                     const real *S0, const real *z0, real scale, int normalize,
                                     const LinearDims *d, void *workspace);
 
-// §3.8 forward, §4.10 backward.
+// Forward: docs/delta-rule.md, "Chunked linear attention"; backward: docs/delta-rule.md,
+// "Chunked linear-attention backward".
 size_t linear_attn_chunk_fwd_workspace_size(const LinearDims *d, int chunk);
 size_t linear_attn_chunk_bwd_workspace_size(const LinearDims *d, int chunk);
 void linear_attn_chunk_forward(real *o, real *ST, real *zT, const real *q, const real *k, const real *v,

@@ -1,6 +1,7 @@
 // The linear-attention backend entries on the CPU: unpack the plain-integer shapes of
 // the backend contract into LinearDims and call the reference ops of delta_rule.h
-// (chunkwise forms for training, §3-§4; the recurrent step for decoding, §1.4).
+// (chunkwise forms for training, docs/delta-rule.md, "Chunkwise forward" and "Chunkwise
+// backward"; the recurrent step for decoding, docs/delta-rule.md, "Decode steps").
 #include "model/ops/delta_rule/delta_rule.h"
 #include "base/util.h"
 

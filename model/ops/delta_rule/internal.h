@@ -28,7 +28,8 @@ static inline double lin_sigmoid(double x) {
     return e / (1.0 + e);
 }
 
-// ---- the delta-rule family (KDA / GDN / DeltaNet share one implementation, §1.5) ----
+// ---- the delta-rule family (KDA / GDN / DeltaNet share one implementation;
+//      docs/delta-rule.md, "How the four rules relate") ----
 
 enum { DR_GATE_NONE = 0, DR_GATE_HEAD = 1, DR_GATE_CHANNEL = 2 };
 
@@ -62,7 +63,8 @@ static inline const real *dr_v_row(const real *x, const DeltaIn *in, size_t tok,
 }
 
 // Writes the per-channel log-decay gradient dgc[0..K) of one token as the op's dg:
-// per channel (KDA), summed over K (GDN, §1.5), or not at all (DeltaNet / dg NULL).
+// per channel (KDA), summed over K (GDN; docs/delta-rule.md, "How the four rules relate"),
+// or not at all (DeltaNet / dg NULL).
 static inline void dr_store_dg(real *dg, const DeltaIn *in, size_t tok, int h, const double *dgc) {
     if (!dg || in->gate == DR_GATE_NONE) return;
     if (in->gate == DR_GATE_CHANNEL) {
@@ -87,20 +89,22 @@ void dr_chunk_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, real
                        void *workspace);
 void dr_step(real *o, real *state, const DeltaIn *in, int N);
 
-// ---- chunk-local quantities of §3.1-§3.3 for one chunk of n <= C rows -------------
+// ---- chunk-local quantities for one chunk of n <= C rows ---------------------------
+// (docs/delta-rule.md, "Per-chunk quantities", "Exactness of the chunk form: the WY
+// representation" and "Triangular inverse by forward substitution")
 // All matrices are row-major with row stride C (C×C) or K / V; only the leading n rows
 // (and n columns) are meaningful.
 typedef struct {
     int C, K, V;
-    double *G;     // [C][K] Gamma: inclusive in-chunk cumsum of g (§3.1)
+    double *G;     // [C][K] Gamma: inclusive in-chunk cumsum of g
     double *Qg;    // [C][K] q ⊙ exp(Gamma)
     double *Kb;    // [C][K] k ⊙ exp(Gamma)
     double *Ke;    // [C][K] k ⊙ exp(Gamma_end - Gamma)
     double *eend;  // [K]    exp(Gamma_end)
     double *Aqk;   // [C][C] scale · q_r·(k_c ⊙ exp(Gamma_r - Gamma_c)), c <= r
     double *L;     // [C][C] beta_r · k_r·(k_c ⊙ exp(Gamma_r - Gamma_c)), c < r
-    double *Tm;    // [C][C] T = (I + L)^-1, unit lower triangular (§3.3)
-    double *W;     // [C][K] T diag(beta) Kb   (§3.2)
+    double *Tm;    // [C][C] T = (I + L)^-1, unit lower triangular
+    double *W;     // [C][K] T diag(beta) Kb
     double *U;     // [C][V] T diag(beta) V
     double *D;     // [C][V] Delta = U - W H_n (pseudo-values)
 } DrChunk;
@@ -109,9 +113,10 @@ size_t dr_chunk_doubles(int C, int K, int V);
 void dr_chunk_bind(DrChunk *cl, double *mem, int C, int K, int V);
 // Fills G, Qg, Kb, Ke, eend, Aqk, L, Tm, W, U for the n rows starting at token tok0.
 void dr_chunk_prepare(DrChunk *cl, const DeltaIn *in, size_t tok0, int h, int n);
-// Delta = U - W H  (§3.2), H (K×V)
+// Delta = U - W H  (docs/delta-rule.md, "Exactness of the chunk form: the WY
+// representation"), H (K×V)
 void dr_chunk_delta(DrChunk *cl, int n, const double *H);
-// H <- diag(exp Gamma_end) H + Ke^T Delta  (§3.2 inter-chunk recurrence)
+// H <- diag(exp Gamma_end) H + Ke^T Delta  (the inter-chunk recurrence, same heading)
 void dr_chunk_advance_state(const DrChunk *cl, int n, double *H);
 
 // Slot of chunk state h[n] of (sequence s, head h) in the backward's state area:

@@ -1,11 +1,13 @@
-// KDA layer pre/post ops that are not matmuls (kda-spec §1.4, §2.2, §5.2): L2 norm of q
-// and k per head, the gate (softplus and lower-bound forms), beta = sigmoid, and the
-// per-head gated RMSNorm of the output.
+// KDA layer pre/post ops that are not matmuls: L2 norm of q and k per head, the gate
+// (softplus and lower-bound forms), beta = sigmoid, and the per-head gated RMSNorm of the
+// output (docs/delta-rule.md, "Input transforms: L2 norm, decay gate and beta", "Gradients
+// of the input transforms", "KDA layer" and "Gated RMSNorm of the output").
 #include "model/ops/delta_rule/internal.h"
 
 static inline double softplus(double z) { return z > 0 ? z + log1p(exp(-z)) : log1p(exp(z)); }
 
-// ---- L2 norm (§1.4, backward §2.2) ------------------------------------------------------
+// ---- L2 norm (docs/delta-rule.md, "Input transforms: L2 norm, decay gate and beta";
+//      backward: docs/delta-rule.md, "Gradients of the input transforms") -----------------
 void cpu_l2norm_forward(real *y, real *rstd, const real *x, size_t rows, int D, real eps) {
 #pragma omp parallel for schedule(static)
     for (size_t r = 0; r < rows; r++) {
@@ -29,7 +31,8 @@ void cpu_l2norm_backward(real *dx, const real *dy, const real *y, const real *rs
     }
 }
 
-// ---- gate (§1.4, §2.2, §5.2) ----------------------------------------------------------------
+// ---- gate (docs/delta-rule.md, "Input transforms: L2 norm, decay gate and beta",
+//      "Gradients of the input transforms" and "KDA layer") --------------------------------
 void cpu_decay_gate_forward(real *g, const real *x, const real *A_log, const real *dt_bias, size_t N, int H, int K,
                       real lower_bound) {
 #pragma omp parallel for schedule(static)
@@ -78,7 +81,8 @@ void cpu_decay_gate_backward(real *dx, real *dA_log, real *ddt_bias, const real 
     }
 }
 
-// ---- beta = c sigmoid(b) (§1.4, §2.2) --------------------------------------------------------
+// ---- beta = c sigmoid(b) (docs/delta-rule.md, "Input transforms: L2 norm, decay gate and
+//      beta" and "Gradients of the input transforms") -------------------------------------
 void cpu_beta_forward(real *beta, const real *b, size_t n, int neg_eigval) {
     const double c = neg_eigval ? 2.0 : 1.0;
 #pragma omp parallel for schedule(static)
@@ -94,7 +98,7 @@ void cpu_beta_backward(real *db, const real *dbeta, const real *beta, size_t n, 
     }
 }
 
-// ---- gated RMSNorm (§5.2) ------------------------------------------------------------------
+// ---- gated RMSNorm (docs/delta-rule.md, "Gated RMSNorm of the output") ---------------------
 // act(z) and act'(z): sigmoid, or swish z sigma(z)
 static inline void gate_act(double z, int swish, double *a, double *da) {
     const double sg = lin_sigmoid(z);

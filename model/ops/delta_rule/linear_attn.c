@@ -1,12 +1,15 @@
 // Plain linear attention with the ELU+1 feature map and the optional normaliser:
-// recurrent forward (§1.1) and backward (§2.3), chunked forward (§3.8) and backward
-// (§4.10), and the decode step. The carried state is the pair (S, z).
+// recurrent forward and backward, chunked forward and backward, and the decode step
+// (docs/delta-rule.md, "Linear attention with the ELU+1 feature map", "Backward of linear
+// attention", "Chunked linear attention" and "Chunked linear-attention backward"). The
+// carried state is the pair (S, z).
 #include <string.h>
 
 #include "model/ops/delta_rule/internal.h"
 #include "base/util.h"
 
-// phi(x) = elu(x) + 1 and its derivative (§1.1)
+// phi(x) = elu(x) + 1 and its derivative (docs/delta-rule.md, "Linear attention with the
+// ELU+1 feature map")
 static inline double phi(double x) { return x > 0 ? x + 1.0 : exp(x); }
 static inline double dphi(double x) { return x > 0 ? 1.0 : exp(x); }
 
@@ -24,7 +27,7 @@ static void store(real *dst, const double *src, size_t n, size_t task) {
 }
 
 // ---- recurrent ------------------------------------------------------------------------
-// One token of §1.1 on the double state (S, z); writes o when o != NULL.
+// One token of the recurrence on the double state (S, z); writes o when o != NULL.
 // qh, kh: scratch (K) that receives q^ = s phi(q) and k^ = phi(k).
 static void la_token(double *S, double *z, const real *q, const real *k, const real *v, double scale,
                      int normalize, int K, int V, double *qh, double *kh, real *o) {
@@ -110,7 +113,8 @@ void linear_attn_recurrent_backward(real *dq, real *dk, real *dv, real *dS0, rea
             la_token(st + (t + 1) * slot, st + (t + 1) * slot + KV, ROW(q, tok, h, K), ROW(k, tok, h, K),
                      ROW(v, tok, h, V), scale, normalize, K, V, qh, kh, NULL);
         }
-        // §2.3, reverse time; GS, Gz = dL/dS_t, dL/dz_t
+        // docs/delta-rule.md, "Backward of linear attention", reverse time;
+        // GS, Gz = dL/dS_t, dL/dz_t
         load(GS, dST, KV, task);
         load(Gz, normalize ? dzT : NULL, K, task);
         for (int t = len - 1; t >= 0; t--) {
@@ -187,7 +191,8 @@ void cpu_linear_attn_step(real *o, real *S, real *z, const real *q, const real *
     }
 }
 
-// ---- chunked (§3.8, §4.10) ------------------------------------------------------------
+// ---- chunked (docs/delta-rule.md, "Chunked linear attention" and "Chunked
+//      linear-attention backward") -------------------------------------------------------
 // chunk locals: Qh, Kh, Zr (C×K: q^, k^, z_t), A (C×C: q^_r.k^_c, c <= r), den (C)
 static size_t la_chunk_doubles(int C, int K) {
     return 3 * (size_t)C * K + (size_t)C * C + (size_t)C;
@@ -228,7 +233,7 @@ size_t linear_attn_chunk_fwd_workspace_size(const LinearDims *d, int chunk) {
     return (size_t)linear_num_seqs(d) * d->H * local * sizeof(double);
 }
 
-// numerator row r: n = q^_r S_n + sum_{c<=r} A[r][c] v_c   (§3.8)
+// numerator row r: n = q^_r S_n + sum_{c<=r} A[r][c] v_c
 static double la_num(const double *Qh, const double *A, const double *S, const real *v, size_t tok0, int h, int H,
                      int C, int K, int V, int r, int j) {
     double acc = 0;
@@ -333,7 +338,8 @@ void linear_attn_chunk_backward(real *dq, real *dk, real *dv, real *dS0, real *d
                 for (int i = 0; i < K; i++) Snext[KV + i] = Zr[(rows - 1) * K + i];
         }
 
-        // §4.10, chunks in reverse; dS, dz = gradients of the state leaving the chunk
+        // docs/delta-rule.md, "Chunked linear-attention backward", chunks in reverse;
+        // dS, dz = gradients of the state leaving the chunk
         load(dS, dST, KV, task);
         load(dz, normalize ? dzT : NULL, K, task);
         for (int n = nchunks - 1; n >= 0; n--) {
@@ -341,7 +347,8 @@ void linear_attn_chunk_backward(real *dq, real *dk, real *dv, real *dS0, real *d
             const size_t tok0 = bos + (size_t)cs;
             const double *Sn = hs + n * slot;
             la_chunk_prepare(mem, C, q, k, tok0, h, H, K, rows, scale, normalize, Sn + KV);
-            // dn_t = dO_t / den_t ;  dden_t = -(dO_t . o_t) / den_t  (§2.3)
+            // dn_t = dO_t / den_t ;  dden_t = -(dO_t . o_t) / den_t  (docs/delta-rule.md,
+            // "Backward of linear attention")
             for (int r = 0; r < rows; r++) {
                 const real *dO = ROW(dout, tok0 + r, h, V);
                 double dOo = 0;

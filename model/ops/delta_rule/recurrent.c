@@ -1,11 +1,13 @@
-// Recurrent (token-by-token) KDA / GDN / DeltaNet: the reference forward (§1.4), its
-// backward (§2.1) and the single-token decode step. GDN and DeltaNet are KDA with a
-// broadcast or zero gate (§1.5); they share this code through DeltaIn.gate.
+// Recurrent (token-by-token) KDA / GDN / DeltaNet: the reference forward
+// (docs/delta-rule.md, "Kimi Delta Attention (KDA)"), its backward (docs/delta-rule.md,
+// "Backward of the delta-rule recurrence") and the single-token decode step. GDN and
+// DeltaNet are KDA with a broadcast or zero gate (docs/delta-rule.md, "How the four rules
+// relate"); they share this code through DeltaIn.gate.
 #include <string.h>
 
 #include "model/ops/delta_rule/internal.h"
 
-// ---- one token of §1.4 on a double state S (K×V), index form ------------------------
+// ---- one token of the recurrence on a double state S (K×V), index form --------------
 //   S~[i][j] = exp(g[i]) S[i][j];  p[j] = sum_i k[i] S~[i][j];  d[j] = beta (v[j] - p[j])
 //   S[i][j]  = S~[i][j] + k[i] d[j];  o[j] = scale * sum_i q[i] S[i][j]
 // delta: scratch (V). o may be NULL.
@@ -72,7 +74,8 @@ static size_t rec_bwd_local(int K, int V) { return (size_t)K * V + 3 * (size_t)V
 
 size_t delta_recurrent_bwd_workspace_size(const LinearDims *d) {
     const size_t N = (size_t)linear_num_seqs(d), KV = (size_t)d->K * d->V;
-    size_t states = (size_t)d->H * ((size_t)d->B * d->T + N) * KV;  // all T+1 states (§2.4)
+    // all T+1 states (docs/delta-rule.md, "Memory of the recurrent reference")
+    size_t states = (size_t)d->H * ((size_t)d->B * d->T + N) * KV;
     return (N * d->H * rec_bwd_local(d->K, d->V) + states) * sizeof(double);
 }
 
@@ -99,7 +102,8 @@ void dr_recurrent_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, 
             memcpy(states + (size_t)(t + 1) * KV, states + (size_t)t * KV, KV * sizeof(double));
             dr_token_update(states + (size_t)(t + 1) * KV, in, bos + (size_t)t, h, delta, NULL);
         }
-        // §2.1 backward, reverse time; G = running dL/dS_t, starts at dS_T
+        // backward (docs/delta-rule.md, "Backward of the delta-rule recurrence"), reverse
+        // time; G = running dL/dS_t, starts at dS_T
         load_state(G, dhT, task, K, V);
         for (int t = len - 1; t >= 0; t--) {
             const size_t tok = bos + (size_t)t, row = tok * H + h;
@@ -157,7 +161,8 @@ void dr_recurrent_backward(real *dq, real *dk, real *dv, real *dg, real *dbeta, 
     }
 }
 
-// ---- decode: one token for N sequences, state (N,H,K,V) in place (§1.4, §3.7) -------
+// ---- decode: one token for N sequences, state (N,H,K,V) in place ---------------------
+// (docs/delta-rule.md, "Kimi Delta Attention (KDA)" and "Decode steps")
 void dr_step(real *o, real *state, const DeltaIn *in, int N) {
     const int H = in->H, K = in->K, V = in->V;
 #pragma omp parallel for schedule(static)

@@ -1,5 +1,6 @@
-// Causal depthwise short convolution + SiLU (kda-spec §5.1), forward, backward and the
-// decode step, with an incoming / outgoing conv state of the last W-1 inputs.
+// Causal depthwise short convolution + SiLU (docs/delta-rule.md, "Short causal convolution
+// with SiLU"), forward, backward and the decode step, with an incoming / outgoing conv
+// state of the last W-1 inputs.
 #include <string.h>
 
 #include "model/ops/delta_rule/internal.h"

@@ -1,5 +1,6 @@
 // Causal softmax attention with separate, strided q, k, v and d_qk != d_v
-// (blocks-spec §1.3 step 3, §1.4). For sequence b, head h, query i, key j <= i:
+// (docs/hybrid.md, "MLA forward (decompressed form)", step 3, and "Causal attention with a
+// stored logsumexp"). For sequence b, head h, query i, key j <= i:
 //   S_ij  = scale q_i . k_j
 //   lse_i = log sum_{j<=i} exp(S_ij)                       (saved, (B, NH, T))
 //   P_ij  = exp(S_ij - lse_i),   out_i = sum_j P_ij v_j
@@ -10,9 +11,10 @@
 //   dq_i  = scale sum_{j<=i} dS_ij k_j
 //   dk_j  = scale sum_{i>=j} dS_ij q_i,   dv_j = sum_{i>=j} P_ij dO_i
 // The forward is two passes over the keys of a row (row max, then exp/sum/weighted values),
-// i.e. the §1.4 recurrence with one key per tile and the max known in advance. The backward
-// runs two deterministic passes: one thread per query row for dq, one per key row for dk, dv
-// (which recomputes D_i; no scratch memory). Scores and sums in double.
+// i.e. the online-softmax recurrence of docs/hybrid.md, "Causal attention with a stored
+// logsumexp" with one key per tile and the max known in advance. The backward runs two
+// deterministic passes: one thread per query row for dq, one per key row for dk, dv (which
+// recomputes D_i; no scratch memory). Scores and sums in double.
 #include <math.h>
 
 #include "model/ops/mla/mla.h"

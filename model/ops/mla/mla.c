@@ -1,8 +1,12 @@
-// MLA pieces that are not matmuls (blocks-spec §1.2 - §1.5, §1.7).
-//  - split of kv_a's output [c | k_rope] and its backward (concatenation, §1.5 step 7)
+// MLA pieces that are not matmuls (docs/hybrid.md, "MLA parameters" to "MLA backward, in
+// order", and "Absorbed (MQA-style) decode form").
+//  - split of kv_a's output [c | k_rope] and its backward (concatenation; docs/hybrid.md,
+//    "MLA backward, in order", step 7)
 //  - assembly of the per-head key [k_nope,h | k_rope] with the rope key shared by all heads,
-//    and its backward: the shared part's gradient is the sum over heads (§1.5 step 4)
-//  - the absorbed (MQA-style) attention for decoding from the latent cache (§1.7)
+//    and its backward: the shared part's gradient is the sum over heads (docs/hybrid.md,
+//    "MLA backward, in order", step 4)
+//  - the absorbed (MQA-style) attention for decoding from the latent cache (docs/hybrid.md,
+//    "Absorbed (MQA-style) decode form")
 #include <math.h>
 
 #include "model/ops/mla/mla.h"

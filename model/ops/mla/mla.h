@@ -1,15 +1,16 @@
-// The MLA family (mixer 'M', Multi-head Latent Attention, blocks-spec §1): causal softmax
-// attention with separate strided q, k, v and d_qk != d_v, RoPE, the MLA pieces that are
-// not matmuls (kv split, per-head k assembly, the absorbed decode form) and the sigmoid
-// output gate of gated MLA. The projections are core matmuls and the latent norm is the
-// norms-and-GLU family's RMSNorm.
+// The MLA family (mixer 'M', Multi-head Latent Attention; docs/hybrid.md, "MLA token mixer
+// (M)"): causal softmax attention with separate strided q, k, v and d_qk != d_v, RoPE, the MLA
+// pieces that are not matmuls (kv split, per-head k assembly, the absorbed decode form) and
+// the sigmoid output gate of gated MLA. The projections are core matmuls and the latent norm
+// is the norms-and-GLU family's RMSNorm.
 //
 // CPU reference: model/ops/mla/*.c. CUDA: kernels/mla/ (not yet: the CUDA backend has no
 // MLA family, so 'M' layers are refused on --device cuda). Contracts as every family
 // (model/backend.h).
 //
 // Shapes: r = kv_lora_rank, dn = qk_nope_head_dim, dr = qk_rope_head_dim, dv = v_head_dim,
-// dqk = dn + dr. Decompressed forward (§1.3), in graph order (model/mixer_mla.c):
+// dqk = dn + dr. Decompressed forward (docs/hybrid.md, "MLA forward (decompressed form)"),
+// in graph order (model/mixer_mla.c):
 //   kv (N, r+dr) = x W_kva^T                  [core matmul]
 //   c (N, r), kr (N, dr) = split(kv)          [mla_split_kv_forward]
 //   (RoPE ablation: kr rotated with NH = 1; q's rope slices rotated per head)
@@ -20,7 +21,8 @@
 //   (v_row NH*(dn+dv), v_head dn+dv), scale 1/sqrt(dqk).
 // The backward mirrors it: attention_qkv_backward writes dq, dk and dv straight into the v
 // columns of de; mla_build_k_backward writes the k_nope columns of de and dkr (the sum over
-// heads, §1.5 step 4); mla_split_kv_backward assembles dkv = [dc | dkr].
+// heads; docs/hybrid.md, "MLA backward, in order", step 4); mla_split_kv_backward assembles
+// dkv = [dc | dkr].
 #ifndef HYBRID_OPS_MLA_H
 #define HYBRID_OPS_MLA_H
 
@@ -30,7 +32,8 @@
 #include "model/ops/op_table.h"
 
 // Shape and strides of a causal softmax attention with separate, strided q, k, v and
-// d_qk != d_v (§1.3 step 3, §1.4). B sequences of T tokens (token row r = b*T + t), NH
+// d_qk != d_v (docs/hybrid.md, "MLA forward (decompressed form)", step 3, and "Causal
+// attention with a stored logsumexp"). B sequences of T tokens (token row r = b*T + t), NH
 // heads. Element (row r, head h, i):
 //   q[r*q_row + h*q_head + i], i < dqk;  k[r*k_row + h*k_head + i], i < dqk;
 //   v[r*v_row + h*v_head + i], i < dv.
@@ -52,16 +55,18 @@ typedef struct MlaOps {
     // out_i = sum_j e^{S_ij - lse_i} v_j; strides in L; out (B*T, NH*dv); lse (B, NH, T) saved.
     void (*attention_qkv_forward)(real *out, real *lse, const real *q, const real *k, const real *v,
                                   const AttnLayout *L);
-    // Flash-style backward (§1.4), probabilities recomputed from lse; D_i = dout_i . out_i.
+    // Flash-style backward (docs/hybrid.md, "Causal attention with a stored logsumexp"),
+    // probabilities recomputed from lse; D_i = dout_i . out_i.
     // dq, dk, dv are WRITTEN with the strides of q, k, v (only the addressed elements: the
     // other columns of a packed gradient buffer are left alone). A head stride of 0 for k
     // or v is not allowed here (the shared-key gradient would need a sum over heads: use a
     // materialised k, mla_build_k_*).
     void (*attention_qkv_backward)(real *dq, real *dk, real *dv, const real *dout, const real *q, const real *k,
                                    const real *v, const real *out, const real *lse, const AttnLayout *L);
-    // RoPE, interleaved pairs (§1.6, DSV3 layout): rotates x[r*row + h*head + 2i],
-    // x[r*row + h*head + 2i+1] (i < d/2, d even, heads h < NH) of row r = b*T + t by the
-    // angle (pos0 + t) * base^(-2i/d): y0 = x0 cos - x1 sin, y1 = x0 sin + x1 cos.
+    // RoPE, interleaved pairs (DSV3 layout; docs/hybrid.md, "RoPE on the decoupled slice"):
+    // rotates x[r*row + h*head + 2i], x[r*row + h*head + 2i+1] (i < d/2, d even, heads h < NH)
+    // of row r = b*T + t by the angle (pos0 + t) * base^(-2i/d):
+    // y0 = x0 cos - x1 sin, y1 = x0 sin + x1 cos.
     // out == inp (in place) allowed. NH = 1 for the shared MLA rope key. Nothing saved.
     void (*rope_forward)(real *out, const real *inp, int B, int T, int NH, int d, int row, int head, int pos0,
                          double base);
@@ -78,8 +83,8 @@ typedef struct MlaOps {
     // de[n, h, 0:dn] = dk[n, h, 0:dn] (written; de[n, h, dn:] is NOT touched: the attention
     // backward writes it); dkr[n, :] = sum_h dk[n, h, dn:] (written)
     void (*mla_build_k_backward)(real *de, real *dkr, const real *dk, int N, int NH, int dn, int dv, int dr);
-    // Absorbed (MQA-style) attention for decoding from the latent cache (§1.7), one
-    // sequence. Forward only.
+    // Absorbed (MQA-style) attention for decoding from the latent cache (docs/hybrid.md,
+    // "Absorbed (MQA-style) decode form"), one sequence. Forward only.
     //   cache (Tc, r+dr): row t = [chat_t | kr_t] (kr already rotated for the RoPE variant).
     //   q (Nq, NH*dqk): per head [q_nope | q_rope]; query row i is the token at position
     //   Tc - Nq + i and attends cache rows 0 .. Tc - Nq + i.
@@ -90,7 +95,8 @@ typedef struct MlaOps {
     // form up to rounding.
     void (*mla_absorbed_attention)(real *out, const real *q, const real *cache, const real *w_kvb, int Nq, int Tc,
                                    int NH, int dn, int dr, int dv, int r, double scale);
-    // Sigmoid output gate (blocks-spec §5.7, gated MLA §1.3 step 5): y = o * sigmoid(z),
+    // Sigmoid output gate (docs/hybrid.md, "Sigmoid output gate"; in gated MLA,
+    // docs/hybrid.md, "MLA forward (decompressed form)", step 5): y = o * sigmoid(z),
     // elementwise over n values
     void (*sigmoid_gate_forward)(real *y, const real *o, const real *z, size_t n);
     // do = dy sigmoid(z); dz = dy o sigmoid(z) (1 - sigmoid(z))   (both written)

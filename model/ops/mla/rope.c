@@ -1,5 +1,6 @@
-// Rotary position embedding, interleaved pairs (blocks-spec §1.6, DSV3 layout). Pair i of
-// a d-wide slice at position p = pos0 + t is rotated by phi = p * base^(-2i/d):
+// Rotary position embedding, interleaved pairs (DSV3 layout; docs/hybrid.md, "RoPE on the
+// decoupled slice"). Pair i of a d-wide slice at position p = pos0 + t is rotated by
+// phi = p * base^(-2i/d):
 //   forward  R(phi):  y0 = x0 cos phi - x1 sin phi,   y1 = x0 sin phi + x1 cos phi
 //   backward R(-phi): dx0 = dy0 cos phi + dy1 sin phi, dx1 = -dy0 sin phi + dy1 cos phi
 // (R is orthogonal, so its transpose is its inverse). In place allowed: each pair is read

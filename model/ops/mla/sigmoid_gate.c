@@ -1,4 +1,5 @@
-// Sigmoid output gate (blocks-spec §5.7; Gated MLA §1.3 step 5, §1.5 step 2):
+// Sigmoid output gate (docs/hybrid.md, "Sigmoid output gate"; in gated MLA, docs/hybrid.md,
+// "MLA forward (decompressed form)", step 5, and "MLA backward, in order", step 2):
 //   y = o sigma(z);   do = dy sigma(z);   dz = dy o sigma(z) (1 - sigma(z))
 #include <math.h>
 

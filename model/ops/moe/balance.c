@@ -1,9 +1,11 @@
-// MoE load balancing (blocks-spec §2.6) and load statistics.
-//  A. sign update (DSV3): b_e += gamma sign(mean_c - c_e), optionally centred.
-//  B. Quantile Balancing (K3), exact order statistic per expert:
+// MoE load balancing (docs/hybrid.md, "Load balancing") and load statistics.
+//  A. sign update (DSV3; docs/hybrid.md, "Aux-loss-free bias balancing"):
+//     b_e += gamma sign(mean_c - c_e), optionally centred.
+//  B. Quantile Balancing (K3; docs/hybrid.md, "Quantile balancing"), exact order statistic
+//     per expert:
 //     a_t = s_t + b, c_t = (K+1)-th largest a_t, q_te = c_t - s_te,
 //     b'_e = n*-th smallest of q_.e with n* = round(N K / E) in [1, N]; b' -= mean(b').
-//  C. auxiliary losses (gradient into the scores):
+//  C. auxiliary losses (gradient into the scores; docs/hybrid.md, "Auxiliary balance losses"):
 //     DSV3 sequence-wise (sigmoid): per sequence of L tokens, s'_te = s_te / sum_e s_te,
 //       f_e = E/(K L) #{t: e in sel_t}, P_e = (1/L) sum_t s'_te, loss = alpha sum_e f_e P_e,
 //       averaged over the N/L sequences. With g_e = alpha f_e / (L nseq) (dL/ds'_te):

@@ -1,4 +1,5 @@
-// Dropless MoE dispatch (blocks-spec §2.7). Slot n = t*K + j is token t's j-th routed copy.
+// Dropless MoE dispatch (docs/hybrid.md, "Dropless permutation and grouped expert FFN").
+// Slot n = t*K + j is token t's j-th routed copy.
 //  plan:    counting sort of the slots by expert, stable (slots of one expert keep their
 //           increasing order): histogram -> exclusive prefix sum -> placement in slot order
 //  gather:  xp[p] = x[perm[p] / K]

@@ -1,4 +1,5 @@
-// Grouped expert GLU MLP over the expert-sorted rows (blocks-spec §2.3, §2.7 steps 4 and 7):
+// Grouped expert GLU MLP over the expert-sorted rows (docs/hybrid.md, "Routed and shared
+// experts" and "Dropless permutation and grouped expert FFN", steps 4 and 7):
 // a loop over experts, each running the GLU MLP (norm_glu/glu_mlp.h, on the CPU tables) on
 // its contiguous row range [offsets[e], offsets[e+1]) with its own weights. The
 // weight-gradient GEMMs have the variable reduction length c_e; an expert with c_e = 0 is

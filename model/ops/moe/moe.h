@@ -1,15 +1,16 @@
-// The MoE family (blocks-spec §2): the router with top-k selection, the balance loss,
-// dropless dispatch (the sort of token slots by expert, gather, combine), the grouped
-// expert GLU MLP, the per-step expert counts and the aux-loss-free bias update. The router
-// and latent projections are core matmuls; the shared experts and, in the CPU reference,
-// each routed expert are the GLU MLP of norm_glu/glu_mlp.h.
+// The MoE family (docs/hybrid.md, "MoE channel mixer"): the router with top-k selection, the
+// balance loss, dropless dispatch (the sort of token slots by expert, gather, combine), the
+// grouped expert GLU MLP, the per-step expert counts and the aux-loss-free bias update. The
+// router and latent projections are core matmuls; the shared experts and, in the CPU
+// reference, each routed expert are the GLU MLP of norm_glu/glu_mlp.h.
 //
 // CPU reference: model/ops/moe/*.c. CUDA: kernels/moe/ (not yet: the CUDA backend has no
 // MoE family, so moe_experts > 0 is refused on --device cuda). Contracts as every family
 // (model/backend.h). Slots: token t's j-th routed copy is slot n = t*K + j (j = rank in
 // the selection order).
 //
-// Whole MoE layer (model/moe.c; variant A §2.1a, latent variant B §2.1b):
+// Whole MoE layer (model/moe.c; variant A = (a), latent variant B = (b) of docs/hybrid.md,
+// "MoE layer variants"):
 //   logits = x W_r^T; router -> sel, weights, scores; plan -> perm, pos, offsets
 //   [B: z = x W_down^T (N, l); the routed path below runs on z, width l]
 //   xp = gather(x or z); experts -> yp; r = combine(yp, weights)
@@ -30,7 +31,7 @@
 typedef enum { ROUTER_SIGMOID = 0, ROUTER_SOFTMAX = 1 } RouterScoreFn;
 
 typedef struct MoeOps {
-    // Router (§2.2), logits (N, E) = x W_r^T:
+    // Router (docs/hybrid.md, "Router forward"), logits (N, E) = x W_r^T:
     //   scores s (N, E) = sigmoid(logits) or softmax_E(logits)          (saved)
     //   selection key a = s + bias (bias (E) may be NULL; it only affects the selection)
     //   sel (N, K): the K experts with the largest a, in decreasing a; ties: lower index wins
@@ -40,16 +41,17 @@ typedef struct MoeOps {
     void (*router_forward)(int *sel, real *weights, real *scores, const real *logits, const real *bias, int N,
                            int E, int K, RouterScoreFn fn, int renorm, double scale);
     // dweights (N, K) -> dscores (N, E) (written; zero outside the selected experts), with the
-    // selection held fixed (§2.5 step 5): S = sum_j s[sel_j] + 1e-20,
+    // selection held fixed (docs/hybrid.md, "MoE backward", step 5): S = sum_j s[sel_j] + 1e-20,
     //   renorm: ds[sel_j] = scale/S (dw_j - sum_i dw_i s[sel_i] / S);  else ds[sel_j] = scale dw_j.
     void (*router_weights_backward)(real *dscores, const real *dweights, const real *scores, const int *sel, int N,
                                     int E, int K, int renorm, double scale);
-    // dscores (N, E) -> dlogits (N, E) (written), §2.5 step 6:
+    // dscores (N, E) -> dlogits (N, E) (written), docs/hybrid.md, "MoE backward", step 6:
     //   sigmoid: du = ds s (1 - s);   softmax: du = s (ds - sum_e ds_e s_e).
     // An auxiliary loss adds its dscores before this step. The bias never gets a gradient.
     void (*router_scores_backward)(real *dlogits, const real *dscores, const real *scores, int N, int E,
                                    RouterScoreFn fn);
-    // DSV3 complementary sequence-wise balance loss (§2.6 C, sigmoid router), sequences of L
+    // DSV3 complementary sequence-wise balance loss (docs/hybrid.md, "Auxiliary balance
+    // losses"; sigmoid router), sequences of L
     // rows (N % L == 0): per sequence s' = s / sum_e s, f_e = E/(K L) * #{t: e in sel_t},
     // P_e = mean_t s'_{t,e}, loss_seq = alpha sum_e f_e P_e; returns the mean over sequences
     // (L = N gives the batch-wise loss; f is a constant). The backward ACCUMULATES
@@ -57,7 +59,8 @@ typedef struct MoeOps {
     double (*moe_aux_loss_forward)(const real *scores, const int *sel, int N, int E, int K, int L, double alpha);
     void (*moe_aux_loss_backward)(real *dscores, const real *scores, const int *sel, int N, int E, int K, int L,
                                   double alpha, double dloss);
-    // Dropless dispatch (§2.7): stable counting sort of the N*K slots by expert: offsets (E+1):
+    // Dropless dispatch (docs/hybrid.md, "Dropless permutation and grouped expert FFN"):
+    // stable counting sort of the N*K slots by expert: offsets (E+1):
     // expert e owns sorted rows [offsets[e], offsets[e+1]); perm (N*K): perm[p] = slot at sorted
     // row p (slots of one expert in increasing slot order); pos (N*K): pos[n] = sorted row of
     // slot n (the inverse of perm). Deterministic. Dies if a sel entry is outside [0, E).
@@ -71,7 +74,8 @@ typedef struct MoeOps {
     void (*moe_combine_forward)(real *out, const real *yp, const real *weights, const int *pos, int N, int K, int C);
     void (*moe_combine_backward)(real *dyp, real *dweights, const real *dout, const real *yp, const real *weights,
                                  const int *pos, int N, int K, int C);
-    // Grouped expert GLU MLP over the sorted rows (§2.3, §2.7): expert e maps rows
+    // Grouped expert GLU MLP over the sorted rows (docs/hybrid.md, "Routed and shared
+    // experts" and "Dropless permutation and grouped expert FFN"): expert e maps rows
     // [offsets[e], offsets[e+1]) of xp (width C) with w13 + e*2M*C ([W1_e; W3_e], (2M, C)) and
     // w2 + e*C*M ((C, M)). Saves hp (rows, 2M), ap (rows, M); yp (rows, C); rows = offsets[E].
     void (*moe_experts_forward)(real *yp, real *hp, real *ap, const real *xp, const real *w13, const real *w2,
@@ -83,8 +87,9 @@ typedef struct MoeOps {
                                  const int *offsets, int E, int C, int M, GluAct act);
     // counts[e] += slots routed to expert e (counts: E longs, backend memory)
     void (*moe_count)(long *counts, const int *sel, int N, int K, int E);
-    // Aux-loss-free balancing (§2.6 A): bias[e] += rate * sign(mean(counts) - counts[e]),
-    // centred so that sum(bias) is unchanged. Outside autograd. master: NULL, or on a backend
+    // Aux-loss-free balancing (docs/hybrid.md, "Aux-loss-free bias balancing"):
+    // bias[e] += rate * sign(mean(counts) - counts[e]), centred so that sum(bias) is
+    // unchanged. Outside autograd. master: NULL, or on a backend
     // that keeps_master the fp32 master copy of bias (E floats): the update applies to it,
     // then bias = round(master), as the optimizer's updates do.
     void (*moe_bias_update)(real *bias, float *master, const long *counts, int E, double rate);
@@ -108,16 +113,19 @@ typedef struct {
     double max_violation;  // max / mean - 1 (0 if mean == 0)
 } MoeLoadStats;
 MoeLoadStats moe_load_stats(const long *counts, int E);
-// §2.6 A (aux-loss-free, DSV3): b_e += gamma sign(mean_c - c_e); if center, subtract the
-// mean of the update so that sum_e b_e is unchanged (cpu_moe_bias_update uses center = 1).
+// docs/hybrid.md, "Aux-loss-free bias balancing" (DSV3): b_e += gamma sign(mean_c - c_e);
+// if center, subtract the mean of the update so that sum_e b_e is unchanged
+// (cpu_moe_bias_update uses center = 1).
 void cpu_moe_bias_update_sign(real *bias, const long *counts, int E, double gamma, int center);
-// §2.6 B (Quantile Balancing, K3), exact order statistic: with a = s + bias and c_t = the
-// (K+1)-th largest a_t (K < E), q_{t,e} = c_t - s_{t,e}; new b_e = the n*-th smallest
-// q_{.,e}, n* = round(N K / E) clamped to [1, N]; then centred (b -= mean b). REPLACES bias.
+// docs/hybrid.md, "Quantile balancing" (K3), exact order statistic: with a = s + bias and
+// c_t = the (K+1)-th largest a_t (K < E), q_{t,e} = c_t - s_{t,e}; new b_e = the n*-th
+// smallest q_{.,e}, n* = round(N K / E) clamped to [1, N]; then centred (b -= mean b).
+// REPLACES bias.
 // scores (N, E) are the (sigmoid) scores of the whole batch; work: 2*N reals.
 void cpu_moe_bias_update_quantile(real *bias, const real *scores, int N, int E, int K, real *work);
-// §2.6 C, Switch/GShard loss (softmax router): f_e = c_e / (N K) (constant),
-// P_e = mean_t s_{t,e}, loss = alpha E sum_e f_e P_e. Backward accumulates into dscores.
+// docs/hybrid.md, "Auxiliary balance losses", Switch/GShard loss (softmax router):
+// f_e = c_e / (N K) (constant), P_e = mean_t s_{t,e}, loss = alpha E sum_e f_e P_e.
+// Backward accumulates into dscores.
 double cpu_moe_switch_aux_loss_forward(const real *scores, const int *sel, int N, int E, int K, double alpha);
 void cpu_moe_switch_aux_loss_backward(real *dscores, const int *sel, int N, int E, int K, double alpha,
                                       double dloss);

@@ -1,4 +1,5 @@
-// MoE router (blocks-spec §2.2 forward, §2.5 steps 5-8 backward). Per token t:
+// MoE router (forward: docs/hybrid.md, "Router forward"; backward: docs/hybrid.md, "MoE
+// backward", steps 5-8). Per token t:
 //   s = sigmoid(u) or softmax_E(u)                 (u = logits, scores saved)
 //   a = s + b                                      (bias b: selection only, no gradient)
 //   sel = top-K of a, decreasing; ties -> lower expert index first

@@ -1,9 +1,9 @@
 // Gated activations on a (N, 2H) input whose rows are [gate g (H) | up u (H)]; output (N, H).
 //
-// SwiGLU (blocks-spec §5.4): h = silu(g) u, silu(g) = g sigma(g)
+// SwiGLU (docs/hybrid.md, "SwiGLU"): h = silu(g) u, silu(g) = g sigma(g)
 //   dg = dh u sigma(g) (1 + g (1 - sigma(g))),  du = dh silu(g)
 //
-// SiTU (blocks-spec §3): h = a(g) c(u),
+// SiTU (docs/hybrid.md, "SiTU"): h = a(g) c(u),
 //   a(g) = beta tanh(g/beta) sigma(g),   c(u) = lbeta tanh(u/lbeta)  (or u if lbeta <= 0)
 //   with tau = tanh(g/beta), s = sigma(g), kappa = tanh(u/lbeta):
 //   a'(g) = (1 - tau^2) s + beta tau s (1 - s),   c'(u) = 1 - kappa^2 (or 1)

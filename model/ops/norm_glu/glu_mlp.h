@@ -1,4 +1,5 @@
-// The GLU MLP (blocks-spec §2.3, §5.4), composed from two families' ops: the core matmul
+// The GLU MLP (docs/hybrid.md, "Routed and shared experts" and "SwiGLU"), composed from two
+// families' ops: the core matmul
 // and the norm_glu gated activation. Every GLU MLP of the model runs it: the dense channel
 // mixer (model/mlp.c, any backend: pass be->core, be->norm_glu), the MoE shared experts
 // (model/moe.c) and each routed expert of the CPU reference on its rows

@@ -1,4 +1,4 @@
-// RMSNorm (blocks-spec §5.1), statistics in double:
+// RMSNorm (docs/hybrid.md, "RMSNorm"), statistics in double:
 //   rstd_i = (mean_c x_ic^2 + eps)^(-1/2),  y_ic = w_c x_ic rstd_i
 // Backward with g = dy * w:
 //   dx_i  = rstd_i g_i - (rstd_i^3 / C) (g_i . x_i) x_i

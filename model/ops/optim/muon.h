@@ -1,6 +1,6 @@
 // Muon (MomentUm Orthogonalized by Newton-Schulz) for 2-D weight matrices: the CPU
-// reference. The update rules and their sources are in docs/optimizers.md ("Muon's two
-// momentum forms"); NS5 is modded-nanogpt's / KellerJordan/Muon's.
+// reference. The update rules and their sources are in docs/optimizers.md, "Muon's two
+// momentum forms"; NS5 is modded-nanogpt's / KellerJordan/Muon's.
 //
 // One step on a matrix W (rows, cols) with gradient G and momentum buffer M, mu = momentum:
 //   g = grad_scale * G                      (clipping factor, applied first)
