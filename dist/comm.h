@@ -18,5 +18,8 @@ Comm *comm_nccl_create(void);
 
 int comm_group_size(CommGroup g);
 int comm_group_rank(CommGroup g);
+// The same as Comm members (every implementation reports the runtime's groups).
+int comm_runtime_group_size(const Comm *c, CommGroup g);
+int comm_runtime_group_rank(const Comm *c, CommGroup g);
 
 #endif

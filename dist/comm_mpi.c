@@ -13,11 +13,11 @@
 int comm_group_size(CommGroup g) { return g == COMM_EP ? g_dist.ep_size : g_dist.world; }
 int comm_group_rank(CommGroup g) { return g == COMM_EP ? g_dist.ep_rank : g_dist.rank; }
 
-static int group_size(const Comm *c, CommGroup g) {
+int comm_runtime_group_size(const Comm *c, CommGroup g) {
     (void)c;
     return comm_group_size(g);
 }
-static int group_rank(const Comm *c, CommGroup g) {
+int comm_runtime_group_rank(const Comm *c, CommGroup g) {
     (void)c;
     return comm_group_rank(g);
 }
@@ -167,7 +167,7 @@ Comm *comm_mpi_create(size_t real_size) {
     c->allreduce_sum_async = mpi_allreduce;
     c->wait = mpi_wait;
     c->destroy = mpi_destroy;
-    c->group_size = group_size;
-    c->group_rank = group_rank;
+    c->group_size = comm_runtime_group_size;
+    c->group_rank = comm_runtime_group_rank;
     return c;
 }

@@ -115,15 +115,6 @@ static void nc_destroy(Comm *c) {
     free(c);
 }
 
-static int nc_group_size(const Comm *c, CommGroup g) {
-    (void)c;
-    return comm_group_size(g);
-}
-static int nc_group_rank(const Comm *c, CommGroup g) {
-    (void)c;
-    return comm_group_rank(g);
-}
-
 extern "C" Comm *comm_nccl_create(void) {
     setenv("NCCL_NVLS_ENABLE", "0", 0);  // never NVLink multicast (see docs/distributed.md)
     backend_cuda();                      // the device and its stream exist first
@@ -150,8 +141,8 @@ extern "C" Comm *comm_nccl_create(void) {
     c->allreduce_sum_async = nc_allreduce_async;
     c->wait = nc_wait;
     c->destroy = nc_destroy;
-    c->group_size = nc_group_size;
-    c->group_rank = nc_group_rank;
+    c->group_size = comm_runtime_group_size;
+    c->group_rank = comm_runtime_group_rank;
     c->impl = im;
     return c;
 }
