@@ -338,8 +338,53 @@ static void test_config_errors(void) {
     CHECK(c.model.n_layer == 2, "A-only config with an unused bad MLA key should load");
 }
 
+// ---------------------------------------------------------------------------------------
+// A backend without a family a config needs is refused once, at model creation, naming the
+// layer, the part of it and the family (the CPU table with one family taken away).
+typedef struct {
+    const char *layers, *extra_key, *extra_value;
+    size_t family;  // offsetof(Backend, <family>) to take away
+} Lacking;
+
+static void create_on_lacking(void *ctx) {
+    const Lacking *k = ctx;
+    static Backend be;
+    be = *backend_cpu();
+    *(const void **)((char *)&be + k->family) = NULL;
+    be.name = "cpu-without-a-family";
+    Config c = tiny_hybrid("layers", k->layers, k->extra_key, k->extra_value, NULL);
+    Model m;
+    model_create(&m, &c.model, &be, 1, 4);
+}
+
+static void test_backend_families(void) {
+    const struct {
+        Lacking k;
+        const char *expect[2];
+    } cases[] = {
+        {{"AAKA", "moe_experts", "0", offsetof(Backend, delta_rule)}, {"no delta-rule", "layer 2 (mixer 'K', KDA)"}},
+        {{"AAAM", "moe_experts", "0", offsetof(Backend, mla)}, {"no MLA", "layer 3 (mixer 'M', MLA)"}},
+        {{"AA", "dense_first", "1", offsetof(Backend, moe)}, {"no MoE", "layer 1 (MoE)"}},
+        {{"AA", "moe_experts", "0", offsetof(Backend, attnres)}, {"no Block AttnRes", "attn_res_block > 0"}},
+        {{"AA", "moe_experts", "0", offsetof(Backend, norm_glu)}, {"no norms-and-GLU", "norm = rmsnorm"}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Lacking k = cases[i].k;
+        CHECK(expect_death(create_on_lacking, &k, cases[i].expect[0], cases[i].expect[0], cases[i].expect[1]),
+              "backend family case %zu", i);
+    }
+    // the same configs on the full CPU backend build
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Config c = tiny_hybrid("layers", cases[i].k.layers, cases[i].k.extra_key, cases[i].k.extra_value, NULL);
+        Model m;
+        model_create(&m, &c.model, backend_cpu(), 1, 4);
+        model_destroy(&m);
+    }
+}
+
 int main(void) {
     omp_set_num_threads(1);
+    test_backend_families();
     test_attnres_model();
     test_router_model();
     test_balance_step();
