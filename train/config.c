@@ -32,7 +32,7 @@ typedef struct {
 static const Key KEYS[] = {
     // model
     KM(layers_spec, T_LAYERS, "A x12", NULL, 1,
-      "token mixer of every layer, one letter each (see below); 'PATTERN xN' repeats"),
+      "token mixer of every layer, one letter each (the letters are listed above); 'PATTERN xN' repeats"),
     KM(d_model, T_INT, "768", NULL, 1, "residual stream width"),
     KM(n_head, T_INT, "12", NULL, 1, "attention heads"),
     KM(vocab_size, T_INT, "50257", NULL, 1, "tokenizer vocabulary size"),
