@@ -35,11 +35,15 @@
 #define MPIRUN "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 " \
                "OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 timeout 300 mpirun --oversubscribe "
 // global micro-batch 4 x 32 tokens; batch_size = 4 / ranks
-#define TINY                                                                                                   \
-    " train configs/gpt2-tiny.conf --layers 'A x2' --d_model 32 --n_head 2 --vocab_size 64 "                  \
-    "--padded_vocab_size 0 --context_length 32 --seq_len 32 --total_batch_size 256 --steps 6 "               \
-    "--warmup_steps 2 --lr 1e-2 --val_every 3 --val_batches 2 --log_every 1 --sample_tokens 4 --threads 1 " \
-    "--train_data '" DIR_ "/data/train_*.bin' --val_data '" DIR_ "/data/val_*.bin' "
+// (a key may be given once on the command line: TINY_BASE leaves out the keys that some runs
+// change, and TINY adds their usual values)
+#define TINY_BASE                                                                                   \
+    " train configs/gpt2-tiny.conf --layers 'A x2' --d_model 32 --n_head 2 --vocab_size 64 "       \
+    "--padded_vocab_size 0 --context_length 32 --seq_len 32 --total_batch_size 256 "               \
+    "--warmup_steps 2 --val_every 3 --val_batches 2 --sample_tokens 4 --threads 1 "
+#define TRAIN_DATA "--train_data '" DIR_ "/data/train_*.bin' "
+#define VAL_DATA "--val_data '" DIR_ "/data/val_*.bin' "
+#define TINY TINY_BASE "--steps 6 --lr 1e-2 --log_every 1 " TRAIN_DATA VAL_DATA
 
 static char g_bin[512];
 
@@ -210,7 +214,10 @@ int main(void) {
     same_as("muon1", "muon2", "Muon 2 ranks (matrices by owner)");
     same_as("muon1", "muon4", "Muon 4 ranks (matrices by owner)");
     // a sanity check of the comparison itself: a different lr must show up
-    CHECK(train(2, "other", "--shuffle true --seed 7 --lr 9e-3") == 0, "lr run failed");
+    CHECK(run(MPIRUN "-np 2 %s" TINY_BASE "--steps 6 --lr 9e-3 " TRAIN_DATA VAL_DATA
+                     "--batch_size 2 --out_dir " DIR_ "/other --shuffle true --seed 7",
+              g_bin) == 0,
+          "lr run failed");
     int n;
     double d = metric_diff(DIR_ "/adamw1/metrics.jsonl", DIR_ "/other/metrics.jsonl", "\"loss\": ", &n);
     CHECK(d > 1e-6, "a run with another lr should differ, but differs by only %.3g", d);
@@ -284,8 +291,8 @@ int main(void) {
     free(out);
 
     // ---- mismatches between ranks fail at start, on every rank ----
-    CHECK(run(MPIRUN "-np 1 %s" TINY "--batch_size 2 --out_dir " DIR_ "/mm : -np 1 %s" TINY
-                     "--batch_size 2 --out_dir " DIR_ "/mm --lr 2e-2",
+    CHECK(run(MPIRUN "-np 1 %s" TINY "--batch_size 2 --out_dir " DIR_ "/mm : -np 1 %s" TINY_BASE
+                     "--steps 6 --log_every 1 " TRAIN_DATA VAL_DATA "--batch_size 2 --out_dir " DIR_ "/mm --lr 2e-2",
               g_bin, g_bin) != 0,
           "ranks with different configs should fail");
     out = log_text();
@@ -330,8 +337,8 @@ int main(void) {
         xfclose(f, DIR_ "/bad/train_000000.bin");
     }
     double t0 = now_seconds();
-    int rc = run(MPIRUN "-np 2 %s" TINY "--batch_size 2 --out_dir " DIR_ "/dead --shuffle false --train_data '" DIR_
-                        "/bad/train_*.bin'",
+    int rc = run(MPIRUN "-np 2 %s" TINY_BASE "--steps 6 --lr 1e-2 " VAL_DATA "--batch_size 2 --out_dir " DIR_
+                        "/dead --shuffle false --train_data '" DIR_ "/bad/train_*.bin'",
                  g_bin);
     double took = now_seconds() - t0;
     out = log_text();
@@ -346,8 +353,8 @@ int main(void) {
         char cmd[4096];
         snprintf(cmd, sizeof cmd,
                  "(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0 "
-                 "timeout 120 mpirun --oversubscribe -np 2 %s" TINY "--batch_size 2 --steps 100000 --checkpoint_every 0 --log_every 100000 "
-                 "--val_data '' --out_dir " DIR_ "/sig > " DIR_ "/sig.log 2>&1 &)",
+                 "timeout 120 mpirun --oversubscribe -np 2 %s" TINY_BASE "--lr 1e-2 --log_every 100000 " TRAIN_DATA
+                 "--batch_size 2 --steps 100000 --checkpoint_every 0 --val_data '' --out_dir " DIR_ "/sig > " DIR_ "/sig.log 2>&1 &)",
                  g_bin);
         CHECK(system(cmd) == 0, "could not start the run to interrupt");
         int started = 0;
@@ -380,7 +387,8 @@ int main(void) {
         free(log);
         run("pkill -KILL -f 'dist-cli/sig' ; true");
         if (at > 0)
-            CHECK(run(MPIRUN "-np 2 %s" TINY "--batch_size 2 --steps %d --checkpoint_every 0 --val_data '' --out_dir " DIR_
+            CHECK(run(MPIRUN "-np 2 %s" TINY_BASE "--lr 1e-2 " TRAIN_DATA
+                             "--batch_size 2 --steps %d --checkpoint_every 0 --val_data '' --out_dir " DIR_
                              "/sig --resume auto",
                       g_bin, at + 2) == 0 &&
                       strstr(logged(), "resumed from"),

@@ -1,12 +1,13 @@
 #include "cli.h"
 
-#include "dist/dist.h"
-
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
+#include "dist/dist.h"
 
 void cli_parse(int argc, char **argv, Config *c, CliOption option, void *ctx, void (*positional)(const char *, void *)) {
     config_defaults(c);
@@ -24,12 +25,17 @@ void cli_parse(int argc, char **argv, Config *c, CliOption option, void *ctx, vo
         }
     }
     if (config_index >= 0) config_load_file(c, argv[config_index]);
+    int *seen = xcalloc((size_t)argc, sizeof *seen), nseen = 0;  // argv indices of the options read so far
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i == config_index) continue;
         if (a[0] == '-' && a[1] == '-') {
             const char *name = a + 2;
             const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+            // the command line overrides the file, but an option given twice there is a mistake: which one was meant?
+            for (int j = 0; j < nseen; j++)
+                if (!strcmp(argv[seen[j]], a)) die("command line: --%s is given twice", name);
+            seen[nseen++] = i;
             if (config_is_key(name)) {
                 if (!value) die("command line: --%s needs a value", name);
                 config_set_override(c, name, value);
@@ -44,6 +50,25 @@ void cli_parse(int argc, char **argv, Config *c, CliOption option, void *ctx, vo
         if (!positional) die("command line: unexpected argument '%s'", a);
         positional(a, ctx);
     }
+    free(seen);
+}
+
+long cli_long(const char *name, const char *value, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(value, &end, 10);
+    if (!*value || *end || errno) die("command line: --%s: '%s' is not an integer", name, value);
+    if (v < lo || v > hi) die("command line: --%s: %ld must lie in [%ld, %ld]", name, v, lo, hi);
+    return v;
+}
+
+double cli_double(const char *name, const char *value, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (!*value || *end || errno || !isfinite(v)) die("command line: --%s: '%s' is not a number", name, value);
+    if (v < lo || v > hi) die("command line: --%s: %g must lie in [%g, %g]", name, v, lo, hi);
+    return v;
 }
 
 #ifdef HAVE_CUDA

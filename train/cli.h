@@ -16,6 +16,11 @@ typedef int (*CliOption)(const char *name, const char *value, void *ctx);
 // Does not finalize.
 void cli_parse(int argc, char **argv, Config *c, CliOption option, void *ctx, void (*positional)(const char *, void *));
 
+// The value of option --name, parsed strictly (the whole text, in range, finite); dies
+// naming the option otherwise.
+long cli_long(const char *name, const char *value, long lo, long hi);
+double cli_double(const char *name, const char *value, double lo, double hi);
+
 // The backend for c->device; dies with a clear message if it is not available.
 const Backend *cli_backend(const Config *c);
 

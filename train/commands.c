@@ -33,9 +33,9 @@ static int sample_option(const char *name, const char *value, void *ctx) {
     if (!strcmp(name, "checkpoint")) a->checkpoint = value;
     else if (!strcmp(name, "prompt-ids") || !strcmp(name, "prompt_ids")) a->prompt_ids = value;
     else if (!strcmp(name, "prompt")) a->prompt = value;
-    else if (!strcmp(name, "tokens")) a->tokens = atoi(value);
+    else if (!strcmp(name, "tokens")) a->tokens = (int)cli_long(name, value, 1, CONFIG_SAMPLE_TOKENS_MAX);
     else if (!strcmp(name, "temp")) {
-        a->temperature = atof(value);
+        a->temperature = cli_double(name, value, 0, 1e6);
         a->have_temperature = 1;
     } else return -1;
     return 1;

@@ -3,8 +3,10 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -315,6 +317,10 @@ void config_load_file(Config *c, const char *path) {
             *eq = 0;
             char *key = trim(s), *value = trim(eq + 1);
             if (!*key) die("%s: missing key before '='", where);
+            int index;  // a key given twice in one file is a mistake, not an override
+            size_t plen = strlen(path);
+            if (find_key(key, &index) && !strncmp(g_origin[index], path, plen) && g_origin[index][plen] == ':')
+                die("%s: %s is given twice (first at %s)", where, key, g_origin[index]);
             set_key(c, key, value, where);
         }
         line = next;
@@ -337,6 +343,15 @@ void config_finalize(Config *c) {
     // the run's
     if (c->batch_size < 1) BAD("batch_size", "batch_size must be positive");
     if (c->seq_len < 1) BAD("seq_len", "seq_len must be positive");
+    if ((int64_t)c->batch_size * c->seq_len > INT_MAX)
+        BAD("batch_size", "batch_size x seq_len = %lld tokens per micro-batch exceeds %d",
+            (long long)c->batch_size * c->seq_len, INT_MAX);
+    if (c->total_batch_size && c->total_batch_size < (long)c->batch_size * c->seq_len)
+        BAD("total_batch_size", "total_batch_size = %ld is less than one micro-batch of batch_size x seq_len = %ld "
+                                "tokens: no step would train on anything (0 = one micro-batch)",
+            c->total_batch_size, (long)c->batch_size * c->seq_len);
+    if (c->sample_tokens > CONFIG_SAMPLE_TOKENS_MAX)
+        BAD("sample_tokens", "sample_tokens = %d exceeds %d", c->sample_tokens, CONFIG_SAMPLE_TOKENS_MAX);
     if (c->model.position == POS_LEARNED && c->seq_len > c->model.context_length)
         BAD("seq_len", "seq_len = %d exceeds context_length = %d (learned positions; context_length set at %s)",
             c->seq_len, c->model.context_length, origin_of("context_length"));

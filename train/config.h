@@ -13,6 +13,12 @@
 
 typedef enum { DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 
+// Most tokens one sample may generate (sample_tokens, hybrid sample --tokens): the caches of
+// the cached forward and the token buffer are sized from it.
+#define CONFIG_SAMPLE_TOKENS_MAX 65536
+// Most gradient-accumulation micro-steps one optimizer step may take.
+#define CONFIG_ACCUM_MAX (1 << 20)
+
 typedef struct {
     ModelConfig model;
     OptimConfig optim;
