@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,13 @@ static void fsync_dir(const char *path) {
     close(fd);
 }
 
+// Index of the first inf or nan of x[0..n), or n.
+static size_t first_non_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return n;
+}
+
 // ---- save ----
 
 static void save_config(const char *dir, const char *config_text) {
@@ -125,14 +133,21 @@ static void publish(const char *root, const char *tmp, const char *final, int st
 }
 
 // Removes all but the newest `keep` checkpoints (never `current`), and leftover temporaries.
+// A checkpoint is first renamed away (.step_N.del), which is atomic, and only then deleted:
+// a kill during the deletion leaves a hidden leftover the next save removes, never a
+// half-deleted step_N that looks complete.
 static void prune(const char *root, int keep, int current) {
     int n;
     int *steps = list_steps(root, &n);
     for (int i = keep; i < n; i++) {
         if (steps[i] == current) continue;
-        char *p = fmt("%s/step_%08d", root, steps[i]);
-        remove_tree(p);
+        char *p = fmt("%s/step_%08d", root, steps[i]), *gone = fmt("%s/.step_%08d.del", root, steps[i]);
+        if (dir_exists(gone)) remove_tree(gone);
+        if (rename(p, gone) != 0) die("%s: cannot move aside to %s (%s)", p, gone, strerror(errno));
+        fsync_dir(root);
+        remove_tree(gone);
         free(p);
+        free(gone);
     }
     free(steps);
     DIR *d = opendir(root);
@@ -141,7 +156,8 @@ static void prune(const char *root, int keep, int current) {
     while ((e = readdir(d))) {
         size_t len = strlen(e->d_name);
         int tmp = len > 5 && e->d_name[0] == '.' && !strncmp(e->d_name + 1, "step_", 5) &&
-                  (!strcmp(e->d_name + len - 4, ".tmp") || !strcmp(e->d_name + len - 4, ".old"));
+                  (!strcmp(e->d_name + len - 4, ".tmp") || !strcmp(e->d_name + len - 4, ".old") ||
+                   !strcmp(e->d_name + len - 4, ".del"));
         if (!tmp) continue;
         char *p = fmt("%s/%s", root, e->d_name);
         remove_tree(p);
@@ -155,6 +171,23 @@ void checkpoint_save(const char *out_dir, const char *config_text, const ParamTa
     if (keep < 1) die("checkpoint_save: keep must be at least 1 (got %d)", keep);
     if (!ts || ts->step < 0) die("checkpoint_save: a trainer state with a step >= 0 is required");
     if (!m != !v) die("checkpoint_save: give both optimizer moments m and v, or neither");
+    // non-finite weights or optimizer state are never written: the run stops at the last
+    // finite checkpoint and says which
+    const float *const bufs_all[3] = {params, m, v};
+    const char *const what[3] = {"weights", "AdamW/Muon first moment (m)", "AdamW second moment (v)"};
+    for (int b = 0; b < 3; b++) {
+        if (!bufs_all[b]) continue;
+        for (int i = 0; i < t->count; i++) {
+            const ParamInfo *p = &t->items[i];
+            const size_t bad = first_non_finite(bufs_all[b] + p->offset, p->numel);
+            if (bad == p->numel) continue;
+            char *last = checkpoint_latest(out_dir);
+            die("step %d: tensor '%s' (%s) holds a non-finite value (%g at element %zu); no checkpoint is written. "
+                "The last good checkpoint is %s",
+                ts->step, p->name, what[b], (double)bufs_all[b][p->offset + bad], bad,
+                last ? last : "none (no checkpoint of this run was written)");
+        }
+    }
     char *root = fmt("%s/checkpoints", out_dir);
     char *tmp = fmt("%s/.step_%08d.tmp", root, ts->step);
     char *final = fmt("%s/step_%08d", root, ts->step);
@@ -237,7 +270,20 @@ static void load_tensors(const StFile *f, const ParamTable *t, const char *prefi
             die("%s: tensor '%s' has shape %s but the model expects %s", f->path, name, have, want);
         }
         memcpy(dst + p->offset, st_data(f, s), p->numel * sizeof(float));
+        const size_t bad = first_non_finite(dst + p->offset, p->numel);
+        if (bad < p->numel)
+            die("%s: tensor '%s' holds a non-finite value (%g at element %zu): this checkpoint cannot be used", f->path,
+                name, (double)dst[p->offset + bad], bad);
     }
+}
+
+// A checkpoint's own files carry a checksum (ST_CRC_KEY, verified by st_open); one without
+// it was not written by hybrid.c or had its checksum removed, and is not loaded unchecked.
+static void require_checksum(const StFile *f) {
+    if (!st_meta(f, ST_CRC_KEY))
+        die("%s: no %s checksum in the header: not a checkpoint file hybrid.c wrote, or its checksum was removed; "
+            "refusing to load it unchecked",
+            f->path, ST_CRC_KEY);
 }
 
 // Dies on a tensor that is not `<prefix><table name>` for one of the prefixes.
@@ -260,6 +306,7 @@ void checkpoint_load(const char *dir, const ParamTable *t, float *params, float 
     StFile f;
     char *path = fmt("%s/model.safetensors", dir);
     st_open(&f, path);
+    require_checksum(&f);
     const char *none = "";
     check_no_extras(&f, t, &none, 1);
     load_tensors(&f, t, "", params);
@@ -269,6 +316,7 @@ void checkpoint_load(const char *dir, const ParamTable *t, float *params, float 
         path = fmt("%s/optimizer.safetensors", dir);
         if (!file_exists(path)) die("%s: missing: the checkpoint has no optimizer state", path);
         st_open(&f, path);
+        require_checksum(&f);
         const char *prefixes[2] = {"m.", "v."};
         check_no_extras(&f, t, prefixes, 2);
         load_tensors(&f, t, "m.", m);

@@ -44,8 +44,12 @@ static void model_make(CkModel *M, const char *const *kv) {
     params_init(&M->t, M->p, 1);
     Rng r;
     rng_seed(&r, 7);
-    for (size_t i = 0; i < M->t.total; i++) {  // arbitrary bit patterns, NaN payloads included
-        uint32_t a = (uint32_t)rng_u64(&r), b = (uint32_t)rng_u64(&r);
+    // arbitrary finite bit patterns (subnormals, -0 and the largest floats included); a checkpoint
+    // never holds a non-finite value, which test_non_finite checks
+    for (size_t i = 0; i < M->t.total; i++) {
+        uint32_t a, b;
+        do a = (uint32_t)rng_u64(&r); while ((a & 0x7f800000u) == 0x7f800000u);
+        do b = (uint32_t)rng_u64(&r); while ((b & 0x7f800000u) == 0x7f800000u);
         memcpy(&M->m[i], &a, 4);
         memcpy(&M->v[i], &b, 4);
     }
@@ -460,6 +464,100 @@ static void test_bad_checkpoints(void) {
     model_free(&C);
 }
 
+// ---- non-finite values and a removed checksum ----
+
+typedef struct {
+    const char *out;
+    const CkModel *M;
+    const float *p, *m, *v;
+    int step;
+} SaveCall;
+
+static void call_save(const void *a) {
+    const SaveCall *c = a;
+    char *text = config_to_text(&c->M->c);
+    TrainerState ts = state(c->step);
+    checkpoint_save(c->out, text, &c->M->t, c->p, c->m, c->v, MUON_MOMENTUM_SUM, &ts, 2);
+    free(text);
+}
+
+// Byte offset of `needle` in the first `limit` bytes of the file (the safetensors header), or -1.
+static long find_in_file(const char *path, const char *needle, size_t limit) {
+    size_t n;
+    char *buf = read_file(path, &n);
+    if (n > limit) n = limit;
+    long at = -1;
+    for (size_t i = 0; i + strlen(needle) <= n && at < 0; i++)
+        if (!memcmp(buf + i, needle, strlen(needle))) at = (long)i;
+    free(buf);
+    return at;
+}
+
+static void test_non_finite(void) {
+    CkModel A;
+    model_make(&A, NULL);
+    const size_t n = A.t.total;
+    float *bad = xmalloc(sizeof(float) * n);
+    const float values[3] = {NAN, INFINITY, -INFINITY};
+    const char *names[3] = {"weights", "first moment", "second moment"};
+    char want[1024];
+    char *out = path_of(g_root, "non-finite");
+    char *dir = fresh_checkpoint(&A, "non-finite", 1);  // the last good checkpoint: step 1
+    const ParamInfo *pi = &A.t.items[A.t.count - 1];
+    for (int which = 0; which < 3; which++) {  // the weights, m and v in turn
+        const float *src = which == 0 ? A.p : which == 1 ? A.m : A.v;
+        memcpy(bad, src, sizeof(float) * n);
+        bad[pi->offset + 3] = values[which];
+        SaveCall c = {out, &A, which == 0 ? bad : A.p, which == 1 ? bad : A.m, which == 2 ? bad : A.v, 2};
+        snprintf(want, sizeof want, "step 2: tensor '%s' (", pi->name);
+        char what[64];
+        snprintf(what, sizeof what, "non-finite save (%s)", names[which]);
+        expect_die(what, call_save, &c, want, "The last good checkpoint is");
+        expect_die(what, call_save, &c, dir, "no checkpoint is written");
+        CHECK(!step_exists(out, 2), "%s: no step 2 checkpoint may appear", what);
+    }
+    SaveCall first = {path_of(g_root, "non-finite-first"), &A, bad, A.m, A.v, 1};
+    expect_die("non-finite save with no earlier checkpoint", call_save, &first,
+               "The last good checkpoint is none (no checkpoint of this run was written)", NULL);
+    free((char *)first.out);
+
+    // a non-finite value in a file whose checksum matches (written by another tool) is refused at load
+    char *model = path_of(dir, "model.safetensors");
+    StOut *so = xcalloc((size_t)A.t.count, sizeof *so);
+    memcpy(bad, A.p, sizeof(float) * n);
+    bad[pi->offset] = INFINITY;
+    for (int i = 0; i < A.t.count; i++) {
+        const ParamInfo *q = &A.t.items[i];
+        so[i] = (StOut){q->name, "F32", q->ndim, {0}, bad + q->offset};
+        for (int d = 0; d < q->ndim; d++) so[i].shape[d] = q->shape[d];
+    }
+    st_write(model, so, A.t.count, NULL, 0);
+    free(so);
+    Call call = {.dir = dir, .M = &A, .with_optimizer = 1, .with_state = 1};
+    snprintf(want, sizeof want, "%s: tensor '%s' holds a non-finite value (inf at element 0)", model, pi->name);
+    expect_die("non-finite load", call_load, &call, want, "cannot be used");
+    free(model);
+    free(dir);
+
+    // a checkpoint whose checksum entry was renamed away loads only checked
+    const char *files[2] = {"model.safetensors", "optimizer.safetensors"};
+    for (int f = 0; f < 2; f++) {
+        char *fresh = fresh_checkpoint(&A, f ? "no-crc-optimizer" : "no-crc-model", 1);
+        char *path = path_of(fresh, files[f]);
+        long at = find_in_file(path, "\"" ST_CRC_KEY "\"", 1 << 20);
+        CHECK(at > 0, "%s: the checksum key is in the header", path);
+        if (at > 0) patch_byte(path, at + 1, 'X');  // "Xybrid.crc32": an unknown metadata key
+        call.dir = fresh;
+        snprintf(want, sizeof want, "%s: no %s checksum in the header", path, ST_CRC_KEY);
+        expect_die("checksum entry removed", call_load, &call, want, "refusing to load it unchecked");
+        free(path);
+        free(fresh);
+    }
+    free(out);
+    free(bad);
+    model_free(&A);
+}
+
 // ---- the Muon momentum form (checkpoint.h) ----
 
 // Rewrites <dir>/optimizer.safetensors with the same tensors and the metadata pairs `meta`
@@ -798,6 +896,7 @@ int main(void) {
     test_round_trip();
     test_keep_and_latest();
     test_bad_checkpoints();
+    test_non_finite();
     test_muon_momentum_form();
     test_reader_strictness();
     test_export_small();
