@@ -1,19 +1,27 @@
 #include "metrics.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/util.h"
 
+// Every line is appended and flushed at once; a failed write (a full disk) stops the run
+// with the file and the reason instead of dropping lines.
+static void checked_flush(MetricsLog *log, int printed) {
+    if (printed < 0 || fflush(log->f) != 0 || ferror(log->f))
+        die("%s: cannot write the metrics log (%s); the run stops here (its last checkpoint is intact)", log->path,
+            strerror(errno ? errno : EIO));
+}
+
 void metrics_open(MetricsLog *log, const char *out_dir, int keep_through_step) {
     snprintf(log->path, sizeof log->path, "%s/metrics.jsonl", out_dir);
-    char *kept = NULL;
-    size_t kept_len = 0;
-    if (keep_through_step >= 0) {
+    if (keep_through_step >= 0) {  // resume: the lines through the checkpoint's step, replaced atomically
         size_t len;
         char *text = read_file(log->path, &len);
         if (text) {
-            kept = xmalloc(len + 1);
+            char *kept = xmalloc(len + 1);
+            size_t kept_len = 0;
             for (char *line = text; *line;) {
                 char *next = strchr(line, '\n');
                 size_t n = next ? (size_t)(next - line + 1) : strlen(line);
@@ -24,27 +32,31 @@ void metrics_open(MetricsLog *log, const char *out_dir, int keep_through_step) {
                 }
                 line += n;
             }
+            write_file_atomic(log->path, kept, kept_len);
+            free(kept);
             free(text);
         }
     }
-    log->f = xfopen(log->path, "w");
-    if (kept_len) xfwrite(kept, 1, kept_len, log->f, log->path);
-    free(kept);
-    fflush(log->f);
+    // only ever appended to from here on (a new run starts in an out_dir without a log:
+    // train refuses another run's out_dir unless told to resume or to overwrite)
+    log->f = xfopen(log->path, "a");
 }
 
 void metrics_train(MetricsLog *log, int step, double loss, double lr, double grad_norm, const char *extra,
                    double tokens, double tok_per_s, double elapsed) {
-    fprintf(log->f,
-            "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, %s%s\"tokens\": %.0f, "
-            "\"tok_per_s\": %.1f, \"elapsed_s\": %.3f}\n",
-            step, loss, lr, grad_norm, extra ? extra : "", extra && *extra ? ", " : "", tokens, tok_per_s, elapsed);
-    fflush(log->f);
+    errno = 0;
+    int n = fprintf(log->f,
+                    "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"grad_norm\": %.9g, %s%s\"tokens\": %.0f, "
+                    "\"tok_per_s\": %.1f, \"elapsed_s\": %.3f}\n",
+                    step, loss, lr, grad_norm, extra ? extra : "", extra && *extra ? ", " : "", tokens, tok_per_s,
+                    elapsed);
+    checked_flush(log, n);
 }
 
 void metrics_val(MetricsLog *log, int step, double val_loss) {
-    fprintf(log->f, "{\"step\": %d, \"val_loss\": %.9g}\n", step, val_loss);
-    fflush(log->f);
+    errno = 0;
+    int n = fprintf(log->f, "{\"step\": %d, \"val_loss\": %.9g}\n", step, val_loss);
+    checked_flush(log, n);
 }
 
 void metrics_close(MetricsLog *log) {

@@ -9,8 +9,9 @@ typedef struct {
     char path[600];
 } MetricsLog;
 
-// Opens out_dir/metrics.jsonl. keep_through_step < 0 starts a new log; otherwise
-// the lines of steps <= keep_through_step are kept (resume) and the rest dropped.
+// Opens out_dir/metrics.jsonl for appending. keep_through_step >= 0 (resume) first keeps the
+// lines of steps <= keep_through_step and drops the rest, replacing the file atomically; the
+// log is otherwise only ever appended to, and a failed write stops the run.
 void metrics_open(MetricsLog *log, const char *out_dir, int keep_through_step);
 // extra: more members for the line, already JSON ("\"key\": value, ..."), or NULL; they
 // follow grad_norm (the MoE load statistics of a model with MoE)

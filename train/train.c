@@ -2,6 +2,7 @@
 // clipping, the LR schedule, validation, checkpoints with bit-exact resume, samples.
 #include "train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 typedef struct {
     const char *resume;  // NULL, "auto" or a checkpoint folder
     int save_init;       // --save-init: checkpoint step 0 (the initial weights) before training
+    int overwrite;       // --overwrite: a new run may replace the run in out_dir
 } TrainArgs;
 
 #ifdef HAVE_CUDA
@@ -50,13 +52,20 @@ static int train_option(const char *name, const char *value, void *ctx) {
         a->save_init = 1;
         return 0;
     }
+    if (!strcmp(name, "overwrite")) {  // a flag: takes no value
+        a->overwrite = 1;
+        return 0;
+    }
     return -1;
 }
 
 static void train_help(void) {
-    printf("usage: hybrid train [CONFIG.conf] [--key value ...] [--resume auto|CHECKPOINT_DIR] [--save-init]\n\n"
+    printf("usage: hybrid train [CONFIG.conf] [--key value ...] [--resume auto|CHECKPOINT_DIR] [--overwrite] "
+           "[--save-init]\n\n"
            "Trains the model the config describes on llm.c-format token shards.\n"
            "--resume auto continues from the newest checkpoint in out_dir; resuming is bit-exact.\n"
+           "A new run does not start in an out_dir that holds another run (checkpoints or a metrics log):\n"
+           "resume it, or pass --overwrite to delete its checkpoints and metrics.jsonl first.\n"
            "--save-init writes the initial weights as checkpoint step_00000000 before the first step\n"
            "(on CUDA: the bf16 parameters the fp32 master starts from), e.g. for another trainer to start from.\n"
            "SIGINT/SIGTERM finish the current step, write a checkpoint and stop.\n\n"
@@ -96,6 +105,33 @@ static void save_checkpoint(const Config *c, Model *model, Optimizer *opt, const
     free(v);
 }
 
+// A new run (not a resume) in an out_dir that holds another run's checkpoints or metrics log
+// would mix two runs (and a later --resume auto would pick up the other run): refused unless
+// --overwrite, which moves them aside (atomically) and deletes them. Rank 0 decides; its die
+// ends every rank.
+static void claim_out_dir(const Config *c, int overwrite) {
+    char ckdir[CONFIG_STR + 32], metrics[CONFIG_STR + 32], aside[CONFIG_STR + 48];
+    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", c->out_dir);
+    snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", c->out_dir);
+    char *newest = checkpoint_latest(c->out_dir);
+    const int has_log = file_exists(metrics);
+    if (!newest && !has_log) return;
+    if (!overwrite)
+        die("out_dir %s holds another run (%s%s%s): resume it with --resume auto, start over with --overwrite (deletes "
+            "its checkpoints and metrics.jsonl), or set another out_dir",
+            c->out_dir, newest ? "its newest checkpoint is " : "", newest ? newest : "",
+            has_log ? (newest ? ", and a metrics.jsonl" : "a metrics.jsonl") : "");
+    printf("--overwrite: deleting the earlier run in %s\n", c->out_dir);
+    if (dir_exists(ckdir)) {
+        snprintf(aside, sizeof aside, "%s/.checkpoints.del", c->out_dir);
+        if (dir_exists(aside)) remove_tree(aside);
+        if (rename(ckdir, aside) != 0) die("%s: cannot move aside to %s (%s)", ckdir, aside, strerror(errno));
+        remove_tree(aside);
+    }
+    if (has_log && unlink(metrics) != 0) die("%s: cannot delete (%s)", metrics, strerror(errno));
+    free(newest);
+}
+
 // Rank 0 reads and checks the checkpoint, every rank gets its contents. A different
 // number of ranks is fine when the global micro-batch (ranks x batch_size) is the same,
 // so the data position carries over.
@@ -107,15 +143,33 @@ static void resume_from(const char *dir, const Config *c, Model *model, Optimize
         checkpoint_check_config(dir, c);
         checkpoint_check_optimizer(dir, c);
         checkpoint_load(dir, &model->table, p, m, v, ts);
-        if (ts->world != g_dist.world) {
-            Config had;
-            checkpoint_read_config(dir, &had);
-            if ((long)had.batch_size * ts->world != (long)c->batch_size * g_dist.world || had.seq_len != c->seq_len)
-                die("%s: checkpoint was written by %d rank(s) x batch_size %d; this run has %d rank(s) x batch_size %d. "
-                    "Resume with the same global micro-batch (ranks x batch_size = %ld) so the data position carries over",
-                    dir, ts->world, had.batch_size, g_dist.world, c->batch_size, (long)had.batch_size * ts->world);
+        // the data position (epoch, shard, sample) means the same only under the same global
+        // micro-batch and the same data order: checked on every resume, whatever the ranks
+        Config had;
+        checkpoint_read_config(dir, &had);
+        if ((long)had.batch_size * ts->world != (long)c->batch_size * g_dist.world || had.seq_len != c->seq_len)
+            die("%s: checkpoint was written by %d rank(s) x batch_size %d x seq_len %d; this run has %d rank(s) x "
+                "batch_size %d x seq_len %d. Resume with the same global micro-batch (ranks x batch_size = %ld, "
+                "seq_len %d) so the data position carries over",
+                dir, ts->world, had.batch_size, had.seq_len, g_dist.world, c->batch_size, c->seq_len,
+                (long)had.batch_size * ts->world, had.seq_len);
+        const struct {
+            const char *key;
+            int same;
+        } data_keys[] = {{"train_data", !strcmp(had.train_data, c->train_data)},
+                         {"shuffle", had.shuffle == c->shuffle},
+                         {"seed", had.seed == c->seed}};
+        for (size_t i = 0; i < sizeof data_keys / sizeof data_keys[0]; i++)
+            if (!data_keys[i].same) {
+                char a[CONFIG_STR + 32], b[CONFIG_STR + 32];
+                config_value_text(&had, data_keys[i].key, a, sizeof a);
+                config_value_text(c, data_keys[i].key, b, sizeof b);
+                die("%s/config.conf: checkpoint has %s = %s but the config says %s: the data position would point "
+                    "into another order of the data. Resume with the checkpoint's value",
+                    dir, data_keys[i].key, a, b);
+            }
+        if (ts->world != g_dist.world)
             printf("resuming a %d-rank checkpoint on %d rank(s) (same global micro-batch)\n", ts->world, g_dist.world);
-        }
     }
     dist_bcast_bytes(p, sizeof(float) * n, 0);
     dist_bcast_bytes(m, sizeof(float) * n, 0);
@@ -147,6 +201,14 @@ static void check_ranks_agree(const Config *c, const Loader *train) {
     free(text);
 }
 
+// A non-finite loss or gradient norm stops the run; it names the last checkpoint, which
+// holds finite weights (checkpoint_save never writes others).
+static void stop_not_finite(const Config *c, int step, const char *what, double value) {
+    char *last = dist_is_root() ? checkpoint_latest(c->out_dir) : NULL;
+    die("step %d: %s is %f (not finite); lower lr or check the data. The last good checkpoint is %s", step, what, value,
+        last ? last : "none (no checkpoint of this run was written yet)");
+}
+
 static void print_sample(Model *model, const Config *c, const Tokenizer *tok, Rng *rng) {
     int n = c->sample_tokens;
     int *tokens = xmalloc(sizeof(int) * (size_t)(n + 1));
@@ -176,6 +238,10 @@ int train_main(int argc, char **argv) {
     long total = c.total_batch_size ? c.total_batch_size : micro_tokens;
     if (total % micro_tokens)
         die("total_batch_size = %ld is not a multiple of batch_size * seq_len * ranks = %ld", total, micro_tokens);
+    if (total / micro_tokens < 1 || total / micro_tokens > CONFIG_ACCUM_MAX)
+        die("total_batch_size = %ld makes %ld accumulation steps of batch_size * seq_len * ranks = %ld tokens; "
+            "a step takes 1 to %d",
+            total, total / micro_tokens, micro_tokens, CONFIG_ACCUM_MAX);
     const int accum = (int)(total / micro_tokens);
     if (c.expert_parallel > 1 || world > 1) dist_set_ep(c.expert_parallel);
     const Backend *be = cli_backend(&c);
@@ -227,14 +293,19 @@ int train_main(int argc, char **argv) {
         resume_from(resume_dir, &c, &model, &opt, &train, &ts, &rng);
     } else {
         model_init_params(&model, (unsigned long)c.seed);  // the same seed on every rank: the same weights
-        if (args.resume && root) printf("no checkpoint in %s: starting from scratch\n", c.out_dir);
+        if (args.resume && root)
+            printf("no checkpoint in %s: starting from scratch (a metrics log of an earlier run that wrote no "
+                   "checkpoint is replaced)\n",
+                   c.out_dir);
+        if (!args.resume && root) claim_out_dir(&c, args.overwrite);
     }
     free(resume_dir);
 
     MetricsLog log = {0};
     if (root) {
         mkdir_p(c.out_dir);
-        metrics_open(&log, c.out_dir, ts.step > 0 ? ts.step : -1);
+        // a resume keeps the lines through the checkpoint's step (none at step 0)
+        metrics_open(&log, c.out_dir, args.resume ? ts.step : -1);
         printf("model: %s | %d layers (%s), d_model %d, %d heads | %.2fM parameters | backend %s\n", c.model.layers_spec,
                c.model.n_layer, c.model.layers, c.model.d_model, c.model.n_head, (double)params_count(&model.table) / 1e6, be->name);
         if (model_has_moe(&model))
@@ -277,10 +348,7 @@ int train_main(int argc, char **argv) {
         for (int micro = 0; micro < accum; micro++) {
             loader_next(&train, inputs, targets);
             double l = model_forward(&model, inputs, targets, c.batch_size, c.seq_len);
-            if (!isfinite(l))
-                die("step %d: the training loss is %f (not finite); lower lr or check the data. The last good checkpoint "
-                    "is under %s/checkpoints",
-                    step + 1, l, c.out_dir);
+            if (!isfinite(l)) stop_not_finite(&c, step + 1, "the training loss", l);
             if (micro == accum - 1) grad_sync_arm(&sync);  // reduce buckets as this backward finishes them
             // sum over ranks of these gradients = the global batch's mean-loss gradient
             model_backward(&model, 1.0f / ((float)accum * (float)world));
@@ -295,7 +363,7 @@ int train_main(int argc, char **argv) {
         const int interrupted = shared[2] > 0;
         grad_sync_finish(&sync);
         double norm = grad_sync_norm(&sync);
-        if (!isfinite(norm)) die("step %d: the gradient norm is not finite", step + 1);
+        if (!isfinite(norm)) stop_not_finite(&c, step + 1, "the gradient norm", norm);
         optimizer_step(&opt, &model, lr, norm);
         // MoE: the step's expert loads over all ranks, then the aux-loss-free bias update
         // (docs/hybrid.md, "Aux-loss-free bias balancing")
@@ -338,15 +406,23 @@ int train_main(int argc, char **argv) {
                 printf("step %5d/%d | val loss %.4f (%d batches)\n", ts.step, c.optim.steps, last_val, val_batches);
             }
         }
-        if (root && ((c.sample_every && ts.step % c.sample_every == 0) || last)) {
-            int ep = model.ep_size;
-            model.ep_size = 1;  // rank 0 alone: every expert runs locally (the weights are replicated)
-            print_sample(&model, &c, tok, &rng);
-            model.ep_size = ep;
-        }
+        // The sample is optional work: it runs after the step's checkpoint, so a sample that
+        // fails can lose nothing. It draws from its own generator, seeded by one draw of the
+        // trainer's RNG whatever the sample's length: the checkpoint (written before the
+        // sample) holds the state that follows that draw, and a resumed run samples the same
+        // tokens as an uninterrupted one.
+        const int sample_now = root && ((c.sample_every && ts.step % c.sample_every == 0) || last);
+        Rng sample_rng;
+        if (sample_now) rng_seed(&sample_rng, rng_u64(&rng));
         ts.rng = rng.state;
         int stop = interrupted || ts.step == end_step;
         if ((c.checkpoint_every && ts.step % c.checkpoint_every == 0) || stop) save_checkpoint(&c, &model, &opt, &ts);
+        if (sample_now) {
+            int ep = model.ep_size;
+            model.ep_size = 1;  // rank 0 alone: every expert runs locally (the weights are replicated)
+            print_sample(&model, &c, tok, &sample_rng);
+            model.ep_size = ep;
+        }
         if (interrupted) {
             if (root) printf("interrupted after step %d: resume with --resume auto\n", ts.step);
             g_interrupted = 1;
