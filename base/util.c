@@ -57,8 +57,40 @@ char *xstrdup(const char *s) {
     return d;
 }
 
+// What a non-regular file is, for the messages of open_regular.
+static const char *file_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a folder";
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    return "not a regular file";
+}
+
+int open_regular(const char *path) {
+    // O_NONBLOCK: opening a FIFO without a writer would wait for one
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0) die("%s: cannot stat (%s)", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        die("%s: is %s, not a regular file: refusing to read it", path, file_kind(st.st_mode));
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) die("%s: fcntl failed (%s)", path, strerror(errno));
+    return fd;
+}
+
 FILE *xfopen(const char *path, const char *mode) {
-    FILE *f = fopen(path, mode);
+    FILE *f;
+    if (mode[0] == 'r' && !strchr(mode, '+')) {  // reading: a regular file only
+        int fd = open_regular(path);
+        f = fd < 0 ? NULL : fdopen(fd, mode);
+        if (fd >= 0 && !f) close(fd);
+    } else {
+        f = fopen(path, mode);
+    }
     if (!f) die("%s: cannot open (%s)", path, strerror(errno));
     return f;
 }
@@ -80,45 +112,74 @@ void xfclose(FILE *f, const char *path) {
 }
 
 char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
+    int fd = open_regular(path);
+    if (fd < 0) return NULL;
     size_t cap = 1 << 16, n = 0;
     char *buf = xmalloc(cap);
     for (;;) {
         if (n + 1 >= cap) buf = xrealloc(buf, cap *= 2);
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
+        ssize_t got = read(fd, buf + n, cap - n - 1);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) die("%s: read error (%s)", path, strerror(errno));
         if (got == 0) break;
+        n += (size_t)got;
     }
-    int err = ferror(f);
-    fclose(f);
-    if (err) die("%s: read error", path);
+    close(fd);
     buf[n] = 0;
     if (len) *len = n;
     return buf;
 }
 
-void write_file_atomic(const char *path, const void *buf, size_t len) {
+// The temporary is removed on every failure, so a full disk leaves nothing behind.
+static void atomic_fail(AtomicFile *f, const char *what) {
+    int e = errno;
+    if (f->fd >= 0) close(f->fd);
+    unlink(f->tmp);
+    die("%s: %s (%s); the temporary file %s was removed", f->path, what, strerror(e), f->tmp);
+}
+
+void atomic_open(AtomicFile *f, const char *path) {
     size_t n = strlen(path) + 32;
-    char *tmp = xmalloc(n);
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) die("%s: cannot create (%s)", tmp, strerror(errno));
+    f->path = xstrdup(path);
+    f->tmp = xmalloc(n);
+    snprintf(f->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    f->fd = open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f->fd < 0) atomic_fail(f, "cannot create the temporary file");
+}
+
+void atomic_write(AtomicFile *f, const void *buf, size_t len) {
     const char *p = buf;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            die("%s: write error (%s)", tmp, strerror(errno));
-        }
+    while (len > 0) {
+        ssize_t w = write(f->fd, p, len);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) atomic_fail(f, "write error");
         p += w;
-        left -= (size_t)w;
+        len -= (size_t)w;
     }
-    if (fsync(fd) != 0) die("%s: fsync failed (%s)", tmp, strerror(errno));
-    if (close(fd) != 0) die("%s: close failed (%s)", tmp, strerror(errno));
-    if (rename(tmp, path) != 0) die("%s: cannot rename to %s (%s)", tmp, path, strerror(errno));
-    free(tmp);
+}
+
+void atomic_commit(AtomicFile *f) {
+    if (fsync(f->fd) != 0) atomic_fail(f, "fsync failed");
+    int rc = close(f->fd);
+    f->fd = -1;
+    if (rc != 0) atomic_fail(f, "close failed");
+    if (rename(f->tmp, f->path) != 0) atomic_fail(f, "cannot rename the temporary file into place");
+    free(f->tmp), free(f->path);
+    f->tmp = f->path = NULL;
+}
+
+void write_file_atomic(const char *path, const void *buf, size_t len) {
+    AtomicFile f;
+    atomic_open(&f, path);
+    atomic_write(&f, buf, len);
+    atomic_commit(&f);
+}
+
+void fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    (void)fsync(fd);  // best effort: some filesystems refuse fsync on folders
+    close(fd);
 }
 
 int file_exists(const char *path) {

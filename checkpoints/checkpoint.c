@@ -4,7 +4,6 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -71,13 +70,6 @@ static int *list_steps(const char *root, int *n) {
             steps[j - 1] = t;
         }
     return steps;
-}
-
-static void fsync_dir(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return;
-    (void)fsync(fd);  // best effort: some filesystems refuse fsync on folders
-    close(fd);
 }
 
 // Index of the first inf or nan of x[0..n), or n.

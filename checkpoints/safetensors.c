@@ -3,8 +3,6 @@
 #include "safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/crc32.h"
 #include "base/util.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -38,41 +37,6 @@ void st_shape_str(const int64_t *shape, int ndim, char *buf, size_t size) {
     for (int d = 0; d < ndim && n < size; d++)
         n += (size_t)snprintf(buf + n, size - n, d ? ", %lld" : "%lld", (long long)shape[d]);
     if (n < size) snprintf(buf + n, size - n, ")");
-}
-
-// ---- CRC-32 (IEEE 802.3, zlib's), slicing by 8 ----
-
-static uint32_t crc_table[8][256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[0][i] = c;
-    }
-    for (int t = 1; t < 8; t++)
-        for (int i = 0; i < 256; i++)
-            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xff];
-}
-
-uint32_t st_crc32(uint32_t crc, const void *data, size_t len) {
-    pthread_once(&crc_once, crc_init);
-    const unsigned char *p = data;
-    uint32_t c = ~crc;
-    while (len >= 8) {
-        uint32_t lo, hi;
-        memcpy(&lo, p, 4);
-        memcpy(&hi, p + 4, 4);
-        lo ^= c;
-        c = crc_table[7][lo & 0xff] ^ crc_table[6][(lo >> 8) & 0xff] ^ crc_table[5][(lo >> 16) & 0xff] ^
-            crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xff] ^ crc_table[2][(hi >> 8) & 0xff] ^
-            crc_table[1][(hi >> 16) & 0xff] ^ crc_table[0][hi >> 24];
-        p += 8;
-        len -= 8;
-    }
-    while (len--) c = crc_table[0][(c ^ *p++) & 0xff] ^ (c >> 8);
-    return ~c;
 }
 
 // ---- the header parser: just the JSON this grammar needs ----
@@ -353,7 +317,7 @@ static void check_crc(const StFile *f) {
     errno = 0;
     unsigned long w = strtoul(want, &end, 16);
     if (strlen(want) != 8 || *end || errno) die("%s: bad safetensors header: %s = '%s' is not 8 hex digits", f->path, ST_CRC_KEY, want);
-    uint32_t got = st_crc32(0, f->data, f->data_len);
+    uint32_t got = crc32_update(0, f->data, f->data_len);
     if (got != (uint32_t)w)
         die("%s: checksum mismatch: the data section has CRC-32 %08x but the header says %s (the file is corrupted)",
             f->path, got, want);
@@ -362,11 +326,10 @@ static void check_crc(const StFile *f) {
 void st_open(StFile *f, const char *path) {
     memset(f, 0, sizeof *f);
     f->path = xstrdup(path);
-    int fd = open(path, O_RDONLY);
+    int fd = open_regular(path);
     if (fd < 0) die("%s: cannot open (%s)", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) die("%s: cannot stat (%s)", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) die("%s: not a regular file", path);
     size_t size = (size_t)st.st_size;
     if (size < 8) die("%s: bad safetensors header: the file has %zu bytes, too few for the 8-byte header length", path, size);
     f->map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -6,7 +6,7 @@
 // padded with spaces so the data starts at a multiple of 8, then the data section.
 // Offsets are relative to the data section; the tensors cover it exactly, without
 // holes or overlaps. Our writer adds the metadata "format": "pt" (what transformers
-// expects) and "hybrid.crc32" (CRC-32 of the data section), which the reader verifies
+// expects) and "hybrid.crc32" (CRC-32 of the data section, base/crc32.h), which the reader verifies
 // when present. Every error names the file and, where there is one, the tensor.
 #ifndef HYBRID_SAFETENSORS_H
 #define HYBRID_SAFETENSORS_H
@@ -66,8 +66,5 @@ int st_dtype_size(const char *dtype);
 
 // Formats a shape as "(768, 2304)" into buf.
 void st_shape_str(const int64_t *shape, int ndim, char *buf, size_t size);
-
-// CRC-32 (IEEE, as zlib) continued from `crc` (start with 0).
-uint32_t st_crc32(uint32_t crc, const void *data, size_t len);
 
 #endif

@@ -1,13 +1,11 @@
 // safetensors writer: builds the header, checksums the data, then streams header and
 // tensors to a temporary file that is fsynced and renamed into place.
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
+#include "base/crc32.h"
 #include "base/util.h"
 #include "safetensors.h"
 
@@ -72,28 +70,13 @@ static void check_names(const char *path, const StOut *tensors, int count, const
             die("%s: metadata key '%s' is written by st_write itself", path, meta[2 * i]);
 }
 
-static void write_all(int fd, const void *buf, size_t len, const char *tmp) {
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-            int e = errno;
-            unlink(tmp);
-            die("%s: write error (%s)", tmp, strerror(e));
-        }
-        p += w;
-        len -= (size_t)w;
-    }
-}
-
 void st_write(const char *path, const StOut *tensors, int count, const char *const *meta, int n_meta) {
     check_names(path, tensors, count, meta, n_meta);
     uint32_t crc = 0;
     size_t *bytes = xmalloc(sizeof(size_t) * (size_t)(count ? count : 1));
     for (int i = 0; i < count; i++) {
         bytes[i] = tensor_bytes(path, &tensors[i]);
-        crc = st_crc32(crc, tensors[i].data, bytes[i]);
+        crc = crc32_update(crc, tensors[i].data, bytes[i]);
     }
 
     Buf h = {xmalloc(4096), 0, 4096};
@@ -118,20 +101,14 @@ void st_write(const char *path, const StOut *tensors, int count, const char *con
     put(&h, "}");
     while (h.len % 8) put(&h, " ");  // the data section starts 8-aligned
 
-    size_t n = strlen(path) + 32;
-    char *tmp = xmalloc(n);
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (fd < 0) die("%s: cannot create (%s)", tmp, strerror(errno));
+    AtomicFile f;
+    atomic_open(&f, path);
     unsigned char len8[8];
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    write_all(fd, len8, 8, tmp);
-    write_all(fd, h.s, h.len, tmp);
-    for (int i = 0; i < count; i++) write_all(fd, tensors[i].data, bytes[i], tmp);
-    if (fsync(fd) != 0) die("%s: fsync failed (%s)", tmp, strerror(errno));
-    if (close(fd) != 0) die("%s: close failed (%s)", tmp, strerror(errno));
-    if (rename(tmp, path) != 0) die("%s: cannot rename to %s (%s)", tmp, path, strerror(errno));
-    free(tmp);
+    atomic_write(&f, len8, 8);
+    atomic_write(&f, h.s, h.len);
+    for (int i = 0; i < count; i++) atomic_write(&f, tensors[i].data, bytes[i]);
+    atomic_commit(&f);
     free(h.s);
     free(bytes);
 }

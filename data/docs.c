@@ -32,6 +32,8 @@ static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const
 static void walk(DocReader *r, size_t *cap, const char *path, DocFormat format, int top) {
     struct stat st;
     if (stat(path, &st) != 0) die("prepare: %s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))  // a FIFO or a device could block or never end
+        die("prepare: %s: neither a regular file nor a folder (a FIFO, device or socket): refusing to read it", path);
     if (!S_ISDIR(st.st_mode)) {
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
@@ -94,7 +96,8 @@ void docs_close(DocReader *r) {
 static int next_jsonl(DocReader *r, Doc *d) {
     const InputFile *f = &r->files[r->file];
     if (!r->jsonl) {
-        r->jsonl = fopen(f->path, "rb");
+        int fd = open_regular(f->path);
+        r->jsonl = fd < 0 ? NULL : fdopen(fd, "rb");
         if (!r->jsonl) die("prepare: %s: cannot open (%s)", f->path, strerror(errno));
     }
     ssize_t n;

@@ -1,12 +1,12 @@
 #include "loader.h"
 
-#include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/rng.h"
 #include "base/util.h"
 #include "shard.h"
+#include "shardcheck.h"
 
 // Fisher-Yates from a generator seeded by (seed, epoch, salt): every rank computes
 // the same permutation, so ranks agree on which sample forms each global batch.
@@ -41,15 +41,11 @@ static void prepare_shard(Loader *L) {
 void loader_open(Loader *L, const char *pattern, int B, int T, int rank, int world, int vocab_size, int shuffle,
                  uint64_t seed) {
     memset(L, 0, sizeof *L);
-    if (!pattern || !*pattern) die("data: no shard pattern given");
-    glob_t g;
-    int rc = glob(pattern, 0, NULL, &g);
-    if (rc == GLOB_NOMATCH || (rc == 0 && g.gl_pathc == 0))
-        die("%s: no shard files match this pattern (run `make data`, or `hybrid prepare`)", pattern);
-    if (rc != 0) die("%s: cannot expand the shard pattern", pattern);
-    L->nshards = (int)g.gl_pathc;  // glob() sorts the paths
-    L->paths = xcalloc((size_t)L->nshards, sizeof(char *));
-    L->ntok = xcalloc((size_t)L->nshards, sizeof(size_t));
+    ShardList list;
+    shards_open(&list, pattern, vocab_size, rank == 0);
+    L->nshards = list.n;
+    L->paths = list.paths;  // the loader owns them now
+    L->ntok = list.ntok;
     L->nsamples = xcalloc((size_t)L->nshards, sizeof(size_t));
     L->B = B;
     L->T = T;
@@ -60,15 +56,12 @@ void loader_open(Loader *L, const char *pattern, int B, int T, int rank, int wor
     L->seed = seed;
     const size_t sample_tokens = (size_t)world * B * T;
     for (int i = 0; i < L->nshards; i++) {
-        L->paths[i] = xstrdup(g.gl_pathv[i]);
-        L->ntok[i] = shard_validate(L->paths[i]);
         // every slot needs B*T+1 tokens: the last target comes from the next slot
         L->nsamples[i] = L->ntok[i] > 0 ? (L->ntok[i] - 1) / sample_tokens : 0;
         if (L->nsamples[i] == 0)
             die("%s: %zu tokens is too small for one batch of %d rank(s) x %d x %d + 1 tokens", L->paths[i], L->ntok[i],
                 world, B, T);
     }
-    globfree(&g);
     L->shard_order = xmalloc(sizeof(int) * (size_t)L->nshards);
     L->buf = xmalloc(sizeof(uint16_t) * ((size_t)B * T + 1));
     loader_seek(L, (LoaderPosition){0, 0, 0});
@@ -110,9 +103,10 @@ void loader_next(Loader *L, int *inputs, int *targets) {
     size_t sample = L->sample_order[L->pos.sample];
     size_t start = sample * (size_t)L->world * BT + (size_t)L->rank * BT;
     shard_read(L->paths[s], start, BT + 1, L->buf);
-    for (size_t i = 0; i <= BT; i++)
+    for (size_t i = 0; i <= BT; i++)  // checked at open; this catches a file replaced since
         if (L->buf[i] >= L->vocab_size)
-            die("%s: token id %u at position %zu is >= vocab_size %d", L->paths[s], L->buf[i], start + i, L->vocab_size);
+            die("%s: token id %u at token %zu is >= vocab_size %d (the file changed after it was checked at open)",
+                L->paths[s], L->buf[i], start + i, L->vocab_size);
     for (size_t i = 0; i < BT; i++) {
         inputs[i] = L->buf[i];
         targets[i] = L->buf[i + 1];

@@ -34,14 +34,16 @@ typedef struct {
     uint16_t *buf;           // B*T+1 tokens
 } Loader;
 
-// Opens and validates every shard that matches `pattern` (a glob). Dies naming the
-// file on a missing match, wrong magic or version, a size that does not match the
-// header, or a shard too small for one sample.
+// Opens and checks every shard that matches `pattern` (a glob; data/shardcheck.h: the
+// manifest, sizes, checksums and token ids, each shard read once). Dies naming the file
+// on a missing match, a set that does not match its manifest, wrong magic or version, a
+// size that does not match the header, a token id >= vocab_size, or a shard too small
+// for one sample. Rank 0 prints the notes (a set without a manifest).
 void loader_open(Loader *L, const char *pattern, int B, int T, int rank, int world, int vocab_size, int shuffle,
                  uint64_t seed);
 void loader_close(Loader *L);
 // Next B*T inputs and targets (targets are inputs shifted by one). Wraps to a new
-// epoch at the end. Dies naming the file if a token id is >= vocab_size.
+// epoch at the end.
 void loader_next(Loader *L, int *inputs, int *targets);
 // Rewinds to the start (for validation passes).
 void loader_reset(Loader *L);

@@ -17,9 +17,11 @@
 #endif
 
 #include "data/docs.h"
+#include "data/manifest.h"
 #include "data/prepare_options.h"
 #include "data/progress.h"
 #include "data/shardseq.h"
+#include "data/shardset.h"
 #include "data/tokenizer.h"
 #include "base/util.h"
 
@@ -122,14 +124,15 @@ static void encode_batch(Batch *b, Encoder **enc, int threads, int flags, Progre
 static const char *plural(uint64_t n) { return n == 1 ? "" : "s"; }
 
 // "  train: 475 documents, 1237074 tokens in 1 shard: out/data/brown_train_000000.bin"; finishes s
-static void report_split(ShardSeq *s, uint64_t docs) {
-    int shards = s->nshards + (s->n > 0);
-    char *first = shardseq_path(s, 0), *last = shardseq_path(s, shards - 1);
+static void report_split(ShardSeq *s, const char *out_dir, uint64_t docs) {
+    int shards = s->nshards;
+    char *first = shardseq_name(s, 0), *last = shardseq_name(s, shards - 1);
     char label[16];
     snprintf(label, sizeof(label), "%s:", s->split);
-    printf("  %-6s %llu document%s, %llu tokens in %d shard%s%s%s%s%s\n", label, (unsigned long long)docs,
+    printf("  %-6s %llu document%s, %llu tokens in %d shard%s%s%s%s%s%s%s\n", label, (unsigned long long)docs,
            plural(docs), (unsigned long long)s->total, shards, plural((uint64_t)shards), shards ? ": " : "",
-           shards ? first : "", shards > 1 ? " .. " : "", shards > 1 ? last : "");
+           shards ? out_dir : "", shards ? "/" : "", shards ? first : "", shards > 1 ? " .. " : "",
+           shards > 1 ? last : "");
     free(first), free(last);
     shardseq_finish(s);
 }
@@ -161,13 +164,12 @@ int prepare_main(int argc, char **argv) {
                 (unsigned long long)n_val, o.threads, plural((uint64_t)o.threads));
     if (n_val == 0) fprintf(stderr, "prepare: warning: no validation documents\n");
 
-    mkdir_p(o.out_dir);
-    int removed = shardseq_remove_old(o.out_dir, o.name, "train") + shardseq_remove_old(o.out_dir, o.name, "val");
-    if (removed && !o.quiet)
-        fprintf(stderr, "prepare: removed %d shard%s of an earlier run\n", removed, plural((uint64_t)removed));
+    char *tmp = shardset_begin(o.out_dir, o.name, o.quiet);  // the new set is written here, then published
+    Manifest manifest;
+    manifest_init(&manifest, o.name, tokenizer_vocab_size(tok), tokenizer_eot(tok));
     ShardSeq train, val;
-    shardseq_init(&train, o.out_dir, o.name, "train", o.shard_tokens);
-    shardseq_init(&val, o.out_dir, o.name, "val", o.shard_tokens);
+    shardseq_init(&train, tmp, o.name, "train", o.shard_tokens, &manifest);
+    shardseq_init(&val, tmp, o.name, "val", o.shard_tokens, &manifest);
 
     Progress prog;
     progress_start(&prog, "prepare", reader.total_bytes, o.quiet);
@@ -191,13 +193,22 @@ int prepare_main(int argc, char **argv) {
     if (doc_index != n_docs) die("prepare: the inputs changed while reading them (%llu documents, then %llu)",
                                  (unsigned long long)n_docs, (unsigned long long)doc_index);
 
+    shardseq_flush(&train);
+    shardseq_flush(&val);
+    shardset_commit(o.out_dir, o.name, &manifest);
+
     double secs = now_seconds() - start;
     printf("prepare: %llu document%s, %.1f MB of text, %.2f s in all; tokenizing took %.2f s: %.1f MB/s on %d "
            "thread%s\n",
            (unsigned long long)n_docs, plural(n_docs), text_bytes / 1e6, secs, encode_secs,
            text_bytes / 1e6 / (encode_secs > 0 ? encode_secs : 1e-9), o.threads, plural((uint64_t)o.threads));
-    report_split(&train, n_docs - n_val);
-    report_split(&val, n_val);
+    report_split(&train, o.out_dir, n_docs - n_val);
+    report_split(&val, o.out_dir, n_val);
+    char *mpath = manifest_path(o.out_dir, o.name);
+    printf("  manifest: %s (what the loader checks the set against)\n", mpath);
+    free(mpath);
+    manifest_free(&manifest);
+    free(tmp);
     for (size_t k = 0; k < batch.doc_cap; k++) buf_free(&batch.docs[k].text);
     for (size_t j = 0; j < batch.piece_cap; j++) tokenvec_free(&batch.pieces[j].tokens);
     free(batch.docs), free(batch.pieces);

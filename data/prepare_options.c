@@ -14,8 +14,10 @@ static const char HELP[] =
     "\n"
     "Tokenizes text with GPT-2's BPE into llm.c-compatible shards (header of 256 int32, then\n"
     "uint16 tokens): OUT/NAME_train_000000.bin, ... and OUT/NAME_val_000000.bin, ...\n"
-    "Every document is preceded by <|endoftext|> (50256), as in llm.c. Shards of an earlier\n"
-    "run with the same OUT/NAME are removed first.\n"
+    "Every document is preceded by <|endoftext|> (50256), as in llm.c. OUT/NAME_manifest.txt\n"
+    "lists every shard with its size and CRC-32; the loader checks the set against it. The\n"
+    "set is written into OUT/.NAME.prepare-tmp and replaces the one of an earlier run with\n"
+    "the same OUT/NAME all at once: an error or a kill leaves the earlier set as it was.\n"
     "\n"
     "INPUT is a file or a folder (read recursively, names sorted, hidden files skipped).\n"
     "  --format F        auto (default): *.jsonl files are JSONL, other files plain text\n"
@@ -95,7 +97,9 @@ int prepare_parse_options(PrepareOptions *o, int argc, char **argv) {
         } else if (IS("--out")) {
             o->out_dir = val;
         } else if (IS("--name")) {
-            if (!*val || strchr(val, '/')) die("prepare: --name must be a plain file name prefix, got \"%s\"", val);
+            int plain = *val && !strchr(val, '/') && val[0] != '.';
+            for (const char *c = val; *c; c++) plain &= (unsigned char)*c >= 0x20;
+            if (!plain) die("prepare: --name must be a plain file name prefix, got \"%s\"", val);
             o->name = val;
         } else if (IS("--vocab")) {
             o->vocab_dir = val;

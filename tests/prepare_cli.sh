@@ -24,6 +24,19 @@ fi
 [ "$(od -An -tu4 -N12 "$tmp/out/t_train_000000.bin" | tr -s ' ')" = " 20240520 1 3" ] || fail "train shard header"
 [ "$(od -An -tu2 -j1024 "$tmp/out/t_train_000000.bin" | tr -s ' ')" = " 50256 15496 995" ] || fail "train shard tokens"
 [ -f "$tmp/out/t_val_000000.bin" ] || fail "no val shard"
+grep -q "^shard train 3 1030 [0-9a-f]\{8\} t_train_000000.bin$" "$tmp/out/t_manifest.txt" || fail "manifest: $(cat "$tmp/out/t_manifest.txt")"
+
+# a prepare killed after its first shard leaves the earlier set; the next run cleans up and replaces it
+cp "$tmp/out/t_train_000000.bin" "$tmp/old_train"
+printf 'A third document.\n' > "$tmp/in/c.txt"
+(HYBRID_PREPARE_KILL=shard:1 exec "$hybrid" prepare --quiet --out "$tmp/out" --name t --val-docs 1 "$tmp/in") \
+    > "$tmp/log" 2>&1 && fail "the kill hook did not kill prepare"
+cmp -s "$tmp/old_train" "$tmp/out/t_train_000000.bin" || fail "a killed prepare changed the earlier shard"
+[ -d "$tmp/out/.t.prepare-tmp" ] || fail "the killed run left no temporary folder (was it killed while writing?)"
+"$hybrid" prepare --out "$tmp/out" --name t --val-docs 1 "$tmp/in" > "$tmp/log" 2>&1 || fail "prepare after a kill: $(cat "$tmp/log")"
+grep -q "removed .*/.t.prepare-tmp, the unfinished output of an interrupted run" "$tmp/log" || fail "no note: $(cat "$tmp/log")"
+[ -d "$tmp/out/.t.prepare-tmp" ] && fail "the leftover of the killed run is still there"
+cmp -s "$tmp/old_train" "$tmp/out/t_train_000000.bin" && fail "the new run did not replace the earlier shard"
 
 mkdir -p "$tmp/empty"
 : > "$tmp/empty/nothing.txt"

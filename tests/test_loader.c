@@ -126,6 +126,12 @@ static void write_raw(const char *path, int32_t magic, int32_t version, int32_t 
     free(buf);
 }
 
+static void open_only(void *ctx) {
+    Loader L;
+    loader_open(&L, (const char *)ctx, 2, 8, 0, 1, 50257, 1, 1);
+    loader_close(&L);
+}
+
 static void open_pattern(void *ctx) {
     Loader L;
     loader_open(&L, (const char *)ctx, 2, 8, 0, 1, 50257, 1, 1);
@@ -162,8 +168,25 @@ int main(void) {
     CHECK(expect_death(open_pattern, DIR_ "/magic.bin", "death", "magic.bin: not a token shard (magic 12345"), "magic");
     CHECK(expect_death(open_pattern, DIR_ "/version.bin", "death", "version.bin: unsupported shard version 7"), "version");
     CHECK(expect_death(open_pattern, DIR_ "/size.bin", "death", "size.bin: header says 100 tokens"), "size");
-    CHECK(expect_death(open_pattern, DIR_ "/vocab.bin", "death", "vocab.bin: token id 60000 at position "),
-          "token id");
+    // a bad token id is found when the shard is opened, not when a batch reads it
+    write_raw(DIR_ "/late_vocab.bin", SHARD_MAGIC, 1, 100, 100, 1);
+    {
+        FILE *f = xfopen(DIR_ "/late_vocab.bin", "r+b");
+        uint16_t bad = 50300;
+        fseek(f, SHARD_HEADER_BYTES + 2 * 97, SEEK_SET);
+        xfwrite(&bad, 2, 1, f, "late_vocab.bin");
+        xfclose(f, "late_vocab.bin");
+    }
+    CHECK(expect_death(open_pattern, DIR_ "/vocab.bin", "death", "vocab.bin: token id 60000 at token 0 (byte offset 1024) "
+                       "is >= vocab_size 50257"), "token id");
+    CHECK(expect_death(open_only, DIR_ "/late_vocab.bin", "death", "late_vocab.bin: token id 50300 at token 97 (byte "
+                       "offset 1218)"), "token id at the end of a shard, found at open");
+    // shards without a manifest (llm.c's) load, with one note
+    char *err;
+    int status = run_forked(open_only, DIR_ "/good_*.bin", 600, &err);
+    CHECK(status == 0 && strstr(err, "good_*.bin: 3 of 3 shards without a manifest") && !strstr(err, "error"),
+          "llm.c shards without a manifest: status %d, stderr %s", status, err);
+    free(err);
     CHECK(expect_death(open_pattern, DIR_ "/small.bin", "death", "small.bin: 10 tokens is too small"), "small");
     CHECK(expect_death(open_pattern, DIR_ "/header.bin", "death", "header.bin: truncated shard header"), "header");
     TEST_MAIN_END();

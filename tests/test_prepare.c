@@ -2,6 +2,7 @@
 // and whole runs (shard contents, validation split, thread-count independence, shard
 // sizes, stale shards, formats), plus its error messages.
 // Needs out/vocab/{encoder.json,vocab.bpe} (scripts/fetch_vocab.sh) or $HYBRID_VOCAB.
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "data/brown.h"
 #include "data/json.h"
 #include "data/jsonl.h"
+#include "data/manifest.h"
 #include "data/prepare.h"
 #include "data/shard.h"
 #include "data/shardseq.h"
@@ -129,7 +131,7 @@ static int run_prepare(char **args) {
 // All tokens of <dir>/<name>_<split>_*.bin in order; *nshards gets the shard count.
 static uint16_t *read_split(const char *dir, const char *name, const char *split, size_t *n, int *nshards) {
     ShardSeq s;
-    shardseq_init(&s, dir, name, split, 1);
+    shardseq_init(&s, dir, name, split, 1, NULL);
     uint16_t *all = NULL;
     *n = 0;
     for (*nshards = 0;; (*nshards)++) {
@@ -177,6 +179,9 @@ static int files_equal(const char *a, const char *b) {
     return eq;
 }
 
+static void prepare_child(void *args);
+static int expect_killed(void (*fn)(void *), void *arg);
+
 static void test_text_folder(Encoder *e) {
     // read order: names sorted at every level, hidden files skipped
     PUT("txt/b.txt", "Second document, with caf\xc3\xa9 and \xe4\xb8\xad\xe6\x96\x87.\n");
@@ -215,10 +220,39 @@ static void test_text_folder(Encoder *e) {
     CHECK(ns == (int)((train.n + 6) / 7) && same_tokens(got, n, &train), "train split into %d shards of 7", ns);
     CHECK(shard_validate(tpath("out/t_train_000000.bin")) == 7, "full shard size");
     free(got);
-    // a run with bigger shards removes the small ones of the earlier run
+    // the manifest lists every shard with its size and CRC-32
+    int nv;
+    free(read_split(tpath("out"), "t", "val", &n, &nv));
+    Manifest m;
+    CHECK(manifest_read(&m, tpath("out/t_manifest.txt")) && m.n == ns + nv && m.vocab_size == 50257 && m.eot == 50256,
+          "manifest of %d train + %d val shards", ns, nv);
+    for (int i = 0; i < m.n; i++) {
+        ShardScan sc;
+        char *p = xmalloc(strlen(tpath("out")) + strlen(m.e[i].file) + 2);
+        sprintf(p, "%s/%s", tpath("out"), m.e[i].file);
+        shard_scan(p, 50257, &sc);
+        CHECK(sc.crc == m.e[i].crc && sc.bytes == m.e[i].bytes && sc.tokens == m.e[i].tokens, "manifest entry %s",
+              m.e[i].file);
+        free(p);
+    }
+    manifest_free(&m);
+    // a run killed after 2 of its shards leaves the earlier set as it was (one thread: OpenMP's
+    // pool does not survive fork) ...
+    char *old = read_file(tpath("out/t_train_000001.bin"), NULL);
+    setenv("HYBRID_PREPARE_KILL", "shard:2", 1);
+    CHECK(expect_killed(prepare_child, (char *[]){"--out", tpath("out"), "--name", "t", "--val-docs", "1", "--threads",
+                                                  "1", "--shard-tokens", "5", tpath("txt"), NULL}), "killed run");
+    unsetenv("HYBRID_PREPARE_KILL");
+    char *now = read_file(tpath("out/t_train_000001.bin"), NULL);
+    CHECK(old && now && !strcmp(old, now) && file_exists(tpath("out/t_train_000003.bin")) &&
+              dir_exists(tpath("out/.t.prepare-tmp")),
+          "a killed prepare leaves the earlier shards");
+    free(old), free(now);
+    // ... and the next run with bigger shards replaces it: the small ones are gone, and so is the leftover
     CHECK(PREPARE("--out", tpath("out"), "--name", "t", "--val-docs", "1", tpath("txt")) == 0, "run");
-    CHECK(!file_exists(tpath("out/t_train_000001.bin")) && file_exists(tpath("out/t_train_000000.bin")),
-          "stale shards removed");
+    CHECK(!file_exists(tpath("out/t_train_000001.bin")) && file_exists(tpath("out/t_train_000000.bin")) &&
+              !dir_exists(tpath("out/.t.prepare-tmp")),
+          "stale shards and the killed run's leftover removed");
 
     // --allow-special: the text <|endoftext|> becomes token 50256
     CHECK(PREPARE("--out", tpath("out"), "--name", "s", "--val-docs", "0", "--allow-special", tpath("txt")) == 0,
@@ -295,6 +329,15 @@ static void test_brown_run(void) {
 // ---- errors ----
 static void prepare_child(void *args) { run_prepare(args); }
 
+static int expect_killed(void (*fn)(void *), void *arg) {
+    char *err;
+    int status = run_forked(fn, arg, 60, &err);
+    int ok = status != RUN_FORKED_TIMED_OUT && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+    if (!ok) fprintf(stderr, "  expected SIGKILL, got status %d: %s\n", status, err);
+    free(err);
+    return ok;
+}
+
 static void test_errors(void) {
     PUT("empty/nothing.txt", "");
     PUT("emptyjsonl/x.jsonl", "\n{\"text\": \"\"}\n\n");
@@ -319,6 +362,8 @@ static void test_errors(void) {
                        "none of the 1"), "validation taking every document");
     CHECK(expect_death(prepare_child, (char *[]){"--bogus", NULL}, "bad option", "unknown option --bogus"),
           "unknown option");
+    CHECK(expect_death(prepare_child, (char *[]){"--name", ".x", tpath("one"), NULL}, "hidden name",
+                       "--name must be a plain file name prefix"), "a --name that would be hidden");
     CHECK(expect_death(prepare_child, (char *[]){"--threads", "0", tpath("one"), NULL}, "threads 0", "--threads"),
           "--threads 0");
     CHECK(expect_death(prepare_child, (char *[]){"--vocab", tpath("novocab"), tpath("one"), NULL}, "no vocab",
