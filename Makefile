@@ -89,7 +89,7 @@ OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 
 # The ops as shared libraries for other programs (include/hybrid_ops.h): float and
 # double builds of model/ops/ (every family, the CPU tables) plus the base layer, never sanitized.
-LIBOPS_SRC    := $(wildcard model/ops/*.c model/ops/*/*.c) model/backend.c base/util.c base/rng.c
+LIBOPS_SRC    := $(wildcard model/ops/*.c model/ops/*/*.c) model/backend.c base/util.c base/kill_point.c base/rng.c
 LIBOPS_CFLAGS := -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP -fPIC
 LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 

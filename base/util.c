@@ -11,6 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/kill_point.h"
+
 static char g_error_prefix[32];
 static void (*g_abort_hook)(void);
 
@@ -160,6 +162,7 @@ void atomic_write(AtomicFile *f, const void *buf, size_t len) {
 
 void atomic_commit(AtomicFile *f) {
     if (fsync(f->fd) != 0) atomic_fail(f, "fsync failed");
+    kill_point("atomic-replace");
     int rc = close(f->fd);
     f->fd = -1;
     if (rc != 0) atomic_fail(f, "close failed");

@@ -1,9 +1,11 @@
 // Checkpoint directories (checkpoint.h): save into a hidden temporary folder, rename it
 // into place, prune old ones; load with every tensor and key checked.
+#define _GNU_SOURCE  // renameat2 (RENAME_EXCHANGE)
 #include "checkpoint.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -13,6 +15,7 @@
 
 #include "checkpoints/safetensors.h"
 #include "checkpoints/trainer_state.h"
+#include "base/kill_point.h"
 #include "base/util.h"
 #include "model/ops/optim/muon.h"
 
@@ -112,16 +115,27 @@ static void save_tensors(const char *path, const ParamTable *t, const float *con
 
 // Moves the finished temporary folder to `final`, replacing an older copy of the same step.
 static void publish(const char *root, const char *tmp, const char *final, int step) {
-    char *old = NULL;
+    kill_point("checkpoint-write");
     if (dir_exists(final)) {
-        old = fmt("%s/.step_%08d.old", root, step);
+        // the same step saved again (a resume interrupted before its first step): swap the two
+        // folders in one atomic exchange, so step_N is whole at every moment, then delete the
+        // old one; a filesystem without the exchange gets two renames through .step_N.old
+        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            fsync_dir(root);
+            remove_tree(tmp);
+            return;
+        }
+        char *old = fmt("%s/.step_%08d.old", root, step);
         if (dir_exists(old)) remove_tree(old);
         if (rename(final, old) != 0) die("%s: cannot move aside to %s (%s)", final, old, strerror(errno));
+        if (rename(tmp, final) != 0) die("%s: cannot rename to %s (%s)", tmp, final, strerror(errno));
+        fsync_dir(root);
+        remove_tree(old);
+        free(old);
+        return;
     }
     if (rename(tmp, final) != 0) die("%s: cannot rename to %s (%s)", tmp, final, strerror(errno));
     fsync_dir(root);
-    if (old) remove_tree(old);
-    free(old);
 }
 
 // Removes all but the newest `keep` checkpoints (never `current`), and leftover temporaries.
@@ -137,6 +151,7 @@ static void prune(const char *root, int keep, int current) {
         if (dir_exists(gone)) remove_tree(gone);
         if (rename(p, gone) != 0) die("%s: cannot move aside to %s (%s)", p, gone, strerror(errno));
         fsync_dir(root);
+        kill_point("checkpoint-prune");
         remove_tree(gone);
         free(p);
         free(gone);

@@ -6,6 +6,7 @@
 
 #include "data/shard.h"
 #include "data/shardset.h"
+#include "base/kill_point.h"
 #include "base/util.h"
 
 void shardseq_init(ShardSeq *s, const char *dir, const char *name, const char *split, size_t shard_tokens,
@@ -41,7 +42,7 @@ static void write_shard(ShardSeq *s) {
     free(name), free(path);
     s->nshards++;
     s->n = 0;
-    shardset_kill_point("shard");
+    kill_point("prepare-shard");
 }
 
 void shardseq_push(ShardSeq *s, const int *ids, size_t n) {

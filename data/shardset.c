@@ -3,7 +3,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/kill_point.h"
 #include "base/util.h"
 
 static char *join(const char *a, const char *b, const char *c) {
@@ -30,14 +30,6 @@ static char *publish_dir(const char *dir, const char *name) {
     char *d = join(dir, "/.", name), *s = join(d, ".prepare-publish", "");
     free(d);
     return s;
-}
-
-void shardset_kill_point(const char *stage) {
-    static int count;
-    const char *env = getenv("HYBRID_PREPARE_KILL");
-    size_t n = strlen(stage);
-    if (!env || strncmp(env, stage, n) || env[n] != ':') return;
-    if (++count == atoi(env + n + 1)) raise(SIGKILL);
 }
 
 // ---- the temporary folder: locked while a prepare writes it, removed if it dies ----
@@ -107,7 +99,7 @@ void shardset_commit(const char *dir, const char *name, const Manifest *m) {
 
 static void move(const char *from, const char *to) {
     if (rename(from, to) != 0 && errno != ENOENT) die("%s: cannot rename to %s (%s)", from, to, strerror(errno));
-    shardset_kill_point("publish");
+    kill_point("prepare-publish");
 }
 
 // Removes <dir>/<name>_{train,val}_NNNNNN.bin files that m does not list.

@@ -25,9 +25,4 @@ int shardset_finish_publish(const char *dir, const char *name);
 // 1 if <dir>/.<name>.prepare-tmp is held by a running prepare.
 int shardset_tmp_in_use(const char *tmp);
 
-// Test hook: with HYBRID_PREPARE_KILL=<stage>:<n>, the n-th call for that stage kills the
-// process (SIGKILL), as a crash or `kill -9` at that point would. Stages: "shard" (after
-// each shard is written), "publish" (after each rename of the publish).
-void shardset_kill_point(const char *stage);
-
 #endif

@@ -87,8 +87,8 @@ const char *model_config_finalize(ModelConfig *c, ConfigOriginFn origin, const c
     if (c->mlp_hidden == 0) {  // in 64 bits: a huge d_model must not overflow here
         const int64_t d = c->d_model, h = c->mlp == MLP_GELU ? 4 * d : (8 * d / 3 + 63) / 64 * 64;
         if (h > INT_MAX)
-            return bad(key, "d_model", "d_model = %d makes the derived mlp_hidden %lld too large", c->d_model,
-                       (long long)h);
+            return bad(key, "d_model", "d_model = %d makes the derived mlp_hidden %lld, which exceeds %d", c->d_model,
+                       (long long)h, INT_MAX);
         c->mlp_hidden = (int)h;
     }
     if (c->situ_beta <= 0) return bad(key, "situ_beta", "situ_beta must be positive");

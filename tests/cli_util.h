@@ -34,12 +34,15 @@ static inline void cli_make_markov_shards(const char *dir, int vocab) {
     }
 }
 
-// Runs a command line that starts with "./hybrid", output to dir/last.log; $HYBRID (the
-// sanitizer build's binary under `make test SANITIZE=1`) replaces that path when set.
+// Runs a command line whose program is "./hybrid" (at the start, or after VAR=value
+// settings), output to dir/last.log; $HYBRID (the sanitizer build's binary under
+// `make test SANITIZE=1`) replaces that path when set.
 static inline int cli_run(const char *dir, const char *cmd) {
     char full[4096];
     const char *bin = getenv("HYBRID");
-    if (bin && !strncmp(cmd, "./hybrid", 8)) snprintf(full, sizeof full, "%s%s > %s/last.log 2>&1", bin, cmd + 8, dir);
+    const char *at = strstr(cmd, "./hybrid");
+    if (bin && at && (at == cmd || at[-1] == ' '))
+        snprintf(full, sizeof full, "%.*s%s%s > %s/last.log 2>&1", (int)(at - cmd), cmd, bin, at + 8, dir);
     else snprintf(full, sizeof full, "%s > %s/last.log 2>&1", cmd, dir);
     return system(full);
 }

@@ -29,7 +29,7 @@ grep -q "^shard train 3 1030 [0-9a-f]\{8\} t_train_000000.bin$" "$tmp/out/t_mani
 # a prepare killed after its first shard leaves the earlier set; the next run cleans up and replaces it
 cp "$tmp/out/t_train_000000.bin" "$tmp/old_train"
 printf 'A third document.\n' > "$tmp/in/c.txt"
-(HYBRID_PREPARE_KILL=shard:1 exec "$hybrid" prepare --quiet --out "$tmp/out" --name t --val-docs 1 "$tmp/in") \
+(HYBRID_KILL_AT=prepare-shard:1 exec "$hybrid" prepare --quiet --out "$tmp/out" --name t --val-docs 1 "$tmp/in") \
     > "$tmp/log" 2>&1 && fail "the kill hook did not kill prepare"
 cmp -s "$tmp/old_train" "$tmp/out/t_train_000000.bin" || fail "a killed prepare changed the earlier shard"
 [ -d "$tmp/out/.t.prepare-tmp" ] || fail "the killed run left no temporary folder (was it killed while writing?)"

@@ -239,10 +239,10 @@ static void test_text_folder(Encoder *e) {
     // a run killed after 2 of its shards leaves the earlier set as it was (one thread: OpenMP's
     // pool does not survive fork) ...
     char *old = read_file(tpath("out/t_train_000001.bin"), NULL);
-    setenv("HYBRID_PREPARE_KILL", "shard:2", 1);
+    setenv("HYBRID_KILL_AT", "prepare-shard:2", 1);
     CHECK(expect_killed(prepare_child, (char *[]){"--out", tpath("out"), "--name", "t", "--val-docs", "1", "--threads",
                                                   "1", "--shard-tokens", "5", tpath("txt"), NULL}), "killed run");
-    unsetenv("HYBRID_PREPARE_KILL");
+    unsetenv("HYBRID_KILL_AT");
     char *now = read_file(tpath("out/t_train_000001.bin"), NULL);
     CHECK(old && now && !strcmp(old, now) && file_exists(tpath("out/t_train_000003.bin")) &&
               dir_exists(tpath("out/.t.prepare-tmp")),

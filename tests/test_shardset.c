@@ -27,7 +27,7 @@ typedef struct {
     const char *dir;
     unsigned seed;
     int ntrain, nval;      // shards of SHARD tokens (the last of each split shorter)
-    const char *kill;      // HYBRID_PREPARE_KILL for the child, or NULL
+    const char *kill;      // HYBRID_KILL_AT for the child, or NULL
     long fsize_limit;      // RLIMIT_FSIZE for the child, or 0
 } Run;
 
@@ -36,7 +36,7 @@ typedef struct {
 // As prepare_main does: begin, push tokens through ShardSeq into the temporary folder, commit.
 static void prepare_run(void *arg) {
     const Run *r = arg;
-    if (r->kill) setenv("HYBRID_PREPARE_KILL", r->kill, 1);
+    if (r->kill) setenv("HYBRID_KILL_AT", r->kill, 1);
     if (r->fsize_limit) {
         signal(SIGXFSZ, SIG_IGN);  // then write() fails with EFBIG, as it fails with ENOSPC on a full disk
         setrlimit(RLIMIT_FSIZE, &(struct rlimit){(rlim_t)r->fsize_limit, (rlim_t)r->fsize_limit});
@@ -179,7 +179,7 @@ static void test_kills(void) {
     // killed while writing (after 1 and after 2 shards): the old set is untouched and loads
     for (int k = 1; k <= 2; k++) {
         char kill[32];
-        snprintf(kill, sizeof kill, "shard:%d", k);
+        snprintf(kill, sizeof kill, "prepare-shard:%d", k);
         Run r = {dir, 2, 2, 1, kill, 0};
         int status = run_forked(prepare_run, &r, 60, &err);
         CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL, "killed at %s: status %d %s", kill, status, err);
@@ -202,7 +202,7 @@ static void test_kills(void) {
     for (int k = 1; k <= 4; k++) {
         make_set(dir, 1, 3, 1);
         char kill[32];
-        snprintf(kill, sizeof kill, "publish:%d", k);
+        snprintf(kill, sizeof kill, "prepare-publish:%d", k);
         Run r = {dir, 2, 2, 1, kill, 0};
         status = run_forked(prepare_run, &r, 60, &err);
         CHECK(WIFSIGNALED(status) && dir_exists(path(dir, ".s.prepare-publish")), "killed at %s: status %d %s", kill,
@@ -213,7 +213,7 @@ static void test_kills(void) {
     }
     // ... or the next prepare does
     make_set(dir, 1, 3, 1);
-    Run r = {dir, 2, 2, 1, "publish:2", 0};
+    Run r = {dir, 2, 2, 1, "prepare-publish:2", 0};
     run_forked(prepare_run, &r, 60, &err);
     free(err);
     status = run_forked(prepare_run, &again, 60, &err);

@@ -17,6 +17,7 @@
 #include "generate.h"
 #include "metrics.h"
 #include "model/model.h"
+#include "base/kill_point.h"
 #include "base/util.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -416,8 +417,10 @@ int train_main(int argc, char **argv) {
         if (sample_now) rng_seed(&sample_rng, rng_u64(&rng));
         ts.rng = rng.state;
         int stop = interrupted || ts.step == end_step;
+        kill_point("train-step");
         if ((c.checkpoint_every && ts.step % c.checkpoint_every == 0) || stop) save_checkpoint(&c, &model, &opt, &ts);
         if (sample_now) {
+            kill_point("sample");
             int ep = model.ep_size;
             model.ep_size = 1;  // rank 0 alone: every expert runs locally (the weights are replicated)
             print_sample(&model, &c, tok, &sample_rng);
