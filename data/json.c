@@ -1,6 +1,8 @@
 #include "json.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 void json_skip_ws(const char **p, const char *end) {
     const char *s = *p;
@@ -127,6 +129,32 @@ const char *json_int(const char **p, const char *end, long long *v) {
         return "expected an integer, found a fraction or exponent";
     }
     *v = neg ? -x : x;
+    *p = s;
+    return NULL;
+}
+
+static const char *digits(const char **s, const char *end) {
+    if (*s >= end || **s < '0' || **s > '9') return "expected a digit";
+    while (*s < end && **s >= '0' && **s <= '9') (*s)++;
+    return NULL;
+}
+
+const char *json_number(const char **p, const char *end, double *v) {
+    const char *s = *p;
+    if (s < end && *s == '-') s++;
+    if (s < end && *s == '0') s++;
+    else if (digits(&s, end)) return "expected a number";
+    if (s < end && *s == '.' && (s++, digits(&s, end))) return "expected digits after '.'";
+    if (s < end && (*s == 'e' || *s == 'E')) {
+        s++;
+        if (s < end && (*s == '+' || *s == '-')) s++;
+        if (digits(&s, end)) return "expected digits in the exponent";
+    }
+    char buf[64];
+    if ((size_t)(s - *p) >= sizeof buf) return "number too long";
+    memcpy(buf, *p, (size_t)(s - *p));
+    buf[s - *p] = 0;
+    *v = strtod(buf, NULL);
     *p = s;
     return NULL;
 }
