@@ -43,6 +43,15 @@ typedef struct {
 void checkpoint_save(const char *out_dir, const char *config_text, const ParamTable *t, const float *params,
                      const float *m, const float *v, MuonMomentumForm muon_form, const TrainerState *ts, int keep);
 
+// Writes a weights-only checkpoint into the new folder `dir` itself (config.conf,
+// model.safetensors, trainer_state.txt; no optimizer.safetensors), under a temporary name
+// renamed into place: what `hybrid import` makes. Dies if dir exists.
+void checkpoint_save_weights(const char *dir, const char *config_text, const ParamTable *t, const float *params,
+                             const TrainerState *ts);
+
+// 1 if the checkpoint folder has optimizer state (optimizer.safetensors), 0 for weights only.
+int checkpoint_has_optimizer(const char *dir);
+
 // Path of the newest complete checkpoint under out_dir/checkpoints (caller frees), or NULL.
 // Complete = a folder named step_%08d: a save only gets that name once fully written.
 char *checkpoint_latest(const char *out_dir);

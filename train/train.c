@@ -57,6 +57,8 @@ static void train_help(void) {
     printf("usage: hybrid train [CONFIG.conf] [--key value ...] [--resume auto|CHECKPOINT_DIR] [--save-init]\n\n"
            "Trains the model the config describes on llm.c-format token shards.\n"
            "--resume auto continues from the newest checkpoint in out_dir; resuming is bit-exact.\n"
+           "--resume DIR of a weights-only checkpoint (`hybrid import`) starts a new run from its weights:\n"
+           "step 0, fresh optimizer state, the data from the start.\n"
            "--save-init writes the initial weights as checkpoint step_00000000 before the first step\n"
            "(on CUDA: the bf16 parameters the fp32 master starts from), e.g. for another trainer to start from.\n"
            "SIGINT/SIGTERM finish the current step, write a checkpoint and stop.\n\n"
@@ -98,16 +100,25 @@ static void save_checkpoint(const Config *c, Model *model, Optimizer *opt, const
 
 // Rank 0 reads and checks the checkpoint, every rank gets its contents. A different
 // number of ranks is fine when the global micro-batch (ranks x batch_size) is the same,
-// so the data position carries over.
+// so the data position carries over. A weights-only checkpoint (no optimizer.safetensors:
+// `hybrid import`) starts a new run from its weights: step 0, fresh AdamW moments (and Muon
+// momentum), the data from the start, the sampling RNG from the seed; its trainer_state
+// is not used.
 static void resume_from(const char *dir, const Config *c, Model *model, Optimizer *opt, Loader *train, TrainerState *ts,
                         Rng *rng) {
     size_t n = model->table.total;
     float *p = xmalloc(sizeof(float) * n), *m = xmalloc(sizeof(float) * n), *v = xmalloc(sizeof(float) * n);
+    int weights_only = 0;
     if (dist_is_root()) {
         checkpoint_check_config(dir, c);
-        checkpoint_check_optimizer(dir, c);
-        checkpoint_load(dir, &model->table, p, m, v, ts);
-        if (ts->world != g_dist.world) {
+        weights_only = !checkpoint_has_optimizer(dir);
+        if (weights_only) {
+            checkpoint_load(dir, &model->table, p, NULL, NULL, NULL);
+        } else {
+            checkpoint_check_optimizer(dir, c);
+            checkpoint_load(dir, &model->table, p, m, v, ts);
+        }
+        if (!weights_only && ts->world != g_dist.world) {
             Config had;
             checkpoint_read_config(dir, &had);
             if ((long)had.batch_size * ts->world != (long)c->batch_size * g_dist.world || had.seq_len != c->seq_len)
@@ -117,19 +128,26 @@ static void resume_from(const char *dir, const Config *c, Model *model, Optimize
             printf("resuming a %d-rank checkpoint on %d rank(s) (same global micro-batch)\n", ts->world, g_dist.world);
         }
     }
+    dist_bcast_bytes(&weights_only, sizeof weights_only, 0);
     dist_bcast_bytes(p, sizeof(float) * n, 0);
-    dist_bcast_bytes(m, sizeof(float) * n, 0);
-    dist_bcast_bytes(v, sizeof(float) * n, 0);
-    dist_bcast_bytes(ts, sizeof *ts, 0);
-    ts->world = g_dist.world;
     optimizer_set_weights(opt, model, p);
-    optimizer_set_state(opt, model, m, v, ts->step);
-    loader_seek(train, ts->data);
-    rng->state = ts->rng;
+    if (weights_only) {
+        if (dist_is_root())
+            printf("starting from the weights of %s (a weights-only checkpoint: step 0, fresh optimizer state, the "
+                   "data from the start)\n", dir);
+    } else {
+        dist_bcast_bytes(m, sizeof(float) * n, 0);
+        dist_bcast_bytes(v, sizeof(float) * n, 0);
+        dist_bcast_bytes(ts, sizeof *ts, 0);
+        ts->world = g_dist.world;
+        optimizer_set_state(opt, model, m, v, ts->step);
+        loader_seek(train, ts->data);
+        rng->state = ts->rng;
+        if (dist_is_root()) printf("resumed from %s at step %d\n", dir, ts->step);
+    }
     free(p);
     free(m);
     free(v);
-    if (dist_is_root()) printf("resumed from %s at step %d\n", dir, ts->step);
 }
 
 // What every rank must agree on before the first step: the config and the data it found.
