@@ -66,9 +66,4 @@ int checkpoint_muon_momentum(const char *dir, MuonMomentumForm *form);
 // may be NULL to skip the optimizer state; ts may be NULL.
 void checkpoint_load(const char *dir, const ParamTable *t, float *params, float *m, float *v, TrainerState *ts);
 
-// Writes a Hugging Face GPT2LMHeadModel folder (config.json + model.safetensors with
-// HF names and Conv1D (in, out) layout). Dies if the config is not GPT-2 shaped.
-void export_hf_gpt2(const char *dir, const ModelConfig *c, const ParamTable *t, const ModelParams *mp,
-                    const float *params);
-
 #endif

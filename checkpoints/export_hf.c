@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoints/checkpoint.h"
+#include "checkpoints/hf_io.h"
 #include "checkpoints/hf_gpt2.h"
 #include "checkpoints/hf_util.h"
 #include "base/util.h"
