@@ -2,6 +2,7 @@
 // in and out of the ecosystem"):
 //   export_hf_gpt2  a GPT-2 shaped checkpoint -> a transformers GPT2LMHeadModel folder
 //   import_hf_gpt2_* a GPT2LMHeadModel folder  -> our config keys and weights
+//   export_fla_kda  a K-layer config           -> an fla KDAForCausalLM folder
 // A folder is config.json + model.safetensors. Every refusal names the file (or the config
 // key) and the reason; nothing is written before the checks pass.
 #ifndef HYBRID_HF_IO_H
@@ -39,5 +40,15 @@ void import_hf_gpt2_config(const char *dir, HfGpt2Config *h);
 // (h.N.attn.bias, h.N.attn.masked_bias) are skipped.
 void import_hf_gpt2_weights(const char *dir, const HfGpt2Config *h, const ModelConfig *c, const ParamTable *t,
                             float *params);
+
+// Writes an fla KDAForCausalLM folder (fla/models/kda/): config.json with model_type "kda"
+// and KDAConfig's keys, model.safetensors with its state dict's names (the SwiGLU [gate | up]
+// matrix split into gate_proj and up_proj, the embedding's real vocab_size rows, a tied head
+// written as lm_head.weight too). Dies with the reason for a config fla cannot compute: a
+// layer other than K (our A has no positions, fla's attention always applies RoPE),
+// LayerNorm, positions, GELU or SiTU, biases, MoE, AttnRes, gate_rank != linear_value_dim,
+// a key head dim over 256, a value width fla's expand_v cannot give.
+void export_fla_kda(const char *dir, const ModelConfig *c, const ParamTable *t, const ModelParams *mp,
+                    const float *params);
 
 #endif

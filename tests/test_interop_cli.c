@@ -2,7 +2,8 @@
 // GPT2LMHeadModel folder becomes a weights-only checkpoint that `sample` uses and `train
 // --resume` starts from (step 0, fresh optimizer state, the data from the start: the same
 // losses, to the last bit, as a full step-0 checkpoint of the same weights with zero
-// moments); the refusals of both commands are clear.
+// moments); a K-layer checkpoint exports to fla with a note on reset_at_eot; the refusals
+// of both commands are clear.
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +48,28 @@ static void make_hf(const char *dir) {
     float *p = xmalloc(sizeof(float) * t.total);
     params_init(&t, p, 3);
     export_hf_gpt2(dir, &c.model, &t, &mp, p);
+    free(p);
+    params_free(&t, &mp);
+}
+
+// A random K-layer checkpoint (step 1) that fla can load, restarting at end-of-text.
+static void make_kda(const char *out_dir) {
+    Config c;
+    config_defaults(&c);
+    const char *kv[] = {"layers", "K x2", "d_model", "32", "n_head", "2", "norm", "rmsnorm", "position", "none", "mlp",
+                        "swiglu", "bias", "false", "vocab_size", "64", "eot_token", "0", "reset_at_eot", "true",
+                        "seq_len", "32", NULL};
+    for (int i = 0; kv[i]; i += 2) config_set_override(&c, kv[i], kv[i + 1]);
+    config_finalize(&c);
+    ParamTable t;
+    ModelParams mp;
+    params_build(&c.model, &t, &mp);
+    float *p = xmalloc(sizeof(float) * t.total);
+    params_init(&t, p, 4);
+    TrainerState ts = {1, 1, {0, 0, 0}, 1, 0};
+    char *text = config_to_text(&c);
+    checkpoint_save(out_dir, text, &t, p, NULL, NULL, MUON_MOMENTUM_SUM, &ts, 1);
+    free(text);
     free(p);
     params_free(&t, &mp);
 }
@@ -149,7 +172,26 @@ int main(void) {
     out = log_text();
     CHECK(strstr(out, "import: give --hf HF_DIR") != NULL, "%s", out);
     free(out);
+    CHECK(run("./hybrid export --hf " DIR_ "/x --fla " DIR_ "/y " DIR_ "/ck") != 0, "export --hf --fla accepted");
+    out = log_text();
+    CHECK(strstr(out, "export: give one of --hf OUT_DIR or --fla OUT_DIR") != NULL, "%s", out);
+    free(out);
     CHECK(run("./hybrid import --help") == 0 && run("./hybrid export --help") == 0, "--help failed");
+
+    // export --fla: a K-layer checkpoint, with the note on reset_at_eot; the GPT-2 import is refused
+    make_kda(DIR_ "/kda");
+    CHECK(run("./hybrid export --fla " DIR_ "/fla " DIR_ "/kda/checkpoints/step_00000001") == 0, "export --fla failed");
+    out = log_text();
+    CHECK(strstr(out, "-> " DIR_ "/fla (fla KDAForCausalLM)") &&
+              strstr(out, "note: this model restarts its KDA states after every end-of-text token"),
+          "export --fla output:\n%s", out);
+    free(out);
+    CHECK(file_exists(DIR_ "/fla/config.json") && file_exists(DIR_ "/fla/model.safetensors"), "no fla folder");
+    CHECK(run("./hybrid export --fla " DIR_ "/fla2 " DIR_ "/ck") != 0, "export --fla of a GPT-2 model accepted");
+    out = log_text();
+    CHECK(strstr(out, DIR_ "/fla2: cannot export as fla KDAForCausalLM: layer 0 is 'A': fla's attention layer") != NULL,
+          "%s", out);
+    free(out);
 
     // export -> import -> export gives the same file
     CHECK(run("./hybrid export --hf " DIR_ "/hf2 " DIR_ "/ck") == 0, "export of the import failed");

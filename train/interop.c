@@ -1,4 +1,4 @@
-// `hybrid import` and `hybrid export`: checkpoints in and out of the Hugging Face
+// `hybrid import` and `hybrid export`: checkpoints in and out of the Hugging Face and fla
 // ecosystem (checkpoints/hf_io.h; docs/architecture.md, "Checkpoints in and out of the
 // ecosystem").
 #include <stdlib.h>
@@ -14,7 +14,7 @@
 // export
 
 typedef struct {
-    const char *hf_dir;
+    const char *hf_dir, *fla_dir;
     const char *checkpoint;
 } ExportArgs;
 
@@ -22,6 +22,7 @@ static int export_option(const char *name, const char *value, void *ctx) {
     ExportArgs *a = ctx;
     if (!value) die("command line: --%s needs a value", name);
     if (!strcmp(name, "hf")) a->hf_dir = value;
+    else if (!strcmp(name, "fla")) a->fla_dir = value;
     else if (!strcmp(name, "checkpoint")) a->checkpoint = value;
     else return -1;
     return 1;
@@ -36,15 +37,22 @@ static void export_positional(const char *arg, void *ctx) {
 int export_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: hybrid export --hf OUT_DIR CHECKPOINT_DIR\n\n"
-                   "Writes a Hugging Face GPT2LMHeadModel folder (config.json + model.safetensors with HF\n"
-                   "tensor names and the Conv1D (in, out) layout) from a GPT-2 shaped checkpoint.\n");
+            printf("usage: hybrid export --hf OUT_DIR CHECKPOINT_DIR\n"
+                   "       hybrid export --fla OUT_DIR CHECKPOINT_DIR\n\n"
+                   "--hf writes a Hugging Face GPT2LMHeadModel folder (config.json + model.safetensors with HF\n"
+                   "tensor names and the Conv1D (in, out) layout) from a GPT-2 shaped checkpoint: every layer A,\n"
+                   "layernorm, learned positions, gelu, biases, tied embeddings.\n"
+                   "--fla writes an fla KDAForCausalLM folder (model_type \"kda\", fla's tensor names) from a\n"
+                   "checkpoint fla can compute: every layer K, rmsnorm, no positions, swiglu, no biases, no MoE,\n"
+                   "no AttnRes, gate_rank = linear_value_dim, key head dim <= 256; tied or untied embeddings.\n"
+                   "A layers are refused: fla's attention layer always applies RoPE and ours has no positions.\n"
+                   "Anything else is refused with the reason; the embedding keeps only the vocab_size real rows.\n");
             return 0;
         }
     ExportArgs a = {0};
     Config dummy;
     cli_parse(argc, argv, &dummy, export_option, &a, export_positional);
-    if (!a.hf_dir) die("export: give --hf OUT_DIR");
+    if (!a.hf_dir == !a.fla_dir) die("export: give one of --hf OUT_DIR or --fla OUT_DIR");
     if (!a.checkpoint) die("export: give a checkpoint folder");
     Config c;
     checkpoint_read_config(a.checkpoint, &c);
@@ -53,8 +61,17 @@ int export_main(int argc, char **argv) {
     params_build(&c.model, &t, &mp);
     float *p = xmalloc(sizeof(float) * t.total);
     checkpoint_load(a.checkpoint, &t, p, NULL, NULL, NULL);
-    export_hf_gpt2(a.hf_dir, &c.model, &t, &mp, p);
-    printf("exported %s -> %s (GPT2LMHeadModel)\n", a.checkpoint, a.hf_dir);
+    if (a.hf_dir) {
+        export_hf_gpt2(a.hf_dir, &c.model, &t, &mp, p);
+        printf("exported %s -> %s (GPT2LMHeadModel)\n", a.checkpoint, a.hf_dir);
+    } else {
+        export_fla_kda(a.fla_dir, &c.model, &t, &mp, p);
+        printf("exported %s -> %s (fla KDAForCausalLM)\n", a.checkpoint, a.fla_dir);
+        if (c.model.reset_at_eot)
+            printf("note: this model restarts its KDA states after every end-of-text token (reset_at_eot, token %d); "
+                   "fla restarts them only where cu_seqlens says, so pass the document boundaries as cu_seqlens "
+                   "for the same results on packed documents\n", c.model.eot_token);
+    }
     free(p);
     params_free(&t, &mp);
     return 0;

@@ -14,7 +14,7 @@ static void usage(FILE *f) {
                "  prepare   tokenize text / JSONL into llm.c-format shards\n"
                "  inspect   print the parameter table, parameter count and FLOPs per token\n"
                "  import    make a checkpoint from a Hugging Face GPT2LMHeadModel folder (--hf)\n"
-               "  export    write a Hugging Face GPT2LMHeadModel folder from a checkpoint (--hf)\n");
+               "  export    write a Hugging Face GPT2LMHeadModel (--hf) or fla KDAForCausalLM (--fla) folder\n");
 }
 
 int main(int argc, char **argv) {
