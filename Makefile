@@ -177,7 +177,7 @@ $(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_C
 
 ifneq ($(CU_SRC),)
 # Every test program, then the Hugging Face checks (export, import; the fla export too when
-# FLA_DIR names prepare_fla.sh's output or an fla checkout), one line each (tests/run_all.sh;
+# FLA_DIR names a flash-linear-attention checkout or a prepared copy with flasrc/), one line each (tests/run_all.sh;
 # each program's full output in $(GPU_BIN)/<name>.log). HYBRID_GPU_OPS_ONLY=1: the op
 # families alone (test_model skips itself, the checks are left out).
 GPU_CHECKS := tests/gpu/check_hf.sh tests/gpu/check_import_hf.sh $(if $(FLA_DIR),tests/gpu/check_fla_export.sh)

@@ -3,8 +3,8 @@
 
 usage: check_fla_kda.py FLA_DIR MODEL_DIR TOKENS.i32 B T OUR_PREFIX LOSSES_JSON
 
-FLA_DIR: the OUT_DIR of /work/shared/peers/prepare_fla.sh (flasrc/ + shim/) or a plain
-flash-linear-attention checkout (fla/). MODEL_DIR comes from `./hybrid export --fla`;
+FLA_DIR: a flash-linear-attention checkout (a folder with fla/), or a prepared copy with
+flasrc/ (fla's tree) and optionally shim/ (a flash_attn stand-in; KDA layers do not need it). MODEL_DIR comes from `./hybrid export --fla`;
 OUR_PREFIX_cpu.f32 and LOSSES_JSON from `tests/gpu/dump_logits ... cpu` (our CPU float
 reference: the CUDA backend has no KDA kernels yet).
 
@@ -43,7 +43,7 @@ def add_fla_to_path(root):
     elif os.path.isdir(os.path.join(root, "fla")):
         sys.path.insert(0, root)
     else:
-        sys.exit(f"{root}: has neither flasrc/ (prepare_fla.sh's output) nor fla/ (a flash-linear-attention checkout)")
+        sys.exit(f"{root}: has neither fla/ (a flash-linear-attention checkout) nor flasrc/ (a prepared copy)")
     if os.path.isdir(os.path.join(root, "shim")):  # a flash_attn stand-in; KDA layers do not use it
         sys.path.insert(0, os.path.join(root, "shim"))
 
@@ -54,7 +54,7 @@ def load(model_dir):
 
     from fla.models import KDAForCausalLM  # registers model_type "kda" with the Auto classes
     if int(transformers.__version__.split(".")[0]) >= 5 and isinstance(KDAForCausalLM._tied_weights_keys, list):
-        # transformers 5 wants a dict (as /work/shared/peers/fla_hybrid_bench.py sets it)
+        # fla declares a list; transformers 5 wants {tied name: source name}
         KDAForCausalLM._tied_weights_keys = {"lm_head.weight": "model.embeddings.weight"}
     try:
         model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, output_loading_info=True)

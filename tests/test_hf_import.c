@@ -2,8 +2,9 @@
 // of a random GPT-2 shaped model gives the same model keys, the same weights bit for bit
 // (the padding rows of the embedding zero) and the same logits; the variants transformers
 // writes (no "transformer." prefix, causal-mask buffers, a saved copy of the tied head,
-// untied heads, F16 and BF16 tensors) are read; and every defect of a hand-made folder is
-// refused with a message naming the file and the tensor or key.
+// untied heads, F16 and BF16 tensors) are read; GPT-2 124M's config.json gives the model keys
+// of configs/gpt2-124m.conf; and every defect of a hand-made folder is refused with a message
+// naming the file and the tensor or key.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -411,10 +412,40 @@ static void test_defects(const char *src_dir) {
            sizeof cases / sizeof cases[0]);
 }
 
+// The config.json of OpenAI's GPT-2 124M (openai-community/gpt2, with its dropout and summary
+// keys): the import's model keys are those of configs/gpt2-124m.conf, so `train
+// configs/gpt2-124m.conf --resume` takes the imported weights.
+static void test_gpt2_124m_config(void) {
+    char *dir = path_of(g_root, "gpt2-124m");
+    hf_write_text(dir, "config.json",
+                  "{\"activation_function\": \"gelu_new\", \"architectures\": [\"GPT2LMHeadModel\"], \"attn_pdrop\": 0.1,\n"
+                  " \"bos_token_id\": 50256, \"embd_pdrop\": 0.1, \"eos_token_id\": 50256, \"initializer_range\": 0.02,\n"
+                  " \"layer_norm_epsilon\": 1e-05, \"model_type\": \"gpt2\", \"n_ctx\": 1024, \"n_embd\": 768, \"n_head\": 12,\n"
+                  " \"n_layer\": 12, \"n_positions\": 1024, \"resid_pdrop\": 0.1, \"summary_activation\": null,\n"
+                  " \"summary_first_dropout\": 0.1, \"summary_proj_to_labels\": true, \"summary_type\": \"cls_index\",\n"
+                  " \"summary_use_proj\": true, \"task_specific_params\": {\"text-generation\": {\"do_sample\": true,\n"
+                  " \"max_length\": 50}}, \"vocab_size\": 50257}\n");
+    HfGpt2Config h;
+    import_hf_gpt2_config(dir, &h);
+    Config got, want;
+    config_defaults(&got);
+    checkpoint_config_from_hf_gpt2(&got, &h);
+    config_finalize(&got);
+    config_defaults(&want);
+    config_load_file(&want, "configs/gpt2-124m.conf");
+    config_finalize(&want);
+    const char *key = config_model_mismatch(&got, &want);
+    CHECK(key == NULL, "GPT-2 124M's config.json imports with %s unlike configs/gpt2-124m.conf", key ? key : "");
+    CHECK(got.model.padded_vocab_size == 50304 && got.model.eot_token == 50256, "padded vocab %d, eot %d",
+          got.model.padded_vocab_size, got.model.eot_token);
+    free(dir);
+}
+
 int main(void) {
     snprintf(g_root, sizeof g_root, "out/test-tmp/hf-import-%ld", (long)getpid());
     mkdir_p(g_root);
     test_conversions();
+    test_gpt2_124m_config();
     test_round_trip(1);
     test_round_trip(0);
     Gpt2 src;

@@ -1,7 +1,7 @@
 #!/bin/sh
 # usage: tests/gpu/check_fla_export.sh FLA_DIR      (or FLA_DIR=... make test-gpu)
-# FLA_DIR: the OUT_DIR of /work/shared/peers/prepare_fla.sh (flasrc/ + shim/), or a plain
-# flash-linear-attention checkout (fla/). Trains two small K-layer models for 8 steps on the
+# FLA_DIR: a flash-linear-attention checkout (a folder with fla/), or a prepared copy with
+# flasrc/ (fla's tree) and optionally shim/ (a flash_attn stand-in; KDA layers do not need it). Trains two small K-layer models for 8 steps on the
 # CPU (so norms, gate biases, A_log and dt_bias have left their init), exports each with
 # `hybrid export --fla`, loads it with transformers' AutoModelForCausalLM (fla's
 # KDAForCausalLM, transformers 5 fix applied at import) and compares fla's logits and loss on
@@ -15,7 +15,7 @@
 # Run from the repository root after `make hybrid out/build/gpu/dump_logits`; needs torch,
 # numpy, triton, einops, transformers and a GPU.
 FLA=${1:-${FLA_DIR:-}}
-[ -n "$FLA" ] || { echo "usage: tests/gpu/check_fla_export.sh FLA_DIR (prepare_fla.sh's OUT_DIR or an fla checkout)"; exit 2; }
+[ -n "$FLA" ] || { echo "usage: tests/gpu/check_fla_export.sh FLA_DIR (an fla checkout, or a copy with flasrc/)"; exit 2; }
 BUILD=${BUILD:-out/build}
 D=out/test-gpu/fla-export
 [ -x ./hybrid ] && [ -x "$BUILD/gpu/dump_logits" ] || { echo "check_fla_export: build first: make hybrid $BUILD/gpu/dump_logits"; exit 2; }
