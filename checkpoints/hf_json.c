@@ -14,6 +14,23 @@ __attribute__((noreturn)) static void syntax(const HfJson *j, const char *at, co
     die("%s: not valid JSON: %s (at byte %zu)", j->path, why, (size_t)(at - j->text));
 }
 
+// Records one top-level key and the span of its value.
+static const char *member(const char *key, size_t key_len, const char **p, const char *end, void *ctx) {
+    HfJson *j = ctx;
+    if (strlen(key) != key_len) return "a key holds \\u0000";
+    for (int i = 0; i < j->count; i++)
+        if (!strcmp(j->keys[i], key)) die("%s: key \"%s\" appears twice", j->path, key);
+    const char *v = *p, *err = json_skip_value(p, end);
+    if (err) return err;
+    j->keys = xrealloc(j->keys, sizeof(char *) * (size_t)(j->count + 1));
+    j->value = xrealloc(j->value, sizeof(char *) * (size_t)(j->count + 1));
+    j->value_end = xrealloc(j->value_end, sizeof(char *) * (size_t)(j->count + 1));
+    j->keys[j->count] = xstrdup(key);
+    j->value[j->count] = v;
+    j->value_end[j->count++] = *p;
+    return NULL;
+}
+
 void hf_json_load(HfJson *j, const char *path) {
     memset(j, 0, sizeof *j);
     j->path = xstrdup(path);
@@ -22,41 +39,7 @@ void hf_json_load(HfJson *j, const char *path) {
     if (!j->text) die("%s: cannot read (%s)", path, strerror(errno));
     const char *p = j->text, *end = j->text + len, *err;
     json_skip_ws(&p, end);
-    if (p >= end || *p != '{') syntax(j, p, "expected an object '{'");
-    p++;
-    json_skip_ws(&p, end);
-    if (p < end && *p == '}') p++;
-    else
-        for (;;) {
-            Buf key = {0};
-            json_skip_ws(&p, end);
-            if ((err = json_string(&p, end, &key))) syntax(j, p, err);
-            buf_putc(&key, 0);
-            for (int i = 0; i < j->count; i++)
-                if (!strcmp(j->keys[i], key.data)) die("%s: key \"%s\" appears twice", path, key.data);
-            json_skip_ws(&p, end);
-            if (p >= end || *p != ':') syntax(j, p, "expected ':'");
-            p++;
-            json_skip_ws(&p, end);
-            const char *v = p;
-            if ((err = json_skip_value(&p, end))) syntax(j, p, err);
-            j->keys = xrealloc(j->keys, sizeof(char *) * (size_t)(j->count + 1));
-            j->value = xrealloc(j->value, sizeof(char *) * (size_t)(j->count + 1));
-            j->value_end = xrealloc(j->value_end, sizeof(char *) * (size_t)(j->count + 1));
-            j->keys[j->count] = key.data;
-            j->value[j->count] = v;
-            j->value_end[j->count++] = p;
-            json_skip_ws(&p, end);
-            if (p < end && *p == ',') {
-                p++;
-                continue;
-            }
-            if (p < end && *p == '}') {
-                p++;
-                break;
-            }
-            syntax(j, p, "expected ',' or '}'");
-        }
+    if ((err = json_object(&p, end, member, j))) syntax(j, p, err);
     json_skip_ws(&p, end);
     if (p != end) syntax(j, p, "text after the closing '}'");
 }

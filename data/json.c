@@ -216,3 +216,43 @@ static const char *skip_value(const char **p, const char *end, int depth) {
 }
 
 const char *json_skip_value(const char **p, const char *end) { return skip_value(p, end, 0); }
+
+const char *json_object(const char **p, const char *end, JsonMember member, void *ctx) {
+    if (*p >= end || **p != '{') return "expected '{'";
+    (*p)++;
+    json_skip_ws(p, end);
+    if (*p < end && **p == '}') {
+        (*p)++;
+        return NULL;
+    }
+    Buf key = {0};
+    const char *err = NULL;
+    for (;;) {
+        json_skip_ws(p, end);
+        key.len = 0;
+        if ((err = json_string(p, end, &key))) break;
+        buf_putc(&key, 0);
+        key.len--;
+        json_skip_ws(p, end);
+        if (*p >= end || **p != ':') {
+            err = "expected ':'";
+            break;
+        }
+        (*p)++;
+        json_skip_ws(p, end);
+        if ((err = member(key.data, key.len, p, end, ctx))) break;
+        json_skip_ws(p, end);
+        if (*p < end && **p == ',') {
+            (*p)++;
+            continue;
+        }
+        if (*p < end && **p == '}') {
+            (*p)++;
+            break;
+        }
+        err = "expected ',' or '}'";
+        break;
+    }
+    buf_free(&key);
+    return err;
+}

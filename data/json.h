@@ -17,5 +17,12 @@ const char *json_int(const char **p, const char *end, long long *v);
 const char *json_number(const char **p, const char *end, double *v);
 // Skips one value of any type (nesting at most 512 deep).
 const char *json_skip_value(const char **p, const char *end);
+// Walks the object at *p (which must be at its '{'): for each member, member(key, ctx) is
+// called with *p at the value, which it must consume (json_skip_value when it does not want
+// it); key is the decoded name (key_len bytes, which may include a \u0000, then a NUL).
+// Returns NULL with *p after the closing '}', or the first error (the callback's or the
+// syntax's) with *p at the offending byte.
+typedef const char *(*JsonMember)(const char *key, size_t key_len, const char **p, const char *end, void *ctx);
+const char *json_object(const char **p, const char *end, JsonMember member, void *ctx);
 
 #endif
