@@ -12,50 +12,21 @@
 #include "checkpoints/hf_io.h"
 #include "checkpoints/hf_json.h"
 #include "checkpoints/safetensors.h"
+#include "tests/interop_test_util.h"
 #include "tests/testing.h"
 #include "train/config.h"
 
 static char g_root[256];
 
-typedef struct {
-    Config c;
-    ParamTable t;
-    ModelParams mp;
-    float *p;
-} Kda;
-
 // K x2, d 64, 2 heads of K = 32, V = 64 (expand_v 2), gate rank 64, conv 3, SwiGLU 96.
-static void kda_make(Kda *M, const char *const *extra) {
-    config_defaults(&M->c);
-    const char *kv[] = {"layers", "K x2", "d_model", "64", "n_head", "2", "linear_heads", "2", "linear_value_dim", "64",
-                        "conv_size", "3", "norm", "rmsnorm", "position", "none", "mlp", "swiglu", "mlp_hidden", "96",
-                        "bias", "false", "vocab_size", "100", "context_length", "32", "seq_len", "16", "norm_eps",
-                        "1e-6", NULL};
-    for (int i = 0; kv[i]; i += 2) config_set_override(&M->c, kv[i], kv[i + 1]);
-    for (int i = 0; extra && extra[i]; i += 2) config_set_override(&M->c, extra[i], extra[i + 1]);
-    config_finalize(&M->c);
-    params_build(&M->c.model, &M->t, &M->mp);
-    M->p = xmalloc(sizeof(float) * M->t.total);
-    Rng r;
-    rng_seed(&r, 9);
-    for (size_t i = 0; i < M->t.total; i++) M->p[i] = (float)rng_normal(&r);
-}
-
-static void kda_free(Kda *M) {
-    free(M->p);
-    params_free(&M->t, &M->mp);
-}
-
-static char *path_of(const char *a, const char *b) {
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *s = xmalloc(n);
-    snprintf(s, n, "%s/%s", a, b);
-    return s;
-}
+static const char *const KDA_KEYS[] = {"layers", "K x2", "d_model", "64", "n_head", "2", "linear_heads", "2",
+                                       "linear_value_dim", "64", "conv_size", "3", "norm", "rmsnorm", "position",
+                                       "none", "mlp", "swiglu", "mlp_hidden", "96", "bias", "false", "vocab_size",
+                                       "100", "context_length", "32", "seq_len", "16", "norm_eps", "1e-6", NULL};
 
 // config.json parses as JSON and holds KDAConfig's keys with our sizes
 static void check_config(const char *dir, int tied, double lower_bound) {
-    char *path = path_of(dir, "config.json");
+    char *path = io_path(dir, "config.json");
     HfJson j;
     hf_json_load(&j, path);
     long long v;
@@ -91,9 +62,9 @@ static void test_export(int tied, double lower_bound) {
     char lb[16];
     snprintf(lb, sizeof lb, "%g", lower_bound);
     const char *extra[] = {"tie_embeddings", tied ? "true" : "false", "kda_gate_lower_bound", lb, NULL};
-    Kda M;
-    kda_make(&M, extra);
-    char *dir = path_of(g_root, tied ? "fla-tied" : "fla-untied");
+    IoModel M;
+    io_model_make(&M, KDA_KEYS, extra, 9, 1.0);
+    char *dir = io_path(g_root, tied ? "fla-tied" : "fla-untied");
     export_fla_kda(dir, &M.c.model, &M.t, &M.mp, M.p);
     check_config(dir, tied, lower_bound);
 
@@ -128,7 +99,7 @@ static void test_export(int tied, double lower_bound) {
         {"mlp.down_proj.weight", 2, {64, 96}, "mlp.down.weight", 0},
     };
     const int per_layer = (int)(sizeof layer / sizeof layer[0]);
-    char *st = path_of(dir, "model.safetensors");
+    char *st = io_path(dir, "model.safetensors");
     StFile f;
     st_open(&f, st);
     CHECK(f.count == 3 + 2 * per_layer, "%d tensors, fla's KDAForCausalLM state dict has %d", f.count, 3 + 2 * per_layer);
@@ -164,12 +135,12 @@ static void test_export(int tied, double lower_bound) {
            lower_bound < 0 ? "lower-bound" : "softplus", 3 + 2 * per_layer);
     free(st);
     free(dir);
-    kda_free(&M);
+    io_model_free(&M);
 }
 
 typedef struct {
     const char *dir;
-    const Kda *M;
+    const IoModel *M;
 } Call;
 
 static void call_export(void *arg) {
@@ -198,15 +169,15 @@ static void test_refusals(void) {
         {{"linear_head_dim", "11", "linear_value_dim", "15", NULL}, "linear_value_dim = 15 is not int(linear_head_dim "
                                                                     "* expand_v)"},
     };
-    char *dir = path_of(g_root, "refused");
+    char *dir = io_path(g_root, "refused");
     char want[512];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        Kda M;
-        kda_make(&M, cases[i].kv);
+        IoModel M;
+        io_model_make(&M, KDA_KEYS, cases[i].kv, 9, 1.0);
         Call call = {dir, &M};
         snprintf(want, sizeof want, "%s: cannot export as fla KDAForCausalLM: %s", dir, cases[i].why);
         CHECK(expect_death(call_export, &call, cases[i].why, want), "%s", cases[i].why);
-        kda_free(&M);
+        io_model_free(&M);
     }
     CHECK(!dir_exists(dir), "a refused export wrote %s", dir);
     printf("fla export: %zu configs refused with their reasons\n", sizeof cases / sizeof cases[0]);

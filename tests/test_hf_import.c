@@ -15,48 +15,23 @@
 #include "checkpoints/hf_util.h"
 #include "checkpoints/safetensors.h"
 #include "model/model.h"
+#include "tests/interop_test_util.h"
 #include "tests/testing.h"
 #include "train/checkpoint_config.h"
 #include "train/config.h"
 
 static char g_root[256];
 
-typedef struct {
-    Config c;
-    ParamTable t;
-    ModelParams mp;
-    float *p;
-} Gpt2;
-
 // A GPT-2 shaped model with every tensor random (biases and norms too, so a mix-up shows).
-static void gpt2_make(Gpt2 *M, int tied) {
-    config_defaults(&M->c);
-    const char *kv[] = {"layers", "A x2", "d_model", "64", "n_head", "4", "vocab_size", "100", "context_length", "32",
-                        "seq_len", "16", "mlp_hidden", "96", "norm_eps", "1e-6", "tie_embeddings",
-                        tied ? "true" : "false", NULL};
-    for (int i = 0; kv[i]; i += 2) config_set_override(&M->c, kv[i], kv[i + 1]);
-    config_finalize(&M->c);
-    params_build(&M->c.model, &M->t, &M->mp);
-    M->p = xmalloc(sizeof(float) * M->t.total);
-    Rng r;
-    rng_seed(&r, 5);
-    for (size_t i = 0; i < M->t.total; i++) M->p[i] = (float)(0.1 * rng_normal(&r));
-}
+static const char *const GPT2_KEYS[] = {"layers", "A x2", "d_model", "64", "n_head", "4", "vocab_size", "100",
+                                        "context_length", "32", "seq_len", "16", "mlp_hidden", "96", "norm_eps",
+                                        "1e-6", NULL};
+static const char *const UNTIED[] = {"tie_embeddings", "false", NULL};
 
-static void gpt2_free(Gpt2 *M) {
-    free(M->p);
-    params_free(&M->t, &M->mp);
-}
-
-static char *path_of(const char *a, const char *b) {
-    size_t n = strlen(a) + strlen(b) + 2;
-    char *s = xmalloc(n);
-    snprintf(s, n, "%s/%s", a, b);
-    return s;
-}
+static void gpt2_make(IoModel *M, int tied) { io_model_make(M, GPT2_KEYS, tied ? NULL : UNTIED, 5, 0.1); }
 
 // Imports dir as `hybrid import` does: the config from config.json, then the weights.
-static void import_dir(const char *dir, Gpt2 *out) {
+static void import_dir(const char *dir, IoModel *out) {
     HfGpt2Config h;
     import_hf_gpt2_config(dir, &h);
     config_defaults(&out->c);
@@ -70,7 +45,7 @@ static void import_dir(const char *dir, Gpt2 *out) {
 
 // Elements of the imported model that differ from the source, and of its padding rows that
 // are not zero (a separate count).
-static long differing(const Gpt2 *src, const Gpt2 *got, long *padding_nonzero) {
+static long differing(const IoModel *src, const IoModel *got, long *padding_nonzero) {
     long bad = 0;
     *padding_nonzero = 0;
     for (int i = 0; i < src->t.count; i++) {
@@ -85,7 +60,7 @@ static long differing(const Gpt2 *src, const Gpt2 *got, long *padding_nonzero) {
 }
 
 // The real-vocabulary logits of both models on the same tokens: bit-identical?
-static int same_logits(const Gpt2 *a, const Gpt2 *b, double *loss_a, double *loss_b) {
+static int same_logits(const IoModel *a, const IoModel *b, double *loss_a, double *loss_b) {
     const int B = 2, T = 16, V = a->c.model.vocab_size, Vp = a->c.model.padded_vocab_size;
     int in[32], tg[32];
     for (int i = 0; i < B * T; i++) in[i] = (i * 37 + 11) % V, tg[i] = (i * 53 + 7) % V;
@@ -125,7 +100,7 @@ typedef struct {
 // The exported folder's tensors, to change before writing them elsewhere.
 static void edit_open(Edit *e, const char *dir) {
     memset(e, 0, sizeof *e);
-    char *st = path_of(dir, "model.safetensors");
+    char *st = io_path(dir, "model.safetensors");
     st_open(&e->f, st);
     free(st);
     e->o = xcalloc((size_t)e->f.count + 8, sizeof(StOut));
@@ -164,10 +139,10 @@ static void edit_drop(Edit *e, const char *name) {
 // replaced by `to` when given), then frees the edit.
 static void edit_write(Edit *e, const char *src_dir, const char *dir, const char *from, const char *to) {
     mkdir_p(dir);
-    char *st = path_of(dir, "model.safetensors");
+    char *st = io_path(dir, "model.safetensors");
     st_write(st, e->o, e->n, NULL, 0);
     free(st);
-    char *cj = path_of(src_dir, "config.json"), *text = read_file(cj, NULL);
+    char *cj = io_path(src_dir, "config.json"), *text = read_file(cj, NULL);
     free(cj);
     if (from) {
         char *at = strstr(text, from);
@@ -186,7 +161,7 @@ static void edit_write(Edit *e, const char *src_dir, const char *dir, const char
 }
 
 static void call_import(void *dir) {
-    Gpt2 got;
+    IoModel got;
     import_dir(dir, &got);
 }
 
@@ -228,16 +203,16 @@ static void test_conversions(void) {
 }
 
 static void test_round_trip(int tied) {
-    Gpt2 src, got;
+    IoModel src, got;
     gpt2_make(&src, tied);
-    char *dir = path_of(g_root, tied ? "hf-tied" : "hf-untied");
+    char *dir = io_path(g_root, tied ? "hf-tied" : "hf-untied");
     if (tied) {
         export_hf_gpt2(dir, &src.c.model, &src.t, &src.mp, src.p);
     } else {  // export_hf writes tied models only: add the head and untie config.json by hand
-        Gpt2 tmp;
+        IoModel tmp;
         gpt2_make(&tmp, 1);
         memcpy(tmp.p, src.p, sizeof(float) * tmp.t.total);  // the untied table has lm_head last
-        char *tied_dir = path_of(g_root, "hf-untied-base");
+        char *tied_dir = io_path(g_root, "hf-untied-base");
         export_hf_gpt2(tied_dir, &tmp.c.model, &tmp.t, &tmp.mp, tmp.p);
         Edit e;
         edit_open(&e, tied_dir);
@@ -247,7 +222,7 @@ static void test_round_trip(int tied) {
                sizeof(float) * 100 * 64);
         edit_write(&e, tied_dir, dir, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false");
         free(tied_dir);
-        gpt2_free(&tmp);
+        io_model_free(&tmp);
     }
     import_dir(dir, &got);
     const char *key = config_model_mismatch(&got.c, &src.c);
@@ -262,18 +237,18 @@ static void test_round_trip(int tied) {
     double la, lb;
     CHECK(same_logits(&src, &got, &la, &lb), "%s: logits or loss differ (loss %.17g vs %.17g)", dir, la, lb);
     printf("export -> import (%s): same keys, weights and logits, loss %.6f\n", tied ? "tied" : "untied", la);
-    gpt2_free(&got);
-    gpt2_free(&src);
+    io_model_free(&got);
+    io_model_free(&src);
     free(dir);
 }
 
 // Imports dir and returns its weights (caller frees).
 static float *import_weights(const char *dir) {
-    Gpt2 got;
+    IoModel got;
     import_dir(dir, &got);
     float *p = got.p;
     got.p = NULL;
-    gpt2_free(&got);
+    io_model_free(&got);
     return p;
 }
 
@@ -301,7 +276,7 @@ static void test_variants(const char *src_dir, size_t total) {
         e16.o[i].data = y;
         e32.o[i].data = r;
     }
-    char *d16 = path_of(g_root, "hf-16bit"), *d32 = path_of(g_root, "hf-rounded");
+    char *d16 = io_path(g_root, "hf-16bit"), *d32 = io_path(g_root, "hf-rounded");
     edit_write(&e16, src_dir, d16, NULL, NULL);
     edit_write(&e32, src_dir, d32, NULL, NULL);
     float *a = import_weights(d16), *b = import_weights(d32);
@@ -318,7 +293,7 @@ static void test_variants(const char *src_dir, size_t total) {
     edit_add(&e, "h.1.attn.masked_bias", "F32", 0, mask);
     edit_add(&e, "lm_head.weight", "F32", 2, head);
     memcpy((void *)e.o[e.n - 1].data, e.o[edit_find(&e, "wte.weight")].data, sizeof(float) * 100 * 64);
-    char *bare = path_of(g_root, "hf-bare");
+    char *bare = io_path(g_root, "hf-bare");
     edit_write(&e, src_dir, bare, NULL, NULL);
     a = import_weights(bare);
     b = import_weights(src_dir);
@@ -379,7 +354,7 @@ static void test_defects(const char *src_dir) {
         const Defect *d = &cases[i];
         char name[32];
         snprintf(name, sizeof name, "defect-%zu", i);
-        char *dir = path_of(g_root, name);
+        char *dir = io_path(g_root, name);
         Edit e;
         edit_open(&e, src_dir);
         if (d->drop) edit_drop(&e, d->drop);
@@ -390,10 +365,10 @@ static void test_defects(const char *src_dir) {
         free(dir);
     }
     // folders without model.safetensors
-    char *dir = path_of(g_root, "pickle");
+    char *dir = io_path(g_root, "pickle");
     mkdir_p(dir);
     hf_write_text(dir, "pytorch_model.bin", "not read");
-    char *cj = path_of(src_dir, "config.json"), *text = read_file(cj, NULL);
+    char *cj = io_path(src_dir, "config.json"), *text = read_file(cj, NULL);
     hf_write_text(dir, "config.json", text);
     snprintf(want, sizeof want, "%s: has pytorch_model.bin but no model.safetensors: pickle files are not read", dir);
     CHECK(expect_death(call_import, dir, "pickle only", want), "pickle only");
@@ -401,7 +376,7 @@ static void test_defects(const char *src_dir) {
     snprintf(want, sizeof want, "%s: a sharded checkpoint (model.safetensors.index.json) is not supported", dir);
     CHECK(expect_death(call_import, dir, "sharded", want), "sharded");
     free(dir);
-    dir = path_of(g_root, "no-config");
+    dir = io_path(g_root, "no-config");
     mkdir_p(dir);
     snprintf(want, sizeof want, "%s/config.json: cannot read", dir);
     CHECK(expect_death(call_import, dir, "no config.json", want), "no config.json");
@@ -416,7 +391,7 @@ static void test_defects(const char *src_dir) {
 // keys): the import's model keys are those of configs/gpt2-124m.conf, so `train
 // configs/gpt2-124m.conf --resume` takes the imported weights.
 static void test_gpt2_124m_config(void) {
-    char *dir = path_of(g_root, "gpt2-124m");
+    char *dir = io_path(g_root, "gpt2-124m");
     hf_write_text(dir, "config.json",
                   "{\"activation_function\": \"gelu_new\", \"architectures\": [\"GPT2LMHeadModel\"], \"attn_pdrop\": 0.1,\n"
                   " \"bos_token_id\": 50256, \"embd_pdrop\": 0.1, \"eos_token_id\": 50256, \"initializer_range\": 0.02,\n"
@@ -448,14 +423,14 @@ int main(void) {
     test_gpt2_124m_config();
     test_round_trip(1);
     test_round_trip(0);
-    Gpt2 src;
+    IoModel src;
     gpt2_make(&src, 1);
-    char *dir = path_of(g_root, "hf-source");
+    char *dir = io_path(g_root, "hf-source");
     export_hf_gpt2(dir, &src.c.model, &src.t, &src.mp, src.p);
     test_variants(dir, src.t.total);
     test_defects(dir);
     free(dir);
-    gpt2_free(&src);
+    io_model_free(&src);
     remove_tree(g_root);
     TEST_MAIN_END();
 }

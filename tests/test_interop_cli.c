@@ -11,6 +11,7 @@
 #include "checkpoints/checkpoint.h"
 #include "checkpoints/hf_io.h"
 #include "cli_util.h"
+#include "interop_test_util.h"
 #include "testing.h"
 #include "train/checkpoint_config.h"
 #include "train/config.h"
@@ -36,42 +37,26 @@ static char *sampled(void) {
 
 // A random GPT-2 shaped model written as a Hugging Face folder.
 static void make_hf(const char *dir) {
-    Config c;
-    config_defaults(&c);
     const char *kv[] = {"layers", "A x2", "d_model", "32", "n_head", "2", "vocab_size", "64", "context_length", "32",
                         "seq_len", "32", NULL};
-    for (int i = 0; kv[i]; i += 2) config_set_override(&c, kv[i], kv[i + 1]);
-    config_finalize(&c);
-    ParamTable t;
-    ModelParams mp;
-    params_build(&c.model, &t, &mp);
-    float *p = xmalloc(sizeof(float) * t.total);
-    params_init(&t, p, 3);
-    export_hf_gpt2(dir, &c.model, &t, &mp, p);
-    free(p);
-    params_free(&t, &mp);
+    IoModel M;
+    io_model_make(&M, kv, NULL, 3, 0);
+    export_hf_gpt2(dir, &M.c.model, &M.t, &M.mp, M.p);
+    io_model_free(&M);
 }
 
 // A random K-layer checkpoint (step 1) that fla can load, restarting at end-of-text.
 static void make_kda(const char *out_dir) {
-    Config c;
-    config_defaults(&c);
     const char *kv[] = {"layers", "K x2", "d_model", "32", "n_head", "2", "norm", "rmsnorm", "position", "none", "mlp",
                         "swiglu", "bias", "false", "vocab_size", "64", "eot_token", "0", "reset_at_eot", "true",
                         "seq_len", "32", NULL};
-    for (int i = 0; kv[i]; i += 2) config_set_override(&c, kv[i], kv[i + 1]);
-    config_finalize(&c);
-    ParamTable t;
-    ModelParams mp;
-    params_build(&c.model, &t, &mp);
-    float *p = xmalloc(sizeof(float) * t.total);
-    params_init(&t, p, 4);
+    IoModel M;
+    io_model_make(&M, kv, NULL, 4, 0);
     TrainerState ts = {1, 1, {0, 0, 0}, 1, 0};
-    char *text = config_to_text(&c);
-    checkpoint_save(out_dir, text, &t, p, NULL, NULL, MUON_MOMENTUM_SUM, &ts, 1);
+    char *text = config_to_text(&M.c);
+    checkpoint_save(out_dir, text, &M.t, M.p, NULL, NULL, MUON_MOMENTUM_SUM, &ts, 1);
     free(text);
-    free(p);
-    params_free(&t, &mp);
+    io_model_free(&M);
 }
 
 // The imported weights as a full checkpoint at step 0: zero moments, the data at its start,
