@@ -166,6 +166,15 @@ static int is_mask_buffer(const char *name) {
     return !strncmp(name, "h.", 2) && a && (!strcmp(a, ".attn.bias") || !strcmp(a, ".attn.masked_bias"));
 }
 
+// Every tensor of the model: checked (convert = 0) or read (convert = 1).
+static void all_params(Reader *r, const HfGpt2Name *names, int n, const HfGpt2Config *h, const ModelConfig *c,
+                       const ParamTable *t, float *params, int convert) {
+    for (int i = 0; i < n; i++)
+        param(r, t, params, names[i].ours, names[i].hf, names[i].conv1d, names[i].vocab_rows ? c->vocab_size : 0,
+              convert);
+    if (!h->tied) param(r, t, params, "lm_head.weight", "lm_head.weight", 0, c->vocab_size, convert);
+}
+
 void import_hf_gpt2_weights(const char *dir, const HfGpt2Config *h, const ModelConfig *c, const ParamTable *t,
                             float *params) {
     char path[1024], other[1024];
@@ -194,22 +203,20 @@ void import_hf_gpt2_weights(const char *dir, const HfGpt2Config *h, const ModelC
     const int n = hf_gpt2_names(c->n_layer, names);
     const StTensor *head = st_find(&r.f, "lm_head.weight");
     if (!h->tied && !head) die("%s: tensor 'lm_head.weight' is missing (config.json has tie_word_embeddings = false)", path);
-    const int64_t head_shape[2] = {c->vocab_size, c->d_model};
-    // every check first (names, shapes, dtypes, nothing left over), then the conversion
-    for (int convert = 0; convert < 2; convert++) {
-        for (int i = 0; i < n; i++)
-            param(&r, t, params, names[i].ours, names[i].hf, names[i].conv1d, names[i].vocab_rows ? c->vocab_size : 0,
-                  convert);
-        if (!h->tied) param(&r, t, params, "lm_head.weight", "lm_head.weight", 0, c->vocab_size, convert);
-        else if (head && !convert) same_as_embedding(&r, check_tensor(&r, "lm_head.weight", head_shape, 2));
-        if (convert) break;
-        const size_t np = strlen(r.prefix);
-        for (int i = 0; i < r.f.count; i++) {
-            const char *name = r.f.tensors[i].name;
-            if (r.used[i] || (!strncmp(name, r.prefix, np) && is_mask_buffer(name + np))) continue;
-            die("%s: unexpected tensor '%s': GPT2LMHeadModel under %s has no such parameter", path, name, r.summary);
-        }
+    // every check first (names, shapes, dtypes, a saved tied head, nothing left over), then
+    // the conversion
+    all_params(&r, names, n, h, c, t, params, 0);
+    if (h->tied && head) {
+        const int64_t head_shape[2] = {c->vocab_size, c->d_model};
+        same_as_embedding(&r, check_tensor(&r, "lm_head.weight", head_shape, 2));
     }
+    const size_t np = strlen(r.prefix);
+    for (int i = 0; i < r.f.count; i++) {
+        const char *name = r.f.tensors[i].name;
+        if (r.used[i] || (!strncmp(name, r.prefix, np) && is_mask_buffer(name + np))) continue;
+        die("%s: unexpected tensor '%s': GPT2LMHeadModel under %s has no such parameter", path, name, r.summary);
+    }
+    all_params(&r, names, n, h, c, t, params, 1);
     free(names);
     free(r.used);
     st_close(&r.f);

@@ -148,7 +148,8 @@ int import_main(int argc, char **argv) {
     char *text = config_to_text(&c);
     checkpoint_save_weights(a.out_dir, text, &t, p, &ts);
     printf("imported %s (GPT2LMHeadModel: %d layers, n_embd %d, %d heads, vocab %d, %s embeddings) -> %s\n"
-           "weights only, step 0: `hybrid sample %s`, or `hybrid train %s/config.conf --resume %s --train_data ...`\n",
+           "weights only, step 0: `hybrid sample %s`, or `hybrid train %s/config.conf --resume %s --train_data ... "
+           "--out_dir ...`\n",
            a.hf_dir, h.n_layer, h.n_embd, h.n_head, h.vocab_size, h.tied ? "tied" : "untied", a.out_dir, a.out_dir,
            a.out_dir, a.out_dir);
     free(text);
