@@ -176,12 +176,14 @@ $(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_C
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 ifneq ($(CU_SRC),)
-# Every test program, then the Hugging Face check, one line each (tests/run_all.sh; each
-# program's full output in $(GPU_BIN)/<name>.log). HYBRID_GPU_OPS_ONLY=1: the op families
-# alone (test_model skips itself, check_hf.sh is left out).
+# Every test program, then the Hugging Face checks (export, import; the fla export too when
+# FLA_DIR names a flash-linear-attention checkout or a prepared copy with flasrc/), one line each (tests/run_all.sh;
+# each program's full output in $(GPU_BIN)/<name>.log). HYBRID_GPU_OPS_ONLY=1: the op
+# families alone (test_model skips itself, the checks are left out).
+GPU_CHECKS := tests/gpu/check_hf.sh tests/gpu/check_import_hf.sh $(if $(FLA_DIR),tests/gpu/check_fla_export.sh)
 test-gpu: hybrid $(GPU_TESTS) $(GPU_BIN)/dump_logits
 	@nvidia-smi -L > /dev/null 2>&1 || { echo "test-gpu: no GPU visible (nvidia-smi -L failed)"; exit 1; }
-	@if BUILD=$(BUILD) RUN_SCRIPTS="$(if $(filter-out 0,$(HYBRID_GPU_OPS_ONLY)),,tests/gpu/check_hf.sh)" \
+	@if BUILD=$(BUILD) FLA_DIR=$(FLA_DIR) RUN_SCRIPTS="$(if $(filter-out 0,$(HYBRID_GPU_OPS_ONLY)),,$(GPU_CHECKS))" \
 	    sh tests/run_all.sh $(GPU_TESTS); then echo "test-gpu: all passed"; \
 	else echo "test-gpu: FAILED (logs: $(GPU_BIN)/*.log)"; exit 1; fi
 

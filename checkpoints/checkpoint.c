@@ -173,6 +173,30 @@ static void prune(const char *root, int keep, int current) {
     closedir(d);
 }
 
+// Writes the checkpoint's files into the folder `dir`, which exists and is empty.
+static void write_contents(const char *dir, const char *config_text, const ParamTable *t, const float *params,
+                           const float *m, const float *v, MuonMomentumForm muon_form, const TrainerState *ts) {
+    save_config(dir, config_text);
+    char *path = fmt("%s/model.safetensors", dir);
+    const char *none = "";
+    save_tensors(path, t, &params, &none, 1, NULL, 0);
+    free(path);
+    if (m) {
+        const float *bufs[2] = {m, v};
+        const char *prefixes[2] = {"m.", "v."};
+        // the sum form is recorded by the key's absence, so moonlight files stay as they were
+        const char *meta[2] = {CHECKPOINT_MUON_MOMENTUM_KEY, muon_momentum_form_name(MUON_MOMENTUM_EMA)};
+        const int ema = muon_form == MUON_MOMENTUM_EMA;
+        path = fmt("%s/optimizer.safetensors", dir);
+        save_tensors(path, t, bufs, prefixes, 2, meta, ema ? 1 : 0);
+        free(path);
+    }
+    path = fmt("%s/trainer_state.txt", dir);
+    trainer_state_write(path, ts);
+    free(path);
+    fsync_dir(dir);
+}
+
 void checkpoint_save(const char *out_dir, const char *config_text, const ParamTable *t, const float *params,
                      const float *m, const float *v, MuonMomentumForm muon_form, const TrainerState *ts, int keep) {
     if (keep < 1) die("checkpoint_save: keep must be at least 1 (got %d)", keep);
@@ -201,32 +225,33 @@ void checkpoint_save(const char *out_dir, const char *config_text, const ParamTa
     mkdir_p(root);
     if (dir_exists(tmp) || file_exists(tmp)) remove_tree(tmp);
     mkdir_p(tmp);
-
-    save_config(tmp, config_text);
-    char *path = fmt("%s/model.safetensors", tmp);
-    const char *none = "";
-    save_tensors(path, t, &params, &none, 1, NULL, 0);
-    free(path);
-    if (m) {
-        const float *bufs[2] = {m, v};
-        const char *prefixes[2] = {"m.", "v."};
-        // the sum form is recorded by the key's absence, so moonlight files stay as they were
-        const char *meta[2] = {CHECKPOINT_MUON_MOMENTUM_KEY, muon_momentum_form_name(MUON_MOMENTUM_EMA)};
-        const int ema = muon_form == MUON_MOMENTUM_EMA;
-        path = fmt("%s/optimizer.safetensors", tmp);
-        save_tensors(path, t, bufs, prefixes, 2, meta, ema ? 1 : 0);
-        free(path);
-    }
-    path = fmt("%s/trainer_state.txt", tmp);
-    trainer_state_write(path, ts);
-    free(path);
-    fsync_dir(tmp);
-
+    write_contents(tmp, config_text, t, params, m, v, muon_form, ts);
     publish(root, tmp, final, ts->step);
     prune(root, keep, ts->step);
     free(final);
     free(tmp);
     free(root);
+}
+
+void checkpoint_save_weights(const char *dir, const char *config_text, const ParamTable *t, const float *params,
+                             const TrainerState *ts) {
+    if (dir_exists(dir) || file_exists(dir))
+        die("%s: already exists; give a new folder for the checkpoint (nothing was written)", dir);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    char *tmp = fmt("%.*s.tmp.%ld", (int)n, dir, (long)getpid());
+    if (dir_exists(tmp) || file_exists(tmp)) remove_tree(tmp);
+    mkdir_p(tmp);
+    write_contents(tmp, config_text, t, params, NULL, NULL, MUON_MOMENTUM_SUM, ts);
+    if (rename(tmp, dir) != 0) die("%s: cannot rename to %s (%s)", tmp, dir, strerror(errno));
+    free(tmp);
+}
+
+int checkpoint_has_optimizer(const char *dir) {
+    char *path = fmt("%s/optimizer.safetensors", dir);
+    const int has = file_exists(path);
+    free(path);
+    return has;
 }
 
 // ---- find and load ----

@@ -43,6 +43,15 @@ typedef struct {
 void checkpoint_save(const char *out_dir, const char *config_text, const ParamTable *t, const float *params,
                      const float *m, const float *v, MuonMomentumForm muon_form, const TrainerState *ts, int keep);
 
+// Writes a weights-only checkpoint into the new folder `dir` itself (config.conf,
+// model.safetensors, trainer_state.txt; no optimizer.safetensors), under a temporary name
+// renamed into place: what `hybrid import` makes. Dies if dir exists.
+void checkpoint_save_weights(const char *dir, const char *config_text, const ParamTable *t, const float *params,
+                             const TrainerState *ts);
+
+// 1 if the checkpoint folder has optimizer state (optimizer.safetensors), 0 for weights only.
+int checkpoint_has_optimizer(const char *dir);
+
 // Path of the newest complete checkpoint under out_dir/checkpoints (caller frees), or NULL.
 // Complete = a folder named step_%08d: a save only gets that name once fully written.
 char *checkpoint_latest(const char *out_dir);
@@ -56,10 +65,5 @@ int checkpoint_muon_momentum(const char *dir, MuonMomentumForm *form);
 // must be present with its shape (dies naming the file and tensor otherwise); m and v
 // may be NULL to skip the optimizer state; ts may be NULL.
 void checkpoint_load(const char *dir, const ParamTable *t, float *params, float *m, float *v, TrainerState *ts);
-
-// Writes a Hugging Face GPT2LMHeadModel folder (config.json + model.safetensors with
-// HF names and Conv1D (in, out) layout). Dies if the config is not GPT-2 shaped.
-void export_hf_gpt2(const char *dir, const ModelConfig *c, const ParamTable *t, const ModelParams *mp,
-                    const float *params);
 
 #endif

@@ -1,6 +1,8 @@
 #include "json.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 void json_skip_ws(const char **p, const char *end) {
     const char *s = *p;
@@ -131,6 +133,32 @@ const char *json_int(const char **p, const char *end, long long *v) {
     return NULL;
 }
 
+static const char *digits(const char **s, const char *end) {
+    if (*s >= end || **s < '0' || **s > '9') return "expected a digit";
+    while (*s < end && **s >= '0' && **s <= '9') (*s)++;
+    return NULL;
+}
+
+const char *json_number(const char **p, const char *end, double *v) {
+    const char *s = *p;
+    if (s < end && *s == '-') s++;
+    if (s < end && *s == '0') s++;
+    else if (digits(&s, end)) return "expected a number";
+    if (s < end && *s == '.' && (s++, digits(&s, end))) return "expected digits after '.'";
+    if (s < end && (*s == 'e' || *s == 'E')) {
+        s++;
+        if (s < end && (*s == '+' || *s == '-')) s++;
+        if (digits(&s, end)) return "expected digits in the exponent";
+    }
+    char buf[64];
+    if ((size_t)(s - *p) >= sizeof buf) return "number too long";
+    memcpy(buf, *p, (size_t)(s - *p));
+    buf[s - *p] = 0;
+    *v = strtod(buf, NULL);
+    *p = s;
+    return NULL;
+}
+
 static const char *skip_literal(const char **p, const char *end, const char *word) {
     size_t n = strlen(word);
     if ((size_t)(end - *p) < n || memcmp(*p, word, n) != 0) return "invalid value";
@@ -188,3 +216,43 @@ static const char *skip_value(const char **p, const char *end, int depth) {
 }
 
 const char *json_skip_value(const char **p, const char *end) { return skip_value(p, end, 0); }
+
+const char *json_object(const char **p, const char *end, JsonMember member, void *ctx) {
+    if (*p >= end || **p != '{') return "expected '{'";
+    (*p)++;
+    json_skip_ws(p, end);
+    if (*p < end && **p == '}') {
+        (*p)++;
+        return NULL;
+    }
+    Buf key = {0};
+    const char *err = NULL;
+    for (;;) {
+        json_skip_ws(p, end);
+        key.len = 0;
+        if ((err = json_string(p, end, &key))) break;
+        buf_putc(&key, 0);
+        key.len--;
+        json_skip_ws(p, end);
+        if (*p >= end || **p != ':') {
+            err = "expected ':'";
+            break;
+        }
+        (*p)++;
+        json_skip_ws(p, end);
+        if ((err = member(key.data, key.len, p, end, ctx))) break;
+        json_skip_ws(p, end);
+        if (*p < end && **p == ',') {
+            (*p)++;
+            continue;
+        }
+        if (*p < end && **p == '}') {
+            (*p)++;
+            break;
+        }
+        err = "expected ',' or '}'";
+        break;
+    }
+    buf_free(&key);
+    return err;
+}

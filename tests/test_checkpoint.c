@@ -13,6 +13,7 @@
 
 #include "train/config.h"
 #include "checkpoints/checkpoint.h"
+#include "checkpoints/hf_io.h"
 #include "checkpoints/safetensors.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint_config.h"

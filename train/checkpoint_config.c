@@ -68,3 +68,37 @@ void checkpoint_check_optimizer(const char *dir, const Config *want) {
     }
 }
 
+
+// Sets a model key from the HF config (the origin reads "command line" in messages; the
+// checks of import_hf_gpt2_config leave nothing for config_finalize to refuse).
+static void set_int(Config *c, const char *key, long v) {
+    char text[32];
+    snprintf(text, sizeof text, "%ld", v);
+    config_set_override(c, key, text);
+}
+
+static void set_real(Config *c, const char *key, double v) {
+    char text[40];
+    snprintf(text, sizeof text, "%.17g", v);
+    config_set_override(c, key, text);
+}
+
+void checkpoint_config_from_hf_gpt2(Config *c, const HfGpt2Config *h) {
+    char layers[32];
+    snprintf(layers, sizeof layers, "A x%d", h->n_layer);
+    config_set_override(c, "layers", layers);
+    set_int(c, "d_model", h->n_embd);
+    set_int(c, "n_head", h->n_head);
+    set_int(c, "vocab_size", h->vocab_size);
+    set_int(c, "padded_vocab_size", 0);
+    set_int(c, "context_length", h->n_positions);
+    set_int(c, "mlp_hidden", h->n_inner);
+    set_real(c, "norm_eps", h->eps);
+    set_real(c, "init_std", h->init_std);
+    config_set_override(c, "norm", "layernorm");
+    config_set_override(c, "position", "learned");
+    config_set_override(c, "mlp", "gelu");
+    config_set_override(c, "bias", "true");
+    config_set_override(c, "tie_embeddings", h->tied ? "true" : "false");
+    if (h->eos >= 0) set_int(c, "eot_token", h->eos);
+}

@@ -5,6 +5,7 @@
 #define HYBRID_CHECKPOINT_CONFIG_H
 
 #include "checkpoints/checkpoint.h"
+#include "checkpoints/hf_io.h"
 #include "train/config.h"
 
 // checkpoint_save with c's text as config.conf and the Muon momentum form of c's optimizer.
@@ -24,5 +25,11 @@ void checkpoint_check_config(const char *dir, const Config *want);
 // the sum form). Checkpoints of AdamW runs, or resumed by one, pass; so does a missing file
 // (checkpoint_load reports it).
 void checkpoint_check_optimizer(const char *dir, const Config *want);
+
+// Sets the model keys of a GPT2LMHeadModel's config.json (hf_io.h) on c: layers = A x
+// n_layer, d_model, n_head, vocab_size (padded_vocab_size 0: rounded up to 128),
+// context_length, mlp_hidden, norm_eps, init_std, GPT-2's switches, tie_embeddings and
+// eot_token. The caller finalizes.
+void checkpoint_config_from_hf_gpt2(Config *c, const HfGpt2Config *h);
 
 #endif

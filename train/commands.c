@@ -1,4 +1,4 @@
-// `hybrid sample`, `hybrid inspect` and `hybrid export`.
+// `hybrid sample` and `hybrid inspect` (`import` and `export`: interop.c).
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,56 +166,6 @@ int inspect_main(int argc, char **argv) {
     printf("layers: %s (%d)  d_model %d  heads %d  vocab %d (padded %d)  context %d\n\n", c.model.layers_spec, c.model.n_layer,
            c.model.d_model, c.model.n_head, c.model.vocab_size, c.model.padded_vocab_size, c.model.context_length);
     params_print(&c.model, &t, c.seq_len, stdout);
-    params_free(&t, &mp);
-    return 0;
-}
-
-// ---------------------------------------------------------------------------
-// export
-
-typedef struct {
-    const char *hf_dir;
-    const char *checkpoint;
-} ExportArgs;
-
-static int export_option(const char *name, const char *value, void *ctx) {
-    ExportArgs *a = ctx;
-    if (!value) die("command line: --%s needs a value", name);
-    if (!strcmp(name, "hf")) a->hf_dir = value;
-    else if (!strcmp(name, "checkpoint")) a->checkpoint = value;
-    else return -1;
-    return 1;
-}
-
-static void export_positional(const char *arg, void *ctx) {
-    ExportArgs *a = ctx;
-    if (a->checkpoint) die("command line: unexpected argument '%s'", arg);
-    a->checkpoint = arg;
-}
-
-int export_main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: hybrid export --hf OUT_DIR CHECKPOINT_DIR\n\n"
-                   "Writes a Hugging Face GPT2LMHeadModel folder (config.json + model.safetensors with HF\n"
-                   "tensor names and the Conv1D (in, out) layout) from a GPT-2 shaped checkpoint.\n");
-            return 0;
-        }
-    ExportArgs a = {0};
-    Config dummy;
-    cli_parse(argc, argv, &dummy, export_option, &a, export_positional);
-    if (!a.hf_dir) die("export: give --hf OUT_DIR");
-    if (!a.checkpoint) die("export: give a checkpoint folder");
-    Config c;
-    checkpoint_read_config(a.checkpoint, &c);
-    ParamTable t;
-    ModelParams mp;
-    params_build(&c.model, &t, &mp);
-    float *p = xmalloc(sizeof(float) * t.total);
-    checkpoint_load(a.checkpoint, &t, p, NULL, NULL, NULL);
-    export_hf_gpt2(a.hf_dir, &c.model, &t, &mp, p);
-    printf("exported %s -> %s (GPT2LMHeadModel)\n", a.checkpoint, a.hf_dir);
-    free(p);
     params_free(&t, &mp);
     return 0;
 }

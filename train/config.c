@@ -142,13 +142,13 @@ static const Key KEYS[] = {
 // Where each key was last set ("file:line" or "--key"), for error messages.
 static char g_origin[NKEYS][160];
 
-static const char *origin_of(const char *name) {
-    for (int i = 0; i < NKEYS; i++)
-        if (!strcmp(KEYS[i].name, name)) return g_origin[i][0] ? g_origin[i] : "default";
-    return "?";
-}
+static const char *user_name(const Key *k) { return !strcmp(k->name, "layers_spec") ? "layers" : k->name; }
 
-const char *config_origin(const char *name) { return origin_of(name); }
+const char *config_model_key_given(void) {
+    for (int i = 0; i < NKEYS; i++)
+        if (KEYS[i].model && g_origin[i][0]) return user_name(&KEYS[i]);
+    return NULL;
+}
 
 static const Key *find_key(const char *name, int *index) {
     char norm[128];
@@ -166,7 +166,13 @@ static const Key *find_key(const char *name, int *index) {
 
 int config_is_key(const char *key) { return find_key(key, NULL) != NULL; }
 
-static const char *user_name(const Key *k) { return !strcmp(k->name, "layers_spec") ? "layers" : k->name; }
+static const char *origin_of(const char *name) {
+    int i;
+    if (!find_key(name, &i)) return "?";
+    return g_origin[i][0] ? g_origin[i] : "default";
+}
+
+const char *config_origin(const char *name) { return origin_of(name); }
 
 // Expands "KKKM x4 A" into "KKKMKKKMKKKMA". Returns an error message or NULL.
 static const char *expand_layers(const char *spec, char *out) {

@@ -70,5 +70,8 @@ void config_print_keys(FILE *f);
 int config_is_key(const char *key);
 // Where key was last set ("file:line", "command line --key" or "default"), for messages.
 const char *config_origin(const char *key);
+// The first key that fixes parameter shapes (a resume-checked model key) set by a file or
+// an override since config_defaults, or NULL.
+const char *config_model_key_given(void);
 
 #endif

@@ -1,4 +1,4 @@
-// hybrid: one CLI for training, sampling, data preparation and inspection.
+// hybrid: one CLI for training, sampling, data preparation, inspection, import and export.
 #include <stdio.h>
 #include <string.h>
 
@@ -13,7 +13,8 @@ static void usage(FILE *f) {
                "  sample    generate text from a checkpoint\n"
                "  prepare   tokenize text / JSONL into llm.c-format shards\n"
                "  inspect   print the parameter table, parameter count and FLOPs per token\n"
-               "  export    write a Hugging Face GPT2LMHeadModel folder from a checkpoint\n");
+               "  import    make a checkpoint from a Hugging Face GPT2LMHeadModel folder (--hf)\n"
+               "  export    write a Hugging Face GPT2LMHeadModel (--hf) or fla KDAForCausalLM (--fla) folder\n");
 }
 
 int main(int argc, char **argv) {
@@ -35,6 +36,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return sample_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "prepare")) return prepare_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return inspect_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "import")) return import_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return export_main(argc - 1, argv + 1);
     fprintf(stderr, "hybrid: error: unknown command '%s'\n", cmd);
     usage(stderr);

@@ -67,6 +67,8 @@ static void train_help(void) {
            "--resume auto continues from the newest checkpoint in out_dir; resuming is bit-exact.\n"
            "A new run does not start in an out_dir that holds another run (checkpoints or a metrics log):\n"
            "resume it, or pass --overwrite to delete its checkpoints and metrics.jsonl first.\n"
+           "--resume DIR of a weights-only checkpoint (`hybrid import`) starts a new run from its weights:\n"
+           "step 0, fresh optimizer state, the data from the start.\n"
            "--save-init writes the initial weights as checkpoint step_00000000 before the first step\n"
            "(on CUDA: the bf16 parameters the fp32 master starts from), e.g. for another trainer to start from.\n"
            "SIGINT/SIGTERM finish the current step, write a checkpoint and stop.\n\n"
@@ -133,58 +135,91 @@ static void claim_out_dir(const Config *c, int overwrite) {
     free(newest);
 }
 
+// The data position (epoch, shard, sample) of a checkpoint means the same only under the
+// same global micro-batch and the same data order: checked on every resume, whatever the
+// ranks. The start of the data (a step-0 checkpoint) is the start under any of them.
+static void check_data_position(const char *dir, const Config *c, const TrainerState *ts) {
+    if (!ts->data.epoch && !ts->data.shard && !ts->data.sample) return;
+    Config had;
+    checkpoint_read_config(dir, &had);
+    if ((long)had.batch_size * ts->world != (long)c->batch_size * g_dist.world || had.seq_len != c->seq_len)
+        die("%s: checkpoint was written by %d rank(s) x batch_size %d x seq_len %d; this run has %d rank(s) x "
+            "batch_size %d x seq_len %d. Resume with the same global micro-batch (ranks x batch_size = %ld, "
+            "seq_len %d) so the data position carries over",
+            dir, ts->world, had.batch_size, had.seq_len, g_dist.world, c->batch_size, c->seq_len,
+            (long)had.batch_size * ts->world, had.seq_len);
+    const struct {
+        const char *key;
+        int same;
+    } data_keys[] = {{"train_data", !strcmp(had.train_data, c->train_data)},
+                     {"shuffle", had.shuffle == c->shuffle},
+                     {"seed", had.seed == c->seed}};
+    for (size_t i = 0; i < sizeof data_keys / sizeof data_keys[0]; i++)
+        if (!data_keys[i].same) {
+            char a[CONFIG_STR + 32], b[CONFIG_STR + 32];
+            config_value_text(&had, data_keys[i].key, a, sizeof a);
+            config_value_text(c, data_keys[i].key, b, sizeof b);
+            die("%s/config.conf: checkpoint has %s = %s but the config says %s: the data position would point "
+                "into another order of the data. Resume with the checkpoint's value",
+                dir, data_keys[i].key, a, b);
+        }
+}
+
+// True if `path` is `dir` or lies under it (both resolved; a missing dir holds nothing).
+static int path_is_under(const char *path, const char *dir) {
+    char *p = realpath(path, NULL), *d = realpath(dir, NULL);
+    const size_t n = d ? strlen(d) : 0;
+    const int under = p && d && !strncmp(p, d, n) && (p[n] == '/' || p[n] == 0);
+    free(p);
+    free(d);
+    return under;
+}
+
 // Rank 0 reads and checks the checkpoint, every rank gets its contents. A different
 // number of ranks is fine when the global micro-batch (ranks x batch_size) is the same,
-// so the data position carries over.
-static void resume_from(const char *dir, const Config *c, Model *model, Optimizer *opt, Loader *train, TrainerState *ts,
+// so the data position carries over. A weights-only checkpoint (no optimizer.safetensors:
+// `hybrid import`) starts a new run from its weights: step 0, fresh AdamW moments (and Muon
+// momentum), the data from the start, the sampling RNG from the seed; its trainer_state
+// is not used. Returns 1 for a weights-only checkpoint.
+static int resume_from(const char *dir, const Config *c, Model *model, Optimizer *opt, Loader *train, TrainerState *ts,
                         Rng *rng) {
     size_t n = model->table.total;
     float *p = xmalloc(sizeof(float) * n), *m = xmalloc(sizeof(float) * n), *v = xmalloc(sizeof(float) * n);
+    int weights_only = 0;
     if (dist_is_root()) {
         checkpoint_check_config(dir, c);
-        checkpoint_check_optimizer(dir, c);
-        checkpoint_load(dir, &model->table, p, m, v, ts);
-        // the data position (epoch, shard, sample) means the same only under the same global
-        // micro-batch and the same data order: checked on every resume, whatever the ranks
-        Config had;
-        checkpoint_read_config(dir, &had);
-        if ((long)had.batch_size * ts->world != (long)c->batch_size * g_dist.world || had.seq_len != c->seq_len)
-            die("%s: checkpoint was written by %d rank(s) x batch_size %d x seq_len %d; this run has %d rank(s) x "
-                "batch_size %d x seq_len %d. Resume with the same global micro-batch (ranks x batch_size = %ld, "
-                "seq_len %d) so the data position carries over",
-                dir, ts->world, had.batch_size, had.seq_len, g_dist.world, c->batch_size, c->seq_len,
-                (long)had.batch_size * ts->world, had.seq_len);
-        const struct {
-            const char *key;
-            int same;
-        } data_keys[] = {{"train_data", !strcmp(had.train_data, c->train_data)},
-                         {"shuffle", had.shuffle == c->shuffle},
-                         {"seed", had.seed == c->seed}};
-        for (size_t i = 0; i < sizeof data_keys / sizeof data_keys[0]; i++)
-            if (!data_keys[i].same) {
-                char a[CONFIG_STR + 32], b[CONFIG_STR + 32];
-                config_value_text(&had, data_keys[i].key, a, sizeof a);
-                config_value_text(c, data_keys[i].key, b, sizeof b);
-                die("%s/config.conf: checkpoint has %s = %s but the config says %s: the data position would point "
-                    "into another order of the data. Resume with the checkpoint's value",
-                    dir, data_keys[i].key, a, b);
-            }
-        if (ts->world != g_dist.world)
+        weights_only = !checkpoint_has_optimizer(dir);
+        if (weights_only) {
+            checkpoint_load(dir, &model->table, p, NULL, NULL, NULL);
+        } else {
+            checkpoint_check_optimizer(dir, c);
+            checkpoint_load(dir, &model->table, p, m, v, ts);
+            check_data_position(dir, c, ts);
+        }
+        if (!weights_only && ts->world != g_dist.world)
             printf("resuming a %d-rank checkpoint on %d rank(s) (same global micro-batch)\n", ts->world, g_dist.world);
     }
+    dist_bcast_bytes(&weights_only, sizeof weights_only, 0);
     dist_bcast_bytes(p, sizeof(float) * n, 0);
-    dist_bcast_bytes(m, sizeof(float) * n, 0);
-    dist_bcast_bytes(v, sizeof(float) * n, 0);
-    dist_bcast_bytes(ts, sizeof *ts, 0);
-    ts->world = g_dist.world;
     optimizer_set_weights(opt, model, p);
-    optimizer_set_state(opt, model, m, v, ts->step);
-    loader_seek(train, ts->data);
-    rng->state = ts->rng;
+    if (weights_only) {
+        if (dist_is_root())
+            printf("starting from the weights of %s (a weights-only checkpoint: step 0, fresh optimizer state, the "
+                   "data from the start)\n", dir);
+    } else {
+        dist_bcast_bytes(m, sizeof(float) * n, 0);
+        dist_bcast_bytes(v, sizeof(float) * n, 0);
+        dist_bcast_bytes(ts, sizeof *ts, 0);
+        ts->world = g_dist.world;
+        optimizer_set_state(opt, model, m, v, ts->step);
+        loader_seek(train, ts->data);
+        rng->state = ts->rng;
+        if (dist_is_root()) printf("resumed from %s at step %d\n", dir, ts->step);
+    }
     free(p);
     free(m);
     free(v);
-    if (dist_is_root()) printf("resumed from %s at step %d\n", dir, ts->step);
+    return weights_only;
 }
 
 // What every rank must agree on before the first step: the config and the data it found.
@@ -291,7 +326,10 @@ int train_main(int argc, char **argv) {
         if (!resume_dir && strcmp(args.resume, "auto")) die("%s: no such checkpoint", args.resume);
     }
     if (resume_dir) {
-        resume_from(resume_dir, &c, &model, &opt, &train, &ts, &rng);
+        // a run from imported weights is a new run: out_dir must not hold another one, unless
+        // the weights themselves lie in it
+        if (resume_from(resume_dir, &c, &model, &opt, &train, &ts, &rng) && root && !path_is_under(resume_dir, c.out_dir))
+            claim_out_dir(&c, args.overwrite);
     } else {
         model_init_params(&model, (unsigned long)c.seed);  // the same seed on every rank: the same weights
         if (args.resume && root)

@@ -4,5 +4,6 @@
 int train_main(int argc, char **argv);
 int sample_main(int argc, char **argv);
 int inspect_main(int argc, char **argv);
+int import_main(int argc, char **argv);
 int export_main(int argc, char **argv);
 #endif

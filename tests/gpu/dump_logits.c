@@ -1,11 +1,14 @@
 // Writes our logits for given tokens, from a checkpoint, on the CPU (float) and on CUDA,
-// so scripts/check_hf_gpt2.py can compare them with transformers on the exported model.
-//   dump_logits CHECKPOINT_DIR TOKENS.i32 B T OUT_PREFIX
+// so scripts/check_hf_gpt2.py and scripts/check_fla_kda.py can compare them with
+// transformers / fla on the exported (or imported) model.
+//   dump_logits CHECKPOINT_DIR TOKENS.i32 B T OUT_PREFIX [cpu|cuda|cpu,cuda]
 // TOKENS.i32 holds B rows of T+1 int32 tokens: inputs are [:, :T], targets [:, 1:].
-// Writes OUT_PREFIX_cpu.f32 and OUT_PREFIX_cuda.f32 (B*T rows of padded_vocab_size
-// floats) and prints {"loss_cpu": .., "loss_cuda": .., "vp": ..}.
+// Writes OUT_PREFIX_<backend>.f32 (B*T rows of padded_vocab_size floats) for each backend
+// (both by default; cpu alone for configs the CUDA backend lacks, e.g. K layers) and prints
+// {"loss_cpu": .., "loss_cuda": .., "vp": ..} with the losses it computed.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "train/checkpoint_config.h"
 #include "train/config.h"
@@ -31,7 +34,10 @@ static double run(const Backend *be, const Config *c, const float *w, const int 
 }
 
 int main(int argc, char **argv) {
-    if (argc != 6) die("usage: dump_logits CHECKPOINT_DIR TOKENS.i32 B T OUT_PREFIX");
+    if (argc != 6 && argc != 7) die("usage: dump_logits CHECKPOINT_DIR TOKENS.i32 B T OUT_PREFIX [cpu|cuda|cpu,cuda]");
+    const char *which = argc == 7 ? argv[6] : "cpu,cuda";
+    const int want_cpu = strstr(which, "cpu") != NULL, want_cuda = strstr(which, "cuda") != NULL;
+    if (!want_cpu && !want_cuda) die("dump_logits: backends '%s': give cpu, cuda or cpu,cuda", which);
     int B = atoi(argv[3]), T = atoi(argv[4]);
     Config c;
     checkpoint_read_config(argv[1], &c);
@@ -53,11 +59,16 @@ int main(int argc, char **argv) {
             tg[b * T + i] = seq[b * (T + 1) + i + 1];
         }
     char path[1024];
-    snprintf(path, sizeof path, "%s_cpu.f32", argv[5]);
-    double lc = run(backend_cpu(), &c, w, in, tg, B, T, path);
-    snprintf(path, sizeof path, "%s_cuda.f32", argv[5]);
-    double lg = run(backend_cuda(), &c, w, in, tg, B, T, path);
-    printf("{\"loss_cpu\": %.9g, \"loss_cuda\": %.9g, \"vp\": %d}\n", lc, lg, c.model.padded_vocab_size);
+    printf("{");
+    if (want_cpu) {
+        snprintf(path, sizeof path, "%s_cpu.f32", argv[5]);
+        printf("\"loss_cpu\": %.9g, ", run(backend_cpu(), &c, w, in, tg, B, T, path));
+    }
+    if (want_cuda) {
+        snprintf(path, sizeof path, "%s_cuda.f32", argv[5]);
+        printf("\"loss_cuda\": %.9g, ", run(backend_cuda(), &c, w, in, tg, B, T, path));
+    }
+    printf("\"vp\": %d}\n", c.model.padded_vocab_size);
     free(w), free(raw), free(in), free(tg);
     params_free(&t, &mp);
     return 0;
