@@ -77,6 +77,18 @@ else
   $(info [hybrid] nvcc not found: CPU-only build)
 endif
 
+# ---- the flags found above, in a stamp that every object and link under $(BUILD) depends on ----
+# Rewritten only when they change (PCRE2, MPI, NCCL or nvcc installed or removed, NO_MPI=1,
+# NO_CUDA=1, another CC or CFLAGS): then everything there is rebuilt, no `make clean`.
+# (The shared libraries of `make lib` have fixed flags: nothing found here reaches them.)
+FLAGS := $(BUILD)/flags
+FLAGS_NOW := $(strip $(CC) $(CFLAGS) $(CUDA_CFLAGS) $(LDLIBS) $(CUDA_LIBS) $(NVCC_PATH) $(NVCCFLAGS))
+ifneq ($(file < $(FLAGS)),$(FLAGS_NOW))
+  $(if $(wildcard $(FLAGS)),$(info [hybrid] the flags differ from the last build's in $(BUILD): rebuilding it))
+  $(shell mkdir -p $(BUILD))
+  $(file > $(FLAGS),$(FLAGS_NOW))
+endif
+
 # ---- sources ----
 LIB_SRC  := $(wildcard base/*.c model/*.c model/ops/*.c model/ops/*/*.c optim/*.c data/*.c checkpoints/*.c dist/*.c) \
             $(filter-out train/main.c,$(wildcard train/*.c))
@@ -99,18 +111,18 @@ LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 all: $(BIN)
 
 # the CLI; the sanitizer build's copy lives in its build folder
-$(BIN): $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+$(BIN): $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
-$(BUILD)/f/%.o: %.c
+$(BUILD)/f/%.o: %.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(BUILD)/d/%.o: %.c
+$(BUILD)/d/%.o: %.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
-$(BUILD)/cu/%.o: %.cu
+$(BUILD)/cu/%.o: %.cu $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
@@ -133,19 +145,19 @@ $(OUT)/build-lib/d/%.o: %.c
 	$(CC) $(LIBOPS_CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
 # the CLI in double precision: the distributed tests compare 1, 2 and 4 ranks with it
-$(BUILD)/hybrid_f64: $(BUILD)/d/train/main.o $(OBJ_D)
+$(BUILD)/hybrid_f64: $(BUILD)/d/train/main.o $(OBJ_D) $(FLAGS)
 	@echo "LINK $@"
-	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	@$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 
 # tests link against the double-precision build of the library
 # (compiled and linked in two steps, so that -MMD records each test's headers)
-$(BUILD)/tests/%.o: tests/%.c
+$(BUILD)/tests/%.o: tests/%.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	@$(CC) $(CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ_D)
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ_D) $(FLAGS)
 	@echo "LINK $@"
-	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	@$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 
 # Runs every C test binary, then every shell test (which drive ./hybrid); then the GPU
 # tests when a GPU is visible.
@@ -165,15 +177,15 @@ BENCH_B ?= 64
 BENCH_T ?= 1024
 BENCH_STEPS ?= 20
 
-$(GPU_BIN)/%.o: tests/gpu/%.c
+$(GPU_BIN)/%.o: tests/gpu/%.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(GPU_BIN)/%: $(GPU_BIN)/%.o $(OBJ_F) $(OBJ_CU)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+$(GPU_BIN)/%: $(GPU_BIN)/%.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
-$(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_CU)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+$(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
 ifneq ($(CU_SRC),)
 # Every test program, then the Hugging Face check, one line each (tests/run_all.sh; each
