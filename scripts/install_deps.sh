@@ -2,7 +2,7 @@
 # The system packages that `make train` and `make test` need, in one place (the Makefile
 # runs this before building anything; .ci/run runs it before make exists):
 #     sh scripts/install_deps.sh train   # C compiler with OpenMP, make, pkg-config, PCRE2, npm
-#     sh scripts/install_deps.sh test    # the same plus Open MPI (mpicc, mpirun)
+#     sh scripts/install_deps.sh test    # the same plus Open MPI (mpicc, mpirun) and pkill
 # When something is missing it installs the Debian/Ubuntu packages with apt-get (as root,
 # or through passwordless sudo) or stops at once, printing the command to run. Silent when
 # everything is there.
@@ -32,6 +32,7 @@ pkg-config --exists libpcre2-8 2> /dev/null || need "PCRE2 (libpcre2-8: text enc
 if [ "$goal" = test ] && [ "${NO_MPI:-0}" != 1 ]; then
     command -v mpicc > /dev/null 2>&1 || need "mpicc (the MPI build)" "libopenmpi-dev"
     command -v mpirun > /dev/null 2>&1 || need "mpirun (the distributed tests)" "openmpi-bin"
+    command -v pkill > /dev/null 2>&1 || need "pkill (test_dist_cli signals an mpirun job)" "procps"
 fi
 to_fetch=""
 [ -f out/vocab/.stamp ] || to_fetch="the GPT-2 vocabulary"
