@@ -25,14 +25,18 @@ else
 endif
 
 # ---- optional parts: each one found or turned off with a message ----
+# (`make train`, `make test` and `make data` first check the system packages and then run a
+# second make, which detects and reports; this one stays quiet)
+QUIET := $(if $(MAKECMDGOALS),$(if $(filter-out train test data,$(MAKECMDGOALS)),,1))
+say = $(if $(QUIET),,$(info [hybrid] $(1)))
 PCRE2_CFLAGS := $(shell pkg-config --cflags libpcre2-8 2>/dev/null)
 PCRE2_LIBS   := $(shell pkg-config --libs libpcre2-8 2>/dev/null)
 ifneq ($(PCRE2_LIBS),)
   CFLAGS += -DHAVE_PCRE2 $(PCRE2_CFLAGS)
   LDLIBS += $(PCRE2_LIBS)
-  $(info [hybrid] PCRE2 found: text encoding enabled)
+  $(call say,PCRE2 found: text encoding enabled)
 else
-  $(info [hybrid] PCRE2 not found (Debian: libpcre2-dev): `prepare` and text prompts are disabled)
+  $(call say,PCRE2 not found (Debian: libpcre2-dev): `prepare` and text prompts are disabled)
 endif
 
 MPICC_PATH := $(shell command -v mpicc 2>/dev/null)
@@ -44,9 +48,9 @@ ifneq ($(MPICC_PATH),)
   MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
   CFLAGS += -DHAVE_MPI $(MPI_CFLAGS)
   LDLIBS += $(MPI_LIBS)
-  $(info [hybrid] MPI found ($(MPICC_PATH)): `mpirun -np N ./hybrid train` runs data/expert parallel)
+  $(call say,MPI found ($(MPICC_PATH)): `mpirun -np N ./hybrid train` runs data/expert parallel)
 else
-  $(info [hybrid] MPI not found (Debian: libopenmpi-dev openmpi-bin): single-process runs only)
+  $(call say,MPI not found (Debian: libopenmpi-dev openmpi-bin): single-process runs only)
 endif
 
 NVCC_PATH := $(shell command -v $(NVCC) 2>/dev/null)
@@ -67,14 +71,28 @@ ifneq ($(NVCC_PATH),)
     NVCCFLAGS += -DHAVE_NCCL $(MPI_CFLAGS) $(if $(NCCL_HOME),-I$(NCCL_HOME)/include)
     CUDA_CFLAGS += -DHAVE_NCCL
     CUDA_LIBS   += $(if $(NCCL_HOME),-L$(NCCL_HOME)/lib -Wl$(comma)-rpath$(comma)$(NCCL_HOME)/lib) -lnccl
-    $(info [hybrid] NCCL found ($(NCCL_INC)): multi-GPU training under mpirun)
+    $(call say,NCCL found ($(NCCL_INC)): multi-GPU training under mpirun)
   else
-    $(info [hybrid] NCCL or MPI not found: one GPU per run)
+    $(call say,NCCL or MPI not found: one GPU per run)
   endif
-  $(info [hybrid] nvcc found at $(NVCC_PATH): CUDA backend built for sm_90 + PTX)
+  $(call say,nvcc found at $(NVCC_PATH): CUDA backend built for sm_90 + PTX)
 else
   CU_SRC :=
-  $(info [hybrid] nvcc not found: CPU-only build)
+  $(call say,nvcc not found: CPU-only build)
+endif
+
+# ---- the flags found above, in a stamp that every object and link under $(BUILD) depends on ----
+# Rewritten only when they change (PCRE2, MPI, NCCL or nvcc installed or removed, NO_MPI=1,
+# NO_CUDA=1, another CC or CFLAGS): then everything there is rebuilt, no `make clean`.
+# (The shared libraries of `make lib` have fixed flags: nothing found here reaches them.)
+FLAGS := $(BUILD)/flags
+FLAGS_NOW := $(strip $(CC) $(CFLAGS) $(CUDA_CFLAGS) $(LDLIBS) $(CUDA_LIBS) $(NVCC_PATH) $(NVCCFLAGS))
+ifeq ($(QUIET),)
+  ifneq ($(file < $(FLAGS)),$(FLAGS_NOW))
+    $(if $(wildcard $(FLAGS)),$(call say,the flags differ from the last build's in $(BUILD): rebuilding it))
+    $(shell mkdir -p $(BUILD))
+    $(file > $(FLAGS),$(FLAGS_NOW))
+  endif
 endif
 
 # ---- sources ----
@@ -93,24 +111,24 @@ LIBOPS_SRC    := $(wildcard model/ops/*.c model/ops/*/*.c) model/backend.c base/
 LIBOPS_CFLAGS := -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP -fPIC
 LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 
-.PHONY: all test test-gpu bench train data vocab clean help lib
+.PHONY: all test test-only test-gpu bench train train-only data vocab clean help lib
 # keep the objects of both builds between test links
 .SECONDARY:
 all: $(BIN)
 
 # the CLI; the sanitizer build's copy lives in its build folder
-$(BIN): $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+$(BIN): $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
-$(BUILD)/f/%.o: %.c
+$(BUILD)/f/%.o: %.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(BUILD)/d/%.o: %.c
+$(BUILD)/d/%.o: %.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
-$(BUILD)/cu/%.o: %.cu
+$(BUILD)/cu/%.o: %.cu $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
@@ -133,26 +151,34 @@ $(OUT)/build-lib/d/%.o: %.c
 	$(CC) $(LIBOPS_CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
 # the CLI in double precision: the distributed tests compare 1, 2 and 4 ranks with it
-$(BUILD)/hybrid_f64: $(BUILD)/d/train/main.o $(OBJ_D)
+$(BUILD)/hybrid_f64: $(BUILD)/d/train/main.o $(OBJ_D) $(FLAGS)
 	@echo "LINK $@"
-	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	@$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 
 # tests link against the double-precision build of the library
 # (compiled and linked in two steps, so that -MMD records each test's headers)
-$(BUILD)/tests/%.o: tests/%.c
+$(BUILD)/tests/%.o: tests/%.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	@$(CC) $(CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
-$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ_D)
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ_D) $(FLAGS)
 	@echo "LINK $@"
-	@$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	@$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
 
-# Runs every C test binary, then every shell test (which drive ./hybrid); then the GPU
+# `make test`: the system packages (scripts/install_deps.sh), then `make test-only` in a
+# second make that detects what is installed now. test-only runs every C test binary, then
+# every shell test (which drive ./hybrid), one line each (tests/run_all.sh: a test that
+# skips a part says so and is counted; HYBRID_NO_SKIP=1 makes a skip fail); then the GPU
 # tests when a GPU is visible.
-test: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS)
+test:
+	@sh scripts/install_deps.sh test
+	@$(MAKE) --no-print-directory test-only
+
+test-only: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS)
 	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS)
-	@if [ -n "$(CU_SRC)" ] && [ "$(SANITIZE)" != 1 ] && nvidia-smi -L > /dev/null 2>&1; then \
-	    $(MAKE) --no-print-directory test-gpu; fi
+	@if [ -z "$(CU_SRC)" ] || [ "$(SANITIZE)" = 1 ]; then :; \
+	elif nvidia-smi -L > /dev/null 2>&1; then $(MAKE) --no-print-directory test-gpu; \
+	else echo "note: the CUDA backend was built but no GPU is visible: GPU tests not run (make test-gpu)"; fi
 
 # ---- GPU: parity tests and the GPT-2 benchmark (need nvcc and a visible GPU) ----
 # tests/gpu/ programs link the float build of the library plus the CUDA objects; the test
@@ -165,15 +191,15 @@ BENCH_B ?= 64
 BENCH_T ?= 1024
 BENCH_STEPS ?= 20
 
-$(GPU_BIN)/%.o: tests/gpu/%.c
+$(GPU_BIN)/%.o: tests/gpu/%.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(CUDA_CFLAGS) -c -o $@ $<
 
-$(GPU_BIN)/%: $(GPU_BIN)/%.o $(OBJ_F) $(OBJ_CU)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+$(GPU_BIN)/%: $(GPU_BIN)/%.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
-$(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_CU)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+$(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
 ifneq ($(CU_SRC),)
 # Every test program, then the Hugging Face checks (export, import; the fla export too when
@@ -201,13 +227,20 @@ test-gpu bench:
 endif
 
 data:
+	@sh scripts/install_deps.sh train
 	@sh scripts/setup_data.sh
 
 # the GPT-2 vocabulary files (encoder.json, vocab.bpe) that the tokenizer tests need
 vocab:
 	@sh scripts/fetch_vocab.sh
 
-train: hybrid data
+# `make train`: the system packages, then (a second make, which sees them) build, data, train
+train:
+	@sh scripts/install_deps.sh train
+	@$(MAKE) --no-print-directory train-only
+
+train-only: hybrid
+	@HYBRID=./hybrid sh scripts/setup_data.sh
 	./hybrid train configs/default.conf
 
 clean:

@@ -1,13 +1,14 @@
 #!/bin/sh
 # Expert parallelism over MPI (tests/test_moe_ep.c): the test binary under mpirun on 2
-# ranks (ep 2) and 4 ranks (ep 2 x dp 2, ep 4). Skips, saying so, without mpirun or in a
-# build without MPI. BUILD: the build folder (run_all.sh sets it).
+# ranks (ep 2) and 4 ranks (ep 2 x dp 2, ep 4). Without mpirun or in a build without MPI:
+# "skipped: ..." and exit status 77 (run_all.sh counts it). BUILD: the build folder
+# (run_all.sh sets it).
 set -u
 bin=${BUILD:-out/build}/tests/test_moe_ep
 [ -x "$bin" ] || { echo "FAIL: $bin is not built"; exit 1; }
 if ! command -v mpirun > /dev/null 2>&1; then
-    echo "moe_ep: skipped (no mpirun: Debian \`apt install openmpi-bin libopenmpi-dev\`)"
-    exit 0
+    echo "skipped: moe_ep's mpirun runs: no mpirun (Debian: openmpi-bin libopenmpi-dev)"
+    exit 77
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 log=$(mktemp /tmp/hybrid_moe_ep.XXXXXX)
@@ -16,8 +17,8 @@ trap 'rm -f "$log"' EXIT
 "$bin" > "$log" 2>&1 || { cat "$log"; echo "FAIL: test_moe_ep alone"; exit 1; }
 cat "$log"
 if grep -q "built without MPI" "$log"; then
-    echo "moe_ep: skipped the mpirun runs (this build has no MPI)"
-    exit 0
+    echo "skipped: moe_ep's mpirun runs: this build has no MPI (Debian: libopenmpi-dev openmpi-bin)"
+    exit 77
 fi
 for np in 2 4; do
     echo "== mpirun -np $np $bin"

@@ -15,8 +15,8 @@ printf 'Hello world' > "$tmp/in/a.txt"
 printf 'Second document.\n' > "$tmp/in/sub/b.txt"
 if ! "$hybrid" prepare --quiet --out "$tmp/out" --name t --val-docs 1 "$tmp/in" > "$tmp/log" 2>&1; then
     if grep -q "needs PCRE2" "$tmp/log"; then  # a build without PCRE2 (the GPU machine) must say so
-        echo "prepare_cli: ok (this build has no PCRE2: checked --help and the error message)"
-        exit 0
+        echo "skipped: prepare_cli's encoding run: this build has no PCRE2, only --help and the error message were tested (Debian: libpcre2-dev)"
+        exit 77
     fi
     fail "prepare on two text files: $(cat "$tmp/log")"
 fi

@@ -286,8 +286,8 @@ static void test_cli_resume(const char *optimizer) {
 int main(void) {
     const char *ops_only = getenv("HYBRID_GPU_OPS_ONLY");
     if (ops_only && *ops_only && strcmp(ops_only, "0")) {
-        printf("test_model: skipped (HYBRID_GPU_OPS_ONLY=%s)\n", ops_only);
-        return 0;
+        printf("skipped: test_model (HYBRID_GPU_OPS_ONLY=%s)\n", ops_only);
+        return 77;  // run_all.sh counts it as skipped
     }
     gpu_test_init("test_model");
     test_model_step(2, 256);
