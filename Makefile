@@ -239,9 +239,12 @@ train:
 	@sh scripts/install_deps.sh train
 	@$(MAKE) --no-print-directory train-only
 
+# (--resume auto: a second `make train` goes on from an interrupted run, or says the run is
+# done; TRAIN_ARGS=--overwrite without the resume starts over)
+TRAIN_ARGS ?= --resume auto
 train-only: hybrid
 	@HYBRID=./hybrid sh scripts/setup_data.sh
-	./hybrid train configs/default.conf
+	./hybrid train configs/default.conf $(TRAIN_ARGS)
 
 clean:
 	rm -rf $(OUT)/build $(OUT)/build-san $(OUT)/build-lib $(OUT)/lib hybrid

@@ -228,8 +228,11 @@ int main(void) {
     remove_tree(DIR_);
     cli_make_markov_shards(DIR_, 64);
     training_trials(seed, trials, sanitized ? 6.0 : 1.5);
-    if (prepare_available()) prepare_trials(seed, trials);
-    else printf("skipped: the prepare trials (this build has no PCRE2)\n");
+    if (!prepare_available()) {
+        remove_tree(DIR_);
+        TEST_MAIN_SKIP("the prepare trials (this build has no PCRE2; Debian: libpcre2-dev)");
+    }
+    prepare_trials(seed, trials);
     remove_tree(DIR_);
     TEST_MAIN_END();
 }

@@ -376,6 +376,10 @@ int train_main(int argc, char **argv) {
     const char *hang = getenv("HYBRID_FAULT_HANG_RANK");
     const int hang_here = hang && world > 1 && atoi(hang) == rank;
     double run_start = now_seconds(), run_tokens = 0;
+    if (root && ts.step >= end_step)
+        printf("the run in %s is at step %d already (%s = %d): nothing to train. Raise --steps to go on, or start "
+               "over with --overwrite (without --resume)\n",
+               c.out_dir, ts.step, c.stop_at_step ? "stop_at_step" : "steps", end_step);
     while (ts.step < end_step) {
         const int step = ts.step;
         if (hang_here && step == 1)
