@@ -13,11 +13,13 @@
 #   a: K x2, tied embeddings, softplus gate, K = V = 64, conv 4
 #   b: K x3, untied, lower-bound gate -5 (fla's safe_gate), V = 2K (expand_v 2), conv 3, eps 1e-5
 # Run from the repository root after `make hybrid out/build/gpu/dump_logits`; needs torch,
-# numpy, triton, einops, transformers and a GPU.
+# numpy, triton, einops, transformers and a GPU. FLA_VARIANTS (default "a b"), FLA_MODES
+# (default "ieee tf32") and FLA_EXPORT_OUT (default out/test-gpu/fla-export) pick a part, so
+# that parts can run side by side while Triton compiles.
 FLA=${1:-${FLA_DIR:-}}
 [ -n "$FLA" ] || { echo "usage: tests/gpu/check_fla_export.sh FLA_DIR (an fla checkout, or a copy with flasrc/)"; exit 2; }
 BUILD=${BUILD:-out/build}
-D=out/test-gpu/fla-export
+D=${FLA_EXPORT_OUT:-out/test-gpu/fla-export}
 [ -x ./hybrid ] && [ -x "$BUILD/gpu/dump_logits" ] || { echo "check_fla_export: build first: make hybrid $BUILD/gpu/dump_logits"; exit 2; }
 rm -rf $D
 mkdir -p $D/data
@@ -36,7 +38,7 @@ COMMON="--norm rmsnorm --position none --mlp swiglu --bias false --vocab_size 10
         --checkpoint_every 8"
 CACHE=${TRITON_CACHE_DIR:-$PWD/out/triton-cache}
 status=0
-for v in a b; do
+for v in ${FLA_VARIANTS:-a b}; do
     case $v in
     a) MODEL="--layers 'K x2' --tie_embeddings true" ;;
     b) MODEL="--layers 'K x3' --tie_embeddings false --linear_value_dim 128 --conv_size 3 --kda_gate_lower_bound -5 --norm_eps 1e-5" ;;
@@ -50,7 +52,7 @@ for v in a b; do
         continue
     fi
     python3 scripts/fla_kda_reference.py $D/fla_$v $D/tokens.i32 4 128 0 $D/ours_$v || status=1
-    for mode in ieee tf32; do
+    for mode in ${FLA_MODES:-ieee tf32}; do
         if [ $mode = ieee ]; then f32="TRITON_F32_DEFAULT=ieee"; else f32="-u TRITON_F32_DEFAULT"; fi
         env $f32 TRITON_CACHE_DIR=$CACHE/$mode \
             python3 scripts/check_fla_kda.py "$FLA" $D/fla_$v $D/tokens.i32 4 128 $D/ours_$v $D/losses_$v.json || status=1
