@@ -11,9 +11,14 @@ reference: the CUDA backend has no KDA kernels yet).
 The model is loaded unchanged through transformers' AutoModelForCausalLM (fla registers
 model_type "kda"); the loading must report no missing, unexpected or mismatched tensors and
 every parameter must equal the file bit for bit (transformers must not re-initialise A_log or
-dt_bias). Then fla runs in fp32 on the GPU over the B x T tokens (T > 64: fla's chunk_kda) and
-over the first 48 tokens of each row (fla's fused_recurrent_kda, which eval mode picks for
-q_len <= 64), and the logits and mean cross-entropy are compared with ours.
+dt_bias). Then fla runs in fp32 on the GPU over the B x T tokens with its recurrent kernel
+(fused_recurrent_kda, forced) and with its chunk kernel (chunk_kda), and over the first 48
+tokens of each row (fused_recurrent, which eval mode picks for q_len <= 64); the logits and mean
+cross-entropy are compared with ours. Our logits must match fla's recurrence to the tolerance
+below; against fla's chunk form the bar is that plus the chunk form's own measured distance
+from the recurrence on the same tokens (the triangle inequality): fla's chunk_kda differs from
+its own recurrence by about 1e-4 even with ieee dots, an error of fla's kernel, not of the
+export (which the recurrence and scripts/fla_kda_reference.py check to 1e-4 and 1e-5).
 
 Tolerances (relative RMS of the logits over the real vocabulary, relative loss):
   TRITON_F32_DEFAULT=ieee   1e-4 / 1e-4: fla's Triton dots in full fp32, like our CPU float
@@ -108,18 +113,39 @@ def main():
     ours = json.load(open(losses_path))
     z_all = np.fromfile(f"{prefix}_cpu.f32", dtype=np.float32).reshape(B, T, ours["vp"])[:, :, :V]
     z_all = torch.tensor(z_all, device="cuda", dtype=torch.float64)
-    for name, n in (("chunk", T), ("recurrent", min(48, T))):
+    def fla_logits(n, mode):
+        for m in model.modules():  # the KDA layers: eval picks fused_recurrent for n <= 64, else .mode
+            if hasattr(m, "mode") and m.mode in ("chunk", "fused_recurrent"):
+                m.mode = mode
         with torch.no_grad():
-            ref = model(input_ids=x[:, :n]).logits.double()
+            return model(input_ids=x[:, :n]).logits.double()
+
+    def rel_rms(a, b):
+        return ((a - b).norm() / b.norm()).item()
+
+    # fla's two kernels on the same T: the chunk form's own error against its recurrence
+    rec_T, chunk_T = fla_logits(T, "fused_recurrent"), fla_logits(T, "chunk")
+    d_fla = rel_rms(chunk_T, rec_T)
+    print(f"fla chunk vs fla recurrent (T={T}): logits rel-rms {d_fla:.2e} (fla's chunk kernel against its own "
+          f"recurrence)")
+    # ours against fla's recurrence (T and 48) to the mode's tolerance; against fla's chunk form
+    # to that plus the chunk form's own distance from the recurrence (the triangle inequality;
+    # 1% for the two norms)
+    for name, n, ref, tol in (("recurrent", T, rec_T, tol_z), ("recurrent", min(48, T), fla_logits(min(48, T), "chunk"), tol_z),
+                              ("chunk", T, chunk_T, None)):
         z = z_all[:, :n]
+        if tol is None:
+            tol = max(tol_z, 1.01 * (err_rec_T + d_fla))
         ref_loss = F.cross_entropy(ref.reshape(-1, V), y[:, :n].reshape(-1)).item()
         loss = ours["loss_cpu"] if n == T else F.cross_entropy(z.reshape(-1, V), y[:, :n].reshape(-1)).item()
-        err = ((z - ref).norm() / ref.norm()).item()
+        err = rel_rms(z, ref)
+        if name == "recurrent" and n == T:
+            err_rec_T = err
         lerr = abs(loss - ref_loss) / abs(ref_loss)
-        good = err <= tol_z and lerr <= tol_l and np.isfinite(err)
+        good = err <= tol and lerr <= tol_l and np.isfinite(err)
         ok &= good
         print(f"fla {name:9s} (T={n:3d}): loss {ref_loss:.6f}; ours (cpu) {loss:.6f}, rel diff {lerr:.2e} "
-              f"(tol {tol_l:.0e}); logits rel-rms {err:.2e} (tol {tol_z:.0e}), max abs "
+              f"(tol {tol_l:.0e}); logits rel-rms {err:.2e} (tol {tol:.2e}), max abs "
               f"{(z - ref).abs().max().item():.2e} {'ok' if good else 'FAIL'}")
     if ieee and not ok:
         print("(if the errors are at the tf32 level, this Triton may ignore TRITON_F32_DEFAULT)")
