@@ -130,6 +130,11 @@ static void test_out_dir(void) {
           after);
     free(after);
     free(before);
+    // a FIFO where the log goes is refused at once (opening it would block)
+    mkdir_p(DIR_ "/fifo");
+    CHECK(system("mkfifo " DIR_ "/fifo/metrics.jsonl") == 0, "mkfifo failed");
+    st = run("timeout -s KILL 20 " RUN STD "--out_dir " DIR_ "/fifo");
+    CHECK(died_with(st, DIR_ "/fifo/metrics.jsonl: exists and is not a regular file", NULL), "a FIFO metrics log");
     // a log alone (a run that wrote no checkpoint yet) is another run too
     remove_tree(DIR_ "/o/checkpoints");
     st = run(RUN STD "--out_dir " DIR_ "/o");

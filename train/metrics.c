@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/util.h"
 
@@ -39,6 +40,10 @@ void metrics_open(MetricsLog *log, const char *out_dir, int keep_through_step) {
     }
     // only ever appended to from here on (a new run starts in an out_dir without a log:
     // train refuses another run's out_dir unless told to resume or to overwrite)
+    struct stat st;  // a FIFO or a device here would block or swallow the log
+    if (stat(log->path, &st) == 0 && !S_ISREG(st.st_mode))
+        die("%s: exists and is not a regular file (a FIFO, device or folder): cannot keep the metrics log there",
+            log->path);
     log->f = xfopen(log->path, "a");
 }
 
