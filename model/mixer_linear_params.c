@@ -28,7 +28,9 @@ const char *linear_config(ModelConfig *c, int used, ConfigOriginFn origin, const
     if (c->gate_rank == 0) c->gate_rank = c->linear_value_dim;
     if (used && c->linear_head_dim < 1) return *key = "linear_head_dim", "linear_head_dim must be positive";
     if (c->conv_size < 1 || c->conv_size > 64) return *key = "conv_size", "conv_size must lie in [1, 64]";
-    if (c->chunk_size < 1) return *key = "chunk_size", "chunk_size must be at least 1";
+    // (each chunk keeps C x C matrices per head: past a few hundred the chunkwise form stops
+    // paying, and a huge value would only ask for memory)
+    if (c->chunk_size < 1 || c->chunk_size > 1024) return *key = "chunk_size", "chunk_size must lie in [1, 1024]";
     if (c->kda_gate_lower_bound > 0 || c->kda_gate_lower_bound < -5)
         return *key = "kda_gate_lower_bound", "kda_gate_lower_bound must lie in [-5, 0] (0 = softplus gate)";
     return NULL;

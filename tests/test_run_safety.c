@@ -108,6 +108,9 @@ static void test_sizes(void) {
         snprintf(cmd, sizeof cmd, "./hybrid inspect %s --%s 2147483647", keys[i].conf, keys[i].key);
         CHECK(died_with(run(cmd), keys[i].want, "exceeds"), "inspect --%s 2147483647", keys[i].key);
     }
+    CHECK(died_with(run("./hybrid inspect configs/kda-tiny.conf --chunk_size 2147483647"), "chunk_size must lie in",
+                    NULL),
+          "a huge chunk_size");
     // and train refuses the example before it allocates anything
     st = run("./hybrid train configs/hybrid-tiny.conf --moe_shared 2147483647 --out_dir " DIR_ "/moe");
     CHECK(died_with(st, "moe_shared", "exceeds"), "train --moe_shared 2147483647");
