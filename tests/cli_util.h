@@ -34,6 +34,20 @@ static inline void cli_make_markov_shards(const char *dir, int vocab) {
     }
 }
 
+// The binary under test: $HYBRID (the sanitizer build's, under `make test SANITIZE=1`) or ./hybrid.
+static inline const char *cli_binary(void) { return getenv("HYBRID") ? getenv("HYBRID") : "./hybrid"; }
+
+// The start of a CLI test's main (testing.h's CHECK and TEST_MAIN_END): the test fails at once
+// if the binary is not built; otherwise its folder starts empty.
+#define CLI_TEST_BEGIN(dir)                                                                              \
+    do {                                                                                                 \
+        if (!file_exists(cli_binary())) {                                                                \
+            CHECK(0, "%s is not built (run from the repository root after make)", cli_binary());        \
+            TEST_MAIN_END();                                                                             \
+        }                                                                                                \
+        remove_tree(dir);                                                                                \
+    } while (0)
+
 // Runs a command line whose program is "./hybrid" (at the start, or after VAR=value
 // settings), output to dir/last.log; $HYBRID (the sanitizer build's binary under
 // `make test SANITIZE=1`) replaces that path when set.

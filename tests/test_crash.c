@@ -216,16 +216,11 @@ static int prepare_available(void) {
 }
 
 int main(void) {
-    const char *bin = getenv("HYBRID") ? getenv("HYBRID") : "./hybrid";
-    if (!file_exists(bin)) {
-        CHECK(0, "%s is not built (run from the repository root after make)", bin);
-        TEST_MAIN_END();
-    }
-    const int sanitized = strstr(bin, "build-san") != NULL;
+    CLI_TEST_BEGIN(DIR_);
+    const int sanitized = strstr(cli_binary(), "build-san") != NULL;
     const uint64_t seed = getenv("HYBRID_CRASH_SEED") ? strtoull(getenv("HYBRID_CRASH_SEED"), NULL, 10) : 20261201;
     const int trials = getenv("HYBRID_CRASH_TRIALS") ? atoi(getenv("HYBRID_CRASH_TRIALS")) : sanitized ? 6 : 12;
     printf("seed %llu, %d trials of each kind\n", (unsigned long long)seed, trials);
-    remove_tree(DIR_);
     cli_make_markov_shards(DIR_, 64);
     training_trials(seed, trials, sanitized ? 6.0 : 1.5);
     if (!prepare_available()) {

@@ -62,11 +62,7 @@ static double field(const char *line, const char *key) {
 }
 
 int main(void) {
-    if (!file_exists(getenv("HYBRID") ? getenv("HYBRID") : "./hybrid")) {
-        CHECK(0, "./hybrid is not built (run from the repository root after make)");
-        TEST_MAIN_END();
-    }
-    remove_tree(DIR_);
+    CLI_TEST_BEGIN(DIR_);
     make_data();
     make_config("KKKM");
 

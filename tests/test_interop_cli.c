@@ -83,11 +83,7 @@ static void make_full_step0(const char *from, const char *out_dir) {
 }
 
 int main(void) {
-    if (!file_exists(getenv("HYBRID") ? getenv("HYBRID") : "./hybrid")) {
-        CHECK(0, "./hybrid is not built (run from the repository root after make)");
-        TEST_MAIN_END();
-    }
-    remove_tree(DIR_);
+    CLI_TEST_BEGIN(DIR_);
     cli_make_markov_shards(DIR_, 64);
     make_hf(DIR_ "/hf");
 

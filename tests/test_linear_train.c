@@ -9,6 +9,7 @@
 #include "data/shard.h"
 #include "base/rng.h"
 #include "base/util.h"
+#include "cli_util.h"
 #include "testing.h"
 
 #define DIR_ "out/test-tmp/linear-train"
@@ -86,11 +87,7 @@ static void train(const char *layers, const char *name, int brown) {
 }
 
 int main(void) {
-    if (!file_exists(getenv("HYBRID") ? getenv("HYBRID") : "./hybrid")) {
-        CHECK(0, "./hybrid is not built (run from the repository root after make)");
-        TEST_MAIN_END();
-    }
-    remove_tree(DIR_);
+    CLI_TEST_BEGIN(DIR_);
     mkdir_p(DIR_);
     const int brown = file_exists(BROWN_TRAIN) && file_exists(BROWN_VAL);
     if (!brown) {

@@ -210,7 +210,7 @@ static void test_kills(void) {
 static void test_full_disk(void) {
     // a file-size limit makes every write past 2 KiB fail (EFBIG, SIGXFSZ ignored) as a full
     // disk would; the output goes through a pipe, which the limit does not cover
-    const char *bin = getenv("HYBRID") ? getenv("HYBRID") : "./hybrid";
+    const char *bin = cli_binary();
     char cmd[2048];
     snprintf(cmd, sizeof cmd,
              "(trap '' XFSZ; ulimit -f 4; exec %s train " MODEL DATA
@@ -282,11 +282,7 @@ static void test_arguments(void) {
 }
 
 int main(void) {
-    if (!file_exists(getenv("HYBRID") ? getenv("HYBRID") : "./hybrid")) {
-        CHECK(0, "./hybrid is not built (run from the repository root after make)");
-        TEST_MAIN_END();
-    }
-    remove_tree(DIR_);
+    CLI_TEST_BEGIN(DIR_);
     cli_make_markov_shards(DIR_, 64);
     test_sizes();
     test_out_dir();

@@ -28,11 +28,7 @@ static char *log_text(void) { return read_file(DIR_ "/last.log", NULL); }
 static char *loss_lines(const char *path) { return cli_stable_lines(path); }
 
 int main(void) {
-    if (!file_exists(getenv("HYBRID") ? getenv("HYBRID") : "./hybrid")) {
-        CHECK(0, "./hybrid is not built (run from the repository root after make)");
-        TEST_MAIN_END();
-    }
-    remove_tree(DIR_);
+    CLI_TEST_BEGIN(DIR_);
     make_data();
 
     // uninterrupted run
