@@ -170,6 +170,11 @@ static void call_check_config(const void *a) {
     checkpoint_check_config(c->dir, c->want);
 }
 
+static void call_read_config(const void *a) {
+    Config c;
+    checkpoint_read_config(((const Call *)a)->dir, &c);
+}
+
 static void call_check_optimizer(const void *a) {
     const Call *c = a;
     checkpoint_check_optimizer(c->dir, c->want);
@@ -486,6 +491,20 @@ static void test_bad_checkpoints(void) {
     call.want = &other;
     snprintf(want, sizeof want, "%s/config.conf: checkpoint has n_head = 4 but the config says 8", dir);
     expect_die("config mismatch", call_check_config, &call, want, NULL);
+    // a config.conf that sizes a model far past its weights is refused before sample or
+    // export allocate it (it used to end in "out of memory allocating 10^14 bytes")
+    Config wide = A.c;
+    config_set_override(&wide, "d_model", "1000000");
+    char *conf = path_of(dir, "config.conf"), *text = config_to_text(&wide);
+    write_bytes(conf, text, strlen(text));
+    snprintf(want, sizeof want, "%s: describes", conf);
+    expect_die("config.conf far past the weights", call_read_config, &call, want,
+               "model.safetensors has");
+    free(text);
+    text = config_to_text(&A.c);
+    write_bytes(conf, text, strlen(text));
+    free(text);
+    free(conf);
 
     char *state_path = path_of(dir, "trainer_state.txt");
     const char *states[][3] = {
