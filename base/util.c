@@ -208,9 +208,14 @@ void mkdir_p(const char *path) {
     free(p);
 }
 
+// A link is removed, never followed (as `rm -rf` does): following a link to a folder
+// elsewhere would delete files outside the tree, and a link to the tree itself would
+// recurse until the path is too long.
 void remove_tree(const char *path) {
-    DIR *d = opendir(path);
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
+        if (fd >= 0) close(fd);
         if (unlink(path) != 0 && errno != ENOENT) die("%s: cannot remove (%s)", path, strerror(errno));
         return;
     }

@@ -48,7 +48,7 @@ void fsync_dir(const char *path);  // makes renames in a folder durable (best ef
 int file_exists(const char *path);
 int dir_exists(const char *path);
 void mkdir_p(const char *path);      // like `mkdir -p`, dies on failure
-void remove_tree(const char *path);  // like `rm -rf`, for our own checkpoint dirs
+void remove_tree(const char *path);  // like `rm -rf` (links removed, not followed), for our own folders
 
 double now_seconds(void);            // monotonic clock
 

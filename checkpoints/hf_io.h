@@ -31,15 +31,15 @@ typedef struct {
 // cross attention, sizes that do not fit).
 void import_hf_gpt2_config(const char *dir, HfGpt2Config *h);
 
-// Reads dir/model.safetensors into params (t->total floats) for the config made from h
+// Reads dir/model.safetensors into a new parameter buffer for the config made from h
 // (layers = A x n_layer, layernorm, learned positions, gelu, biases, tie_embeddings =
 // h->tied): HF names (with or without the "transformer." prefix) to ours, Conv1D (in, out)
 // to (out, in), F16 / BF16 to F32, the padding rows of the embedding zero. Dies naming the
 // file and the tensor on a missing or unexpected tensor, a shape that disagrees with
 // config.json, or another dtype. The causal-mask buffers older transformers saved
-// (h.N.attn.bias, h.N.attn.masked_bias) are skipped.
-void import_hf_gpt2_weights(const char *dir, const HfGpt2Config *h, const ModelConfig *c, const ParamTable *t,
-                            float *params);
+// (h.N.attn.bias, h.N.attn.masked_bias) are skipped. Returns the parameters (t->total
+// floats, caller frees), allocated only once every tensor has passed the checks.
+float *import_hf_gpt2_weights(const char *dir, const HfGpt2Config *h, const ModelConfig *c, const ParamTable *t);
 
 // Writes an fla KDAForCausalLM folder (fla/models/kda/): config.json with model_type "kda"
 // and KDAConfig's keys, model.safetensors with its state dict's names (the SwiGLU [gate | up]

@@ -175,8 +175,7 @@ static void all_params(Reader *r, const HfGpt2Name *names, int n, const HfGpt2Co
     if (!h->tied) param(r, t, params, "lm_head.weight", "lm_head.weight", 0, c->vocab_size, convert);
 }
 
-void import_hf_gpt2_weights(const char *dir, const HfGpt2Config *h, const ModelConfig *c, const ParamTable *t,
-                            float *params) {
+float *import_hf_gpt2_weights(const char *dir, const HfGpt2Config *h, const ModelConfig *c, const ParamTable *t) {
     char path[1024], other[1024];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (!file_exists(path)) {
@@ -204,8 +203,10 @@ void import_hf_gpt2_weights(const char *dir, const HfGpt2Config *h, const ModelC
     const StTensor *head = st_find(&r.f, "lm_head.weight");
     if (!h->tied && !head) die("%s: tensor 'lm_head.weight' is missing (config.json has tie_word_embeddings = false)", path);
     // every check first (names, shapes, dtypes, a saved tied head, nothing left over), then
-    // the conversion
-    all_params(&r, names, n, h, c, t, params, 0);
+    // the buffer and the conversion: the buffer's size comes from config.json, which only
+    // the checks tie to the file (a config.json of 10^6-wide layers beside small weights is
+    // refused naming a tensor, not by an allocation of 10^14 bytes)
+    all_params(&r, names, n, h, c, t, NULL, 0);
     if (h->tied && head) {
         const int64_t head_shape[2] = {c->vocab_size, c->d_model};
         same_as_embedding(&r, check_tensor(&r, "lm_head.weight", head_shape, 2));
@@ -216,8 +217,10 @@ void import_hf_gpt2_weights(const char *dir, const HfGpt2Config *h, const ModelC
         if (r.used[i] || (!strncmp(name, r.prefix, np) && is_mask_buffer(name + np))) continue;
         die("%s: unexpected tensor '%s': GPT2LMHeadModel under %s has no such parameter", path, name, r.summary);
     }
+    float *params = xcalloc(t->total, sizeof(float));
     all_params(&r, names, n, h, c, t, params, 1);
     free(names);
     free(r.used);
     st_close(&r.f);
+    return params;
 }

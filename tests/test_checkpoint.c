@@ -170,6 +170,11 @@ static void call_check_config(const void *a) {
     checkpoint_check_config(c->dir, c->want);
 }
 
+static void call_read_config(const void *a) {
+    Config c;
+    checkpoint_read_config(((const Call *)a)->dir, &c);
+}
+
 static void call_check_optimizer(const void *a) {
     const Call *c = a;
     checkpoint_check_optimizer(c->dir, c->want);
@@ -326,6 +331,54 @@ static void test_keep_and_latest(void) {
     model_free(&M);
 }
 
+// A pruned checkpoint that holds links (to a folder outside the run, to itself, one
+// dangling) loses the links only: remove_tree once followed them, deleted the outside
+// folder's files and then died on the link (found by test_fuzz.c).
+typedef struct {
+    const char *out;
+    CkModel *M;
+} PruneArgs;
+
+static void save_steps_2_and_3(void *arg) {
+    const PruneArgs *a = arg;
+    for (int s = 2; s <= 3; s++) {
+        TrainerState ts = state(s);
+        save_model(a->out, a->M, a->M->m, a->M->v, &ts, 2);
+    }
+}
+
+static void test_prune_links(void) {
+    CkModel M;
+    model_make(&M, NULL);
+    char *out = path_of(g_root, "links"), *outside = path_of(g_root, "outside");
+    char *kept = path_of(outside, "keep.txt"), *ck1 = path_of(out, "checkpoints/step_00000001");
+    mkdir_p(outside);
+    write_bytes(kept, "x", 1);
+    TrainerState ts = state(1);
+    save_model(out, &M, M.m, M.v, &ts, 2);
+    const char *links[][2] = {{"../../../outside", "outside"}, {".", "self"}, {"/nonexistent", "dangling"}};
+    for (int i = 0; i < 3; i++) {
+        char *p = path_of(ck1, links[i][1]);
+        CHECK(symlink(links[i][0], p) == 0, "symlink %s", p);
+        free(p);
+    }
+    char *through = path_of(ck1, "outside/keep.txt");
+    CHECK(file_exists(through), "the link does not reach the outside folder");
+    free(through);
+    char *err;
+    PruneArgs a = {out, &M};
+    int status = run_forked(save_steps_2_and_3, &a, 60, &err);
+    CHECK(status == 0, "saving (and pruning step 1) failed: status %d: %s", status, err);
+    free(err);
+    CHECK(!step_exists(out, 1) && step_exists(out, 2) && step_exists(out, 3), "step 1 was not pruned");
+    CHECK(file_exists(kept), "pruning a checkpoint deleted a file outside it through a link");
+    free(ck1);
+    free(kept);
+    free(outside);
+    free(out);
+    model_free(&M);
+}
+
 static void test_bad_checkpoints(void) {
     CkModel A, B, C;
     const char *narrow[] = {"d_model", "32", NULL}, *shallow[] = {"layers", "A", NULL};
@@ -438,6 +491,20 @@ static void test_bad_checkpoints(void) {
     call.want = &other;
     snprintf(want, sizeof want, "%s/config.conf: checkpoint has n_head = 4 but the config says 8", dir);
     expect_die("config mismatch", call_check_config, &call, want, NULL);
+    // a config.conf that sizes a model far past its weights is refused before sample or
+    // export allocate it (it used to end in "out of memory allocating 10^14 bytes")
+    Config wide = A.c;
+    config_set_override(&wide, "d_model", "1000000");
+    char *conf = path_of(dir, "config.conf"), *text = config_to_text(&wide);
+    write_bytes(conf, text, strlen(text));
+    snprintf(want, sizeof want, "%s: describes", conf);
+    expect_die("config.conf far past the weights", call_read_config, &call, want,
+               "model.safetensors has");
+    free(text);
+    text = config_to_text(&A.c);
+    write_bytes(conf, text, strlen(text));
+    free(text);
+    free(conf);
 
     char *state_path = path_of(dir, "trainer_state.txt");
     const char *states[][3] = {
@@ -896,6 +963,7 @@ int main(void) {
     mkdir_p(g_root);
     test_round_trip();
     test_keep_and_latest();
+    test_prune_links();
     test_bad_checkpoints();
     test_non_finite();
     test_muon_momentum_form();

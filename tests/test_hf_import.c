@@ -39,8 +39,7 @@ static void import_dir(const char *dir, IoModel *out) {
     config_set_override(&out->c, "seq_len", "16");
     config_finalize(&out->c);
     params_build(&out->c.model, &out->t, &out->mp);
-    out->p = xcalloc(out->t.total, sizeof(float));
-    import_hf_gpt2_weights(dir, &h, &out->c.model, &out->t, out->p);
+    out->p = import_hf_gpt2_weights(dir, &h, &out->c.model, &out->t);
 }
 
 // Elements of the imported model that differ from the source, and of its padding rows that
@@ -340,6 +339,10 @@ static void test_defects(const char *src_dir) {
         {"a shape config.json disagrees with", NULL, NULL, NULL, {0}, 0, "\"n_inner\": 96", "\"n_inner\": 128",
          "model.safetensors: tensor 'transformer.h.0.mlp.c_fc.weight' has shape (64, 96) but config.json",
          "implies (64, 128)"},
+        // checked before the buffer is allocated: not "out of memory allocating 10^14 bytes"
+        {"a width far past the weights", NULL, NULL, NULL, {0}, 0, "\"n_embd\": 64", "\"n_embd\": 1048576",
+         "model.safetensors: tensor 'transformer.wte.weight' has shape (100, 64) but config.json",
+         "implies (100, 1048576)"},
         {"an F64 tensor", "transformer.ln_f.bias", "transformer.ln_f.bias", "F64", {64}, 1, NULL, NULL,
          "model.safetensors: tensor 'transformer.ln_f.bias' has dtype F64: only F32, F16 and BF16", NULL},
         {"a tied head that differs", NULL, "lm_head.weight", "F32", {100, 64}, 2, NULL, NULL,

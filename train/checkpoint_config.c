@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/util.h"
 #include "optim/optimizer.h"
@@ -17,12 +18,33 @@ void checkpoint_save_run(const Config *c, const ParamTable *t, const float *para
     free(text);
 }
 
+// sample and export size the model from config.conf and allocate it before they read the
+// weights: a config.conf that describes more parameters than model.safetensors holds
+// (edited, damaged, or copied from another run) is refused here, naming both files, not by
+// an allocation of its sizes. (A checkpoint's data section is every parameter as F32.)
+static void check_size_against_weights(const char *dir, const Config *c) {
+    char path[CONFIG_STR + 32];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return;  // the load names a missing or odd file
+    ParamTable t;
+    ModelParams mp;
+    params_build(&c->model, &t, &mp);
+    const size_t total = t.total;
+    params_free(&t, &mp);
+    if (total > (uint64_t)st.st_size / sizeof(float))
+        die("%s/config.conf: describes %zu parameters (%.3g MB as F32) but %s has %lld bytes: the config does not "
+            "belong to these weights (edited, damaged or copied from another run)",
+            dir, total, (double)total * sizeof(float) / 1e6, path, (long long)st.st_size);
+}
+
 void checkpoint_read_config(const char *dir, Config *c) {
     char path[CONFIG_STR + 32];
     snprintf(path, sizeof path, "%s/config.conf", dir);
     config_defaults(c);
     config_load_file(c, path);
     config_finalize(c);
+    check_size_against_weights(dir, c);
 }
 
 void checkpoint_check_config(const char *dir, const Config *want) {

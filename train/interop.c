@@ -138,8 +138,7 @@ int import_main(int argc, char **argv) {
     ParamTable t;
     ModelParams mp;
     params_build(&c.model, &t, &mp);
-    float *p = xcalloc(t.total, sizeof(float));
-    import_hf_gpt2_weights(a.hf_dir, &h, &c.model, &t, p);
+    float *p = import_hf_gpt2_weights(a.hf_dir, &h, &c.model, &t);
     TrainerState ts = {0};
     ts.world = 1;
     Rng rng;  // the sampling RNG a run with this seed starts from (a resume of it starts anew)
