@@ -11,10 +11,16 @@
 #ifndef HYBRID_KERNELS_COMMON_CUH
 #define HYBRID_KERNELS_COMMON_CUH
 
+#ifdef HYBRID_CUDA_EMU
+// The CPU emulation of the CUDA subset the emulated families use (tests/cuda_emu/cuda_emu.h):
+// the same kernels, compiled by the host C++ compiler, checked by `make test` with no GPU.
+#include "tests/cuda_emu/cuda_emu.h"
+#else
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#endif
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,10 +40,12 @@ typedef __nv_bfloat16 bf16;
 #define CUDA_DECLARE_CORE(member) OP_DECLARE(CoreOps, cuda_, member)
 #define CUDA_DECLARE_NORM_GLU(member) OP_DECLARE(NormGluOps, cuda_, member)
 #define CUDA_DECLARE_OPTIM(member) OP_DECLARE(OptimOps, cuda_, member)
+#define CUDA_DECLARE_DELTA_RULE(member) OP_DECLARE(DeltaRuleOps, cuda_, member)
 extern "C" {
 CORE_OPS(CUDA_DECLARE_CORE)
 NORM_GLU_OPS(CUDA_DECLARE_NORM_GLU)
 OPTIM_OPS(CUDA_DECLARE_OPTIM)
+DELTA_RULE_OPS(CUDA_DECLARE_DELTA_RULE)
 OP_DECLARE(CoreOps, cuda_, matmul_gelu_forward)
 OP_DECLARE(CoreOps, cuda_, matmul_backward_gelu)
 OP_DECLARE(CoreOps, cuda_, add_layernorm_forward)
@@ -47,6 +55,7 @@ OP_DECLARE(OptimOps, cuda_, adamw_update_multi)
 const CoreOps *cuda_core_ops(void);
 const NormGluOps *cuda_norm_glu_ops(void);
 const OptimOps *cuda_optim_ops(void);
+const DeltaRuleOps *cuda_delta_rule_ops(void);
 }
 
 // ---- errors ----
@@ -97,6 +106,34 @@ struct ProfScope {
     ~ProfScope();
 };
 #define PROFILE(name) ProfScope prof_scope_(name)
+
+// ---- kernel launches ----
+// A launch through launch_kernel is the same code on the GPU and in the CPU emulator
+// (tests/cuda_emu/): on the GPU, kernel<<<grid, block, smem, the stream>>>(args) (asking for
+// more than the default 48 KiB of dynamic shared memory where smem needs it) and
+// LAUNCH_CHECK; under HYBRID_CUDA_EMU the blocks run one after another on the CPU, their
+// threads as fibers. The families the emulator checks (kernels/delta_rule/) launch only so,
+// and take dynamic shared memory only through DYNAMIC_SMEM.
+template <typename... P, typename... A>
+static inline void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A... args) {
+#ifdef HYBRID_CUDA_EMU
+    emu_launch(grid, block, smem, [=]() { kernel(args...); });
+#else
+    if (smem > 48 * 1024)
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kernel<<<grid, block, smem, g_cuda.stream>>>(args...);
+#endif
+    LAUNCH_CHECK();
+}
+
+// The block's dynamic shared memory (the launch's smem bytes, 16-byte aligned) as T *name.
+#ifdef HYBRID_CUDA_EMU
+#define DYNAMIC_SMEM(T, name) T *name = reinterpret_cast<T *>(emu_dynamic_smem())
+#else
+#define DYNAMIC_SMEM(T, name)                                       \
+    extern __shared__ __align__(16) unsigned char dynamic_smem_[]; \
+    T *name = reinterpret_cast<T *>(dynamic_smem_)
+#endif
 
 // ---- launch geometry ----
 static inline unsigned grid_for(size_t work, int block, int max_blocks_per_sm = 16) {
