@@ -1,0 +1,179 @@
+// The element-wise and per-row input transforms of the delta-rule layers on CUDA: the L2 norm
+// of q and k, the decay gate and beta (model/ops/delta_rule/delta_rule.h; docs/delta-rule.md,
+// "Input transforms: L2 norm, decay gate and beta" and "Gradients of the input transforms"),
+// mirroring model/ops/delta_rule/layer_ops.c. The gated output RMSNorm is in gated_rmsnorm.cu.
+//
+// Layout: rows of D contiguous bf16 values (rows = B*T*H); rstd (rows) fp32; the gate's x, g,
+// dg, dx (N, H, K) bf16 (GDN: K = 1), A_log (H) and dt_bias (H*K) bf16.
+#include "kernels/common.cuh"
+#include "kernels/delta_rule/act.cuh"
+#include "kernels/delta_rule/grad_reduce.cuh"
+
+#define ROW_WARPS 8  // rows per block of the per-row kernels: one warp per row
+#define ELEM_THREADS 256
+
+static inline unsigned row_blocks(size_t rows) { return (unsigned)((rows + ROW_WARPS - 1) / ROW_WARPS); }
+static inline unsigned elem_blocks(size_t n) { return (unsigned)((n + ELEM_THREADS - 1) / ELEM_THREADS); }
+
+// ---- L2 norm: y = x rstd, rstd = 1/sqrt(sum_d x_d^2 + eps) (eps on the sum) ----------------
+__global__ void l2norm_fwd_kernel(bf16 *y, float *rstd, const bf16 *x, size_t rows, int D, float eps) {
+    const size_t row = (size_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;  // the whole warp: one row per warp
+    const bf16 *xr = x + row * D;
+    float ss = 0.f;
+    for (int i = lane; i < D; i += 32) {
+        const float v = __bfloat162float(xr[i]);
+        ss += v * v;
+    }
+    const float rs = rsqrtf(warp_sum(ss) + eps);
+    for (int i = lane; i < D; i += 32) y[row * D + i] = __float2bfloat16(__bfloat162float(xr[i]) * rs);
+    if (lane == 0) rstd[row] = rs;
+}
+
+// dx = rstd (dy - (dy.y) y), with the forward's (bf16) y
+__global__ void l2norm_bwd_kernel(bf16 *dx, const bf16 *dy, const bf16 *y, const float *rstd, size_t rows, int D) {
+    const size_t row = (size_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;
+    const bf16 *dyr = dy + row * D, *yr = y + row * D;
+    float s = 0.f;
+    for (int i = lane; i < D; i += 32) s += __bfloat162float(dyr[i]) * __bfloat162float(yr[i]);
+    const float dyy = warp_sum(s), rs = rstd[row];
+    for (int i = lane; i < D; i += 32)
+        dx[row * D + i] = __float2bfloat16(rs * (__bfloat162float(dyr[i]) - dyy * __bfloat162float(yr[i])));
+}
+
+extern "C" void cuda_l2norm_forward(real *y, real *rstd, const real *x, size_t rows, int D, real eps) {
+    PROFILE("l2norm_fwd");
+    if (D < 1) die("cuda_l2norm_forward: bad D=%d", D);
+    if (rows == 0) return;
+    launch_kernel(l2norm_fwd_kernel, dim3(row_blocks(rows)), dim3(32 * ROW_WARPS), 0, (bf16 *)y, (float *)rstd,
+                  (const bf16 *)x, rows, D, (float)eps);
+}
+
+extern "C" void cuda_l2norm_backward(real *dx, const real *dy, const real *y, const real *rstd, size_t rows, int D) {
+    PROFILE("l2norm_bwd");
+    if (D < 1) die("cuda_l2norm_backward: bad D=%d", D);
+    if (rows == 0) return;
+    launch_kernel(l2norm_bwd_kernel, dim3(row_blocks(rows)), dim3(32 * ROW_WARPS), 0, (bf16 *)dx, (const bf16 *)dy,
+                  (const bf16 *)y, (const float *)rstd, rows, D);
+}
+
+// ---- decay gate ------------------------------------------------------------------------
+//   lower_bound == 0: g = -A softplus(u),  lower_bound < 0: g = lb sigmoid(A u),
+//   u = x + dt_bias[h*K+i], A = exp(A_log[h]) (1 without A_log)
+__device__ __forceinline__ float gate_A(const bf16 *A_log, int h) { return A_log ? expf(__bfloat162float(A_log[h])) : 1.f; }
+__device__ __forceinline__ float gate_u(const bf16 *x, const bf16 *dt_bias, size_t idx, int col) {
+    return __bfloat162float(x[idx]) + (dt_bias ? __bfloat162float(dt_bias[col]) : 0.f);
+}
+
+__global__ void gate_fwd_kernel(bf16 *g, const bf16 *x, const bf16 *A_log, const bf16 *dt_bias, size_t n, int H,
+                                int K, float lb) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    const int col = (int)(idx % ((size_t)H * K)), h = col / K;
+    const float A = gate_A(A_log, h), u = gate_u(x, dt_bias, idx, col);
+    g[idx] = __float2bfloat16(lb < 0.f ? lb * dr_sigmoid(A * u) : -A * dr_softplus(u));
+}
+
+// One thread per column (h, i) over one chunk of rows, in order: writes dx and the chunk's
+// partials partial[chunk][col] = sum dx (dt_bias), partial[chunk][H*K + col] = the dA_log terms
+// (lb < 0: dx u; else dg g).
+__global__ void gate_bwd_kernel(bf16 *dx, float *partial, const bf16 *dg, const bf16 *x, const bf16 *A_log,
+                                const bf16 *dt_bias, size_t N, int rows_per_chunk, int H, int K, float lb) {
+    const int cols = H * K, col = blockIdx.y * blockDim.x + threadIdx.x;
+    if (col >= cols) return;
+    const int h = col / K;
+    const float A = gate_A(A_log, h);
+    const size_t n0 = (size_t)blockIdx.x * rows_per_chunk;
+    const size_t n1 = n0 + rows_per_chunk < N ? n0 + rows_per_chunk : N;
+    float db = 0.f, dAl = 0.f;
+    for (size_t n = n0; n < n1; n++) {
+        const size_t idx = n * cols + col;
+        const float u = gate_u(x, dt_bias, idx, col), d = __bfloat162float(dg[idx]);
+        float dxi;
+        if (lb < 0.f) {  // g = lb sigma(A u): dx = dg lb sigma (1 - sigma) A ; dA_log term dx u
+            const float sg = dr_sigmoid(A * u);
+            dxi = d * lb * sg * (1.f - sg) * A;
+            dAl += dxi * u;
+        } else {  // g = -A softplus(u): dx = -dg A sigma(u) ; dA_log term dg g
+            dxi = d * (-A) * dr_sigmoid(u);
+            dAl += d * (-A * dr_softplus(u));
+        }
+        dx[idx] = __float2bfloat16(dxi);
+        db += dxi;
+    }
+    partial[(size_t)blockIdx.x * 2 * cols + col] = db;
+    partial[(size_t)blockIdx.x * 2 * cols + cols + col] = dAl;
+}
+
+// dA_log[h] += sum_i per_col[h*K+i] (i in order)
+__global__ void gate_dA_kernel(bf16 *dA_log, const float *per_col, int H, int K) {
+    const int h = blockIdx.x * blockDim.x + threadIdx.x;
+    if (h >= H) return;
+    float s = 0.f;
+    for (int i = 0; i < K; i++) s += per_col[(size_t)h * K + i];
+    dA_log[h] = __float2bfloat16(__bfloat162float(dA_log[h]) + s);
+}
+
+extern "C" void cuda_decay_gate_forward(real *g, const real *x, const real *A_log, const real *dt_bias, size_t N,
+                                        int H, int K, real lower_bound) {
+    PROFILE("decay_gate_fwd");
+    if (H < 1 || K < 1 || lower_bound > 0) die("cuda_decay_gate_forward: bad H=%d K=%d lower_bound=%g", H, K, lower_bound);
+    const size_t n = N * H * K;
+    if (n == 0) return;
+    launch_kernel(gate_fwd_kernel, dim3(elem_blocks(n)), dim3(ELEM_THREADS), 0, (bf16 *)g, (const bf16 *)x,
+                  (const bf16 *)A_log, (const bf16 *)dt_bias, n, H, K, (float)lower_bound);
+}
+
+extern "C" void cuda_decay_gate_backward(real *dx, real *dA_log, real *ddt_bias, const real *dg, const real *x,
+                                         const real *A_log, const real *dt_bias, size_t N, int H, int K,
+                                         real lower_bound) {
+    PROFILE("decay_gate_bwd");
+    if (H < 1 || K < 1 || lower_bound > 0) die("cuda_decay_gate_backward: bad H=%d K=%d lower_bound=%g", H, K, lower_bound);
+    if (N == 0) return;
+    const int cols = H * K;
+    int chunks;
+    const int per = grad_row_chunks(N, &chunks);
+    float *partial = (float *)scratch_get(((size_t)chunks * 2 * cols + cols) * sizeof(float));
+    float *per_col = partial + (size_t)chunks * 2 * cols;
+    const int threads = cols < 128 ? (cols + 31) / 32 * 32 : 128;
+    launch_kernel(gate_bwd_kernel, dim3((unsigned)chunks, (unsigned)((cols + threads - 1) / threads)), dim3(threads),
+                  0, (bf16 *)dx, partial, (const bf16 *)dg, (const bf16 *)x, (const bf16 *)A_log,
+                  (const bf16 *)dt_bias, N, per, H, K, (float)lower_bound);
+    if (ddt_bias) grad_reduce_add((bf16 *)ddt_bias, partial, chunks, cols, (size_t)2 * cols);
+    if (dA_log && A_log) {
+        grad_reduce_f32(per_col, partial + cols, chunks, cols, (size_t)2 * cols);
+        launch_kernel(gate_dA_kernel, dim3((unsigned)((H + 127) / 128)), dim3(128), 0, (bf16 *)dA_log,
+                      (const float *)per_col, H, K);
+    }
+}
+
+// ---- beta = c sigmoid(b), c = 2 with negative eigenvalues allowed, else 1 ---------------
+__global__ void beta_fwd_kernel(bf16 *beta, const bf16 *b, size_t n, float c) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) beta[i] = __float2bfloat16(c * dr_sigmoid(__bfloat162float(b[i])));
+}
+
+// db = dbeta c sigma (1 - sigma), sigma = beta / c (the forward's bf16 beta, as the CPU)
+__global__ void beta_bwd_kernel(bf16 *db, const bf16 *dbeta, const bf16 *beta, size_t n, float c) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float sg = __bfloat162float(beta[i]) / c;
+    db[i] = __float2bfloat16(__bfloat162float(dbeta[i]) * c * sg * (1.f - sg));
+}
+
+extern "C" void cuda_beta_forward(real *beta, const real *b, size_t n, int neg_eigval) {
+    PROFILE("beta_fwd");
+    if (n == 0) return;
+    launch_kernel(beta_fwd_kernel, dim3(elem_blocks(n)), dim3(ELEM_THREADS), 0, (bf16 *)beta, (const bf16 *)b, n,
+                  neg_eigval ? 2.f : 1.f);
+}
+
+extern "C" void cuda_beta_backward(real *db, const real *dbeta, const real *beta, size_t n, int neg_eigval) {
+    PROFILE("beta_bwd");
+    if (n == 0) return;
+    launch_kernel(beta_bwd_kernel, dim3(elem_blocks(n)), dim3(ELEM_THREADS), 0, (bf16 *)db, (const bf16 *)dbeta,
+                  (const bf16 *)beta, n, neg_eigval ? 2.f : 1.f);
+}
