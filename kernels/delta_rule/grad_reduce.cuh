@@ -24,20 +24,14 @@ static inline int grad_row_chunks(size_t rows, int *chunks) {
 }
 
 // out[i] (+)= sum_{k < chunks} partial[k * stride + i], i < n: ACC adds into bf16, else
-// writes fp32. Block (32, 8): 32 parameters; lane y adds chunks y, y + 8, ... in order, then
-// the 8 lane sums are added in order.
+// writes fp32. One thread per parameter adds the chunks in order (coalesced over i; at most
+// GRAD_MAX_CHUNKS loads each).
 template <bool ACC>
 __global__ void grad_reduce_kernel(void *out, const float *partial, int chunks, int n, size_t stride) {
-    __shared__ float sh[8][33];
-    const int i = blockIdx.x * 32 + threadIdx.x;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
     float s = 0.f;
-    if (i < n)
-        for (int k = threadIdx.y; k < chunks; k += 8) s += partial[(size_t)k * stride + i];
-    sh[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y != 0 || i >= n) return;
-    s = 0.f;
-    for (int y = 0; y < 8; y++) s += sh[y][threadIdx.x];
+    for (int k = 0; k < chunks; k++) s += partial[(size_t)k * stride + i];
     if (ACC) {
         bf16 *o = (bf16 *)out + i;
         *o = __float2bfloat16(__bfloat162float(*o) + s);
@@ -48,13 +42,13 @@ __global__ void grad_reduce_kernel(void *out, const float *partial, int chunks, 
 
 // dst (bf16, n) += the chunks' partials
 static inline void grad_reduce_add(bf16 *dst, const float *partial, int chunks, int n, size_t stride) {
-    launch_kernel(grad_reduce_kernel<true>, dim3((n + 31) / 32), dim3(32, 8), 0, (void *)dst, partial, chunks, n,
+    launch_kernel(grad_reduce_kernel<true>, dim3((n + 127) / 128), dim3(128), 0, (void *)dst, partial, chunks, n,
                   stride);
 }
 
 // dst (fp32, n) = the chunks' partials
 static inline void grad_reduce_f32(float *dst, const float *partial, int chunks, int n, size_t stride) {
-    launch_kernel(grad_reduce_kernel<false>, dim3((n + 31) / 32), dim3(32, 8), 0, (void *)dst, partial, chunks, n,
+    launch_kernel(grad_reduce_kernel<false>, dim3((n + 127) / 128), dim3(128), 0, (void *)dst, partial, chunks, n,
                   stride);
 }
 
