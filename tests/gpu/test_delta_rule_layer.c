@@ -256,9 +256,11 @@ static void test_linear_attn(Seqs sq, int H, int K, int V, int normalize, int fl
     void *dq_ = dev_bf16(q, nq), *dk_ = dev_bf16(k, nq), *dv_ = dev_bf16(v, nv), *do_ = dev_bf16(NULL, nv);
     float *dS0 = S0 ? dev_f32(S0, nS) : NULL, *dz0 = z0 ? dev_f32(z0, nz) : NULL;
     float *dST = dev_f32(NULL, nS), *dzT = dev_f32(NULL, nz);
+    // each pass gets exactly the workspace its size says (forward, then backward)
+    const size_t wsf = D->linear_workspace_size(LINEAR_ATTN, 0, sq.B, sq.T, H, K, V, N, C);
     const size_t wsb = D->linear_workspace_size(LINEAR_ATTN, 1, sq.B, sq.T, H, K, V, N, C);
-    void *dws = G->alloc(wsb ? wsb : 16);
-    poison_bytes_dev(dws, wsb);
+    void *dws = G->alloc(wsf ? wsf : 16);
+    poison_bytes_dev(dws, wsf);
     poison_bf16(do_, nv);
     poison_f32(dST, nS);
     poison_f32(dzT, nz);
@@ -281,6 +283,8 @@ static void test_linear_attn(Seqs sq, int H, int K, int V, int normalize, int fl
     poison_bf16(dgv, nv);
     poison_f32(dgS0, nS);
     poison_f32(dgz0, nz);
+    G->free(dws);
+    dws = G->alloc(wsb ? wsb : 16);
     poison_bytes_dev(dws, wsb);
     D->linear_attn_chunk_backward(dgq, dgk, dgv, flags & LA_D0 ? (real *)dgS0 : NULL, flags & LA_D0 ? (real *)dgz0 : NULL,
                                   ddout, (real *)dgST, (real *)dgzT, dq_, dk_, dv_, (real *)dS0, (real *)dz0, scale,
