@@ -45,7 +45,8 @@ struct Block {
     int cur = -1;
     unsigned nthreads = 0;
     unsigned live = 0, block_arrived = 0;
-    const void *barrier_site = nullptr;  // where the current generation's first thread arrived
+    const char *barrier_file = "";  // where the current generation's first thread arrived
+    int barrier_line = 0;
     std::vector<unsigned> warp_live, warp_arrived;
     std::vector<uint64_t> exchange;  // 32 slots per warp
     const std::function<void()> *body = nullptr;
@@ -207,13 +208,15 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> 
 
 void *emu_dynamic_smem(void) { return B.smem; }
 
-// Every thread of one barrier generation must arrive from the same __syncthreads (the caller's
-// address tells): a count-based barrier would let a divergent one pass silently.
-__attribute__((noinline)) void __syncthreads(void) {
-    const void *site = __builtin_return_address(0);
-    if (B.block_arrived == 0) B.barrier_site = site;
-    else if (site != B.barrier_site)
-        emu_die("%s: threads of one block wait at different __syncthreads (a barrier in divergent code)", B.where);
+// Every thread of one barrier generation must arrive from the same __syncthreads (its source
+// line tells; the caller's address would not, since the compiler may duplicate one call): a
+// count-based barrier would let a divergent one pass silently.
+void emu_syncthreads(const char *file, int line) {
+    if (B.block_arrived == 0) B.barrier_file = file, B.barrier_line = line;
+    else if (line != B.barrier_line || strcmp(file, B.barrier_file) != 0)
+        emu_die("%s: threads of one block wait at different __syncthreads (%s:%d and %s:%d: a barrier in "
+                "divergent code)",
+                B.where, B.barrier_file, B.barrier_line, file, line);
     Fiber &f = B.fibers[B.cur];
     f.wait = AT_BLOCK_BARRIER;
     B.block_arrived++;
