@@ -174,8 +174,8 @@ test:
 	@sh scripts/install_deps.sh test
 	@$(MAKE) --no-print-directory test-only
 
-test-only: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS)
-	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS)
+test-only: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS) $(EMU_TESTS)
+	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS) $(EMU_TESTS)
 	@if [ -z "$(CU_SRC)" ] || [ "$(SANITIZE)" = 1 ]; then :; \
 	elif nvidia-smi -L > /dev/null 2>&1; then $(MAKE) --no-print-directory test-gpu; \
 	else echo "note: the CUDA backend was built but no GPU is visible: GPU tests not run (make test-gpu)"; fi
@@ -200,6 +200,45 @@ $(GPU_BIN)/%: $(GPU_BIN)/%.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
 
 $(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
 	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
+
+# ---- the CUDA emulator (tests/cuda_emu/; docs/cuda.md, "The CPU emulator") ----
+# The emulated families' kernels (kernels/delta_rule/*.cu) compiled by the host C++ compiler
+# with -DHYBRID_CUDA_EMU, linked with their GPU parity tests (tests/gpu/test_delta_rule*.c,
+# which take smaller sizes there) and the harness: `make test` runs the same checks as
+# `make test-gpu`, on the CPU, with no GPU and no nvcc. The CPU reference comes from an
+# archive of the float build, so only the objects the tests need are linked. Not under
+# SANITIZE=1: the fibers switch stacks, which AddressSanitizer does not follow.
+EMU       := $(BUILD)/emu
+EMU_CU    := $(wildcard kernels/delta_rule/*.cu)
+EMU_OBJ   := $(patsubst %.cu,$(EMU)/%.o,$(EMU_CU)) $(EMU)/cuda_emu.o
+EMU_TESTS := $(if $(filter 1,$(SANITIZE)),,$(EMU)/test_cuda_emu \
+               $(patsubst tests/gpu/%.c,$(EMU)/%,$(wildcard tests/gpu/test_delta_rule*.c)))
+EMU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unknown-pragmas -fopenmp -D_DEFAULT_SOURCE -U_FORTIFY_SOURCE \
+                -I. -MMD -MP -DHYBRID_CUDA_EMU
+
+$(EMU)/%.o: %.cu $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -x c++ -c -o $@ $<
+
+$(EMU)/cuda_emu.o: tests/cuda_emu/cuda_emu.cpp $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c -o $@ $<
+
+$(EMU)/gpu/%.o: tests/gpu/%.c $(FLAGS)
+	@mkdir -p $(dir $@)
+	@$(CC) $(CFLAGS) -DHYBRID_CUDA_EMU -c -o $@ $<
+
+$(EMU)/libcpu_f.a: $(OBJ_F)
+	@rm -f $@
+	@ar rcs $@ $^
+
+$(EMU)/test_cuda_emu: $(EMU)/tests/cuda_emu/test_cuda_emu.o $(EMU)/cuda_emu.o $(EMU)/libcpu_f.a $(FLAGS)
+	@echo "LINK $@ (CUDA emulator)"
+	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
+
+$(filter-out $(EMU)/test_cuda_emu,$(EMU_TESTS)): $(EMU)/%: $(EMU)/gpu/%.o $(EMU)/gpu/harness.o $(EMU_OBJ) $(EMU)/libcpu_f.a $(FLAGS)
+	@echo "LINK $@ (CUDA emulator)"
+	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
 
 ifneq ($(CU_SRC),)
 # Every test program, then the Hugging Face checks (export, import; the fla export too when
@@ -251,4 +290,5 @@ clean:
 
 # header dependencies (-MMD): library objects, both CLIs, the test and GPU test programs
 -include $(OBJ_F:.o=.d) $(OBJ_D:.o=.d) $(OBJ_CU:.o=.d) $(BUILD)/f/train/main.d $(BUILD)/d/train/main.d $(TESTS:=.d) \
-         $(wildcard $(GPU_BIN)/*.d $(OUT)/build-lib/*/*/*.d $(OUT)/build-lib/*/*/*/*.d)
+         $(wildcard $(GPU_BIN)/*.d $(OUT)/build-lib/*/*/*.d $(OUT)/build-lib/*/*/*/*.d) \
+         $(wildcard $(EMU)/*.d $(EMU)/gpu/*.d $(EMU)/kernels/*/*.d $(EMU)/tests/*/*.d)

@@ -66,9 +66,6 @@ static const char *check_sizes(const ModelConfig *c, const char **key) {
          "2 x moe_shared x moe_shared_hidden (the shared experts' fused rows)"},
         {(int64_t)c->linear_heads * c->linear_head_dim, "linear_head_dim", "linear_heads x linear_head_dim"},
         {(int64_t)c->linear_heads * c->linear_value_dim, "linear_value_dim", "linear_heads x linear_value_dim"},
-        // the chunkwise K/G/D/L forms keep chunk_size x chunk_size matrices indexed by int (and
-        // their workspace size, a multiple of that, wrapped around 2^64 for a chunk near 2^31)
-        {(int64_t)c->chunk_size * c->chunk_size, "chunk_size", "chunk_size x chunk_size (a chunk's square matrices)"},
     };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (dims[i].value > INT_MAX)

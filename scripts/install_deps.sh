@@ -2,7 +2,7 @@
 # The system packages that `make train` and `make test` need, in one place (the Makefile
 # runs this before building anything; .ci/run runs it before make exists):
 #     sh scripts/install_deps.sh train   # C compiler with OpenMP, make, pkg-config, PCRE2, npm
-#     sh scripts/install_deps.sh test    # the same plus Open MPI (mpicc, mpirun) and pkill
+#     sh scripts/install_deps.sh test    # the same plus g++, Open MPI (mpicc, mpirun) and pkill
 # When something is missing it installs the Debian/Ubuntu packages with apt-get (as root,
 # or through passwordless sudo) or stops at once, printing the command to run. Silent when
 # everything is there.
@@ -29,6 +29,12 @@ rm -f /tmp/hybrid_deps_$$ /tmp/hybrid_deps_$$.c
 command -v make > /dev/null 2>&1 || need "make" "make"
 command -v pkg-config > /dev/null 2>&1 || need "pkg-config (finds PCRE2)" "pkg-config"
 pkg-config --exists libpcre2-8 2> /dev/null || need "PCRE2 (libpcre2-8: text encoding, prepare)" "libpcre2-dev"
+if [ "$goal" = test ]; then
+    printf 'int main() { return 0; }\n' > /tmp/hybrid_deps_$$.cpp
+    ${CXX:-g++} -std=c++17 -o /tmp/hybrid_deps_$$ /tmp/hybrid_deps_$$.cpp > /dev/null 2>&1 ||
+        need "a C++17 compiler (${CXX:-g++}: the CUDA emulator's tests)" "g++"
+    rm -f /tmp/hybrid_deps_$$ /tmp/hybrid_deps_$$.cpp
+fi
 if [ "$goal" = test ] && [ "${NO_MPI:-0}" != 1 ]; then
     command -v mpicc > /dev/null 2>&1 || need "mpicc (the MPI build)" "libopenmpi-dev"
     command -v mpirun > /dev/null 2>&1 || need "mpirun (the distributed tests)" "openmpi-bin"

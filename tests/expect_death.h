@@ -49,7 +49,8 @@ static inline int run_forked(void (*fn)(void *), void *arg, double seconds, char
             status = RUN_FORKED_TIMED_OUT;
             break;
         }
-        nanosleep(&(struct timespec){0, 2000000}, NULL);
+        struct timespec nap = {0, 2000000};  // (no compound literal: C++ includes this too)
+        nanosleep(&nap, NULL);
     }
     close(fd);
     *err = read_file(path, NULL);

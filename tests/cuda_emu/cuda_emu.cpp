@@ -1,0 +1,377 @@
+// The CPU emulator's runtime (tests/cuda_emu/cuda_emu.h says what it models and what not):
+// the fiber scheduler behind emu_launch, barriers and warp exchanges, the runtime-API subset,
+// and the pieces of the CUDA backend that kernel files and tests/gpu/harness.c use
+// (g_cuda, scratch_get, PROFILE, the error hooks, and backend_cuda(): a Backend whose "device"
+// memory is host memory holding bf16 and fp32 exactly as the GPU's does).
+//
+// Fibers: makecontext gives each thread its own stack once per block; switches between a
+// fiber and the scheduler use _setjmp/_longjmp, which do not save the signal mask (swapcontext
+// makes two system calls per switch, and a block switches at every barrier of every thread).
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <numeric>
+#include <vector>
+
+#include "kernels/common.cuh"
+#include "kernels/cuda_backend.h"
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace {
+
+const size_t kStack = 256 * 1024;    // per thread: kernels keep small arrays in registers
+const size_t kMaxSmem = 232448;      // an H200 block's shared memory (227 KiB)
+enum Wait { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, EXITED };
+
+struct Fiber {
+    ucontext_t start;  // used once, to enter the fiber on its own stack
+    jmp_buf jb;        // where the fiber resumes
+    int started;
+    Wait wait;
+    unsigned tid;      // linear thread index in the block
+};
+
+struct Block {
+    std::vector<Fiber> fibers;
+    char *stacks = nullptr;
+    size_t stacks_bytes = 0;
+    jmp_buf sched;
+    int cur = -1;
+    unsigned nthreads = 0;
+    unsigned live = 0, block_arrived = 0;
+    const void *barrier_site = nullptr;  // where the current generation's first thread arrived
+    std::vector<unsigned> warp_live, warp_arrived;
+    std::vector<uint64_t> exchange;  // 32 slots per warp
+    const std::function<void()> *body = nullptr;
+    unsigned char *smem = nullptr;
+    size_t smem_cap = 0;
+    const char *where = "";
+} B;
+
+void emu_die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "hybrid: error: CUDA emulator: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (block %u,%u,%u of %u,%u,%u; %u threads)\n", blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x,
+            gridDim.y, gridDim.z, blockDim.x * blockDim.y * blockDim.z);
+    va_end(ap);
+    exit(1);
+}
+
+void set_coords(unsigned tid) {
+    threadIdx.x = tid % blockDim.x;
+    threadIdx.y = tid / blockDim.x % blockDim.y;
+    threadIdx.z = tid / (blockDim.x * blockDim.y);
+}
+
+// back to the scheduler; returns when the scheduler resumes this fiber
+void yield_to_scheduler() {
+    Fiber &f = B.fibers[B.cur];
+    if (!_setjmp(f.jb)) _longjmp(B.sched, 1);
+    set_coords(f.tid);
+}
+
+void release_block_if_complete() {
+    if (B.block_arrived == 0 || B.block_arrived < B.live) return;
+    B.block_arrived = 0;
+    for (Fiber &f : B.fibers)
+        if (f.wait == AT_BLOCK_BARRIER) f.wait = RUNNING;
+}
+
+void release_warp_if_complete(unsigned w) {
+    if (B.warp_arrived[w] == 0 || B.warp_arrived[w] < B.warp_live[w]) return;
+    B.warp_arrived[w] = 0;
+    for (unsigned t = w * 32; t < w * 32 + 32 && t < B.nthreads; t++)
+        if (B.fibers[t].wait == AT_WARP_BARRIER) B.fibers[t].wait = RUNNING;
+}
+
+void warp_barrier() {
+    Fiber &f = B.fibers[B.cur];
+    unsigned w = f.tid / 32;
+    f.wait = AT_WARP_BARRIER;
+    B.warp_arrived[w]++;
+    release_warp_if_complete(w);
+    if (f.wait != RUNNING) yield_to_scheduler();  // the last lane to arrive goes on at once
+}
+
+void fiber_main() {
+    (*B.body)();
+    Fiber &f = B.fibers[B.cur];
+    f.wait = EXITED;
+    B.live--;
+    B.warp_live[f.tid / 32]--;
+    release_block_if_complete();  // an exited thread counts as arrived
+    release_warp_if_complete(f.tid / 32);
+    _longjmp(B.sched, 1);
+}
+
+// Runs fiber t until it waits or exits. (Apart from run_block, so that no loop variable is
+// live across the _setjmp.)
+__attribute__((noinline)) void resume_fiber(unsigned t) {
+    Fiber &f = B.fibers[t];
+    B.cur = (int)t;
+    set_coords(t);
+    if (_setjmp(B.sched)) return;  // the fiber waits or has exited
+    if (f.started) _longjmp(f.jb, 1);
+    f.started = 1;
+    getcontext(&f.start);
+    f.start.uc_stack.ss_sp = B.stacks + (size_t)t * kStack;
+    f.start.uc_stack.ss_size = kStack;
+    f.start.uc_link = nullptr;
+    makecontext(&f.start, fiber_main, 0);
+    ucontext_t here;
+    swapcontext(&here, &f.start);  // never returns here: fibers leave by _longjmp
+}
+
+void run_block(unsigned nthreads) {
+    B.nthreads = nthreads;
+    B.live = nthreads;
+    B.block_arrived = 0;
+    unsigned nwarps = (nthreads + 31) / 32;
+    B.warp_live.assign(nwarps, 32);
+    if (nthreads % 32) B.warp_live[nwarps - 1] = nthreads % 32;
+    B.warp_arrived.assign(nwarps, 0);
+    B.exchange.assign(nwarps * 32, 0);
+    for (unsigned t = 0; t < nthreads; t++) {
+        Fiber &f = B.fibers[t];
+        f.started = 0;
+        f.wait = RUNNING;
+        f.tid = t;
+    }
+    for (int round = 0; B.live > 0; round++) {
+        int ran = 0;
+        for (unsigned i = 0; i < nthreads; i++) {
+            unsigned t = round % 2 ? nthreads - 1 - i : i;  // odd rounds in reverse (see the header)
+            if (B.fibers[t].wait != RUNNING) continue;
+            ran = 1;
+            resume_fiber(t);
+        }
+        if (!ran)
+            emu_die("%s: every live thread waits at a barrier that cannot complete (__syncthreads in "
+                    "divergent code, or a warp operation with lanes missing)",
+                    B.where);
+    }
+}
+
+}  // namespace
+
+void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+    gridDim = grid;
+    blockDim = block;
+    blockIdx = {0, 0, 0};
+    unsigned long long nblocks = (unsigned long long)grid.x * grid.y * grid.z;
+    unsigned nthreads = block.x * block.y * block.z;
+    if (nblocks == 0 || nthreads == 0) emu_die("a launch with an empty grid or block (invalid configuration)");
+    if (nthreads > 1024) emu_die("a block of more than 1024 threads");
+    if (grid.y > 65535 || grid.z > 65535) emu_die("gridDim.y or .z above 65535");
+    if (smem > kMaxSmem) emu_die("%zu bytes of dynamic shared memory (a block has at most %zu)", smem, kMaxSmem);
+    size_t need = (size_t)nthreads * kStack;
+    if (need > B.stacks_bytes) {
+        if (B.stacks) munmap(B.stacks, B.stacks_bytes);
+        void *p = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) emu_die("cannot map %zu bytes of fiber stacks", need);
+        B.stacks = (char *)p;
+        B.stacks_bytes = need;
+    }
+    if (B.fibers.size() < nthreads) B.fibers.resize(nthreads);
+    if (smem > B.smem_cap) {
+        free(B.smem);
+        B.smem = (unsigned char *)aligned_alloc(64, (smem + 63) / 64 * 64);
+        if (!B.smem) emu_die("out of memory for shared memory");
+        B.smem_cap = smem;
+    }
+    B.body = &body;
+    B.where = "kernel";
+    // blocks in a fixed pseudo-random order (a stride coprime with the count)
+    unsigned long long stride = 1;
+    if (nblocks > 2) {
+        stride = (nblocks * 5) / 8 + 1;
+        while (std::gcd(stride, nblocks) != 1) stride++;
+    }
+    for (unsigned long long i = 0, b = 0; i < nblocks; i++, b = (b + stride) % nblocks) {
+        blockIdx.x = (unsigned)(b % grid.x);
+        blockIdx.y = (unsigned)(b / grid.x % grid.y);
+        blockIdx.z = (unsigned)(b / ((unsigned long long)grid.x * grid.y));
+        if (smem) memset(B.smem, 0xff, smem);  // NaN in fp32 and bf16: reading before writing shows
+        run_block(nthreads);
+    }
+    B.body = nullptr;
+}
+
+void *emu_dynamic_smem(void) { return B.smem; }
+
+// Every thread of one barrier generation must arrive from the same __syncthreads (the caller's
+// address tells): a count-based barrier would let a divergent one pass silently.
+__attribute__((noinline)) void __syncthreads(void) {
+    const void *site = __builtin_return_address(0);
+    if (B.block_arrived == 0) B.barrier_site = site;
+    else if (site != B.barrier_site)
+        emu_die("%s: threads of one block wait at different __syncthreads (a barrier in divergent code)", B.where);
+    Fiber &f = B.fibers[B.cur];
+    f.wait = AT_BLOCK_BARRIER;
+    B.block_arrived++;
+    release_block_if_complete();
+    if (f.wait != RUNNING) yield_to_scheduler();
+}
+
+void __syncwarp(unsigned) { warp_barrier(); }
+void __threadfence(void) {}
+void __threadfence_block(void) {}
+
+uint64_t emu_shuffle(unsigned mask, uint64_t value, int mode, int arg, int width) {
+    if (mask != 0xffffffffu) emu_die("a warp operation with a partial mask (0x%x): not emulated", mask);
+    if (width < 1 || width > 32 || (width & (width - 1))) emu_die("a shuffle of width %d", width);
+    unsigned tid = B.fibers[B.cur].tid, lane = tid % 32, w = tid / 32;
+    uint64_t *slot = &B.exchange[w * 32];
+    slot[lane] = value;
+    warp_barrier();  // every lane has written its value
+    int base = (int)lane & ~(width - 1), src = (int)lane;
+    switch (mode) {
+    case 0: src = base + (arg & (width - 1)); break;
+    case 1: src = (int)lane ^ arg; if (src < base || src >= base + width) src = (int)lane; break;
+    case 2: src = (int)lane + arg; if (src >= base + width) src = (int)lane; break;
+    default: src = (int)lane - arg; if (src < base) src = (int)lane; break;
+    }
+    uint64_t r = slot[src];
+    warp_barrier();  // every lane has read before the slots are written again
+    return r;
+}
+
+unsigned emu_ballot(unsigned mask, int predicate) {
+    if (mask != 0xffffffffu) emu_die("a warp vote with a partial mask (0x%x): not emulated", mask);
+    unsigned tid = B.fibers[B.cur].tid, lane = tid % 32, w = tid / 32;
+    uint64_t *slot = &B.exchange[w * 32];
+    slot[lane] = predicate != 0;
+    warp_barrier();
+    unsigned bits = 0;
+    for (unsigned l = 0; l < 32 && w * 32 + l < B.nthreads; l++)
+        if (B.fibers[w * 32 + l].wait != EXITED && slot[l]) bits |= 1u << l;
+    warp_barrier();
+    return bits;
+}
+
+// ---- the runtime API subset: device memory is host memory ----
+
+const char *cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaMalloc(void **p, size_t bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p) return cudaErrorInvalidValue;
+    memset(*p, 0xff, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+    free(p);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind) {
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+    memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemset(void *p, int value, size_t bytes) {
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) {
+    memset(p, value, bytes);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
+// ---- what kernels/backend_cuda.cu gives the kernel files, emulated ----
+
+CudaState g_cuda;
+
+void cuda_fail(const char *what, const char *err, const char *file, int line) {
+    die("CUDA emulator: %s failed at %s:%d: %s", what, file, line, err);
+}
+void cuda_launch_check(const char *, int) {}
+int env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+void cuda_init(void) {
+    g_cuda.ready = 1;
+    g_cuda.sm_count = 132;  // an H200's: grid_for sizes grids as it would there
+}
+ProfScope::ProfScope(const char *) : slot(-1), first(0) {}
+ProfScope::~ProfScope() {}
+void ce_lse_invalidate(const void *, size_t) {}
+
+void *scratch_get(size_t bytes) {
+    // a new NaN-filled buffer every call: a kernel that reads scratch it did not write shows it
+    free(g_cuda.scratch);
+    g_cuda.scratch = malloc(bytes ? bytes : 1);
+    if (!g_cuda.scratch) die("CUDA emulator: out of memory for %zu bytes of scratch", bytes);
+    memset(g_cuda.scratch, 0xff, bytes);
+    g_cuda.scratch_size = bytes;
+    return g_cuda.scratch;
+}
+
+// ---- the emulated backend: host memory with the GPU's element types ----
+
+static void *emu_alloc(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);  // Backend.alloc is zero-filled
+    if (!p) die("CUDA emulator: out of memory allocating %zu bytes", bytes);
+    g_cuda.live_bytes += bytes;
+    if (g_cuda.live_bytes > g_cuda.peak_bytes) g_cuda.peak_bytes = g_cuda.live_bytes;
+    return p;
+}
+static void emu_free(void *p) { free(p); }  // live_bytes is not tracked per pointer here
+static void emu_zero(real *p, size_t n) { memset(p, 0, n * sizeof(bf16)); }
+static void emu_upload(real *dst, const float *src, size_t n) {
+    bf16 *d = (bf16 *)dst;
+    for (size_t i = 0; i < n; i++) d[i] = __float2bfloat16_rn(src[i]);
+}
+static void emu_download(float *dst, const real *src, size_t n) {
+    const bf16 *s = (const bf16 *)src;
+    for (size_t i = 0; i < n; i++) dst[i] = __bfloat162float(s[i]);
+}
+static void emu_upload_tokens(int *dst, const int *src, size_t n) { memcpy(dst, src, n * sizeof(int)); }
+static void emu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
+static void emu_synchronize(void) {}
+
+extern "C" int cuda_device_count(void) { return 1; }
+
+extern "C" const Backend *backend_cuda(void) {
+    static Backend b;
+    if (b.name) return &b;
+    cuda_init();
+    b.elem_size = sizeof(bf16);
+    b.stat_size = sizeof(float);
+    b.keeps_master = 1;
+    b.alloc = emu_alloc;
+    b.free = emu_free;
+    b.zero = emu_zero;
+    b.upload = emu_upload;
+    b.download = emu_download;
+    b.upload_tokens = emu_upload_tokens;
+    b.copy_to_host = emu_copy;
+    b.copy_from_host = emu_copy;
+    b.synchronize = emu_synchronize;
+    // no family is handed out: the emulated tests take a family's table directly
+    b.name = "cuda-emulated";
+    return &b;
+}
+
+extern "C" void cuda_memory_stats(size_t *live, size_t *peak, size_t *used, size_t *total) {
+    *live = g_cuda.live_bytes;
+    *peak = g_cuda.peak_bytes;
+    *used = 0;
+    *total = 0;
+}
+extern "C" int cuda_profile_enabled(void) { return 0; }
+extern "C" void cuda_profile_reset(void) {}
+extern "C" void cuda_profile_print(FILE *, int) {}

@@ -1,0 +1,194 @@
+// A CPU emulator for the CUDA subset of the emulated kernel families (kernels/delta_rule/), so
+// that `make test` checks their logic against the CPU reference on a machine with no GPU
+// (docs/cuda.md, "The CPU emulator").
+//
+// How it works: a kernel file is compiled by the host C++ compiler with -DHYBRID_CUDA_EMU;
+// kernels/common.cuh then includes this header instead of the CUDA headers. __global__ and
+// __device__ vanish, so a kernel is a plain function. launch_kernel (kernels/common.cuh) calls
+// emu_launch, which runs the grid's blocks one after another, in a shuffled order (a kernel that
+// assumes an order between blocks fails here too), and each block's threads as fibers on one
+// OS thread: a thread runs until it reaches __syncthreads, a warp operation or its end, then the
+// next one runs. A barrier releases when every live thread of the block (or of the warp) has
+// reached it; threads that have returned count as arrived, as on the GPU. threadIdx and friends
+// are globals that the scheduler sets before resuming a fiber.
+//
+// What it checks besides the arithmetic: __syncthreads in divergent code (threads of one
+// barrier generation arriving from different call sites), warp operations with lanes missing
+// (a deadlock: the run stops naming the block), launch
+// geometry (empty grids, more than 1024 threads, more shared memory than an H200 block has).
+// Dynamic shared memory (DYNAMIC_SMEM) and scratch_get buffers are filled with NaN bytes
+// before use, so a kernel that reads what it never wrote produces NaN, which the parity tests
+// catch. Threads run in index order on even rounds and in reverse on odd rounds, so a missing
+// __syncthreads between a write and another thread's read shows up as a wrong result in many
+// cases (not all: the emulator is no race detector).
+//
+// What it does not model: timing, memory coalescing, the tensor cores (no inline PTX, wmma or
+// mma), atomics' reordering (atomicAdd is a plain add here, so a kernel whose result depends
+// on the order of its atomics passes here and may not be deterministic on the GPU), cuBLAS,
+// inter-block communication within a launch, __restrict__ aliasing assumptions.
+#ifndef HYBRID_CUDA_EMU_H
+#define HYBRID_CUDA_EMU_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+// ---- the CUDA keywords: gone (a kernel is a plain function) ----
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+// Function-local __shared__ variables become statics: one copy, seen by every fiber of the
+// running block, as shared memory is. (`extern __shared__` is a compile error here: dynamic
+// shared memory is taken through DYNAMIC_SMEM.)
+#define __shared__ static
+#define __constant__ static
+
+// ---- built-in vector types and the thread coordinates ----
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct alignas(8) float2 { float x, y; };
+struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(8) int2 { int x, y; };
+struct alignas(16) int4 { int x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+static inline float2 make_float2(float x, float y) { return {x, y}; }
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+
+extern uint3 threadIdx, blockIdx;
+extern dim3 blockDim, gridDim;
+static const int warpSize = 32;
+
+// ---- bf16: round to nearest even, NaN kept (as __float2bfloat16_rn) ----
+struct __nv_bfloat16 {
+    uint16_t x;
+    __nv_bfloat16() = default;
+    __nv_bfloat16(float f) {
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) x = (uint16_t)((u >> 16) | 0x40u);  // quiet NaN
+        else x = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    __nv_bfloat16(double d) : __nv_bfloat16((float)d) {}
+    __nv_bfloat16(int i) : __nv_bfloat16((float)i) {}
+    operator float() const {
+        uint32_t u = (uint32_t)x << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+};
+struct alignas(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
+static inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
+static inline float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
+static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__nv_bfloat16(a), __nv_bfloat16(b)}; }
+static inline __nv_bfloat162 __float22bfloat162_rn(float2 f) { return {__nv_bfloat16(f.x), __nv_bfloat16(f.y)}; }
+static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return {(float)h.x, (float)h.y}; }
+static inline float __low2float(__nv_bfloat162 h) { return (float)h.x; }
+static inline float __high2float(__nv_bfloat162 h) { return (float)h.y; }
+
+// ---- device math that host C++ lacks ----
+using std::max;
+using std::min;
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+// (glibc declares __expf and __logf itself, as its own internals: the fast-math intrinsics are
+// the plain functions by macro here)
+#define __expf expf
+#define __logf logf
+static inline float __fdividef(float a, float b) { return a / b; }
+static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
+template <typename T> static inline T __ldg(const T *p) { return *p; }
+
+// ---- barriers and warp operations (tests/cuda_emu/cuda_emu.cpp) ----
+void __syncthreads(void);
+void __syncwarp(unsigned mask = 0xffffffffu);
+void __threadfence(void);
+void __threadfence_block(void);
+// one exchange through the warp: mode 0 = from lane arg, 1 = xor arg, 2 = down arg, 3 = up arg
+uint64_t emu_shuffle(unsigned mask, uint64_t value, int mode, int arg, int width);
+unsigned emu_ballot(unsigned mask, int predicate);
+
+template <typename T> static inline T emu_shuffle_as(unsigned mask, T v, int mode, int arg, int width) {
+    static_assert(sizeof(T) <= 8, "emulated shuffles move at most 8 bytes");
+    uint64_t in = 0, out;
+    memcpy(&in, &v, sizeof(T));
+    out = emu_shuffle(mask, in, mode, arg, width);
+    T r;
+    memcpy(&r, &out, sizeof(T));
+    return r;
+}
+template <typename T> static inline T __shfl_sync(unsigned m, T v, int lane, int w = 32) {
+    return emu_shuffle_as(m, v, 0, lane, w);
+}
+template <typename T> static inline T __shfl_xor_sync(unsigned m, T v, int mask, int w = 32) {
+    return emu_shuffle_as(m, v, 1, mask, w);
+}
+template <typename T> static inline T __shfl_down_sync(unsigned m, T v, unsigned d, int w = 32) {
+    return emu_shuffle_as(m, v, 2, (int)d, w);
+}
+template <typename T> static inline T __shfl_up_sync(unsigned m, T v, unsigned d, int w = 32) {
+    return emu_shuffle_as(m, v, 3, (int)d, w);
+}
+static inline unsigned __ballot_sync(unsigned m, int p) { return emu_ballot(m, p); }
+static inline int __any_sync(unsigned m, int p) { return emu_ballot(m, p) != 0; }
+static inline int __all_sync(unsigned m, int p) { return emu_ballot(m, !p) == 0; }
+
+// Atomics: fibers switch only at barriers, so a read-modify-write is atomic as it stands.
+template <typename T> static inline T atomicAdd(T *p, T v) {
+    T old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename T> static inline T atomicMax(T *p, T v) {
+    T old = *p;
+    if (v > old) *p = v;
+    return old;
+}
+
+// ---- the runtime API subset ----
+typedef int cudaError_t;
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+typedef struct EmuStream *cudaStream_t;
+typedef void *cublasLtHandle_t;
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost,
+    cudaMemcpyHostToDevice,
+    cudaMemcpyDeviceToHost,
+    cudaMemcpyDeviceToDevice,
+    cudaMemcpyDefault
+};
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+const char *cudaGetErrorString(cudaError_t e);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaMalloc(void **p, size_t bytes);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s = 0);
+cudaError_t cudaMemset(void *p, int value, size_t bytes);
+cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s = 0);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaDeviceSynchronize(void);
+template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
+template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
+
+// ---- launches (called by launch_kernel in kernels/common.cuh) ----
+// Runs body once per thread of every block of the grid; smem bytes of dynamic shared memory
+// per block (NaN-filled before each block).
+void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+void *emu_dynamic_smem(void);
+
+#endif

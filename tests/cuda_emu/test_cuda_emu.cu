@@ -1,0 +1,142 @@
+// The CPU emulator's own tests (tests/cuda_emu/cuda_emu.h): small kernels whose results are
+// known by construction, run through launch_kernel as the emulated families run theirs.
+// Barriers order shared-memory writes and reads across threads; the warp shuffles and votes
+// move the right lanes' values; block_sum and warp_sum of kernels/common.cuh reduce; every
+// block of a 3-D grid runs once with its coordinates; dynamic shared memory arrives NaN-filled;
+// and the errors the emulator reports (a barrier in divergent code, a bad launch) stop the
+// program with a message instead of hanging.
+#include "kernels/common.cuh"
+
+extern "C" {
+#include "tests/testing.h"
+}
+
+// out[i] = in[(i + 1) % n] through shared memory: wrong without the barrier, since odd rounds
+// run the threads in reverse
+__global__ void rotate_kernel(float *out, const float *in, int n) {
+    DYNAMIC_SMEM(float, s);
+    int i = threadIdx.x;
+    s[i] = in[i] * 2.f;
+    __syncthreads();
+    out[i] = s[(i + 1) % n];
+}
+
+__global__ void shuffle_kernel(int *out) {
+    int lane = threadIdx.x & 31, base = (threadIdx.x / 32) * 1000;
+    int v = base + lane;
+    out[threadIdx.x * 5 + 0] = __shfl_sync(0xffffffffu, v, 7);
+    out[threadIdx.x * 5 + 1] = __shfl_xor_sync(0xffffffffu, v, 3);
+    out[threadIdx.x * 5 + 2] = __shfl_down_sync(0xffffffffu, v, 4);
+    out[threadIdx.x * 5 + 3] = __shfl_up_sync(0xffffffffu, v, 4, 16);
+    out[threadIdx.x * 5 + 4] = (int)__ballot_sync(0xffffffffu, lane % 3 == 0);
+}
+
+__global__ void sums_kernel(float *out, const float *in) {
+    int t = threadIdx.x;
+    float w = warp_sum(in[t]);
+    float b = block_sum(in[t]);
+    if (t % 32 == 0) out[t / 32] = w;
+    if (t == 0) out[blockDim.x / 32] = b;
+}
+
+__global__ void coords_kernel(int *count, int *last, int nx, int ny) {
+    int b = blockIdx.x + nx * (blockIdx.y + ny * blockIdx.z);
+    if (threadIdx.x == 0 && threadIdx.y == 1) {
+        count[b] += 1;
+        last[b] = (int)(gridDim.x * 10000 + blockDim.y * 100 + blockDim.x);
+    }
+}
+
+__global__ void smem_nan_kernel(float *out) {
+    DYNAMIC_SMEM(float, s);
+    out[threadIdx.x] = s[threadIdx.x];  // never written: NaN
+}
+
+__global__ void early_exit_kernel(float *out) {
+    if (threadIdx.x >= 40) return;  // exited threads count as arrived at later barriers
+    __shared__ float s[64];
+    s[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = s[39 - threadIdx.x];
+}
+
+__global__ void divergent_kernel(float *out) {
+    if (threadIdx.x < 16) __syncthreads();  // two barriers, each reached by some threads only
+    else out[threadIdx.x] = 1.f;
+    if (threadIdx.x >= 16) __syncthreads();
+}
+
+static void run_divergent(void *) {
+    float out[64];
+    launch_kernel(divergent_kernel, dim3(1), dim3(64), 0, out);
+}
+static void run_huge_smem(void *) {
+    float out[64];
+    launch_kernel(smem_nan_kernel, dim3(1), dim3(64), (size_t)300 * 1024, out);
+}
+static void run_empty_grid(void *) {
+    float out[64];
+    launch_kernel(smem_nan_kernel, dim3(0), dim3(64), 256, out);
+}
+
+int main(void) {
+    cuda_init();
+    {
+        float in[96], out[96];
+        for (int i = 0; i < 96; i++) in[i] = (float)i;
+        launch_kernel(rotate_kernel, dim3(1), dim3(96), 96 * sizeof(float), out, (const float *)in, 96);
+        int bad = 0;
+        for (int i = 0; i < 96; i++) bad += out[i] != 2.f * ((i + 1) % 96);
+        CHECK(bad == 0, "rotate through shared memory: %d wrong", bad);
+    }
+    {
+        int out[64 * 5];
+        launch_kernel(shuffle_kernel, dim3(1), dim3(64), 0, out);
+        int bad = 0;
+        for (int t = 0; t < 64; t++) {
+            int lane = t & 31, base = (t / 32) * 1000, half = lane & ~15;
+            int want[5] = {base + 7, base + (lane ^ 3), base + (lane + 4 < 32 ? lane + 4 : lane),
+                           base + (lane - 4 >= half ? lane - 4 : lane), (int)0x49249249u};
+            for (int k = 0; k < 5; k++) bad += out[t * 5 + k] != want[k];
+        }
+        CHECK(bad == 0, "shuffles and ballot: %d wrong", bad);
+    }
+    {
+        float in[128], out[5];
+        double w[4] = {0, 0, 0, 0};
+        for (int i = 0; i < 128; i++) in[i] = (float)(i % 7) - 2.5f, w[i / 32] += in[i];
+        launch_kernel(sums_kernel, dim3(1), dim3(128), 0, out, (const float *)in);
+        CHECK(out[0] == w[0] && out[1] == w[1] && out[2] == w[2] && out[3] == w[3], "warp_sum");
+        CHECK(out[4] == w[0] + w[1] + w[2] + w[3], "block_sum %g", out[4]);
+    }
+    {
+        int count[3 * 4 * 5] = {0}, last[3 * 4 * 5] = {0};
+        launch_kernel(coords_kernel, dim3(3, 4, 5), dim3(8, 2), 0, count, last, 3, 4);
+        int bad = 0;
+        for (int b = 0; b < 60; b++) bad += count[b] != 1 || last[b] != 30208;
+        CHECK(bad == 0, "every block of a 3x4x5 grid once, with its coordinates: %d wrong", bad);
+    }
+    {
+        float out[64];
+        launch_kernel(smem_nan_kernel, dim3(2), dim3(64), 64 * sizeof(float), out);
+        int nan = 0;
+        for (int i = 0; i < 64; i++) nan += isnan(out[i]);
+        CHECK(nan == 64, "unwritten dynamic shared memory reads NaN (%d of 64)", nan);
+    }
+    {
+        float out[64];
+        for (int i = 0; i < 64; i++) out[i] = -1.f;
+        launch_kernel(early_exit_kernel, dim3(1), dim3(64), 0, out);
+        int bad = 0;
+        for (int i = 0; i < 40; i++) bad += out[i] != (float)(39 - i);
+        for (int i = 40; i < 64; i++) bad += out[i] != -1.f;
+        CHECK(bad == 0, "threads that returned count as arrived: %d wrong", bad);
+    }
+    CHECK(expect_death_within(20, run_divergent, NULL, "divergent __syncthreads", "different __syncthreads"),
+          "a barrier in divergent code is reported");
+    CHECK(expect_death_within(20, run_huge_smem, NULL, "300 KiB of shared memory", "dynamic shared memory"),
+          "too much shared memory is reported");
+    CHECK(expect_death_within(20, run_empty_grid, NULL, "an empty grid", "empty grid"),
+          "an empty grid is reported");
+    TEST_MAIN_END();
+}
