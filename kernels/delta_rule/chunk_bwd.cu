@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(DR_THREADS)
                    int V, const int *offsets, int N) {
     const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT;
     const int lane = tid & 31, warp = tid >> 5, NW = DR_THREADS / 32;
-    int s, tok0, n;
+    int s = 0, tok0 = 0, n = 0;
     if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
     const size_t sh = (size_t)x * H + h;
     const float *G = ws.G + sh * C * K, *Tg = ws.Tm + sh * C * C, *D = ws.D + sh * C * V, *Hn = ws.h + sh * K * V,

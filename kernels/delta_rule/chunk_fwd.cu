@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(DR_THREADS)
     dr_prep_kernel(DrWs ws, const T *q, const T *k, const T *v, const T *g, const T *beta, int gate, float scale,
                    int Tlen, int H, int K, int V, const int *offsets, int N) {
     const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
-    int s, tok0, n;
+    int s = 0, tok0 = 0, n = 0;
     if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;  // whole block: no chunk here
     const int C = DR_BT;
     const size_t sh = (size_t)x * H + h;
@@ -179,7 +179,7 @@ template <typename T>
 __global__ void __launch_bounds__(DR_THREADS)
     dr_output_kernel(DrWs ws, T *o, float scale, int Tlen, int H, int K, int V, const int *offsets, int N) {
     const int x = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * DR_BV, C = DR_BT;
-    int s, tok0, n;
+    int s = 0, tok0 = 0, n = 0;
     if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
     const int bv = V - j0 < DR_BV ? V - j0 : DR_BV;
     const size_t sh = (size_t)x * H + h;
