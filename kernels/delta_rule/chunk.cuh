@@ -18,13 +18,6 @@
 
 #include "kernels/common.cuh"
 
-// The CPU emulator (tests/cuda_emu/) tells barriers apart by their call site; GCC's jump
-// threading can duplicate a __syncthreads call, so that threads which skipped a loop and
-// threads which ran it wait at two copies of one barrier (a false "barrier in divergent code").
-#if defined(HYBRID_CUDA_EMU) && defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-thread-jumps")
-#endif
-
 #define DR_BT 64        // chunk size (fla's); the only one these kernels take
 #define DR_BK 32        // K tile of the prep kernel's Aqk / L products
 #define DR_BV 32        // V tile of the walks and the output kernel
