@@ -22,8 +22,9 @@
 // __syncthreads between a write and another thread's read shows up as a wrong result in many
 // cases (not all: the emulator is no race detector).
 //
-// What it does not model: timing, memory coalescing, the tensor cores (no inline PTX, wmma or
-// mma), atomics' reordering (atomicAdd is a plain add here, so a kernel whose result depends
+// The tensor-core instructions of kernels/mma.cuh (mma.sync m16n8k16, ldmatrix, cp.async) are
+// emulated from their fragment layouts (cuda_emu.cpp); no other inline PTX is.
+// What it does not model: timing, memory coalescing, atomics' reordering (atomicAdd is a plain add here, so a kernel whose result depends
 // on the order of its atomics passes here and may not be deterministic on the GPU), cuBLAS,
 // inter-block communication within a launch, __restrict__ aliasing assumptions.
 #ifndef HYBRID_CUDA_EMU_H
