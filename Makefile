@@ -272,9 +272,12 @@ bench: hybrid $(GPU_BIN)/bench_gpt2
 # same shapes and inputs when FLA_DIR names a prepared copy (/work/shared/peers/prepare_fla.sh) or
 # an fla checkout (scripts/bench_fla_kda.py; TRITON_CACHE_DIR defaults to out/triton-cache), then
 # the side-by-side table (scripts/bench_summary_kda.py). JSON under out/bench/. KDA_BENCH_ARGS go
-# to both programs (e.g. "--shape 8,4096,16,128,128 --kinds kda --reps 50"). Ours alone:
-# `make bench-kda-ours`. Exits 1 if our side failed (e.g. a kernel not yet ported), after fla's.
+# to both programs (e.g. "--shape 8,4096,16,128,128 --kinds kda --reps 50"). KDA_FLA_TIMEOUT=S
+# stops fla's run after S seconds (Triton autotunes for minutes on a cold cache; the JSON keeps
+# the cases done). Ours alone: `make bench-kda-ours`. Exits 1 if either side failed (e.g. our
+# kernel not yet ported: it names the missing member), after the summary.
 KDA_BENCH_ARGS ?=
+KDA_FLA_TIMEOUT ?=
 bench-kda: $(GPU_BIN)/bench_delta_rule
 	@nvidia-smi -L > /dev/null 2>&1 || { echo "bench-kda: no GPU visible (nvidia-smi -L failed)"; exit 1; }
 	@mkdir -p $(OUT)/bench
@@ -282,7 +285,8 @@ bench-kda: $(GPU_BIN)/bench_delta_rule
 	@st=0; $(GPU_BIN)/bench_delta_rule $(KDA_BENCH_ARGS) --json $(OUT)/bench/kda_ours.json || st=1; \
 	if [ -n "$(FLA_DIR)" ]; then \
 	    TRITON_CACHE_DIR=$${TRITON_CACHE_DIR:-$(CURDIR)/$(OUT)/triton-cache} FLA_PEER=$(FLA_DIR) \
-	        python3 -u scripts/bench_fla_kda.py $(KDA_BENCH_ARGS) --json $(OUT)/bench/kda_fla.json || st=1; \
+	        $(if $(KDA_FLA_TIMEOUT),timeout $(KDA_FLA_TIMEOUT)) python3 -u scripts/bench_fla_kda.py $(KDA_BENCH_ARGS) \
+	        --json $(OUT)/bench/kda_fla.json || st=1; \
 	else echo "bench-kda: FLA_DIR not set: fla not measured (FLA_DIR=out/peers/fla make bench-kda)"; fi; \
 	python3 scripts/bench_summary_kda.py $(OUT)/bench/kda_ours.json $(OUT)/bench/kda_fla.json; exit $$st
 

@@ -26,7 +26,8 @@ Passes, each repetition timed alone with CUDA events, median and min in ms after
   fwdbwd  both, a new forward each time
 peak_bytes: torch.cuda.max_memory_allocated() during the pass minus what was allocated before the
 inputs were made (inputs included; fwd before do exists; bwd with the forward's graph and o held).
-A case that raises prints FAIL with the error and the run goes on (its records say FAIL).
+A case that raises prints FAIL with the error and the run goes on (its records say FAIL); the
+JSON file is rewritten after every case, so a run stopped by a timeout keeps what it measured.
 """
 import argparse
 import importlib.util
@@ -171,6 +172,16 @@ def main():
 
     fns = {"kda": chunk_kda, "gdn": chunk_gated_delta_rule}
     records = []
+    meta = dict(impl="fla", fla_version=getattr(fla, "__version__", "?"), fla_commit=commit, torch=torch.__version__,
+                triton=triton.__version__, device=torch.cuda.get_device_name(), reps=args.reps, warmup=args.warmup,
+                chunk=args.chunk, records=records)
+
+    def write_json():  # after every case: a run killed by a timeout keeps what it measured
+        if args.json:
+            with open(args.json + ".tmp", "w") as f:
+                json.dump(meta, f, indent=1)
+            os.replace(args.json + ".tmp", args.json)
+
     for si, (B, T, H, K, V) in enumerate(args.shape):
         for kind in args.kinds:
             shape = f"{B},{T},{H},{K},{V}"
@@ -225,14 +236,10 @@ def main():
                 inputs = do = o_graph = None
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
+                write_json()
     print("memory MiB: torch.cuda.max_memory_allocated() during the pass, minus what was allocated before the "
           "inputs (inputs, outputs, gradients, saved tensors and fla's intermediates)")
     if args.json:
-        meta = dict(impl="fla", fla_version=getattr(fla, "__version__", "?"), fla_commit=commit,
-                    torch=torch.__version__, triton=triton.__version__, device=torch.cuda.get_device_name(),
-                    reps=args.reps, warmup=args.warmup, chunk=args.chunk, records=records)
-        with open(args.json, "w") as f:
-            json.dump(meta, f, indent=1)
         print(f"wrote {args.json}")
     return 1 if any(r["status"] != "ok" for r in records) else 0
 

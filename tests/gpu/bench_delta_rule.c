@@ -22,6 +22,9 @@
 // cuda_memory_stats); scratch_get buffers (not backend allocations) are not in it, so the
 // device memory in use is printed too.
 //
+// --json FILE: one record per kind, shape and pass (median_ms, min_ms, peak_bytes), rewritten
+// after every case so that a run that dies later keeps what it measured.
+//
 // Under the CPU emulator (HYBRID_CUDA_EMU; `make out/build/emu/bench_delta_rule`) the same
 // program runs at tiny shapes with a wall clock: it proves the plumbing, its times mean nothing.
 #include <math.h>
@@ -234,6 +237,30 @@ static void time_pass(Case *c, void (*fn)(Case *), int warmup, int reps, double 
     free(t);
 }
 
+// the JSON file, rewritten after every case: a run that dies later keeps what it measured
+static void write_json(const char *path, const Record *rec, int nrec, int reps, int warmup, int chunk) {
+    FILE *f = xfopen(path, "w");
+    fprintf(f, "{\"impl\": \"hybrid.c\", \"emulated\": %s, \"reps\": %d, \"warmup\": %d, \"chunk\": %d, "
+               "\"records\": [\n",
+#ifdef HYBRID_CUDA_EMU
+            "true",
+#else
+            "false",
+#endif
+            reps, warmup, chunk);
+    for (int i = 0; i < nrec; i++) {
+        const Record *r = &rec[i];
+        fprintf(f,
+                "  {\"kind\": \"%s\", \"B\": %d, \"T\": %d, \"H\": %d, \"K\": %d, \"V\": %d, \"pass\": \"%s\", "
+                "\"status\": \"ok\", \"median_ms\": %.4f, \"min_ms\": %.4f, \"peak_bytes\": %zu, "
+                "\"device_used_bytes\": %zu}%s\n",
+                r->kind, r->s.B, r->s.T, r->s.H, r->s.K, r->s.V, pass_names[r->pass], r->median_ms, r->min_ms,
+                r->peak_bytes, r->device_used_bytes, i + 1 < nrec ? "," : "");
+    }
+    fprintf(f, "]}\n");
+    xfclose(f, path);
+}
+
 static inline double gib(size_t b) { return b / 1073741824.0; }
 static inline double mib(size_t b) { return b / 1048576.0; }
 
@@ -410,6 +437,7 @@ int main(int argc, char **argv) {
             printf("; device in use %.2f GiB (context, libraries and scratch included)", gib(rec[nrec - 1].device_used_bytes));
 #endif
             printf("\n");
+            if (json) write_json(json, rec, nrec, reps, warmup, chunk);
             Buf *all[] = {&c.q, &c.k, &c.v, &c.g, &c.beta, &c.o, &c.dout, &c.dq, &c.dk, &c.dv, &c.dg, &c.dbeta, &c.ws};
             for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bfree(all[i]);
         }
@@ -421,29 +449,7 @@ int main(int argc, char **argv) {
     printf("(CPU emulator: these times mean nothing)\n");
 #endif
 
-    if (json) {
-        FILE *f = xfopen(json, "w");
-        fprintf(f, "{\"impl\": \"hybrid.c\", \"emulated\": %s, \"reps\": %d, \"warmup\": %d, \"chunk\": %d, "
-                   "\"records\": [\n",
-#ifdef HYBRID_CUDA_EMU
-                "true",
-#else
-                "false",
-#endif
-                reps, warmup, chunk);
-        for (int i = 0; i < nrec; i++) {
-            Record *r = &rec[i];
-            fprintf(f,
-                    "  {\"kind\": \"%s\", \"B\": %d, \"T\": %d, \"H\": %d, \"K\": %d, \"V\": %d, \"pass\": \"%s\", "
-                    "\"status\": \"ok\", \"median_ms\": %.4f, \"min_ms\": %.4f, \"peak_bytes\": %zu, "
-                    "\"device_used_bytes\": %zu}%s\n",
-                    r->kind, r->s.B, r->s.T, r->s.H, r->s.K, r->s.V, pass_names[r->pass], r->median_ms, r->min_ms,
-                    r->peak_bytes, r->device_used_bytes, i + 1 < nrec ? "," : "");
-        }
-        fprintf(f, "]}\n");
-        xfclose(f, json);
-        printf("wrote %s\n", json);
-    }
+    if (json) printf("wrote %s\n", json);
     free(rec);
     return 0;
 }
