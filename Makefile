@@ -105,6 +105,16 @@ OBJ_F  := $(patsubst %.c,$(BUILD)/f/%.o,$(LIB_SRC))
 OBJ_D  := $(patsubst %.c,$(BUILD)/d/%.o,$(LIB_SRC))
 OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 
+# the CUDA emulator's programs (rules below, at "the CUDA emulator"; defined here, before
+# test-only names them as prerequisites)
+EMU       := $(BUILD)/emu
+EMU_CU    := $(wildcard kernels/delta_rule/*.cu)
+EMU_OBJ   := $(patsubst %.cu,$(EMU)/%.o,$(EMU_CU)) $(EMU)/cuda_emu.o
+EMU_TESTS := $(if $(filter 1,$(SANITIZE)),,$(EMU)/test_cuda_emu \
+               $(patsubst tests/gpu/%.c,$(EMU)/%,$(wildcard tests/gpu/test_delta_rule*.c)))
+EMU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unknown-pragmas -fopenmp -D_DEFAULT_SOURCE -U_FORTIFY_SOURCE \
+                -I. -MMD -MP -DHYBRID_CUDA_EMU
+
 # The ops as shared libraries for other programs (include/hybrid_ops.h): float and
 # double builds of model/ops/ (every family, the CPU tables) plus the base layer, never sanitized.
 LIBOPS_SRC    := $(wildcard model/ops/*.c model/ops/*/*.c) model/backend.c base/util.c base/kill_point.c base/rng.c
@@ -208,14 +218,6 @@ $(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_C
 # `make test-gpu`, on the CPU, with no GPU and no nvcc. The CPU reference comes from an
 # archive of the float build, so only the objects the tests need are linked. Not under
 # SANITIZE=1: the fibers switch stacks, which AddressSanitizer does not follow.
-EMU       := $(BUILD)/emu
-EMU_CU    := $(wildcard kernels/delta_rule/*.cu)
-EMU_OBJ   := $(patsubst %.cu,$(EMU)/%.o,$(EMU_CU)) $(EMU)/cuda_emu.o
-EMU_TESTS := $(if $(filter 1,$(SANITIZE)),,$(EMU)/test_cuda_emu \
-               $(patsubst tests/gpu/%.c,$(EMU)/%,$(wildcard tests/gpu/test_delta_rule*.c)))
-EMU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unknown-pragmas -fopenmp -D_DEFAULT_SOURCE -U_FORTIFY_SOURCE \
-                -I. -MMD -MP -DHYBRID_CUDA_EMU
-
 $(EMU)/%.o: %.cu $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -x c++ -c -o $@ $<
