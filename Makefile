@@ -105,13 +105,23 @@ OBJ_F  := $(patsubst %.c,$(BUILD)/f/%.o,$(LIB_SRC))
 OBJ_D  := $(patsubst %.c,$(BUILD)/d/%.o,$(LIB_SRC))
 OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 
+# the CUDA emulator's programs (rules below, at "the CUDA emulator"; defined here, before
+# test-only names them as prerequisites)
+EMU       := $(BUILD)/emu
+EMU_CU    := $(wildcard kernels/delta_rule/*.cu)
+EMU_OBJ   := $(patsubst %.cu,$(EMU)/%.o,$(EMU_CU)) $(EMU)/cuda_emu.o
+EMU_TESTS := $(if $(filter 1,$(SANITIZE)),,$(EMU)/test_cuda_emu \
+               $(patsubst tests/gpu/%.c,$(EMU)/%,$(wildcard tests/gpu/test_delta_rule*.c)))
+EMU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unknown-pragmas -fopenmp -D_DEFAULT_SOURCE -U_FORTIFY_SOURCE \
+                -I. -MMD -MP -DHYBRID_CUDA_EMU
+
 # The ops as shared libraries for other programs (include/hybrid_ops.h): float and
 # double builds of model/ops/ (every family, the CPU tables) plus the base layer, never sanitized.
 LIBOPS_SRC    := $(wildcard model/ops/*.c model/ops/*/*.c) model/backend.c base/util.c base/kill_point.c base/rng.c
 LIBOPS_CFLAGS := -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP -fPIC
 LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 
-.PHONY: all test test-only test-gpu bench train train-only data vocab clean help lib
+.PHONY: all test test-only test-gpu bench bench-kda bench-kda-ours train train-only data vocab clean help lib
 # keep the objects of both builds between test links
 .SECONDARY:
 all: $(BIN)
@@ -208,14 +218,6 @@ $(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_C
 # `make test-gpu`, on the CPU, with no GPU and no nvcc. The CPU reference comes from an
 # archive of the float build, so only the objects the tests need are linked. Not under
 # SANITIZE=1: the fibers switch stacks, which AddressSanitizer does not follow.
-EMU       := $(BUILD)/emu
-EMU_CU    := $(wildcard kernels/delta_rule/*.cu)
-EMU_OBJ   := $(patsubst %.cu,$(EMU)/%.o,$(EMU_CU)) $(EMU)/cuda_emu.o
-EMU_TESTS := $(if $(filter 1,$(SANITIZE)),,$(EMU)/test_cuda_emu \
-               $(patsubst tests/gpu/%.c,$(EMU)/%,$(wildcard tests/gpu/test_delta_rule*.c)))
-EMU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unknown-pragmas -fopenmp -D_DEFAULT_SOURCE -U_FORTIFY_SOURCE \
-                -I. -MMD -MP -DHYBRID_CUDA_EMU
-
 $(EMU)/%.o: %.cu $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CXX) $(EMU_CXXFLAGS) -x c++ -c -o $@ $<
@@ -240,6 +242,13 @@ $(filter-out $(EMU)/test_cuda_emu,$(EMU_TESTS)): $(EMU)/%: $(EMU)/gpu/%.o $(EMU)
 	@echo "LINK $@ (CUDA emulator)"
 	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
 
+# The delta-rule benchmark's plumbing under the emulator (not in `make test`: it times nothing
+# that means anything): `make out/build/emu/bench_delta_rule`, then e.g.
+#   out/build/emu/bench_delta_rule --shape 1,64,1,16,16 --reps 1 --warmup 0
+$(EMU)/bench_delta_rule: $(EMU)/gpu/bench_delta_rule.o $(EMU_OBJ) $(EMU)/libcpu_f.a $(FLAGS)
+	@echo "LINK $@ (CUDA emulator)"
+	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
+
 ifneq ($(CU_SRC),)
 # Every test program, then the Hugging Face checks (export, import; the fla export too when
 # FLA_DIR names a flash-linear-attention checkout or a prepared copy with flasrc/), one line each (tests/run_all.sh;
@@ -260,8 +269,34 @@ bench: hybrid $(GPU_BIN)/bench_gpt2
 	python3 scripts/bench_pytorch_gpt2.py --batch $(BENCH_B) --seq $(BENCH_T) --steps $(BENCH_STEPS) \
 	    --json $(OUT)/bench/pytorch.json
 	python3 scripts/bench_summary.py $(OUT)/bench/hybrid.json $(OUT)/bench/pytorch.json
+# `make bench-kda` (BENCHMARKS.md, "H200: chunkwise KDA and GDN against fla"): our chunkwise KDA
+# and GDN (tests/gpu/bench_delta_rule.c), then fla's chunk_kda and chunk_gated_delta_rule on the
+# same shapes and inputs when FLA_DIR names a prepared copy (/work/shared/peers/prepare_fla.sh) or
+# an fla checkout (scripts/bench_fla_kda.py; TRITON_CACHE_DIR defaults to out/triton-cache), then
+# the side-by-side table (scripts/bench_summary_kda.py). JSON under out/bench/. KDA_BENCH_ARGS go
+# to both programs (e.g. "--shape 8,4096,16,128,128 --kinds kda --reps 50"). KDA_FLA_TIMEOUT=S
+# stops fla's run after S seconds (Triton autotunes for minutes on a cold cache; the JSON keeps
+# the cases done). Ours alone: `make bench-kda-ours`. Exits 1 if either side failed (e.g. our
+# kernel not yet ported: it names the missing member), after the summary.
+KDA_BENCH_ARGS ?=
+KDA_FLA_TIMEOUT ?=
+bench-kda: $(GPU_BIN)/bench_delta_rule
+	@nvidia-smi -L > /dev/null 2>&1 || { echo "bench-kda: no GPU visible (nvidia-smi -L failed)"; exit 1; }
+	@mkdir -p $(OUT)/bench
+	@rm -f $(OUT)/bench/kda_ours.json $(OUT)/bench/kda_fla.json
+	@st=0; $(GPU_BIN)/bench_delta_rule $(KDA_BENCH_ARGS) --json $(OUT)/bench/kda_ours.json || st=1; \
+	if [ -n "$(FLA_DIR)" ]; then \
+	    TRITON_CACHE_DIR=$${TRITON_CACHE_DIR:-$(CURDIR)/$(OUT)/triton-cache} FLA_PEER=$(FLA_DIR) \
+	        $(if $(KDA_FLA_TIMEOUT),timeout $(KDA_FLA_TIMEOUT)) python3 -u scripts/bench_fla_kda.py $(KDA_BENCH_ARGS) \
+	        --json $(OUT)/bench/kda_fla.json || st=1; \
+	else echo "bench-kda: FLA_DIR not set: fla not measured (FLA_DIR=out/peers/fla make bench-kda)"; fi; \
+	python3 scripts/bench_summary_kda.py $(OUT)/bench/kda_ours.json $(OUT)/bench/kda_fla.json; exit $$st
+
+bench-kda-ours: $(GPU_BIN)/bench_delta_rule
+	@mkdir -p $(OUT)/bench
+	$(GPU_BIN)/bench_delta_rule $(KDA_BENCH_ARGS) --json $(OUT)/bench/kda_ours.json
 else
-test-gpu bench:
+test-gpu bench bench-kda bench-kda-ours:
 	@echo "$@: this build has no CUDA (nvcc not found)"; exit 1
 endif
 

@@ -22,6 +22,12 @@ void cuda_profile_print(FILE *f, int steps);
 // device (all users, the CUDA context included) and its total.
 void cuda_memory_stats(size_t *live, size_t *peak, size_t *device_used, size_t *device_total);
 
+// CUDA events on the backend's stream (kernels/timer.cu; not in the CPU emulator):
+// cuda_timer_start records the start; cuda_timer_stop_ms records the stop, waits for it and
+// returns the milliseconds between the two (the device time of the work queued in between).
+void cuda_timer_start(void);
+double cuda_timer_stop_ms(void);
+
 #ifdef __cplusplus
 }
 #endif

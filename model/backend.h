@@ -84,10 +84,11 @@ static inline real *backend_offset(const Backend *be, const real *ptr, size_t n)
 // The CPU reference backend (model/ops/cpu_backend.c): every family.
 const Backend *backend_cpu(void);
 
-#if defined(HAVE_CUDA) && !defined(REAL_DOUBLE)
+#if (defined(HAVE_CUDA) || defined(HYBRID_CUDA_EMU)) && !defined(REAL_DOUBLE)
 // The CUDA backend (kernels/): bf16 parameters and activations, fp32 statistics,
 // optimizer state and master weights. Dies if no CUDA device is usable. Only the float
 // build has it (the double-precision build is the CPU reference for gradient checks).
+// Under the CPU emulator (tests/cuda_emu/) its memory part, with host memory.
 const Backend *backend_cuda(void);
 #endif
 

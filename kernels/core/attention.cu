@@ -14,67 +14,26 @@
 //             kernel recomputes S and dP instead of reading dS, two extra matmuls.)
 // Other head sizes (<= 128): straightforward one-warp-per-row kernels (fp32, same math).
 //
-// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
-//   A (16x16): a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
-//   B (16x8):  b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
-//   C (16x8):  c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1)
-// so the C fragments of two adjacent 8-column tiles are the A fragment of one 16-wide
-// k-step (P and dS never leave registers).
+// Fragment layouts: kernels/mma.cuh. The C fragments of two adjacent 8-column tiles are the
+// A fragment of one 16-wide k-step, so P and dS never leave registers.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/common.cuh"
+#include "kernels/mma.cuh"
 
 #define ATT_TILE 64
 #define ATT_THREADS 128
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
-// ---- PTX helpers ----
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t r[4], const bf16 *p) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const bf16 *p) {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void cp_async16(bf16 *smem, const bf16 *gmem, bool valid) {
-    uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
-    int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
+// ---- PTX helpers (mma16816, ldsm_x4, cp_async16, pack_bf16: kernels/mma.cuh) ----
 // 2^x with the multi-function unit (ex2.approx, ~2 ulp; 2^-inf = 0)
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&h);
 }
 
 template <int HS>

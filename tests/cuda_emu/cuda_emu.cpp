@@ -19,6 +19,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_backend.h"
+#include "kernels/mma.cuh"
 
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
@@ -45,7 +46,8 @@ struct Block {
     int cur = -1;
     unsigned nthreads = 0;
     unsigned live = 0, block_arrived = 0;
-    const void *barrier_site = nullptr;  // where the current generation's first thread arrived
+    const char *barrier_file = "";  // where the current generation's first thread arrived
+    int barrier_line = 0;
     std::vector<unsigned> warp_live, warp_arrived;
     std::vector<uint64_t> exchange;  // 32 slots per warp
     const std::function<void()> *body = nullptr;
@@ -207,13 +209,15 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> 
 
 void *emu_dynamic_smem(void) { return B.smem; }
 
-// Every thread of one barrier generation must arrive from the same __syncthreads (the caller's
-// address tells): a count-based barrier would let a divergent one pass silently.
-__attribute__((noinline)) void __syncthreads(void) {
-    const void *site = __builtin_return_address(0);
-    if (B.block_arrived == 0) B.barrier_site = site;
-    else if (site != B.barrier_site)
-        emu_die("%s: threads of one block wait at different __syncthreads (a barrier in divergent code)", B.where);
+// Every thread of one barrier generation must arrive from the same __syncthreads (its source
+// line tells; the caller's address would not, since the compiler may duplicate one call): a
+// count-based barrier would let a divergent one pass silently.
+void emu_syncthreads(const char *file, int line) {
+    if (B.block_arrived == 0) B.barrier_file = file, B.barrier_line = line;
+    else if (line != B.barrier_line || strcmp(file, B.barrier_file) != 0)
+        emu_die("%s: threads of one block wait at different __syncthreads (%s:%d and %s:%d: a barrier in "
+                "divergent code)",
+                B.where, B.barrier_file, B.barrier_line, file, line);
     Fiber &f = B.fibers[B.cur];
     f.wait = AT_BLOCK_BARRIER;
     B.block_arrived++;
@@ -255,6 +259,68 @@ unsigned emu_ballot(unsigned mask, int predicate) {
         if (B.fibers[w * 32 + l].wait != EXITED && slot[l]) bits |= 1u << l;
     warp_barrier();
     return bits;
+}
+
+// ---- the tensor-core instructions of kernels/mma.cuh, from their fragment layouts ----
+
+namespace {
+// every lane's 64-bit value, in lane order (two warp barriers: all written, then all read)
+void warp_gather(uint64_t value, uint64_t all[32]) {
+    unsigned tid = B.fibers[B.cur].tid, w = tid / 32;
+    uint64_t *slot = &B.exchange[w * 32];
+    slot[tid % 32] = value;
+    warp_barrier();
+    for (int l = 0; l < 32; l++) all[l] = slot[l];
+    warp_barrier();
+}
+float bf16_lo(uint32_t u) { __nv_bfloat16 h; h.x = (uint16_t)(u & 0xffff); return (float)h; }
+float bf16_hi(uint32_t u) { __nv_bfloat16 h; h.x = (uint16_t)(u >> 16); return (float)h; }
+}  // namespace
+
+void emu_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    uint64_t A01[32], A23[32], Bf[32];
+    warp_gather((uint64_t)a[0] | (uint64_t)a[1] << 32, A01);
+    warp_gather((uint64_t)a[2] | (uint64_t)a[3] << 32, A23);
+    warp_gather((uint64_t)b0 | (uint64_t)b1 << 32, Bf);
+    float Am[16][16], Bm[16][8];
+    for (int L = 0; L < 32; L++) {
+        int g = L / 4, t = L % 4;
+        uint32_t a0 = (uint32_t)A01[L], a1 = (uint32_t)(A01[L] >> 32), a2 = (uint32_t)A23[L],
+                 a3 = (uint32_t)(A23[L] >> 32), lb0 = (uint32_t)Bf[L], lb1 = (uint32_t)(Bf[L] >> 32);
+        Am[g][2 * t] = bf16_lo(a0), Am[g][2 * t + 1] = bf16_hi(a0);
+        Am[g + 8][2 * t] = bf16_lo(a1), Am[g + 8][2 * t + 1] = bf16_hi(a1);
+        Am[g][2 * t + 8] = bf16_lo(a2), Am[g][2 * t + 9] = bf16_hi(a2);
+        Am[g + 8][2 * t + 8] = bf16_lo(a3), Am[g + 8][2 * t + 9] = bf16_hi(a3);
+        Bm[2 * t][g] = bf16_lo(lb0), Bm[2 * t + 1][g] = bf16_hi(lb0);
+        Bm[2 * t + 8][g] = bf16_lo(lb1), Bm[2 * t + 9][g] = bf16_hi(lb1);
+    }
+    unsigned lane = B.fibers[B.cur].tid % 32;
+    int g = (int)lane / 4, t = (int)lane % 4;
+    for (int i = 0; i < 4; i++) {
+        int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        float acc = c[i];
+        for (int k = 0; k < 16; k++) acc += Am[row][k] * Bm[k][col];
+        c[i] = acc;
+    }
+}
+
+void emu_ldmatrix_x4(uint32_t r[4], const void *row_address, int trans) {
+    uint64_t rows[32];
+    warp_gather((uint64_t)(uintptr_t)row_address, rows);
+    unsigned lane = B.fibers[B.cur].tid % 32;
+    for (int m = 0; m < 4; m++) {
+        const uint16_t *p0, *p1;
+        int c0, c1;
+        if (!trans) {  // row lane/4 of matrix m, columns 2(lane%4), +1
+            p0 = p1 = (const uint16_t *)(uintptr_t)rows[8 * m + lane / 4];
+            c0 = 2 * (lane % 4), c1 = c0 + 1;
+        } else {  // rows 2(lane%4), +1 of matrix m, column lane/4
+            p0 = (const uint16_t *)(uintptr_t)rows[8 * m + 2 * (lane % 4)];
+            p1 = (const uint16_t *)(uintptr_t)rows[8 * m + 2 * (lane % 4) + 1];
+            c0 = c1 = (int)lane / 4;
+        }
+        r[m] = (uint32_t)p0[c0] | (uint32_t)p1[c1] << 16;
+    }
 }
 
 // ---- the runtime API subset: device memory is host memory ----

@@ -13,7 +13,7 @@
 // are globals that the scheduler sets before resuming a fiber.
 //
 // What it checks besides the arithmetic: __syncthreads in divergent code (threads of one
-// barrier generation arriving from different call sites), warp operations with lanes missing
+// barrier generation arriving from different source lines), warp operations with lanes missing
 // (a deadlock: the run stops naming the block), launch
 // geometry (empty grids, more than 1024 threads, more shared memory than an H200 block has).
 // Dynamic shared memory (DYNAMIC_SMEM) and scratch_get buffers are filled with NaN bytes
@@ -22,8 +22,9 @@
 // __syncthreads between a write and another thread's read shows up as a wrong result in many
 // cases (not all: the emulator is no race detector).
 //
-// What it does not model: timing, memory coalescing, the tensor cores (no inline PTX, wmma or
-// mma), atomics' reordering (atomicAdd is a plain add here, so a kernel whose result depends
+// The tensor-core instructions of kernels/mma.cuh (mma.sync m16n8k16, ldmatrix, cp.async) are
+// emulated from their fragment layouts (cuda_emu.cpp); no other inline PTX is.
+// What it does not model: timing, memory coalescing, atomics' reordering (atomicAdd is a plain add here, so a kernel whose result depends
 // on the order of its atomics passes here and may not be deterministic on the GPU), cuBLAS,
 // inter-block communication within a launch, __restrict__ aliasing assumptions.
 #ifndef HYBRID_CUDA_EMU_H
@@ -114,7 +115,8 @@ static inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f
 template <typename T> static inline T __ldg(const T *p) { return *p; }
 
 // ---- barriers and warp operations (tests/cuda_emu/cuda_emu.cpp) ----
-void __syncthreads(void);
+void emu_syncthreads(const char *file, int line);
+#define __syncthreads() emu_syncthreads(__FILE__, __LINE__)
 void __syncwarp(unsigned mask = 0xffffffffu);
 void __threadfence(void);
 void __threadfence_block(void);

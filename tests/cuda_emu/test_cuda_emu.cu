@@ -3,9 +3,11 @@
 // Barriers order shared-memory writes and reads across threads; the warp shuffles and votes
 // move the right lanes' values; block_sum and warp_sum of kernels/common.cuh reduce; every
 // block of a 3-D grid runs once with its coordinates; dynamic shared memory arrives NaN-filled;
+// the tensor-core MMA and ldmatrix of kernels/mma.cuh multiply from their fragment layouts;
 // and the errors the emulator reports (a barrier in divergent code, a bad launch) stop the
 // program with a message instead of hanging.
 #include "kernels/common.cuh"
+#include "kernels/mma.cuh"
 
 extern "C" {
 #include "tests/testing.h"
@@ -64,6 +66,35 @@ __global__ void divergent_kernel(float *out) {
     if (threadIdx.x < 16) __syncthreads();  // two barriers, each reached by some threads only
     else out[threadIdx.x] = 1.f;
     if (threadIdx.x >= 16) __syncthreads();
+}
+
+// C (16x16) = A (16x16) B (16x16) on one warp, two 8-column tiles: A by ldmatrix (four 8x8
+// quarters), B stored k-major ([k][n], by the transposing ldmatrix) or n-major ([n][k], by
+// the plain one), and a third time with every fragment built by hand from the documented
+// layout (kernels/mma.cuh) — the layout the GPU-verified attention kernels rely on.
+__global__ void mma_kernel(float *out, const bf16 *a, const bf16 *b_kn, const bf16 *b_nk) {
+    __shared__ bf16 sa[16][16], skn[16][16], snk[16][16];
+    int lane = threadIdx.x;
+    for (int i = lane; i < 256; i += 32) sa[i / 16][i % 16] = a[i], skn[i / 16][i % 16] = b_kn[i], snk[i / 16][i % 16] = b_nk[i];
+    __syncwarp();
+    int m = lane / 8, r = lane % 8, g = lane / 4, t = lane % 4;
+    uint32_t af[4], bt[4], bn[4];
+    ldsm_x4(af, &sa[(m % 2) * 8 + r][(m / 2) * 8]);
+    ldsm_x4_t(bt, &skn[(m % 2) * 8 + r][(m / 2) * 8]);  // [k][n]: quarters (k lo, n lo), (k hi, n lo), (k lo, n hi), (k hi, n hi)
+    ldsm_x4(bn, &snk[(m / 2) * 8 + r][(m % 2) * 8]);    // [n][k]: quarters (n lo, k lo), (n lo, k hi), (n hi, k lo), (n hi, k hi)
+    float c[3][2][4] = {};
+    for (int nt = 0; nt < 2; nt++) {
+        mma16816(c[0][nt], af, bt[2 * nt], bt[2 * nt + 1]);
+        mma16816(c[1][nt], af, bn[2 * nt], bn[2 * nt + 1]);
+        uint32_t ah[4] = {pack_bf16(sa[g][2 * t], sa[g][2 * t + 1]), pack_bf16(sa[g + 8][2 * t], sa[g + 8][2 * t + 1]),
+                          pack_bf16(sa[g][2 * t + 8], sa[g][2 * t + 9]), pack_bf16(sa[g + 8][2 * t + 8], sa[g + 8][2 * t + 9])};
+        int n = nt * 8 + g;
+        mma16816(c[2][nt], ah, pack_bf16(skn[2 * t][n], skn[2 * t + 1][n]), pack_bf16(skn[2 * t + 8][n], skn[2 * t + 9][n]));
+    }
+    for (int v = 0; v < 3; v++)
+        for (int nt = 0; nt < 2; nt++)
+            for (int i = 0; i < 4; i++)
+                out[v * 256 + (g + (i >= 2 ? 8 : 0)) * 16 + nt * 8 + 2 * t + (i & 1)] = c[v][nt][i];
 }
 
 static void run_divergent(void *) {
@@ -131,6 +162,28 @@ int main(void) {
         for (int i = 0; i < 40; i++) bad += out[i] != (float)(39 - i);
         for (int i = 40; i < 64; i++) bad += out[i] != -1.f;
         CHECK(bad == 0, "threads that returned count as arrived: %d wrong", bad);
+    }
+    {
+        bf16 a[256], bkn[256], bnk[256];
+        float fa[256], fb[256], out[3 * 256];
+        for (int i = 0; i < 256; i++) {
+            fa[i] = (float)((i * 37) % 19 - 9) / 8.f;
+            fb[i] = (float)((i * 53) % 23 - 11) / 16.f;  // fb[k*16+n]
+        }
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < 16; n++) bkn[k * 16 + n] = bnk[n * 16 + k] = __float2bfloat16(fb[k * 16 + n]);
+        for (int i = 0; i < 256; i++) a[i] = __float2bfloat16(fa[i]);
+        launch_kernel(mma_kernel, dim3(1), dim3(32), 0, out, (const bf16 *)a, (const bf16 *)bkn, (const bf16 *)bnk);
+        int bad[3] = {0, 0, 0};
+        for (int i = 0; i < 16; i++)
+            for (int j = 0; j < 16; j++) {
+                double want = 0;
+                for (int k = 0; k < 16; k++) want += (double)fa[i * 16 + k] * fb[k * 16 + j];
+                for (int v = 0; v < 3; v++) bad[v] += fabs(out[v * 256 + i * 16 + j] - want) > 1e-5;
+            }
+        CHECK(bad[0] == 0, "mma with A and B (k-major) by ldmatrix: %d of 256 wrong", bad[0]);
+        CHECK(bad[1] == 0, "mma with B (n-major) by ldmatrix: %d of 256 wrong", bad[1]);
+        CHECK(bad[2] == 0, "mma with hand-built fragments: %d of 256 wrong", bad[2]);
     }
     CHECK(expect_death_within(20, run_divergent, NULL, "divergent __syncthreads", "different __syncthreads"),
           "a barrier in divergent code is reported");

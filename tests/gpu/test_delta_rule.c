@@ -1,0 +1,331 @@
+// GPU parity tests of the chunkwise delta rule and its decode step (KDA, GDN, DeltaNet;
+// model/ops/delta_rule/delta_rule.h; kernels/delta_rule/chunk*.cu, step.cu) against the float
+// CPU reference (whose internals are double), on fresh random inputs.
+// Method and helpers: tests/gpu/harness.h (bf16-rounded inputs, NaN-poisoned outputs, RMS
+// relative error). Inputs as the layer feeds them: q, k L2-normalised rows; beta in (0, 1);
+// log-decays g in fla's range (KDA per channel ~ -0.14 a token, so the in-chunk cumulative decay
+// reaches about -5..-20; GDN per head in [-1, -0.01]).
+// Tolerances: bf16 outputs TOL_OUT 5e-3; dq, dk, dv TOL_GRAD 8e-3; dg, dbeta 2e-2 (fla's test
+// tolerance for those); fp32 states hT, dh0 TOL_F32 1e-4: the kernels carry states in fp32 over
+// at most a few chunks of 64 tokens, against a double reference rounded to float, so their
+// error is a few fp32 roundings (~1e-6) per accumulated product; 1e-4 leaves margin without
+// hiding a wrong term (a wrong term is O(1) relative).
+// Under HYBRID_CUDA_EMU (the CPU emulator, tests/cuda_emu/) only small shapes run.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "model/backend.h"
+#include "model/ops/delta_rule/delta_rule.h"
+#include "tests/testing.h"
+#include "tests/gpu/harness.h"
+
+// the CUDA table (not yet handed out by the backend) and the fp32-I/O forward (chunk.cuh)
+extern const DeltaRuleOps *cuda_delta_rule_ops(void);
+extern void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float *hT, const float *q, const float *k,
+                                           const float *v, const float *g, const float *beta, const float *h0,
+                                           float scale, int B, int T, int H, int K, int V, const int *offsets,
+                                           int nseq, int chunk, void *workspace);
+
+#define TOL_GB 2e-2  // dg, dbeta
+#define CHUNK 64
+
+static const DeltaRuleOps *D;
+static const char *kind_name(LinearKind k) { return k == LINEAR_KDA ? "KDA" : k == LINEAR_GDN ? "GDN" : "DeltaNet"; }
+
+// One problem's host inputs (bf16-representable floats).
+typedef struct {
+    LinearKind kind;
+    int B, T, H, K, V, N, nseq;
+    int *offsets;  // host copy (NULL: fixed length)
+    size_t nq, nv, ng, nb, ns;
+    float *q, *k, *v, *g, *beta, *h0, *dout, *dhT;
+    float scale;
+} Prob;
+
+static float urand(void) { return (float)rng_uniform(&g_rng); }
+
+// rows of length D scaled to unit L2 norm, then bf16-rounded (as the layer's l2norm output)
+static float *rand_l2rows(size_t rows, int Dd) {
+    float *x = host_rand(rows * Dd, 1, 0);
+    for (size_t r = 0; r < rows; r++) {
+        double s = 0;
+        for (int i = 0; i < Dd; i++) s += (double)x[r * Dd + i] * x[r * Dd + i];
+        const float inv = (float)(1 / sqrt(s + 1e-6));
+        for (int i = 0; i < Dd; i++) x[r * Dd + i] = bf16_round(x[r * Dd + i] * inv);
+    }
+    return x;
+}
+
+static float *rand_gate(LinearKind kind, size_t n) {
+    if (kind == LINEAR_DELTANET) return NULL;
+    float *g = xmalloc(sizeof(float) * (n ? n : 1));
+    for (size_t x = 0; x < n; x++)
+        g[x] = bf16_round(kind == LINEAR_KDA ? -0.1f * expf(3 * urand() - 1.5f) : -0.01f - 0.99f * urand());
+    return g;
+}
+
+static Prob make_prob(LinearKind kind, int B, int T, int H, int K, int V, const int *offsets, int nseq) {
+    Prob p = {0};
+    p.kind = kind, p.B = B, p.T = T, p.H = H, p.K = K, p.V = V, p.nseq = nseq;
+    p.N = offsets ? nseq : B;
+    if (offsets) {
+        p.offsets = xmalloc(sizeof(int) * (nseq + 1));
+        memcpy(p.offsets, offsets, sizeof(int) * (nseq + 1));
+    }
+    const size_t rows = (size_t)B * T * H;
+    p.nq = rows * K, p.nv = rows * V, p.nb = rows, p.ns = (size_t)p.N * H * K * V;
+    p.ng = kind == LINEAR_KDA ? p.nq : rows;
+    p.q = rand_l2rows(rows, K);
+    p.k = rand_l2rows(rows, K);
+    p.v = host_rand(p.nv, 1, 0);
+    p.g = rand_gate(kind, p.ng);
+    p.beta = host_rand(p.nb, 0.45f, 0.5f);
+    p.h0 = host_rand(p.ns, 1, 0);
+    p.dout = host_rand(p.nv, 1, 0);
+    p.dhT = host_rand(p.ns, 1, 0);
+    p.scale = 1 / sqrtf((float)K);
+    return p;
+}
+
+static void free_prob(Prob *p) {
+    free(p->offsets), free(p->q), free(p->k), free(p->v), free(p->g), free(p->beta), free(p->h0), free(p->dout),
+        free(p->dhT);
+}
+
+// The device copies of a problem's inputs.
+typedef struct {
+    void *q, *k, *v, *g, *beta, *dout;
+    float *h0, *dhT;
+    int *offsets;
+} DevIn;
+
+static DevIn upload(const Prob *p) {
+    DevIn d;
+    d.q = dev_bf16(p->q, p->nq), d.k = dev_bf16(p->k, p->nq), d.v = dev_bf16(p->v, p->nv);
+    d.g = p->g ? dev_bf16(p->g, p->ng) : NULL;
+    d.beta = dev_bf16(p->beta, p->nb), d.dout = dev_bf16(p->dout, p->nv);
+    d.h0 = dev_f32(p->h0, p->ns), d.dhT = dev_f32(p->dhT, p->ns);
+    d.offsets = p->offsets ? dev_tokens(p->offsets, (size_t)p->nseq + 1) : NULL;
+    return d;
+}
+
+static void free_dev(DevIn *d) {
+    G->free(d->q), G->free(d->k), G->free(d->v), G->free(d->beta), G->free(d->dout), G->free(d->h0), G->free(d->dhT);
+    if (d->g) G->free(d->g);
+    if (d->offsets) G->free(d->offsets);
+}
+
+static void *cpu_ws(const Prob *p, int backward) {
+    size_t b = cpu_linear_workspace_size(p->kind, backward, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK);
+    return xmalloc(b ? b : 1);
+}
+static void *gpu_ws(const Prob *p, int backward) {
+    size_t b = D->linear_workspace_size(p->kind, backward, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK);
+    return G->alloc(b ? b : 16);
+}
+
+// forward o and hT, then backward dq dk dv dg dbeta dh0; with_h0 / with_dhT: NULL or given
+static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
+    printf("%s chunk B=%d T=%d H=%d K=%d V=%d%s h0=%s dhT=%s\n", kind_name(p->kind), p->B, p->T, p->H, p->K, p->V,
+           p->offsets ? " varlen" : "", with_h0 ? "given" : "NULL", with_dhT ? "given" : "NULL");
+    DevIn d = upload(p);
+    const float *h0 = with_h0 ? p->h0 : NULL, *dhT = with_dhT ? p->dhT : NULL;
+    float *dh0p = with_h0 ? d.h0 : NULL, *ddhT = with_dhT ? d.dhT : NULL;
+
+    // forward
+    float *o = xmalloc(sizeof(float) * p->nv), *hT = xmalloc(sizeof(float) * p->ns);
+    void *wc = cpu_ws(p, 0);
+    cpu_delta_chunk_forward(p->kind, o, hT, p->q, p->k, p->v, p->g, p->beta, h0, p->scale, p->B, p->T, p->H, p->K,
+                            p->V, p->offsets, p->nseq, CHUNK, wc);
+    free(wc);
+    void *od = dev_bf16(NULL, p->nv), *wg = gpu_ws(p, 0);
+    float *hTd = dev_f32(NULL, p->ns);
+    poison_bf16(od, p->nv);
+    poison_f32(hTd, p->ns);
+    D->delta_chunk_forward(p->kind, od, (real *)hTd, d.q, d.k, d.v, d.g, d.beta, (const real *)dh0p, p->scale, p->B,
+                           p->T, p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
+    cmp_bf16("forward o", od, o, p->nv, TOL_OUT);
+    cmp_f32("forward hT (fp32)", hTd, hT, p->ns, TOL_F32);
+    // hT NULL must work too (o unchanged)
+    poison_bf16(od, p->nv);
+    D->delta_chunk_forward(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, (const real *)dh0p, p->scale, p->B, p->T,
+                           p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
+    cmp_bf16("forward o (hT NULL)", od, o, p->nv, TOL_OUT);
+    G->free(wg);
+
+    // backward
+    float *dq = xmalloc(sizeof(float) * p->nq), *dk = xmalloc(sizeof(float) * p->nq),
+          *dv = xmalloc(sizeof(float) * p->nv), *dg = p->g ? xmalloc(sizeof(float) * p->ng) : NULL,
+          *db = xmalloc(sizeof(float) * p->nb), *dh0 = xmalloc(sizeof(float) * p->ns);
+    wc = cpu_ws(p, 1);
+    cpu_delta_chunk_backward(p->kind, dq, dk, dv, dg, db, dh0, p->dout, dhT, p->q, p->k, p->v, p->g, p->beta, h0,
+                             p->scale, p->B, p->T, p->H, p->K, p->V, p->offsets, p->nseq, CHUNK, wc);
+    free(wc);
+    void *dqd = dev_bf16(NULL, p->nq), *dkd = dev_bf16(NULL, p->nq), *dvd = dev_bf16(NULL, p->nv),
+         *dgd = p->g ? dev_bf16(NULL, p->ng) : NULL, *dbd = dev_bf16(NULL, p->nb);
+    float *dh0d = dev_f32(NULL, p->ns);
+    wg = gpu_ws(p, 1);
+    poison_bf16(dqd, p->nq), poison_bf16(dkd, p->nq), poison_bf16(dvd, p->nv), poison_bf16(dbd, p->nb);
+    if (dgd) poison_bf16(dgd, p->ng);
+    poison_f32(dh0d, p->ns);
+    D->delta_chunk_backward(p->kind, dqd, dkd, dvd, dgd, dbd, (real *)dh0d, d.dout, (const real *)ddhT, d.q, d.k, d.v,
+                            d.g, d.beta, (const real *)dh0p, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets,
+                            p->nseq, CHUNK, wg);
+    cmp_bf16("backward dq", dqd, dq, p->nq, TOL_GRAD);
+    cmp_bf16("backward dk", dkd, dk, p->nq, TOL_GRAD);
+    cmp_bf16("backward dv", dvd, dv, p->nv, TOL_GRAD);
+    if (dgd) cmp_bf16("backward dg", dgd, dg, p->ng, TOL_GB);
+    cmp_bf16("backward dbeta", dbd, db, p->nb, TOL_GB);
+    cmp_f32("backward dh0 (fp32)", dh0d, dh0, p->ns, TOL_F32);
+    G->free(wg);
+    G->free(od), G->free(hTd), G->free(dqd), G->free(dkd), G->free(dvd), G->free(dbd), G->free(dh0d);
+    if (dgd) G->free(dgd);
+    free(o), free(hT), free(dq), free(dk), free(dv), free(dg), free(db), free(dh0);
+    free_dev(&d);
+}
+
+// token t of every sequence of a fixed-length problem gathered into (N=B, H, D) rows
+static float *gather_tok(const float *x, const Prob *p, int t, int Dd) {
+    float *y = xmalloc(sizeof(float) * (size_t)p->B * p->H * Dd);
+    for (int b = 0; b < p->B; b++)
+        memcpy(y + (size_t)b * p->H * Dd, x + ((size_t)b * p->T + t) * p->H * Dd, sizeof(float) * p->H * Dd);
+    return y;
+}
+
+// delta_step against cpu_delta_step for one token, then T steps against the chunk forward
+static void test_step(const Prob *p) {
+    printf("%s step N=%d H=%d K=%d V=%d, %d steps vs the chunk forward\n", kind_name(p->kind), p->B, p->H, p->K,
+           p->V, p->T);
+    const int N = p->B, H = p->H, K = p->K, V = p->V, gd = p->kind == LINEAR_KDA ? K : 1;
+    const size_t nk = (size_t)N * H * K, nvv = (size_t)N * H * V;
+    // one step from a random state
+    float *q = gather_tok(p->q, p, 0, K), *k = gather_tok(p->k, p, 0, K), *v = gather_tok(p->v, p, 0, V),
+          *g = p->g ? gather_tok(p->g, p, 0, gd) : NULL, *b = gather_tok(p->beta, p, 0, 1);
+    float *S = host_dup(p->h0, p->ns), *o = xmalloc(sizeof(float) * nvv);
+    cpu_delta_step(p->kind, o, S, q, k, v, g, b, p->scale, N, H, K, V);
+    void *qd = dev_bf16(q, nk), *kd = dev_bf16(k, nk), *vd = dev_bf16(v, nvv), *gd_ = g ? dev_bf16(g, nk / K * gd) : NULL,
+         *bd = dev_bf16(b, (size_t)N * H), *od = dev_bf16(NULL, nvv);
+    float *Sd = dev_f32(p->h0, p->ns);
+    poison_bf16(od, nvv);
+    D->delta_step(p->kind, od, (real *)Sd, qd, kd, vd, gd_, bd, p->scale, N, H, K, V);
+    cmp_bf16("step o", od, o, nvv, TOL_OUT);
+    cmp_f32("step state (fp32)", Sd, S, p->ns, TOL_F32);
+    G->free(qd), G->free(kd), G->free(vd), G->free(bd), G->free(od);
+    if (gd_) G->free(gd_);
+    free(q), free(k), free(v), free(g), free(b), free(o);
+
+    // T steps from h0 == the chunk forward (CPU reference) o and hT
+    float *oc = xmalloc(sizeof(float) * p->nv), *hT = xmalloc(sizeof(float) * p->ns),
+          *os = xmalloc(sizeof(float) * p->nv);
+    void *wc = cpu_ws(p, 0);
+    cpu_delta_chunk_forward(p->kind, oc, hT, p->q, p->k, p->v, p->g, p->beta, p->h0, p->scale, p->B, p->T, H, K, V,
+                            NULL, 0, CHUNK, wc);
+    free(wc);
+    G->copy_from_host(Sd, p->h0, p->ns * sizeof(float));
+    qd = dev_bf16(NULL, nk), kd = dev_bf16(NULL, nk), vd = dev_bf16(NULL, nvv), bd = dev_bf16(NULL, (size_t)N * H),
+    od = dev_bf16(NULL, nvv), gd_ = p->g ? dev_bf16(NULL, nk / K * gd) : NULL;
+    for (int t = 0; t < p->T; t++) {
+        q = gather_tok(p->q, p, t, K), k = gather_tok(p->k, p, t, K), v = gather_tok(p->v, p, t, V),
+        g = p->g ? gather_tok(p->g, p, t, gd) : NULL, b = gather_tok(p->beta, p, t, 1);
+        G->upload(qd, q, nk), G->upload(kd, k, nk), G->upload(vd, v, nvv), G->upload(bd, b, (size_t)N * H);
+        if (g) G->upload(gd_, g, nk / K * gd);
+        poison_bf16(od, nvv);
+        D->delta_step(p->kind, od, (real *)Sd, qd, kd, vd, gd_, bd, p->scale, N, H, K, V);
+        float *ot = get_bf16(od, nvv);
+        for (int n = 0; n < N; n++)
+            memcpy(os + ((size_t)n * p->T + t) * H * V, ot + (size_t)n * H * V, sizeof(float) * H * V);
+        free(ot), free(q), free(k), free(v), free(g), free(b);
+    }
+    expect("T steps o == chunk forward o", rel_rms(os, oc, p->nv), TOL_OUT);
+    cmp_f32("T steps state == chunk forward hT (fp32)", Sd, hT, p->ns, TOL_F32);
+    G->free(qd), G->free(kd), G->free(vd), G->free(bd), G->free(od), G->free(Sd);
+    if (gd_) G->free(gd_);
+    free(oc), free(hT), free(os), free(S);
+}
+
+// fp32-I/O forward against the CPU reference (double internals, rounded to float): the error of
+// the kernels' fp32 arithmetic alone, next to fla's 1.4e-3 (issue 15, item 4)
+static void test_f32io(const Prob *p) {
+    printf("%s fp32-I/O forward B=%d T=%d H=%d K=%d V=%d%s\n", kind_name(p->kind), p->B, p->T, p->H, p->K, p->V,
+           p->offsets ? " varlen" : "");
+    float *o = xmalloc(sizeof(float) * p->nv), *hT = xmalloc(sizeof(float) * p->ns);
+    void *wc = cpu_ws(p, 0);
+    cpu_delta_chunk_forward(p->kind, o, hT, p->q, p->k, p->v, p->g, p->beta, p->h0, p->scale, p->B, p->T, p->H, p->K,
+                            p->V, p->offsets, p->nseq, CHUNK, wc);
+    free(wc);
+    float *q = dev_f32(p->q, p->nq), *k = dev_f32(p->k, p->nq), *v = dev_f32(p->v, p->nv),
+          *g = p->g ? dev_f32(p->g, p->ng) : NULL, *b = dev_f32(p->beta, p->nb), *h0 = dev_f32(p->h0, p->ns),
+          *od = dev_f32(NULL, p->nv), *hTd = dev_f32(NULL, p->ns);
+    int *off = p->offsets ? dev_tokens(p->offsets, (size_t)p->nseq + 1) : NULL;
+    void *wg = gpu_ws(p, 0);
+    poison_f32(od, p->nv), poison_f32(hTd, p->ns);
+    cuda_delta_chunk_forward_f32io(p->kind, od, hTd, q, k, v, g, b, h0, p->scale, p->B, p->T, p->H, p->K, p->V, off,
+                                   p->nseq, CHUNK, wg);
+    const double eo = err_f32(od, o, p->nv), eh = err_f32(hTd, hT, p->ns);
+    printf("  fp32-I/O relative error: o %.2e, hT %.2e (fla's fp32 chunk kernels: 1.4e-3)\n", eo, eh);
+    expect("fp32-I/O o", eo, TOL_F32);
+    expect("fp32-I/O hT", eh, TOL_F32);
+    G->free(q), G->free(k), G->free(v), G->free(b), G->free(h0), G->free(od), G->free(hTd), G->free(wg);
+    if (g) G->free(g);
+    if (off) G->free(off);
+    free(o), free(hT);
+}
+
+static void run_fixed(LinearKind kind, int B, int T, int H, int K, int V, int variants) {
+    Prob p = make_prob(kind, B, T, H, K, V, NULL, 0);
+    test_chunk(&p, 1, 1);
+    if (variants) {
+        test_chunk(&p, 0, 0);
+        test_chunk(&p, 1, 0);
+    }
+    free_prob(&p);
+}
+
+static void run_varlen(LinearKind kind, const int *offsets, int nseq, int H, int K, int V) {
+    Prob p = make_prob(kind, 1, offsets[nseq], H, K, V, offsets, nseq);
+    test_chunk(&p, 1, 1);
+    test_chunk(&p, 0, 0);
+    free_prob(&p);
+}
+
+int main(void) {
+    gpu_test_init("test_delta_rule");
+    D = cuda_delta_rule_ops();
+    CHECK(D->delta_chunk_forward && D->delta_chunk_backward && D->delta_step && D->linear_workspace_size,
+          "the CUDA delta-rule table lacks the chunkwise delta rule");
+    const LinearKind kinds[3] = {LINEAR_KDA, LINEAR_GDN, LINEAR_DELTANET};
+    // varlen: empty segments at the start, in the middle and at the end; a sequence longer than a chunk
+    static const int off_small[] = {0, 0, 5, 70, 70, 71, 150, 150};
+    const int nseq_small = 7;
+    for (int a = 0; a < 3; a++) {
+        const LinearKind kd = kinds[a];
+        run_fixed(kd, 2, 1, 2, 32, 32, 0);
+        run_fixed(kd, 2, 63, 2, 32, 32, 0);
+        run_fixed(kd, 2, 64, 2, 32, 32, 0);
+        run_fixed(kd, 2, 65, 2, 32, 32, 1);
+        run_fixed(kd, 2, 130, 2, 32, 32, 1);
+        run_fixed(kd, 2, 130, 2, 16, 32, 0);  // H*K != V
+        run_varlen(kd, off_small, nseq_small, 2, 16, 32);
+        Prob ps = make_prob(kd, 2, 70, 2, 16, 32, NULL, 0);
+        test_step(&ps);
+        free_prob(&ps);
+        Prob pf = make_prob(kd, 2, 130, 2, 32, 32, NULL, 0);
+        test_f32io(&pf);
+        free_prob(&pf);
+#ifndef HYBRID_CUDA_EMU
+        // GPU sizes: fla's head dims, a sequence of 1000, and many documents of mixed lengths
+        run_fixed(kd, 2, 1000, 4, 128, 128, 0);
+        run_fixed(kd, 1, 300, 2, 256, 64, 0);
+        static const int off_big[] = {0, 1, 200, 200, 777, 1030, 1100, 1700, 2048};
+        run_varlen(kd, off_big, 8, 4, 128, 128);
+        Prob pb = make_prob(kd, 2, 1000, 4, 128, 128, NULL, 0);
+        test_f32io(&pb);
+        free_prob(&pb);
+#endif
+    }
+    gpu_test_summary();
+    TEST_MAIN_END();
+}
