@@ -278,8 +278,8 @@ static void cu_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(g_cuda.strea
 
 // ---------------------------------------------------------------------------
 // the table: memory above, and the families this backend has (kernels/<family>/table.cu).
-// The others stay NULL: model_create names the layer that needs one (delta rule, MLA, MoE
-// and AttnRes have no kernels yet).
+// The others stay NULL: model_create names the layer that needs one (MLA, MoE and AttnRes
+// have no kernels yet).
 
 extern "C" const Backend *backend_cuda(void) {
     static Backend b;
@@ -300,6 +300,7 @@ extern "C" const Backend *backend_cuda(void) {
     b.synchronize = cu_synchronize;
     b.core = cuda_core_ops();
     b.norm_glu = cuda_norm_glu_ops();
+    b.delta_rule = cuda_delta_rule_ops();
     b.optim = cuda_optim_ops();
     b.name = "cuda-bf16";  // last: marks the table as filled
     return &b;

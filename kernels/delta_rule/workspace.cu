@@ -5,10 +5,6 @@
 
 extern "C" size_t cuda_linear_workspace_size(LinearKind kind, int backward, int B, int T, int H, int K, int V,
                                              int nseq, int chunk) {
-    if (kind == LINEAR_ATTN) {
-        if (!linear_attn_workspace_bytes) die("CUDA delta-rule family: linear attention is not ported yet");
-        return linear_attn_workspace_bytes(backward, B, T, H, K, V, nseq, chunk);
-    }
-    if (!delta_chunk_workspace_bytes) die("CUDA delta-rule family: the chunkwise delta rule is not ported yet");
+    if (kind == LINEAR_ATTN) return linear_attn_workspace_bytes(backward, B, T, H, K, V, nseq, chunk);
     return delta_chunk_workspace_bytes(kind, backward, B, T, H, K, V, nseq, chunk);
 }

@@ -427,7 +427,7 @@ extern "C" const Backend *backend_cuda(void) {
     b.copy_to_host = emu_copy;
     b.copy_from_host = emu_copy;
     b.synchronize = emu_synchronize;
-    // no family is handed out: the emulated tests take a family's table directly
+    b.delta_rule = cuda_delta_rule_ops();  // the one emulated family
     b.name = "cuda-emulated";
     return &b;
 }

@@ -39,12 +39,6 @@
 #include "model/backend.h"
 #include "model/ops/delta_rule/delta_rule.h"
 
-// the CUDA delta-rule table (kernels/delta_rule/table.cu; kernels/common.cuh declares it for C++)
-const DeltaRuleOps *cuda_delta_rule_ops(void);
-#ifdef HYBRID_CUDA_EMU
-// model/backend.h declares it only for the HAVE_CUDA build; tests/cuda_emu/cuda_emu.cpp has it
-const Backend *backend_cuda(void);
-#endif
 
 #define MAX_SHAPES 16
 typedef struct {
@@ -328,24 +322,12 @@ int main(int argc, char **argv) {
         memcpy(shapes, default_shapes, sizeof default_shapes);
     }
 
-    // the table first: a member not yet ported is named, before any device work
-    const DeltaRuleOps *t = cuda_delta_rule_ops();
-    const char *missing = !t->linear_workspace_size  ? "linear_workspace_size"
-                          : !t->delta_chunk_forward  ? "delta_chunk_forward"
-                          : !t->delta_chunk_backward ? "delta_chunk_backward"
-                                                     : NULL;
-    if (missing) {
-        fprintf(stderr,
-                "bench_delta_rule: the CUDA delta-rule table has no %s yet (cuda_delta_rule_ops()->%s is NULL: "
-                "kernels/delta_rule/ has not ported it); nothing measured\n",
-                missing, missing);
-        return 1;
-    }
     if (cuda_device_count() < 1) {
         fprintf(stderr, "bench_delta_rule: no CUDA device visible\n");
         return 1;
     }
     be = backend_cuda();
+    const DeltaRuleOps *t = be->delta_rule;
     size_t live0, peak0, used0, total;
     cuda_memory_stats(&live0, &peak0, &used0, &total);
 

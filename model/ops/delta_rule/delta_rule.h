@@ -9,8 +9,8 @@
 // -> KDA / GDN / DeltaNet); chunk_fwd.c, chunk_bwd.c, chunk_common.c (the chunkwise delta
 // rule, shared by KDA, GDN and DeltaNet); recurrent.c (the recurrent reference and the
 // decode steps); linear_attn.c; short_conv.c; layer_ops.c; checks.c; internal.h; table.c.
-// CUDA: kernels/delta_rule/ (not yet: the CUDA backend has no delta-rule family, so
-// K/G/D/L layers are refused on --device cuda).
+// CUDA: kernels/delta_rule/ (docs/delta-rule.md, "CUDA kernels"): q, k, v, g, beta, o and their
+// gradients bf16; states (h0, hT, decode states, conv states) and rstd fp32.
 //
 // ---- Layout (fla's; docs/delta-rule.md, "Notation and tensor layout") --------------
 //   q, k           (B, T, H, K)      element (b,t,h,i) at ((b*T+t)*H+h)*K+i
