@@ -271,7 +271,7 @@ bench: hybrid $(GPU_BIN)/bench_gpt2
 	python3 scripts/bench_summary.py $(OUT)/bench/hybrid.json $(OUT)/bench/pytorch.json
 # `make bench-kda` (BENCHMARKS.md, "H200: chunkwise KDA and GDN against fla"): our chunkwise KDA
 # and GDN (tests/gpu/bench_delta_rule.c), then fla's chunk_kda and chunk_gated_delta_rule on the
-# same shapes and inputs when FLA_DIR names a prepared copy (/work/shared/peers/prepare_fla.sh) or
+# same shapes and inputs when FLA_DIR names a prepared copy (fla's tree under flasrc/, a flash_attn stand-in under shim/) or
 # an fla checkout (scripts/bench_fla_kda.py; TRITON_CACHE_DIR defaults to out/triton-cache), then
 # the side-by-side table (scripts/bench_summary_kda.py). JSON under out/bench/. KDA_BENCH_ARGS go
 # to both programs (e.g. "--shape 8,4096,16,128,128 --kinds kda --reps 50"). KDA_FLA_TIMEOUT=S

@@ -5,7 +5,7 @@
 usage: FLA_PEER=OUT_DIR python3 -u scripts/bench_fla_kda.py [--shape B,T,H,K,V]... [--kinds kda,gdn]
            [--reps N] [--warmup N] [--chunk C] [--seed S] [--json FILE]
 
-FLA_PEER (or FLA_DIR): the OUT_DIR of /work/shared/peers/prepare_fla.sh (flasrc/ = fla's tree,
+FLA_PEER (or FLA_DIR): a prepared copy of fla (flasrc/ = fla's tree,
 shim/ = a flash_attn stand-in; sys.path gets both, as fla_hybrid_bench.py does) or an fla
 checkout (a folder with fla/). The commit printed comes from OUT_DIR/COMMIT (write it when
 preparing: `git -C FLA_GIT_DIR rev-parse HEAD > OUT_DIR/COMMIT`), $FLA_COMMIT, or the checkout's

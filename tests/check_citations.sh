@@ -7,7 +7,8 @@
 #      fenced code), compared exactly, backticks ignored. More headings may follow, joined by
 #      a comma, "and", "or" or "to", each optionally followed by a step or item number
 #      (", step 4"). A path without a folder, <file>.md, "<heading>", means the file next to
-#      the citing one. Citations may wrap across comment lines.
+#      the citing one or, where there is none, the top-level one (README.md, BENCHMARKS.md).
+#      Citations may wrap across comment lines.
 # Failures are printed as FILE:LINE: what. Needs only sh and awk; run from the repository root.
 set -u
 list=$(mktemp /tmp/check_citations.XXXXXX)
@@ -71,6 +72,7 @@ function check_citations(f, text,    rest, off, m, path, target, q, h) {
         path = substr(m, 1, index(m, ".md") + 2)
         target = path ~ /\// ? path : dir_of(f) path
         sub(/^\.\//, "", target)
+        if (path !~ /\// && !load_headings(target) && load_headings(path)) target = path  # a top-level file
         if (!load_headings(target)) {
             complain(f, line_at(off + RSTART), "cites " path ", which does not exist")
             rest = substr(rest, RSTART + RLENGTH); off += RSTART + RLENGTH - 1
