@@ -17,6 +17,7 @@
 #define HYBRID_KERNELS_DELTA_RULE_CHUNK_CUH
 
 #include "kernels/common.cuh"
+#include "kernels/mma.cuh"
 
 #define DR_BT 64        // chunk size (fla's); the only one these kernels take
 #define DR_BK 32        // K tile of the prep kernel's Aqk / L products
@@ -143,5 +144,110 @@ extern "C" void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float 
                                                const float *v, const float *g, const float *beta, const float *h0,
                                                float scale, int B, int T, int H, int K, int V, const int *offsets,
                                                int nseq, int chunk, void *workspace);
+
+// ---- tensor-core path (chunk_fwd_mma.cu): bf16 tiles in shared memory, K and V padded to
+// ---- multiples of 16 (zero-filled), rows padded by 8 bf16 (16 bytes: ldmatrix conflict-free)
+#define DR_PAD 8
+#define DR_MBV 64  // V tile of the tensor-core walk and output kernels
+__host__ __device__ __forceinline__ int dr_pad16(int x) { return (x + 15) & ~15; }
+
+// Fragment loads (kernels/mma.cuh's layouts) from a bf16 shared-memory matrix X, row stride ld:
+// A (16x16 at rows m0, cols k0) of a row-major X
+__device__ __forceinline__ void dr_lda(uint32_t a[4], const bf16 *X, int ld, int m0, int k0, int lane) {
+    ldsm_x4(a, X + (size_t)(m0 + (lane & 15)) * ld + k0 + 8 * (lane >> 4));
+}
+// A (16x16, A[m][k] = X[k][m]) of a transposed X: rows k0.., cols m0..
+__device__ __forceinline__ void dr_lda_t(uint32_t a[4], const bf16 *X, int ld, int m0, int k0, int lane) {
+    ldsm_x4_t(a, X + (size_t)(k0 + (lane & 7) + 8 * (lane >> 4)) * ld + m0 + 8 * ((lane >> 3) & 1));
+}
+// B of two 8-column tiles (k0..k0+15, n0..n0+15) of X stored [k][n]: b[0..1] the first, b[2..3] the second
+__device__ __forceinline__ void dr_ldb_kn(uint32_t b[4], const bf16 *X, int ld, int k0, int n0, int lane) {
+    ldsm_x4_t(b, X + (size_t)(k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * ld + n0 + 8 * (lane >> 4));
+}
+// the same of X stored [n][k]
+__device__ __forceinline__ void dr_ldb_nk(uint32_t b[4], const bf16 *X, int ld, int k0, int n0, int lane) {
+    ldsm_x4(b, X + (size_t)(n0 + (lane & 7) + 8 * (lane >> 4)) * ld + k0 + 8 * ((lane >> 3) & 1));
+}
+
+// x as a bf16 pair hi + lo (hi = bf16(x), lo = bf16(x - hi)): products of split operands,
+// hi*hi + hi*lo + lo*hi on three MMAs, carry about 16 bits of mantissa instead of 8
+__device__ __forceinline__ void dr_split(float x, bf16 *hi, bf16 *lo) {
+    const bf16 h = __float2bfloat16(x);
+    *hi = h;
+    *lo = __float2bfloat16(x - __bfloat162float(h));
+}
+__device__ __forceinline__ void dr_mma3(float c[4], const uint32_t ah[4], const uint32_t al[4], const uint32_t bh[2],
+                                        const uint32_t bl[2]) {
+    mma16816(c, al, bh[0], bh[1]);
+    mma16816(c, ah, bl[0], bl[1]);
+    mma16816(c, ah, bh[0], bh[1]);
+}
+
+// rows_p x cols_p (cols_p a multiple of 8) bf16 tile into shared memory (row stride lds) from
+// global src (row stride ldg): entries with row >= nrows or col >= ncols zero. 16-byte
+// cp.async where src rows are 16-byte aligned, else plain loads (complete at once); the caller
+// commits, waits and syncs.
+__device__ __forceinline__ void dr_load_tile(bf16 *s, int lds, const bf16 *src, size_t ldg, int rows_p, int cols_p,
+                                             int nrows, int ncols, int tid, int nthreads) {
+    const int c8 = cols_p / 8;
+    const bool vec = (ldg % 8 == 0) && (((uintptr_t)src & 15) == 0);
+    for (int e = tid; e < rows_p * c8; e += nthreads) {
+        const int r = e / c8, c = (e % c8) * 8;
+        bf16 *d = s + (size_t)r * lds + c;
+        const bool in = r < nrows && c < ncols;
+        if (vec && (!in || c + 8 <= ncols)) {
+            cp_async16(d, in ? src + (size_t)r * ldg + c : src, in);
+        } else {
+            for (int u = 0; u < 8; u++)
+                d[u] = (in && c + u < ncols) ? src[(size_t)r * ldg + c + u] : __float2bfloat16(0.f);
+        }
+    }
+}
+
+// Workspace of the tensor-core forward (per (slot, head) blocks). The MMA operands are kept
+// as bf16 pairs hi + lo (dr_split; *l arrays), the rest fp32:
+//   Qg, Qgl [64][K]  q ⊙ exp(Gamma)                 (the output kernel's A operand)
+//   Ke, Kel [64][K]  k ⊙ exp(Gamma_end - Gamma)     (the walk's h update, A^T)
+//   W, Wl   [64][K]  T diag(beta) (k ⊙ exp(Gamma))  (the walk's Delta, A)
+//   U       [64][V]  T diag(beta) V, fp32           (the walk reads it and overwrites it with
+//                                                    Delta = U - W h[n] for the output kernel)
+//   Aqk, Aqkl [64][64] scale q_r.(k_c ⊙ exp(Gamma_r - Gamma_c)), c <= r, 0 above
+//   h, hl   [K][V]   h[n]
+//   ge      [K]      exp(Gamma_end), fp32
+// Bytes per (chunk, head): 4 (4 64 K + 64 V + 64 64 + K V + K) = 4 (64 (4K + V + 64) + K V + K);
+// K = V = 128: 208.5 KiB (the SIMT layout's forward part: 288 KiB).
+struct DrWsMma {
+    bf16 *Qg, *Qgl, *Ke, *Kel, *W, *Wl, *Aqk, *Aqkl, *h, *hl;
+    float *U, *ge;
+};
+static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, size_t slots_heads, int K, int V) {
+    const size_t C = DR_BT, ck = C * K * 2, cc = C * C * 2, kv = (size_t)K * V * 2;
+    const size_t sizes[12] = {ck, ck, ck, ck, ck, ck, cc, cc, kv, kv, C * V * 4, (size_t)K * 4};
+    void **ptrs[12] = {(void **)&w->Qg, (void **)&w->Qgl, (void **)&w->Ke, (void **)&w->Kel,
+                       (void **)&w->W,  (void **)&w->Wl,  (void **)&w->Aqk, (void **)&w->Aqkl,
+                       (void **)&w->h,  (void **)&w->hl,  (void **)&w->U,   (void **)&w->ge};
+    size_t off = 0;
+    for (int a = 0; a < 12; a++) {
+        *ptrs[a] = base ? (void *)((char *)base + off) : NULL;
+        off += (sizes[a] * slots_heads + 255) & ~(size_t)255;
+    }
+    return off;
+}
+// the tensor-core forward (chunk_fwd_mma.cu): o (bf16) and hT (fp32, may be NULL)
+void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
+                    const bf16 *beta, const float *h0, float scale, int B, int T, int H, int K, int V,
+                    const int *offsets, int N, void *workspace);
+
+// The SIMT fp32 path on bf16 I/O (the previous kernels, kept as the reference and fallback):
+// test entries, same arguments and workspace as the table's members.
+extern "C" void cuda_delta_chunk_forward_simt(LinearKind kind, real *o, real *hT, const real *q, const real *k,
+                                              const real *v, const real *g, const real *beta, const real *h0,
+                                              real scale, int B, int T, int H, int K, int V, const int *offsets,
+                                              int nseq, int chunk, void *workspace);
+extern "C" void cuda_delta_chunk_backward_simt(LinearKind kind, real *dq, real *dk, real *dv, real *dg, real *dbeta,
+                                               real *dh0, const real *dout, const real *dhT, const real *q,
+                                               const real *k, const real *v, const real *g, const real *beta,
+                                               const real *h0, real scale, int B, int T, int H, int K, int V,
+                                               const int *offsets, int nseq, int chunk, void *workspace);
 
 #endif

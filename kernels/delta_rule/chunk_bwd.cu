@@ -282,3 +282,13 @@ extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, r
                       (bf16 *)dk, (bf16 *)dv, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)dout, (const bf16 *)q,
                       (const bf16 *)k, (const bf16 *)v, (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
 }
+
+// the SIMT backward under its test-entry name (the table's backward is SIMT too, for now)
+extern "C" void cuda_delta_chunk_backward_simt(LinearKind kind, real *dq, real *dk, real *dv, real *dg, real *dbeta,
+                                               real *dh0, const real *dout, const real *dhT, const real *q,
+                                               const real *k, const real *v, const real *g, const real *beta,
+                                               const real *h0, real scale, int B, int T, int H, int K, int V,
+                                               const int *offsets, int nseq, int chunk, void *workspace) {
+    cuda_delta_chunk_backward(kind, dq, dk, dv, dg, dbeta, dh0, dout, dhT, q, k, v, g, beta, h0, scale, B, T, H, K, V,
+                              offsets, nseq, chunk, workspace);
+}

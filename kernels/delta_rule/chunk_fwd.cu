@@ -240,11 +240,24 @@ static void forward(LinearKind kind, T *o, float *hT, const T *q, const T *k, co
                       o, scale, Tlen, H, K, V, offsets, N);
 }
 
+// the table's forward: the tensor-core kernels (chunk_fwd_mma.cu)
 extern "C" void cuda_delta_chunk_forward(LinearKind kind, real *o, real *hT, const real *q, const real *k,
                                          const real *v, const real *g, const real *beta, const real *h0, real scale,
                                          int B, int T, int H, int K, int V, const int *offsets, int nseq, int chunk,
                                          void *workspace) {
     PROFILE("delta_chunk_fwd");
+    dr_check_args("delta_chunk_forward", kind, B, T, H, K, V, offsets, nseq, chunk);
+    dr_forward_mma(dr_gate_of(kind), (bf16 *)o, (float *)hT, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
+                   (const bf16 *)g, (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets,
+                   offsets ? nseq : B, workspace);
+}
+
+// the SIMT fp32 forward on bf16 I/O (test entry; the fallback)
+extern "C" void cuda_delta_chunk_forward_simt(LinearKind kind, real *o, real *hT, const real *q, const real *k,
+                                              const real *v, const real *g, const real *beta, const real *h0,
+                                              real scale, int B, int T, int H, int K, int V, const int *offsets,
+                                              int nseq, int chunk, void *workspace) {
+    PROFILE("delta_chunk_fwd_simt");
     forward<bf16>(kind, (bf16 *)o, (float *)hT, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)g,
                   (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets, nseq, chunk, workspace);
 }
@@ -263,6 +276,9 @@ size_t delta_chunk_workspace_bytes(LinearKind kind, int backward, int B, int T, 
                                    int chunk) {
     dr_check_args("delta-rule workspace", kind, 1, T, H, K, V, NULL, nseq, chunk);
     const int N = nseq > B ? nseq : B;
+    const size_t sh = dr_num_slots(B, T, N) * H;
     DrWs ws;
-    return dr_ws_bind(&ws, NULL, backward, dr_num_slots(B, T, N) * H, K, V);
+    DrWsMma wm;
+    const size_t simt = dr_ws_bind(&ws, NULL, backward, sh, K, V), mma = dr_ws_mma_bind(&wm, NULL, sh, K, V);
+    return backward || simt > mma ? simt : mma;  // (the forward's: the SIMT test entry's too)
 }
