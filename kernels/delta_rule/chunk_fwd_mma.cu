@@ -17,16 +17,18 @@
 //    diagonal block at most 15 tokens of decay, and the entries c > r are masked after the
 //    product): no exponential of a whole chunk's decay (docs/delta-rule.md, "Stable decay
 //    exponents"). Warp u of iteration I computes one 16x16 tile (Aqk or L) over K.
-// 3. T = (I + L)^-1 by forward substitution, fp32 SIMT (63 dependent rows).
-// 4. W = T (beta k e^Gamma), U = T (beta v): A = T split as bf16 hi + lo (T carries the
-//    solve's accuracy; two MMAs instead of one), B = the bf16 tile.
-// Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8):
-//   G fp32 [64][KP] | L, Tm fp32 [64][64] | beta [64] | Th, Tl bf16 [64][72] |
-//   tiles bf16: max(96 rows x LK (A of q, A of k: 16 rows each; B: 64 rows), 64 x LK + 64 x LV)
+// 3. T = (I + L)^-1, fp32 SIMT, blockwise in place over L: the four 16x16 diagonal blocks by
+//    forward substitution (a warp each, 15 warp-synchronous rows), then block rows I = 1..3:
+//    T_IJ = -T_II sum_{J<=M<I} L_IM T_MJ (two barriers a block row instead of one a row).
+// 4. W = T diag(beta) (k e^Gamma), U = T diag(beta) v: A = T diag(beta) split hi + lo, built
+//    in registers from the fp32 T; B = k e^Gamma (hi + lo) and v (exact in bf16).
+// Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8): G fp32 [64][KP] | L, then
+// T, fp32 [64][64] | beta [64] | tiles bf16: max(192 x LK (A of q and of k, hi + lo, 16 rows
+// each; B hi + lo, 64 rows each), 128 x LK + 64 x LV). K = V = 128: 100.25 KiB, 2 blocks an SM.
 static size_t prep_mma_smem(int K, int V) {
     const size_t KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD;
     const size_t tiles = 192 * LK > 64 * (2 * LK + LV) ? 192 * LK : 64 * (2 * LK + LV);
-    return DR_BT * KP * 4 + 2 * DR_BT * DR_BT * 4 + DR_BT * 4 + 2 * DR_BT * 72 * 2 + tiles * 2;
+    return DR_BT * KP * 4 + DR_BT * DR_BT * 4 + DR_BT * 4 + tiles * 2;
 }
 
 __global__ void __launch_bounds__(DRM_THREADS)
@@ -35,11 +37,11 @@ __global__ void __launch_bounds__(DRM_THREADS)
     const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     int s = 0, tok0 = 0, n = 0;
     if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;  // whole block: no chunk here
-    const int C = DR_BT, KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD, LT = 72;
+    const int C = DR_BT, KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD;
     const size_t sh = (size_t)x * H + h;
     DYNAMIC_SMEM(float, sm);
-    float *G = sm, *L = G + C * KP, *Tm = L + C * C, *bs = Tm + C * C;
-    bf16 *Th = (bf16 *)(bs + C), *Tl = Th + C * LT, *tiles = Tl + C * LT;
+    float *G = sm, *L = G + C * KP, *Tm = L, *bs = L + C * C;  // T overwrites L
+    bf16 *tiles = (bf16 *)(bs + C);
     bf16 *Aqh = tiles, *Aql = Aqh + 16 * LK, *Akh = Aql + 16 * LK, *Akl = Akh + 16 * LK, *Bkh = Akl + 16 * LK,
          *Bkl = Bkh + C * LK;                                                 // step 2
     bf16 *kwh = tiles, *kwl = kwh + C * LK, *vb = kwl + C * LK;               // step 4
@@ -50,12 +52,11 @@ __global__ void __launch_bounds__(DRM_THREADS)
 #define QK_ROW(r) (((size_t)(tok0 + (r)) * H + h) * K)
 #define V_ROW(r) (((size_t)(tok0 + (r)) * H + h) * V)
 
-    // 1. beta, L = 0, T = I, Aqk's blocks above the diagonal; Gamma; Qg, Ke, e^Gamma_end
+    // 1. beta, L = 0, Aqk's blocks above the diagonal; Gamma; Qg, Ke, e^Gamma_end
     for (int r = tid; r < C; r += DRM_THREADS) bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
     for (int e = tid; e < C * C; e += DRM_THREADS) {
         const int r = e / C, c = e % C;
         L[e] = 0.f;
-        Tm[e] = r == c ? 1.f : 0.f;
         if (c / 16 > r / 16) Aqk[e] = Aqkl[e] = zero;
     }
     for (int i = tid; i < KP; i += DRM_THREADS) {
@@ -120,20 +121,48 @@ __global__ void __launch_bounds__(DRM_THREADS)
         __syncthreads();  // Aq, Ak, Bk are refilled
     }
 
-    // 3. T = (I + L)^-1 (docs/delta-rule.md, "Triangular inverse by forward substitution"):
-    // T[r][c] = -sum_{m=c}^{r-1} L[r][m] T[m][c], row r from the finished rows above it
-    for (int r = 1; r < n; r++) {
-        for (int c = tid; c < r; c += DRM_THREADS) {
+    // 3. T = (I + L)^-1 in place (docs/delta-rule.md, "Triangular inverse by forward
+    // substitution"), L strictly lower, T unit lower (the unit diagonal implicit until the end).
+    // Diagonal blocks: T[r][c] = -L[r][c] - sum_{c<m<r} L[r][m] T[m][c] within the block, row by
+    // row; each lane computes first, then the row is written (it reads L's row r).
+    if (warp < 4) {
+        const int o = 16 * warp, c = lane & 15;
+        for (int rr = 1; rr < 16; rr++) {
+            const int r = o + rr;
             float acc = 0.f;
-            for (int m = c; m < r; m++) acc += L[r * C + m] * Tm[m * C + c];
-            Tm[r * C + c] = -acc;
+            if (c < rr) {
+                acc = -L[r * C + o + c];
+                for (int m = c + 1; m < rr; m++) acc -= L[r * C + o + m] * Tm[(o + m) * C + o + c];
+            }
+            __syncwarp();
+            if (c < rr && lane < 16) Tm[r * C + o + c] = acc;
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    // Block rows: X_J = sum_{J<=M<I} L_IM T_MJ (into the free tile buffer), then
+    // T_IJ = -T_II X_J = -(X_J + sum_{m<rr} T_II[rr][m] X_J[m]) over L_IJ.
+    float *X = (float *)tiles;
+    for (int I = 1; I < 4; I++) {
+        for (int e = tid; e < I * 256; e += DRM_THREADS) {
+            const int J = e / 256, rr = (e % 256) / 16, c = e % 16, r = 16 * I + rr, cc = 16 * J + c;
+            float acc = L[r * C + cc];  // M = J: L_IJ T_JJ, T_JJ's unit diagonal
+            for (int p = cc + 1; p < 16 * I; p++) acc += L[r * C + p] * Tm[p * C + cc];
+            X[e] = acc;
+        }
+        __syncthreads();
+        for (int e = tid; e < I * 256; e += DRM_THREADS) {
+            const int J = e / 256, rr = (e % 256) / 16, c = e % 16, r = 16 * I + rr;
+            float acc = X[e];
+            for (int m = 0; m < rr; m++) acc += Tm[r * C + 16 * I + m] * X[J * 256 + m * 16 + c];
+            Tm[r * C + 16 * J + c] = -acc;
         }
         __syncthreads();
     }
-    // 4. T diag(beta) as bf16 hi + lo; the B tiles k e^Gamma (hi + lo) and v (exact in bf16)
+    // 4. the B tiles k e^Gamma (hi + lo) and v (exact in bf16); T's unit diagonal and zero upper part
     for (int e = tid; e < C * C; e += DRM_THREADS) {
         const int r = e / C, c = e % C;
-        dr_split(Tm[e] * bs[c], Th + r * LT + c, Tl + r * LT + c);
+        if (c >= r) Tm[e] = r == c ? 1.f : 0.f;
     }
     for (int e = tid; e < C * KP; e += DRM_THREADS) {
         const int c = e / KP, i = e % KP;
@@ -149,11 +178,16 @@ __global__ void __launch_bounds__(DRM_THREADS)
         // warp: m-tile mt (rows 16 mt..), 16-column pairs p = warp / 4, + 2, ... of W then U;
         // T is lower triangular: k-steps kk <= mt only
         const int mt = warp & 3, gq = lane >> 2, t4 = lane & 3;
-        uint32_t ah[4][4], al[4][4];
-        for (int kk = 0; kk <= mt; kk++) {
-            dr_lda(ah[kk], Th, LT, mt * 16, kk * 16, lane);
-            dr_lda(al[kk], Tl, LT, mt * 16, kk * 16, lane);
-        }
+        uint32_t ah[4][4], al[4][4];  // A = T diag(beta), fragments by hand (kernels/mma.cuh's layout)
+        for (int kk = 0; kk <= mt; kk++)
+            for (int u = 0; u < 4; u++) {
+                const int r = mt * 16 + gq + (u & 1) * 8, c = kk * 16 + 2 * t4 + (u >> 1) * 8;
+                bf16 h0, l0, h1, l1;
+                dr_split(Tm[r * C + c] * bs[c], &h0, &l0);
+                dr_split(Tm[r * C + c + 1] * bs[c + 1], &h1, &l1);
+                ah[kk][u] = pack_bf16(__bfloat162float(h0), __bfloat162float(h1));
+                al[kk][u] = pack_bf16(__bfloat162float(l0), __bfloat162float(l1));
+            }
         const int npk = KP / 16, npv = VP / 16;
         for (int p = warp >> 2; p < npk + npv; p += 2) {
             const bool isU = p >= npk;
