@@ -225,8 +225,9 @@ __global__ void __launch_bounds__(DRM_THREADS)
 // ---- walk: one block per (sequence, head, V-tile of 64), the chunks in order ------------
 // The state tile h [KP][64] lives in registers as fp32 MMA accumulators: warp w owns the
 // 16-row m-tiles w and w + 8 (K <= 256), all 8 column tiles. Per chunk:
-//   a. W and Ke of the chunk (hi + lo) arrive by cp.async; h[n] goes to shared memory as
-//      hi + lo (the B operand) and to the workspace;
+//   a. h[n] goes to shared memory as hi + lo (the B operand) and to the workspace; W and Ke of
+//      the chunk (hi + lo) arrive by cp.async, W issued during the previous chunk's step c and
+//      Ke during its last barrier, so each load overlaps a compute step without a second buffer;
 //   b. Delta = U - W h[n]: warp (m-tile w % 4, columns 32 (w / 4)..), A = W, B = h; Delta
 //      overwrites U in the workspace (fp32) and goes to shared memory (hi + lo);
 //   c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta: A = Ke^T (the transposing ldmatrix), B = Delta.
@@ -262,16 +263,40 @@ __global__ void __launch_bounds__(DRM_THREADS)
                 const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
                 hacc[u][nt][e] = (h0 && i < K && jj < bv) ? h0[(task * K + i) * V + j0 + jj] : 0.f;
             }
+    // W of chunk n + 1 loads during chunk n's h update, Ke of chunk n + 1 during chunk n + 1's
+    // Delta: one buffer each, every load in flight behind a compute step
+    auto issue_w = [&](int ci) {
+        const int n = len - ci * C < C ? len - ci * C : C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        dr_load_tile(Wh, LK, ws.W + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        cp_async_commit();
+    };
+    auto issue_k = [&](int ci) {
+        const int n = len - ci * C < C ? len - ci * C : C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        dr_load_tile(Kh, LK, ws.Ke + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        cp_async_commit();
+    };
+    if (nch > 0) {
+        issue_w(0);
+        issue_k(0);
+    }
     for (int ci = 0; ci < nch; ci++) {
         const int n = len - ci * C < C ? len - ci * C : C;
         const size_t sh = (size_t)(base + ci) * H + h;
         bf16 *hg = ws.h + sh * K * V, *hgl = ws.hl + sh * K * V;
         float *Ug = ws.U + sh * C * V;
-        dr_load_tile(Wh, LK, ws.W + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
-        dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
-        dr_load_tile(Kh, LK, ws.Ke + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
-        dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
-        cp_async_commit();
+        const int mtb = warp & 3, c0 = (warp >> 2) * 32;
+        float uv[4][4];  // this thread's U entries of step b, loaded early
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = mtb * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1);
+                uv[nt][e] = r < n && jj < bv ? Ug[(size_t)r * V + j0 + jj] : 0.f;
+            }
         // a. h[n] to shared memory and the workspace (while the tiles are in flight)
 #pragma unroll
         for (int u = 0; u < 2; u++)
@@ -287,11 +312,11 @@ __global__ void __launch_bounds__(DRM_THREADS)
                             hgl[(size_t)i * V + j0 + jj] = hl[i * LH + jj];
                         }
                     }
-        cp_async_wait<0>();
+        cp_async_wait<1>();  // W of this chunk (its Ke may still be in flight)
         __syncthreads();
         // b. Delta = U - W h[n]
         {
-            const int mt = warp & 3, c0 = (warp >> 2) * 32;
+            const int mt = mtb;
             float acc[4][4] = {};
             for (int kk = 0; kk < nmt; kk++) {
                 uint32_t ah[4], al[4];
@@ -312,12 +337,14 @@ __global__ void __launch_bounds__(DRM_THREADS)
                 for (int e = 0; e < 4; e++) {
                     const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1);
                     const bool in = r < n && jj < bv;
-                    const float d = in ? Ug[(size_t)r * V + j0 + jj] - acc[nt][e] : 0.f;
+                    const float d = in ? uv[nt][e] - acc[nt][e] : 0.f;
                     dr_split(d, Dh + r * LH + jj, Dl + r * LH + jj);
                     if (in) Ug[(size_t)r * V + j0 + jj] = d;
                 }
         }
+        cp_async_wait<0>();  // Ke of this chunk
         __syncthreads();
+        if (ci + 1 < nch) issue_w(ci + 1);
         // c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta
 #pragma unroll
         for (int u = 0; u < 2; u++)
@@ -344,7 +371,8 @@ __global__ void __launch_bounds__(DRM_THREADS)
                     }
                 }
             }
-        __syncthreads();  // the tiles are rewritten
+        __syncthreads();  // Ke, h and Delta are rewritten
+        if (ci + 1 < nch) issue_k(ci + 1);
     }
     if (hT)
 #pragma unroll
