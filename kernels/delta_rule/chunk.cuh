@@ -216,27 +216,39 @@ __device__ __forceinline__ void dr_load_tile(bf16 *s, int lds, const bf16 *src, 
 //   ge      [K]      exp(Gamma_end), fp32
 // Bytes per (chunk, head): 4 (4 64 K + 64 V + 64 64 + K V + K) = 4 (64 (4K + V + 64) + K V + K);
 // K = V = 128: 208.5 KiB (the SIMT layout's forward part: 288 KiB).
+// backward only (after the above):
+//   T        [64][64] T = (I + L)^-1, fp32 (the prep writes it when the array is bound)
+//   dh, dhl  [K][V]   dL/dh[n+1], the state gradient leaving the chunk
+//   dD       [64][V]  the complete dDelta, fp32
+//   dQ, dK, dG, dW [64][K]  the gradient kernel's fp32 accumulators
 struct DrWsMma {
     bf16 *Qg, *Qgl, *Ke, *Kel, *W, *Wl, *Aqk, *Aqkl, *h, *hl;
     float *U, *ge;
+    float *T;
+    bf16 *dh, *dhl;
+    float *dD, *dQ, *dK, *dG, *dW;
 };
-static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, size_t slots_heads, int K, int V) {
+static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t slots_heads, int K, int V) {
     const size_t C = DR_BT, ck = C * K * 2, cc = C * C * 2, kv = (size_t)K * V * 2;
-    const size_t sizes[12] = {ck, ck, ck, ck, ck, ck, cc, cc, kv, kv, C * V * 4, (size_t)K * 4};
-    void **ptrs[12] = {(void **)&w->Qg, (void **)&w->Qgl, (void **)&w->Ke, (void **)&w->Kel,
-                       (void **)&w->W,  (void **)&w->Wl,  (void **)&w->Aqk, (void **)&w->Aqkl,
-                       (void **)&w->h,  (void **)&w->hl,  (void **)&w->U,   (void **)&w->ge};
+    const size_t sizes[20] = {ck, ck, ck, ck, ck, ck, cc, cc, kv, kv, C * V * 4, (size_t)K * 4,
+                              C * C * 4, kv, kv, C * V * 4, 2 * ck, 2 * ck, 2 * ck, 2 * ck};
+    void **ptrs[20] = {(void **)&w->Qg, (void **)&w->Qgl, (void **)&w->Ke, (void **)&w->Kel, (void **)&w->W,
+                       (void **)&w->Wl, (void **)&w->Aqk, (void **)&w->Aqkl, (void **)&w->h, (void **)&w->hl,
+                       (void **)&w->U,  (void **)&w->ge, (void **)&w->T, (void **)&w->dh, (void **)&w->dhl,
+                       (void **)&w->dD, (void **)&w->dQ, (void **)&w->dK, (void **)&w->dG, (void **)&w->dW};
+    const int count = backward ? 20 : 12;
     size_t off = 0;
-    for (int a = 0; a < 12; a++) {
-        *ptrs[a] = base ? (void *)((char *)base + off) : NULL;
-        off += (sizes[a] * slots_heads + 255) & ~(size_t)255;
+    for (int a = 0; a < 20; a++) {
+        *ptrs[a] = (base && a < count) ? (void *)((char *)base + off) : NULL;
+        if (a < count) off += (sizes[a] * slots_heads + 255) & ~(size_t)255;
     }
     return off;
 }
 // the tensor-core forward (chunk_fwd_mma.cu): o (bf16) and hT (fp32, may be NULL)
+// (o NULL: the states only, into ws, for the backward's recompute)
 void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
                     const bf16 *beta, const float *h0, float scale, int B, int T, int H, int K, int V,
-                    const int *offsets, int N, void *workspace);
+                    const int *offsets, int N, const DrWsMma *ws);
 
 // The SIMT fp32 path on bf16 I/O (the previous kernels, kept as the reference and fallback):
 // test entries, same arguments and workspace as the table's members.

@@ -247,9 +247,11 @@ extern "C" void cuda_delta_chunk_forward(LinearKind kind, real *o, real *hT, con
                                          void *workspace) {
     PROFILE("delta_chunk_fwd");
     dr_check_args("delta_chunk_forward", kind, B, T, H, K, V, offsets, nseq, chunk);
+    const int N = offsets ? nseq : B;
+    DrWsMma ws;
+    dr_ws_mma_bind(&ws, workspace, 0, dr_num_slots(B, T, N) * H, K, V);
     dr_forward_mma(dr_gate_of(kind), (bf16 *)o, (float *)hT, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                   (const bf16 *)g, (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets,
-                   offsets ? nseq : B, workspace);
+                   (const bf16 *)g, (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets, N, &ws);
 }
 
 // the SIMT fp32 forward on bf16 I/O (test entry; the fallback)
@@ -279,6 +281,6 @@ size_t delta_chunk_workspace_bytes(LinearKind kind, int backward, int B, int T, 
     const size_t sh = dr_num_slots(B, T, N) * H;
     DrWs ws;
     DrWsMma wm;
-    const size_t simt = dr_ws_bind(&ws, NULL, backward, sh, K, V), mma = dr_ws_mma_bind(&wm, NULL, sh, K, V);
-    return backward || simt > mma ? simt : mma;  // (the forward's: the SIMT test entry's too)
+    const size_t simt = dr_ws_bind(&ws, NULL, backward, sh, K, V), mma = dr_ws_mma_bind(&wm, NULL, backward, sh, K, V);
+    return simt > mma ? simt : mma;  // (the SIMT test entries' too)
 }

@@ -159,10 +159,12 @@ __global__ void __launch_bounds__(DRM_THREADS)
         }
         __syncthreads();
     }
-    // 4. the B tiles k e^Gamma (hi + lo) and v (exact in bf16); T's unit diagonal and zero upper part
+    // 4. the B tiles k e^Gamma (hi + lo) and v (exact in bf16); T's unit diagonal and zero upper
+    // part (T to the workspace for the backward)
     for (int e = tid; e < C * C; e += DRM_THREADS) {
         const int r = e / C, c = e % C;
         if (c >= r) Tm[e] = r == c ? 1.f : 0.f;
+        if (ws.T) ws.T[sh * C * C + e] = Tm[e];
     }
     for (int e = tid; e < C * KP; e += DRM_THREADS) {
         const int c = e / KP, i = e % KP;
@@ -464,18 +466,16 @@ __global__ void __launch_bounds__(DRO_THREADS)
 
 void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
                     const bf16 *beta, const float *h0, float scale, int B, int T, int H, int K, int V,
-                    const int *offsets, int N, void *workspace) {
+                    const int *offsets, int N, const DrWsMma *ws) {
     const size_t slots = dr_num_slots(B, T, N);
     if (N == 0) return;
-    DrWsMma ws;
-    dr_ws_mma_bind(&ws, workspace, slots * H, K, V);
     const unsigned vt = (unsigned)((V + DR_MBV - 1) / DR_MBV);
     if (slots > 0)
-        launch_kernel(dr_prep_mma_kernel, dim3((unsigned)slots, H), dim3(DRM_THREADS), prep_mma_smem(K, V), ws, q, k,
+        launch_kernel(dr_prep_mma_kernel, dim3((unsigned)slots, H), dim3(DRM_THREADS), prep_mma_smem(K, V), *ws, q, k,
                       v, g, beta, gate, scale, T, H, K, V, offsets, N);
-    launch_kernel(dr_walk_mma_kernel, dim3(N, H, vt), dim3(DRM_THREADS), walk_mma_smem(K), ws, hT, h0, T, H, K, V,
+    launch_kernel(dr_walk_mma_kernel, dim3(N, H, vt), dim3(DRM_THREADS), walk_mma_smem(K), *ws, hT, h0, T, H, K, V,
                   offsets);
-    if (slots > 0)
-        launch_kernel(dr_output_mma_kernel, dim3((unsigned)slots, H, vt), dim3(DRO_THREADS), output_mma_smem(K), ws,
+    if (slots > 0 && o)
+        launch_kernel(dr_output_mma_kernel, dim3((unsigned)slots, H, vt), dim3(DRO_THREADS), output_mma_smem(K), *ws,
                       o, scale, T, H, K, V, offsets, N);
 }
