@@ -1,0 +1,428 @@
+// Chunkwise backward of KDA / GDN / DeltaNet on tensor cores (the table's backward): the
+// forward's tensor-core prep and walk recompute the chunk states (chunk_fwd_mma.cu, with T
+// kept for this pass), a reverse walk on tensor cores carries the state gradient, and one
+// chunk-parallel kernel forms the per-chunk gradients (docs/delta-rule.md, "Chunkwise
+// backward"). The decomposition and the workspace layout (DrWsMma): chunk.cuh.
+#include "kernels/delta_rule/chunk.cuh"
+
+#define DR_BBV 32  // V tile of the reverse walk
+
+// ---- bwalk: one block per (sequence, head, V-tile of 32), the chunks in reverse ----------
+// dH' = dL/dh[n+1] lives in registers as fp32 MMA accumulators (warp w: m-tiles w, w + 8; 4
+// column tiles). Per chunk:
+//   a. dH' to shared memory (hi + lo) and to the workspace (ws.dh, ws.dhl);
+//   b. dDelta = Aqk^T dO + Ke dH' (B1's local part and B2; warp: m-tile w % 4, 16 columns
+//      16 (w / 4)..; Aqk^T upper triangular: k-steps kk >= m-tile); to ws.dD (fp32) and shared memory;
+//   c. dh[n] = diag(e^Gamma_end) dH' + scale Qg^T dO - W^T dDelta.
+// Tiles: region B {Aqk, Ke} (step b), region C {Qg, W} (step c), all hi + lo, dO (exact bf16,
+// one buffer a chunk parity). Where both regions fit (K <= 128 or so), C loads during step b
+// and the previous chunk's B during step c; else C aliases B and each loads after the step
+// before it (K = 256).
+struct BwalkSmem {
+    size_t regB, regC, rest;
+};
+static BwalkSmem bwalk_mma_parts(int K) {
+    const size_t KP = dr_pad16(K), LK = KP + DR_PAD, LB = DR_BBV + DR_PAD;
+    BwalkSmem p;
+    p.regB = (2 * DR_BT * 72 + 2 * DR_BT * LK) * 2;
+    p.regC = 4 * DR_BT * LK * 2;
+    p.rest = (2 * DR_BT * LB + 2 * KP * LB + 2 * DR_BT * LB) * 2;
+    return p;
+}
+static const size_t DR_SMEM_LIMIT = 227 * 1024;
+static int bwalk_alias(int K) {
+    const BwalkSmem p = bwalk_mma_parts(K);
+    return p.regB + p.regC + p.rest > DR_SMEM_LIMIT;
+}
+static size_t bwalk_mma_smem(int K) {
+    const BwalkSmem p = bwalk_mma_parts(K);
+    return p.rest + (bwalk_alias(K) ? (p.regB > p.regC ? p.regB : p.regC) : p.regB + p.regC);
+}
+
+__global__ void __launch_bounds__(DR_THREADS)
+    dr_bwalk_mma_kernel(DrWsMma ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int Tlen, int H, int K,
+                        int V, const int *offsets, int alias) {
+    const int s = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * DR_BBV, tid = threadIdx.x, C = DR_BT;
+    const int lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
+    const int KP = dr_pad16(K), LK = KP + DR_PAD, LB = DR_BBV + DR_PAD, LA = 72, nmt = KP / 16;
+    const int bv = V - j0 < DR_BBV ? V - j0 : DR_BBV;
+    DYNAMIC_SMEM(bf16, sm);
+    bf16 *Ah = sm, *Al = Ah + C * LA, *Kh = Al + C * LA, *Kl = Kh + C * LK;
+    bf16 *Qh = alias ? sm : Kl + C * LK, *Ql = Qh + C * LK, *Wh = Ql + C * LK, *Wl = Wh + C * LK;
+    bf16 *rest = alias ? (Kl + C * LK > Wl + C * LK ? Kl + C * LK : Wl + C * LK) : Wl + C * LK;
+    bf16 *dOs = rest, *dHh = dOs + 2 * C * LB, *dHl = dHh + KP * LB, *dDh = dHl + KP * LB, *dDl = dDh + C * LB;
+    int bos, len;
+    dr_seq_range(offsets, Tlen, s, &bos, &len);
+    const int base = dr_seq_base(bos, s), nch = (len + C - 1) / C;
+    const size_t task = (size_t)s * H + h;
+
+    float dacc[2][4][4];  // dH': m-tiles warp + 8u, column tiles nt
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
+                dacc[u][nt][e] = (dhT && i < K && jj < bv) ? dhT[(task * K + i) * V + j0 + jj] : 0.f;
+            }
+    auto issue_b = [&](int ci) {
+        const int n = len - ci * C < C ? len - ci * C : C, tok0 = bos + ci * C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        dr_load_tile(Ah, LA, ws.Aqk + sh * C * C, C, C, C, n, C, tid, DR_THREADS);
+        dr_load_tile(Al, LA, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, DR_THREADS);
+        dr_load_tile(Kh, LK, ws.Ke + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        dr_load_tile(dOs + (ci & 1) * C * LB, LB, dout + ((size_t)tok0 * H + h) * V + j0, (size_t)H * V, C, DR_BBV, n,
+                     bv, tid, DR_THREADS);
+        cp_async_commit();
+    };
+    auto issue_c = [&](int ci) {
+        const int n = len - ci * C < C ? len - ci * C : C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        dr_load_tile(Qh, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        dr_load_tile(Wh, LK, ws.W + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        cp_async_commit();
+    };
+    if (nch > 0) issue_b(nch - 1);
+    for (int ci = nch - 1; ci >= 0; ci--) {
+        const int n = len - ci * C < C ? len - ci * C : C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        const bf16 *dO = dOs + (ci & 1) * C * LB;
+        bf16 *dhg = ws.dh + sh * K * V, *dhgl = ws.dhl + sh * K * V;
+        float *dDg = ws.dD + sh * C * V;
+        // a. dH' to shared memory and the workspace
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (warp + 8 * u < nmt)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
+                        dr_split(dacc[u][nt][e], dHh + i * LB + jj, dHl + i * LB + jj);
+                        if (i < K && jj < bv) {
+                            dhg[(size_t)i * V + j0 + jj] = dHh[i * LB + jj];
+                            dhgl[(size_t)i * V + j0 + jj] = dHl[i * LB + jj];
+                        }
+                    }
+        cp_async_wait<0>();  // this chunk's region B and dO
+        __syncthreads();
+        if (!alias) issue_c(ci);
+        // b. dDelta = Aqk^T dO + Ke dH'
+        {
+            const int mt = warp & 3, c0 = (warp >> 2) * 16;
+            float acc[2][4] = {};
+            for (int kk = mt; kk < 4; kk++) {
+                uint32_t ah[4], al[4], b[4];
+                dr_lda_t(ah, Ah, LA, mt * 16, kk * 16, lane);
+                dr_lda_t(al, Al, LA, mt * 16, kk * 16, lane);
+                dr_ldb_kn(b, dO, LB, kk * 16, c0, lane);
+                mma16816(acc[0], al, b[0], b[1]);
+                mma16816(acc[1], al, b[2], b[3]);
+                mma16816(acc[0], ah, b[0], b[1]);
+                mma16816(acc[1], ah, b[2], b[3]);
+            }
+            for (int kk = 0; kk < nmt; kk++) {
+                uint32_t ah[4], al[4], bh[4], bl[4];
+                dr_lda(ah, Kh, LK, mt * 16, kk * 16, lane);
+                dr_lda(al, Kl, LK, mt * 16, kk * 16, lane);
+                dr_ldb_kn(bh, dHh, LB, kk * 16, c0, lane);
+                dr_ldb_kn(bl, dHl, LB, kk * 16, c0, lane);
+                dr_mma3(acc[0], ah, al, bh, bl);
+                dr_mma3(acc[1], ah, al, bh + 2, bl + 2);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1);
+                    const bool in = r < n && jj < bv;
+                    const float d = in ? acc[nt][e] : 0.f;
+                    dr_split(d, dDh + r * LB + jj, dDl + r * LB + jj);
+                    if (in) dDg[(size_t)r * V + j0 + jj] = d;
+                }
+        }
+        __syncthreads();  // region B read, dDelta written
+        if (alias) issue_c(ci);
+        else if (ci > 0) issue_b(ci - 1);
+        if (!alias && ci > 0) cp_async_wait<1>();  // region C (the previous chunk's B may stay in flight)
+        else cp_async_wait<0>();
+        __syncthreads();
+        // c. dh[n] = diag(e^Gamma_end) dH' + scale Qg^T dO - W^T dDelta
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (warp + 8 * u < nmt) {
+                const int m0 = (warp + 8 * u) * 16, i0 = m0 + gq, i1 = i0 + 8;
+                const float e0 = i0 < K ? ws.ge[sh * K + i0] : 0.f, e1 = i1 < K ? ws.ge[sh * K + i1] : 0.f;
+                float tq[4][4] = {}, tw[4][4] = {};
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    uint32_t ah[4], al[4], wh[4], wl[4];
+                    dr_lda_t(ah, Qh, LK, m0, kk * 16, lane);
+                    dr_lda_t(al, Ql, LK, m0, kk * 16, lane);
+                    dr_lda_t(wh, Wh, LK, m0, kk * 16, lane);
+                    dr_lda_t(wl, Wl, LK, m0, kk * 16, lane);
+#pragma unroll
+                    for (int p = 0; p < 2; p++) {
+                        uint32_t b[4], bh[4], bl[4];
+                        dr_ldb_kn(b, dO, LB, kk * 16, p * 16, lane);
+                        mma16816(tq[2 * p], al, b[0], b[1]);
+                        mma16816(tq[2 * p + 1], al, b[2], b[3]);
+                        mma16816(tq[2 * p], ah, b[0], b[1]);
+                        mma16816(tq[2 * p + 1], ah, b[2], b[3]);
+                        dr_ldb_kn(bh, dDh, LB, kk * 16, p * 16, lane);
+                        dr_ldb_kn(bl, dDl, LB, kk * 16, p * 16, lane);
+                        dr_mma3(tw[2 * p], wh, wl, bh, bl);
+                        dr_mma3(tw[2 * p + 1], wh, wl, bh + 2, bl + 2);
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        dacc[u][nt][e] = (e >= 2 ? e1 : e0) * dacc[u][nt][e] + scale * tq[nt][e] - tw[nt][e];
+            }
+        __syncthreads();  // region C (or B), dH' and dDelta are rewritten
+        if (alias && ci > 0) issue_b(ci - 1);
+    }
+    if (dh0)
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (warp + 8 * u < nmt)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
+                        if (i < K && jj < bv) dh0[(task * K + i) * V + j0 + jj] = dacc[u][nt][e];
+                    }
+}
+
+// ---- grad: one block per (chunk slot, head) ---------------------------------------------
+// Stages B1, B3, the gradient of the triangular inverse, B4 and B6 (as chunk_bwd.cu's SIMT
+// kernel), reading the tensor-core workspace: Gamma recomputed from g; T, Delta (ws.U), h
+// (hi + lo), dH' (hi + lo), dDelta.
+static size_t grad_mma_smem(int K) { return (4 * DR_BT * DR_BT + 2 * DR_BT + (size_t)K + (size_t)DR_BT * K) * sizeof(float); }
+
+__global__ void __launch_bounds__(DR_THREADS)
+    dr_grad_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta, const bf16 *dout, const bf16 *q,
+                   const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta, int gate, float scale, int Tlen, int H, int K,
+                   int V, const int *offsets, int N) {
+    const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT;
+    const int lane = tid & 31, warp = tid >> 5, NW = DR_THREADS / 32;
+    int s = 0, tok0 = 0, n = 0;
+    if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
+    const size_t sh = (size_t)x * H + h;
+    const float *Tg = ws.T + sh * C * C, *D = ws.U + sh * C * V, *dD = ws.dD + sh * C * V;
+    const bf16 *Hh = ws.h + sh * K * V, *Hl = ws.hl + sh * K * V, *dHh = ws.dh + sh * K * V, *dHl = ws.dhl + sh * K * V;
+    float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K, *dW = ws.dW + sh * C * K;
+    DYNAMIC_SMEM(float, sm);
+    float *dA = sm, *Tm = dA + C * C, *dT = Tm + C * C, *tmp = dT + C * C, *bs = tmp + C * C, *db = bs + C,
+          *gend = db + C, *G = gend + K;
+#define ROWQK(r) (((size_t)(tok0 + (r)) * H + h) * K)
+#define ROWV(r) (((size_t)(tok0 + (r)) * H + h) * V)
+#define Q(r, i) dr_ld(q + ROWQK(r) + (i))
+#define KK(r, i) dr_ld(k + ROWQK(r) + (i))
+#define VV(r, j) dr_ld(v + ROWV(r) + (j))
+#define DO(r, j) dr_ld(dout + ROWV(r) + (j))
+#define HN(i, j) (__bfloat162float(Hh[(size_t)(i) * V + (j)]) + __bfloat162float(Hl[(size_t)(i) * V + (j)]))
+#define DHN(i, j) (__bfloat162float(dHh[(size_t)(i) * V + (j)]) + __bfloat162float(dHl[(size_t)(i) * V + (j)]))
+    const float *Gend = G + (size_t)(n - 1) * K;
+    for (int i = tid; i < K; i += DR_THREADS) {  // Gamma, recomputed
+        float acc = 0.f;
+        for (int r = 0; r < C; r++) {
+            if (r < n) acc += dr_gate(g, gate, (size_t)(tok0 + r), h, i, H, K);
+            G[r * K + i] = acc;
+        }
+    }
+    __syncthreads();
+
+    for (int e = tid; e < C * C; e += DR_THREADS) Tm[e] = Tg[e];
+    for (int r = tid; r < C; r += DR_THREADS) {
+        bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
+        db[r] = 0.f;
+    }
+    // B1 (docs/delta-rule.md, "Stage B1: output-side gradients"): dA = scale dO Delta^T, c <= r
+    for (int e = tid; e < C * C; e += DR_THREADS) {
+        const int r = e / C, c = e % C;
+        float acc = 0.f;
+        if (c <= r && r < n)
+            for (int j = 0; j < V; j++) acc += DO(r, j) * D[c * V + j];
+        dA[e] = scale * acc;
+    }
+    // B3 inter-chunk terms (docs/delta-rule.md, "Stage B3: inter-chunk and WY gradients"), per
+    // (r, i): dq = scale e^Gamma (h[n] dO_r)_i, dk = e^(Gamma_end-Gamma) (Delta dH'^T)_{r,i},
+    // dGamma = q dq - k dk; dW = -dDelta h[n]^T
+    for (int e = tid; e < n * K; e += DR_THREADS) {
+        const int r = e / K, i = e % K;
+        float hd = 0.f, dke = 0.f, dw = 0.f;
+        for (int j = 0; j < V; j++) {
+            const float hij = HN(i, j);
+            hd += hij * DO(r, j);
+            dke += D[r * V + j] * DHN(i, j);
+            dw += dD[r * V + j] * hij;
+        }
+        const float gr = G[r * K + i], dqv = scale * expf(gr) * hd, dkv = dke * expf(Gend[i] - gr);
+        dQ[r * K + i] = dqv;
+        dK[r * K + i] = dkv;
+        dG[r * K + i] = Q(r, i) * dqv - KK(r, i) * dkv;
+        dW[r * K + i] = -dw;
+    }
+    __syncthreads();
+
+    // dGamma_end extras: e^Gamma_end <h[n]_i, dH'_i> + sum_r k_r[i] dk_r[i] (the B3 dk)
+    for (int i = tid; i < K; i += DR_THREADS) {
+        float acc = 0.f;
+        for (int j = 0; j < V; j++) acc += HN(i, j) * DHN(i, j);
+        acc *= expf(Gend[i]);
+        for (int r = 0; r < n; r++) acc += KK(r, i) * dK[r * K + i];
+        gend[i] = acc;
+    }
+    // dT = P_sl(dU (diag(beta) V)^T + dW (diag(beta) Kb)^T), dU = dDelta (docs/delta-rule.md,
+    // "Gradient of the triangular inverse")
+    for (int e = tid; e < C * C; e += DR_THREADS) {
+        const int r = e / C, c = e % C;
+        float acc = 0.f;
+        if (c < r && r < n) {
+            for (int j = 0; j < V; j++) acc += dD[r * V + j] * VV(c, j);
+            for (int i = 0; i < K; i++) acc += dW[r * K + i] * KK(c, i) * expf(G[c * K + i]);
+            acc *= bs[c];
+        }
+        dT[e] = acc;
+    }
+    __syncthreads();
+
+    // Ubar = T^T dU, Wbar = T^T dW (a warp per row r): dv_r = beta_r Ubar_r,
+    // dbeta_r = Ubar_r.v_r + Wbar_r.Kb_r, dk_r += beta_r Wbar_r e^Gamma_r, dGamma_r += beta_r Wbar_r Kb_r
+    for (int r = warp; r < n; r += NW) {
+        float part = 0.f;
+        for (int j = lane; j < V; j += 32) {
+            float ub = 0.f;
+            for (int m = r; m < n; m++) ub += Tm[m * C + r] * dD[m * V + j];
+            dr_st(dv + ROWV(r) + j, bs[r] * ub);
+            part += ub * VV(r, j);
+        }
+        for (int i = lane; i < K; i += 32) {
+            float wb = 0.f;
+            for (int m = r; m < n; m++) wb += Tm[m * C + r] * dW[m * K + i];
+            const float eg = expf(G[r * K + i]), kb = KK(r, i) * eg;
+            part += wb * kb;
+            dK[r * K + i] += bs[r] * wb * eg;
+            dG[r * K + i] += bs[r] * wb * kb;
+        }
+        part = warp_sum(part);
+        if (lane == 0) db[r] += part;
+    }
+    // gradient of the triangular inverse: tmp = P_sl(dT) T^T, tmp[m][c] = sum_{p<=min(c,m-1)} dT[m][p] T[c][p]
+    for (int e = tid; e < C * C; e += DR_THREADS) {
+        const int m = e / C, c = e % C, pmax = c < m - 1 ? c : m - 1;
+        float acc = 0.f;
+        for (int p = 0; p <= pmax; p++) acc += dT[m * C + p] * Tm[c * C + p];
+        tmp[e] = acc;
+    }
+    __syncthreads();
+    // dL = -P_sl(T^T tmp): dL[r][c] = -sum_{m>=r} T[m][r] tmp[m][c], c < r (into dT's buffer)
+    for (int e = tid; e < C * C; e += DR_THREADS) {
+        const int r = e / C, c = e % C;
+        float acc = 0.f;
+        if (c < r && r < n)
+            for (int m = r; m < n; m++) acc += Tm[m * C + r] * tmp[m * C + c];
+        dT[e] = -acc;
+    }
+    __syncthreads();
+    const float *dL = dT;
+
+    // B4 (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients"), gathered per (t, i) so
+    // each element has one owner: with E(r,c) = e^(Gamma_r - Gamma_c), c <= r,
+    //   as the row r = t : dq += sum_{c<=t} dA k_c E ; rho = sum_{c<t} dL k_c E ;
+    //                      dGamma += q_t sum_{c<t} dA k_c E + beta_t k_t rho ; dk += beta_t rho
+    //   as the column c = t: col_r = (dA[r][t] q_r + dL[r][t] beta_r k_r) E(r,t) ;
+    //                      dk += sum_{r>=t} col_r ; dGamma -= k_t sum_{r>t} col_r
+    //   dbeta_t += rho . k_t
+    for (int t = warp; t < n; t += NW) {
+        float part = 0.f;
+        const float bt = bs[t];
+        for (int i = lane; i < K; i += 32) {
+            const float gt = G[t * K + i], qt = Q(t, i), kt = KK(t, i);
+            float dqoff = 0.f, rho = 0.f;
+            for (int c = 0; c < t; c++) {
+                const float kce = KK(c, i) * expf(gt - G[c * K + i]);
+                dqoff += dA[t * C + c] * kce;
+                rho += dL[t * C + c] * kce;
+            }
+            float dka = dA[t * C + t] * qt, dgm = 0.f;
+            for (int r = t + 1; r < n; r++) {
+                const float col = (dA[r * C + t] * Q(r, i) + dL[r * C + t] * bs[r] * KK(r, i)) * expf(G[r * K + i] - gt);
+                dgm += col;
+            }
+            dka += dgm;
+            dQ[t * K + i] += dqoff + dA[t * C + t] * kt;
+            dK[t * K + i] += dka + bt * rho;
+            dG[t * K + i] += qt * dqoff + bt * kt * rho - kt * dgm;
+            part += rho * kt;
+        }
+        part = warp_sum(part);
+        if (lane == 0) db[t] += part;
+    }
+    __syncthreads();
+
+    // B6 (docs/delta-rule.md, "Stage B6: reverse in-chunk cumsum of the gate gradient"): the
+    // dGamma_end extras land on the last row, then dg = reverse in-chunk cumsum of dGamma
+    for (int i = tid; i < K; i += DR_THREADS) {
+        dG[(n - 1) * K + i] += gend[i];
+        float acc = 0.f;
+        for (int r = n - 1; r >= 0; r--) {
+            acc += dG[r * K + i];
+            dG[r * K + i] = acc;
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < n * K; e += DR_THREADS) {
+        const int r = e / K, i = e % K;
+        dr_st(dq + ROWQK(r) + i, dQ[e]);
+        dr_st(dk + ROWQK(r) + i, dK[e]);
+        if (gate == DRG_CHANNEL && dg) dr_st(dg + ROWQK(r) + i, dG[e]);
+    }
+    if (gate == DRG_HEAD && dg)  // GDN: the per-head gradient is the sum over K (a warp per row)
+        for (int r = warp; r < n; r += NW) {
+            float acc = 0.f;
+            for (int i = lane; i < K; i += 32) acc += dG[r * K + i];
+            acc = warp_sum(acc);
+            if (lane == 0) dr_st(dg + (size_t)(tok0 + r) * H + h, acc);
+        }
+    for (int r = tid; r < n; r += DR_THREADS) dr_st(dbeta + (size_t)(tok0 + r) * H + h, db[r]);
+#undef ROWQK
+#undef ROWV
+#undef Q
+#undef KK
+#undef VV
+#undef DO
+#undef HN
+#undef DHN
+}
+
+extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, real *dv, real *dg, real *dbeta,
+                                          real *dh0, const real *dout, const real *dhT, const real *q, const real *k,
+                                          const real *v, const real *g, const real *beta, const real *h0, real scale,
+                                          int B, int T, int H, int K, int V, const int *offsets, int nseq, int chunk,
+                                          void *workspace) {
+    PROFILE("delta_chunk_bwd");
+    dr_check_args("delta_chunk_backward", kind, B, T, H, K, V, offsets, nseq, chunk);
+    const int N = offsets ? nseq : B, gate = dr_gate_of(kind);
+    if (N == 0) return;
+    const size_t slots = dr_num_slots(B, T, N);
+    DrWsMma ws;
+    dr_ws_mma_bind(&ws, workspace, 1, slots * H, K, V);
+    dr_forward_mma(gate, NULL, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)g,
+                   (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets, N, &ws);
+    launch_kernel(dr_bwalk_mma_kernel, dim3(N, H, (V + DR_BBV - 1) / DR_BBV), dim3(DR_THREADS), bwalk_mma_smem(K), ws,
+                  (float *)dh0, (const float *)dhT, (const bf16 *)dout, scale, T, H, K, V, offsets, bwalk_alias(K));
+    if (slots > 0)
+        launch_kernel(dr_grad_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad_mma_smem(K), ws, (bf16 *)dq,
+                      (bf16 *)dk, (bf16 *)dv, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)dout, (const bf16 *)q,
+                      (const bf16 *)k, (const bf16 *)v, (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V,
+                      offsets, N);
+}
