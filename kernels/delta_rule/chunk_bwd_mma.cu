@@ -205,7 +205,8 @@ __global__ void __launch_bounds__(DR_THREADS)
 // Stages B1, B3, the gradient of the triangular inverse, B4 and B6 (as chunk_bwd.cu's SIMT
 // kernel), reading the tensor-core workspace: Gamma recomputed from g; T, Delta (ws.U), h
 // (hi + lo), dH' (hi + lo), dDelta.
-static size_t grad_mma_smem(int K) { return (4 * DR_BT * DR_BT + 2 * DR_BT + (size_t)K + (size_t)DR_BT * K) * sizeof(float); }
+static size_t grad_tiles_off(int K) { return (4 * DR_BT * DR_BT + 2 * DR_BT + (size_t)K + (size_t)DR_BT * K + 7) & ~(size_t)7; }
+static size_t grad_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 10 * DR_BT * 40 * 2; }
 
 __global__ void __launch_bounds__(DR_THREADS)
     dr_grad_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta, const bf16 *dout, const bf16 *q,
@@ -222,6 +223,7 @@ __global__ void __launch_bounds__(DR_THREADS)
     DYNAMIC_SMEM(float, sm);
     float *dA = sm, *Tm = dA + C * C, *dT = Tm + C * C, *tmp = dT + C * C, *bs = tmp + C * C, *db = bs + C,
           *gend = db + C, *G = gend + K;
+    bf16 *tiles = (bf16 *)(sm + ((4 * C * C + 2 * C + K + C * K + 7) & ~7));  // grad_tiles_off
 #define ROWQK(r) (((size_t)(tok0 + (r)) * H + h) * K)
 #define ROWV(r) (((size_t)(tok0 + (r)) * H + h) * V)
 #define Q(r, i) dr_ld(q + ROWQK(r) + (i))
@@ -245,31 +247,93 @@ __global__ void __launch_bounds__(DR_THREADS)
         bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
         db[r] = 0.f;
     }
-    // B1 (docs/delta-rule.md, "Stage B1: output-side gradients"): dA = scale dO Delta^T, c <= r
-    for (int e = tid; e < C * C; e += DR_THREADS) {
-        const int r = e / C, c = e % C;
-        float acc = 0.f;
-        if (c <= r && r < n)
-            for (int j = 0; j < V; j++) acc += DO(r, j) * D[c * V + j];
-        dA[e] = scale * acc;
-    }
-    // B3 inter-chunk terms (docs/delta-rule.md, "Stage B3: inter-chunk and WY gradients"), per
-    // (r, i): dq = scale e^Gamma (h[n] dO_r)_i, dk = e^(Gamma_end-Gamma) (Delta dH'^T)_{r,i},
-    // dGamma = q dq - k dk; dW = -dDelta h[n]^T
-    for (int e = tid; e < n * K; e += DR_THREADS) {
-        const int r = e / K, i = e % K;
-        float hd = 0.f, dke = 0.f, dw = 0.f;
-        for (int j = 0; j < V; j++) {
-            const float hij = HN(i, j);
-            hd += hij * DO(r, j);
-            dke += D[r * V + j] * DHN(i, j);
-            dw += dD[r * V + j] * hij;
+    // B1 and B3 on tensor cores (docs/delta-rule.md, "Stage B1: output-side gradients", "Stage
+    // B3: inter-chunk and WY gradients"): the contractions over V, by K tiles of 64 (outer) and V
+    // tiles of 32 (inner), accumulated in registers (warp: rows 16 (w % 4).., columns 32 (w / 4)..):
+    //   HD = dO h[n]^T -> dq = scale e^Gamma HD;   DK = Delta dH'^T -> dk = e^(Gamma_end - Gamma) DK;
+    //   dGamma = q dq - k dk;  dW = -dDelta h[n]^T;
+    //   and with the first K tile: dA = scale dO Delta^T (c <= r), dT's V part dDelta V^T.
+    {
+        const int mt = warp & 3, c0 = (warp >> 2) * 32, gq = lane >> 2, t4 = lane & 3, LB = 40;
+        const int nkt = (dr_pad16(K) + 63) / 64;
+        bf16 *dOt = tiles, *Dh = dOt + C * LB, *Dl = Dh + C * LB, *dDh = Dl + C * LB, *dDl = dDh + C * LB,
+             *vt = dDl + C * LB, *hh = vt + C * LB, *hl = hh + C * LB, *gh = hl + C * LB, *gl = gh + C * LB;
+        for (int kt = 0; kt < nkt; kt++) {
+            const int i0 = kt * 64;
+            float aq[4][4] = {}, ak[4][4] = {}, aw[4][4] = {}, aa[4][4] = {}, at[4][4] = {};
+            for (int j0 = 0; j0 < V; j0 += 32) {
+                dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+                if (kt == 0) dr_load_tile(vt, LB, v + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+                dr_load_tile(hh, LB, Hh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                cp_async_commit();
+                for (int e = tid; e < C * 32; e += DR_THREADS) {
+                    const int r = e / 32, jj = e % 32;
+                    const bool in = r < n && j0 + jj < V;
+                    dr_split(in ? D[r * V + j0 + jj] : 0.f, Dh + r * LB + jj, Dl + r * LB + jj);
+                    dr_split(in ? dD[r * V + j0 + jj] : 0.f, dDh + r * LB + jj, dDl + r * LB + jj);
+                }
+                cp_async_wait<0>();
+                __syncthreads();
+#pragma unroll
+                for (int kk = 0; kk < 2; kk++) {
+                    uint32_t ao[4], adh[4], adl[4], agh[4], agl[4];
+                    dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
+                    dr_lda(adh, Dh, LB, mt * 16, kk * 16, lane);
+                    dr_lda(adl, Dl, LB, mt * 16, kk * 16, lane);
+                    dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
+                    dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
+#pragma unroll
+                    for (int p = 0; p < 2; p++) {
+                        const int n0 = c0 + p * 16;
+                        uint32_t bh[4], bl[4];
+                        dr_ldb_nk(bh, hh, LB, kk * 16, n0, lane);
+                        dr_ldb_nk(bl, hl, LB, kk * 16, n0, lane);
+                        for (int u = 0; u < 2; u++) {  // dO exact: two MMAs
+                            mma16816(aq[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
+                            mma16816(aq[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
+                            dr_mma3(aw[2 * p + u], agh, agl, bh + 2 * u, bl + 2 * u);
+                        }
+                        dr_ldb_nk(bh, gh, LB, kk * 16, n0, lane);
+                        dr_ldb_nk(bl, gl, LB, kk * 16, n0, lane);
+                        for (int u = 0; u < 2; u++) dr_mma3(ak[2 * p + u], adh, adl, bh + 2 * u, bl + 2 * u);
+                        if (kt == 0) {
+                            dr_ldb_nk(bh, Dh, LB, kk * 16, n0, lane);
+                            dr_ldb_nk(bl, Dl, LB, kk * 16, n0, lane);
+                            uint32_t bv[4];
+                            dr_ldb_nk(bv, vt, LB, kk * 16, n0, lane);
+                            for (int u = 0; u < 2; u++) {
+                                mma16816(aa[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
+                                mma16816(aa[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
+                                mma16816(at[2 * p + u], agl, bv[2 * u], bv[2 * u + 1]);
+                                mma16816(at[2 * p + u], agh, bv[2 * u], bv[2 * u + 1]);
+                            }
+                        }
+                    }
+                }
+                __syncthreads();  // the tiles are reloaded
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), cc = c0 + nt * 8 + 2 * t4 + (e & 1), i = i0 + cc;
+                    if (r < n && i < K) {
+                        const float gr = G[r * K + i], dqv = scale * expf(gr) * aq[nt][e],
+                                    dkv = ak[nt][e] * expf(Gend[i] - gr);
+                        dQ[r * K + i] = dqv;
+                        dK[r * K + i] = dkv;
+                        dG[r * K + i] = Q(r, i) * dqv - KK(r, i) * dkv;
+                        dW[r * K + i] = -aw[nt][e];
+                    }
+                    if (kt == 0) {
+                        dA[r * C + cc] = (cc <= r && r < n) ? scale * aa[nt][e] : 0.f;
+                        dT[r * C + cc] = at[nt][e];
+                    }
+                }
         }
-        const float gr = G[r * K + i], dqv = scale * expf(gr) * hd, dkv = dke * expf(Gend[i] - gr);
-        dQ[r * K + i] = dqv;
-        dK[r * K + i] = dkv;
-        dG[r * K + i] = Q(r, i) * dqv - KK(r, i) * dkv;
-        dW[r * K + i] = -dw;
     }
     __syncthreads();
 
@@ -287,7 +351,7 @@ __global__ void __launch_bounds__(DR_THREADS)
         const int r = e / C, c = e % C;
         float acc = 0.f;
         if (c < r && r < n) {
-            for (int j = 0; j < V; j++) acc += dD[r * V + j] * VV(c, j);
+            acc = dT[e];  // the V part, from the tensor-core phase
             for (int i = 0; i < K; i++) acc += dW[r * K + i] * KK(c, i) * expf(G[c * K + i]);
             acc *= bs[c];
         }
