@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(DR_THREADS)
 // kernel), reading the tensor-core workspace: Gamma recomputed from g; T, Delta (ws.U), h
 // (hi + lo), dH' (hi + lo), dDelta.
 static size_t grad_tiles_off(int K) { return (4 * DR_BT * DR_BT + 2 * DR_BT + (size_t)K + (size_t)DR_BT * K + 7) & ~(size_t)7; }
-static size_t grad_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 10 * DR_BT * 40 * 2; }
+static size_t grad_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 10 * DR_BT * 72 * 2; }
 
 __global__ void __launch_bounds__(DR_THREADS)
     dr_grad_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta, const bf16 *dout, const bf16 *q,
@@ -345,40 +345,113 @@ __global__ void __launch_bounds__(DR_THREADS)
         for (int r = 0; r < n; r++) acc += KK(r, i) * dK[r * K + i];
         gend[i] = acc;
     }
-    // dT = P_sl(dU (diag(beta) V)^T + dW (diag(beta) Kb)^T), dU = dDelta (docs/delta-rule.md,
-    // "Gradient of the triangular inverse")
-    for (int e = tid; e < C * C; e += DR_THREADS) {
-        const int r = e / C, c = e % C;
-        float acc = 0.f;
-        if (c < r && r < n) {
-            acc = dT[e];  // the V part, from the tensor-core phase
-            for (int i = 0; i < K; i++) acc += dW[r * K + i] * KK(c, i) * expf(G[c * K + i]);
-            acc *= bs[c];
-        }
-        dT[e] = acc;
-    }
-    __syncthreads();
+    __syncthreads();  // gend has read the B3 dk
 
-    // Ubar = T^T dU, Wbar = T^T dW (a warp per row r): dv_r = beta_r Ubar_r,
-    // dbeta_r = Ubar_r.v_r + Wbar_r.Kb_r, dk_r += beta_r Wbar_r e^Gamma_r, dGamma_r += beta_r Wbar_r Kb_r
-    for (int r = warp; r < n; r += NW) {
-        float part = 0.f;
-        for (int j = lane; j < V; j += 32) {
-            float ub = 0.f;
-            for (int m = r; m < n; m++) ub += Tm[m * C + r] * dD[m * V + j];
-            dr_st(dv + ROWV(r) + j, bs[r] * ub);
-            part += ub * VV(r, j);
+    // dT's K part and Wbar = T^T dW on tensor cores by K tiles of 64, then Ubar = T^T dU by V
+    // tiles of 64 (docs/delta-rule.md, "Gradient of the triangular inverse", "Stage B3"); warp:
+    // rows 16 (w % 4).., columns 32 (w / 4)..:
+    //   dT = P_sl(dT_V + dW Kb^T) diag(beta), Kb = k e^Gamma;
+    //   dk_r += beta_r Wbar_r e^Gamma_r, dGamma_r += beta_r Wbar_r Kb_r, dbeta_r += Wbar_r.Kb_r;
+    //   dv_r = beta_r Ubar_r, dbeta_r += Ubar_r.v_r
+    {
+        const int mt = warp & 3, half = warp >> 2, c0 = half * 32, gq = lane >> 2, t4 = lane & 3, LT = 72;
+        bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Bl = Bh + C * LT;
+        float *dbp = tmp;  // [2][64] dbeta partials of the two column halves (tmp is free until below)
+        // A = T^T (rows r, k = m): T^T[r][m] = T[m][r], nonzero for m >= r: k-steps kk >= mt
+        uint32_t th[4][4], tl[4][4];
+        for (int kk = mt; kk < 4; kk++)
+            for (int u = 0; u < 4; u++) {
+                const int r = mt * 16 + gq + (u & 1) * 8, m = kk * 16 + 2 * t4 + (u >> 1) * 8;
+                bf16 h0, l0, h1, l1;
+                dr_split(Tm[m * C + r], &h0, &l0);
+                dr_split(Tm[(m + 1) * C + r], &h1, &l1);
+                th[kk][u] = pack_bf16(__bfloat162float(h0), __bfloat162float(h1));
+                tl[kk][u] = pack_bf16(__bfloat162float(l0), __bfloat162float(l1));
+            }
+        float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the m-tile
+        float dtk[4][4] = {};
+        for (int i0 = 0; i0 < K; i0 += 64) {
+            for (int e = tid; e < C * 64; e += DR_THREADS) {
+                const int r = e / 64, ii = e % 64, i = i0 + ii;
+                const bool in = r < n && i < K;
+                dr_split(in ? dW[r * K + i] : 0.f, Xh + r * LT + ii, Xl + r * LT + ii);
+                dr_split(in ? KK(r, i) * expf(G[r * K + i]) : 0.f, Bh + r * LT + ii, Bl + r * LT + ii);
+            }
+            __syncthreads();
+            float wb[4][4] = {};
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t ah[4], al[4];
+                dr_lda(ah, Xh, LT, mt * 16, kk * 16, lane);  // dW: rows r, k = i
+                dr_lda(al, Xl, LT, mt * 16, kk * 16, lane);
+                for (int p = 0; p < 2; p++) {
+                    uint32_t bh[4], bl[4];
+                    dr_ldb_nk(bh, Bh, LT, kk * 16, c0 + p * 16, lane);  // B[k = i][n = c] = Kb[c][i]
+                    dr_ldb_nk(bl, Bl, LT, kk * 16, c0 + p * 16, lane);
+                    dr_mma3(dtk[2 * p], ah, al, bh, bl);
+                    dr_mma3(dtk[2 * p + 1], ah, al, bh + 2, bl + 2);
+                }
+                if (kk >= mt)  // Wbar: A = T^T (k = m), B[k = m][n = i] = dW[m][i]
+                    for (int p = 0; p < 2; p++) {
+                        uint32_t bh[4], bl[4];
+                        dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
+                        dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
+                        dr_mma3(wb[2 * p], th[kk], tl[kk], bh, bl);
+                        dr_mma3(wb[2 * p + 1], th[kk], tl[kk], bh + 2, bl + 2);
+                    }
+            }
+            for (int nt = 0; nt < 4; nt++)
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), i = i0 + c0 + nt * 8 + 2 * t4 + (e & 1);
+                    if (r < n && i < K) {
+                        const float eg = expf(G[r * K + i]), kb = KK(r, i) * eg, w = wb[nt][e];
+                        part[e >> 1] += w * kb;
+                        dK[r * K + i] += bs[r] * w * eg;
+                        dG[r * K + i] += bs[r] * w * kb;
+                    }
+                }
+            __syncthreads();  // the tiles are refilled
         }
-        for (int i = lane; i < K; i += 32) {
-            float wb = 0.f;
-            for (int m = r; m < n; m++) wb += Tm[m * C + r] * dW[m * K + i];
-            const float eg = expf(G[r * K + i]), kb = KK(r, i) * eg;
-            part += wb * kb;
-            dK[r * K + i] += bs[r] * wb * eg;
-            dG[r * K + i] += bs[r] * wb * kb;
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), c = c0 + nt * 8 + 2 * t4 + (e & 1);
+                dT[r * C + c] = (c < r && r < n) ? bs[c] * (dT[r * C + c] + dtk[nt][e]) : 0.f;
+            }
+        for (int j0 = 0; j0 < V; j0 += 64) {
+            for (int e = tid; e < C * 64; e += DR_THREADS) {
+                const int r = e / 64, jj = e % 64;
+                dr_split(r < n && j0 + jj < V ? dD[r * V + j0 + jj] : 0.f, Xh + r * LT + jj, Xl + r * LT + jj);
+            }
+            __syncthreads();
+            float ub[4][4] = {};
+            for (int kk = mt; kk < 4; kk++)
+                for (int p = 0; p < 2; p++) {
+                    uint32_t bh[4], bl[4];
+                    dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
+                    dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
+                    dr_mma3(ub[2 * p], th[kk], tl[kk], bh, bl);
+                    dr_mma3(ub[2 * p + 1], th[kk], tl[kk], bh + 2, bl + 2);
+                }
+            for (int nt = 0; nt < 4; nt++)
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), j = j0 + c0 + nt * 8 + 2 * t4 + (e & 1);
+                    if (r < n && j < V) {
+                        dr_st(dv + ROWV(r) + j, bs[r] * ub[nt][e]);
+                        part[e >> 1] += ub[nt][e] * VV(r, j);
+                    }
+                }
+            __syncthreads();  // the tile is refilled
         }
-        part = warp_sum(part);
-        if (lane == 0) db[r] += part;
+        for (int u = 0; u < 2; u++) {
+            part[u] += __shfl_xor_sync(0xffffffffu, part[u], 1);
+            part[u] += __shfl_xor_sync(0xffffffffu, part[u], 2);
+        }
+        if (t4 == 0) {
+            dbp[half * C + mt * 16 + gq] = part[0];
+            dbp[half * C + mt * 16 + gq + 8] = part[1];
+        }
+        __syncthreads();
+        if (tid < C) db[tid] += dbp[tid] + dbp[C + tid];
+        __syncthreads();
     }
     // gradient of the triangular inverse: tmp = P_sl(dT) T^T, tmp[m][c] = sum_{p<=min(c,m-1)} dT[m][p] T[c][p]
     for (int e = tid; e < C * C; e += DR_THREADS) {
@@ -399,37 +472,116 @@ __global__ void __launch_bounds__(DR_THREADS)
     __syncthreads();
     const float *dL = dT;
 
-    // B4 (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients"), gathered per (t, i) so
-    // each element has one owner: with E(r,c) = e^(Gamma_r - Gamma_c), c <= r,
-    //   as the row r = t : dq += sum_{c<=t} dA k_c E ; rho = sum_{c<t} dL k_c E ;
-    //                      dGamma += q_t sum_{c<t} dA k_c E + beta_t k_t rho ; dk += beta_t rho
-    //   as the column c = t: col_r = (dA[r][t] q_r + dL[r][t] beta_r k_r) E(r,t) ;
-    //                      dk += sum_{r>=t} col_r ; dGamma -= k_t sum_{r>t} col_r
-    //   dbeta_t += rho . k_t
-    for (int t = warp; t < n; t += NW) {
-        float part = 0.f;
-        const float bt = bs[t];
-        for (int i = lane; i < K; i += 32) {
-            const float gt = G[t * K + i], qt = Q(t, i), kt = KK(t, i);
-            float dqoff = 0.f, rho = 0.f;
-            for (int c = 0; c < t; c++) {
-                const float kce = KK(c, i) * expf(gt - G[c * K + i]);
-                dqoff += dA[t * C + c] * kce;
-                rho += dL[t * C + c] * kce;
-            }
-            float dka = dA[t * C + t] * qt, dgm = 0.f;
-            for (int r = t + 1; r < n; r++) {
-                const float col = (dA[r * C + t] * Q(r, i) + dL[r * C + t] * bs[r] * KK(r, i)) * expf(G[r * K + i] - gt);
-                dgm += col;
-            }
-            dka += dgm;
-            dQ[t * K + i] += dqoff + dA[t * C + t] * kt;
-            dK[t * K + i] += dka + bt * rho;
-            dG[t * K + i] += qt * dqoff + bt * kt * rho - kt * dgm;
-            part += rho * kt;
+    // B4 on tensor cores (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients"), by blocks
+    // B of 16 rows / columns and K tiles of 64, with dAs, dLs the strictly lower parts of dA, dL:
+    //   rows t of block B, ref = Gamma_{16B}: Kr_c = k_c e^(ref - Gamma_c) (c < 16B + 16),
+    //     dqoff = e^(Gamma_t - ref) (dAs Kr)_t,  rho = e^(Gamma_t - ref) (dLs Kr)_t;
+    //   columns t of block B, ref' = Gamma_{16B+15}: Qr_r = q_r e^(Gamma_r - ref'),
+    //     Kbr_r = beta_r k_r e^(Gamma_r - ref') (r >= 16B),  dgm = e^(ref' - Gamma_t) (dAs^T Qr + dLs^T Kbr)_t;
+    // every exponent <= 0 but within a diagonal block (at most 15 tokens of decay), as in the prep.
+    //   dq += dqoff + dA_tt k_t;  dk += dA_tt q_t + dgm + beta_t rho;
+    //   dGamma += q_t dqoff + beta_t k_t rho - k_t dgm;  dbeta_t += rho . k_t
+    // Warp w: 16 columns 16 (w % 4).. of the K tile; w < 4 the row terms, w >= 4 the column terms.
+    {
+        const int pc = (warp & 3) * 16, task = warp >> 2, gq = lane >> 2, t4 = lane & 3, LT = 72;
+        bf16 *Ah_ = tiles, *Al_ = Ah_ + C * LT, *Lh = Al_ + C * LT, *Ll = Lh + C * LT, *Krh = Ll + C * LT,
+             *Krl = Krh + C * LT, *Qrh = Krl + C * LT, *Qrl = Qrh + C * LT, *Kbh = Qrl + C * LT, *Kbl = Kbh + C * LT;
+        float *dbp = tmp;  // [4][64] dbeta partials of the row-term warps (tmp is free now)
+        for (int e = tid; e < C * C; e += DR_THREADS) {
+            const int r = e / C, c = e % C;
+            dr_split(c < r ? dA[e] : 0.f, Ah_ + r * LT + c, Al_ + r * LT + c);
+            dr_split(c < r ? dL[e] : 0.f, Lh + r * LT + c, Ll + r * LT + c);
         }
-        part = warp_sum(part);
-        if (lane == 0) db[t] += part;
+        float part[2] = {0.f, 0.f};
+        for (int Bk = 0; Bk < 4; Bk++) {
+            const int t0 = 16 * Bk;
+            for (int i0 = 0; i0 < K; i0 += 64) {
+                for (int e = tid; e < C * 64; e += DR_THREADS) {
+                    const int r = e / 64, ii = e % 64, i = i0 + ii;
+                    const bool in = r < n && i < K;
+                    const float kr = in ? KK(r, i) : 0.f;
+                    float a = 0.f, b = 0.f, c = 0.f;
+                    if (in && r < t0 + 16) a = kr * expf(G[t0 * K + i] - G[r * K + i]);
+                    if (in && r >= t0) {
+                        const float ex = expf(G[r * K + i] - G[(t0 + 15) * K + i]);
+                        b = Q(r, i) * ex;
+                        c = bs[r] * kr * ex;
+                    }
+                    dr_split(a, Krh + r * LT + ii, Krl + r * LT + ii);
+                    dr_split(b, Qrh + r * LT + ii, Qrl + r * LT + ii);
+                    dr_split(c, Kbh + r * LT + ii, Kbl + r * LT + ii);
+                }
+                __syncthreads();
+                float x0[2][4] = {}, x1[2][4] = {};
+                if (task == 0) {
+                    for (int kk = 0; kk <= Bk; kk++) {
+                        uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
+                        dr_lda(ah, Ah_, LT, t0, kk * 16, lane);
+                        dr_lda(al, Al_, LT, t0, kk * 16, lane);
+                        dr_lda(lh, Lh, LT, t0, kk * 16, lane);
+                        dr_lda(ll, Ll, LT, t0, kk * 16, lane);
+                        dr_ldb_kn(bh, Krh, LT, kk * 16, pc, lane);
+                        dr_ldb_kn(bl, Krl, LT, kk * 16, pc, lane);
+                        for (int u = 0; u < 2; u++) {
+                            dr_mma3(x0[u], ah, al, bh + 2 * u, bl + 2 * u);
+                            dr_mma3(x1[u], lh, ll, bh + 2 * u, bl + 2 * u);
+                        }
+                    }
+                } else {
+                    for (int kk = Bk; kk < 4; kk++) {
+                        uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
+                        dr_lda_t(ah, Ah_, LT, t0, kk * 16, lane);
+                        dr_lda_t(al, Al_, LT, t0, kk * 16, lane);
+                        dr_lda_t(lh, Lh, LT, t0, kk * 16, lane);
+                        dr_lda_t(ll, Ll, LT, t0, kk * 16, lane);
+                        dr_ldb_kn(bh, Qrh, LT, kk * 16, pc, lane);
+                        dr_ldb_kn(bl, Qrl, LT, kk * 16, pc, lane);
+                        for (int u = 0; u < 2; u++) dr_mma3(x0[u], ah, al, bh + 2 * u, bl + 2 * u);
+                        dr_ldb_kn(bh, Kbh, LT, kk * 16, pc, lane);
+                        dr_ldb_kn(bl, Kbl, LT, kk * 16, pc, lane);
+                        for (int u = 0; u < 2; u++) dr_mma3(x0[u], lh, ll, bh + 2 * u, bl + 2 * u);
+                    }
+                }
+                if (task == 0)
+                    for (int u = 0; u < 2; u++)
+                        for (int e = 0; e < 4; e++) {
+                            const int t = t0 + gq + (e >= 2 ? 8 : 0), i = i0 + pc + u * 8 + 2 * t4 + (e & 1);
+                            if (t < n && i < K) {
+                                const float ex = expf(G[t * K + i] - G[t0 * K + i]), dqoff = ex * x0[u][e],
+                                            rho = ex * x1[u][e], qt = Q(t, i), kt = KK(t, i), att = dA[t * C + t],
+                                            bt = bs[t];
+                                dQ[t * K + i] += dqoff + att * kt;
+                                dK[t * K + i] += att * qt + bt * rho;
+                                dG[t * K + i] += qt * dqoff + bt * kt * rho;
+                                part[e >> 1] += rho * kt;
+                            }
+                        }
+                __syncthreads();  // the row terms are in (each element gets both terms)
+                if (task == 1)
+                    for (int u = 0; u < 2; u++)
+                        for (int e = 0; e < 4; e++) {
+                            const int t = t0 + gq + (e >= 2 ? 8 : 0), i = i0 + pc + u * 8 + 2 * t4 + (e & 1);
+                            if (t < n && i < K) {
+                                const float dgm = expf(G[(t0 + 15) * K + i] - G[t * K + i]) * x0[u][e];
+                                dK[t * K + i] += dgm;
+                                dG[t * K + i] -= KK(t, i) * dgm;
+                            }
+                        }
+                __syncthreads();  // the tiles are refilled
+            }
+            // this block's dbeta rows (the row-term warps), then the partials restart
+            for (int u = 0; u < 2; u++) {
+                part[u] += __shfl_xor_sync(0xffffffffu, part[u], 1);
+                part[u] += __shfl_xor_sync(0xffffffffu, part[u], 2);
+            }
+            if (task == 0 && t4 == 0) {
+                dbp[(warp & 3) * C + t0 + gq] = part[0];
+                dbp[(warp & 3) * C + t0 + gq + 8] = part[1];
+            }
+            part[0] = part[1] = 0.f;
+        }
+        __syncthreads();
+        if (tid < C) db[tid] += dbp[tid] + dbp[C + tid] + dbp[2 * C + tid] + dbp[3 * C + tid];
     }
     __syncthreads();
 
