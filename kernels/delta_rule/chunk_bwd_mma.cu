@@ -358,9 +358,12 @@ __global__ void __launch_bounds__(DR_THREADS)
         bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Bl = Bh + C * LT;
         float *dbp = tmp;  // [2][64] dbeta partials of the two column halves (tmp is free until below)
         // A = T^T (rows r, k = m): T^T[r][m] = T[m][r], nonzero for m >= r: k-steps kk >= mt
-        uint32_t th[4][4], tl[4][4];
-        for (int kk = mt; kk < 4; kk++)
+        uint32_t th[4][4] = {}, tl[4][4] = {};  // (constant indices only: the loops unrolled, kk < mt skipped)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
             for (int u = 0; u < 4; u++) {
+                if (kk < mt) continue;
                 const int r = mt * 16 + gq + (u & 1) * 8, m = kk * 16 + 2 * t4 + (u >> 1) * 8;
                 bf16 h0, l0, h1, l1;
                 dr_split(Tm[m * C + r], &h0, &l0);
@@ -379,6 +382,7 @@ __global__ void __launch_bounds__(DR_THREADS)
             }
             __syncthreads();
             float wb[4][4] = {};
+#pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 uint32_t ah[4], al[4];
                 dr_lda(ah, Xh, LT, mt * 16, kk * 16, lane);  // dW: rows r, k = i
@@ -423,8 +427,11 @@ __global__ void __launch_bounds__(DR_THREADS)
             }
             __syncthreads();
             float ub[4][4] = {};
-            for (int kk = mt; kk < 4; kk++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
                 for (int p = 0; p < 2; p++) {
+                    if (kk < mt) continue;
                     uint32_t bh[4], bl[4];
                     dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
                     dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
