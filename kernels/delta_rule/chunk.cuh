@@ -138,8 +138,9 @@ void dr_forward_states(int gate, float *hT, const bf16 *q, const bf16 *k, const 
                        const bf16 *beta, const float *h0, float scale, int B, int T, int H, int K, int V,
                        const int *offsets, int N, const DrWs *ws);
 
-// fp32-I/O forward (q, k, v, g, beta, o all float; same workspace as the bf16 forward): the
-// accuracy check of the kernels' fp32 arithmetic without the bf16 rounding of I/O.
+// fp32-I/O forward (q, k, v, g, beta, o all float) on the SIMT kernels (workspace:
+// cuda_delta_chunk_workspace_simt bytes): the accuracy check of the fp32 arithmetic without the
+// bf16 rounding of I/O.
 extern "C" void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float *hT, const float *q, const float *k,
                                                const float *v, const float *g, const float *beta, const float *h0,
                                                float scale, int B, int T, int H, int K, int V, const int *offsets,
@@ -251,7 +252,11 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
                     const int *offsets, int N, const DrWsMma *ws);
 
 // The SIMT fp32 path on bf16 I/O (the previous kernels, kept as the reference and fallback):
-// test entries, same arguments and workspace as the table's members.
+// test entries, the table's members' arguments; their workspace (the fp32 layout DrWs, larger
+// than the tensor-core one) is cuda_delta_chunk_workspace_simt bytes. Falling back to SIMT is
+// one line a member in chunk_fwd.cu / chunk_bwd_mma.cu (call the _simt entry) plus the size.
+extern "C" size_t cuda_delta_chunk_workspace_simt(LinearKind kind, int backward, int B, int T, int H, int K, int V,
+                                                  int nseq, int chunk);
 extern "C" void cuda_delta_chunk_forward_simt(LinearKind kind, real *o, real *hT, const real *q, const real *k,
                                               const real *v, const real *g, const real *beta, const real *h0,
                                               real scale, int B, int T, int H, int K, int V, const int *offsets,

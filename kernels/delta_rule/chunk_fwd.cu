@@ -272,15 +272,21 @@ extern "C" void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float 
     forward<float>(kind, o, hT, q, k, v, g, beta, h0, scale, B, T, H, K, V, offsets, nseq, chunk, workspace);
 }
 
-// Bytes of the forward's (backward 0) or backward's (1) workspace (chunk.cuh's layout) for up to
-// nseq sequences over B*T rows (nseq < B is read as B: the fixed-length call has B sequences).
+// Bytes of the forward's (backward 0) or backward's (1) workspace for up to nseq sequences over
+// B*T rows (nseq < B is read as B: the fixed-length call has B sequences): the table's members
+// take the tensor-core layout (DrWsMma), the SIMT entries their fp32 layout (DrWs; chunk.cuh).
 size_t delta_chunk_workspace_bytes(LinearKind kind, int backward, int B, int T, int H, int K, int V, int nseq,
                                    int chunk) {
     dr_check_args("delta-rule workspace", kind, 1, T, H, K, V, NULL, nseq, chunk);
     const int N = nseq > B ? nseq : B;
-    const size_t sh = dr_num_slots(B, T, N) * H;
+    DrWsMma ws;
+    return dr_ws_mma_bind(&ws, NULL, backward, dr_num_slots(B, T, N) * H, K, V);
+}
+
+extern "C" size_t cuda_delta_chunk_workspace_simt(LinearKind kind, int backward, int B, int T, int H, int K, int V,
+                                                  int nseq, int chunk) {
+    dr_check_args("delta-rule workspace (SIMT)", kind, 1, T, H, K, V, NULL, nseq, chunk);
+    const int N = nseq > B ? nseq : B;
     DrWs ws;
-    DrWsMma wm;
-    const size_t simt = dr_ws_bind(&ws, NULL, backward, sh, K, V), mma = dr_ws_mma_bind(&wm, NULL, backward, sh, K, V);
-    return simt > mma ? simt : mma;  // (the SIMT test entries' too)
+    return dr_ws_bind(&ws, NULL, backward, dr_num_slots(B, T, N) * H, K, V);
 }

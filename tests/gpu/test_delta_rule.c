@@ -39,6 +39,8 @@ extern void cuda_delta_chunk_backward_simt(LinearKind kind, real *dq, real *dk, 
                                            const real *v, const real *g, const real *beta, const real *h0, real scale,
                                            int B, int T, int H, int K, int V, const int *offsets, int nseq, int chunk,
                                            void *workspace);
+extern size_t cuda_delta_chunk_workspace_simt(LinearKind kind, int backward, int B, int T, int H, int K, int V,
+                                              int nseq, int chunk);
 
 #define TOL_GB 2e-2  // dg, dbeta
 #define CHUNK 64
@@ -49,9 +51,9 @@ typedef struct {
     const char *name;
     __typeof__(((DeltaRuleOps *)0)->delta_chunk_forward) fwd;
     __typeof__(((DeltaRuleOps *)0)->delta_chunk_backward) bwd;
+    __typeof__(((DeltaRuleOps *)0)->linear_workspace_size) ws;
 } Path;
 static Path PATHS[2];
-static const Path *P;
 static const char *kind_name(LinearKind k) { return k == LINEAR_KDA ? "KDA" : k == LINEAR_GDN ? "GDN" : "DeltaNet"; }
 
 // One problem's host inputs (bf16-representable floats).
@@ -141,8 +143,9 @@ static void *cpu_ws(const Prob *p, int backward) {
     size_t b = cpu_linear_workspace_size(p->kind, backward, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK);
     return xmalloc(b ? b : 1);
 }
+static const Path *P;
 static void *gpu_ws(const Prob *p, int backward) {
-    size_t b = D->linear_workspace_size(p->kind, backward, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK);
+    size_t b = P->ws(p->kind, backward, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK);
     return G->alloc(b ? b : 16);
 }
 
@@ -279,7 +282,7 @@ static void test_f32io(const Prob *p) {
           *g = p->g ? dev_f32(p->g, p->ng) : NULL, *b = dev_f32(p->beta, p->nb), *h0 = dev_f32(p->h0, p->ns),
           *od = dev_f32(NULL, p->nv), *hTd = dev_f32(NULL, p->ns);
     int *off = p->offsets ? dev_tokens(p->offsets, (size_t)p->nseq + 1) : NULL;
-    void *wg = gpu_ws(p, 0);
+    void *wg = G->alloc(cuda_delta_chunk_workspace_simt(p->kind, 0, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK));  // SIMT kernels
     poison_f32(od, p->nv), poison_f32(hTd, p->ns);
     cuda_delta_chunk_forward_f32io(p->kind, od, hTd, q, k, v, g, b, h0, p->scale, p->B, p->T, p->H, p->K, p->V, off,
                                    p->nseq, CHUNK, wg);
@@ -321,8 +324,9 @@ int main(void) {
     D = cuda_delta_rule_ops();
     CHECK(D->delta_chunk_forward && D->delta_chunk_backward && D->delta_step && D->linear_workspace_size,
           "the CUDA delta-rule table lacks the chunkwise delta rule");
-    PATHS[0] = (Path){"tensor cores", D->delta_chunk_forward, D->delta_chunk_backward};
-    PATHS[1] = (Path){"SIMT", cuda_delta_chunk_forward_simt, cuda_delta_chunk_backward_simt};
+    PATHS[0] = (Path){"tensor cores", D->delta_chunk_forward, D->delta_chunk_backward, D->linear_workspace_size};
+    PATHS[1] = (Path){"SIMT", cuda_delta_chunk_forward_simt, cuda_delta_chunk_backward_simt,
+                      cuda_delta_chunk_workspace_simt};
     const LinearKind kinds[3] = {LINEAR_KDA, LINEAR_GDN, LINEAR_DELTANET};
     // varlen: empty segments at the start, in the middle and at the end; a sequence longer than a chunk
     static const int off_small[] = {0, 0, 5, 70, 70, 71, 150, 150};
