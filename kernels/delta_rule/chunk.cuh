@@ -1,6 +1,6 @@
 // The chunkwise delta rule on CUDA (KDA, GDN, DeltaNet; docs/delta-rule.md, "Chunkwise
-// forward" and "Chunkwise backward"): shared constants, the workspace layout, device helpers
-// and the host entry points shared by chunk_fwd.cu and chunk_bwd.cu.
+// forward" and "Chunkwise backward"): shared constants, the workspace layouts, device helpers
+// and the host entry points shared by chunk_fwd*.cu and chunk_bwd*.cu.
 //
 // Decomposition (fla's): chunk-local work runs chunk-parallel, one block per (chunk, head);
 // only the inter-chunk state recurrence is sequential, one block per (sequence, head, V-tile)
@@ -11,8 +11,23 @@
 //   backward  prep + walk again (recompute, docs/delta-rule.md "Recomputation in the backward")
 //             bwalk  (seq, head, V-tile)    dH' = dL/dh[n+1] saved, complete dDelta, dh[n], dh0
 //             grad   (chunk, head)          stages B1, B3, the triangular inverse, B4, B6
-// This first version is SIMT fp32 (no tensor cores); the tile sizes below are the named
-// places where MMA tiles go later. Chunk size 64 only.
+// Chunk size 64 only; K, V <= 256.
+//
+// Two implementations of that decomposition:
+//  - tensor cores (chunk_fwd_mma.cu, chunk_bwd_mma.cu; the table's members): every product as
+//    bf16 mma.m16n8k16 with fp32 accumulation (kernels/mma.cuh), tiles in shared memory padded
+//    to 16 in K and V and by 8 bf16 a row (ldmatrix without bank conflicts), global -> shared
+//    by cp.async. Accuracy: an operand that is not exact in bf16 is split hi + lo (dr_split) and
+//    a product of two such is three MMAs (dr_mma3: hi hi + hi lo + lo hi, ~16 mantissa bits),
+//    two where one side is exact (q, k, v, dO): so the states hT, dh0 keep the fp32 kernels'
+//    1e-4 and o, the gradients the bf16 I/O rounding only (tests/gpu/test_delta_rule.c). One
+//    bf16 MMA would be 3x cheaper on the tensor cores but puts hT at ~3e-3 and o at ~4e-3.
+//    Decay factors by 16-row reference blocks (Gamma_ref at a block boundary), so no exponent
+//    exceeds 15 tokens of decay and there is no exponential per (row, column, channel). The
+//    triangular inverse stays fp32 SIMT (blockwise, in place). The states h and dH' live in
+//    registers of the walks as fp32 accumulators.
+//  - SIMT fp32 (chunk_fwd.cu, chunk_bwd.cu): the first port, the reference and the fallback
+//    (cuda_delta_chunk_forward_simt / _backward_simt; the fp32-I/O accuracy entry).
 #ifndef HYBRID_KERNELS_DELTA_RULE_CHUNK_CUH
 #define HYBRID_KERNELS_DELTA_RULE_CHUNK_CUH
 
@@ -20,10 +35,10 @@
 #include "kernels/mma.cuh"
 
 #define DR_BT 64        // chunk size (fla's); the only one these kernels take
-#define DR_BK 32        // K tile of the prep kernel's Aqk / L products
-#define DR_BV 32        // V tile of the walks and the output kernel
 #define DR_THREADS 256  // threads of every chunk kernel (8 warps)
 #define DR_MAX_DIM 256  // K and V limit
+#define DR_BK 32        // SIMT prep: K tile of the Aqk / L products
+#define DR_BV 32        // SIMT: V tile of the walks and the output kernel
 
 static_assert((DR_BT * DR_BT) % DR_THREADS == 0, "prep kernel: whole (r, c) entries per thread");
 
@@ -72,7 +87,7 @@ __device__ __forceinline__ int dr_locate_chunk(const int *offsets, int T, int N,
     return 1;
 }
 
-// ---- workspace layout (fp32; per (slot, head) blocks, slot-major, head inside) ----------
+// ---- SIMT workspace layout (fp32; per (slot, head) blocks, slot-major, head inside) -----
 // forward (and the backward's recompute):
 //   G   [64][K]  Gamma, the inclusive in-chunk cumsum of g (rows >= n unused)
 //   Qg  [64][K]  q ⊙ exp(Gamma)
@@ -215,13 +230,20 @@ __device__ __forceinline__ void dr_load_tile(bf16 *s, int lds, const bf16 *src, 
 //   Aqk, Aqkl [64][64] scale q_r.(k_c ⊙ exp(Gamma_r - Gamma_c)), c <= r, 0 above
 //   h, hl   [K][V]   h[n]
 //   ge      [K]      exp(Gamma_end), fp32
-// Bytes per (chunk, head): 4 (4 64 K + 64 V + 64 64 + K V + K) = 4 (64 (4K + V + 64) + K V + K);
-// K = V = 128: 208.5 KiB (the SIMT layout's forward part: 288 KiB).
+// Bytes per (chunk, head): 768 K + 4 K V + 256 V + 4 K + 16384; K = V = 128: 208.5 KiB (the
+// SIMT layout's forward: 288 KiB).
 // backward only (after the above):
 //   T        [64][64] T = (I + L)^-1, fp32 (the prep writes it when the array is bound)
 //   dh, dhl  [K][V]   dL/dh[n+1], the state gradient leaving the chunk
 //   dD       [64][V]  the complete dDelta, fp32
 //   dQ, dK, dG, dW [64][K]  the gradient kernel's fp32 accumulators
+// Backward bytes per (chunk, head): the forward's + 1024 K + 4 K V + 256 V + 16384; K = V = 128:
+// 448.5 KiB (SIMT: 512 KiB; about 3.5 GiB at B8 T4096 H16). What fp32-level states cost: every
+// operand of the state chain is stored as hi + lo (4 bytes), where fla stores bf16 (h, w, u,
+// v_new) and holds a bf16-level state error (~3e-3 relative). Ways down, not taken yet: Qg
+// recomputed from q and a cumsum of g in the output kernel and the reverse walk (-32 KiB); the
+// gradient accumulators dQ, dK, dG, dW kept in the grad kernel (-128 KiB: registers and shared
+// memory of a restructured kernel).
 struct DrWsMma {
     bf16 *Qg, *Qgl, *Ke, *Kel, *W, *Wl, *Aqk, *Aqkl, *h, *hl;
     float *U, *ge;
