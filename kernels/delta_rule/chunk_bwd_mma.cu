@@ -42,8 +42,9 @@ static size_t bwalk_mma_smem(int K) {
 __global__ void __launch_bounds__(DR_THREADS)
     dr_bwalk_mma_kernel(DrWsMma ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int Tlen, int H, int K,
                         int V, const int *offsets, int alias) {
-    const int s = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * DR_BBV, tid = threadIdx.x, C = DR_BT;
-    const int lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
+    // blockIdx.x = sequence * V-tiles + V-tile (a sequence's V-tiles side by side, sharing tiles through L2)
+    const int vt = (V + DR_BBV - 1) / DR_BBV, s = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * DR_BBV;
+    const int tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
     const int KP = dr_pad16(K), LK = KP + DR_PAD, LB = DR_BBV + DR_PAD, LA = 72, nmt = KP / 16;
     const int bv = V - j0 < DR_BBV ? V - j0 : DR_BBV;
     DYNAMIC_SMEM(bf16, sm);
@@ -641,7 +642,7 @@ extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, r
     dr_ws_mma_bind(&ws, workspace, 1, slots * H, K, V);
     dr_forward_mma(gate, NULL, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)g,
                    (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets, N, &ws);
-    launch_kernel(dr_bwalk_mma_kernel, dim3(N, H, (V + DR_BBV - 1) / DR_BBV), dim3(DR_THREADS), bwalk_mma_smem(K), ws,
+    launch_kernel(dr_bwalk_mma_kernel, dim3(N * ((V + DR_BBV - 1) / DR_BBV), H), dim3(DR_THREADS), bwalk_mma_smem(K), ws,
                   (float *)dh0, (const float *)dhT, (const bf16 *)dout, scale, T, H, K, V, offsets, bwalk_alias(K));
     if (slots > 0)
         launch_kernel(dr_grad_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad_mma_smem(K), ws, (bf16 *)dq,

@@ -242,8 +242,10 @@ static size_t walk_mma_smem(int K) {
 
 __global__ void __launch_bounds__(DRM_THREADS)
     dr_walk_mma_kernel(DrWsMma ws, float *hT, const float *h0, int Tlen, int H, int K, int V, const int *offsets) {
-    const int s = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * DR_MBV, tid = threadIdx.x, C = DR_BT;
-    const int lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
+    // blockIdx.x = sequence * V-tiles + V-tile: a sequence's V-tiles run side by side and
+    // share W and Ke through L2
+    const int vt = (V + DR_MBV - 1) / DR_MBV, s = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * DR_MBV;
+    const int tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
     const int KP = dr_pad16(K), LK = KP + DR_PAD, LH = DR_MBV + DR_PAD, nmt = KP / 16;
     const int bv = V - j0 < DR_MBV ? V - j0 : DR_MBV;
     DYNAMIC_SMEM(bf16, sm);
@@ -288,7 +290,7 @@ __global__ void __launch_bounds__(DRM_THREADS)
     for (int ci = 0; ci < nch; ci++) {
         const int n = len - ci * C < C ? len - ci * C : C;
         const size_t sh = (size_t)(base + ci) * H + h;
-        bf16 *hg = ws.h + sh * K * V, *hgl = ws.hl + sh * K * V;
+        bf16 *hg = ws.h + sh * K * V, *hgl = ws.hl ? ws.hl + sh * K * V : NULL;  // (lo: the backward's only)
         float *Ug = ws.U + sh * C * V;
         const int mtb = warp & 3, c0 = (warp >> 2) * 32;
         float uv[4][4];  // this thread's U entries of step b, loaded early
@@ -311,7 +313,7 @@ __global__ void __launch_bounds__(DRM_THREADS)
                         dr_split(hacc[u][nt][e], hh + i * LH + jj, hl + i * LH + jj);
                         if (i < K && jj < bv) {
                             hg[(size_t)i * V + j0 + jj] = hh[i * LH + jj];
-                            hgl[(size_t)i * V + j0 + jj] = hl[i * LH + jj];
+                            if (hgl) hgl[(size_t)i * V + j0 + jj] = hl[i * LH + jj];
                         }
                     }
         cp_async_wait<1>();  // W of this chunk (its Ke may still be in flight)
@@ -391,29 +393,30 @@ __global__ void __launch_bounds__(DRM_THREADS)
 
 // ---- output: one block per (chunk slot, head, V-tile of 64), 4 warps ---------------------
 // o = scale Qg h[n] + Aqk Delta (Aqk carries scale): warp w the rows 16w.., all 64 columns;
-// Aqk is lower triangular, so the Delta product takes k-steps kk <= w. Three MMAs a product.
-// Shared memory (bf16 hi, lo): Qg [64][LK], h [KP][72], Aqk [64][72], Delta [64][72].
+// Aqk is lower triangular, so the Delta product takes k-steps kk <= w. Qg h[n]: two MMAs (h[n]
+// one bf16, chunk.cuh); Aqk Delta: three.
+// Shared memory (bf16): Qg hi, lo [64][LK], h [KP][72], Aqk hi, lo and Delta hi, lo [64][72].
 static size_t output_mma_smem(int K) {
     const size_t KP = dr_pad16(K), LK = KP + DR_PAD;
-    return 2 * (DR_BT * LK + KP * 72 + 2 * DR_BT * 72) * 2;
+    return (2 * DR_BT * LK + KP * 72 + 4 * DR_BT * 72) * 2;
 }
 
 __global__ void __launch_bounds__(DRO_THREADS)
     dr_output_mma_kernel(DrWsMma ws, bf16 *o, float scale, int Tlen, int H, int K, int V, const int *offsets, int N) {
-    const int x = blockIdx.x, h = blockIdx.y, j0 = blockIdx.z * DR_MBV, tid = threadIdx.x, C = DR_BT;
-    const int lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
+    // blockIdx.x = slot * V-tiles + V-tile (a chunk's V-tiles side by side: Qg, Aqk through L2)
+    const int vt = (V + DR_MBV - 1) / DR_MBV, x = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * DR_MBV;
+    const int tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
     int s = 0, tok0 = 0, n = 0;
     if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
     const int KP = dr_pad16(K), LK = KP + DR_PAD, LH = DR_MBV + DR_PAD, nmt = KP / 16;
     const int bv = V - j0 < DR_MBV ? V - j0 : DR_MBV;
     const size_t sh = (size_t)x * H + h;
     DYNAMIC_SMEM(bf16, sm);
-    bf16 *Qh = sm, *Ql = Qh + C * LK, *Hh = Ql + C * LK, *Hl = Hh + KP * LH, *Ah = Hl + KP * LH, *Al = Ah + C * LH,
-         *Dh = Al + C * LH, *Dl = Dh + C * LH;
+    bf16 *Qh = sm, *Ql = Qh + C * LK, *Hh = Ql + C * LK, *Ah = Hh + KP * LH, *Al = Ah + C * LH, *Dh = Al + C * LH,
+         *Dl = Dh + C * LH;
     dr_load_tile(Qh, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
     dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
     dr_load_tile(Hh, LH, ws.h + sh * K * V + j0, V, KP, DR_MBV, K, bv, tid, DRO_THREADS);
-    dr_load_tile(Hl, LH, ws.hl + sh * K * V + j0, V, KP, DR_MBV, K, bv, tid, DRO_THREADS);
     dr_load_tile(Ah, LH, ws.Aqk + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
     dr_load_tile(Al, LH, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
     cp_async_commit();
@@ -431,11 +434,12 @@ __global__ void __launch_bounds__(DRO_THREADS)
         dr_lda(al, Ql, LK, warp * 16, kk * 16, lane);
 #pragma unroll
         for (int p = 0; p < 4; p++) {
-            uint32_t bh[4], bl[4];
-            dr_ldb_kn(bh, Hh, LH, kk * 16, p * 16, lane);
-            dr_ldb_kn(bl, Hl, LH, kk * 16, p * 16, lane);
-            dr_mma3(acc[2 * p], ah, al, bh, bl);
-            dr_mma3(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
+            uint32_t b[4];
+            dr_ldb_kn(b, Hh, LH, kk * 16, p * 16, lane);
+            mma16816(acc[2 * p], al, b[0], b[1]);
+            mma16816(acc[2 * p + 1], al, b[2], b[3]);
+            mma16816(acc[2 * p], ah, b[0], b[1]);
+            mma16816(acc[2 * p + 1], ah, b[2], b[3]);
         }
     }
 #pragma unroll
@@ -473,9 +477,9 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     if (slots > 0)
         launch_kernel(dr_prep_mma_kernel, dim3((unsigned)slots, H), dim3(DRM_THREADS), prep_mma_smem(K, V), *ws, q, k,
                       v, g, beta, gate, scale, T, H, K, V, offsets, N);
-    launch_kernel(dr_walk_mma_kernel, dim3(N, H, vt), dim3(DRM_THREADS), walk_mma_smem(K), *ws, hT, h0, T, H, K, V,
+    launch_kernel(dr_walk_mma_kernel, dim3(N * vt, H), dim3(DRM_THREADS), walk_mma_smem(K), *ws, hT, h0, T, H, K, V,
                   offsets);
     if (slots > 0 && o)
-        launch_kernel(dr_output_mma_kernel, dim3((unsigned)slots, H, vt), dim3(DRO_THREADS), output_mma_smem(K), *ws,
+        launch_kernel(dr_output_mma_kernel, dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws,
                       o, scale, T, H, K, V, offsets, N);
 }
