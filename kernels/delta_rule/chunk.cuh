@@ -1,6 +1,6 @@
 // The chunkwise delta rule on CUDA (KDA, GDN, DeltaNet; docs/delta-rule.md, "Chunkwise
-// forward" and "Chunkwise backward"): shared constants, the workspace layout, device helpers
-// and the host entry points shared by chunk_fwd.cu and chunk_bwd.cu.
+// forward" and "Chunkwise backward"): shared constants, the workspace layouts, device helpers
+// and the host entry points shared by chunk_fwd*.cu and chunk_bwd*.cu.
 //
 // Decomposition (fla's): chunk-local work runs chunk-parallel, one block per (chunk, head);
 // only the inter-chunk state recurrence is sequential, one block per (sequence, head, V-tile)
@@ -11,18 +11,34 @@
 //   backward  prep + walk again (recompute, docs/delta-rule.md "Recomputation in the backward")
 //             bwalk  (seq, head, V-tile)    dH' = dL/dh[n+1] saved, complete dDelta, dh[n], dh0
 //             grad   (chunk, head)          stages B1, B3, the triangular inverse, B4, B6
-// This first version is SIMT fp32 (no tensor cores); the tile sizes below are the named
-// places where MMA tiles go later. Chunk size 64 only.
+// Chunk size 64 only; K, V <= 256.
+//
+// Two implementations of that decomposition:
+//  - tensor cores (chunk_fwd_mma.cu, chunk_bwd_mma.cu; the table's members): every product as
+//    bf16 mma.m16n8k16 with fp32 accumulation (kernels/mma.cuh), tiles in shared memory padded
+//    to 16 in K and V and by 8 bf16 a row (ldmatrix without bank conflicts), global -> shared
+//    by cp.async. Accuracy: an operand that is not exact in bf16 is split hi + lo (dr_split) and
+//    a product of two such is three MMAs (dr_mma3: hi hi + hi lo + lo hi, ~16 mantissa bits),
+//    two where one side is exact (q, k, v, dO): so the states hT, dh0 keep the fp32 kernels'
+//    1e-4 and o, the gradients the bf16 I/O rounding only (tests/gpu/test_delta_rule.c). One
+//    bf16 MMA would be 3x cheaper on the tensor cores but puts hT at ~3e-3 and o at ~4e-3.
+//    Decay factors by 16-row reference blocks (Gamma_ref at a block boundary), so no exponent
+//    exceeds 15 tokens of decay and there is no exponential per (row, column, channel). The
+//    triangular inverse stays fp32 SIMT (blockwise, in place). The states h and dH' live in
+//    registers of the walks as fp32 accumulators.
+//  - SIMT fp32 (chunk_fwd.cu, chunk_bwd.cu): the first port, the reference and the fallback
+//    (cuda_delta_chunk_forward_simt / _backward_simt; the fp32-I/O accuracy entry).
 #ifndef HYBRID_KERNELS_DELTA_RULE_CHUNK_CUH
 #define HYBRID_KERNELS_DELTA_RULE_CHUNK_CUH
 
 #include "kernels/common.cuh"
+#include "kernels/mma.cuh"
 
 #define DR_BT 64        // chunk size (fla's); the only one these kernels take
-#define DR_BK 32        // K tile of the prep kernel's Aqk / L products
-#define DR_BV 32        // V tile of the walks and the output kernel
 #define DR_THREADS 256  // threads of every chunk kernel (8 warps)
 #define DR_MAX_DIM 256  // K and V limit
+#define DR_BK 32        // SIMT prep: K tile of the Aqk / L products
+#define DR_BV 32        // SIMT: V tile of the walks and the output kernel
 
 static_assert((DR_BT * DR_BT) % DR_THREADS == 0, "prep kernel: whole (r, c) entries per thread");
 
@@ -71,7 +87,7 @@ __device__ __forceinline__ int dr_locate_chunk(const int *offsets, int T, int N,
     return 1;
 }
 
-// ---- workspace layout (fp32; per (slot, head) blocks, slot-major, head inside) ----------
+// ---- SIMT workspace layout (fp32; per (slot, head) blocks, slot-major, head inside) -----
 // forward (and the backward's recompute):
 //   G   [64][K]  Gamma, the inclusive in-chunk cumsum of g (rows >= n unused)
 //   Qg  [64][K]  q ⊙ exp(Gamma)
@@ -137,11 +153,143 @@ void dr_forward_states(int gate, float *hT, const bf16 *q, const bf16 *k, const 
                        const bf16 *beta, const float *h0, float scale, int B, int T, int H, int K, int V,
                        const int *offsets, int N, const DrWs *ws);
 
-// fp32-I/O forward (q, k, v, g, beta, o all float; same workspace as the bf16 forward): the
-// accuracy check of the kernels' fp32 arithmetic without the bf16 rounding of I/O.
+// fp32-I/O forward (q, k, v, g, beta, o all float) on the SIMT kernels (workspace:
+// cuda_delta_chunk_workspace_simt bytes): the accuracy check of the fp32 arithmetic without the
+// bf16 rounding of I/O.
 extern "C" void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float *hT, const float *q, const float *k,
                                                const float *v, const float *g, const float *beta, const float *h0,
                                                float scale, int B, int T, int H, int K, int V, const int *offsets,
                                                int nseq, int chunk, void *workspace);
+
+// ---- tensor-core path (chunk_fwd_mma.cu): bf16 tiles in shared memory, K and V padded to
+// ---- multiples of 16 (zero-filled), rows padded by 8 bf16 (16 bytes: ldmatrix conflict-free)
+#define DR_PAD 8
+#define DR_MBV 64  // V tile of the tensor-core walk and output kernels
+__host__ __device__ __forceinline__ int dr_pad16(int x) { return (x + 15) & ~15; }
+
+// Fragment loads (kernels/mma.cuh's layouts) from a bf16 shared-memory matrix X, row stride ld:
+// A (16x16 at rows m0, cols k0) of a row-major X
+__device__ __forceinline__ void dr_lda(uint32_t a[4], const bf16 *X, int ld, int m0, int k0, int lane) {
+    ldsm_x4(a, X + (size_t)(m0 + (lane & 15)) * ld + k0 + 8 * (lane >> 4));
+}
+// A (16x16, A[m][k] = X[k][m]) of a transposed X: rows k0.., cols m0..
+__device__ __forceinline__ void dr_lda_t(uint32_t a[4], const bf16 *X, int ld, int m0, int k0, int lane) {
+    ldsm_x4_t(a, X + (size_t)(k0 + (lane & 7) + 8 * (lane >> 4)) * ld + m0 + 8 * ((lane >> 3) & 1));
+}
+// B of two 8-column tiles (k0..k0+15, n0..n0+15) of X stored [k][n]: b[0..1] the first, b[2..3] the second
+__device__ __forceinline__ void dr_ldb_kn(uint32_t b[4], const bf16 *X, int ld, int k0, int n0, int lane) {
+    ldsm_x4_t(b, X + (size_t)(k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * ld + n0 + 8 * (lane >> 4));
+}
+// the same of X stored [n][k]
+__device__ __forceinline__ void dr_ldb_nk(uint32_t b[4], const bf16 *X, int ld, int k0, int n0, int lane) {
+    ldsm_x4(b, X + (size_t)(n0 + (lane & 7) + 8 * (lane >> 4)) * ld + k0 + 8 * ((lane >> 3) & 1));
+}
+
+// x as a bf16 pair hi + lo (hi = bf16(x), lo = bf16(x - hi)): products of split operands,
+// hi*hi + hi*lo + lo*hi on three MMAs, carry about 16 bits of mantissa instead of 8
+__device__ __forceinline__ void dr_split(float x, bf16 *hi, bf16 *lo) {
+    const bf16 h = __float2bfloat16(x);
+    *hi = h;
+    *lo = __float2bfloat16(x - __bfloat162float(h));
+}
+__device__ __forceinline__ void dr_mma3(float c[4], const uint32_t ah[4], const uint32_t al[4], const uint32_t bh[2],
+                                        const uint32_t bl[2]) {
+    mma16816(c, al, bh[0], bh[1]);
+    mma16816(c, ah, bl[0], bl[1]);
+    mma16816(c, ah, bh[0], bh[1]);
+}
+
+// rows_p x cols_p (cols_p a multiple of 8) bf16 tile into shared memory (row stride lds) from
+// global src (row stride ldg): entries with row >= nrows or col >= ncols zero. 16-byte
+// cp.async where src rows are 16-byte aligned, else plain loads (complete at once); the caller
+// commits, waits and syncs.
+__device__ __forceinline__ void dr_load_tile(bf16 *s, int lds, const bf16 *src, size_t ldg, int rows_p, int cols_p,
+                                             int nrows, int ncols, int tid, int nthreads) {
+    const int c8 = cols_p / 8;
+    const bool vec = (ldg % 8 == 0) && (((uintptr_t)src & 15) == 0);
+    for (int e = tid; e < rows_p * c8; e += nthreads) {
+        const int r = e / c8, c = (e % c8) * 8;
+        bf16 *d = s + (size_t)r * lds + c;
+        const bool in = r < nrows && c < ncols;
+        if (vec && (!in || c + 8 <= ncols)) {
+            cp_async16(d, in ? src + (size_t)r * ldg + c : src, in);
+        } else {
+            for (int u = 0; u < 8; u++)
+                d[u] = (in && c + u < ncols) ? src[(size_t)r * ldg + c + u] : __float2bfloat16(0.f);
+        }
+    }
+}
+
+// Workspace of the tensor-core forward (per (slot, head) blocks). The MMA operands are kept
+// as bf16 pairs hi + lo (dr_split; *l arrays), the rest fp32:
+//   Qg, Qgl [64][K]  q ⊙ exp(Gamma)                 (the output kernel's A operand)
+//   Ke, Kel [64][K]  k ⊙ exp(Gamma_end - Gamma)     (the walk's h update, A^T)
+//   W, Wl   [64][K]  T diag(beta) (k ⊙ exp(Gamma))  (the walk's Delta, A)
+//   U       [64][V]  T diag(beta) V, fp32           (the walk reads it and overwrites it with
+//                                                    Delta = U - W h[n] for the output kernel)
+//   Aqk, Aqkl [64][64] scale q_r.(k_c ⊙ exp(Gamma_r - Gamma_c)), c <= r, 0 above
+//   h       [K][V]   h[n] (its hi part only: the output kernel's B operand, one bf16; o's
+//                    error grows from 1.9e-3 to 2.1e-3 on the emulated cases, all of it
+//                    the bf16 rounding of o itself at first)
+//   ge      [K]      exp(Gamma_end), fp32
+// Bytes per (chunk, head): 768 K + 2 K V + 256 V + 4 K + 16384; K = V = 128: 176.5 KiB (the
+// SIMT layout's forward: 288 KiB).
+// backward only (after the above):
+//   hl       [K][V]   h[n]'s lo part (the gradient kernel's products keep fp32 accuracy)
+//   T        [64][64] T = (I + L)^-1, fp32 (the prep writes it when the array is bound)
+//   dh, dhl  [K][V]   dL/dh[n+1], the state gradient leaving the chunk
+//   dD       [64][V]  the complete dDelta, fp32
+//   dQ, dK, dG, dW [64][K]  the gradient kernel's fp32 accumulators
+// Backward bytes per (chunk, head): the forward's + 1024 K + 6 K V + 256 V + 16384; K = V = 128:
+// 448.5 KiB (SIMT: 512 KiB; about 3.5 GiB at B8 T4096 H16). What fp32-level states cost: every
+// operand of the state chain is stored as hi + lo (4 bytes), where fla stores bf16 (h, w, u,
+// v_new) and holds a bf16-level state error (~3e-3 relative). Ways down, not taken yet: Qg
+// recomputed from q and a cumsum of g in the output kernel and the reverse walk (-32 KiB); the
+// gradient accumulators dQ, dK, dG, dW kept in the grad kernel (-128 KiB: registers and shared
+// memory of a restructured kernel).
+struct DrWsMma {
+    bf16 *Qg, *Qgl, *Ke, *Kel, *W, *Wl, *Aqk, *Aqkl, *h, *hl;
+    float *U, *ge;
+    float *T;
+    bf16 *dh, *dhl;
+    float *dD, *dQ, *dK, *dG, *dW;
+};
+static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t slots_heads, int K, int V) {
+    const size_t C = DR_BT, ck = C * K * 2, cc = C * C * 2, kv = (size_t)K * V * 2;
+    const size_t sizes[20] = {ck, ck, ck, ck, ck, ck, cc, cc, kv, C * V * 4, (size_t)K * 4,
+                              kv, C * C * 4, kv, kv, C * V * 4, 2 * ck, 2 * ck, 2 * ck, 2 * ck};
+    void **ptrs[20] = {(void **)&w->Qg, (void **)&w->Qgl, (void **)&w->Ke, (void **)&w->Kel, (void **)&w->W,
+                       (void **)&w->Wl, (void **)&w->Aqk, (void **)&w->Aqkl, (void **)&w->h, (void **)&w->U,
+                       (void **)&w->ge, (void **)&w->hl, (void **)&w->T, (void **)&w->dh, (void **)&w->dhl,
+                       (void **)&w->dD, (void **)&w->dQ, (void **)&w->dK, (void **)&w->dG, (void **)&w->dW};
+    const int count = backward ? 20 : 11;
+    size_t off = 0;
+    for (int a = 0; a < 20; a++) {
+        *ptrs[a] = (base && a < count) ? (void *)((char *)base + off) : NULL;
+        if (a < count) off += (sizes[a] * slots_heads + 255) & ~(size_t)255;
+    }
+    return off;
+}
+// the tensor-core forward (chunk_fwd_mma.cu): o (bf16) and hT (fp32, may be NULL)
+// (o NULL: the states only, into ws, for the backward's recompute)
+void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
+                    const bf16 *beta, const float *h0, float scale, int B, int T, int H, int K, int V,
+                    const int *offsets, int N, const DrWsMma *ws);
+
+// The SIMT fp32 path on bf16 I/O (the previous kernels, kept as the reference and fallback):
+// test entries, the table's members' arguments; their workspace (the fp32 layout DrWs, larger
+// than the tensor-core one) is cuda_delta_chunk_workspace_simt bytes. Falling back to SIMT is
+// one line a member in chunk_fwd.cu / chunk_bwd_mma.cu (call the _simt entry) plus the size.
+extern "C" size_t cuda_delta_chunk_workspace_simt(LinearKind kind, int backward, int B, int T, int H, int K, int V,
+                                                  int nseq, int chunk);
+extern "C" void cuda_delta_chunk_forward_simt(LinearKind kind, real *o, real *hT, const real *q, const real *k,
+                                              const real *v, const real *g, const real *beta, const real *h0,
+                                              real scale, int B, int T, int H, int K, int V, const int *offsets,
+                                              int nseq, int chunk, void *workspace);
+extern "C" void cuda_delta_chunk_backward_simt(LinearKind kind, real *dq, real *dk, real *dv, real *dg, real *dbeta,
+                                               real *dh0, const real *dout, const real *dhT, const real *q,
+                                               const real *k, const real *v, const real *g, const real *beta,
+                                               const real *h0, real scale, int B, int T, int H, int K, int V,
+                                               const int *offsets, int nseq, int chunk, void *workspace);
 
 #endif

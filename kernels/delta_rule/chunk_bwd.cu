@@ -261,12 +261,13 @@ __global__ void __launch_bounds__(DR_THREADS)
 #undef DO
 }
 
-extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, real *dv, real *dg, real *dbeta,
-                                          real *dh0, const real *dout, const real *dhT, const real *q, const real *k,
-                                          const real *v, const real *g, const real *beta, const real *h0, real scale,
-                                          int B, int T, int H, int K, int V, const int *offsets, int nseq, int chunk,
-                                          void *workspace) {
-    PROFILE("delta_chunk_bwd");
+// the SIMT fp32 backward on bf16 I/O (test entry; the fallback)
+extern "C" void cuda_delta_chunk_backward_simt(LinearKind kind, real *dq, real *dk, real *dv, real *dg, real *dbeta,
+                                               real *dh0, const real *dout, const real *dhT, const real *q,
+                                               const real *k, const real *v, const real *g, const real *beta,
+                                               const real *h0, real scale, int B, int T, int H, int K, int V,
+                                               const int *offsets, int nseq, int chunk, void *workspace) {
+    PROFILE("delta_chunk_bwd_simt");
     dr_check_args("delta_chunk_backward", kind, B, T, H, K, V, offsets, nseq, chunk);
     const int N = offsets ? nseq : B, gate = dr_gate_of(kind);
     if (N == 0) return;
@@ -282,3 +283,4 @@ extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, r
                       (bf16 *)dk, (bf16 *)dv, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)dout, (const bf16 *)q,
                       (const bf16 *)k, (const bf16 *)v, (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
 }
+

@@ -240,11 +240,26 @@ static void forward(LinearKind kind, T *o, float *hT, const T *q, const T *k, co
                       o, scale, Tlen, H, K, V, offsets, N);
 }
 
+// the table's forward: the tensor-core kernels (chunk_fwd_mma.cu)
 extern "C" void cuda_delta_chunk_forward(LinearKind kind, real *o, real *hT, const real *q, const real *k,
                                          const real *v, const real *g, const real *beta, const real *h0, real scale,
                                          int B, int T, int H, int K, int V, const int *offsets, int nseq, int chunk,
                                          void *workspace) {
     PROFILE("delta_chunk_fwd");
+    dr_check_args("delta_chunk_forward", kind, B, T, H, K, V, offsets, nseq, chunk);
+    const int N = offsets ? nseq : B;
+    DrWsMma ws;
+    dr_ws_mma_bind(&ws, workspace, 0, dr_num_slots(B, T, N) * H, K, V);
+    dr_forward_mma(dr_gate_of(kind), (bf16 *)o, (float *)hT, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
+                   (const bf16 *)g, (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets, N, &ws);
+}
+
+// the SIMT fp32 forward on bf16 I/O (test entry; the fallback)
+extern "C" void cuda_delta_chunk_forward_simt(LinearKind kind, real *o, real *hT, const real *q, const real *k,
+                                              const real *v, const real *g, const real *beta, const real *h0,
+                                              real scale, int B, int T, int H, int K, int V, const int *offsets,
+                                              int nseq, int chunk, void *workspace) {
+    PROFILE("delta_chunk_fwd_simt");
     forward<bf16>(kind, (bf16 *)o, (float *)hT, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)g,
                   (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets, nseq, chunk, workspace);
 }
@@ -257,11 +272,20 @@ extern "C" void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float 
     forward<float>(kind, o, hT, q, k, v, g, beta, h0, scale, B, T, H, K, V, offsets, nseq, chunk, workspace);
 }
 
-// Bytes of the forward's (backward 0) or backward's (1) workspace (chunk.cuh's layout) for up to
-// nseq sequences over B*T rows (nseq < B is read as B: the fixed-length call has B sequences).
+// Bytes of the forward's (backward 0) or backward's (1) workspace for up to nseq sequences over
+// B*T rows (nseq < B is read as B: the fixed-length call has B sequences): the table's members
+// take the tensor-core layout (DrWsMma), the SIMT entries their fp32 layout (DrWs; chunk.cuh).
 size_t delta_chunk_workspace_bytes(LinearKind kind, int backward, int B, int T, int H, int K, int V, int nseq,
                                    int chunk) {
     dr_check_args("delta-rule workspace", kind, 1, T, H, K, V, NULL, nseq, chunk);
+    const int N = nseq > B ? nseq : B;
+    DrWsMma ws;
+    return dr_ws_mma_bind(&ws, NULL, backward, dr_num_slots(B, T, N) * H, K, V);
+}
+
+extern "C" size_t cuda_delta_chunk_workspace_simt(LinearKind kind, int backward, int B, int T, int H, int K, int V,
+                                                  int nseq, int chunk) {
+    dr_check_args("delta-rule workspace (SIMT)", kind, 1, T, H, K, V, NULL, nseq, chunk);
     const int N = nseq > B ? nseq : B;
     DrWs ws;
     return dr_ws_bind(&ws, NULL, backward, dr_num_slots(B, T, N) * H, K, V);

@@ -28,11 +28,32 @@ extern void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float *hT,
                                            const float *v, const float *g, const float *beta, const float *h0,
                                            float scale, int B, int T, int H, int K, int V, const int *offsets,
                                            int nseq, int chunk, void *workspace);
+// the SIMT fp32 kernels on bf16 I/O (chunk.cuh): the table's members before the tensor-core
+// kernels, kept as the reference and the fallback; every chunk case runs both paths
+extern void cuda_delta_chunk_forward_simt(LinearKind kind, real *o, real *hT, const real *q, const real *k,
+                                          const real *v, const real *g, const real *beta, const real *h0, real scale,
+                                          int B, int T, int H, int K, int V, const int *offsets, int nseq, int chunk,
+                                          void *workspace);
+extern void cuda_delta_chunk_backward_simt(LinearKind kind, real *dq, real *dk, real *dv, real *dg, real *dbeta,
+                                           real *dh0, const real *dout, const real *dhT, const real *q, const real *k,
+                                           const real *v, const real *g, const real *beta, const real *h0, real scale,
+                                           int B, int T, int H, int K, int V, const int *offsets, int nseq, int chunk,
+                                           void *workspace);
+extern size_t cuda_delta_chunk_workspace_simt(LinearKind kind, int backward, int B, int T, int H, int K, int V,
+                                              int nseq, int chunk);
 
 #define TOL_GB 2e-2  // dg, dbeta
 #define CHUNK 64
 
 static const DeltaRuleOps *D;
+// the path under test: the table's members (tensor cores) or the SIMT entries
+typedef struct {
+    const char *name;
+    __typeof__(((DeltaRuleOps *)0)->delta_chunk_forward) fwd;
+    __typeof__(((DeltaRuleOps *)0)->delta_chunk_backward) bwd;
+    __typeof__(((DeltaRuleOps *)0)->linear_workspace_size) ws;
+} Path;
+static Path PATHS[2];
 static const char *kind_name(LinearKind k) { return k == LINEAR_KDA ? "KDA" : k == LINEAR_GDN ? "GDN" : "DeltaNet"; }
 
 // One problem's host inputs (bf16-representable floats).
@@ -122,15 +143,16 @@ static void *cpu_ws(const Prob *p, int backward) {
     size_t b = cpu_linear_workspace_size(p->kind, backward, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK);
     return xmalloc(b ? b : 1);
 }
+static const Path *P;
 static void *gpu_ws(const Prob *p, int backward) {
-    size_t b = D->linear_workspace_size(p->kind, backward, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK);
+    size_t b = P->ws(p->kind, backward, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK);
     return G->alloc(b ? b : 16);
 }
 
 // forward o and hT, then backward dq dk dv dg dbeta dh0; with_h0 / with_dhT: NULL or given
 static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
-    printf("%s chunk B=%d T=%d H=%d K=%d V=%d%s h0=%s dhT=%s\n", kind_name(p->kind), p->B, p->T, p->H, p->K, p->V,
-           p->offsets ? " varlen" : "", with_h0 ? "given" : "NULL", with_dhT ? "given" : "NULL");
+    printf("%s chunk B=%d T=%d H=%d K=%d V=%d%s h0=%s dhT=%s [%s]\n", kind_name(p->kind), p->B, p->T, p->H, p->K,
+           p->V, p->offsets ? " varlen" : "", with_h0 ? "given" : "NULL", with_dhT ? "given" : "NULL", P->name);
     DevIn d = upload(p);
     const float *h0 = with_h0 ? p->h0 : NULL, *dhT = with_dhT ? p->dhT : NULL;
     float *dh0p = with_h0 ? d.h0 : NULL, *ddhT = with_dhT ? d.dhT : NULL;
@@ -145,13 +167,13 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     float *hTd = dev_f32(NULL, p->ns);
     poison_bf16(od, p->nv);
     poison_f32(hTd, p->ns);
-    D->delta_chunk_forward(p->kind, od, (real *)hTd, d.q, d.k, d.v, d.g, d.beta, (const real *)dh0p, p->scale, p->B,
+    P->fwd(p->kind, od, (real *)hTd, d.q, d.k, d.v, d.g, d.beta, (const real *)dh0p, p->scale, p->B,
                            p->T, p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
     cmp_bf16("forward o", od, o, p->nv, TOL_OUT);
     cmp_f32("forward hT (fp32)", hTd, hT, p->ns, TOL_F32);
     // hT NULL must work too (o unchanged)
     poison_bf16(od, p->nv);
-    D->delta_chunk_forward(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, (const real *)dh0p, p->scale, p->B, p->T,
+    P->fwd(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, (const real *)dh0p, p->scale, p->B, p->T,
                            p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
     cmp_bf16("forward o (hT NULL)", od, o, p->nv, TOL_OUT);
     G->free(wg);
@@ -171,7 +193,7 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     poison_bf16(dqd, p->nq), poison_bf16(dkd, p->nq), poison_bf16(dvd, p->nv), poison_bf16(dbd, p->nb);
     if (dgd) poison_bf16(dgd, p->ng);
     poison_f32(dh0d, p->ns);
-    D->delta_chunk_backward(p->kind, dqd, dkd, dvd, dgd, dbd, (real *)dh0d, d.dout, (const real *)ddhT, d.q, d.k, d.v,
+    P->bwd(p->kind, dqd, dkd, dvd, dgd, dbd, (real *)dh0d, d.dout, (const real *)ddhT, d.q, d.k, d.v,
                             d.g, d.beta, (const real *)dh0p, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets,
                             p->nseq, CHUNK, wg);
     cmp_bf16("backward dq", dqd, dq, p->nq, TOL_GRAD);
@@ -260,7 +282,7 @@ static void test_f32io(const Prob *p) {
           *g = p->g ? dev_f32(p->g, p->ng) : NULL, *b = dev_f32(p->beta, p->nb), *h0 = dev_f32(p->h0, p->ns),
           *od = dev_f32(NULL, p->nv), *hTd = dev_f32(NULL, p->ns);
     int *off = p->offsets ? dev_tokens(p->offsets, (size_t)p->nseq + 1) : NULL;
-    void *wg = gpu_ws(p, 0);
+    void *wg = G->alloc(cuda_delta_chunk_workspace_simt(p->kind, 0, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK));  // SIMT kernels
     poison_f32(od, p->nv), poison_f32(hTd, p->ns);
     cuda_delta_chunk_forward_f32io(p->kind, od, hTd, q, k, v, g, b, h0, p->scale, p->B, p->T, p->H, p->K, p->V, off,
                                    p->nseq, CHUNK, wg);
@@ -276,18 +298,24 @@ static void test_f32io(const Prob *p) {
 
 static void run_fixed(LinearKind kind, int B, int T, int H, int K, int V, int variants) {
     Prob p = make_prob(kind, B, T, H, K, V, NULL, 0);
-    test_chunk(&p, 1, 1);
-    if (variants) {
-        test_chunk(&p, 0, 0);
-        test_chunk(&p, 1, 0);
+    for (int a = 0; a < 2; a++) {
+        P = &PATHS[a];
+        test_chunk(&p, 1, 1);
+        if (variants) {
+            test_chunk(&p, 0, 0);
+            test_chunk(&p, 1, 0);
+        }
     }
     free_prob(&p);
 }
 
 static void run_varlen(LinearKind kind, const int *offsets, int nseq, int H, int K, int V) {
     Prob p = make_prob(kind, 1, offsets[nseq], H, K, V, offsets, nseq);
-    test_chunk(&p, 1, 1);
-    test_chunk(&p, 0, 0);
+    for (int a = 0; a < 2; a++) {
+        P = &PATHS[a];
+        test_chunk(&p, 1, 1);
+        test_chunk(&p, 0, 0);
+    }
     free_prob(&p);
 }
 
@@ -296,6 +324,9 @@ int main(void) {
     D = cuda_delta_rule_ops();
     CHECK(D->delta_chunk_forward && D->delta_chunk_backward && D->delta_step && D->linear_workspace_size,
           "the CUDA delta-rule table lacks the chunkwise delta rule");
+    PATHS[0] = (Path){"tensor cores", D->delta_chunk_forward, D->delta_chunk_backward, D->linear_workspace_size};
+    PATHS[1] = (Path){"SIMT", cuda_delta_chunk_forward_simt, cuda_delta_chunk_backward_simt,
+                      cuda_delta_chunk_workspace_simt};
     const LinearKind kinds[3] = {LINEAR_KDA, LINEAR_GDN, LINEAR_DELTANET};
     // varlen: empty segments at the start, in the middle and at the end; a sequence longer than a chunk
     static const int off_small[] = {0, 0, 5, 70, 70, 71, 150, 150};

@@ -1,0 +1,652 @@
+// Chunkwise backward of KDA / GDN / DeltaNet on tensor cores (the table's backward): the
+// forward's tensor-core prep and walk recompute the chunk states (chunk_fwd_mma.cu, with T
+// kept for this pass), a reverse walk on tensor cores carries the state gradient, and one
+// chunk-parallel kernel forms the per-chunk gradients (docs/delta-rule.md, "Chunkwise
+// backward"). The decomposition and the workspace layout (DrWsMma): chunk.cuh.
+#include "kernels/delta_rule/chunk.cuh"
+
+#define DR_BBV 32  // V tile of the reverse walk
+
+// ---- bwalk: one block per (sequence, head, V-tile of 32), the chunks in reverse ----------
+// dH' = dL/dh[n+1] lives in registers as fp32 MMA accumulators (warp w: m-tiles w, w + 8; 4
+// column tiles). Per chunk:
+//   a. dH' to shared memory (hi + lo) and to the workspace (ws.dh, ws.dhl);
+//   b. dDelta = Aqk^T dO + Ke dH' (B1's local part and B2; warp: m-tile w % 4, 16 columns
+//      16 (w / 4)..; Aqk^T upper triangular: k-steps kk >= m-tile); to ws.dD (fp32) and shared memory;
+//   c. dh[n] = diag(e^Gamma_end) dH' + scale Qg^T dO - W^T dDelta.
+// Tiles: region B {Aqk, Ke} (step b), region C {Qg, W} (step c), all hi + lo, dO (exact bf16,
+// one buffer a chunk parity). Where both regions fit (K <= 128 or so), C loads during step b
+// and the previous chunk's B during step c; else C aliases B and each loads after the step
+// before it (K = 256).
+struct BwalkSmem {
+    size_t regB, regC, rest;
+};
+static BwalkSmem bwalk_mma_parts(int K) {
+    const size_t KP = dr_pad16(K), LK = KP + DR_PAD, LB = DR_BBV + DR_PAD;
+    BwalkSmem p;
+    p.regB = (2 * DR_BT * 72 + 2 * DR_BT * LK) * 2;
+    p.regC = 4 * DR_BT * LK * 2;
+    p.rest = (2 * DR_BT * LB + 2 * KP * LB + 2 * DR_BT * LB) * 2;
+    return p;
+}
+static const size_t DR_SMEM_LIMIT = 227 * 1024;
+static int bwalk_alias(int K) {
+    const BwalkSmem p = bwalk_mma_parts(K);
+    return p.regB + p.regC + p.rest > DR_SMEM_LIMIT;
+}
+static size_t bwalk_mma_smem(int K) {
+    const BwalkSmem p = bwalk_mma_parts(K);
+    return p.rest + (bwalk_alias(K) ? (p.regB > p.regC ? p.regB : p.regC) : p.regB + p.regC);
+}
+
+__global__ void __launch_bounds__(DR_THREADS)
+    dr_bwalk_mma_kernel(DrWsMma ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int Tlen, int H, int K,
+                        int V, const int *offsets, int alias) {
+    // blockIdx.x = sequence * V-tiles + V-tile (a sequence's V-tiles side by side, sharing tiles through L2)
+    const int vt = (V + DR_BBV - 1) / DR_BBV, s = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * DR_BBV;
+    const int tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
+    const int KP = dr_pad16(K), LK = KP + DR_PAD, LB = DR_BBV + DR_PAD, LA = 72, nmt = KP / 16;
+    const int bv = V - j0 < DR_BBV ? V - j0 : DR_BBV;
+    DYNAMIC_SMEM(bf16, sm);
+    bf16 *Ah = sm, *Al = Ah + C * LA, *Kh = Al + C * LA, *Kl = Kh + C * LK;
+    bf16 *Qh = alias ? sm : Kl + C * LK, *Ql = Qh + C * LK, *Wh = Ql + C * LK, *Wl = Wh + C * LK;
+    bf16 *rest = alias ? (Kl + C * LK > Wl + C * LK ? Kl + C * LK : Wl + C * LK) : Wl + C * LK;
+    bf16 *dOs = rest, *dHh = dOs + 2 * C * LB, *dHl = dHh + KP * LB, *dDh = dHl + KP * LB, *dDl = dDh + C * LB;
+    int bos, len;
+    dr_seq_range(offsets, Tlen, s, &bos, &len);
+    const int base = dr_seq_base(bos, s), nch = (len + C - 1) / C;
+    const size_t task = (size_t)s * H + h;
+
+    float dacc[2][4][4];  // dH': m-tiles warp + 8u, column tiles nt
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
+                dacc[u][nt][e] = (dhT && i < K && jj < bv) ? dhT[(task * K + i) * V + j0 + jj] : 0.f;
+            }
+    auto issue_b = [&](int ci) {
+        const int n = len - ci * C < C ? len - ci * C : C, tok0 = bos + ci * C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        dr_load_tile(Ah, LA, ws.Aqk + sh * C * C, C, C, C, n, C, tid, DR_THREADS);
+        dr_load_tile(Al, LA, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, DR_THREADS);
+        dr_load_tile(Kh, LK, ws.Ke + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        dr_load_tile(dOs + (ci & 1) * C * LB, LB, dout + ((size_t)tok0 * H + h) * V + j0, (size_t)H * V, C, DR_BBV, n,
+                     bv, tid, DR_THREADS);
+        cp_async_commit();
+    };
+    auto issue_c = [&](int ci) {
+        const int n = len - ci * C < C ? len - ci * C : C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        dr_load_tile(Qh, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        dr_load_tile(Wh, LK, ws.W + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, DR_THREADS);
+        cp_async_commit();
+    };
+    if (nch > 0) issue_b(nch - 1);
+    for (int ci = nch - 1; ci >= 0; ci--) {
+        const int n = len - ci * C < C ? len - ci * C : C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        const bf16 *dO = dOs + (ci & 1) * C * LB;
+        bf16 *dhg = ws.dh + sh * K * V, *dhgl = ws.dhl + sh * K * V;
+        float *dDg = ws.dD + sh * C * V;
+        // a. dH' to shared memory and the workspace
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (warp + 8 * u < nmt)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
+                        dr_split(dacc[u][nt][e], dHh + i * LB + jj, dHl + i * LB + jj);
+                        if (i < K && jj < bv) {
+                            dhg[(size_t)i * V + j0 + jj] = dHh[i * LB + jj];
+                            dhgl[(size_t)i * V + j0 + jj] = dHl[i * LB + jj];
+                        }
+                    }
+        cp_async_wait<0>();  // this chunk's region B and dO
+        __syncthreads();
+        if (!alias) issue_c(ci);
+        // b. dDelta = Aqk^T dO + Ke dH'
+        {
+            const int mt = warp & 3, c0 = (warp >> 2) * 16;
+            float acc[2][4] = {};
+            for (int kk = mt; kk < 4; kk++) {
+                uint32_t ah[4], al[4], b[4];
+                dr_lda_t(ah, Ah, LA, mt * 16, kk * 16, lane);
+                dr_lda_t(al, Al, LA, mt * 16, kk * 16, lane);
+                dr_ldb_kn(b, dO, LB, kk * 16, c0, lane);
+                mma16816(acc[0], al, b[0], b[1]);
+                mma16816(acc[1], al, b[2], b[3]);
+                mma16816(acc[0], ah, b[0], b[1]);
+                mma16816(acc[1], ah, b[2], b[3]);
+            }
+            for (int kk = 0; kk < nmt; kk++) {
+                uint32_t ah[4], al[4], bh[4], bl[4];
+                dr_lda(ah, Kh, LK, mt * 16, kk * 16, lane);
+                dr_lda(al, Kl, LK, mt * 16, kk * 16, lane);
+                dr_ldb_kn(bh, dHh, LB, kk * 16, c0, lane);
+                dr_ldb_kn(bl, dHl, LB, kk * 16, c0, lane);
+                dr_mma3(acc[0], ah, al, bh, bl);
+                dr_mma3(acc[1], ah, al, bh + 2, bl + 2);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1);
+                    const bool in = r < n && jj < bv;
+                    const float d = in ? acc[nt][e] : 0.f;
+                    dr_split(d, dDh + r * LB + jj, dDl + r * LB + jj);
+                    if (in) dDg[(size_t)r * V + j0 + jj] = d;
+                }
+        }
+        __syncthreads();  // region B read, dDelta written
+        if (alias) issue_c(ci);
+        else if (ci > 0) issue_b(ci - 1);
+        if (!alias && ci > 0) cp_async_wait<1>();  // region C (the previous chunk's B may stay in flight)
+        else cp_async_wait<0>();
+        __syncthreads();
+        // c. dh[n] = diag(e^Gamma_end) dH' + scale Qg^T dO - W^T dDelta
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (warp + 8 * u < nmt) {
+                const int m0 = (warp + 8 * u) * 16, i0 = m0 + gq, i1 = i0 + 8;
+                const float e0 = i0 < K ? ws.ge[sh * K + i0] : 0.f, e1 = i1 < K ? ws.ge[sh * K + i1] : 0.f;
+                float tq[4][4] = {}, tw[4][4] = {};
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    uint32_t ah[4], al[4], wh[4], wl[4];
+                    dr_lda_t(ah, Qh, LK, m0, kk * 16, lane);
+                    dr_lda_t(al, Ql, LK, m0, kk * 16, lane);
+                    dr_lda_t(wh, Wh, LK, m0, kk * 16, lane);
+                    dr_lda_t(wl, Wl, LK, m0, kk * 16, lane);
+#pragma unroll
+                    for (int p = 0; p < 2; p++) {
+                        uint32_t b[4], bh[4], bl[4];
+                        dr_ldb_kn(b, dO, LB, kk * 16, p * 16, lane);
+                        mma16816(tq[2 * p], al, b[0], b[1]);
+                        mma16816(tq[2 * p + 1], al, b[2], b[3]);
+                        mma16816(tq[2 * p], ah, b[0], b[1]);
+                        mma16816(tq[2 * p + 1], ah, b[2], b[3]);
+                        dr_ldb_kn(bh, dDh, LB, kk * 16, p * 16, lane);
+                        dr_ldb_kn(bl, dDl, LB, kk * 16, p * 16, lane);
+                        dr_mma3(tw[2 * p], wh, wl, bh, bl);
+                        dr_mma3(tw[2 * p + 1], wh, wl, bh + 2, bl + 2);
+                    }
+                }
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        dacc[u][nt][e] = (e >= 2 ? e1 : e0) * dacc[u][nt][e] + scale * tq[nt][e] - tw[nt][e];
+            }
+        __syncthreads();  // region C (or B), dH' and dDelta are rewritten
+        if (alias && ci > 0) issue_b(ci - 1);
+    }
+    if (dh0)
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (warp + 8 * u < nmt)
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
+                        if (i < K && jj < bv) dh0[(task * K + i) * V + j0 + jj] = dacc[u][nt][e];
+                    }
+}
+
+// ---- grad: one block per (chunk slot, head) ---------------------------------------------
+// Stages B1, B3, the gradient of the triangular inverse, B4 and B6 (as chunk_bwd.cu's SIMT
+// kernel), reading the tensor-core workspace: Gamma recomputed from g; T, Delta (ws.U), h
+// (hi + lo), dH' (hi + lo), dDelta.
+static size_t grad_tiles_off(int K) { return (4 * DR_BT * DR_BT + 2 * DR_BT + (size_t)K + (size_t)DR_BT * K + 7) & ~(size_t)7; }
+static size_t grad_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 10 * DR_BT * 72 * 2; }
+
+__global__ void __launch_bounds__(DR_THREADS)
+    dr_grad_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta, const bf16 *dout, const bf16 *q,
+                   const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta, int gate, float scale, int Tlen, int H, int K,
+                   int V, const int *offsets, int N) {
+    const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT;
+    const int lane = tid & 31, warp = tid >> 5, NW = DR_THREADS / 32;
+    int s = 0, tok0 = 0, n = 0;
+    if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
+    const size_t sh = (size_t)x * H + h;
+    const float *Tg = ws.T + sh * C * C, *D = ws.U + sh * C * V, *dD = ws.dD + sh * C * V;
+    const bf16 *Hh = ws.h + sh * K * V, *Hl = ws.hl + sh * K * V, *dHh = ws.dh + sh * K * V, *dHl = ws.dhl + sh * K * V;
+    float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K, *dW = ws.dW + sh * C * K;
+    DYNAMIC_SMEM(float, sm);
+    float *dA = sm, *Tm = dA + C * C, *dT = Tm + C * C, *tmp = dT + C * C, *bs = tmp + C * C, *db = bs + C,
+          *gend = db + C, *G = gend + K;
+    bf16 *tiles = (bf16 *)(sm + ((4 * C * C + 2 * C + K + C * K + 7) & ~7));  // grad_tiles_off
+#define ROWQK(r) (((size_t)(tok0 + (r)) * H + h) * K)
+#define ROWV(r) (((size_t)(tok0 + (r)) * H + h) * V)
+#define Q(r, i) dr_ld(q + ROWQK(r) + (i))
+#define KK(r, i) dr_ld(k + ROWQK(r) + (i))
+#define VV(r, j) dr_ld(v + ROWV(r) + (j))
+#define DO(r, j) dr_ld(dout + ROWV(r) + (j))
+#define HN(i, j) (__bfloat162float(Hh[(size_t)(i) * V + (j)]) + __bfloat162float(Hl[(size_t)(i) * V + (j)]))
+#define DHN(i, j) (__bfloat162float(dHh[(size_t)(i) * V + (j)]) + __bfloat162float(dHl[(size_t)(i) * V + (j)]))
+    const float *Gend = G + (size_t)(n - 1) * K;
+    for (int i = tid; i < K; i += DR_THREADS) {  // Gamma, recomputed
+        float acc = 0.f;
+        for (int r = 0; r < C; r++) {
+            if (r < n) acc += dr_gate(g, gate, (size_t)(tok0 + r), h, i, H, K);
+            G[r * K + i] = acc;
+        }
+    }
+    __syncthreads();
+
+    for (int e = tid; e < C * C; e += DR_THREADS) Tm[e] = Tg[e];
+    for (int r = tid; r < C; r += DR_THREADS) {
+        bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
+        db[r] = 0.f;
+    }
+    // B1 and B3 on tensor cores (docs/delta-rule.md, "Stage B1: output-side gradients", "Stage
+    // B3: inter-chunk and WY gradients"): the contractions over V, by K tiles of 64 (outer) and V
+    // tiles of 32 (inner), accumulated in registers (warp: rows 16 (w % 4).., columns 32 (w / 4)..):
+    //   HD = dO h[n]^T -> dq = scale e^Gamma HD;   DK = Delta dH'^T -> dk = e^(Gamma_end - Gamma) DK;
+    //   dGamma = q dq - k dk;  dW = -dDelta h[n]^T;
+    //   and with the first K tile: dA = scale dO Delta^T (c <= r), dT's V part dDelta V^T.
+    {
+        const int mt = warp & 3, c0 = (warp >> 2) * 32, gq = lane >> 2, t4 = lane & 3, LB = 40;
+        const int nkt = (dr_pad16(K) + 63) / 64;
+        bf16 *dOt = tiles, *Dh = dOt + C * LB, *Dl = Dh + C * LB, *dDh = Dl + C * LB, *dDl = dDh + C * LB,
+             *vt = dDl + C * LB, *hh = vt + C * LB, *hl = hh + C * LB, *gh = hl + C * LB, *gl = gh + C * LB;
+        for (int kt = 0; kt < nkt; kt++) {
+            const int i0 = kt * 64;
+            float aq[4][4] = {}, ak[4][4] = {}, aw[4][4] = {}, aa[4][4] = {}, at[4][4] = {};
+            for (int j0 = 0; j0 < V; j0 += 32) {
+                dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+                if (kt == 0) dr_load_tile(vt, LB, v + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+                dr_load_tile(hh, LB, Hh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                cp_async_commit();
+                for (int e = tid; e < C * 32; e += DR_THREADS) {
+                    const int r = e / 32, jj = e % 32;
+                    const bool in = r < n && j0 + jj < V;
+                    dr_split(in ? D[r * V + j0 + jj] : 0.f, Dh + r * LB + jj, Dl + r * LB + jj);
+                    dr_split(in ? dD[r * V + j0 + jj] : 0.f, dDh + r * LB + jj, dDl + r * LB + jj);
+                }
+                cp_async_wait<0>();
+                __syncthreads();
+#pragma unroll
+                for (int kk = 0; kk < 2; kk++) {
+                    uint32_t ao[4], adh[4], adl[4], agh[4], agl[4];
+                    dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
+                    dr_lda(adh, Dh, LB, mt * 16, kk * 16, lane);
+                    dr_lda(adl, Dl, LB, mt * 16, kk * 16, lane);
+                    dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
+                    dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
+#pragma unroll
+                    for (int p = 0; p < 2; p++) {
+                        const int n0 = c0 + p * 16;
+                        uint32_t bh[4], bl[4];
+                        dr_ldb_nk(bh, hh, LB, kk * 16, n0, lane);
+                        dr_ldb_nk(bl, hl, LB, kk * 16, n0, lane);
+                        for (int u = 0; u < 2; u++) {  // dO exact: two MMAs
+                            mma16816(aq[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
+                            mma16816(aq[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
+                            dr_mma3(aw[2 * p + u], agh, agl, bh + 2 * u, bl + 2 * u);
+                        }
+                        dr_ldb_nk(bh, gh, LB, kk * 16, n0, lane);
+                        dr_ldb_nk(bl, gl, LB, kk * 16, n0, lane);
+                        for (int u = 0; u < 2; u++) dr_mma3(ak[2 * p + u], adh, adl, bh + 2 * u, bl + 2 * u);
+                        if (kt == 0) {
+                            dr_ldb_nk(bh, Dh, LB, kk * 16, n0, lane);
+                            dr_ldb_nk(bl, Dl, LB, kk * 16, n0, lane);
+                            uint32_t bv[4];
+                            dr_ldb_nk(bv, vt, LB, kk * 16, n0, lane);
+                            for (int u = 0; u < 2; u++) {
+                                mma16816(aa[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
+                                mma16816(aa[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
+                                mma16816(at[2 * p + u], agl, bv[2 * u], bv[2 * u + 1]);
+                                mma16816(at[2 * p + u], agh, bv[2 * u], bv[2 * u + 1]);
+                            }
+                        }
+                    }
+                }
+                __syncthreads();  // the tiles are reloaded
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), cc = c0 + nt * 8 + 2 * t4 + (e & 1), i = i0 + cc;
+                    if (r < n && i < K) {
+                        const float gr = G[r * K + i], dqv = scale * expf(gr) * aq[nt][e],
+                                    dkv = ak[nt][e] * expf(Gend[i] - gr);
+                        dQ[r * K + i] = dqv;
+                        dK[r * K + i] = dkv;
+                        dG[r * K + i] = Q(r, i) * dqv - KK(r, i) * dkv;
+                        dW[r * K + i] = -aw[nt][e];
+                    }
+                    if (kt == 0) {
+                        dA[r * C + cc] = (cc <= r && r < n) ? scale * aa[nt][e] : 0.f;
+                        dT[r * C + cc] = at[nt][e];
+                    }
+                }
+        }
+    }
+    __syncthreads();
+
+    // dGamma_end extras: e^Gamma_end <h[n]_i, dH'_i> + sum_r k_r[i] dk_r[i] (the B3 dk)
+    for (int i = tid; i < K; i += DR_THREADS) {
+        float acc = 0.f;
+        for (int j = 0; j < V; j++) acc += HN(i, j) * DHN(i, j);
+        acc *= expf(Gend[i]);
+        for (int r = 0; r < n; r++) acc += KK(r, i) * dK[r * K + i];
+        gend[i] = acc;
+    }
+    __syncthreads();  // gend has read the B3 dk
+
+    // dT's K part and Wbar = T^T dW on tensor cores by K tiles of 64, then Ubar = T^T dU by V
+    // tiles of 64 (docs/delta-rule.md, "Gradient of the triangular inverse", "Stage B3"); warp:
+    // rows 16 (w % 4).., columns 32 (w / 4)..:
+    //   dT = P_sl(dT_V + dW Kb^T) diag(beta), Kb = k e^Gamma;
+    //   dk_r += beta_r Wbar_r e^Gamma_r, dGamma_r += beta_r Wbar_r Kb_r, dbeta_r += Wbar_r.Kb_r;
+    //   dv_r = beta_r Ubar_r, dbeta_r += Ubar_r.v_r
+    {
+        const int mt = warp & 3, half = warp >> 2, c0 = half * 32, gq = lane >> 2, t4 = lane & 3, LT = 72;
+        bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Bl = Bh + C * LT;
+        float *dbp = tmp;  // [2][64] dbeta partials of the two column halves (tmp is free until below)
+        // A = T^T (rows r, k = m): T^T[r][m] = T[m][r], nonzero for m >= r: k-steps kk >= mt
+        uint32_t th[4][4] = {}, tl[4][4] = {};  // (constant indices only: the loops unrolled, kk < mt skipped)
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                if (kk < mt) continue;
+                const int r = mt * 16 + gq + (u & 1) * 8, m = kk * 16 + 2 * t4 + (u >> 1) * 8;
+                bf16 h0, l0, h1, l1;
+                dr_split(Tm[m * C + r], &h0, &l0);
+                dr_split(Tm[(m + 1) * C + r], &h1, &l1);
+                th[kk][u] = pack_bf16(__bfloat162float(h0), __bfloat162float(h1));
+                tl[kk][u] = pack_bf16(__bfloat162float(l0), __bfloat162float(l1));
+            }
+        float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the m-tile
+        float dtk[4][4] = {};
+        for (int i0 = 0; i0 < K; i0 += 64) {
+            for (int e = tid; e < C * 64; e += DR_THREADS) {
+                const int r = e / 64, ii = e % 64, i = i0 + ii;
+                const bool in = r < n && i < K;
+                dr_split(in ? dW[r * K + i] : 0.f, Xh + r * LT + ii, Xl + r * LT + ii);
+                dr_split(in ? KK(r, i) * expf(G[r * K + i]) : 0.f, Bh + r * LT + ii, Bl + r * LT + ii);
+            }
+            __syncthreads();
+            float wb[4][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t ah[4], al[4];
+                dr_lda(ah, Xh, LT, mt * 16, kk * 16, lane);  // dW: rows r, k = i
+                dr_lda(al, Xl, LT, mt * 16, kk * 16, lane);
+                for (int p = 0; p < 2; p++) {
+                    uint32_t bh[4], bl[4];
+                    dr_ldb_nk(bh, Bh, LT, kk * 16, c0 + p * 16, lane);  // B[k = i][n = c] = Kb[c][i]
+                    dr_ldb_nk(bl, Bl, LT, kk * 16, c0 + p * 16, lane);
+                    dr_mma3(dtk[2 * p], ah, al, bh, bl);
+                    dr_mma3(dtk[2 * p + 1], ah, al, bh + 2, bl + 2);
+                }
+                if (kk >= mt)  // Wbar: A = T^T (k = m), B[k = m][n = i] = dW[m][i]
+                    for (int p = 0; p < 2; p++) {
+                        uint32_t bh[4], bl[4];
+                        dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
+                        dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
+                        dr_mma3(wb[2 * p], th[kk], tl[kk], bh, bl);
+                        dr_mma3(wb[2 * p + 1], th[kk], tl[kk], bh + 2, bl + 2);
+                    }
+            }
+            for (int nt = 0; nt < 4; nt++)
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), i = i0 + c0 + nt * 8 + 2 * t4 + (e & 1);
+                    if (r < n && i < K) {
+                        const float eg = expf(G[r * K + i]), kb = KK(r, i) * eg, w = wb[nt][e];
+                        part[e >> 1] += w * kb;
+                        dK[r * K + i] += bs[r] * w * eg;
+                        dG[r * K + i] += bs[r] * w * kb;
+                    }
+                }
+            __syncthreads();  // the tiles are refilled
+        }
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), c = c0 + nt * 8 + 2 * t4 + (e & 1);
+                dT[r * C + c] = (c < r && r < n) ? bs[c] * (dT[r * C + c] + dtk[nt][e]) : 0.f;
+            }
+        for (int j0 = 0; j0 < V; j0 += 64) {
+            for (int e = tid; e < C * 64; e += DR_THREADS) {
+                const int r = e / 64, jj = e % 64;
+                dr_split(r < n && j0 + jj < V ? dD[r * V + j0 + jj] : 0.f, Xh + r * LT + jj, Xl + r * LT + jj);
+            }
+            __syncthreads();
+            float ub[4][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    if (kk < mt) continue;
+                    uint32_t bh[4], bl[4];
+                    dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
+                    dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
+                    dr_mma3(ub[2 * p], th[kk], tl[kk], bh, bl);
+                    dr_mma3(ub[2 * p + 1], th[kk], tl[kk], bh + 2, bl + 2);
+                }
+            for (int nt = 0; nt < 4; nt++)
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), j = j0 + c0 + nt * 8 + 2 * t4 + (e & 1);
+                    if (r < n && j < V) {
+                        dr_st(dv + ROWV(r) + j, bs[r] * ub[nt][e]);
+                        part[e >> 1] += ub[nt][e] * VV(r, j);
+                    }
+                }
+            __syncthreads();  // the tile is refilled
+        }
+        for (int u = 0; u < 2; u++) {
+            part[u] += __shfl_xor_sync(0xffffffffu, part[u], 1);
+            part[u] += __shfl_xor_sync(0xffffffffu, part[u], 2);
+        }
+        if (t4 == 0) {
+            dbp[half * C + mt * 16 + gq] = part[0];
+            dbp[half * C + mt * 16 + gq + 8] = part[1];
+        }
+        __syncthreads();
+        if (tid < C) db[tid] += dbp[tid] + dbp[C + tid];
+        __syncthreads();
+    }
+    // gradient of the triangular inverse: tmp = P_sl(dT) T^T, tmp[m][c] = sum_{p<=min(c,m-1)} dT[m][p] T[c][p]
+    for (int e = tid; e < C * C; e += DR_THREADS) {
+        const int m = e / C, c = e % C, pmax = c < m - 1 ? c : m - 1;
+        float acc = 0.f;
+        for (int p = 0; p <= pmax; p++) acc += dT[m * C + p] * Tm[c * C + p];
+        tmp[e] = acc;
+    }
+    __syncthreads();
+    // dL = -P_sl(T^T tmp): dL[r][c] = -sum_{m>=r} T[m][r] tmp[m][c], c < r (into dT's buffer)
+    for (int e = tid; e < C * C; e += DR_THREADS) {
+        const int r = e / C, c = e % C;
+        float acc = 0.f;
+        if (c < r && r < n)
+            for (int m = r; m < n; m++) acc += Tm[m * C + r] * tmp[m * C + c];
+        dT[e] = -acc;
+    }
+    __syncthreads();
+    const float *dL = dT;
+
+    // B4 on tensor cores (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients"), by blocks
+    // B of 16 rows / columns and K tiles of 64, with dAs, dLs the strictly lower parts of dA, dL:
+    //   rows t of block B, ref = Gamma_{16B}: Kr_c = k_c e^(ref - Gamma_c) (c < 16B + 16),
+    //     dqoff = e^(Gamma_t - ref) (dAs Kr)_t,  rho = e^(Gamma_t - ref) (dLs Kr)_t;
+    //   columns t of block B, ref' = Gamma_{16B+15}: Qr_r = q_r e^(Gamma_r - ref'),
+    //     Kbr_r = beta_r k_r e^(Gamma_r - ref') (r >= 16B),  dgm = e^(ref' - Gamma_t) (dAs^T Qr + dLs^T Kbr)_t;
+    // every exponent <= 0 but within a diagonal block (at most 15 tokens of decay), as in the prep.
+    //   dq += dqoff + dA_tt k_t;  dk += dA_tt q_t + dgm + beta_t rho;
+    //   dGamma += q_t dqoff + beta_t k_t rho - k_t dgm;  dbeta_t += rho . k_t
+    // Warp w: 16 columns 16 (w % 4).. of the K tile; w < 4 the row terms, w >= 4 the column terms.
+    {
+        const int pc = (warp & 3) * 16, task = warp >> 2, gq = lane >> 2, t4 = lane & 3, LT = 72;
+        bf16 *Ah_ = tiles, *Al_ = Ah_ + C * LT, *Lh = Al_ + C * LT, *Ll = Lh + C * LT, *Krh = Ll + C * LT,
+             *Krl = Krh + C * LT, *Qrh = Krl + C * LT, *Qrl = Qrh + C * LT, *Kbh = Qrl + C * LT, *Kbl = Kbh + C * LT;
+        float *dbp = tmp;  // [4][64] dbeta partials of the row-term warps (tmp is free now)
+        for (int e = tid; e < C * C; e += DR_THREADS) {
+            const int r = e / C, c = e % C;
+            dr_split(c < r ? dA[e] : 0.f, Ah_ + r * LT + c, Al_ + r * LT + c);
+            dr_split(c < r ? dL[e] : 0.f, Lh + r * LT + c, Ll + r * LT + c);
+        }
+        float part[2] = {0.f, 0.f};
+        for (int Bk = 0; Bk < 4; Bk++) {
+            const int t0 = 16 * Bk;
+            for (int i0 = 0; i0 < K; i0 += 64) {
+                for (int e = tid; e < C * 64; e += DR_THREADS) {
+                    const int r = e / 64, ii = e % 64, i = i0 + ii;
+                    const bool in = r < n && i < K;
+                    const float kr = in ? KK(r, i) : 0.f;
+                    float a = 0.f, b = 0.f, c = 0.f;
+                    if (in && r < t0 + 16) a = kr * expf(G[t0 * K + i] - G[r * K + i]);
+                    if (in && r >= t0) {
+                        const float ex = expf(G[r * K + i] - G[(t0 + 15) * K + i]);
+                        b = Q(r, i) * ex;
+                        c = bs[r] * kr * ex;
+                    }
+                    dr_split(a, Krh + r * LT + ii, Krl + r * LT + ii);
+                    dr_split(b, Qrh + r * LT + ii, Qrl + r * LT + ii);
+                    dr_split(c, Kbh + r * LT + ii, Kbl + r * LT + ii);
+                }
+                __syncthreads();
+                float x0[2][4] = {}, x1[2][4] = {};
+                if (task == 0) {
+                    for (int kk = 0; kk <= Bk; kk++) {
+                        uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
+                        dr_lda(ah, Ah_, LT, t0, kk * 16, lane);
+                        dr_lda(al, Al_, LT, t0, kk * 16, lane);
+                        dr_lda(lh, Lh, LT, t0, kk * 16, lane);
+                        dr_lda(ll, Ll, LT, t0, kk * 16, lane);
+                        dr_ldb_kn(bh, Krh, LT, kk * 16, pc, lane);
+                        dr_ldb_kn(bl, Krl, LT, kk * 16, pc, lane);
+                        for (int u = 0; u < 2; u++) {
+                            dr_mma3(x0[u], ah, al, bh + 2 * u, bl + 2 * u);
+                            dr_mma3(x1[u], lh, ll, bh + 2 * u, bl + 2 * u);
+                        }
+                    }
+                } else {
+                    for (int kk = Bk; kk < 4; kk++) {
+                        uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
+                        dr_lda_t(ah, Ah_, LT, t0, kk * 16, lane);
+                        dr_lda_t(al, Al_, LT, t0, kk * 16, lane);
+                        dr_lda_t(lh, Lh, LT, t0, kk * 16, lane);
+                        dr_lda_t(ll, Ll, LT, t0, kk * 16, lane);
+                        dr_ldb_kn(bh, Qrh, LT, kk * 16, pc, lane);
+                        dr_ldb_kn(bl, Qrl, LT, kk * 16, pc, lane);
+                        for (int u = 0; u < 2; u++) dr_mma3(x0[u], ah, al, bh + 2 * u, bl + 2 * u);
+                        dr_ldb_kn(bh, Kbh, LT, kk * 16, pc, lane);
+                        dr_ldb_kn(bl, Kbl, LT, kk * 16, pc, lane);
+                        for (int u = 0; u < 2; u++) dr_mma3(x0[u], lh, ll, bh + 2 * u, bl + 2 * u);
+                    }
+                }
+                if (task == 0)
+                    for (int u = 0; u < 2; u++)
+                        for (int e = 0; e < 4; e++) {
+                            const int t = t0 + gq + (e >= 2 ? 8 : 0), i = i0 + pc + u * 8 + 2 * t4 + (e & 1);
+                            if (t < n && i < K) {
+                                const float ex = expf(G[t * K + i] - G[t0 * K + i]), dqoff = ex * x0[u][e],
+                                            rho = ex * x1[u][e], qt = Q(t, i), kt = KK(t, i), att = dA[t * C + t],
+                                            bt = bs[t];
+                                dQ[t * K + i] += dqoff + att * kt;
+                                dK[t * K + i] += att * qt + bt * rho;
+                                dG[t * K + i] += qt * dqoff + bt * kt * rho;
+                                part[e >> 1] += rho * kt;
+                            }
+                        }
+                __syncthreads();  // the row terms are in (each element gets both terms)
+                if (task == 1)
+                    for (int u = 0; u < 2; u++)
+                        for (int e = 0; e < 4; e++) {
+                            const int t = t0 + gq + (e >= 2 ? 8 : 0), i = i0 + pc + u * 8 + 2 * t4 + (e & 1);
+                            if (t < n && i < K) {
+                                const float dgm = expf(G[(t0 + 15) * K + i] - G[t * K + i]) * x0[u][e];
+                                dK[t * K + i] += dgm;
+                                dG[t * K + i] -= KK(t, i) * dgm;
+                            }
+                        }
+                __syncthreads();  // the tiles are refilled
+            }
+            // this block's dbeta rows (the row-term warps), then the partials restart
+            for (int u = 0; u < 2; u++) {
+                part[u] += __shfl_xor_sync(0xffffffffu, part[u], 1);
+                part[u] += __shfl_xor_sync(0xffffffffu, part[u], 2);
+            }
+            if (task == 0 && t4 == 0) {
+                dbp[(warp & 3) * C + t0 + gq] = part[0];
+                dbp[(warp & 3) * C + t0 + gq + 8] = part[1];
+            }
+            part[0] = part[1] = 0.f;
+        }
+        __syncthreads();
+        if (tid < C) db[tid] += dbp[tid] + dbp[C + tid] + dbp[2 * C + tid] + dbp[3 * C + tid];
+    }
+    __syncthreads();
+
+    // B6 (docs/delta-rule.md, "Stage B6: reverse in-chunk cumsum of the gate gradient"): the
+    // dGamma_end extras land on the last row, then dg = reverse in-chunk cumsum of dGamma
+    for (int i = tid; i < K; i += DR_THREADS) {
+        dG[(n - 1) * K + i] += gend[i];
+        float acc = 0.f;
+        for (int r = n - 1; r >= 0; r--) {
+            acc += dG[r * K + i];
+            dG[r * K + i] = acc;
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < n * K; e += DR_THREADS) {
+        const int r = e / K, i = e % K;
+        dr_st(dq + ROWQK(r) + i, dQ[e]);
+        dr_st(dk + ROWQK(r) + i, dK[e]);
+        if (gate == DRG_CHANNEL && dg) dr_st(dg + ROWQK(r) + i, dG[e]);
+    }
+    if (gate == DRG_HEAD && dg)  // GDN: the per-head gradient is the sum over K (a warp per row)
+        for (int r = warp; r < n; r += NW) {
+            float acc = 0.f;
+            for (int i = lane; i < K; i += 32) acc += dG[r * K + i];
+            acc = warp_sum(acc);
+            if (lane == 0) dr_st(dg + (size_t)(tok0 + r) * H + h, acc);
+        }
+    for (int r = tid; r < n; r += DR_THREADS) dr_st(dbeta + (size_t)(tok0 + r) * H + h, db[r]);
+#undef ROWQK
+#undef ROWV
+#undef Q
+#undef KK
+#undef VV
+#undef DO
+#undef HN
+#undef DHN
+}
+
+extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, real *dv, real *dg, real *dbeta,
+                                          real *dh0, const real *dout, const real *dhT, const real *q, const real *k,
+                                          const real *v, const real *g, const real *beta, const real *h0, real scale,
+                                          int B, int T, int H, int K, int V, const int *offsets, int nseq, int chunk,
+                                          void *workspace) {
+    PROFILE("delta_chunk_bwd");
+    dr_check_args("delta_chunk_backward", kind, B, T, H, K, V, offsets, nseq, chunk);
+    const int N = offsets ? nseq : B, gate = dr_gate_of(kind);
+    if (N == 0) return;
+    const size_t slots = dr_num_slots(B, T, N);
+    DrWsMma ws;
+    dr_ws_mma_bind(&ws, workspace, 1, slots * H, K, V);
+    dr_forward_mma(gate, NULL, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)g,
+                   (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets, N, &ws);
+    launch_kernel(dr_bwalk_mma_kernel, dim3(N * ((V + DR_BBV - 1) / DR_BBV), H), dim3(DR_THREADS), bwalk_mma_smem(K), ws,
+                  (float *)dh0, (const float *)dhT, (const bf16 *)dout, scale, T, H, K, V, offsets, bwalk_alias(K));
+    if (slots > 0)
+        launch_kernel(dr_grad_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad_mma_smem(K), ws, (bf16 *)dq,
+                      (bf16 *)dk, (bf16 *)dv, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)dout, (const bf16 *)q,
+                      (const bf16 *)k, (const bf16 *)v, (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V,
+                      offsets, N);
+}

@@ -1,0 +1,485 @@
+// Chunkwise forward of KDA / GDN / DeltaNet on tensor cores (bf16 MMA, fp32 accumulation):
+// the same decomposition as chunk_fwd.cu (prep, walk, output; kernels/delta_rule/chunk.cuh),
+// its products as mma.m16n8k16 through kernels/mma.cuh, the workspace in bf16 (DrWsMma).
+// What stays fp32: Gamma, the exponentials, L and the triangular inverse T (SIMT, in shared
+// memory), every accumulator, and the state h (registers of the walk; bf16 only as an MMA
+// operand and in the workspace copy that the output kernel multiplies by).
+#include "kernels/delta_rule/chunk.cuh"
+
+#define DRM_THREADS 256  // prep and walk: 8 warps
+#define DRO_THREADS 128  // output: 4 warps, one 16-row m-tile each
+
+// ---- prep: one block per (chunk slot, head) ---------------------------------------------
+// 1. Gamma (a thread per channel, fp32 in shared memory); Qg, Ke, exp(Gamma_end) to the workspace.
+// 2. Aqk and L by row blocks I of 16: with the reference Gamma_ref = Gamma at row 16I, the A
+//    operand is q (resp. k) ⊙ exp(Gamma_r - Gamma_ref) (exponent <= 0) and the B operand
+//    k_c ⊙ exp(Gamma_ref - Gamma_c) for c < 16I + 16 (exponent <= 0 for c <= 16I; within the
+//    diagonal block at most 15 tokens of decay, and the entries c > r are masked after the
+//    product): no exponential of a whole chunk's decay (docs/delta-rule.md, "Stable decay
+//    exponents"). Warp u of iteration I computes one 16x16 tile (Aqk or L) over K.
+// 3. T = (I + L)^-1, fp32 SIMT, blockwise in place over L: the four 16x16 diagonal blocks by
+//    forward substitution (a warp each, 15 warp-synchronous rows), then block rows I = 1..3:
+//    T_IJ = -T_II sum_{J<=M<I} L_IM T_MJ (two barriers a block row instead of one a row).
+// 4. W = T diag(beta) (k e^Gamma), U = T diag(beta) v: A = T diag(beta) split hi + lo, built
+//    in registers from the fp32 T; B = k e^Gamma (hi + lo) and v (exact in bf16).
+// Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8): G fp32 [64][KP] | L, then
+// T, fp32 [64][64] | beta [64] | tiles bf16: max(192 x LK (A of q and of k, hi + lo, 16 rows
+// each; B hi + lo, 64 rows each), 128 x LK + 64 x LV). K = V = 128: 100.25 KiB, 2 blocks an SM.
+static size_t prep_mma_smem(int K, int V) {
+    const size_t KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD;
+    const size_t tiles = 192 * LK > 64 * (2 * LK + LV) ? 192 * LK : 64 * (2 * LK + LV);
+    return DR_BT * KP * 4 + DR_BT * DR_BT * 4 + DR_BT * 4 + tiles * 2;
+}
+
+__global__ void __launch_bounds__(DRM_THREADS)
+    dr_prep_mma_kernel(DrWsMma ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
+                       int gate, float scale, int Tlen, int H, int K, int V, const int *offsets, int N) {
+    const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int s = 0, tok0 = 0, n = 0;
+    if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;  // whole block: no chunk here
+    const int C = DR_BT, KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD;
+    const size_t sh = (size_t)x * H + h;
+    DYNAMIC_SMEM(float, sm);
+    float *G = sm, *L = G + C * KP, *Tm = L, *bs = L + C * C;  // T overwrites L
+    bf16 *tiles = (bf16 *)(bs + C);
+    bf16 *Aqh = tiles, *Aql = Aqh + 16 * LK, *Akh = Aql + 16 * LK, *Akl = Akh + 16 * LK, *Bkh = Akl + 16 * LK,
+         *Bkl = Bkh + C * LK;                                                 // step 2
+    bf16 *kwh = tiles, *kwl = kwh + C * LK, *vb = kwl + C * LK;               // step 4
+    bf16 *Qg = ws.Qg + sh * C * K, *Qgl = ws.Qgl + sh * C * K, *Ke = ws.Ke + sh * C * K, *Kel = ws.Kel + sh * C * K,
+         *Wg = ws.W + sh * C * K, *Wgl = ws.Wl + sh * C * K, *Aqk = ws.Aqk + sh * C * C, *Aqkl = ws.Aqkl + sh * C * C;
+    float *Ug = ws.U + sh * C * V;
+    const bf16 zero = __float2bfloat16(0.f);
+#define QK_ROW(r) (((size_t)(tok0 + (r)) * H + h) * K)
+#define V_ROW(r) (((size_t)(tok0 + (r)) * H + h) * V)
+
+    // 1. beta, L = 0, Aqk's blocks above the diagonal; Gamma; Qg, Ke, e^Gamma_end
+    for (int r = tid; r < C; r += DRM_THREADS) bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
+    for (int e = tid; e < C * C; e += DRM_THREADS) {
+        const int r = e / C, c = e % C;
+        L[e] = 0.f;
+        if (c / 16 > r / 16) Aqk[e] = Aqkl[e] = zero;
+    }
+    for (int i = tid; i < KP; i += DRM_THREADS) {
+        float acc = 0.f;
+        for (int r = 0; r < C; r++) {
+            if (r < n && i < K) acc += dr_gate(g, gate, (size_t)(tok0 + r), h, i, H, K);
+            G[r * KP + i] = acc;
+        }
+        if (i < K) {
+            ws.ge[sh * K + i] = expf(acc);
+            for (int r = 0; r < n; r++) {
+                const float gr = G[r * KP + i];
+                dr_split(dr_ld(q + QK_ROW(r) + i) * expf(gr), Qg + r * K + i, Qgl + r * K + i);
+                dr_split(dr_ld(k + QK_ROW(r) + i) * expf(acc - gr), Ke + r * K + i, Kel + r * K + i);
+            }
+        }
+    }
+    __syncthreads();
+
+    // 2. Aqk and L, row block I at a time
+    for (int I = 0; I < 4; I++) {
+        const int rows_b = 16 * (I + 1);
+        for (int e = tid; e < 16 * KP; e += DRM_THREADS) {
+            const int rr = e / KP, i = e % KP, r = 16 * I + rr;
+            float a = 0.f, b = 0.f;
+            if (r < n && i < K) {
+                const float ex = expf(G[r * KP + i] - G[16 * I * KP + i]);
+                a = dr_ld(q + QK_ROW(r) + i) * ex;
+                b = dr_ld(k + QK_ROW(r) + i) * ex;
+            }
+            dr_split(a, Aqh + rr * LK + i, Aql + rr * LK + i);
+            dr_split(b, Akh + rr * LK + i, Akl + rr * LK + i);
+        }
+        for (int e = tid; e < rows_b * KP; e += DRM_THREADS) {
+            const int c = e / KP, i = e % KP;
+            float b = 0.f;
+            if (c < n && i < K) b = dr_ld(k + QK_ROW(c) + i) * expf(G[16 * I * KP + i] - G[c * KP + i]);
+            dr_split(b, Bkh + c * LK + i, Bkl + c * LK + i);
+        }
+        __syncthreads();
+        if (warp < 2 * (I + 1)) {
+            const int isL = warp > I, J = isL ? warp - I - 1 : warp;
+            const bf16 *Ah = isL ? Akh : Aqh, *Al = isL ? Akl : Aql;
+            float acc[2][4] = {};
+            for (int kk = 0; kk < KP / 16; kk++) {
+                uint32_t ah[4], al[4], bh[4], bl[4];
+                dr_lda(ah, Ah, LK, 0, kk * 16, lane);
+                dr_lda(al, Al, LK, 0, kk * 16, lane);
+                dr_ldb_nk(bh, Bkh, LK, kk * 16, J * 16, lane);
+                dr_ldb_nk(bl, Bkl, LK, kk * 16, J * 16, lane);
+                dr_mma3(acc[0], ah, al, bh, bl);
+                dr_mma3(acc[1], ah, al, bh + 2, bl + 2);
+            }
+            const int gq = lane >> 2, t4 = lane & 3;
+            for (int nt = 0; nt < 2; nt++)
+                for (int u = 0; u < 4; u++) {
+                    const int r = 16 * I + gq + (u >= 2 ? 8 : 0), c = 16 * J + nt * 8 + 2 * t4 + (u & 1);
+                    if (isL) L[r * C + c] = (c < r && r < n) ? bs[r] * acc[nt][u] : 0.f;
+                    else dr_split((c <= r && r < n) ? scale * acc[nt][u] : 0.f, Aqk + r * C + c, Aqkl + r * C + c);
+                }
+        }
+        __syncthreads();  // Aq, Ak, Bk are refilled
+    }
+
+    // 3. T = (I + L)^-1 in place (docs/delta-rule.md, "Triangular inverse by forward
+    // substitution"), L strictly lower, T unit lower (the unit diagonal implicit until the end).
+    // Diagonal blocks: T[r][c] = -L[r][c] - sum_{c<m<r} L[r][m] T[m][c] within the block, row by
+    // row; each lane computes first, then the row is written (it reads L's row r).
+    if (warp < 4) {
+        const int o = 16 * warp, c = lane & 15;
+        for (int rr = 1; rr < 16; rr++) {
+            const int r = o + rr;
+            float acc = 0.f;
+            if (c < rr) {
+                acc = -L[r * C + o + c];
+                for (int m = c + 1; m < rr; m++) acc -= L[r * C + o + m] * Tm[(o + m) * C + o + c];
+            }
+            __syncwarp();
+            if (c < rr && lane < 16) Tm[r * C + o + c] = acc;
+            __syncwarp();
+        }
+    }
+    __syncthreads();
+    // Block rows: X_J = sum_{J<=M<I} L_IM T_MJ (into the free tile buffer), then
+    // T_IJ = -T_II X_J = -(X_J + sum_{m<rr} T_II[rr][m] X_J[m]) over L_IJ.
+    float *X = (float *)tiles;
+    for (int I = 1; I < 4; I++) {
+        for (int e = tid; e < I * 256; e += DRM_THREADS) {
+            const int J = e / 256, rr = (e % 256) / 16, c = e % 16, r = 16 * I + rr, cc = 16 * J + c;
+            float acc = L[r * C + cc];  // M = J: L_IJ T_JJ, T_JJ's unit diagonal
+            for (int p = cc + 1; p < 16 * I; p++) acc += L[r * C + p] * Tm[p * C + cc];
+            X[e] = acc;
+        }
+        __syncthreads();
+        for (int e = tid; e < I * 256; e += DRM_THREADS) {
+            const int J = e / 256, rr = (e % 256) / 16, c = e % 16, r = 16 * I + rr;
+            float acc = X[e];
+            for (int m = 0; m < rr; m++) acc += Tm[r * C + 16 * I + m] * X[J * 256 + m * 16 + c];
+            Tm[r * C + 16 * J + c] = -acc;
+        }
+        __syncthreads();
+    }
+    // 4. the B tiles k e^Gamma (hi + lo) and v (exact in bf16); T's unit diagonal and zero upper
+    // part (T to the workspace for the backward)
+    for (int e = tid; e < C * C; e += DRM_THREADS) {
+        const int r = e / C, c = e % C;
+        if (c >= r) Tm[e] = r == c ? 1.f : 0.f;
+        if (ws.T) ws.T[sh * C * C + e] = Tm[e];
+    }
+    for (int e = tid; e < C * KP; e += DRM_THREADS) {
+        const int c = e / KP, i = e % KP;
+        dr_split((c < n && i < K) ? dr_ld(k + QK_ROW(c) + i) * expf(G[c * KP + i]) : 0.f, kwh + c * LK + i,
+                 kwl + c * LK + i);
+    }
+    for (int e = tid; e < C * VP; e += DRM_THREADS) {
+        const int c = e / VP, j = e % VP;
+        vb[c * LV + j] = (c < n && j < V) ? v[V_ROW(c) + j] : zero;
+    }
+    __syncthreads();
+    {
+        // warp: m-tile mt (rows 16 mt..), 16-column pairs p = warp / 4, + 2, ... of W then U;
+        // T is lower triangular: k-steps kk <= mt only
+        const int mt = warp & 3, gq = lane >> 2, t4 = lane & 3;
+        uint32_t ah[4][4], al[4][4];  // A = T diag(beta), fragments by hand (kernels/mma.cuh's layout)
+        for (int kk = 0; kk <= mt; kk++)
+            for (int u = 0; u < 4; u++) {
+                const int r = mt * 16 + gq + (u & 1) * 8, c = kk * 16 + 2 * t4 + (u >> 1) * 8;
+                bf16 h0, l0, h1, l1;
+                dr_split(Tm[r * C + c] * bs[c], &h0, &l0);
+                dr_split(Tm[r * C + c + 1] * bs[c + 1], &h1, &l1);
+                ah[kk][u] = pack_bf16(__bfloat162float(h0), __bfloat162float(h1));
+                al[kk][u] = pack_bf16(__bfloat162float(l0), __bfloat162float(l1));
+            }
+        const int npk = KP / 16, npv = VP / 16;
+        for (int p = warp >> 2; p < npk + npv; p += 2) {
+            const bool isU = p >= npk;
+            const int n0 = (isU ? p - npk : p) * 16, ld = isU ? LV : LK, D = isU ? V : K;
+            float acc[2][4] = {};
+            for (int kk = 0; kk <= mt; kk++) {
+                uint32_t bh[4], bl[4];
+                if (isU) {  // v exact: hi and lo of T only
+                    dr_ldb_kn(bh, vb, ld, kk * 16, n0, lane);
+                    mma16816(acc[0], al[kk], bh[0], bh[1]);
+                    mma16816(acc[1], al[kk], bh[2], bh[3]);
+                    mma16816(acc[0], ah[kk], bh[0], bh[1]);
+                    mma16816(acc[1], ah[kk], bh[2], bh[3]);
+                } else {
+                    dr_ldb_kn(bh, kwh, ld, kk * 16, n0, lane);
+                    dr_ldb_kn(bl, kwl, ld, kk * 16, n0, lane);
+                    dr_mma3(acc[0], ah[kk], al[kk], bh, bl);
+                    dr_mma3(acc[1], ah[kk], al[kk], bh + 2, bl + 2);
+                }
+            }
+            for (int nt = 0; nt < 2; nt++)
+                for (int u = 0; u < 4; u++) {
+                    const int r = mt * 16 + gq + (u >= 2 ? 8 : 0), c = n0 + nt * 8 + 2 * t4 + (u & 1);
+                    if (r < n && c < D) {
+                        if (isU) Ug[(size_t)r * V + c] = acc[nt][u];
+                        else dr_split(acc[nt][u], Wg + (size_t)r * K + c, Wgl + (size_t)r * K + c);
+                    }
+                }
+        }
+    }
+#undef QK_ROW
+#undef V_ROW
+}
+
+// ---- walk: one block per (sequence, head, V-tile of 64), the chunks in order ------------
+// The state tile h [KP][64] lives in registers as fp32 MMA accumulators: warp w owns the
+// 16-row m-tiles w and w + 8 (K <= 256), all 8 column tiles. Per chunk:
+//   a. h[n] goes to shared memory as hi + lo (the B operand) and to the workspace; W and Ke of
+//      the chunk (hi + lo) arrive by cp.async, W issued during the previous chunk's step c and
+//      Ke during its last barrier, so each load overlaps a compute step without a second buffer;
+//   b. Delta = U - W h[n]: warp (m-tile w % 4, columns 32 (w / 4)..), A = W, B = h; Delta
+//      overwrites U in the workspace (fp32) and goes to shared memory (hi + lo);
+//   c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta: A = Ke^T (the transposing ldmatrix), B = Delta.
+// Every product on three MMAs (hi hi + hi lo + lo hi).
+// Shared memory (bf16): W, Wl, Ke, Kel [64][LK]; h, hl [KP][72]; Delta, Deltal [64][72].
+static size_t walk_mma_smem(int K) {
+    const size_t KP = dr_pad16(K), LK = KP + DR_PAD;
+    return (4 * DR_BT * LK + 2 * KP * 72 + 2 * DR_BT * 72) * 2;
+}
+
+__global__ void __launch_bounds__(DRM_THREADS)
+    dr_walk_mma_kernel(DrWsMma ws, float *hT, const float *h0, int Tlen, int H, int K, int V, const int *offsets) {
+    // blockIdx.x = sequence * V-tiles + V-tile: a sequence's V-tiles run side by side and
+    // share W and Ke through L2
+    const int vt = (V + DR_MBV - 1) / DR_MBV, s = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * DR_MBV;
+    const int tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
+    const int KP = dr_pad16(K), LK = KP + DR_PAD, LH = DR_MBV + DR_PAD, nmt = KP / 16;
+    const int bv = V - j0 < DR_MBV ? V - j0 : DR_MBV;
+    DYNAMIC_SMEM(bf16, sm);
+    bf16 *Wh = sm, *Wl = Wh + C * LK, *Kh = Wl + C * LK, *Kl = Kh + C * LK, *hh = Kl + C * LK, *hl = hh + KP * LH,
+         *Dh = hl + KP * LH, *Dl = Dh + C * LH;
+    int bos, len;
+    dr_seq_range(offsets, Tlen, s, &bos, &len);
+    const int base = dr_seq_base(bos, s), nch = (len + C - 1) / C;
+    const size_t task = (size_t)s * H + h;  // (N, H, K, V) states
+
+    // h: hacc[u][nt] is the C fragment of rows 16 (warp + 8u).., columns 8 nt..
+    float hacc[2][8][4];
+#pragma unroll
+    for (int u = 0; u < 2; u++)
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
+                hacc[u][nt][e] = (h0 && i < K && jj < bv) ? h0[(task * K + i) * V + j0 + jj] : 0.f;
+            }
+    // W of chunk n + 1 loads during chunk n's h update, Ke of chunk n + 1 during chunk n + 1's
+    // Delta: one buffer each, every load in flight behind a compute step
+    auto issue_w = [&](int ci) {
+        const int n = len - ci * C < C ? len - ci * C : C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        dr_load_tile(Wh, LK, ws.W + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        cp_async_commit();
+    };
+    auto issue_k = [&](int ci) {
+        const int n = len - ci * C < C ? len - ci * C : C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        dr_load_tile(Kh, LK, ws.Ke + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        cp_async_commit();
+    };
+    if (nch > 0) {
+        issue_w(0);
+        issue_k(0);
+    }
+    for (int ci = 0; ci < nch; ci++) {
+        const int n = len - ci * C < C ? len - ci * C : C;
+        const size_t sh = (size_t)(base + ci) * H + h;
+        bf16 *hg = ws.h + sh * K * V, *hgl = ws.hl ? ws.hl + sh * K * V : NULL;  // (lo: the backward's only)
+        float *Ug = ws.U + sh * C * V;
+        const int mtb = warp & 3, c0 = (warp >> 2) * 32;
+        float uv[4][4];  // this thread's U entries of step b, loaded early
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = mtb * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1);
+                uv[nt][e] = r < n && jj < bv ? Ug[(size_t)r * V + j0 + jj] : 0.f;
+            }
+        // a. h[n] to shared memory and the workspace (while the tiles are in flight)
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (warp + 8 * u < nmt)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
+                        dr_split(hacc[u][nt][e], hh + i * LH + jj, hl + i * LH + jj);
+                        if (i < K && jj < bv) {
+                            hg[(size_t)i * V + j0 + jj] = hh[i * LH + jj];
+                            if (hgl) hgl[(size_t)i * V + j0 + jj] = hl[i * LH + jj];
+                        }
+                    }
+        cp_async_wait<1>();  // W of this chunk (its Ke may still be in flight)
+        __syncthreads();
+        // b. Delta = U - W h[n]
+        {
+            const int mt = mtb;
+            float acc[4][4] = {};
+            for (int kk = 0; kk < nmt; kk++) {
+                uint32_t ah[4], al[4];
+                dr_lda(ah, Wh, LK, mt * 16, kk * 16, lane);
+                dr_lda(al, Wl, LK, mt * 16, kk * 16, lane);
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    uint32_t bh[4], bl[4];
+                    dr_ldb_kn(bh, hh, LH, kk * 16, c0 + p * 16, lane);
+                    dr_ldb_kn(bl, hl, LH, kk * 16, c0 + p * 16, lane);
+                    dr_mma3(acc[2 * p], ah, al, bh, bl);
+                    dr_mma3(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1);
+                    const bool in = r < n && jj < bv;
+                    const float d = in ? uv[nt][e] - acc[nt][e] : 0.f;
+                    dr_split(d, Dh + r * LH + jj, Dl + r * LH + jj);
+                    if (in) Ug[(size_t)r * V + j0 + jj] = d;
+                }
+        }
+        cp_async_wait<0>();  // Ke of this chunk
+        __syncthreads();
+        if (ci + 1 < nch) issue_w(ci + 1);
+        // c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (warp + 8 * u < nmt) {
+                const int m0 = (warp + 8 * u) * 16, i0 = m0 + gq, i1 = i0 + 8;
+                const float e0 = i0 < K ? ws.ge[sh * K + i0] : 0.f, e1 = i1 < K ? ws.ge[sh * K + i1] : 0.f;
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++) {
+                    hacc[u][nt][0] *= e0, hacc[u][nt][1] *= e0;
+                    hacc[u][nt][2] *= e1, hacc[u][nt][3] *= e1;
+                }
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) {
+                    uint32_t ah[4], al[4];
+                    dr_lda_t(ah, Kh, LK, m0, kk * 16, lane);
+                    dr_lda_t(al, Kl, LK, m0, kk * 16, lane);
+#pragma unroll
+                    for (int p = 0; p < 4; p++) {
+                        uint32_t bh[4], bl[4];
+                        dr_ldb_kn(bh, Dh, LH, kk * 16, p * 16, lane);
+                        dr_ldb_kn(bl, Dl, LH, kk * 16, p * 16, lane);
+                        dr_mma3(hacc[u][2 * p], ah, al, bh, bl);
+                        dr_mma3(hacc[u][2 * p + 1], ah, al, bh + 2, bl + 2);
+                    }
+                }
+            }
+        __syncthreads();  // Ke, h and Delta are rewritten
+        if (ci + 1 < nch) issue_k(ci + 1);
+    }
+    if (hT)
+#pragma unroll
+        for (int u = 0; u < 2; u++)
+            if (warp + 8 * u < nmt)
+#pragma unroll
+                for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
+                        if (i < K && jj < bv) hT[(task * K + i) * V + j0 + jj] = hacc[u][nt][e];
+                    }
+}
+
+// ---- output: one block per (chunk slot, head, V-tile of 64), 4 warps ---------------------
+// o = scale Qg h[n] + Aqk Delta (Aqk carries scale): warp w the rows 16w.., all 64 columns;
+// Aqk is lower triangular, so the Delta product takes k-steps kk <= w. Qg h[n]: two MMAs (h[n]
+// one bf16, chunk.cuh); Aqk Delta: three.
+// Shared memory (bf16): Qg hi, lo [64][LK], h [KP][72], Aqk hi, lo and Delta hi, lo [64][72].
+static size_t output_mma_smem(int K) {
+    const size_t KP = dr_pad16(K), LK = KP + DR_PAD;
+    return (2 * DR_BT * LK + KP * 72 + 4 * DR_BT * 72) * 2;
+}
+
+__global__ void __launch_bounds__(DRO_THREADS)
+    dr_output_mma_kernel(DrWsMma ws, bf16 *o, float scale, int Tlen, int H, int K, int V, const int *offsets, int N) {
+    // blockIdx.x = slot * V-tiles + V-tile (a chunk's V-tiles side by side: Qg, Aqk through L2)
+    const int vt = (V + DR_MBV - 1) / DR_MBV, x = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * DR_MBV;
+    const int tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
+    int s = 0, tok0 = 0, n = 0;
+    if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
+    const int KP = dr_pad16(K), LK = KP + DR_PAD, LH = DR_MBV + DR_PAD, nmt = KP / 16;
+    const int bv = V - j0 < DR_MBV ? V - j0 : DR_MBV;
+    const size_t sh = (size_t)x * H + h;
+    DYNAMIC_SMEM(bf16, sm);
+    bf16 *Qh = sm, *Ql = Qh + C * LK, *Hh = Ql + C * LK, *Ah = Hh + KP * LH, *Al = Ah + C * LH, *Dh = Al + C * LH,
+         *Dl = Dh + C * LH;
+    dr_load_tile(Qh, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
+    dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
+    dr_load_tile(Hh, LH, ws.h + sh * K * V + j0, V, KP, DR_MBV, K, bv, tid, DRO_THREADS);
+    dr_load_tile(Ah, LH, ws.Aqk + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
+    dr_load_tile(Al, LH, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
+    cp_async_commit();
+    const float *Ug = ws.U + sh * C * V + j0;
+    for (int e = tid; e < C * DR_MBV; e += DRO_THREADS) {
+        const int r = e / DR_MBV, jj = e % DR_MBV;
+        dr_split(r < n && jj < bv ? Ug[(size_t)r * V + jj] : 0.f, Dh + r * LH + jj, Dl + r * LH + jj);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    float acc[8][4] = {};
+    for (int kk = 0; kk < nmt; kk++) {
+        uint32_t ah[4], al[4];
+        dr_lda(ah, Qh, LK, warp * 16, kk * 16, lane);
+        dr_lda(al, Ql, LK, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            uint32_t b[4];
+            dr_ldb_kn(b, Hh, LH, kk * 16, p * 16, lane);
+            mma16816(acc[2 * p], al, b[0], b[1]);
+            mma16816(acc[2 * p + 1], al, b[2], b[3]);
+            mma16816(acc[2 * p], ah, b[0], b[1]);
+            mma16816(acc[2 * p + 1], ah, b[2], b[3]);
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[nt][e] *= scale;
+    for (int kk = 0; kk <= warp; kk++) {
+        uint32_t ah[4], al[4];
+        dr_lda(ah, Ah, LH, warp * 16, kk * 16, lane);
+        dr_lda(al, Al, LH, warp * 16, kk * 16, lane);
+#pragma unroll
+        for (int p = 0; p < 4; p++) {
+            uint32_t bh[4], bl[4];
+            dr_ldb_kn(bh, Dh, LH, kk * 16, p * 16, lane);
+            dr_ldb_kn(bl, Dl, LH, kk * 16, p * 16, lane);
+            dr_mma3(acc[2 * p], ah, al, bh, bl);
+            dr_mma3(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
+        }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = warp * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
+            if (r < n && jj < bv) o[((size_t)(tok0 + r) * H + h) * V + j0 + jj] = __float2bfloat16(acc[nt][e]);
+        }
+}
+
+void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
+                    const bf16 *beta, const float *h0, float scale, int B, int T, int H, int K, int V,
+                    const int *offsets, int N, const DrWsMma *ws) {
+    const size_t slots = dr_num_slots(B, T, N);
+    if (N == 0) return;
+    const unsigned vt = (unsigned)((V + DR_MBV - 1) / DR_MBV);
+    if (slots > 0)
+        launch_kernel(dr_prep_mma_kernel, dim3((unsigned)slots, H), dim3(DRM_THREADS), prep_mma_smem(K, V), *ws, q, k,
+                      v, g, beta, gate, scale, T, H, K, V, offsets, N);
+    launch_kernel(dr_walk_mma_kernel, dim3(N * vt, H), dim3(DRM_THREADS), walk_mma_smem(K), *ws, hT, h0, T, H, K, V,
+                  offsets);
+    if (slots > 0 && o)
+        launch_kernel(dr_output_mma_kernel, dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws,
+                      o, scale, T, H, K, V, offsets, N);
+}
