@@ -22,8 +22,7 @@
 #include "tests/testing.h"
 #include "tests/gpu/harness.h"
 
-// the CUDA table (not yet handed out by the backend) and the fp32-I/O forward (chunk.cuh)
-extern const DeltaRuleOps *cuda_delta_rule_ops(void);
+// the fp32-I/O forward (chunk.cuh)
 extern void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float *hT, const float *q, const float *k,
                                            const float *v, const float *g, const float *beta, const float *h0,
                                            float scale, int B, int T, int H, int K, int V, const int *offsets,
@@ -321,7 +320,7 @@ static void run_varlen(LinearKind kind, const int *offsets, int nseq, int H, int
 
 int main(void) {
     gpu_test_init("test_delta_rule");
-    D = cuda_delta_rule_ops();
+    D = G->delta_rule;
     CHECK(D->delta_chunk_forward && D->delta_chunk_backward && D->delta_step && D->linear_workspace_size,
           "the CUDA delta-rule table lacks the chunkwise delta rule");
     PATHS[0] = (Path){"tensor cores", D->delta_chunk_forward, D->delta_chunk_backward, D->linear_workspace_size};
