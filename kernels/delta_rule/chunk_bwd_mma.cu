@@ -349,7 +349,7 @@ __global__ void __launch_bounds__(DR_THREADS)
     __syncthreads();  // gend has read the B3 dk
 
     // dT's K part and Wbar = T^T dW on tensor cores by K tiles of 64, then Ubar = T^T dU by V
-    // tiles of 64 (docs/delta-rule.md, "Gradient of the triangular inverse", "Stage B3"); warp:
+    // tiles of 64 (docs/delta-rule.md, "Gradient of the triangular inverse", "Stage B3: inter-chunk and WY gradients"); warp:
     // rows 16 (w % 4).., columns 32 (w / 4)..:
     //   dT = P_sl(dT_V + dW Kb^T) diag(beta), Kb = k e^Gamma;
     //   dk_r += beta_r Wbar_r e^Gamma_r, dGamma_r += beta_r Wbar_r Kb_r, dbeta_r += Wbar_r.Kb_r;
