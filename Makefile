@@ -108,10 +108,12 @@ OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 # the CUDA emulator's programs (rules below, at "the CUDA emulator"; defined here, before
 # test-only names them as prerequisites)
 EMU       := $(BUILD)/emu
-EMU_CU    := $(wildcard kernels/delta_rule/*.cu)
+# the families whose kernels follow the emulator's rules (docs/cuda.md, "The CPU emulator")
+EMU_FAMILIES := delta_rule
+EMU_CU    := $(foreach f,$(EMU_FAMILIES),$(wildcard kernels/$(f)/*.cu))
 EMU_OBJ   := $(patsubst %.cu,$(EMU)/%.o,$(EMU_CU)) $(EMU)/cuda_emu.o
 EMU_TESTS := $(if $(filter 1,$(SANITIZE)),,$(EMU)/test_cuda_emu \
-               $(patsubst tests/gpu/%.c,$(EMU)/%,$(wildcard tests/gpu/test_delta_rule*.c)))
+               $(patsubst tests/gpu/%.c,$(EMU)/%,$(foreach f,$(EMU_FAMILIES),$(wildcard tests/gpu/test_$(f)*.c))))
 EMU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unknown-pragmas -fopenmp -D_DEFAULT_SOURCE -U_FORTIFY_SOURCE \
                 -I. -MMD -MP -DHYBRID_CUDA_EMU
 
