@@ -4,9 +4,10 @@
 // the sigmoid output gate of gated MLA. The projections are core matmuls and the latent norm
 // is the norms-and-GLU family's RMSNorm.
 //
-// CPU reference: model/ops/mla/*.c. CUDA: kernels/mla/ (not yet: the CUDA backend has no
-// MLA family, so 'M' layers are refused on --device cuda). Contracts as every family
-// (model/backend.h).
+// CPU reference: model/ops/mla/*.c. CUDA: kernels/mla/ (ported and checked on the CPU emulator
+// by tests/gpu/test_mla.c; not yet handed out: kernels/backend_cuda.cu leaves b.mla NULL, so 'M'
+// layers are still refused on --device cuda, until that test has passed on a GPU). Contracts as
+// every family (model/backend.h).
 //
 // Shapes: r = kv_lora_rank, dn = qk_nope_head_dim, dr = qk_rope_head_dim, dv = v_head_dim,
 // dqk = dn + dr. Decompressed forward (docs/hybrid.md, "MLA forward (decompressed form)"),
