@@ -116,16 +116,65 @@ static void set_path(int simt) {
     else unsetenv("HYBRID_MLA_ATTN");
 }
 
-// forward (and, unless MQA, backward) of one case on one path; returns nothing, counts checks
-static void test_attention(int lay, int B, int T, int NH, int dqk, int dv, int dn, int simt) {
+// paths: DEF the default (tensor cores where they apply); BOTH also HYBRID_MLA_ATTN=simt where
+// the default is the tensor-core path (widths and strides multiples of 8)
+enum { DEF = 1, BOTH = 3 };
+
+// The GPU's backward of one case on the current path, twice (bit-identical), against the
+// CPU's gradients gb (in buffers shaped like the inputs'); the elements outside q, k, v of the
+// gradient buffers must keep their poison.
+static void attention_backward(const AttnCase *c, float *const gb[3], const void *dd, const void *od2,
+                               const float *ld2, const void *dq_in, const void *dk_in, const void *dv_in) {
+    const AttnLayout *L = &c->L;
+    const size_t N = (size_t)L->B * L->T;
+    void *dg[3] = {0};
+    for (int i = 0; i < c->nbuf; i++) dg[i] = dev_bf16(NULL, c->bufn[i]);
+    float *first[3] = {0};
+    for (int rep = 0; rep < 2; rep++) {
+        for (int i = 0; i < c->nbuf; i++) poison_bf16(dg[i], c->bufn[i]);
+        M->attention_qkv_backward(backend_offset(G, dg[c->s[0].buf], c->s[0].off),
+                                  backend_offset(G, dg[c->s[1].buf], c->s[1].off),
+                                  backend_offset(G, dg[c->s[2].buf], c->s[2].off), dd, dq_in, dk_in, dv_in, od2,
+                                  (const real *)ld2, L);
+        float *got[3];
+        for (int i = 0; i < c->nbuf; i++) got[i] = get_bf16(dg[i], c->bufn[i]);
+        if (rep == 0) {
+            const char *nm[3] = {"backward dq", "backward dk", "backward dv"};
+            for (int p = 0; p < 3; p++) {
+                float *ref = gather(gb[c->s[p].buf], &c->s[p], L), *g = gather(got[c->s[p].buf], &c->s[p], L);
+                expect(nm[p], rel_rms(g, ref, N * L->NH * c->s[p].w), TOL_GRAD);
+                free(ref), free(g);
+            }
+            size_t touched = 0;
+            for (int i = 0; i < c->nbuf; i++) {
+                unsigned char *mask = calloc(c->bufn[i], 1);
+                for (int p = 0; p < 3; p++)
+                    if (c->s[p].buf == i) mark(mask, &c->s[p], L);
+                for (size_t e = 0; e < c->bufn[i]; e++) touched += !mask[e] && !isnan(got[i][e]);
+                free(mask);
+            }
+            CHECK(touched == 0, "attention backward wrote %zu elements outside q, k, v", touched);
+            for (int i = 0; i < c->nbuf; i++) first[i] = got[i];
+        } else {
+            int same = 1;
+            for (int i = 0; i < c->nbuf; i++) {
+                same &= !memcmp(first[i], got[i], sizeof(float) * c->bufn[i]);
+                free(got[i]), free(first[i]);
+            }
+            CHECK(same, "attention backward differs between two runs");
+        }
+    }
+    for (int i = 0; i < c->nbuf; i++) G->free(dg[i]);
+}
+
+// Forward (and, unless MQA, backward) of one case: the CPU reference once, then each path.
+static void attention(int paths, int lay, int B, int T, int NH, int dqk, int dv, int dn) {
     AttnCase c = make_case(lay, B, T, NH, dqk, dv, dn);
     const AttnLayout *L = &c.L;
-    printf("attention %s B=%d T=%d NH=%d dqk=%d dv=%d [%s]\n", lay_name[lay], B, T, NH, dqk, dv,
-           simt ? "SIMT" : "default path");
-    set_path(simt);
+    if (!(dqk % 8 == 0 && dv % 8 == 0 && (lay != LAY_MLA || dn % 8 == 0))) paths = DEF;  // SIMT anyway
     const size_t N = (size_t)B * T, no = N * NH * dv, nl = N * NH;
     float *hb[3] = {0}, *gb[3] = {0};
-    void *db[3] = {0}, *dg[3] = {0};
+    void *db[3] = {0};
     for (int i = 0; i < c.nbuf; i++) {
         hb[i] = host_rand(c.bufn[i], 1.5f, 0);  // scores of std ~0.75 / (1/sqrt 3): some peaked rows
         db[i] = dev_bf16(hb[i], c.bufn[i]);
@@ -135,83 +184,36 @@ static void test_attention(int lay, int B, int T, int NH, int dqk, int dv, int d
     const void *dq_in = backend_offset(G, db[c.s[0].buf], c.s[0].off),
                *dk_in = backend_offset(G, db[c.s[1].buf], c.s[1].off),
                *dv_in = backend_offset(G, db[c.s[2].buf], c.s[2].off);
-
-    // forward
-    float *out = xmalloc(sizeof(float) * no), *lse = xmalloc(sizeof(float) * nl);
+    // CPU: forward; backward on its (bf16-rounded) out and lse, which the GPU backward takes too
+    float *out = xmalloc(sizeof(float) * no), *lse = xmalloc(sizeof(float) * nl), *dout = NULL;
     cpu_attention_qkv_forward(out, lse, hq, hk, hv, L);
-    void *od = dev_bf16(NULL, no);
-    float *ld = dev_f32(NULL, nl);
-    poison_bf16(od, no);
-    poison_f32(ld, nl);
-    M->attention_qkv_forward(od, (real *)ld, dq_in, dk_in, dv_in, L);
-    cmp_bf16("forward out", od, out, no, TOL_OUT);
-    cmp_f32("forward lse (fp32)", ld, lse, nl, TOL_F32);
-
+    float *outb = xmalloc(sizeof(float) * no);
+    for (size_t i = 0; i < no; i++) outb[i] = bf16_round(out[i]);
     if (lay != LAY_MQA) {
-        // backward on the CPU's (bf16-rounded) out and lse
-        for (size_t i = 0; i < no; i++) out[i] = bf16_round(out[i]);
-        float *dout = host_rand(no, 1, 0);
-        void *dd = dev_bf16(dout, no), *od2 = dev_bf16(out, no);
-        float *ld2 = dev_f32(lse, nl);
-        for (int i = 0; i < c.nbuf; i++) {
-            gb[i] = calloc(c.bufn[i], sizeof(float));
-            dg[i] = dev_bf16(NULL, c.bufn[i]);
-        }
+        dout = host_rand(no, 1, 0);
+        for (int i = 0; i < c.nbuf; i++) gb[i] = calloc(c.bufn[i], sizeof(float));
         cpu_attention_qkv_backward(gb[c.s[0].buf] + c.s[0].off, gb[c.s[1].buf] + c.s[1].off,
-                                   gb[c.s[2].buf] + c.s[2].off, dout, hq, hk, hv, out, lse, L);
-        float *first[3] = {0};
-        for (int rep = 0; rep < 2; rep++) {
-            for (int i = 0; i < c.nbuf; i++) poison_bf16(dg[i], c.bufn[i]);
-            M->attention_qkv_backward(backend_offset(G, dg[c.s[0].buf], c.s[0].off),
-                                      backend_offset(G, dg[c.s[1].buf], c.s[1].off),
-                                      backend_offset(G, dg[c.s[2].buf], c.s[2].off), dd, dq_in, dk_in, dv_in, od2,
-                                      (real *)ld2, L);
-            float *got[3];
-            for (int i = 0; i < c.nbuf; i++) got[i] = get_bf16(dg[i], c.bufn[i]);
-            if (rep == 0) {
-                const char *nm[3] = {"backward dq", "backward dk", "backward dv"};
-                for (int p = 0; p < 3; p++) {
-                    float *ref = gather(gb[c.s[p].buf], &c.s[p], L), *g = gather(got[c.s[p].buf], &c.s[p], L);
-                    expect(nm[p], rel_rms(g, ref, N * NH * c.s[p].w), TOL_GRAD);
-                    free(ref), free(g);
-                }
-                // elements outside the slots: never written (still the poison's NaN)
-                size_t touched = 0;
-                for (int i = 0; i < c.nbuf; i++) {
-                    unsigned char *mask = calloc(c.bufn[i], 1);
-                    for (int p = 0; p < 3; p++)
-                        if (c.s[p].buf == i) mark(mask, &c.s[p], L);
-                    for (size_t e = 0; e < c.bufn[i]; e++) touched += !mask[e] && !isnan(got[i][e]);
-                    free(mask);
-                }
-                CHECK(touched == 0, "attention backward wrote %zu elements outside q, k, v", touched);
-                for (int i = 0; i < c.nbuf; i++) first[i] = got[i];
-            } else {
-                int same = 1;
-                for (int i = 0; i < c.nbuf; i++) {
-                    same &= !memcmp(first[i], got[i], sizeof(float) * c.bufn[i]);
-                    free(got[i]), free(first[i]);
-                }
-                CHECK(same, "attention backward differs between two runs");
-            }
-        }
-        for (int i = 0; i < c.nbuf; i++) G->free(dg[i]), free(gb[i]);
-        G->free(dd), G->free(od2), G->free(ld2);
-        free(dout);
+                                   gb[c.s[2].buf] + c.s[2].off, dout, hq, hk, hv, outb, lse, L);
     }
-    for (int i = 0; i < c.nbuf; i++) G->free(db[i]), free(hb[i]);
-    G->free(od), G->free(ld);
-    free(out), free(lse);
-    set_path(0);
-}
-
-// paths: DEF the default (tensor cores where they apply), SIMT also HYBRID_MLA_ATTN=simt where
-// the default is the tensor-core path (widths and strides multiples of 8)
-enum { DEF = 1, BOTH = 3 };
-static void attention(int paths, int lay, int B, int T, int NH, int dqk, int dv, int dn) {
-    test_attention(lay, B, T, NH, dqk, dv, dn, 0);
-    if ((paths & 2) && dqk % 8 == 0 && dv % 8 == 0 && (lay != LAY_MLA || dn % 8 == 0))
-        test_attention(lay, B, T, NH, dqk, dv, dn, 1);
+    void *od = dev_bf16(NULL, no), *dd = dout ? dev_bf16(dout, no) : NULL, *od2 = dev_bf16(outb, no);
+    float *ld = dev_f32(NULL, nl), *ld2 = dev_f32(lse, nl);
+    for (int simt = 0; simt < 2; simt++) {
+        if (!(paths & (1 << simt))) continue;
+        printf("attention %s B=%d T=%d NH=%d dqk=%d dv=%d [%s]\n", lay_name[lay], B, T, NH, dqk, dv,
+               simt ? "SIMT" : "default path");
+        set_path(simt);
+        poison_bf16(od, no);
+        poison_f32(ld, nl);
+        M->attention_qkv_forward(od, (real *)ld, dq_in, dk_in, dv_in, L);
+        cmp_bf16("forward out", od, out, no, TOL_OUT);
+        cmp_f32("forward lse (fp32)", ld, lse, nl, TOL_F32);
+        if (dout) attention_backward(&c, gb, dd, od2, ld2, dq_in, dk_in, dv_in);
+        set_path(0);
+    }
+    for (int i = 0; i < c.nbuf; i++) G->free(db[i]), free(hb[i]), free(gb[i]);
+    G->free(od), G->free(od2), G->free(ld), G->free(ld2);
+    if (dd) G->free(dd);
+    free(out), free(outb), free(lse), free(dout);
 }
 
 // ---------------------------------------------------------------------------
