@@ -25,30 +25,6 @@ typedef struct {
     bf16 *p[AR_MAX_SRC];  // NULL: that source gets no gradient
 } ArDsrcs;
 
-// 8 bf16 <-> fp32 through one 16-byte access. On the GPU load8/store8 (kernels/common.cuh);
-// under the emulator the same 16 bytes through memcpy, because load8's read of a uint4 through
-// a __nv_bfloat162 pointer breaks C++ strict aliasing and g++ -O2 then reads zeros.
-__device__ __forceinline__ void ar_load8(const bf16 *p, float f[8]) {
-#ifdef HYBRID_CUDA_EMU
-    bf16 h[8];
-    memcpy(h, p, sizeof h);
-#pragma unroll
-    for (int k = 0; k < 8; k++) f[k] = __bfloat162float(h[k]);
-#else
-    load8(p, f);
-#endif
-}
-__device__ __forceinline__ void ar_store8(bf16 *p, const float f[8]) {
-#ifdef HYBRID_CUDA_EMU
-    bf16 h[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++) h[k] = __float2bfloat16(f[k]);
-    memcpy(p, h, sizeof h);
-#else
-    store8(p, f);
-#endif
-}
-
 // lane's W-group j of a row: channels [(j * 32 + lane) * W, + W); valid if below C
 template <int W>
 __device__ __forceinline__ void ar_load(const bf16 *row, int j, int lane, int C, float v[W]) {
@@ -57,7 +33,7 @@ __device__ __forceinline__ void ar_load(const bf16 *row, int j, int lane, int C,
 #pragma unroll
         for (int k = 0; k < W; k++) v[k] = 0.f;
     } else if (W == 8) {
-        ar_load8(row + c, v);
+        load8(row + c, v);
     } else {
 #pragma unroll
         for (int k = 0; k < W; k++) v[k] = __bfloat162float(row[c + k]);
@@ -69,7 +45,7 @@ __device__ __forceinline__ void ar_store(bf16 *row, int j, int lane, int C, cons
     const int c = (j * 32 + lane) * W;
     if (c >= C) return;
     if (W == 8) {
-        ar_store8(row + c, v);
+        store8(row + c, v);
     } else {
 #pragma unroll
         for (int k = 0; k < W; k++) row[c + k] = __float2bfloat16(v[k]);
