@@ -85,8 +85,13 @@ endif
 # Rewritten only when they change (PCRE2, MPI, NCCL or nvcc installed or removed, NO_MPI=1,
 # NO_CUDA=1, another CC or CFLAGS): then everything there is rebuilt, no `make clean`.
 # (The shared libraries of `make lib` have fixed flags: nothing found here reaches them.)
+# the CUDA emulator's C++ flags (its rules are at "the CUDA emulator" below)
+# (-fno-strict-aliasing: CUDA code reads bf16 pairs through uint4 and the like, as nvcc allows;
+# g++ -O2 would assume those accesses cannot alias and read stale values, e.g. load8's zeros)
+EMU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unknown-pragmas -fopenmp -D_DEFAULT_SOURCE -U_FORTIFY_SOURCE \
+                -fno-strict-aliasing -I. -MMD -MP -DHYBRID_CUDA_EMU
 FLAGS := $(BUILD)/flags
-FLAGS_NOW := $(strip $(CC) $(CFLAGS) $(CUDA_CFLAGS) $(LDLIBS) $(CUDA_LIBS) $(NVCC_PATH) $(NVCCFLAGS))
+FLAGS_NOW := $(strip $(CC) $(CFLAGS) $(CUDA_CFLAGS) $(LDLIBS) $(CUDA_LIBS) $(NVCC_PATH) $(NVCCFLAGS) $(CXX) $(EMU_CXXFLAGS))
 ifeq ($(QUIET),)
   ifneq ($(file < $(FLAGS)),$(FLAGS_NOW))
     $(if $(wildcard $(FLAGS)),$(call say,the flags differ from the last build's in $(BUILD): rebuilding it))
@@ -109,13 +114,11 @@ OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 # test-only names them as prerequisites)
 EMU       := $(BUILD)/emu
 # the families whose kernels follow the emulator's rules (docs/cuda.md, "The CPU emulator")
-EMU_FAMILIES := delta_rule mla
+EMU_FAMILIES := delta_rule attnres mla
 EMU_CU    := $(foreach f,$(EMU_FAMILIES),$(wildcard kernels/$(f)/*.cu))
 EMU_OBJ   := $(patsubst %.cu,$(EMU)/%.o,$(EMU_CU)) $(EMU)/cuda_emu.o
 EMU_TESTS := $(if $(filter 1,$(SANITIZE)),,$(EMU)/test_cuda_emu \
                $(patsubst tests/gpu/%.c,$(EMU)/%,$(foreach f,$(EMU_FAMILIES),$(wildcard tests/gpu/test_$(f)*.c))))
-EMU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unknown-pragmas -fopenmp -D_DEFAULT_SOURCE -U_FORTIFY_SOURCE \
-                -I. -MMD -MP -DHYBRID_CUDA_EMU
 
 # The ops as shared libraries for other programs (include/hybrid_ops.h): float and
 # double builds of model/ops/ (every family, the CPU tables) plus the base layer, never sanitized.
@@ -236,7 +239,7 @@ $(EMU)/libcpu_f.a: $(OBJ_F)
 	@rm -f $@
 	@ar rcs $@ $^
 
-$(EMU)/test_cuda_emu: $(EMU)/tests/cuda_emu/test_cuda_emu.o $(EMU)/cuda_emu.o $(EMU)/libcpu_f.a $(FLAGS)
+$(EMU)/test_cuda_emu: $(EMU)/tests/cuda_emu/test_cuda_emu.o $(EMU_OBJ) $(EMU)/libcpu_f.a $(FLAGS)
 	@echo "LINK $@ (CUDA emulator)"
 	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
 

@@ -41,12 +41,14 @@ typedef __nv_bfloat16 bf16;
 #define CUDA_DECLARE_NORM_GLU(member) OP_DECLARE(NormGluOps, cuda_, member)
 #define CUDA_DECLARE_OPTIM(member) OP_DECLARE(OptimOps, cuda_, member)
 #define CUDA_DECLARE_DELTA_RULE(member) OP_DECLARE(DeltaRuleOps, cuda_, member)
+#define CUDA_DECLARE_ATTNRES(member) OP_DECLARE(AttnResOps, cuda_, member)
 #define CUDA_DECLARE_MLA(member) OP_DECLARE(MlaOps, cuda_, member)
 extern "C" {
 CORE_OPS(CUDA_DECLARE_CORE)
 NORM_GLU_OPS(CUDA_DECLARE_NORM_GLU)
 OPTIM_OPS(CUDA_DECLARE_OPTIM)
 DELTA_RULE_OPS(CUDA_DECLARE_DELTA_RULE)
+ATTNRES_OPS(CUDA_DECLARE_ATTNRES)
 MLA_OPS(CUDA_DECLARE_MLA)
 OP_DECLARE(CoreOps, cuda_, matmul_gelu_forward)
 OP_DECLARE(CoreOps, cuda_, matmul_backward_gelu)
@@ -58,6 +60,7 @@ const CoreOps *cuda_core_ops(void);
 const NormGluOps *cuda_norm_glu_ops(void);
 const OptimOps *cuda_optim_ops(void);
 const DeltaRuleOps *cuda_delta_rule_ops(void);
+const AttnResOps *cuda_attnres_ops(void);
 const MlaOps *cuda_mla_ops(void);
 }
 

@@ -3,8 +3,9 @@
 // RMSNorm weight gamma per op).
 // The bookkeeping of which sources each op reads (attnres_plan) is shared by the graph.
 //
-// CPU reference: model/ops/attnres/attnres.c. CUDA: kernels/attnres/ (not yet: the CUDA
-// backend has no AttnRes family, so attn_res_block > 0 is refused on --device cuda).
+// CPU reference: model/ops/attnres/attnres.c. CUDA: kernels/attnres/ (ported and
+// emulator-verified, tests/gpu/test_attnres.c; not yet handed out to the backend, awaiting its
+// GPU run, so attn_res_block > 0 is still refused on --device cuda).
 // Contracts as every family (model/backend.h); probs, logits, rstd and work are
 // statistics elements (stat_size wide).
 #ifndef HYBRID_OPS_ATTNRES_H
