@@ -3,26 +3,6 @@
 // n bf16 values, 8 per thread (16-byte loads) where n and the pointers allow, else one.
 #include "kernels/common.cuh"
 
-// 8 bf16 <-> 8 floats through one 16-byte access. Not common.cuh's load8/store8: they read the
-// uint4 through a __nv_bfloat162 pointer, which the host compiler of the CPU emulator may
-// reorder under strict aliasing at -O2 (wrong values seen there); memcpy is a register move
-// on the GPU and well defined on the host.
-__device__ __forceinline__ void gate_load8(const bf16 *p, float f[8]) {
-    const uint4 v = *reinterpret_cast<const uint4 *>(p);
-    bf16 h[8];
-    memcpy(h, &v, sizeof v);
-#pragma unroll
-    for (int i = 0; i < 8; i++) f[i] = __bfloat162float(h[i]);
-}
-__device__ __forceinline__ void gate_store8(bf16 *p, const float f[8]) {
-    bf16 h[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) h[i] = __float2bfloat16(f[i]);
-    uint4 v;
-    memcpy(&v, h, sizeof v);
-    *reinterpret_cast<uint4 *>(p) = v;
-}
-
 __device__ __forceinline__ float gate_sigmoid(float x) { return 1.f / (1.f + __expf(-x)); }
 
 // VEC 8: element group idx = 8 values; VEC 1: one value
@@ -32,11 +12,11 @@ __global__ void sigmoid_gate_fwd_kernel(bf16 *y, const bf16 *o, const bf16 *z, s
     if ((idx + 1) * VEC > n) return;
     if constexpr (VEC == 8) {
         float ov[8], zv[8], yv[8];
-        gate_load8(o + idx * 8, ov);
-        gate_load8(z + idx * 8, zv);
+        load8(o + idx * 8, ov);
+        load8(z + idx * 8, zv);
 #pragma unroll
         for (int e = 0; e < 8; e++) yv[e] = ov[e] * gate_sigmoid(zv[e]);
-        gate_store8(y + idx * 8, yv);
+        store8(y + idx * 8, yv);
     } else {
         y[idx] = __float2bfloat16(__bfloat162float(o[idx]) * gate_sigmoid(__bfloat162float(z[idx])));
     }
@@ -48,9 +28,9 @@ __global__ void sigmoid_gate_bwd_kernel(bf16 *d_o, bf16 *dz, const bf16 *dy, con
     if ((idx + 1) * VEC > n) return;
     float dyv[VEC], ov[VEC], zv[VEC], dov[VEC], dzv[VEC];
     if constexpr (VEC == 8) {
-        gate_load8(dy + idx * 8, dyv);
-        gate_load8(o + idx * 8, ov);
-        gate_load8(z + idx * 8, zv);
+        load8(dy + idx * 8, dyv);
+        load8(o + idx * 8, ov);
+        load8(z + idx * 8, zv);
     } else {
         dyv[0] = __bfloat162float(dy[idx]), ov[0] = __bfloat162float(o[idx]), zv[0] = __bfloat162float(z[idx]);
     }
@@ -61,8 +41,8 @@ __global__ void sigmoid_gate_bwd_kernel(bf16 *d_o, bf16 *dz, const bf16 *dy, con
         dzv[e] = dyv[e] * ov[e] * s * (1.f - s);
     }
     if constexpr (VEC == 8) {
-        gate_store8(d_o + idx * 8, dov);
-        gate_store8(dz + idx * 8, dzv);
+        store8(d_o + idx * 8, dov);
+        store8(dz + idx * 8, dzv);
     } else {
         d_o[idx] = __float2bfloat16(dov[0]);
         dz[idx] = __float2bfloat16(dzv[0]);
