@@ -32,6 +32,7 @@
 #define HYBRID_KERNELS_DELTA_RULE_CHUNK_CUH
 
 #include "kernels/common.cuh"
+#include "kernels/delta_rule/seq_index.cuh"
 #include "kernels/mma.cuh"
 
 #define DR_BT 64        // chunk size (fla's); the only one these kernels take
@@ -65,25 +66,15 @@ __device__ __forceinline__ void dr_seq_range(const int *offsets, int T, int s, i
 }
 __device__ __forceinline__ int dr_seq_base(int bos, int s) { return bos / DR_BT + s; }
 
-// Finds the chunk of slot x: its sequence s, first row tok0, row count n (1..64), and the
-// chunk index within the sequence. Returns 0 if the slot holds no chunk.
+// Finds the chunk of slot x: its sequence s, first row tok0, row count n (1..64). Returns 0 if
+// the slot holds no chunk. (The slot numbering and the search: seq_index.cuh's chunk_of_slot,
+// shared with the chunked linear attention.)
 __device__ __forceinline__ int dr_locate_chunk(const int *offsets, int T, int N, int x, int *s_out, int *tok0,
                                                int *n) {
-    int lo = 0, hi = N - 1;  // largest s with base_s <= x (base_0 = 0 <= x)
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) >> 1;
-        int bos, len;
-        dr_seq_range(offsets, T, mid, &bos, &len);
-        if (dr_seq_base(bos, mid) <= x) lo = mid;
-        else hi = mid - 1;
-    }
-    int bos, len;
-    dr_seq_range(offsets, T, lo, &bos, &len);
-    const int ci = x - dr_seq_base(bos, lo), nch = (len + DR_BT - 1) / DR_BT;
-    if (ci >= nch) return 0;
-    *s_out = lo;
-    *tok0 = bos + ci * DR_BT;
-    *n = len - ci * DR_BT < DR_BT ? len - ci * DR_BT : DR_BT;
+    size_t t0;
+    int ci;
+    if (!chunk_of_slot(offsets, N, T, DR_BT, x, s_out, &t0, n, &ci)) return 0;
+    *tok0 = (int)t0;
     return 1;
 }
 

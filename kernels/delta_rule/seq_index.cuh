@@ -3,7 +3,7 @@
 // else nseq sequences cut by offsets (device memory, nseq+1 ints, cu_seqlens, empty segments
 // allowed). The host never reads offsets, so no launch waits for a copy.
 //
-// Chunk slots (the chunked linear attention, kernels/delta_rule/linear_attn.cu): sequence s
+// Chunk slots (every chunkwise kernel: linear_attn*.cu, chunk_*.cu through chunk.cuh): sequence s
 // with bos_s and ceil(len_s / C) chunks owns the chunk slots [f(s), f(s) + ceil(len_s / C)),
 // f(s) = floor(bos_s / C) + s, which never overlap the next sequence's (f(s+1) >= f(s) +
 // ceil(len_s / C)); all slots are below floor(rows / C) + N. A chunk-parallel kernel launches
