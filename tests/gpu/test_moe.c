@@ -143,19 +143,26 @@ static void test_aux(int N, int E, int K, int L) {
     int *sel = xmalloc(sizeof(int) * nk);
     cpu_router_forward(sel, w, s, logits, NULL, N, E, K, ROUTER_SIGMOID, 1, 1.0);
     for (size_t i = 0; i < ne; i++) s[i] = bf16_round(s[i]);
-    const double alpha = 1e-3, dloss = 1.5;
+    // alpha large enough that the gradient is O(1e-2): comparable to the start values below
+    const double alpha = 10.0, dloss = 1.5;
     double ref = cpu_moe_aux_loss_forward(s, sel, N, E, K, L, alpha);
     void *ds = dev_bf16(s, ne);
     int *dsel = dev_bytes(sel, nk * sizeof(int));
     double got = X->moe_aux_loss_forward(ds, dsel, N, E, K, L, alpha);
+    printf("  aux loss %.9g (reference %.9g)\n", got, ref);
     expect("aux loss", rel_err_scalar(got, ref), TOL_F32);
-    // dscores accumulates: start from random values; the gradient is small next to them, so
-    // the check is on the increment (dscores after - before)
-    float *d0 = host_rand(ne, 1e-4f, 0.f), *dref = host_dup(d0, ne);
+    // the gradient alone (from zero), then accumulated onto random values of its size
+    float *z0 = calloc(ne, sizeof(float)), *zref = calloc(ne, sizeof(float));
+    cpu_moe_aux_loss_backward(zref, s, sel, N, E, K, L, alpha, dloss);
+    void *dd = dev_bf16(z0, ne);
+    X->moe_aux_loss_backward(dd, ds, dsel, N, E, K, L, alpha, dloss);
+    cmp_bf16("dscores (aux, from 0)", dd, zref, ne, TOL_GRAD);
+    float *d0 = host_rand(ne, 1e-2f, 0.f), *dref = host_dup(d0, ne);
     cpu_moe_aux_loss_backward(dref, s, sel, N, E, K, L, alpha, dloss);
-    void *dd = dev_bf16(d0, ne);
+    G->upload(dd, d0, ne);
     X->moe_aux_loss_backward(dd, ds, dsel, N, E, K, L, alpha, dloss);
     cmp_bf16("dscores (+= aux)", dd, dref, ne, TOL_GRAD);
+    free(z0), free(zref);
     void *first = get_bytes(dd, ne * 2);
     G->upload(dd, d0, ne);
     X->moe_aux_loss_backward(dd, ds, dsel, N, E, K, L, alpha, dloss);
