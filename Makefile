@@ -114,7 +114,7 @@ OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 # test-only names them as prerequisites)
 EMU       := $(BUILD)/emu
 # the families whose kernels follow the emulator's rules (docs/cuda.md, "The CPU emulator")
-EMU_FAMILIES := delta_rule attnres mla
+EMU_FAMILIES := delta_rule attnres mla moe
 EMU_CU    := $(foreach f,$(EMU_FAMILIES),$(wildcard kernels/$(f)/*.cu))
 EMU_OBJ   := $(patsubst %.cu,$(EMU)/%.o,$(EMU_CU)) $(EMU)/cuda_emu.o
 EMU_TESTS := $(if $(filter 1,$(SANITIZE)),,$(EMU)/test_cuda_emu \

@@ -43,6 +43,7 @@ typedef __nv_bfloat16 bf16;
 #define CUDA_DECLARE_DELTA_RULE(member) OP_DECLARE(DeltaRuleOps, cuda_, member)
 #define CUDA_DECLARE_ATTNRES(member) OP_DECLARE(AttnResOps, cuda_, member)
 #define CUDA_DECLARE_MLA(member) OP_DECLARE(MlaOps, cuda_, member)
+#define CUDA_DECLARE_MOE(member) OP_DECLARE(MoeOps, cuda_, member)
 extern "C" {
 CORE_OPS(CUDA_DECLARE_CORE)
 NORM_GLU_OPS(CUDA_DECLARE_NORM_GLU)
@@ -50,6 +51,7 @@ OPTIM_OPS(CUDA_DECLARE_OPTIM)
 DELTA_RULE_OPS(CUDA_DECLARE_DELTA_RULE)
 ATTNRES_OPS(CUDA_DECLARE_ATTNRES)
 MLA_OPS(CUDA_DECLARE_MLA)
+MOE_OPS(CUDA_DECLARE_MOE)
 OP_DECLARE(CoreOps, cuda_, matmul_gelu_forward)
 OP_DECLARE(CoreOps, cuda_, matmul_backward_gelu)
 OP_DECLARE(CoreOps, cuda_, add_layernorm_forward)
@@ -62,6 +64,7 @@ const OptimOps *cuda_optim_ops(void);
 const DeltaRuleOps *cuda_delta_rule_ops(void);
 const AttnResOps *cuda_attnres_ops(void);
 const MlaOps *cuda_mla_ops(void);
+const MoeOps *cuda_moe_ops(void);
 }
 
 // ---- errors ----

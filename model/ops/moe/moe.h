@@ -4,9 +4,10 @@
 // router and latent projections are core matmuls; the shared experts and, in the CPU
 // reference, each routed expert are the GLU MLP of norm_glu/glu_mlp.h.
 //
-// CPU reference: model/ops/moe/*.c. CUDA: kernels/moe/ (not yet: the CUDA backend has no
-// MoE family, so moe_experts > 0 is refused on --device cuda). Contracts as every family
-// (model/backend.h). Slots: token t's j-th routed copy is slot n = t*K + j (j = rank in
+// CPU reference: model/ops/moe/*.c. CUDA: kernels/moe/ (ported, emulator-verified by
+// tests/gpu/test_moe.c; not yet handed out: awaiting its GPU run, so until then the CUDA
+// backend has no MoE family and moe_experts > 0 is refused on --device cuda). Contracts as
+// every family (model/backend.h). Slots: token t's j-th routed copy is slot n = t*K + j (j = rank in
 // the selection order).
 //
 // Whole MoE layer (model/moe.c; variant A = (a), latent variant B = (b) of docs/hybrid.md,

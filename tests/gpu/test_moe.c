@@ -1,0 +1,376 @@
+// GPU parity tests of the MoE family (model/ops/moe/moe.h; kernels/moe/): every member of
+// MoeOps against its cpu_<member> (the float CPU reference) on fresh random inputs. Method
+// and helpers: tests/gpu/harness.h (bf16-rounded inputs, NaN-poisoned outputs, RMS relative
+// error; TOL_OUT for bf16 outputs, TOL_GRAD for bf16 gradients, TOL_F32 for the loss and the
+// fp32 master bias). Integer outputs (sel, perm, pos, offsets, counts) must match exactly.
+// Each backward takes the CUDA forward's saved tensors (bf16) as the inputs of both sides,
+// so the error is the op's own. Parameter gradients (dw13, dw2) run twice from zero ("+=");
+// every backward (and the plan) runs a second time and must be bit-identical (determinism).
+// Routing cases: top-k 1, 2 and 8, empty experts, all tokens to one expert (a large bias),
+// tied scores (the lower index wins), sigmoid and softmax, SwiGLU and SiTU experts.
+// The kernels are not handed to the backend yet (docs/cuda.md, "The CPU emulator"): the
+// table comes from cuda_moe_ops() directly.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "model/backend.h"
+#include "model/ops/moe/moe.h"
+#include "tests/testing.h"
+#include "tests/gpu/harness.h"
+
+const MoeOps *cuda_moe_ops(void);  // kernels/moe/table.cu
+static const MoeOps *X;
+
+static float *host_alloc(size_t n) { return xmalloc(sizeof(float) * (n ? n : 1)); }
+static void *dev_bytes(const void *h, size_t bytes) {
+    void *p = G->alloc(bytes ? bytes : 1);
+    if (h) G->copy_from_host(p, h, bytes);
+    return p;
+}
+static void *get_bytes(const void *p, size_t bytes) {
+    void *h = xmalloc(bytes ? bytes : 1);
+    G->copy_to_host(h, p, bytes);
+    return h;
+}
+static void poison_bytes_(void *p, size_t bytes) {
+    unsigned char *h = xmalloc(bytes ? bytes : 1);
+    memset(h, 0xff, bytes);
+    G->copy_from_host(p, h, bytes);
+    free(h);
+}
+// integer arrays: the number of differing entries must be 0
+static void expect_ints(const char *what, const int *dev, const int *ref, size_t n) {
+    int *got = get_bytes(dev, n * sizeof(int));
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += got[i] != ref[i];
+    printf("  %-28s %zu of %zu differ\n", what, bad, n);
+    CHECK(bad == 0, "%s: %zu of %zu entries differ", what, bad, n);
+    free(got);
+}
+// the device tensor's bytes equal the host copy's (a rerun must be bit-identical)
+static void expect_same(const char *what, const void *dev, const void *first, size_t bytes) {
+    void *got = get_bytes(dev, bytes);
+    int same = memcmp(got, first, bytes) == 0;
+    printf("  %-28s %s\n", what, same ? "bit-identical" : "DIFFERS");
+    CHECK(same, "%s: a rerun differs", what);
+    free(got);
+}
+static float rel_err_scalar(double got, double ref) {
+    return (float)(ref != 0 ? fabs(got - ref) / fabs(ref) : fabs(got - ref));
+}
+
+// random expert choices: sel (N, K) with K distinct experts per token out of `allowed`
+// (the experts e with e % stride == 0: the others stay empty)
+static int *rand_sel(int N, int K, int E, int stride) {
+    int *sel = xmalloc(sizeof(int) * (size_t)N * K);
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < K; j++) {
+            int e, dup;
+            do {
+                e = (int)rng_below(&g_rng, (uint64_t)((E + stride - 1) / stride)) * stride;
+                dup = 0;
+                for (int i = 0; i < j; i++) dup |= sel[t * K + i] == e;
+            } while (dup);
+            sel[t * K + j] = e;
+        }
+    return sel;
+}
+
+enum { BIAS_NONE = 0, BIAS_RAND = 1, BIAS_ONE = 2, TIES = 3 };
+
+// router_forward, router_weights_backward, router_scores_backward
+static void test_router(int N, int E, int K, RouterScoreFn fn, int renorm, double scale, int mode) {
+    printf("router N=%d E=%d K=%d %s renorm=%d scale=%g mode=%d\n", N, E, K, fn == ROUTER_SOFTMAX ? "softmax" : "sigmoid",
+           renorm, scale, mode);
+    const size_t ne = (size_t)N * E, nk = (size_t)N * K;
+    float *logits = host_rand(ne, 3.f, 0.f);
+    if (mode == TIES)
+        for (size_t i = 0; i < ne; i++) logits[i] = (i % E) < (size_t)E / 2 ? 0.5f : -0.25f;
+    float *bias = NULL;
+    if (mode == BIAS_RAND) bias = host_rand(E, 0.1f, 0.f);
+    if (mode == BIAS_ONE) {
+        bias = calloc(E, sizeof(float));
+        bias[E - 1] = 8.f;  // every token routes to the last expert first
+    }
+    int *sel = xmalloc(sizeof(int) * nk);
+    float *w = host_alloc(nk), *s = host_alloc(ne);
+    cpu_router_forward(sel, w, s, logits, bias, N, E, K, fn, renorm, scale);
+    void *dl = dev_bf16(logits, ne), *db = bias ? dev_bf16(bias, E) : NULL, *dw = dev_bf16(NULL, nk),
+         *ds = dev_bf16(NULL, ne);
+    int *dsel = dev_bytes(NULL, nk * sizeof(int));
+    poison_bf16(dw, nk), poison_bf16(ds, ne), poison_bytes_(dsel, nk * sizeof(int));
+    X->router_forward(dsel, dw, ds, dl, db, N, E, K, fn, renorm, scale);
+    expect_ints("sel", dsel, sel, nk);
+    cmp_bf16("scores", ds, s, ne, TOL_OUT);
+    cmp_bf16("weights", dw, w, nk, TOL_OUT);
+    // backward on the CUDA forward's scores and selection
+    float *sg = get_bf16(ds, ne);
+    int *selg = get_bytes(dsel, nk * sizeof(int));
+    float *dwt = host_rand(nk, 1.f, 0.f), *dsc = host_alloc(ne), *dsin = host_rand(ne, 1.f, 0.f),
+          *dlg = host_alloc(ne);
+    cpu_router_weights_backward(dsc, dwt, sg, selg, N, E, K, renorm, scale);
+    cpu_router_scores_backward(dlg, dsin, sg, N, E, fn);
+    void *ddw = dev_bf16(dwt, nk), *dds = dev_bf16(NULL, ne), *ddsin = dev_bf16(dsin, ne), *ddl = dev_bf16(NULL, ne);
+    for (int rep = 0; rep < 2; rep++) {
+        void *first_ds = rep ? get_bytes(dds, ne * 2) : NULL, *first_dl = rep ? get_bytes(ddl, ne * 2) : NULL;
+        poison_bf16(dds, ne), poison_bf16(ddl, ne);
+        X->router_weights_backward(dds, ddw, ds, dsel, N, E, K, renorm, scale);
+        X->router_scores_backward(ddl, ddsin, ds, N, E, fn);
+        if (!rep) {
+            cmp_bf16("dscores", dds, dsc, ne, TOL_GRAD);
+            cmp_bf16("dlogits", ddl, dlg, ne, TOL_GRAD);
+        } else {
+            expect_same("dscores rerun", dds, first_ds, ne * 2);
+            expect_same("dlogits rerun", ddl, first_dl, ne * 2);
+            free(first_ds), free(first_dl);
+        }
+    }
+    void *bufs[] = {dl, db, dw, ds, dsel, ddw, dds, ddsin, ddl};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        if (bufs[i]) G->free(bufs[i]);
+    free(logits), free(bias), free(sel), free(w), free(s), free(sg), free(selg), free(dwt), free(dsc), free(dsin),
+        free(dlg);
+}
+
+// moe_aux_loss_forward / backward on sigmoid-router scores, sequences of L
+static void test_aux(int N, int E, int K, int L) {
+    printf("aux loss N=%d E=%d K=%d L=%d\n", N, E, K, L);
+    const size_t ne = (size_t)N * E, nk = (size_t)N * K;
+    float *logits = host_rand(ne, 3.f, 0.f), *w = host_alloc(nk), *s = host_alloc(ne);
+    int *sel = xmalloc(sizeof(int) * nk);
+    cpu_router_forward(sel, w, s, logits, NULL, N, E, K, ROUTER_SIGMOID, 1, 1.0);
+    for (size_t i = 0; i < ne; i++) s[i] = bf16_round(s[i]);
+    // alpha large enough that the gradient is O(1e-2): comparable to the start values below
+    const double alpha = 10.0, dloss = 1.5;
+    double ref = cpu_moe_aux_loss_forward(s, sel, N, E, K, L, alpha);
+    void *ds = dev_bf16(s, ne);
+    int *dsel = dev_bytes(sel, nk * sizeof(int));
+    double got = X->moe_aux_loss_forward(ds, dsel, N, E, K, L, alpha);
+    printf("  aux loss %.9g (reference %.9g)\n", got, ref);
+    expect("aux loss", rel_err_scalar(got, ref), TOL_F32);
+    // the gradient alone (from zero), then accumulated onto random values of its size
+    float *z0 = calloc(ne, sizeof(float)), *zref = calloc(ne, sizeof(float));
+    cpu_moe_aux_loss_backward(zref, s, sel, N, E, K, L, alpha, dloss);
+    void *dd = dev_bf16(z0, ne);
+    X->moe_aux_loss_backward(dd, ds, dsel, N, E, K, L, alpha, dloss);
+    cmp_bf16("dscores (aux, from 0)", dd, zref, ne, TOL_GRAD);
+    float *d0 = host_rand(ne, 1e-2f, 0.f), *dref = host_dup(d0, ne);
+    cpu_moe_aux_loss_backward(dref, s, sel, N, E, K, L, alpha, dloss);
+    G->upload(dd, d0, ne);
+    X->moe_aux_loss_backward(dd, ds, dsel, N, E, K, L, alpha, dloss);
+    cmp_bf16("dscores (+= aux)", dd, dref, ne, TOL_GRAD);
+    free(z0), free(zref);
+    void *first = get_bytes(dd, ne * 2);
+    G->upload(dd, d0, ne);
+    X->moe_aux_loss_backward(dd, ds, dsel, N, E, K, L, alpha, dloss);
+    expect_same("dscores rerun", dd, first, ne * 2);
+    G->free(ds), G->free(dsel), G->free(dd);
+    free(first), free(logits), free(w), free(s), free(sel), free(d0), free(dref);
+}
+
+// moe_count and moe_bias_update (with and without the fp32 master)
+static void test_balance(int N, int K, int E, int stride) {
+    printf("count + bias update N=%d K=%d E=%d (experts %% %d)\n", N, K, E, stride);
+    const size_t nk = (size_t)N * K;
+    int *sel = rand_sel(N, K, E, stride);
+    long *c0 = xmalloc(sizeof(long) * E), *cref = xmalloc(sizeof(long) * E);
+    for (int e = 0; e < E; e++) c0[e] = cref[e] = (long)rng_below(&g_rng, 5);
+    cpu_moe_count(cref, sel, N, K, E);
+    int *dsel = dev_bytes(sel, nk * sizeof(int));
+    long *dc = dev_bytes(c0, sizeof(long) * E);
+    X->moe_count(dc, dsel, N, K, E);
+    long *cg = get_bytes(dc, sizeof(long) * E);
+    int bad = 0;
+    for (int e = 0; e < E; e++) bad += cg[e] != cref[e];
+    printf("  %-28s %d of %d differ\n", "counts (+=)", bad, E);
+    CHECK(bad == 0, "counts: %d of %d differ", bad, E);
+    float *b = host_rand(E, 0.05f, 0.f), *bref = host_dup(b, E), *m = host_rand(E, 0.05f, 0.f),
+          *bm = host_alloc(E), *mref = host_dup(m, E);
+    cpu_moe_bias_update(bref, NULL, cref, E, 1e-3);
+    cpu_moe_bias_update(bm, mref, cref, E, 1e-3);
+    void *db = dev_bf16(b, E), *dbm = dev_bf16(NULL, E);
+    float *dm = dev_f32(m, E);
+    poison_bf16(dbm, E);
+    X->moe_bias_update(db, NULL, dc, E, 1e-3);
+    X->moe_bias_update(dbm, dm, dc, E, 1e-3);
+    cmp_bf16("bias (no master)", db, bref, E, TOL_OUT);
+    cmp_bf16("bias = round(master)", dbm, mref, E, TOL_OUT);
+    cmp_f32("master", dm, mref, E, TOL_F32);
+    G->free(dsel), G->free(dc), G->free(db), G->free(dbm), G->free(dm);
+    free(sel), free(c0), free(cref), free(cg), free(b), free(bref), free(m), free(bm), free(mref);
+}
+
+// plan, gather, combine, experts on one routing
+typedef struct {
+    int N, K, E, C, M;
+    int stride;   // only experts e % stride == 0 get tokens (the others are empty)
+    int one;      // every token's first choice is expert 0
+    GluAct act;
+} DispatchCase;
+
+static void test_dispatch(DispatchCase q) {
+    const int N = q.N, K = q.K, E = q.E, C = q.C, M = q.M;
+    printf("dispatch + experts N=%d K=%d E=%d C=%d M=%d%s%s %s\n", N, K, E, C, M, q.stride > 1 ? " empty-experts" : "",
+           q.one ? " all-to-one" : "", q.act.kind == GLU_SITU ? "situ" : "swiglu");
+    const size_t nk = (size_t)N * K;
+    int *sel = rand_sel(N, K, E, q.stride);
+    if (q.one)
+        for (int t = 0; t < N; t++) {
+            for (int j = 0; j < K; j++)
+                if (sel[t * K + j] == 0) sel[t * K + j] = sel[t * K];
+            sel[t * K] = 0;
+        }
+    // plan
+    int *perm = xmalloc(sizeof(int) * nk), *pos = xmalloc(sizeof(int) * nk), *off = xmalloc(sizeof(int) * (E + 1));
+    cpu_moe_dispatch_plan(perm, pos, off, sel, N, K, E);
+    int *dsel = dev_bytes(sel, nk * sizeof(int)), *dperm = dev_bytes(NULL, nk * sizeof(int)),
+        *dpos = dev_bytes(NULL, nk * sizeof(int)), *doff = dev_bytes(NULL, (E + 1) * sizeof(int));
+    for (int rep = 0; rep < 2; rep++) {
+        void *fp = rep ? get_bytes(dperm, nk * sizeof(int)) : NULL;
+        poison_bytes_(dperm, nk * sizeof(int)), poison_bytes_(dpos, nk * sizeof(int)),
+            poison_bytes_(doff, (E + 1) * sizeof(int));
+        X->moe_dispatch_plan(dperm, dpos, doff, dsel, N, K, E);
+        if (!rep) {
+            expect_ints("perm", dperm, perm, nk);
+            expect_ints("pos", dpos, pos, nk);
+            expect_ints("offsets", doff, off, E + 1);
+        } else {
+            expect_same("perm rerun", dperm, fp, nk * sizeof(int));
+            free(fp);
+        }
+    }
+    // gather
+    float *x = host_rand((size_t)N * C, 1.f, 0.f), *xp = host_alloc(nk * C);
+    cpu_moe_gather_forward(xp, x, perm, N, K, C);
+    void *dx = dev_bf16(x, (size_t)N * C), *dxp = dev_bf16(NULL, nk * C);
+    poison_bf16(dxp, nk * C);
+    X->moe_gather_forward(dxp, dx, dperm, N, K, C);
+    cmp_bf16("xp (gather)", dxp, xp, nk * C, TOL_OUT);
+    float *gxp = host_rand(nk * C, 1.f, 0.f), *gx = host_alloc((size_t)N * C);
+    cpu_moe_gather_backward(gx, gxp, pos, N, K, C);
+    void *dgxp = dev_bf16(gxp, nk * C), *dgx = dev_bf16(NULL, (size_t)N * C);
+    poison_bf16(dgx, (size_t)N * C);
+    X->moe_gather_backward(dgx, dgxp, dpos, N, K, C);
+    cmp_bf16("dx (gather bwd)", dgx, gx, (size_t)N * C, TOL_GRAD);
+    void *first = get_bytes(dgx, (size_t)N * C * 2);
+    poison_bf16(dgx, (size_t)N * C);
+    X->moe_gather_backward(dgx, dgxp, dpos, N, K, C);
+    expect_same("dx rerun", dgx, first, (size_t)N * C * 2);
+    free(first);
+    // experts
+    const size_t n13 = (size_t)E * 2 * M * C, n2 = (size_t)E * C * M;
+    float *w13 = host_rand(n13, 1.f / sqrtf((float)C), 0.f), *w2 = host_rand(n2, 1.f / sqrtf((float)M), 0.f);
+    float *yp = host_alloc(nk * C), *hp = host_alloc(nk * 2 * M), *ap = host_alloc(nk * M);
+    cpu_moe_experts_forward(yp, hp, ap, xp, w13, w2, off, E, C, M, q.act);
+    void *dw13 = dev_bf16(w13, n13), *dw2 = dev_bf16(w2, n2), *dyp = dev_bf16(NULL, nk * C),
+         *dhp = dev_bf16(NULL, nk * 2 * M), *dap = dev_bf16(NULL, nk * M);
+    poison_bf16(dyp, nk * C), poison_bf16(dhp, nk * 2 * M), poison_bf16(dap, nk * M);
+    X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
+    cmp_bf16("hp (experts)", dhp, hp, nk * 2 * M, TOL_OUT);
+    cmp_bf16("ap (experts)", dap, ap, nk * M, TOL_OUT);
+    cmp_bf16("yp (experts)", dyp, yp, nk * C, TOL_OUT);
+    // experts backward on the CUDA forward's hp, ap (and xp: exact copies)
+    float *hpg = get_bf16(dhp, nk * 2 * M), *apg = get_bf16(dap, nk * M);
+    float *gyp = host_rand(nk * C, 1.f, 0.f), *gxpe = host_alloc(nk * C), *g13 = calloc(n13, sizeof(float)),
+          *g2 = calloc(n2, sizeof(float)), *sh = host_alloc(nk * 2 * M), *sa = host_alloc(nk * M);
+    for (int rep = 0; rep < 2; rep++)
+        cpu_moe_experts_backward(gxpe, g13, g2, sh, sa, gyp, xp, hpg, apg, w13, w2, off, E, C, M, q.act);
+    void *dgyp = dev_bf16(gyp, nk * C), *dgxpe = dev_bf16(NULL, nk * C), *dg13 = dev_bf16(NULL, n13),
+         *dg2 = dev_bf16(NULL, n2), *dsh = dev_bf16(NULL, nk * 2 * M), *dsa = dev_bf16(NULL, nk * M);
+    void *f_dx = NULL, *f_13 = NULL, *f_2 = NULL;
+    for (int round = 0; round < 2; round++) {  // round 1: the same again, bit-identical
+        poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
+        G->zero(dg13, n13), G->zero(dg2, n2);
+        for (int rep = 0; rep < 2; rep++)
+            X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, doff, E, C, M, q.act);
+        if (!round) {
+            cmp_bf16("dxp (experts)", dgxpe, gxpe, nk * C, TOL_GRAD);
+            cmp_bf16("dw13 (twice, +=)", dg13, g13, n13, TOL_GRAD);
+            cmp_bf16("dw2 (twice, +=)", dg2, g2, n2, TOL_GRAD);
+            f_dx = get_bytes(dgxpe, nk * C * 2), f_13 = get_bytes(dg13, n13 * 2), f_2 = get_bytes(dg2, n2 * 2);
+            // an empty expert's gradients stay exactly zero
+            float *h13 = get_bf16(dg13, n13), *h2 = get_bf16(dg2, n2);
+            size_t nz = 0;
+            for (int e = 0; e < E; e++)
+                if (off[e + 1] == off[e]) {
+                    for (size_t i = 0; i < (size_t)2 * M * C; i++) nz += h13[(size_t)e * 2 * M * C + i] != 0.f;
+                    for (size_t i = 0; i < (size_t)C * M; i++) nz += h2[(size_t)e * C * M + i] != 0.f;
+                }
+            CHECK(nz == 0, "empty experts: %zu nonzero gradient entries", nz);
+            free(h13), free(h2);
+        } else {
+            expect_same("dxp rerun", dgxpe, f_dx, nk * C * 2);
+            expect_same("dw13 rerun", dg13, f_13, n13 * 2);
+            expect_same("dw2 rerun", dg2, f_2, n2 * 2);
+        }
+    }
+    // combine
+    float *wt = host_rand(nk, 0.5f, 0.5f), *out = host_alloc((size_t)N * C);
+    float *ypg = get_bf16(dyp, nk * C);
+    cpu_moe_combine_forward(out, ypg, wt, pos, N, K, C);
+    void *dwt = dev_bf16(wt, nk), *dout = dev_bf16(NULL, (size_t)N * C);
+    poison_bf16(dout, (size_t)N * C);
+    X->moe_combine_forward(dout, dyp, dwt, dpos, N, K, C);
+    cmp_bf16("out (combine)", dout, out, (size_t)N * C, TOL_OUT);
+    float *gout = host_rand((size_t)N * C, 1.f, 0.f), *gyp2 = host_alloc(nk * C), *gw = host_alloc(nk);
+    cpu_moe_combine_backward(gyp2, gw, gout, ypg, wt, pos, N, K, C);
+    void *dgout = dev_bf16(gout, (size_t)N * C), *dgyp2 = dev_bf16(NULL, nk * C), *dgw = dev_bf16(NULL, nk);
+    void *f_y = NULL, *f_w = NULL;
+    for (int rep = 0; rep < 2; rep++) {
+        poison_bf16(dgyp2, nk * C), poison_bf16(dgw, nk);
+        X->moe_combine_backward(dgyp2, dgw, dgout, dyp, dwt, dpos, N, K, C);
+        if (!rep) {
+            cmp_bf16("dyp (combine bwd)", dgyp2, gyp2, nk * C, TOL_GRAD);
+            cmp_bf16("dweights (combine bwd)", dgw, gw, nk, TOL_GRAD);
+            f_y = get_bytes(dgyp2, nk * C * 2), f_w = get_bytes(dgw, nk * 2);
+        } else {
+            expect_same("dyp rerun", dgyp2, f_y, nk * C * 2);
+            expect_same("dweights rerun", dgw, f_w, nk * 2);
+        }
+    }
+    void *bufs[] = {dsel, dperm, dpos, doff, dx, dxp, dgxp, dgx, dw13, dw2, dyp, dhp, dap, dgyp, dgxpe, dg13,
+                    dg2, dsh, dsa, dwt, dout, dgout, dgyp2, dgw};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) G->free(bufs[i]);
+    void *hb[] = {sel, perm, pos, off, x, xp, gxp, gx, w13, w2, yp, hp, ap, hpg, apg, gyp, gxpe, g13, g2, sh, sa,
+                  f_dx, f_13, f_2, wt, out, ypg, gout, gyp2, gw, f_y, f_w};
+    for (size_t i = 0; i < sizeof hb / sizeof *hb; i++) free(hb[i]);
+}
+
+static const GluAct SWIGLU = {GLU_SWIGLU, 0.0, 0.0}, SITU = {GLU_SITU, 4.0, 25.0};
+
+int main(void) {
+    gpu_test_init("test_moe");
+    X = cuda_moe_ops();
+#ifdef HYBRID_CUDA_EMU
+    test_router(61, 16, 2, ROUTER_SIGMOID, 1, 1.0, BIAS_RAND);
+    test_router(40, 16, 1, ROUTER_SIGMOID, 1, 2.5, BIAS_NONE);   // top-1: no renormalisation
+    test_router(33, 16, 8, ROUTER_SOFTMAX, 0, 1.0, BIAS_NONE);
+    test_router(20, 8, 8, ROUTER_SIGMOID, 1, 1.0, BIAS_ONE);     // K = E; all first to one expert
+    test_router(17, 12, 3, ROUTER_SOFTMAX, 1, 1.0, TIES);
+    test_aux(48, 16, 2, 16);
+    test_aux(32, 8, 8, 32);
+    test_balance(300, 2, 16, 3);
+    test_balance(64, 8, 8, 1);
+    test_dispatch((DispatchCase){48, 2, 4, 72, 40, 1, 0, SWIGLU});
+    test_dispatch((DispatchCase){40, 2, 6, 64, 48, 2, 0, SITU});   // empty experts 1, 3, 5
+    test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU});  // top-1, all to expert 0
+    test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU});    // top-8 = E
+    test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU});  // several plan chunks
+#else
+    // GPU: the KL-S configs (d_model 768, 16 experts, top-2, expert hidden 256; variant B: 384 / 512)
+    test_router(16 * 1024, 16, 2, ROUTER_SIGMOID, 1, 1.0, BIAS_RAND);
+    test_router(4096, 64, 8, ROUTER_SOFTMAX, 1, 2.5, BIAS_RAND);
+    test_router(4096, 16, 1, ROUTER_SIGMOID, 1, 1.0, BIAS_ONE);
+    test_aux(16 * 1024, 16, 2, 1024);
+    test_balance(64 * 1024, 2, 16, 1);
+    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU});
+    test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU});
+    test_dispatch((DispatchCase){2048, 8, 64, 768, 256, 3, 0, SWIGLU});
+    test_dispatch((DispatchCase){4096, 2, 16, 768, 256, 1, 1, SWIGLU});
+#endif
+    gpu_test_summary();
+    TEST_MAIN_END();
+}
