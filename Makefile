@@ -126,7 +126,7 @@ LIBOPS_SRC    := $(wildcard model/ops/*.c model/ops/*/*.c) model/backend.c base/
 LIBOPS_CFLAGS := -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP -fPIC
 LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 
-.PHONY: all test test-only test-gpu bench bench-kda bench-kda-ours train train-only data vocab clean help lib
+.PHONY: all test test-only test-gpu bench bench-kda bench-kda-ours bench-hybrid train train-only data vocab clean help lib
 # keep the objects of both builds between test links
 .SECONDARY:
 all: $(BIN)
@@ -300,8 +300,20 @@ bench-kda: $(GPU_BIN)/bench_delta_rule
 bench-kda-ours: $(GPU_BIN)/bench_delta_rule
 	@mkdir -p $(OUT)/bench
 	$(GPU_BIN)/bench_delta_rule $(KDA_BENCH_ARGS) --json $(OUT)/bench/kda_ours.json
+# `make bench-hybrid` (BENCHMARKS.md, "H200: the 3:1 hybrid against fla"): our trainer
+# (`./hybrid train --device cuda`, configs/bench-kda-3-1.conf and its variants, synthetic tokens)
+# against fla's KDAForCausalLM on the same architecture when FLA_DIR names a prepared copy or a
+# checkout (scripts/bench_fla_hybrid.py; TRITON_CACHE_DIR defaults to out/triton-cache;
+# HYBRID_FLA_TIMEOUT=S stops fla's run after S seconds), then the side-by-side table; all in
+# scripts/bench_hybrid.sh (its header: the cases, the method, the environment). JSON under
+# out/bench/ (hybrid_ours.json, hybrid_fla.json). Exits 1 if a run failed; a family the CUDA
+# backend does not hand out yet (KKKM: MLA) is recorded as refused and does not fail it.
+HYBRID_FLA_TIMEOUT ?=
+bench-hybrid: hybrid
+	@nvidia-smi -L > /dev/null 2>&1 || { echo "bench-hybrid: no GPU visible (nvidia-smi -L failed)"; exit 1; }
+	OUT=$(OUT) FLA_DIR=$(FLA_DIR) FLA_TIMEOUT=$(HYBRID_FLA_TIMEOUT) bash scripts/bench_hybrid.sh
 else
-test-gpu bench bench-kda bench-kda-ours:
+test-gpu bench bench-kda bench-kda-ours bench-hybrid:
 	@echo "$@: this build has no CUDA (nvcc not found)"; exit 1
 endif
 
