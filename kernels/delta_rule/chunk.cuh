@@ -130,6 +130,42 @@ __device__ __forceinline__ float dr_gate(const T *g, int gate, size_t tok, int h
     return 0.f;
 }
 
+// ---- the gradient kernels' last stage (SIMT and tensor-core alike) ------------------------
+// B6 (docs/delta-rule.md, "Stage B6: reverse in-chunk cumsum of the gate gradient"): the
+// dGamma_end extras (gend) land on the last row, then dg = reverse in-chunk cumsum of dGamma;
+// then the chunk's dq, dk, dg (KDA per channel; GDN per head, the sum over K a warp per row)
+// and dbeta are stored. dQ, dK, dG are the chunk's [n][K] fp32 accumulators, db [n]. Called by
+// the whole block (DR_THREADS threads) after a barrier that completes dQ, dK, dG and db.
+__device__ __forceinline__ void dr_grad_finish(bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, float *dQ, float *dK,
+                                               float *dG, const float *db, const float *gend, int gate, int n,
+                                               int tok0, int H, int h, int K) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NW = DR_THREADS / 32;
+    for (int i = tid; i < K; i += DR_THREADS) {
+        dG[(n - 1) * K + i] += gend[i];
+        float acc = 0.f;
+        for (int r = n - 1; r >= 0; r--) {
+            acc += dG[r * K + i];
+            dG[r * K + i] = acc;
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < n * K; e += DR_THREADS) {
+        const int r = e / K, i = e % K;
+        const size_t row = ((size_t)(tok0 + r) * H + h) * K;
+        dr_st(dq + row + i, dQ[e]);
+        dr_st(dk + row + i, dK[e]);
+        if (gate == DRG_CHANNEL && dg) dr_st(dg + row + i, dG[e]);
+    }
+    if (gate == DRG_HEAD && dg)  // GDN: the per-head gradient is the sum over K (a warp per row)
+        for (int r = warp; r < n; r += NW) {
+            float acc = 0.f;
+            for (int i = lane; i < K; i += 32) acc += dG[r * K + i];
+            acc = warp_sum(acc);
+            if (lane == 0) dr_st(dg + (size_t)(tok0 + r) * H + h, acc);
+        }
+    for (int r = tid; r < n; r += DR_THREADS) dr_st(dbeta + (size_t)(tok0 + r) * H + h, db[r]);
+}
+
 // ---- host side ----
 // Checks the arguments common to the forward and the backward (dies on what the kernels refuse).
 void dr_check_args(const char *op, LinearKind kind, int B, int T, int H, int K, int V, const int *offsets, int nseq,

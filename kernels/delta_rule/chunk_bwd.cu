@@ -228,31 +228,8 @@ __global__ void __launch_bounds__(DR_THREADS)
     }
     __syncthreads();
 
-    // B6 (docs/delta-rule.md, "Stage B6: reverse in-chunk cumsum of the gate gradient"): the
-    // dGamma_end extras land on the last row, then dg = reverse in-chunk cumsum of dGamma
-    for (int i = tid; i < K; i += DR_THREADS) {
-        dG[(n - 1) * K + i] += gend[i];
-        float acc = 0.f;
-        for (int r = n - 1; r >= 0; r--) {
-            acc += dG[r * K + i];
-            dG[r * K + i] = acc;
-        }
-    }
-    __syncthreads();
-    for (int e = tid; e < n * K; e += DR_THREADS) {
-        const int r = e / K, i = e % K;
-        dr_st(dq + ROWQK(r) + i, dQ[e]);
-        dr_st(dk + ROWQK(r) + i, dK[e]);
-        if (gate == DRG_CHANNEL && dg) dr_st(dg + ROWQK(r) + i, dG[e]);
-    }
-    if (gate == DRG_HEAD && dg)  // GDN: the per-head gradient is the sum over K (a warp per row)
-        for (int r = warp; r < n; r += NW) {
-            float acc = 0.f;
-            for (int i = lane; i < K; i += 32) acc += dG[r * K + i];
-            acc = warp_sum(acc);
-            if (lane == 0) dr_st(dg + (size_t)(tok0 + r) * H + h, acc);
-        }
-    for (int r = tid; r < n; r += DR_THREADS) dr_st(dbeta + (size_t)(tok0 + r) * H + h, db[r]);
+    // B6 and the stores (chunk.cuh)
+    dr_grad_finish(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);
 #undef ROWQK
 #undef ROWV
 #undef Q
