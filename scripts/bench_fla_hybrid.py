@@ -29,10 +29,11 @@ Exits 1 if a case failed (skipped cases do not count).
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 import traceback
+
+from fla_peer import add_fla_to_path
 
 L, D, V = 16, 768, 50304
 CASES = [  # name, attention layers (None: fla cannot express the config; the reason instead), B, T
@@ -43,32 +44,6 @@ CASES = [  # name, attention layers (None: fla cannot express the config; the re
     ("KKKM-T1024", "KDAForCausalLM (fla/models/kda) builds only KDA and softmax-attention layers: it has no MLA", 64,
      1024),
 ]
-
-
-def add_fla_to_path():  # as scripts/bench_fla_kda.py
-    root = os.environ.get("FLA_PEER") or os.environ.get("FLA_DIR")
-    if not root:
-        sys.exit("bench_fla_hybrid: set FLA_PEER (or FLA_DIR) to the prepared copy (prepare_fla.sh's OUT_DIR) "
-                 "or an fla checkout")
-    if os.path.isdir(os.path.join(root, "flasrc")):
-        src = os.path.join(root, "flasrc")
-    elif os.path.isdir(os.path.join(root, "fla")):
-        src = root
-    else:
-        sys.exit(f"bench_fla_hybrid: {root} has neither flasrc/ (a prepared copy) nor fla/ (a checkout)")
-    if os.path.isdir(os.path.join(root, "shim")):  # flash_attn stand-in: fla's attention layers import it
-        sys.path.insert(0, os.path.join(root, "shim"))
-    sys.path.insert(0, src)
-    commit = os.environ.get("FLA_COMMIT", "")
-    if not commit and os.path.isfile(os.path.join(root, "COMMIT")):
-        commit = open(os.path.join(root, "COMMIT")).read().strip()
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    timeout=10).stdout.strip()
-        except Exception:
-            commit = ""
-    return root, src, commit or "unknown (no COMMIT file, no FLA_COMMIT, no git)"
 
 
 def main():
@@ -84,7 +59,7 @@ def main():
         p.error(f"unknown case(s) {','.join(bad)}; the cases: {','.join(names)}")
     if a.steps < 9:
         p.error("--steps must be at least 9 (the median is over steps 9..)")
-    root, src, commit = add_fla_to_path()
+    root, src, commit = add_fla_to_path("bench_fla_hybrid")
     import torch
     import triton
     import fla

@@ -33,9 +33,10 @@ import argparse
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import traceback
+
+from fla_peer import add_fla_to_path
 
 DEFAULT_SHAPES = [(8, 4096, 16, 128, 128), (2, 16384, 16, 128, 128), (64, 1024, 6, 128, 128)]
 PASSES = ("fwd", "bwd", "fwdbwd")
@@ -82,32 +83,6 @@ def parse_args(argv):
     return a
 
 
-def add_fla_to_path():
-    root = os.environ.get("FLA_PEER") or os.environ.get("FLA_DIR")
-    if not root:
-        sys.exit("bench_fla_kda: set FLA_PEER (or FLA_DIR) to the prepared copy (prepare_fla.sh's OUT_DIR) "
-                 "or an fla checkout")
-    if os.path.isdir(os.path.join(root, "flasrc")):
-        src = os.path.join(root, "flasrc")
-    elif os.path.isdir(os.path.join(root, "fla")):
-        src = root
-    else:
-        sys.exit(f"bench_fla_kda: {root} has neither flasrc/ (a prepared copy) nor fla/ (a checkout)")
-    if os.path.isdir(os.path.join(root, "shim")):  # flash_attn stand-in: fla's attention layers import it
-        sys.path.insert(0, os.path.join(root, "shim"))
-    sys.path.insert(0, src)
-    commit = os.environ.get("FLA_COMMIT", "")
-    if not commit and os.path.isfile(os.path.join(root, "COMMIT")):
-        commit = open(os.path.join(root, "COMMIT")).read().strip()
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    timeout=10).stdout.strip()
-        except Exception:
-            commit = ""
-    return root, src, commit or "unknown (no COMMIT file, no FLA_COMMIT, no git)"
-
-
 def make_inputs(torch, F, kind, B, T, H, K, V, seed):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(seed)
@@ -147,7 +122,7 @@ def time_pass(torch, fn, warmup, reps):
 
 def main():
     args = parse_args(sys.argv[1:])
-    root, src, commit = add_fla_to_path()
+    root, src, commit = add_fla_to_path("bench_fla_kda")
     import torch
     import torch.nn.functional as F
     import triton

@@ -41,16 +41,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-
-def add_fla_to_path(root):
-    if os.path.isdir(os.path.join(root, "flasrc")):
-        sys.path.insert(0, os.path.join(root, "flasrc"))
-    elif os.path.isdir(os.path.join(root, "fla")):
-        sys.path.insert(0, root)
-    else:
-        sys.exit(f"{root}: has neither fla/ (a flash-linear-attention checkout) nor flasrc/ (a prepared copy)")
-    if os.path.isdir(os.path.join(root, "shim")):  # a flash_attn stand-in; KDA layers do not use it
-        sys.path.insert(0, os.path.join(root, "shim"))
+from fla_peer import add_fla_to_path
 
 
 def load(model_dir):
@@ -94,7 +85,7 @@ def load(model_dir):
 def main():
     fla_dir, model_dir, tok_path, B, T, prefix, losses_path = sys.argv[1], sys.argv[2], sys.argv[3], \
         int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], sys.argv[7]
-    add_fla_to_path(fla_dir)
+    add_fla_to_path("check_fla_kda", fla_dir)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if not torch.cuda.is_available():
