@@ -138,38 +138,15 @@ __global__ void la_fwd_out_kernel(bf16 *o, const bf16 *q, const bf16 *k, const b
     DYNAMIC_SMEM(float, sm);
     float *Qt = sm, *Kt = Qt + LA_TILE_FLOATS, *St = Kt + LA_TILE_FLOATS, *Vt = St + LA_TILE_FLOATS;
     float *At = Vt + LA_TILE_FLOATS, *zt = At + LA_TILE_FLOATS, *den = zt + LA_TILE;
-    float accA[4][4], accO[4][4], qz = 0.f;
-    la_zero(accA);
+    float accO[4][4];
     la_zero(accO);
-    for (int k0 = 0; k0 < K; k0 += LA_TILE) {
-        const int kw = min(LA_TILE, K - k0);
-        la_load(Qt, rows, kw, [&](int r, int c) { return scale * la_phi(la_at(q, tok0, r, h, H, K, k0 + c)); });
-        la_load(Kt, rows, kw, [&](int r, int c) { return la_phi(la_at(k, tok0, r, h, H, K, k0 + c)); });
-        la_load(St, kw, vw, [&](int i, int j) { return Sn[(size_t)(k0 + i) * V + v0 + j]; });
-        if (tid < LA_TILE) zt[tid] = normalize && tid < kw ? zn[k0 + tid] : 0.f;
-        __syncthreads();
-        la_mm(accA, kw, [&](int r, int p) { return Qt[r * LA_LD + p]; }, [&](int p, int c) { return Kt[c * LA_LD + p]; });
-        la_mm(accO, kw, [&](int r, int p) { return Qt[r * LA_LD + p]; }, [&](int p, int j) { return St[p * LA_LD + j]; });
-        if (tid < LA_C)
-            for (int p = 0; p < kw; p++) qz += Qt[tid * LA_LD + p] * zt[p];
-        __syncthreads();
-    }
-    for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 4; b++) {
-            const int r = ty + 16 * a, c = tx + 16 * b;
-            At[r * LA_LD + c] = c <= r && r < rows ? accA[a][b] : 0.f;
-        }
+    la_scores(Qt, Kt, At, zt, den, q, k, zn, scale, normalize, tok0, rows, h, H, K,
+              [&](int k0, int kw) { la_load(St, kw, vw, [&](int i, int j) { return Sn[(size_t)(k0 + i) * V + v0 + j]; }); },
+              [&](int kw) {
+                  la_mm(accO, kw, [&](int r, int p) { return Qt[r * LA_LD + p]; },
+                        [&](int p, int j) { return St[p * LA_LD + j]; });
+              });
     la_load(Vt, rows, vw, [&](int r, int c) { return la_at(v, tok0, r, h, H, V, v0 + c); });
-    __syncthreads();
-    if (tid < LA_C) {
-        float d = 1.f;
-        if (normalize) {
-            d = qz;
-            for (int c = 0; c <= tid; c++) d += At[tid * LA_LD + c];
-            d += LA_EPS;
-        }
-        den[tid] = d;
-    }
     __syncthreads();
     la_mm(accO, rows, [&](int r, int p) { return At[r * LA_LD + p]; }, [&](int p, int j) { return Vt[p * LA_LD + j]; });
     for (int a = 0; a < 4; a++)

@@ -81,6 +81,51 @@ __device__ __forceinline__ float la_at(const bf16 *x, size_t tok0, int r, int h,
     return __bfloat162float(x[((tok0 + (size_t)r) * H + h) * (size_t)D + c]);
 }
 
+// The chunk's causal scores and normaliser, shared by the output kernel and the backward
+// (docs/delta-rule.md, "Chunked linear attention"): over the key tiles, At = q^ k^T masked to
+// c <= r < rows (q^ = scale phi(q), k^ = phi(k)) and, with normalize,
+// den_r = q^_r . z_n + sum_{c<=r} A[r][c] + eps (else 1). Qt, Kt, At are [LA_C][LA_LD] tiles, zt
+// [LA_TILE], den [LA_C]. Per key tile, load(k0, kw) runs with the tile loads (before the
+// barrier) and use(kw) after them (the output kernel adds q^ S_n there). Ends after a barrier:
+// At and den are complete.
+template <class Load, class Use>
+__device__ __forceinline__ void la_scores(float *Qt, float *Kt, float *At, float *zt, float *den, const bf16 *q,
+                                          const bf16 *k, const float *zn, float scale, int normalize, size_t tok0,
+                                          int rows, int h, int H, int K, Load load, Use use) {
+    const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+    float accA[4][4], qz = 0.f;
+    la_zero(accA);
+    for (int k0 = 0; k0 < K; k0 += LA_TILE) {
+        const int kw = min(LA_TILE, K - k0);
+        la_load(Qt, rows, kw, [&](int r, int c) { return scale * la_phi(la_at(q, tok0, r, h, H, K, k0 + c)); });
+        la_load(Kt, rows, kw, [&](int r, int c) { return la_phi(la_at(k, tok0, r, h, H, K, k0 + c)); });
+        load(k0, kw);
+        if (tid < LA_TILE) zt[tid] = normalize && tid < kw ? zn[k0 + tid] : 0.f;
+        __syncthreads();
+        la_mm(accA, kw, [&](int r, int p) { return Qt[r * LA_LD + p]; }, [&](int p, int c) { return Kt[c * LA_LD + p]; });
+        use(kw);
+        if (tid < LA_C)
+            for (int p = 0; p < kw; p++) qz += Qt[tid * LA_LD + p] * zt[p];
+        __syncthreads();
+    }
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++) {
+            const int r = ty + 16 * a, c = tx + 16 * b;
+            At[r * LA_LD + c] = c <= r && r < rows ? accA[a][b] : 0.f;
+        }
+    __syncthreads();
+    if (tid < LA_C) {
+        float d = 1.f;
+        if (normalize) {
+            d = qz;
+            for (int c = 0; c <= tid; c++) d += At[tid * LA_LD + c];
+            d += LA_EPS;
+        }
+        den[tid] = d;
+    }
+    __syncthreads();
+}
+
 __host__ __device__ static inline int la_tiles(int n) { return (n + LA_TILE - 1) / LA_TILE; }
 __host__ __device__ static inline size_t la_state_stride(int K, int V) { return (size_t)K * V + K; }
 __host__ __device__ static inline size_t la_stats_stride(void) { return 2 * (size_t)LA_C * LA_C + 2 * (size_t)LA_C; }

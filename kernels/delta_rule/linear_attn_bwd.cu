@@ -27,35 +27,8 @@ __global__ void la_bwd_stats_kernel(float *stats, const bf16 *q, const bf16 *k, 
     DYNAMIC_SMEM(float, sm);
     float *Qt = sm, *Kt = Qt + LA_TILE_FLOATS, *St = Kt + LA_TILE_FLOATS, *Dt = St + LA_TILE_FLOATS;
     float *Vt = Dt + LA_TILE_FLOATS, *At = Vt + LA_TILE_FLOATS, *zt = At + LA_TILE_FLOATS, *den = zt + LA_TILE;
-    // A and q^.z_n over the key tiles
-    float accA[4][4], qz = 0.f;
-    la_zero(accA);
-    for (int k0 = 0; k0 < K; k0 += LA_TILE) {
-        const int kw = min(LA_TILE, K - k0);
-        la_load(Qt, rows, kw, [&](int r, int c) { return scale * la_phi(la_at(q, tok0, r, h, H, K, k0 + c)); });
-        la_load(Kt, rows, kw, [&](int r, int c) { return la_phi(la_at(k, tok0, r, h, H, K, k0 + c)); });
-        if (tid < LA_TILE) zt[tid] = normalize && tid < kw ? zn[k0 + tid] : 0.f;
-        __syncthreads();
-        la_mm(accA, kw, [&](int r, int p) { return Qt[r * LA_LD + p]; }, [&](int p, int c) { return Kt[c * LA_LD + p]; });
-        if (tid < LA_C)
-            for (int p = 0; p < kw; p++) qz += Qt[tid * LA_LD + p] * zt[p];
-        __syncthreads();
-    }
-    for (int a = 0; a < 4; a++)
-        for (int b = 0; b < 4; b++) {
-            const int r = ty + 16 * a, c = tx + 16 * b;
-            At[r * LA_LD + c] = c <= r && r < rows ? accA[a][b] : 0.f;
-        }
-    __syncthreads();
-    if (tid < LA_C) {
-        float d = 1.f;
-        if (normalize) {
-            d = qz;
-            for (int c = 0; c <= tid; c++) d += At[tid * LA_LD + c];
-            d += LA_EPS;
-        }
-        den[tid] = d;
-    }
+    // A and the normaliser over the key tiles
+    la_scores(Qt, Kt, At, zt, den, q, k, zn, scale, normalize, tok0, rows, h, H, K, [](int, int) {}, [](int) {});
     // D[r][c] = dO_r . v_c over the value tiles
     float accD[4][4], qsdo[4] = {0.f, 0.f, 0.f, 0.f};
     la_zero(accD);
