@@ -52,6 +52,24 @@ __device__ __forceinline__ void ar_store(bf16 *row, int j, int lane, int C, cons
     }
 }
 
+// This lane's slice of the pseudo-query q = w * gamma (the forward and the backward both start
+// from it), and a zeroed accumulator of the same shape.
+template <int W, int NV>
+__device__ __forceinline__ void ar_query(float (&q)[NV][W], float (&acc)[NV][W], const bf16 *w, const bf16 *gamma,
+                                         int lane, int C) {
+#pragma unroll
+    for (int j = 0; j < NV; j++) {
+        float g[W];
+        ar_load<W>(w, j, lane, C, q[j]);
+        ar_load<W>(gamma, j, lane, C, g);
+#pragma unroll
+        for (int k = 0; k < W; k++) {
+            q[j][k] *= g[k];
+            acc[j][k] = 0.f;
+        }
+    }
+}
+
 // The lane that owns source i's per-token statistics (writes them and reads them back):
 // per-row values every lane holds (warp_sum gives each lane the same bits) are written once.
 __device__ __forceinline__ int ar_owner(int i) { return i & 31; }

@@ -23,17 +23,7 @@ __global__ void ar_bwd_kernel(ArDsrcs dsrcs, float *partial, float *work, const 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int row0 = blockIdx.x * rows_per_chunk, row1 = min(row0 + rows_per_chunk, N);
     float q[NV][W], dq[NV][W];
-#pragma unroll
-    for (int j = 0; j < NV; j++) {
-        float g[W];
-        ar_load<W>(w, j, lane, C, q[j]);
-        ar_load<W>(gamma, j, lane, C, g);
-#pragma unroll
-        for (int k = 0; k < W; k++) {
-            q[j][k] *= g[k];
-            dq[j][k] = 0.f;
-        }
-    }
+    ar_query<W, NV>(q, dq, w, gamma, lane, C);
     for (int row = row0 + warp; row < row1; row += AR_BWD_WARPS) {
         const size_t st = (size_t)row * n, off = (size_t)row * C;
         float dh[NV][W];

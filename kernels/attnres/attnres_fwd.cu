@@ -17,17 +17,7 @@ __global__ void ar_fwd_kernel(bf16 *out, float *probs, float *logits, float *rst
     const int lane = threadIdx.x & 31, row = blockIdx.x * AR_FWD_WARPS + (threadIdx.x >> 5);
     if (row >= N) return;  // the whole warp
     float q[NV][W], acc[NV][W];
-#pragma unroll
-    for (int j = 0; j < NV; j++) {
-        float g[W];
-        ar_load<W>(w, j, lane, C, q[j]);
-        ar_load<W>(gamma, j, lane, C, g);
-#pragma unroll
-        for (int k = 0; k < W; k++) {
-            q[j][k] *= g[k];
-            acc[j][k] = 0.f;
-        }
-    }
+    ar_query<W, NV>(q, acc, w, gamma, lane, C);
     const size_t st = (size_t)row * n;  // this row's statistics
     float m = -INFINITY, s = 0.f;       // running max of z and sum of exp(z - m)
     for (int i = 0; i < n; i++) {
