@@ -130,6 +130,30 @@ __device__ __forceinline__ float dr_gate(const T *g, int gate, size_t tok, int h
     return 0.f;
 }
 
+// Gradient of the triangular inverse (docs/delta-rule.md, "Gradient of the triangular
+// inverse"), block-wide on [64][64] fp32 tiles in shared memory, for both gradient kernels:
+// tmp = P_sl(dT) T^T, tmp[m][c] = sum_{p<=min(c,m-1)} dT[m][p] T[c][p]; then
+// dL = -P_sl(T^T tmp), dL[r][c] = -sum_{m>=r} T[m][r] tmp[m][c] for c < r < n, written over dT.
+// Ends after a barrier.
+__device__ __forceinline__ void dr_tri_inverse_grad(float *dT, const float *Tm, float *tmp, int n) {
+    const int tid = threadIdx.x, C = DR_BT;
+    for (int e = tid; e < C * C; e += DR_THREADS) {
+        const int m = e / C, c = e % C, pmax = c < m - 1 ? c : m - 1;
+        float acc = 0.f;
+        for (int p = 0; p <= pmax; p++) acc += dT[m * C + p] * Tm[c * C + p];
+        tmp[e] = acc;
+    }
+    __syncthreads();
+    for (int e = tid; e < C * C; e += DR_THREADS) {
+        const int r = e / C, c = e % C;
+        float acc = 0.f;
+        if (c < r && r < n)
+            for (int m = r; m < n; m++) acc += Tm[m * C + r] * tmp[m * C + c];
+        dT[e] = -acc;
+    }
+    __syncthreads();
+}
+
 // ---- the gradient kernels' last stage (SIMT and tensor-core alike) ------------------------
 // B6 (docs/delta-rule.md, "Stage B6: reverse in-chunk cumsum of the gate gradient"): the
 // dGamma_end extras (gend) land on the last row, then dg = reverse in-chunk cumsum of dGamma;

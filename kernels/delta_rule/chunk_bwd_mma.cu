@@ -461,23 +461,7 @@ __global__ void __launch_bounds__(DR_THREADS)
         if (tid < C) db[tid] += dbp[tid] + dbp[C + tid];
         __syncthreads();
     }
-    // gradient of the triangular inverse: tmp = P_sl(dT) T^T, tmp[m][c] = sum_{p<=min(c,m-1)} dT[m][p] T[c][p]
-    for (int e = tid; e < C * C; e += DR_THREADS) {
-        const int m = e / C, c = e % C, pmax = c < m - 1 ? c : m - 1;
-        float acc = 0.f;
-        for (int p = 0; p <= pmax; p++) acc += dT[m * C + p] * Tm[c * C + p];
-        tmp[e] = acc;
-    }
-    __syncthreads();
-    // dL = -P_sl(T^T tmp): dL[r][c] = -sum_{m>=r} T[m][r] tmp[m][c], c < r (into dT's buffer)
-    for (int e = tid; e < C * C; e += DR_THREADS) {
-        const int r = e / C, c = e % C;
-        float acc = 0.f;
-        if (c < r && r < n)
-            for (int m = r; m < n; m++) acc += Tm[m * C + r] * tmp[m * C + c];
-        dT[e] = -acc;
-    }
-    __syncthreads();
+    dr_tri_inverse_grad(dT, Tm, tmp, n);  // dT becomes dL (chunk.cuh)
     const float *dL = dT;
 
     // B4 on tensor cores (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients"), by blocks
