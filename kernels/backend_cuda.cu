@@ -56,6 +56,23 @@ void cuda_init(void) {
     g_cuda.ready = 1;
 }
 
+void cuda_allow_dynamic_smem(const void *kernel, size_t bytes) {
+    static struct {
+        const void *kernel;
+        size_t bytes;
+    } set[256];
+    static int nset;
+    for (int i = 0; i < nset; i++)
+        if (set[i].kernel == kernel) {
+            if (set[i].bytes >= bytes) return;
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+            set[i].bytes = bytes;
+            return;
+        }
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    if (nset < 256) set[nset].kernel = kernel, set[nset].bytes = bytes, nset++;  // (a full table: set every time)
+}
+
 void *scratch_get(size_t bytes) {
     if (bytes > g_cuda.scratch_size) {
         CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));

@@ -106,6 +106,9 @@ int env_flag(const char *name);  // set, non-empty and not "0"
 // partial sums and the like; the stream orders every use, so one op's scratch is free
 // again for the next op. Growing synchronizes (rare: first calls only).
 void *scratch_get(size_t bytes);
+// Lets `kernel` take `bytes` (> 48 KiB) of dynamic shared memory. The attribute is set once per
+// kernel and size (a small table remembers it), not on every launch.
+void cuda_allow_dynamic_smem(const void *kernel, size_t bytes);
 
 // ---- per-op timing (HYBRID_CUDA_PROFILE=1) ----
 struct ProfScope {
@@ -128,8 +131,7 @@ static inline void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, si
 #ifdef HYBRID_CUDA_EMU
     emu_launch(grid, block, smem, [=]() { kernel(args...); });
 #else
-    if (smem > 48 * 1024)
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (smem > 48 * 1024) cuda_allow_dynamic_smem((const void *)kernel, smem);
     kernel<<<grid, block, smem, g_cuda.stream>>>(args...);
 #endif
     LAUNCH_CHECK();
