@@ -295,8 +295,7 @@ static void cu_synchronize(void) { CUDA_CHECK(cudaStreamSynchronize(g_cuda.strea
 
 // ---------------------------------------------------------------------------
 // the table: memory above, and the families this backend has (kernels/<family>/table.cu).
-// The others stay NULL: model_create names the layer that needs one (MLA, MoE and AttnRes
-// have no kernels yet).
+// A family left NULL makes model_create name the layer that needs it.
 
 extern "C" const Backend *backend_cuda(void) {
     static Backend b;
@@ -318,6 +317,9 @@ extern "C" const Backend *backend_cuda(void) {
     b.core = cuda_core_ops();
     b.norm_glu = cuda_norm_glu_ops();
     b.delta_rule = cuda_delta_rule_ops();
+    b.mla = cuda_mla_ops();
+    b.attnres = cuda_attnres_ops();
+    b.moe = cuda_moe_ops();
     b.optim = cuda_optim_ops();
     b.name = "cuda-bf16";  // last: marks the table as filled
     return &b;
