@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) attn_bwd_dkdv_kernel(bf16 *
                                                                     const bf16 *qkv, const float *lse,
                                                                     const float *Dg, int T, int C, int NH, float sl2,
                                                                     float scale) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    DYNAMIC_SMEM(unsigned char, smem_raw);
     Tile<HS> *tiles = reinterpret_cast<Tile<HS> *>(smem_raw);
     Tile<HS> &sK = tiles[0], &sV = tiles[1];
     Tile<HS> *sQ = tiles + 2, *sdO = tiles + 4;
@@ -527,7 +527,7 @@ __global__ void __launch_bounds__(ATT_THREADS) attn_bwd_fused_kernel(bf16 *dqkv,
                                                                      const float *lse, const float *Dg, float *dqacc,
                                                                      int *sem, int T, int C, int NH, float sl2,
                                                                      float scale) {
-    extern __shared__ __align__(16) unsigned char smem_raw[];
+    DYNAMIC_SMEM(unsigned char, smem_raw);
     Tile<HS> *tiles = reinterpret_cast<Tile<HS> *>(smem_raw);
     Tile<HS> &sK = tiles[0], &sV = tiles[1], &sdS = tiles[6];
     Tile<HS> *sQ = tiles + 2, *sdO = tiles + 4;
@@ -808,16 +808,9 @@ static int attn_occupancy(void) {
 template <int MINB, bool STORE_DS>
 static void launch_dkdv(dim3 grid, bf16 *dqkv, bf16 *ds, const bf16 *dout, const bf16 *qkv, const float *lse,
                         const float *D, int T, int C, int NH, float scale) {
-    static int smem_set = 0;
-    const size_t smem = DKDV_SMEM(64, STORE_DS ? 1 : 0);
-    if (!smem_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkdv_kernel<64, MINB, STORE_DS>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = 1;
-    }
-    attn_bwd_dkdv_kernel<64, MINB, STORE_DS><<<grid, ATT_THREADS, smem, g_cuda.stream>>>(
-        dqkv, ds, dout, qkv, lse, D, T, C, NH, scale * LOG2E, scale);
-    LAUNCH_CHECK();
+    const size_t smem = DKDV_SMEM(64, STORE_DS ? 1 : 0);  // above 48 KiB: launch_kernel raises the limit
+    launch_kernel(attn_bwd_dkdv_kernel<64, MINB, STORE_DS>, grid, ATT_THREADS, smem, dqkv, ds, dout, qkv, lse, D, T, C,
+        NH, scale * LOG2E, scale);
 }
 
 // dK/dV then dQ; ds (bf16 scratch of attn_ds_elems) selects the stored-dS dQ kernel
@@ -826,14 +819,12 @@ static void launch_split(dim3 grid, bf16 *dqkv, bf16 *ds, const bf16 *dout, cons
                          const float *D, int T, int C, int NH, float scale) {
     if (ds) {
         launch_dkdv<MINB, true>(grid, dqkv, ds, dout, qkv, lse, D, T, C, NH, scale);
-        attn_bwd_dq_ds_kernel<64><<<grid, ATT_THREADS, 0, g_cuda.stream>>>(dqkv, ds, qkv, T, C, NH, scale);
-        LAUNCH_CHECK();
+        launch_kernel(attn_bwd_dq_ds_kernel<64>, grid, ATT_THREADS, 0, dqkv, ds, qkv, T, C, NH, scale);
         return;
     }
     launch_dkdv<MINB, false>(grid, dqkv, NULL, dout, qkv, lse, D, T, C, NH, scale);
-    attn_bwd_dq_kernel<64, MINB><<<grid, ATT_THREADS, 0, g_cuda.stream>>>(dqkv, dout, qkv, lse, D, T, C, NH,
-                                                                          scale * LOG2E, scale);
-    LAUNCH_CHECK();
+    launch_kernel(attn_bwd_dq_kernel<64, MINB>, grid, ATT_THREADS, 0, dqkv, dout, qkv, lse, D, T, C, NH, scale * LOG2E,
+        scale);
 }
 
 static int use_fast(int hs, int C, const void *a, const void *b) {
@@ -847,14 +838,13 @@ void cuda_attention_forward(real *out, real *lse, const real *qkv, int B, int T,
     float scale = 1.f / sqrtf((float)hs);
     if (use_fast(hs, C, out, qkv)) {
         dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
-        attn_fwd_kernel<64><<<grid, ATT_THREADS, 0, g_cuda.stream>>>((bf16 *)out, (float *)lse, (const bf16 *)qkv, T,
-                                                                     C, NH, scale * LOG2E);
+        launch_kernel(attn_fwd_kernel<64>, grid, ATT_THREADS, 0, (bf16 *)out, (float *)lse, (const bf16 *)qkv, T, C, NH,
+            scale * LOG2E);
     } else {
         size_t rows = (size_t)B * NH * T;
-        attn_fwd_naive_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, g_cuda.stream>>>(
-            (bf16 *)out, (float *)lse, (const bf16 *)qkv, B, T, C, NH, scale);
+        launch_kernel(attn_fwd_naive_kernel, (unsigned)((rows + 7) / 8), 256, 0, (bf16 *)out, (float *)lse,
+            (const bf16 *)qkv, B, T, C, NH, scale);
     }
-    LAUNCH_CHECK();
 }
 
 void cuda_attention_backward(real *dqkv, const real *dout, const real *qkv, const real *out, const real *lse, int B,
@@ -875,9 +865,8 @@ void cuda_attention_backward(real *dqkv, const real *dout, const real *qkv, cons
         char *s = (char *)scratch_get(off_ds + ds_elems * sizeof(bf16));
         D = (float *)s;
         if (ds_elems) ds = (bf16 *)(s + off_ds);
-        attn_bwd_d_kernel<<<(unsigned)((rows + 255) / 256), 256, 0, g_cuda.stream>>>(D, (const bf16 *)dout,
-                                                                                      (const bf16 *)out, B, T, C, NH);
-        LAUNCH_CHECK();
+        launch_kernel(attn_bwd_d_kernel, (unsigned)((rows + 255) / 256), 256, 0, D, (const bf16 *)dout,
+            (const bf16 *)out, B, T, C, NH);
     }
     if (fast) {
         dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
@@ -890,13 +879,7 @@ void cuda_attention_backward(real *dqkv, const real *dout, const real *qkv, cons
                 launch_split<3>(grid, (bf16 *)dqkv, ds, (const bf16 *)dout, (const bf16 *)qkv, (const float *)lse, D,
                                 T, C, NH, scale);
         } else {
-            static int smem_set = 0;
-            const size_t smem = FUSED_SMEM(64);
-            if (!smem_set) {
-                CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_fused_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)smem));
-                smem_set = 1;
-            }
+            const size_t smem = FUSED_SMEM(64);  // above 48 KiB: launch_kernel raises the limit
             // scratch: D | counters | fp32 dQ accumulator
             size_t ntl = (size_t)grid.x * grid.y;
             size_t off_sem = (rows * sizeof(float) + 255) & ~(size_t)255;
@@ -905,20 +888,16 @@ void cuda_attention_backward(real *dqkv, const real *dout, const real *qkv, cons
             float *Dd = (float *)s;
             int *sem = (int *)(s + off_sem);
             float *acc = (float *)(s + off_acc);
-            attn_bwd_d_kernel<<<(unsigned)((rows + 255) / 256), 256, 0, g_cuda.stream>>>(
-                Dd, (const bf16 *)dout, (const bf16 *)out, B, T, C, NH);
-            LAUNCH_CHECK();
+            launch_kernel(attn_bwd_d_kernel, (unsigned)((rows + 255) / 256), 256, 0, Dd, (const bf16 *)dout,
+                (const bf16 *)out, B, T, C, NH);
             CUDA_CHECK(cudaMemsetAsync(sem, 0, ntl * sizeof(int), g_cuda.stream));
-            attn_bwd_fused_kernel<64><<<grid, ATT_THREADS, smem, g_cuda.stream>>>(
-                (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, (const float *)lse, Dd, acc, sem, T, C, NH,
-                scale * LOG2E, scale);
-            LAUNCH_CHECK();
+            launch_kernel(attn_bwd_fused_kernel<64>, grid, ATT_THREADS, smem, (bf16 *)dqkv, (const bf16 *)dout,
+                (const bf16 *)qkv, (const float *)lse, Dd, acc, sem, T, C, NH, scale * LOG2E, scale);
         }
     } else {
         for (int which = 0; which < 2; which++) {
-            attn_bwd_naive_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, g_cuda.stream>>>(
-                (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv, (const float *)lse, D, B, T, C, NH, scale, which);
-            LAUNCH_CHECK();
+            launch_kernel(attn_bwd_naive_kernel, (unsigned)((rows + 7) / 8), 256, 0, (bf16 *)dqkv, (const bf16 *)dout,
+                (const bf16 *)qkv, (const float *)lse, D, B, T, C, NH, scale, which);
         }
     }
 }

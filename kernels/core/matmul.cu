@@ -262,14 +262,12 @@ static void bias_backward(bf16 *dbias, const bf16 *dout, int N, int OC) {
     float *partial = (float *)scratch_get((size_t)chunks * OC * sizeof(float));
     if (OC % 8 == 0 && is_aligned16(dout)) {
         dim3 grid((OC + 255) / 256, chunks), block(32, 8);
-        bias_partial_vec_kernel<<<grid, block, 0, g_cuda.stream>>>(partial, dout, N, OC, rows_per_chunk);
+        launch_kernel(bias_partial_vec_kernel, grid, block, 0, partial, dout, N, OC, rows_per_chunk);
     } else {
         dim3 grid((OC + 255) / 256, chunks);
-        bias_partial_scalar_kernel<<<grid, 256, 0, g_cuda.stream>>>(partial, dout, N, OC, rows_per_chunk);
+        launch_kernel(bias_partial_scalar_kernel, grid, 256, 0, partial, dout, N, OC, rows_per_chunk);
     }
-    LAUNCH_CHECK();
-    bias_reduce_kernel<<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, partial, chunks, OC);
-    LAUNCH_CHECK();
+    launch_kernel(bias_reduce_kernel, (OC + 255) / 256, 256, 0, dbias, partial, chunks, OC);
 }
 
 // dbias[o] += acc[o] (fp32 or bf16 column sums from the BGRADB epilogue)
@@ -297,13 +295,11 @@ static void dw_and_dbias(bf16 *dw, bf16 *dbias, const bf16 *dout, const bf16 *in
     if (dbias && dbias_in_gemm() && N > 0 && OC > 0 && C > 0) {
         void *acc = scratch_get((size_t)OC * sizeof(float));
         if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB, NULL)) {
-            bias_add_kernel<float><<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, (const float *)acc, OC);
-            LAUNCH_CHECK();
+            launch_kernel(bias_add_kernel<float>, (OC + 255) / 256, 256, 0, dbias, (const float *)acc, OC);
             return;
         }
         if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB16, NULL)) {
-            bias_add_kernel<bf16><<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, (const bf16 *)acc, OC);
-            LAUNCH_CHECK();
+            launch_kernel(bias_add_kernel<bf16>, (OC + 255) / 256, 256, 0, dbias, (const bf16 *)acc, OC);
             return;
         }
     }
