@@ -31,9 +31,13 @@
 // ---- PTX helpers (mma16816, ldsm_x4, cp_async16, pack_bf16: kernels/mma.cuh) ----
 // 2^x with the multi-function unit (ex2.approx, ~2 ulp; 2^-inf = 0)
 __device__ __forceinline__ float fast_exp2(float x) {
+#ifdef HYBRID_CUDA_EMU
+    return exp2f(x);  // (the emulator: the correctly rounded 2^x, subnormals kept)
+#else
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
+#endif
 }
 
 template <int HS>
@@ -511,6 +515,12 @@ __global__ void __launch_bounds__(ATT_THREADS, MINB) attn_bwd_dq_kernel(bf16 *dq
 // dispatch, the assumption flash-attention 3's deterministic mode also makes).
 // Five matmuls per tile pair instead of seven, bit-reproducible.
 
+#ifdef HYBRID_CUDA_EMU
+// (compiled, never run: blocks that wait on each other cannot run one after another, so the
+// emulator refuses HYBRID_ATTN_BWD=fused, see attn_bwd_mode)
+__device__ __forceinline__ int ld_acquire(const int *p) { return *(const volatile int *)p; }
+__device__ __forceinline__ void st_release(int *p, int v) { *(volatile int *)p = v; }
+#else
 __device__ __forceinline__ int ld_acquire(const int *p) {
     int v;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
@@ -519,6 +529,7 @@ __device__ __forceinline__ int ld_acquire(const int *p) {
 __device__ __forceinline__ void st_release(int *p, int v) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
+#endif
 
 #define FUSED_SMEM(HS) (7 * sizeof(Tile<HS>) + 4 * ATT_TILE * sizeof(float))
 
@@ -792,6 +803,11 @@ static int attn_bwd_mode(void) {
     if (v < 0) {
         const char *e = getenv("HYBRID_ATTN_BWD");
         v = e && !strcmp(e, "fused") ? ATT_BWD_FUSED : e && !strcmp(e, "split") ? ATT_BWD_SPLIT : ATT_BWD_DS;
+#ifdef HYBRID_CUDA_EMU
+        if (v == ATT_BWD_FUSED)
+            die("HYBRID_ATTN_BWD=fused: its blocks wait on each other (the ordered dQ accumulation), which the CPU "
+                "emulator, running blocks one after another, cannot run");
+#endif
     }
     return v;
 }

@@ -5,7 +5,9 @@
 //   dwte[v] += sum_{bt: tok = v} dout[bt]  the (token, position) pairs are sorted by
 //   token with CUB's stable radix sort (positions stay in increasing order within a
 //   token); one block per distinct token then sums its rows in that order.
+#ifndef HYBRID_CUDA_EMU  // (the emulator has its own DeviceRadixSort: tests/cuda_emu/cuda_emu.h)
 #include <cub/cub.cuh>
+#endif
 
 #include "kernels/common.cuh"
 

@@ -23,6 +23,25 @@
 enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU, EPI_BGRADB, EPI_BGRADB16 };  // + bias when a bias pointer is given
 // EPI_BGRADB(16): the bias pointer RECEIVES (fp32 (bf16), written) the column sums of op(B) over k
 
+#ifdef HYBRID_CUDA_EMU
+// The CPU emulator has no cuBLASLt: the same GEMM and epilogue as a plain loop over bf16
+// inputs with fp32 accumulation (tests/cuda_emu/cuda_emu.h, emu_lt_matmul).
+static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
+                   const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
+                   float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
+    if (m <= 0 || n <= 0) return 1;
+    if (k <= 0) die("gemm_bf16: k = %d", k);
+    if (beta == 0.f) C = D;
+    const int e = epi == EPI_GELU_AUX ? EMU_EPI_GELU_AUX
+                  : epi == EPI_DGELU  ? EMU_EPI_DGELU
+                  : epi == EPI_BGRADB ? EMU_EPI_BGRADB_F32
+                  : epi == EPI_BGRADB16 ? EMU_EPI_BGRADB_BF16
+                                        : EMU_EPI_NONE;
+    emu_lt_matmul(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, D, ldc, strideC,
+                  batch < 1 ? 1 : batch, e, (void *)bias, (bf16 *)aux);
+    return 1;
+}
+#else
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldc, batch, bias, beta_zero, c_is_d, epi;
     long long sa, sb, sc;
@@ -197,6 +216,7 @@ static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, i
     LAUNCH_CHECK();
     return 1;
 }
+#endif
 
 void gemm_bf16(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
                const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
