@@ -120,7 +120,8 @@ EMU_FAMILIES := core norm_glu optim delta_rule attnres mla
 EMU_CU    := $(foreach f,$(EMU_FAMILIES),$(wildcard kernels/$(f)/*.cu)) kernels/backend_cuda.cu kernels/device.cu
 EMU_OBJ   := $(patsubst %.cu,$(EMU)/%.o,$(EMU_CU)) $(EMU)/cuda_emu.o
 EMU_TESTS := $(if $(filter 1,$(SANITIZE)),,$(EMU)/test_cuda_emu \
-               $(patsubst tests/gpu/%.c,$(EMU)/%,$(foreach f,$(EMU_FAMILIES),$(wildcard tests/gpu/test_$(f)*.c))))
+               $(patsubst tests/gpu/%.c,$(EMU)/%,$(foreach f,$(EMU_FAMILIES),$(wildcard tests/gpu/test_$(f)*.c))) \
+               $(EMU)/test_model)
 
 # The ops as shared libraries for other programs (include/hybrid_ops.h): float and
 # double builds of model/ops/ (every family, the CPU tables) plus the base layer, never sanitized.

@@ -33,10 +33,30 @@ static void gpt2_config(Config *c, int B, int T) {
     config_finalize(c);
 }
 
-static void test_model_step(int B, int T) {
-    printf("GPT-2 124M, one training step, CPU float vs CUDA bf16, B=%d T=%d\n", B, T);
-    Config c;
-    gpt2_config(&c, B, T);
+#ifdef HYBRID_CUDA_EMU
+// The CPU emulator (tests/cuda_emu/): a config file's model cut down to `layers` at d_model 64
+// (one head of 64: the tensor-core attention path), a 500-token vocabulary padded to 512, the
+// last token the end-of-text one.
+static void tiny_config(Config *c, const char *file, const char *layers, int B, int T) {
+    config_defaults(c);
+    config_load_file(c, file);
+    config_set_override(c, "layers", layers);
+    config_set_override(c, "d_model", "64");
+    config_set_override(c, "n_head", "1");
+    config_set_override(c, "vocab_size", "500");
+    config_set_override(c, "padded_vocab_size", "512");
+    config_set_override(c, "eot_token", "499");  // (inside the vocabulary: kda-tiny resets at EOT)
+    config_set_override(c, "context_length", "128");
+    c->batch_size = B;
+    c->seq_len = T;
+    config_finalize(c);
+}
+#endif
+
+static void test_model_step_of(const char *name, const Config *cfg) {
+    const int B = cfg->batch_size, T = cfg->seq_len;
+    printf("%s, one training step, CPU float vs CUDA bf16, B=%d T=%d\n", name, B, T);
+    Config c = *cfg;
     Model mc, mg;
     model_create(&mc, &c.model, backend_cpu(), B, T);
     model_create(&mg, &c.model, G, B, T);
@@ -82,6 +102,12 @@ static void test_model_step(int B, int T) {
     model_destroy(&mc);
     model_destroy(&mg);
     free(w), free(in), free(tg), free(zc), free(zg), free(gc), free(gg);
+}
+
+static void test_model_step(int B, int T) {
+    Config c;
+    gpt2_config(&c, B, T);
+    test_model_step_of("GPT-2 124M", &c);
 }
 
 // `steps` training steps on the GPU from init seed 1; losses out; params to host (if non-NULL).
@@ -290,6 +316,17 @@ int main(void) {
         return 77;  // run_all.sh counts it as skipped
     }
     gpu_test_init("test_model");
+#ifdef HYBRID_CUDA_EMU
+    // the CPU emulator: one step of a 2-layer GPT-2 and of a 2-layer KDA model (two chunks of
+    // 64 per sequence); the training, determinism and CLI runs are the GPU's
+    Config c;
+    tiny_config(&c, "configs/gpt2-tiny.conf", "A x2", 2, 64);
+    test_model_step_of("GPT-2 tiny (2 layers, d 64)", &c);
+    tiny_config(&c, "configs/kda-tiny.conf", "K x2", 2, 128);
+    test_model_step_of("KDA tiny (2 layers, d 64)", &c);
+    gpu_test_summary();
+    TEST_MAIN_END();
+#endif
     test_model_step(2, 256);
     test_small_training(0);
     test_small_training(1);
