@@ -114,11 +114,14 @@ OBJ_CU := $(patsubst %.cu,$(BUILD)/cu/%.o,$(CU_SRC))
 # test-only names them as prerequisites)
 EMU       := $(BUILD)/emu
 # the families whose kernels follow the emulator's rules (docs/cuda.md, "The CPU emulator")
-EMU_FAMILIES := delta_rule attnres mla moe
-EMU_CU    := $(foreach f,$(EMU_FAMILIES),$(wildcard kernels/$(f)/*.cu))
+EMU_FAMILIES := core norm_glu optim delta_rule attnres mla moe
+# + the backend itself (its table, memory and transfers; kernels/timer.cu's CUDA events are the
+# GPU's: the emulated programs time with the wall clock)
+EMU_CU    := $(foreach f,$(EMU_FAMILIES),$(wildcard kernels/$(f)/*.cu)) kernels/backend_cuda.cu kernels/device.cu
 EMU_OBJ   := $(patsubst %.cu,$(EMU)/%.o,$(EMU_CU)) $(EMU)/cuda_emu.o
 EMU_TESTS := $(if $(filter 1,$(SANITIZE)),,$(EMU)/test_cuda_emu \
-               $(patsubst tests/gpu/%.c,$(EMU)/%,$(foreach f,$(EMU_FAMILIES),$(wildcard tests/gpu/test_$(f)*.c))))
+               $(patsubst tests/gpu/%.c,$(EMU)/%,$(foreach f,$(EMU_FAMILIES),$(wildcard tests/gpu/test_$(f)*.c))) \
+               $(EMU)/test_model)
 
 # The ops as shared libraries for other programs (include/hybrid_ops.h): float and
 # double builds of model/ops/ (every family, the CPU tables) plus the base layer, never sanitized.
@@ -217,8 +220,9 @@ $(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_C
 	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
 # ---- the CUDA emulator (tests/cuda_emu/; docs/cuda.md, "The CPU emulator") ----
-# The emulated families' kernels (kernels/delta_rule/*.cu) compiled by the host C++ compiler
-# with -DHYBRID_CUDA_EMU, linked with their GPU parity tests (tests/gpu/test_delta_rule*.c,
+# The emulated families' kernels (kernels/<family>/*.cu) and the backend (backend_cuda.cu)
+# compiled by the host C++ compiler
+# with -DHYBRID_CUDA_EMU, linked with their GPU parity tests (tests/gpu/test_<family>*.c,
 # which take smaller sizes there) and the harness: `make test` runs the same checks as
 # `make test-gpu`, on the CPU, with no GPU and no nvcc. The CPU reference comes from an
 # archive of the float build, so only the objects the tests need are linked. Not under

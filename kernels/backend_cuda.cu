@@ -82,6 +82,11 @@ void *scratch_get(size_t bytes) {
         CUDA_CHECK(cudaMalloc(&g_cuda.scratch, size));
         g_cuda.scratch_size = size;
     }
+#ifdef HYBRID_CUDA_EMU
+    // the emulator hands scratch out NaN-filled on every call: an op that reads scratch it did
+    // not write (or counts on what an earlier op left there) shows it (docs/cuda.md, "The CPU emulator")
+    CUDA_CHECK(cudaMemset(g_cuda.scratch, 0xff, bytes));
+#endif
     return g_cuda.scratch;
 }
 

@@ -124,7 +124,7 @@ struct ProfScope {
 // (tests/cuda_emu/): on the GPU, kernel<<<grid, block, smem, the stream>>>(args) (asking for
 // more than the default 48 KiB of dynamic shared memory where smem needs it) and
 // LAUNCH_CHECK; under HYBRID_CUDA_EMU the blocks run one after another on the CPU, their
-// threads as fibers. The families the emulator checks (kernels/delta_rule/) launch only so,
+// threads as fibers. Every family launches only so (the emulator runs them all),
 // and take dynamic shared memory only through DYNAMIC_SMEM.
 template <typename... P, typename... A>
 static inline void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A... args) {

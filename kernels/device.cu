@@ -1,6 +1,10 @@
 // CUDA device discovery. The CUDA backend's kernels join this folder, one file per
 // op family, with the same contracts as the CPU reference (model/backend.h).
+#ifdef HYBRID_CUDA_EMU
+#include "tests/cuda_emu/cuda_emu.h"
+#else
 #include <cuda_runtime.h>
+#endif
 #include <stdio.h>
 
 extern "C" int cuda_device_count(void) {

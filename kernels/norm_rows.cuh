@@ -108,7 +108,7 @@ __global__ void norm_fwd_generic_kernel(bf16 *out, float *mean, float *rstd, con
 template <int NV, bool RMS, bool ACC = false>
 __global__ void norm_bwd_vec_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *w,
                                     const float *mean, const float *rstd, int N, int C, int rows_per_chunk) {
-    extern __shared__ float sh[];  // 2C
+    DYNAMIC_SMEM(float, sh);  // 2C
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     int row0 = blockIdx.x * rows_per_chunk, row1 = min(row0 + rows_per_chunk, N);
     float wv[NV][8], dwa[NV][8], dba[NV][8];
@@ -237,15 +237,14 @@ static void norm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, c
               (!b || is_aligned16(b));
     if (vec) {
         switch (C / 256) {
-        case 1: norm_fwd_vec_kernel<1, RMS><<<grid, threads, 0, g_cuda.stream>>>(out, mean, rstd, inp, w, b, N, C, eps); break;
-        case 2: norm_fwd_vec_kernel<2, RMS><<<grid, threads, 0, g_cuda.stream>>>(out, mean, rstd, inp, w, b, N, C, eps); break;
-        case 3: norm_fwd_vec_kernel<3, RMS><<<grid, threads, 0, g_cuda.stream>>>(out, mean, rstd, inp, w, b, N, C, eps); break;
-        default: norm_fwd_vec_kernel<4, RMS><<<grid, threads, 0, g_cuda.stream>>>(out, mean, rstd, inp, w, b, N, C, eps); break;
+        case 1: launch_kernel(norm_fwd_vec_kernel<1, RMS>, grid, threads, 0, out, mean, rstd, inp, w, b, N, C, eps, (const bf16 *)NULL, (bf16 *)NULL); break;
+        case 2: launch_kernel(norm_fwd_vec_kernel<2, RMS>, grid, threads, 0, out, mean, rstd, inp, w, b, N, C, eps, (const bf16 *)NULL, (bf16 *)NULL); break;
+        case 3: launch_kernel(norm_fwd_vec_kernel<3, RMS>, grid, threads, 0, out, mean, rstd, inp, w, b, N, C, eps, (const bf16 *)NULL, (bf16 *)NULL); break;
+        default: launch_kernel(norm_fwd_vec_kernel<4, RMS>, grid, threads, 0, out, mean, rstd, inp, w, b, N, C, eps, (const bf16 *)NULL, (bf16 *)NULL); break;
         }
     } else {
-        norm_fwd_generic_kernel<RMS><<<grid, threads, 0, g_cuda.stream>>>(out, mean, rstd, inp, w, b, N, C, eps);
+        launch_kernel(norm_fwd_generic_kernel<RMS>, grid, threads, 0, out, mean, rstd, inp, w, b, N, C, eps);
     }
-    LAUNCH_CHECK();
 }
 
 template <bool RMS, bool ACC = false>
@@ -263,23 +262,19 @@ static void norm_backward(bf16 *dinp, bf16 *dw, bf16 *db, const bf16 *dout, cons
         const int threads = 128;
         size_t smem = (size_t)2 * C * sizeof(float);
         switch (C / 256) {
-        case 1: norm_bwd_vec_kernel<1, RMS, ACC><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
-        case 2: norm_bwd_vec_kernel<2, RMS, ACC><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
-        case 3: norm_bwd_vec_kernel<3, RMS, ACC><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
-        default: norm_bwd_vec_kernel<4, RMS, ACC><<<chunks, threads, smem, g_cuda.stream>>>(dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
+        case 1: launch_kernel(norm_bwd_vec_kernel<1, RMS, ACC>, chunks, threads, smem, dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
+        case 2: launch_kernel(norm_bwd_vec_kernel<2, RMS, ACC>, chunks, threads, smem, dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
+        case 3: launch_kernel(norm_bwd_vec_kernel<3, RMS, ACC>, chunks, threads, smem, dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
+        default: launch_kernel(norm_bwd_vec_kernel<4, RMS, ACC>, chunks, threads, smem, dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
         }
-        LAUNCH_CHECK();
     } else {
         const int threads = 256;
-        norm_bwd_dx_generic_kernel<RMS, ACC><<<(N + 7) / 8, threads, 0, g_cuda.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
-        LAUNCH_CHECK();
+        launch_kernel(norm_bwd_dx_generic_kernel<RMS, ACC>, (N + 7) / 8, threads, 0, dinp, dout, inp, w, mean, rstd, N, C);
         dim3 grid((C + 255) / 256, chunks);
-        norm_bwd_dw_generic_kernel<RMS><<<grid, 256, 0, g_cuda.stream>>>(partial, dout, inp, mean, rstd, N, C,
-                                                                          rows_per_chunk);
-        LAUNCH_CHECK();
+        launch_kernel(norm_bwd_dw_generic_kernel<RMS>, grid, 256, 0, partial, dout, inp, mean, rstd, N, C,
+            rows_per_chunk);
     }
-    norm_dw_reduce_kernel<<<(2 * C + 31) / 32, dim3(32, 8), 0, g_cuda.stream>>>(dw, db, partial, chunks, C);
-    LAUNCH_CHECK();
+    launch_kernel(norm_dw_reduce_kernel, (2 * C + 31) / 32, dim3(32, 8), 0, dw, db, partial, chunks, C);
 }
 
 #endif

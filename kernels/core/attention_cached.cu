@@ -60,6 +60,5 @@ void cuda_attention_cached(real *out, const real *qkv, int Tq, int Tc, int C, in
     if (Tq < 1 || Tq > Tc) die("attention_cached: %d query rows for a cache of %d rows", Tq, Tc);
     const int threads = 128, warps = Tq * NH;
     const unsigned grid = (unsigned)((warps * 32 + threads - 1) / threads);
-    attention_cached_kernel<<<grid, threads, 0, g_cuda.stream>>>((bf16 *)out, (const bf16 *)qkv, Tq, Tc, C, NH);
-    LAUNCH_CHECK();
+    launch_kernel(attention_cached_kernel, grid, threads, 0, (bf16 *)out, (const bf16 *)qkv, Tq, Tc, C, NH);
 }

@@ -167,9 +167,8 @@ void cuda_crossentropy_forward(real *losses, const real *logits, const int *targ
         CUDA_CHECK(cudaMalloc(&g_ce.lse, (size_t)N * sizeof(float)));
         g_ce.cap = (size_t)N;
     }
-    ce_forward_kernel<<<N, CE_THREADS, 0, g_cuda.stream>>>((float *)losses, g_ce.lse, (const bf16 *)logits, targets,
-                                                           V, Vp, vec);
-    LAUNCH_CHECK();
+    launch_kernel(ce_forward_kernel, N, CE_THREADS, 0, (float *)losses, g_ce.lse, (const bf16 *)logits, targets, V, Vp,
+        vec);
     g_ce.tag = logits;
     g_ce.N = N;
     g_ce.V = V;
@@ -185,7 +184,6 @@ void cuda_crossentropy_backward(real *dlogits, const real *logits, const int *ta
     const float *saved = g_ce.tag == (const void *)logits && g_ce.N == N && g_ce.V == V && g_ce.Vp == Vp ? g_ce.lse
                                                                                                      : NULL;
     ce_lse_invalidate(dlogits, (size_t)N * Vp * sizeof(bf16));
-    ce_backward_kernel<<<N, CE_THREADS, 0, g_cuda.stream>>>((bf16 *)dlogits, (const bf16 *)logits, targets, saved,
-                                                            dloss, V, Vp, vec);
-    LAUNCH_CHECK();
+    launch_kernel(ce_backward_kernel, N, CE_THREADS, 0, (bf16 *)dlogits, (const bf16 *)logits, targets, saved, dloss, V,
+        Vp, vec);
 }

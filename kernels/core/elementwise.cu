@@ -72,12 +72,10 @@ static void binary(bf16 *out, const bf16 *a, const bf16 *b, size_t n, Op op) {
     if (!n) return;
     size_t nvec = (is_aligned16(out) && is_aligned16(a) && is_aligned16(b)) ? n / 8 : 0;
     if (nvec) {
-        binary_vec_kernel<<<grid_for(nvec, 256), 256, 0, g_cuda.stream>>>(out, a, b, nvec, op);
-        LAUNCH_CHECK();
+        launch_kernel(binary_vec_kernel<Op>, grid_for(nvec, 256), 256, 0, out, a, b, nvec, op);
     }
     if (nvec * 8 < n) {
-        binary_scalar_kernel<<<grid_for(n - nvec * 8, 256), 256, 0, g_cuda.stream>>>(out, a, b, nvec * 8, n, op);
-        LAUNCH_CHECK();
+        launch_kernel(binary_scalar_kernel<Op>, grid_for(n - nvec * 8, 256), 256, 0, out, a, b, nvec * 8, n, op);
     }
 }
 
@@ -86,12 +84,10 @@ static void unary(bf16 *out, const bf16 *a, size_t n, Op op) {
     if (!n) return;
     size_t nvec = (is_aligned16(out) && is_aligned16(a)) ? n / 8 : 0;
     if (nvec) {
-        unary_vec_kernel<<<grid_for(nvec, 256), 256, 0, g_cuda.stream>>>(out, a, nvec, op);
-        LAUNCH_CHECK();
+        launch_kernel(unary_vec_kernel<Op>, grid_for(nvec, 256), 256, 0, out, a, nvec, op);
     }
     if (nvec * 8 < n) {
-        unary_scalar_kernel<<<grid_for(n - nvec * 8, 256), 256, 0, g_cuda.stream>>>(out, a, nvec * 8, n, op);
-        LAUNCH_CHECK();
+        launch_kernel(unary_scalar_kernel<Op>, grid_for(n - nvec * 8, 256), 256, 0, out, a, nvec * 8, n, op);
     }
 }
 
@@ -172,8 +168,7 @@ __global__ void sum_partials_kernel(double *out, const double *partial, int n) {
 
 static double finish_sum(double *partial) {
     double *result = partial + SUM_BLOCKS;
-    sum_partials_kernel<<<1, SUM_THREADS, 0, g_cuda.stream>>>(result, partial, SUM_BLOCKS);
-    LAUNCH_CHECK();
+    launch_kernel(sum_partials_kernel, 1, SUM_THREADS, 0, result, partial, SUM_BLOCKS);
     double host = 0;
     CUDA_CHECK(cudaMemcpyAsync(&host, result, sizeof(double), cudaMemcpyDeviceToHost, g_cuda.stream));
     CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
@@ -185,8 +180,7 @@ double cuda_sum(const real *x, size_t n) {
     PROFILE("sum");
     if (!n) return 0.0;
     double *partial = (double *)scratch_get((SUM_BLOCKS + 1) * sizeof(double));
-    sum_f32_kernel<<<SUM_BLOCKS, SUM_THREADS, 0, g_cuda.stream>>>(partial, (const float *)x, n);
-    LAUNCH_CHECK();
+    launch_kernel(sum_f32_kernel, SUM_BLOCKS, SUM_THREADS, 0, partial, (const float *)x, n);
     return finish_sum(partial);
 }
 
@@ -195,8 +189,6 @@ double cuda_sum_squares(const real *x, size_t n) {
     PROFILE("sum_squares");
     if (!n) return 0.0;
     double *partial = (double *)scratch_get((SUM_BLOCKS + 1) * sizeof(double));
-    sum_bf16_kernel<true><<<SUM_BLOCKS, SUM_THREADS, 0, g_cuda.stream>>>(partial, (const bf16 *)x, n,
-                                                                           is_aligned16(x));
-    LAUNCH_CHECK();
+    launch_kernel(sum_bf16_kernel<true>, SUM_BLOCKS, SUM_THREADS, 0, partial, (const bf16 *)x, n, is_aligned16(x));
     return finish_sum(partial);
 }

@@ -5,7 +5,9 @@
 //   dwte[v] += sum_{bt: tok = v} dout[bt]  the (token, position) pairs are sorted by
 //   token with CUB's stable radix sort (positions stay in increasing order within a
 //   token); one block per distinct token then sums its rows in that order.
+#ifndef HYBRID_CUDA_EMU  // (the emulator has its own DeviceRadixSort: tests/cuda_emu/cuda_emu.h)
 #include <cub/cub.cuh>
+#endif
 
 #include "kernels/common.cuh"
 
@@ -45,12 +47,11 @@ void cuda_embed_forward(real *out, const int *tokens, const real *wte, const rea
     if (N <= 0) return;
     int vec = C % 8 == 0 && is_aligned16(out) && is_aligned16(wte) && (!wpe || is_aligned16(wpe));
     if (vec)
-        embed_forward_vec_kernel<<<grid_for((size_t)N * C / 8, 256), 256, 0, g_cuda.stream>>>(
-            (bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, N, T, C);
+        launch_kernel(embed_forward_vec_kernel, grid_for((size_t)N * C / 8, 256), 256, 0, (bf16 *)out, tokens,
+            (const bf16 *)wte, (const bf16 *)wpe, N, T, C);
     else
-        embed_forward_scalar_kernel<<<grid_for((size_t)N * C, 256), 256, 0, g_cuda.stream>>>(
-            (bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, N, T, C);
-    LAUNCH_CHECK();
+        launch_kernel(embed_forward_scalar_kernel, grid_for((size_t)N * C, 256), 256, 0, (bf16 *)out, tokens,
+            (const bf16 *)wte, (const bf16 *)wpe, N, T, C);
 }
 
 // dwpe[t, c] += sum_b dout[b, t, c]
@@ -107,9 +108,8 @@ void cuda_embed_backward(real *dwte, real *dwpe, const real *dout, const int *to
     int N = B * T;
     if (N <= 0) return;
     if (dwpe) {
-        embed_dwpe_kernel<<<grid_for((size_t)T * C, 256), 256, 0, g_cuda.stream>>>((bf16 *)dwpe, (const bf16 *)dout,
-                                                                                    B, T, C);
-        LAUNCH_CHECK();
+        launch_kernel(embed_dwpe_kernel, grid_for((size_t)T * C, 256), 256, 0, (bf16 *)dwpe, (const bf16 *)dout, B, T,
+            C);
     }
     // scratch: pos_in | tok_out | pos_out | CUB temp
     size_t temp_bytes = 0;
@@ -119,12 +119,10 @@ void cuda_embed_backward(real *dwte, real *dwpe, const real *dout, const int *to
     char *s = (char *)scratch_get(ints * sizeof(int) + temp_bytes);
     int *pos_in = (int *)s, *tok_out = pos_in + N, *pos_out = tok_out + N;
     void *temp = s + ints * sizeof(int);
-    iota_kernel<<<(N + 255) / 256, 256, 0, g_cuda.stream>>>(pos_in, N);
-    LAUNCH_CHECK();
+    launch_kernel(iota_kernel, (N + 255) / 256, 256, 0, pos_in, N);
     CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, tokens, tok_out, pos_in, pos_out, N, 0, 31,
                                                g_cuda.stream));
     LAUNCH_CHECK();
     int threads = C % 8 == 0 ? (C / 8 < 32 ? 32 : (C / 8 > 256 ? 256 : (C / 8 + 31) / 32 * 32)) : 256;
-    embed_dwte_kernel<<<N, threads, 0, g_cuda.stream>>>((bf16 *)dwte, (const bf16 *)dout, tok_out, pos_out, N, C);
-    LAUNCH_CHECK();
+    launch_kernel(embed_dwte_kernel, N, threads, 0, (bf16 *)dwte, (const bf16 *)dout, tok_out, pos_out, N, C);
 }

@@ -36,12 +36,11 @@ void cuda_add_layernorm_forward(real *res, real *out, real *mean, real *rstd, co
     const bf16 *x = (const bf16 *)a, *y = (const bf16 *)b, *wv = (const bf16 *)w, *bv = (const bf16 *)bias;
     float *mu = (float *)mean, *rs = (float *)rstd;
     switch (C / 256) {
-    case 1: norm_fwd_vec_kernel<1, false, true><<<grid, threads, 0, g_cuda.stream>>>(o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
-    case 2: norm_fwd_vec_kernel<2, false, true><<<grid, threads, 0, g_cuda.stream>>>(o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
-    case 3: norm_fwd_vec_kernel<3, false, true><<<grid, threads, 0, g_cuda.stream>>>(o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
-    default: norm_fwd_vec_kernel<4, false, true><<<grid, threads, 0, g_cuda.stream>>>(o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
+    case 1: launch_kernel(norm_fwd_vec_kernel<1, false, true>, grid, threads, 0, o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
+    case 2: launch_kernel(norm_fwd_vec_kernel<2, false, true>, grid, threads, 0, o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
+    case 3: launch_kernel(norm_fwd_vec_kernel<3, false, true>, grid, threads, 0, o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
+    default: launch_kernel(norm_fwd_vec_kernel<4, false, true>, grid, threads, 0, o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
     }
-    LAUNCH_CHECK();
 }
 
 // layernorm_backward with the input gradient added into dres (dres += dinp)

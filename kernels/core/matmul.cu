@@ -23,6 +23,25 @@
 enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU, EPI_BGRADB, EPI_BGRADB16 };  // + bias when a bias pointer is given
 // EPI_BGRADB(16): the bias pointer RECEIVES (fp32 (bf16), written) the column sums of op(B) over k
 
+#ifdef HYBRID_CUDA_EMU
+// The CPU emulator has no cuBLASLt: the same GEMM and epilogue as a plain loop over bf16
+// inputs with fp32 accumulation (tests/cuda_emu/cuda_emu.h, emu_lt_matmul).
+static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
+                   const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
+                   float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
+    if (m <= 0 || n <= 0) return 1;
+    if (k <= 0) die("gemm_bf16: k = %d", k);
+    if (beta == 0.f) C = D;
+    const int e = epi == EPI_GELU_AUX ? EMU_EPI_GELU_AUX
+                  : epi == EPI_DGELU  ? EMU_EPI_DGELU
+                  : epi == EPI_BGRADB ? EMU_EPI_BGRADB_F32
+                  : epi == EPI_BGRADB16 ? EMU_EPI_BGRADB_BF16
+                                        : EMU_EPI_NONE;
+    emu_lt_matmul(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, D, ldc, strideC,
+                  batch < 1 ? 1 : batch, e, (void *)bias, (bf16 *)aux);
+    return 1;
+}
+#else
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldc, batch, bias, beta_zero, c_is_d, epi;
     long long sa, sb, sc;
@@ -197,6 +216,7 @@ static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, i
     LAUNCH_CHECK();
     return 1;
 }
+#endif
 
 void gemm_bf16(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
                const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
@@ -262,14 +282,12 @@ static void bias_backward(bf16 *dbias, const bf16 *dout, int N, int OC) {
     float *partial = (float *)scratch_get((size_t)chunks * OC * sizeof(float));
     if (OC % 8 == 0 && is_aligned16(dout)) {
         dim3 grid((OC + 255) / 256, chunks), block(32, 8);
-        bias_partial_vec_kernel<<<grid, block, 0, g_cuda.stream>>>(partial, dout, N, OC, rows_per_chunk);
+        launch_kernel(bias_partial_vec_kernel, grid, block, 0, partial, dout, N, OC, rows_per_chunk);
     } else {
         dim3 grid((OC + 255) / 256, chunks);
-        bias_partial_scalar_kernel<<<grid, 256, 0, g_cuda.stream>>>(partial, dout, N, OC, rows_per_chunk);
+        launch_kernel(bias_partial_scalar_kernel, grid, 256, 0, partial, dout, N, OC, rows_per_chunk);
     }
-    LAUNCH_CHECK();
-    bias_reduce_kernel<<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, partial, chunks, OC);
-    LAUNCH_CHECK();
+    launch_kernel(bias_reduce_kernel, (OC + 255) / 256, 256, 0, dbias, partial, chunks, OC);
 }
 
 // dbias[o] += acc[o] (fp32 or bf16 column sums from the BGRADB epilogue)
@@ -297,13 +315,11 @@ static void dw_and_dbias(bf16 *dw, bf16 *dbias, const bf16 *dout, const bf16 *in
     if (dbias && dbias_in_gemm() && N > 0 && OC > 0 && C > 0) {
         void *acc = scratch_get((size_t)OC * sizeof(float));
         if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB, NULL)) {
-            bias_add_kernel<float><<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, (const float *)acc, OC);
-            LAUNCH_CHECK();
+            launch_kernel(bias_add_kernel<float>, (OC + 255) / 256, 256, 0, dbias, (const float *)acc, OC);
             return;
         }
         if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB16, NULL)) {
-            bias_add_kernel<bf16><<<(OC + 255) / 256, 256, 0, g_cuda.stream>>>(dbias, (const bf16 *)acc, OC);
-            LAUNCH_CHECK();
+            launch_kernel(bias_add_kernel<bf16>, (OC + 255) / 256, 256, 0, dbias, (const bf16 *)acc, OC);
             return;
         }
     }

@@ -62,9 +62,8 @@ void cuda_glu_forward(real *out, const real *inp, int N, int H, GluAct act) {
     if (kind != GLU_SWIGLU && kind != GLU_SITU) die("glu: unknown activation kind %d", kind);
     size_t n = (size_t)N * H;
     if (!n) return;
-    glu_forward_kernel<<<grid_for(n, 256), 256, 0, g_cuda.stream>>>((bf16 *)out, (const bf16 *)inp, N, H, kind,
-                                                                      (float)act.beta, (float)act.linear_beta);
-    LAUNCH_CHECK();
+    launch_kernel(glu_forward_kernel, grid_for(n, 256), 256, 0, (bf16 *)out, (const bf16 *)inp, N, H, kind,
+        (float)act.beta, (float)act.linear_beta);
 }
 
 void cuda_glu_backward(real *dinp, const real *dout, const real *inp, int N, int H, GluAct act) {
@@ -73,9 +72,7 @@ void cuda_glu_backward(real *dinp, const real *dout, const real *inp, int N, int
     if (kind != GLU_SWIGLU && kind != GLU_SITU) die("glu: unknown activation kind %d", kind);
     size_t n = (size_t)N * H;
     if (!n) return;
-    glu_backward_kernel<<<grid_for(n, 256), 256, 0, g_cuda.stream>>>((bf16 *)dinp, (const bf16 *)dout,
-                                                                       (const bf16 *)inp, N, H, kind,
-                                                                       (float)act.beta, (float)act.linear_beta);
-    LAUNCH_CHECK();
+    launch_kernel(glu_backward_kernel, grid_for(n, 256), 256, 0, (bf16 *)dinp, (const bf16 *)dout, (const bf16 *)inp, N,
+        H, kind, (float)act.beta, (float)act.linear_beta);
 }
 

@@ -42,10 +42,8 @@ void cuda_adamw_update(real *param, const real *grad, float *m, float *v, float 
     PROFILE("adamw");
     if (!n) return;
     float bc1 = (float)(1.0 - pow((double)beta1, t)), bc2 = (float)(1.0 - pow((double)beta2, t));
-    adamw_kernel<<<grid_for(n, 256, 8), 256, 0, g_cuda.stream>>>((bf16 *)param, (const bf16 *)grad, m, v, master, n,
-                                                                   lr, beta1, beta2, eps, weight_decay, grad_scale,
-                                                                   bc1, bc2);
-    LAUNCH_CHECK();
+    launch_kernel(adamw_kernel, grid_for(n, 256, 8), 256, 0, (bf16 *)param, (const bf16 *)grad, m, v, master, n, lr,
+        beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
 }
 
 // ---------------------------------------------------------------------------
@@ -109,9 +107,8 @@ void cuda_adamw_update_multi(real *param, const real *grad, float *m, float *v, 
         if (chunks > 0xffffffffu) die("adamw_update_multi: %zu chunks", chunks);
         p.cstart[p.n] = (unsigned)chunks;
         unsigned grid = (unsigned)(chunks < (size_t)g_cuda.sm_count * 8 ? chunks : (size_t)g_cuda.sm_count * 8);
-        adamw_multi_kernel<<<grid, 256, 0, g_cuda.stream>>>(p, (bf16 *)param, (const bf16 *)grad, m, v, master, beta1,
-                                                            beta2, eps, grad_scale, bc1, bc2);
-        LAUNCH_CHECK();
+        launch_kernel(adamw_multi_kernel, grid, 256, 0, p, (bf16 *)param, (const bf16 *)grad, m, v, master, beta1,
+            beta2, eps, grad_scale, bc1, bc2);
     }
 }
 
@@ -206,14 +203,11 @@ void cuda_muon_update(real *param, const real *grad, float *M, float *master, in
 
     const int ema = muon_momentum_form((MuonScaleRule)scale_rule) == MUON_MOMENTUM_EMA;
     dim3 grid(MUON_PART, n_blocks);
-    muon_momentum_kernel<<<grid, 256, 0, g_cuda.stream>>>(partial, M, (const bf16 *)grad, len, momentum, nesterov, ema,
-                                                          grad_scale);
-    LAUNCH_CHECK();
-    muon_norm_kernel<<<n_blocks, 32, 0, g_cuda.stream>>>(inv, partial, MUON_PART);
-    LAUNCH_CHECK();
-    muon_scale_kernel<<<grid, 256, 0, g_cuda.stream>>>(X, M, (const bf16 *)grad, inv, len, momentum, nesterov, ema,
-                                                       grad_scale);
-    LAUNCH_CHECK();
+    launch_kernel(muon_momentum_kernel, grid, 256, 0, partial, M, (const bf16 *)grad, len, momentum, nesterov, ema,
+        grad_scale);
+    launch_kernel(muon_norm_kernel, n_blocks, 32, 0, inv, partial, MUON_PART);
+    launch_kernel(muon_scale_kernel, grid, 256, 0, X, M, (const bf16 *)grad, inv, len, momentum, nesterov, ema,
+        grad_scale);
 
     const float a = (float)MUON_NS_A, b = (float)MUON_NS_B, c = (float)MUON_NS_C;
     // row-major X (r, cols) is column-major Xc (cols, r), ld = cols
@@ -238,6 +232,5 @@ void cuda_muon_update(real *param, const real *grad, float *M, float *master, in
     }
     const float decay = (float)(1.0 - (double)lr * weight_decay);
     const float step = (float)((double)lr * muon_update_scale((MuonScaleRule)scale_rule, r, cols));
-    muon_apply_kernel<<<grid_for(n, 256, 8), 256, 0, g_cuda.stream>>>((bf16 *)param, master, X, n, decay, step);
-    LAUNCH_CHECK();
+    launch_kernel(muon_apply_kernel, grid_for(n, 256, 8), 256, 0, (bf16 *)param, master, X, n, decay, step);
 }

@@ -1,8 +1,9 @@
 // The CPU emulator's runtime (tests/cuda_emu/cuda_emu.h says what it models and what not):
 // the fiber scheduler behind emu_launch, barriers and warp exchanges, the runtime-API subset,
-// and the pieces of the CUDA backend that kernel files and tests/gpu/harness.c use
-// (g_cuda, scratch_get, PROFILE, the error hooks, and backend_cuda(): a Backend whose "device"
-// memory is host memory holding bf16 and fp32 exactly as the GPU's does).
+// and what kernels/backend_cuda.cu, kernels/device.cu and the families ask of the CUDA runtime,
+// cuBLASLt and CUB. The backend itself (g_cuda, scratch_get, PROFILE, the error hooks,
+// backend_cuda()) is kernels/backend_cuda.cu, compiled for the emulator as for the GPU: its
+// "device" memory is host memory holding bf16 and fp32 exactly as the GPU's does.
 //
 // Fibers: makecontext gives each thread its own stack once per block; switches between a
 // fiber and the scheduler use _setjmp/_longjmp, which do not save the signal mask (swapcontext
@@ -12,13 +13,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <ucontext.h>
 
 #include <numeric>
 #include <vector>
 
 #include "kernels/common.cuh"
-#include "kernels/cuda_backend.h"
 #include "kernels/mma.cuh"
 
 uint3 threadIdx, blockIdx;
@@ -356,88 +357,100 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) {
 cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 
-// ---- what kernels/backend_cuda.cu gives the kernel files, emulated ----
-
-CudaState g_cuda;
-
-void cuda_fail(const char *what, const char *err, const char *file, int line) {
-    die("CUDA emulator: %s failed at %s:%d: %s", what, file, line, err);
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
 }
-void cuda_launch_check(const char *, int) {}
-int env_flag(const char *name) {
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
+cudaError_t cudaGetDevice(int *d) {
+    *d = 0;
+    return cudaSuccess;
 }
-void cuda_init(void) {
-    g_cuda.ready = 1;
-    g_cuda.sm_count = 132;  // an H200's: grid_for sizes grids as it would there
+cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulator of an H200");
+    p->major = 9;
+    p->minor = 0;
+    p->multiProcessorCount = 132;  // an H200's: grid_for sizes grids as it would there
+    return cudaSuccess;
 }
-ProfScope::ProfScope(const char *) : slot(-1), first(0) {}
-ProfScope::~ProfScope() {}
-void ce_lse_invalidate(const void *, size_t) {}
-
-void *scratch_get(size_t bytes) {
-    // a new NaN-filled buffer every call: a kernel that reads scratch it did not write shows it
-    free(g_cuda.scratch);
-    g_cuda.scratch = malloc(bytes ? bytes : 1);
-    if (!g_cuda.scratch) die("CUDA emulator: out of memory for %zu bytes of scratch", bytes);
-    memset(g_cuda.scratch, 0xff, bytes);
-    g_cuda.scratch_size = bytes;
-    return g_cuda.scratch;
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+    static char token;
+    *s = (cudaStream_t)(void *)&token;
+    return cudaSuccess;
 }
-
-// ---- the emulated backend: host memory with the GPU's element types ----
-
-static void *emu_alloc(size_t bytes) {
-    void *p = calloc(1, bytes ? bytes : 1);  // Backend.alloc is zero-filled
-    if (!p) die("CUDA emulator: out of memory allocating %zu bytes", bytes);
-    g_cuda.live_bytes += bytes;
-    if (g_cuda.live_bytes > g_cuda.peak_bytes) g_cuda.peak_bytes = g_cuda.live_bytes;
-    return p;
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    *free_bytes = *total_bytes = (size_t)141 << 30;  // (host memory: nothing to report)
+    return cudaSuccess;
 }
-static void emu_free(void *p) { free(p); }  // live_bytes is not tracked per pointer here
-static void emu_zero(real *p, size_t n) { memset(p, 0, n * sizeof(bf16)); }
-static void emu_upload(real *dst, const float *src, size_t n) {
-    bf16 *d = (bf16 *)dst;
-    for (size_t i = 0; i < n; i++) d[i] = __float2bfloat16_rn(src[i]);
+struct EmuEvent {
+    double t;
+};
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    *e = new EmuEvent{0};
+    return cudaSuccess;
 }
-static void emu_download(float *dst, const real *src, size_t n) {
-    const bf16 *s = (const bf16 *)src;
-    for (size_t i = 0; i < n; i++) dst[i] = __bfloat162float(s[i]);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    return cudaSuccess;
 }
-static void emu_upload_tokens(int *dst, const int *src, size_t n) { memcpy(dst, src, n * sizeof(int)); }
-static void emu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
-static void emu_synchronize(void) {}
-
-extern "C" int cuda_device_count(void) { return 1; }
-
-extern "C" const Backend *backend_cuda(void) {
-    static Backend b;
-    if (b.name) return &b;
-    cuda_init();
-    b.elem_size = sizeof(bf16);
-    b.stat_size = sizeof(float);
-    b.keeps_master = 1;
-    b.alloc = emu_alloc;
-    b.free = emu_free;
-    b.zero = emu_zero;
-    b.upload = emu_upload;
-    b.download = emu_download;
-    b.upload_tokens = emu_upload_tokens;
-    b.copy_to_host = emu_copy;
-    b.copy_from_host = emu_copy;
-    b.synchronize = emu_synchronize;
-    b.delta_rule = cuda_delta_rule_ops();  // the one emulated family
-    b.name = "cuda-emulated";
-    return &b;
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t stop) {
+    *ms = (float)(stop->t - start->t);
+    return cudaSuccess;
 }
 
-extern "C" void cuda_memory_stats(size_t *live, size_t *peak, size_t *used, size_t *total) {
-    *live = g_cuda.live_bytes;
-    *peak = g_cuda.peak_bytes;
-    *used = 0;
-    *total = 0;
+// ---- cuBLASLt's GEMM (cuda_emu.h says what it computes) ----
+
+namespace {
+const float kGeluK = 0.7978845608028654f, kGeluA = 0.044715f;  // tanh GELU, as model/ops/core/gelu.c
+float gelu(float x) { return 0.5f * x * (1.f + tanhf(kGeluK * (x + kGeluA * x * x * x))); }
+float gelu_grad(float x) {
+    float t = tanhf(kGeluK * (x + kGeluA * x * x * x));
+    return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * kGeluK * (1.f + 3.f * kGeluA * x * x);
 }
-extern "C" int cuda_profile_enabled(void) { return 0; }
-extern "C" void cuda_profile_reset(void) {}
-extern "C" void cuda_profile_print(FILE *, int) {}
+}  // namespace
+
+void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, const bf16 *A, int lda, long long strideA,
+                   const bf16 *B, int ldb, long long strideB, float beta, const bf16 *C, bf16 *D, int ldc,
+                   long long strideC, int batch, int epi, void *bias, bf16 *aux) {
+    if (batch < 1) batch = 1;
+    if (batch > 1 && (epi != EMU_EPI_NONE || bias)) emu_die("a batched GEMM with an epilogue: not emulated");
+    std::vector<float> a((size_t)m * k), b((size_t)k * n);  // op(A) row-major (m, k); op(B) column by column (n, k)
+    for (int bi = 0; bi < batch; bi++) {
+        const bf16 *Ab = A + bi * strideA, *Bb = B + bi * strideB, *Cb = C ? C + bi * strideC : nullptr;
+        bf16 *Db = D + bi * strideC;
+        for (int i = 0; i < m; i++)
+            for (int p = 0; p < k; p++)
+                a[(size_t)i * k + p] = (float)(transa ? Ab[p + (size_t)i * lda] : Ab[i + (size_t)p * lda]);
+        for (int j = 0; j < n; j++)
+            for (int p = 0; p < k; p++)
+                b[(size_t)j * k + p] = (float)(transb ? Bb[j + (size_t)p * ldb] : Bb[p + (size_t)j * ldb]);
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                const float *ar = &a[(size_t)i * k], *bc = &b[(size_t)j * k];
+                float acc = 0.f;
+                for (int p = 0; p < k; p++) acc += ar[p] * bc[p];
+                size_t at = i + (size_t)j * ldc;
+                float x = alpha * acc;
+                if (beta != 0.f) x += beta * (float)Cb[at];  // (read before D is written: C may be D)
+                if (bias && (epi == EMU_EPI_NONE || epi == EMU_EPI_GELU_AUX)) x += (float)((const bf16 *)bias)[i];
+                if (epi == EMU_EPI_GELU_AUX) {
+                    aux[at] = bf16(x);
+                    x = gelu(x);
+                } else if (epi == EMU_EPI_DGELU) {
+                    x *= gelu_grad((float)aux[at]);
+                }
+                Db[at] = bf16(x);
+            }
+        if (epi == EMU_EPI_BGRADB_F32 || epi == EMU_EPI_BGRADB_BF16)
+            for (int j = 0; j < n; j++) {
+                float s = 0.f;
+                for (int p = 0; p < k; p++) s += b[(size_t)j * k + p];
+                if (epi == EMU_EPI_BGRADB_F32) ((float *)bias)[j] = s;
+                else ((bf16 *)bias)[j] = bf16(s);
+            }
+    }
+}

@@ -1,4 +1,5 @@
-// A CPU emulator for the CUDA subset of the emulated kernel families (kernels/delta_rule/), so
+// A CPU emulator for the CUDA subset the backend uses (every family of kernels/, Makefile
+// EMU_FAMILIES, and kernels/backend_cuda.cu), so
 // that `make test` checks their logic against the CPU reference on a machine with no GPU
 // (docs/cuda.md, "The CPU emulator").
 //
@@ -24,9 +25,12 @@
 //
 // The tensor-core instructions of kernels/mma.cuh (mma.sync m16n8k16, ldmatrix, cp.async) are
 // emulated from their fragment layouts (cuda_emu.cpp); no other inline PTX is.
+// cuBLASLt's GEMM (with the epilogues kernels/core/matmul.cu uses) is a plain loop (emu_lt_matmul)
+// and CUB's radix sort a stable sort, so the whole backend (kernels/backend_cuda.cu and every
+// family) runs here.
 // What it does not model: timing, memory coalescing, atomics' reordering (atomicAdd is a plain add here, so a kernel whose result depends
-// on the order of its atomics passes here and may not be deterministic on the GPU), cuBLAS,
-// inter-block communication within a launch, __restrict__ aliasing assumptions.
+// on the order of its atomics passes here and may not be deterministic on the GPU), cuBLAS's
+// own summation order, inter-block communication within a launch, __restrict__ aliasing assumptions.
 #ifndef HYBRID_CUDA_EMU_H
 #define HYBRID_CUDA_EMU_H
 
@@ -46,6 +50,7 @@
 #define __noinline__
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
+#define __grid_constant__
 // Function-local __shared__ variables become statics: one copy, seen by every fiber of the
 // running block, as shared memory is. (`extern __shared__` is a compile error here: dynamic
 // shared memory is taken through DYNAMIC_SMEM.)
@@ -111,8 +116,12 @@ static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 #define __logf logf
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float __frcp_rn(float x) { return 1.0f / x; }
+static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 static inline float __saturatef(float x) { return x < 0.f ? 0.f : (x > 1.f ? 1.f : x); }
 template <typename T> static inline T __ldg(const T *p) { return *p; }
+// (cache hints: plain loads and stores here)
+template <typename T> static inline T __ldcg(const T *p) { return *p; }
+template <typename T> static inline void __stcg(T *p, T v) { *p = v; }
 
 // ---- barriers and warp operations (tests/cuda_emu/cuda_emu.cpp) ----
 void emu_syncthreads(const char *file, int line);
@@ -186,6 +195,84 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize(void);
 template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
+
+// What kernels/backend_cuda.cu and kernels/device.cu ask of the runtime: one device shaped as
+// an H200 (132 SMs, compute capability 9.0, so grid_for sizes grids as there), a stream and
+// events that are tokens (everything runs when it is launched), events timed by the host clock.
+enum { cudaErrorNoDevice = 100, cudaErrorInsufficientDriver = 35 };
+enum { cudaStreamNonBlocking = 1 };
+struct cudaDeviceProp {
+    char name[256];
+    int major, minor, multiProcessorCount;
+};
+typedef struct EmuEvent *cudaEvent_t;
+cudaError_t cudaGetDeviceCount(int *n);
+cudaError_t cudaGetDevice(int *d);
+cudaError_t cudaSetDevice(int d);
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
+cudaError_t cudaEventSynchronize(cudaEvent_t e);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t stop);
+
+// ---- cuBLASLt: the handle is a token; the GEMM is emu_lt_matmul below ----
+typedef int cublasStatus_t;
+enum { CUBLAS_STATUS_SUCCESS = 0 };
+static inline const char *cublasGetStatusString(cublasStatus_t) { return "emulated cuBLAS error"; }
+static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = (cublasLtHandle_t)1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+// cublasLtMatmul's arithmetic for the epilogues kernels/core/matmul.cu uses, column-major as
+// cuBLAS: per batch b (A, B, C, D advanced by strideA, strideB, strideC),
+//   X (m, n) = alpha op(A) op(B) + beta C  (C not read when beta is 0; C may be D)  + bias[i]
+// with op(A) (m, k) = transa ? A^T : A (stored with leading dimension lda), op(B) (k, n) likewise,
+// fp32 accumulation over bf16 inputs in k order, one bf16 rounding at the end; then
+//   EMU_EPI_NONE   D = X                       (bias: bf16, m values, or NULL)
+//   EMU_EPI_GELU_AUX  aux = X, D = gelu(X)     (tanh GELU of the fp32 X; aux has D's ldc)
+//   EMU_EPI_DGELU  D = X * gelu'(aux)          (no bias)
+//   EMU_EPI_BGRADB_F32 / _BF16  D = X and bias RECEIVES (written) sum_k op(B)[p, j], n values
+enum { EMU_EPI_NONE, EMU_EPI_GELU_AUX, EMU_EPI_DGELU, EMU_EPI_BGRADB_F32, EMU_EPI_BGRADB_BF16 };
+void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, const __nv_bfloat16 *A, int lda,
+                   long long strideA, const __nv_bfloat16 *B, int ldb, long long strideB, float beta,
+                   const __nv_bfloat16 *C, __nv_bfloat16 *D, int ldc, long long strideC, int batch, int epi,
+                   void *bias, __nv_bfloat16 *aux);
+
+// ---- CUB: the one algorithm kernels/core/embed.cu uses ----
+// DeviceRadixSort::SortPairs: a stable sort of (key, value) pairs by key bits [begin_bit,
+// end_bit) (keys compared as unsigned after cub's sign-bit flip of signed types, so the order is
+// the signed order); with temp NULL it only sizes the temporary storage.
+namespace cub {
+struct DeviceRadixSort {
+    template <typename K, typename V>
+    static cudaError_t SortPairs(void *temp, size_t &temp_bytes, const K *keys_in, K *keys_out, const V *values_in,
+                                 V *values_out, int n, int begin_bit = 0, int end_bit = (int)sizeof(K) * 8,
+                                 cudaStream_t = 0) {
+        if (!temp) {
+            temp_bytes = (size_t)(n > 0 ? n : 1) * sizeof(int);
+            return cudaSuccess;
+        }
+        static_assert(sizeof(K) <= 8, "keys of at most 8 bytes");
+        auto bits = [&](K key) {
+            uint64_t u = 0;
+            memcpy(&u, &key, sizeof(K));
+            if (K(-1) < K(0)) u ^= (uint64_t)1 << (sizeof(K) * 8 - 1);  // signed: the sign bit flipped
+            uint64_t hi = end_bit >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << end_bit) - 1);
+            return (u & hi) >> begin_bit;
+        };
+        int *idx = (int *)temp;
+        for (int i = 0; i < n; i++) idx[i] = i;
+        std::stable_sort(idx, idx + n, [&](int a, int b) { return bits(keys_in[a]) < bits(keys_in[b]); });
+        for (int i = 0; i < n; i++) {  // (outputs apart from the inputs, as cub's are)
+            keys_out[i] = keys_in[idx[i]];
+            values_out[i] = values_in[idx[i]];
+        }
+        return cudaSuccess;
+    }
+};
+}  // namespace cub
 
 // ---- launches (called by launch_kernel in kernels/common.cuh) ----
 // Runs body once per thread of every block of the grid; smem bytes of dynamic shared memory

@@ -386,6 +386,32 @@ static void test_crossentropy(int N, int V, int Vp) {
 
 int main(void) {
     gpu_test_init("test_core");
+#ifdef HYBRID_CUDA_EMU
+    // the CPU emulator (tests/cuda_emu/): small shapes, every kernel path of the GPU run
+    // (C 256 for the vectorized LayerNorm, head size 64 for the tensor-core attention)
+    const int B = 2, T = 128, C = 128, NH = 2, V = 500, Vp = 512, N = B * T;
+    test_embed(B, T, C, V, Vp);
+    test_layernorm(64, 256);
+    test_layernorm(50, 200);  // generic path
+    test_add_norm(64, 256);
+    test_add_norm(50, 200);  // generic path (separate ops)
+    test_matmul(N, C, 3 * C, 1);
+    test_matmul(N, 4 * C, C, 1);
+    test_matmul(64, C, Vp, 0);
+    test_matmul(30, 100, 36, 1);  // odd shapes
+    test_matmul_many_shapes();
+    test_matmul_gelu(N, C, 4 * C);
+    test_attention(B, T, C, NH);
+    test_attention(1, 100, 128, 2);  // T not a multiple of the tile
+    test_attention(1, 50, 64, 2);    // head size 32: the strided attention's SIMT kernels
+    test_attention(1, 100, 256, 2);  // head size 128: the strided attention's tensor-core kernels
+    const int heads[3][2] = {{128, 2}, {256, 2}, {120, 3}};             // C, NH
+    const int rows[5][2] = {{1, 1}, {1, 7}, {1, 100}, {16, 16}, {5, 40}};  // Tq, Tc
+    for (int h = 0; h < 3; h++)
+        for (int r = 0; r < 5; r++) test_attention_cached(rows[r][0], rows[r][1], heads[h][0], heads[h][1]);
+    test_elementwise((size_t)N * 4 * C + 3);
+    test_crossentropy(64, V, Vp);
+#else
     const int B = 4, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
     test_embed(B, T, C, V, Vp);
     test_layernorm(N, C);
@@ -400,7 +426,9 @@ int main(void) {
     test_matmul_gelu(N, C, 4 * C);
     test_attention(B, T, C, NH);
     test_attention(2, 200, 256, 4);  // T not a multiple of the tile
-    test_attention(2, 100, 128, 4);  // head size 32: the generic kernels
+    test_attention(2, 100, 128, 4);  // head size 32: the strided attention's SIMT kernels
+    test_attention(4, 1000, 768, 6); // head size 128 (the hybrids): its tensor-core kernels
+    test_attention(2, 130, 600, 3);  // head size 200: SIMT, T past two tiles
     // decode: one new row (cache of 1, 7, 1024 rows), a full prefill, a chunk of 5; head
     // sizes 64 (GPT-2), 128 and 40 (not a multiple of the warp)
     const int heads[3][2] = {{768, 12}, {256, 2}, {120, 3}};                 // C, NH
@@ -409,6 +437,7 @@ int main(void) {
         for (int r = 0; r < 5; r++) test_attention_cached(rows[r][0], rows[r][1], heads[h][0], heads[h][1]);
     test_elementwise((size_t)N * 4 * C + 3);
     test_crossentropy(2048, V, Vp);
+#endif
     gpu_test_summary();
     TEST_MAIN_END();
 }

@@ -33,10 +33,90 @@ static void gpt2_config(Config *c, int B, int T) {
     config_finalize(c);
 }
 
-static void test_model_step(int B, int T) {
-    printf("GPT-2 124M, one training step, CPU float vs CUDA bf16, B=%d T=%d\n", B, T);
-    Config c;
-    gpt2_config(&c, B, T);
+// A config file's model with its layer pattern replaced (and, moe_off, its MoE layers made dense
+// SwiGLU layers of the config's mlp_hidden): the hybrids' whole-model checks.
+static void cut_config(Config *c, const char *file, const char *layers, int moe_off, int B, int T) {
+    config_defaults(c);
+    config_load_file(c, file);
+    config_set_override(c, "layers", layers);
+    if (moe_off) config_set_override(c, "moe_experts", "0");
+    c->batch_size = B;
+    c->seq_len = T;
+    config_finalize(c);
+}
+
+#ifdef HYBRID_CUDA_EMU
+// The CPU emulator (tests/cuda_emu/): a config file's model cut down to `layers` at d_model 64
+// (one head of 64: the tensor-core attention path), a 500-token vocabulary padded to 512, the
+// last token the end-of-text one.
+static void tiny_config(Config *c, const char *file, const char *layers, int B, int T) {
+    config_defaults(c);
+    config_load_file(c, file);
+    config_set_override(c, "layers", layers);
+    config_set_override(c, "d_model", "64");
+    config_set_override(c, "n_head", "1");
+    config_set_override(c, "vocab_size", "500");
+    config_set_override(c, "padded_vocab_size", "512");
+    config_set_override(c, "eot_token", "499");  // (inside the vocabulary: kda-tiny resets at EOT)
+    config_set_override(c, "context_length", "128");
+    c->batch_size = B;
+    c->seq_len = T;
+    config_finalize(c);
+}
+#endif
+
+// Tokens whose top-k expert set differs between the two models' last forward, over every MoE
+// layer (the router sees bf16 activations on the GPU: a token whose k-th and (k+1)-th scores are
+// closer than that rounding may pick another expert, and then its expert gradients differ by
+// design, not by a bug). *slots: the (token, layer) pairs compared.
+static long routing_differences(const Model *mc, const Model *mg, int N, long *slots) {
+    const int K = mc->cfg.moe_top_k;
+    long diff = 0;
+    *slots = 0;
+    int *sc = xmalloc(sizeof(int) * (size_t)N * K), *sg = xmalloc(sizeof(int) * (size_t)N * K);
+    for (int l = 0; l < mc->cfg.n_layer; l++) {
+        if (!mc->mp.blocks[l].moe_layer) continue;
+        mc->be->copy_to_host(sc, mc->acts.blocks[l].moe.sel, sizeof(int) * (size_t)N * K);
+        mg->be->copy_to_host(sg, mg->acts.blocks[l].moe.sel, sizeof(int) * (size_t)N * K);
+        for (int i = 0; i < N; i++) {
+            int same = 1;  // the same set, in any order
+            for (int a = 0; a < K && same; a++) {
+                int found = 0;
+                for (int b = 0; b < K; b++) found |= sc[i * K + a] == sg[i * K + b];
+                same = found;
+            }
+            diff += !same;
+        }
+        *slots += N;
+    }
+    free(sc), free(sg);
+    return diff;
+}
+
+// One forward and backward of the same bf16-representable weights and batch on the CPU (float)
+// and CUDA (bf16) backends: loss within TOL_OUT, logits and all gradients together within tol,
+// the worst single gradient tensor within 1.5 * tol, except tensors of at most FEW values: those
+// (the delta-rule layers' per-head gate vectors, A_log and GDN's dt_bias) within 3 * tol. Each
+// of their values is a sum over every token (and channel) of products whose signs cancel, so its
+// relative error is the per-element bf16 error times that cancellation: measured 4.8e-2 on the
+// H200 (KDA's A_log, 4 heads, KL-XS widths), where every larger tensor stays below 1.8e-2.
+// A model with MoE layers runs twice. First with the routing forced: the (selection-only,
+// untrained) router bias set to e for expert e, far above the score differences, so every token
+// picks the same top-k experts on both backends and no routing decision can differ; every tensor
+// is checked. Then with the natural routing: a token whose k-th and (k+1)-th scores differ by less
+// than the GPU's bf16 rounding may take another expert there (counted and printed); its expert's
+// gradients, the router's and those of the norm feeding it then differ by design, by several
+// percent for a handful of tokens, and so do the logits of those tokens (measured on the H200,
+// KL-XS widths: 24 of 1536 pairs differ; logits 4.1e-2, all gradients 5.9e-2, a router tensor
+// 1.8e-1). So that run checks the loss and that few tokens differ (at most 5%: a broken router
+// would scatter them), and prints the rest.
+enum { ROUTE_NATURAL, ROUTE_FORCED };
+#define FEW 64
+static void model_step_compare(const char *name, const Config *cfg, double tol, int route) {
+    const int B = cfg->batch_size, T = cfg->seq_len;
+    printf("%s, one training step, CPU float vs CUDA bf16, B=%d T=%d%s\n", name, B, T,
+           route == ROUTE_FORCED ? ", routing forced (router bias e for expert e)" : "");
+    Config c = *cfg;
     Model mc, mg;
     model_create(&mc, &c.model, backend_cpu(), B, T);
     model_create(&mg, &c.model, G, B, T);
@@ -44,6 +124,11 @@ static void test_model_step(int B, int T) {
     float *w = xmalloc(sizeof(float) * np);
     params_init(&mc.table, w, 1234);
     for (size_t i = 0; i < np; i++) w[i] = bf16_round(w[i]);
+    for (int l = 0; route == ROUTE_FORCED && l < c.model.n_layer; l++)
+        if (mc.mp.blocks[l].moe_layer) {
+            const ParamInfo *p = &mc.table.items[mc.mp.blocks[l].moe.router_bias];
+            for (size_t e = 0; e < p->numel; e++) w[p->offset + e] = (float)e;
+        }
     model_set_params(&mc, w);
     model_set_params(&mg, w);
     int *in = rand_tokens(N, c.model.vocab_size, 0), *tg = rand_tokens(N, c.model.vocab_size, 0);
@@ -57,7 +142,17 @@ static void test_model_step(int B, int T) {
     // Whole model: 12 layers of bf16 activations compound the per-op rounding
     // (~1.7e-3 each); measured ~1.0e-2 on logits and ~1.1e-2 on the gradients, so the
     // whole-model check uses 2e-2 (3e-2 for the worst single tensor).
-    expect("logits", rel_rms(zg, zc, N * Vp), TOL_MODEL);
+    long flips = 0;
+    if (c.model.moe_experts > 0) {
+        long slots;
+        flips = routing_differences(&mc, &mg, (int)N, &slots);
+        printf("  tokens routed to a different expert set: %ld of %ld (token, MoE layer) pairs\n", flips, slots);
+        if (route == ROUTE_FORCED) CHECK(flips == 0, "forced routing differs on %ld tokens", flips);
+        else CHECK(flips * 20 <= slots, "%ld of %ld tokens routed differently: above 5%%", flips, slots);
+    }
+    const int checked = route == ROUTE_FORCED || flips == 0;
+    if (checked) expect("logits", rel_rms(zg, zc, N * Vp), tol);
+    else printf("  logits                                               %.3e  (not checked: routing differs)\n", rel_rms(zg, zc, N * Vp));
     model_zero_grad(&mc);
     model_zero_grad(&mg);
     model_backward(&mc, 1.0f);
@@ -65,23 +160,38 @@ static void test_model_step(int B, int T) {
     float *gc = xmalloc(sizeof(float) * np), *gg = xmalloc(sizeof(float) * np);
     model_get_grads(&mc, gc);
     model_get_grads(&mg, gg);
-    double worst = 0;
-    const char *worst_name = "";
+    double worst = 0, worst_few = -1;
+    const char *worst_name = "", *few_name = "";
     for (int i = 0; i < mc.table.count; i++) {
         const ParamInfo *p = &mc.table.items[i];
         double e = rel_rms(gg + p->offset, gc + p->offset, p->numel);
         printf("    grad %-34s %.3e\n", p->name, e);
-        if (e > worst) {
-            worst = e;
-            worst_name = p->name;
-        }
+        if (p->numel <= FEW && e > worst_few) worst_few = e, few_name = p->name;
+        if (p->numel > FEW && e > worst) worst = e, worst_name = p->name;
     }
-    printf("  worst tensor: %s\n", worst_name);
-    expect("gradients, all tensors together", rel_rms(gg, gc, np), TOL_MODEL);
-    expect("gradients, worst single tensor", worst, 1.5 * TOL_MODEL);
+    printf("  worst tensor: %s; of at most %d values: %s\n", worst_name, FEW, worst_few >= 0 ? few_name : "(none)");
+    if (checked) {
+        expect("gradients, all tensors together", rel_rms(gg, gc, np), tol);
+        expect("gradients, worst single tensor", worst, 1.5 * tol);
+        if (worst_few >= 0) expect("gradients, worst tensor of at most 64 values", worst_few, 3 * tol);
+    } else {
+        printf("  gradients: all %.3e, worst tensor %.3e; not checked (routing differs; the forced run checks each)\n",
+               rel_rms(gg, gc, np), worst);
+    }
     model_destroy(&mc);
     model_destroy(&mg);
     free(w), free(in), free(tg), free(zc), free(zg), free(gc), free(gg);
+}
+
+static void test_model_step_of(const char *name, const Config *cfg, double tol) {
+    if (cfg->model.moe_experts > 0) model_step_compare(name, cfg, tol, ROUTE_FORCED);
+    model_step_compare(name, cfg, tol, ROUTE_NATURAL);
+}
+
+static void test_model_step(int B, int T) {
+    Config c;
+    gpt2_config(&c, B, T);
+    test_model_step_of("GPT-2 124M", &c, TOL_MODEL);
 }
 
 // `steps` training steps on the GPU from init seed 1; losses out; params to host (if non-NULL).
@@ -128,11 +238,9 @@ static void gpu_run(Config *c, int steps, int restart_at, double *losses, float 
     free(in), free(tg);
 }
 
-static void test_determinism_and_resume(int muon) {
-    printf("GPT-2 124M on the GPU, %s: two identical runs, and a run restarted from saved state\n",
+static void test_determinism_and_resume(const char *name, Config c, int muon) {
+    printf("%s on the GPU, %s: two identical runs, and a run restarted from saved state\n", name,
            muon ? "Muon" : "AdamW");
-    Config c;
-    gpt2_config(&c, 4, 1024);
     c.optim.optimizer = muon ? OPT_MUON : OPT_ADAMW;
     c.optim.lr = 1e-3;
     enum { S = 4 };
@@ -162,24 +270,31 @@ static void test_determinism_and_resume(int muon) {
 
 // ---- a small GPT-2 trained for a few steps on both backends from the same weights ----
 
-static void test_small_training(int muon) {
-    printf("small GPT-2 (2 layers, d 256, 4 heads), 10 %s steps: CPU float vs CUDA bf16 losses\n",
-           muon ? "Muon" : "AdamW");
-    Config c;
-    config_defaults(&c);
-    config_load_file(&c, "configs/gpt2-tiny.conf");
-    config_set_override(&c, "layers", "A x2");
-    c.model.d_model = 256;
-    c.model.n_head = 4;
-    c.model.vocab_size = 1000;
-    c.model.padded_vocab_size = 0;
-    c.model.mlp_hidden = 0;
-    c.batch_size = 8;
-    c.seq_len = 128;
-    c.optim.optimizer = muon ? OPT_MUON : OPT_ADAMW;
-    c.optim.lr = 2e-3;
-    config_finalize(&c);
-    const int B = c.batch_size, T = c.seq_len, S = 10;
+// A small model from `file` for the training comparison: `layers` at d 256 (4 heads), a
+// 1000-token vocabulary, B 8, T 128, lr 2e-3.
+static void small_config(Config *c, const char *file, const char *layers, int muon) {
+    config_defaults(c);
+    config_load_file(c, file);
+    config_set_override(c, "layers", layers);
+    c->model.d_model = 256;
+    c->model.n_head = 4;
+    c->model.vocab_size = 1000;
+    c->model.padded_vocab_size = 0;
+    c->model.mlp_hidden = 0;
+    c->batch_size = 8;
+    c->seq_len = 128;
+    c->optim.optimizer = muon ? OPT_MUON : OPT_ADAMW;
+    c->optim.lr = 2e-3;
+    config_finalize(c);
+}
+
+// S training steps of the same weights and batches on both backends: the CPU loss falls, and
+// every step's losses agree within tol: relative, or (nats > 0) within that many nats.
+static void test_small_training(const char *name, const Config *cfg, int S, double tol, double nats) {
+    Config c = *cfg;
+    printf("%s, %d %s steps: CPU float vs CUDA bf16 losses\n", name, S,
+           c.optim.optimizer == OPT_MUON ? "Muon" : "AdamW");
+    const int B = c.batch_size, T = c.seq_len;
     size_t N = (size_t)B * T;
     Model mc, mg;
     model_create(&mc, &c.model, backend_cpu(), B, T);
@@ -210,14 +325,15 @@ static void test_small_training(int muon) {
             model_backward(ms[k], 1.0f);
             optimizer_step(os[k], ms[k], c.optim.lr, grad_global_norm(ms[k]));
         }
-        double e = fabs(l[1] - l[0]) / l[0];
+        double e = nats > 0 ? fabs(l[1] - l[0]) : fabs(l[1] - l[0]) / l[0];
         if (e > worst) worst = e;
         if (s == 0) first = l[0];
         lastc = l[0];
         printf("  step %2d loss cpu %.6f cuda %.6f\n", s + 1, l[0], l[1]);
     }
     CHECK(lastc < first - 0.5, "the CPU reference loss did not fall: %f -> %f", first, lastc);
-    expect("loss trajectory, worst relative difference", worst, TOL_OUT);
+    if (nats > 0) expect("loss trajectory, worst difference in nats", worst, nats);
+    else expect("loss trajectory, worst relative difference", worst, tol);
     optimizer_destroy(&oc, &mc);
     optimizer_destroy(&og, &mg);
     model_destroy(&mc);
@@ -240,8 +356,9 @@ static int sh(const char *cmd) {
     return rc;
 }
 
-static void test_cli_resume(const char *optimizer) {
-    printf("hybrid train --device cuda (%s): uninterrupted vs stopped + --resume auto\n", optimizer);
+// model: the config file and model keys of the run (a 1000-token vocabulary, T 128)
+static void test_cli_resume(const char *model, const char *optimizer) {
+    printf("hybrid train --device cuda %s (%s): uninterrupted vs stopped + --resume auto\n", model, optimizer);
     remove_tree(CLI_DIR);
     mkdir_p(CLI_DIR "/data");
     Rng r;
@@ -257,12 +374,12 @@ static void test_cli_resume(const char *optimizer) {
     }
     char base[2048];
     snprintf(base, sizeof base,
-             "./hybrid train configs/gpt2-tiny.conf --device cuda --layers 'A x2' --d_model 256 --n_head 4 "
+             "./hybrid train %s --device cuda "
              "--vocab_size 1000 --padded_vocab_size 0 --context_length 128 --seq_len 128 --batch_size 8 "
              "--total_batch_size 2048 --steps 8 --warmup_steps 2 --lr 3e-3 --optimizer %s --val_every 4 "
              "--val_batches 2 --log_every 2 --sample_tokens 8 --train_data '" CLI_DIR "/data/train_*.bin' "
              "--val_data '" CLI_DIR "/data/val_*.bin' ",
-             optimizer);
+             model, optimizer);
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s --out_dir " CLI_DIR "/a --checkpoint_every 4", base);
     CHECK(sh(cmd) == 0, "uninterrupted run failed");
@@ -290,13 +407,54 @@ int main(void) {
         return 77;  // run_all.sh counts it as skipped
     }
     gpu_test_init("test_model");
+#ifdef HYBRID_CUDA_EMU
+    // the CPU emulator: one step of a 2-layer GPT-2 and of a 2-layer KDA model (two chunks of
+    // 64 per sequence), of the hybrid and of every mixer; the training, determinism and CLI runs
+    // are the GPU's
+    {
+    Config c;
+    tiny_config(&c, "configs/gpt2-tiny.conf", "A x2", 2, 64);
+    test_model_step_of("GPT-2 tiny (2 layers, d 64)", &c, TOL_MODEL);
+    tiny_config(&c, "configs/kda-tiny.conf", "K x2", 2, 128);
+    test_model_step_of("KDA tiny (2 layers, d 64)", &c, TOL_MODEL);
+    tiny_config(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128);
+    test_model_step_of("KKKM hybrid tiny (4 layers, d 64, MoE, AttnRes)", &c, TOL_MODEL);
+    tiny_config(&c, "configs/hybrid-tiny.conf", "KGDLAM", 2, 128);
+    test_model_step_of("every mixer tiny: KGDLAM (d 64, MoE, AttnRes)", &c, TOL_MODEL);
+    gpu_test_summary();
+    TEST_MAIN_END();
+    }
+#endif
     test_model_step(2, 256);
-    test_small_training(0);
-    test_small_training(1);
-    test_determinism_and_resume(0);
-    test_determinism_and_resume(1);
-    test_cli_resume("adamw");
-    test_cli_resume("muon");
+    Config c;
+    // The hybrids (docs/hybrid.md, "On the GPU"): KL-XS's widths (d 512; MLA 4 heads of
+    // qk 128 + 64, v 128, q and kv ranks 256, output gate; MoE 16 experts top-2 plus a shared
+    // one after a dense first layer; Block AttnRes every 2 layers) cut to 4 layers, with MoE and
+    // dense; then every mixer letter in one dense model.
+    cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 0, 2, 256);
+    test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, MoE, AttnRes)", &c, TOL_MODEL);
+    cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
+    test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes)", &c, TOL_MODEL);
+    cut_config(&c, "configs/kl-xs-3-1.conf", "KGDLAM", 1, 2, 256);
+    test_model_step_of("every mixer: KGDLAM (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
+    small_config(&c, "configs/gpt2-tiny.conf", "A x2", 0);
+    test_small_training("small GPT-2 (2 layers, d 256, 4 heads)", &c, 10, TOL_OUT, 0);
+    small_config(&c, "configs/gpt2-tiny.conf", "A x2", 1);
+    test_small_training("small GPT-2 (2 layers, d 256, 4 heads)", &c, 10, TOL_OUT, 0);
+    // A hybrid's first 20 losses: they fall from 7.0 to 0.3 nats (the learnable map), where a
+    // relative bar inflates, and MoE routing decisions that differ by a bf16 rounding (see
+    // model_step_compare) make the two runs drift; so the bar is absolute, 2e-2 nats (measured
+    // on the H200: at most 8.1e-3, 1.2e-2 relative at a loss of 0.46).
+    small_config(&c, "configs/hybrid-tiny.conf", "KKKM x1", 0);
+    test_small_training("small KKKM hybrid (d 256, MoE 8 top-2, AttnRes)", &c, 20, 0, 2e-2);
+    gpt2_config(&c, 4, 1024);
+    test_determinism_and_resume("GPT-2 124M", c, 0);
+    test_determinism_and_resume("GPT-2 124M", c, 1);
+    cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 0, 4, 1024);
+    test_determinism_and_resume("KKKM hybrid (KL-XS widths, 4 layers, MoE)", c, 0);
+    test_cli_resume("configs/gpt2-tiny.conf --layers 'A x2' --d_model 256 --n_head 4", "adamw");
+    test_cli_resume("configs/gpt2-tiny.conf --layers 'A x2' --d_model 256 --n_head 4", "muon");
+    test_cli_resume("configs/hybrid-tiny.conf --layers 'KKKM x1'", "adamw");
     gpu_test_summary();
     TEST_MAIN_END();
 }

@@ -60,10 +60,18 @@ static void test_glu(int N, int H, int kind) {
 
 int main(void) {
     gpu_test_init("test_norm_glu");
+#ifdef HYBRID_CUDA_EMU
+    // the CPU emulator (tests/cuda_emu/): small shapes (C 256: the vectorized kernels)
+    test_rmsnorm(64, 256);
+    test_rmsnorm(50, 200);  // generic path
+    test_glu(64, 128, 0);
+    test_glu(64, 100, 1);
+#else
     const int N = 4 * 1024, C = 768;
     test_rmsnorm(N, C);
     test_glu(N, 1024, 0);
     test_glu(N, 1024, 1);
+#endif
     gpu_test_summary();
     TEST_MAIN_END();
 }
