@@ -1,5 +1,6 @@
 #include "loader.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +68,39 @@ void loader_open(Loader *L, const char *pattern, int B, int T, int rank, int wor
     loader_seek(L, (LoaderPosition){0, 0, 0});
 }
 
+void loader_open_mqar(Loader *L, const MqarSpec *spec, uint64_t mqar_seed, MqarStream stream, uint64_t sequences,
+                      const char *what, int B, int rank, int world, int shuffle, uint64_t seed) {
+    memset(L, 0, sizeof *L);
+    char why[256];
+    if (mqar_check(spec, why, sizeof why)) die("%s", why);
+    const uint64_t per_sample = (uint64_t)world * (uint64_t)B;
+    if (sequences < per_sample)
+        die("%s = %llu MQAR sequences is fewer than one batch of %d rank(s) x batch_size %d", what,
+            (unsigned long long)sequences, world, B);
+    char name[160];
+    snprintf(name, sizeof name, "MQAR %s (%s = %llu, mqar_pairs = %d)", stream == MQAR_TRAIN ? "train" : "val", what,
+             (unsigned long long)sequences, spec->pairs);
+    L->nshards = 1;
+    L->paths = xmalloc(sizeof(char *));
+    L->paths[0] = xstrdup(name);
+    L->ntok = xmalloc(sizeof(size_t));
+    L->ntok[0] = (size_t)sequences * (size_t)spec->seq_len;
+    L->nsamples = xmalloc(sizeof(size_t));
+    L->nsamples[0] = (size_t)(sequences / per_sample);
+    L->B = B;
+    L->T = spec->seq_len;
+    L->rank = rank;
+    L->world = world;
+    L->vocab_size = spec->vocab_size;
+    L->shuffle = shuffle;
+    L->seed = seed;
+    L->mqar = *spec;
+    L->mqar_seed = mqar_seed;
+    L->mqar_stream = stream;
+    L->shard_order = xmalloc(sizeof(int));
+    loader_seek(L, (LoaderPosition){0, 0, 0});
+}
+
 void loader_close(Loader *L) {
     for (int i = 0; i < L->nshards; i++) free(L->paths[i]);
     free(L->paths);
@@ -97,10 +131,17 @@ size_t loader_samples_per_epoch(const Loader *L) {
     return n;
 }
 
-void loader_next(Loader *L, int *inputs, int *targets) {
+// This rank's B sequences of MQAR sample `sample`.
+static void mqar_next(Loader *L, size_t sample, int *inputs, int *targets) {
+    const size_t T = (size_t)L->T;
+    const uint64_t first = ((uint64_t)sample * (uint64_t)L->world + (uint64_t)L->rank) * (uint64_t)L->B;
+    for (int b = 0; b < L->B; b++)
+        mqar_sequence(&L->mqar, L->mqar_seed, L->mqar_stream, first + (uint64_t)b, inputs + b * T, targets + b * T);
+}
+
+// This rank's B*T+1 tokens of shard s's sample `sample`, as inputs and shifted targets.
+static void shard_next(Loader *L, int s, size_t sample, int *inputs, int *targets) {
     const size_t BT = (size_t)L->B * L->T;
-    int s = L->shard_order[L->pos.shard];
-    size_t sample = L->sample_order[L->pos.sample];
     size_t start = sample * (size_t)L->world * BT + (size_t)L->rank * BT;
     shard_read(L->paths[s], start, BT + 1, L->buf);
     for (size_t i = 0; i <= BT; i++)  // checked at open; this catches a file replaced since
@@ -111,6 +152,13 @@ void loader_next(Loader *L, int *inputs, int *targets) {
         inputs[i] = L->buf[i];
         targets[i] = L->buf[i + 1];
     }
+}
+
+void loader_next(Loader *L, int *inputs, int *targets) {
+    int s = L->shard_order[L->pos.shard];
+    size_t sample = L->sample_order[L->pos.sample];
+    if (L->mqar.pairs > 0) mqar_next(L, sample, inputs, targets);
+    else shard_next(L, s, sample, inputs, targets);
     // advance: next sample, next shard, next epoch
     if (++L->pos.sample >= L->nsamples[s]) {
         L->pos.sample = 0;

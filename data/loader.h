@@ -6,11 +6,18 @@
 // and together cover every sample exactly once per epoch. With shuffle on, the shard
 // order and the sample order inside each shard are permuted per epoch from
 // (seed, epoch), so the position is fully described by (epoch, shard, sample).
+//
+// The same loader also serves generated MQAR sequences (loader_open_mqar; docs/mqar.md,
+// "Training on MQAR"): one virtual shard of a fixed number of sequences, each made on demand
+// from its index, with targets -1 except at the queries. Positions, shuffling, resume and
+// validation work exactly as for shards.
 #ifndef HYBRID_LOADER_H
 #define HYBRID_LOADER_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "data/mqar.h"
 
 typedef struct {
     uint64_t epoch;   // epochs completed
@@ -32,6 +39,10 @@ typedef struct {
     int *shard_order;
     uint64_t *sample_order;  // for the current shard
     uint16_t *buf;           // B*T+1 tokens
+    // MQAR (mqar.pairs > 0): sequences of stream mqar_stream under mqar_seed instead of shards
+    MqarSpec mqar;
+    uint64_t mqar_seed;
+    MqarStream mqar_stream;
 } Loader;
 
 // Opens and checks every shard that matches `pattern` (a glob; data/shardcheck.h: the
@@ -41,9 +52,17 @@ typedef struct {
 // for one sample. Rank 0 prints the notes (a set without a manifest).
 void loader_open(Loader *L, const char *pattern, int B, int T, int rank, int world, int vocab_size, int shuffle,
                  uint64_t seed);
+// A loader over `sequences` generated MQAR sequences of spec (which must pass mqar_check;
+// T = spec->seq_len): one sample is world * B whole sequences, sample k holding sequences
+// k * world * B .. (k + 1) * world * B - 1 and rank r the r-th B of them; a remainder of
+// fewer than world * B sequences is never read. `what` names the setting that chose
+// `sequences` in messages (e.g. "mqar_train_sequences"); dies when there are too few for one
+// sample.
+void loader_open_mqar(Loader *L, const MqarSpec *spec, uint64_t mqar_seed, MqarStream stream, uint64_t sequences,
+                      const char *what, int B, int rank, int world, int shuffle, uint64_t seed);
 void loader_close(Loader *L);
-// Next B*T inputs and targets (targets are inputs shifted by one). Wraps to a new
-// epoch at the end.
+// Next B*T inputs and targets (shards: the targets are the inputs shifted by one; MQAR:
+// the sequences' own targets). Wraps to a new epoch at the end.
 void loader_next(Loader *L, int *inputs, int *targets);
 // Rewinds to the start (for validation passes).
 void loader_reset(Loader *L);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "data/mqar.h"
 #include "model/mixer.h"
 
 typedef enum { T_INT, T_LONG, T_REAL, T_BOOL, T_STR, T_ENUM, T_LAYERS } KeyType;
@@ -124,6 +125,13 @@ static const Key KEYS[] = {
     K(val_every, T_INT, "50", NULL, 0, "steps between validation passes (0 = only at the end)"),
     K(val_batches, T_INT, "0", NULL, 0, "validation batches per pass (0 = the whole val split)"),
     K(shuffle, T_BOOL, "true", NULL, 0, "shuffle shard order and samples every epoch"),
+    // generated MQAR data (docs/mqar.md, "Training on MQAR")
+    K(mqar_pairs, T_INT, "0", NULL, 0,
+      "MQAR: key-value pairs per sequence; > 0 trains on generated MQAR sequences of seq_len tokens over vocab_size "
+      "instead of train_data/val_data (0 = shards)"),
+    K(mqar_train_sequences, T_LONG, "100000", NULL, 0, "MQAR: training sequences (one epoch)"),
+    K(mqar_val_sequences, T_INT, "1000", NULL, 0, "MQAR: validation sequences (0 = no validation)"),
+    K(mqar_seed, T_LONG, "0", NULL, 0, "MQAR: seed of the generated sequences (train, val and eval-mqar streams)"),
     K(out_dir, T_STR, "out/runs/default", NULL, 0, "folder for the metrics log and checkpoints"),
     K(checkpoint_every, T_INT, "0", NULL, 0, "steps between checkpoints (0 = only at the end)"),
     K(keep_checkpoints, T_INT, "3", NULL, 0, "how many recent checkpoints to keep"),
@@ -361,6 +369,18 @@ void config_finalize(Config *c) {
     if (c->model.position == POS_LEARNED && c->seq_len > c->model.context_length)
         BAD("seq_len", "seq_len = %d exceeds context_length = %d (learned positions; context_length set at %s)",
             c->seq_len, c->model.context_length, origin_of("context_length"));
+    if (c->mqar_pairs > 0) {
+        const MqarSpec spec = {c->model.vocab_size, c->seq_len, c->mqar_pairs};
+        char why[256];
+        const char *bad = mqar_check(&spec, why, sizeof why);
+        if (bad) BAD(bad, "%s", why);
+        if (c->train_data[0] || c->val_data[0])
+            BAD(c->train_data[0] ? "train_data" : "val_data",
+                "%s is set, but mqar_pairs = %d > 0 (set at %s) trains on generated MQAR sequences: give one or the "
+                "other (train_data = \"\" and val_data = \"\" for MQAR)",
+                c->train_data[0] ? "train_data" : "val_data", c->mqar_pairs, origin_of("mqar_pairs"));
+        if (c->mqar_train_sequences < 1) BAD("mqar_train_sequences", "mqar_train_sequences must be at least 1");
+    }
     // the optimizer's
     const OptimConfig *o = &c->optim;
     if (o->steps < 1) BAD("steps", "steps must be at least 1");

@@ -34,6 +34,11 @@ typedef struct {
     int val_every;
     int val_batches;                  // 0 = the whole val split
     int shuffle;
+    // generated MQAR data instead of shards (mqar_pairs > 0; docs/mqar.md, "Training on MQAR")
+    int mqar_pairs;
+    long mqar_train_sequences;
+    int mqar_val_sequences;           // 0 = no validation
+    long mqar_seed;
     char out_dir[CONFIG_STR];
     int checkpoint_every;             // 0 = only at the end
     int keep_checkpoints;

@@ -1,4 +1,5 @@
-// hybrid: one CLI for training, sampling, data preparation, inspection, import and export.
+// hybrid: one CLI for training, sampling, data preparation, inspection, import, export and the
+// MQAR evaluation.
 #include <stdio.h>
 #include <string.h>
 
@@ -14,7 +15,8 @@ static void usage(FILE *f) {
                "  prepare   tokenize text / JSONL into llm.c-format shards\n"
                "  inspect   print the parameter table, parameter count and FLOPs per token\n"
                "  import    make a checkpoint from a Hugging Face GPT2LMHeadModel folder (--hf)\n"
-               "  export    write a Hugging Face GPT2LMHeadModel (--hf) or fla KDAForCausalLM (--fla) folder\n");
+               "  export    write a Hugging Face GPT2LMHeadModel (--hf) or fla KDAForCausalLM (--fla) folder\n"
+               "  eval-mqar accuracy of a checkpoint on multi-query associative recall (docs/mqar.md)\n");
 }
 
 int main(int argc, char **argv) {
@@ -38,6 +40,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return inspect_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "import")) return import_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return export_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "eval-mqar")) return eval_mqar_main(argc - 1, argv + 1);
     fprintf(stderr, "hybrid: error: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -58,9 +58,10 @@ void metrics_train(MetricsLog *log, int step, double loss, double lr, double gra
     checked_flush(log, n);
 }
 
-void metrics_val(MetricsLog *log, int step, double val_loss) {
+void metrics_val(MetricsLog *log, int step, double val_loss, const char *extra) {
     errno = 0;
-    int n = fprintf(log->f, "{\"step\": %d, \"val_loss\": %.9g}\n", step, val_loss);
+    int n = fprintf(log->f, "{\"step\": %d, \"val_loss\": %.9g%s%s}\n", step, val_loss, extra && *extra ? ", " : "",
+                    extra ? extra : "");
     checked_flush(log, n);
 }
 

@@ -17,7 +17,8 @@ void metrics_open(MetricsLog *log, const char *out_dir, int keep_through_step);
 // follow grad_norm (the MoE load statistics of a model with MoE)
 void metrics_train(MetricsLog *log, int step, double loss, double lr, double grad_norm, const char *extra,
                    double tokens, double tok_per_s, double elapsed);
-void metrics_val(MetricsLog *log, int step, double val_loss);
+// extra: more members after val_loss, already JSON, or NULL (MQAR's accuracy)
+void metrics_val(MetricsLog *log, int step, double val_loss, const char *extra);
 void metrics_close(MetricsLog *log);
 
 // "1h02m", "3m05s", "12s"

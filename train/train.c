@@ -63,7 +63,8 @@ static int train_option(const char *name, const char *value, void *ctx) {
 static void train_help(void) {
     printf("usage: hybrid train [CONFIG.conf] [--key value ...] [--resume auto|CHECKPOINT_DIR] [--overwrite] "
            "[--save-init]\n\n"
-           "Trains the model the config describes on llm.c-format token shards.\n"
+           "Trains the model the config describes on llm.c-format token shards, or on generated MQAR\n"
+           "recall sequences with mqar_pairs > 0 (docs/mqar.md).\n"
            "--resume auto continues from the newest checkpoint in out_dir; resuming is bit-exact.\n"
            "A new run does not start in an out_dir that holds another run (checkpoints or a metrics log):\n"
            "resume it, or pass --overwrite to delete its checkpoints and metrics.jsonl first.\n"
@@ -77,16 +78,51 @@ static void train_help(void) {
 }
 
 // Mean validation loss over `batches` global batches: each rank evaluates its slice of
-// every batch, the ranks' means are averaged.
-static double evaluate(Model *model, Loader *val, int batches, int *inputs, int *targets) {
+// every batch, the ranks' means are averaged. MQAR data (val->mqar.pairs > 0) also counts
+// the queries answered right over all ranks (docs/mqar.md, "Accuracy").
+static double evaluate(Model *model, Loader *val, int batches, int *inputs, int *targets, MqarScore *score) {
     loader_reset(val);
-    double sum = 0;
+    double sum[3] = {0, 0, 0};  // loss, queries, correct
+    float *row = val->mqar.pairs > 0 ? xmalloc(sizeof(float) * (size_t)model->cfg.padded_vocab_size) : NULL;
     for (int i = 0; i < batches; i++) {
         loader_next(val, inputs, targets);
-        sum += model_forward(model, inputs, targets, val->B, val->T);
+        sum[0] += model_forward(model, inputs, targets, val->B, val->T);
+        for (int j = 0; row && j < val->B * val->T; j++) {
+            if (targets[j] < 0) continue;
+            model_logits_row(model, j / val->T, j % val->T, row);
+            sum[1] += 1;
+            sum[2] += mqar_argmax(row, model->cfg.vocab_size) == targets[j];
+        }
     }
-    dist_allreduce_sum_double(&sum, 1);
-    return sum / batches / g_dist.world;
+    free(row);
+    dist_allreduce_sum_double(sum, 3);
+    score->queries = (long)sum[1];
+    score->correct = (long)sum[2];
+    return sum[0] / batches / g_dist.world;
+}
+
+// The training and validation data: shards, or generated MQAR sequences (mqar_pairs > 0;
+// docs/mqar.md, "Training on MQAR"). Returns the validation batches per pass (0: none).
+static int open_data(const Config *c, Loader *train, Loader *val, int rank, int world) {
+    size_t avail = 0;
+    if (c->mqar_pairs > 0) {
+        const MqarSpec spec = {c->model.vocab_size, c->seq_len, c->mqar_pairs};
+        loader_open_mqar(train, &spec, (uint64_t)c->mqar_seed, MQAR_TRAIN, (uint64_t)c->mqar_train_sequences,
+                         "mqar_train_sequences", c->batch_size, rank, world, c->shuffle, (uint64_t)c->seed);
+        if (c->mqar_val_sequences > 0) {
+            loader_open_mqar(val, &spec, (uint64_t)c->mqar_seed, MQAR_VAL, (uint64_t)c->mqar_val_sequences,
+                             "mqar_val_sequences", c->batch_size, rank, world, 0, 0);
+            avail = loader_samples_per_epoch(val);
+        }
+    } else {
+        loader_open(train, c->train_data, c->batch_size, c->seq_len, rank, world, c->model.vocab_size, c->shuffle,
+                    (uint64_t)c->seed);
+        if (c->val_data[0]) {
+            loader_open(val, c->val_data, c->batch_size, c->seq_len, rank, world, c->model.vocab_size, 0, 0);
+            avail = loader_samples_per_epoch(val);
+        }
+    }
+    return c->val_batches && (size_t)c->val_batches < avail ? c->val_batches : (int)avail;
 }
 
 // Collective: every rank contributes what it owns (optimizer.h), rank 0 writes it once.
@@ -153,7 +189,10 @@ static void check_data_position(const char *dir, const Config *c, const TrainerS
         int same;
     } data_keys[] = {{"train_data", !strcmp(had.train_data, c->train_data)},
                      {"shuffle", had.shuffle == c->shuffle},
-                     {"seed", had.seed == c->seed}};
+                     {"seed", had.seed == c->seed},
+                     {"mqar_pairs", had.mqar_pairs == c->mqar_pairs},
+                     {"mqar_train_sequences", had.mqar_train_sequences == c->mqar_train_sequences},
+                     {"mqar_seed", had.mqar_seed == c->mqar_seed}};
     for (size_t i = 0; i < sizeof data_keys / sizeof data_keys[0]; i++)
         if (!data_keys[i].same) {
             char a[CONFIG_STR + 32], b[CONFIG_STR + 32];
@@ -265,7 +304,9 @@ int train_main(int argc, char **argv) {
     TrainArgs args = {0};
     cli_parse(argc, argv, &c, train_option, &args, NULL);
     config_finalize(&c);
-    if (!c.train_data[0]) die("train_data is not set (a glob of shards, e.g. out/data/brown_train_*.bin)");
+    if (!c.train_data[0] && c.mqar_pairs < 1)
+        die("train_data is not set (a glob of shards, e.g. out/data/brown_train_*.bin; or mqar_pairs > 0 for "
+            "generated MQAR sequences, docs/mqar.md)");
 #ifdef _OPENMP
     if (c.threads > 0) omp_set_num_threads(c.threads);
 #endif
@@ -307,13 +348,7 @@ int train_main(int argc, char **argv) {
     GradSync sync;
     grad_sync_create(&sync, &model, &opt, comm, c.bucket_mb);
     Loader train, val;
-    loader_open(&train, c.train_data, c.batch_size, c.seq_len, rank, world, c.model.vocab_size, c.shuffle, (uint64_t)c.seed);
-    int val_batches = 0;
-    if (c.val_data[0]) {
-        loader_open(&val, c.val_data, c.batch_size, c.seq_len, rank, world, c.model.vocab_size, 0, 0);
-        size_t avail = loader_samples_per_epoch(&val);
-        val_batches = c.val_batches && (size_t)c.val_batches < avail ? c.val_batches : (int)avail;
-    }
+    const int val_batches = open_data(&c, &train, &val, rank, world);
     check_ranks_agree(&c, &train);
 
     TrainerState ts = {0};
@@ -443,10 +478,18 @@ int train_main(int argc, char **argv) {
         }
         int last = ts.step == c.optim.steps;
         if (val_batches && ((c.val_every && ts.step % c.val_every == 0) || last)) {
-            double last_val = evaluate(&model, &val, val_batches, inputs, targets);
+            MqarScore acc;
+            double last_val = evaluate(&model, &val, val_batches, inputs, targets, &acc);
             if (root) {
-                metrics_val(&log, ts.step, last_val);
-                printf("step %5d/%d | val loss %.4f (%d batches)\n", ts.step, c.optim.steps, last_val, val_batches);
+                char json[96] = "", text[64] = "";
+                if (acc.queries) {
+                    const double a = (double)acc.correct / (double)acc.queries;
+                    snprintf(json, sizeof json, "\"mqar_accuracy\": %.9g, \"mqar_queries\": %ld", a, acc.queries);
+                    snprintf(text, sizeof text, " | MQAR accuracy %.4f of %ld queries", a, acc.queries);
+                }
+                metrics_val(&log, ts.step, last_val, json);
+                printf("step %5d/%d | val loss %.4f (%d batches)%s\n", ts.step, c.optim.steps, last_val, val_batches,
+                       text);
             }
         }
         // The sample is optional work: it runs after the step's checkpoint, so a sample that
@@ -489,7 +532,7 @@ int train_main(int argc, char **argv) {
     free(inputs);
     free(targets);
     loader_close(&train);
-    if (c.val_data[0]) loader_close(&val);
+    if (val_batches) loader_close(&val);
     grad_sync_destroy(&sync);
     optimizer_destroy(&opt, &model);
     if (comm) comm->destroy(comm);

@@ -6,4 +6,5 @@ int sample_main(int argc, char **argv);
 int inspect_main(int argc, char **argv);
 int import_main(int argc, char **argv);
 int export_main(int argc, char **argv);
+int eval_mqar_main(int argc, char **argv);
 #endif
