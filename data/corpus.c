@@ -33,9 +33,9 @@ static const char HELP[] =
     "  json:NAME=DIR     every *.json file under DIR is one document: its \"text\" strings of\n"
     "                    at least 200 bytes (the World Factbook's prose)\n"
     "\n"
-    "Every document is normalised (data/corpus.h); a paragraph of at least --min-dedup bytes\n"
-    "that appeared before (same text up to ASCII case) is dropped, and so is a document\n"
-    "whose remaining text appeared before or is empty. A document is in validation iff a\n"
+    "Every document is normalised (data/corpus.h); a document that appeared before (same\n"
+    "text up to ASCII case) is dropped, then a paragraph of at least --min-dedup bytes that\n"
+    "appeared before, then a document left empty. A document is in validation iff a\n"
     "hash of its group falls below --val-frac, so a chapter's Bible texts and commentaries\n"
     "(or a dictionary page in every dictionary) are all train or all validation.\n"
     "  --out FILE        the JSONL output: {\"id\", \"split\", \"text\"} per line (required)\n"
@@ -86,7 +86,15 @@ static void take(void *ctx, const char *id, const char *group, const char *text,
     corpus_normalize(text, len, &c->norm);
     s->docs_in++;
     s->bytes_in += c->norm.len;
-    // paragraphs seen before go
+    // a document seen before goes whole; then its paragraphs seen before go
+    if (!c->norm.len) {
+        s->docs_empty++;
+        return;
+    }
+    if (!corpus_set_add(&c->docs, hash_lower(c, c->norm.data, c->norm.len, DOC_SEED))) {
+        s->docs_dup++;
+        return;
+    }
     c->kept.len = 0;
     for (size_t i = 0; i < c->norm.len;) {
         const char *p = c->norm.data + i;
@@ -108,10 +116,6 @@ static void take(void *ctx, const char *id, const char *group, const char *text,
     }
     if (!c->kept.len) {
         s->docs_empty++;
-        return;
-    }
-    if (!corpus_set_add(&c->docs, hash_lower(c, c->kept.data, c->kept.len, DOC_SEED))) {
-        s->docs_dup++;
         return;
     }
     // the id: NAME:id, made unique with #2, #3, ... if a source repeats one
