@@ -321,9 +321,12 @@ test-gpu bench bench-kda bench-kda-ours bench-hybrid:
 	@echo "$@: this build has no CUDA (nvcc not found)"; exit 1
 endif
 
+# `make data`: the Brown corpus (scripts/setup_data.sh); `make data CORPUS=prose`: the ~20M-token
+# prose corpus (scripts/setup_corpus.sh; data/README.md, "The prose corpus")
+CORPUS ?= brown
 data:
 	@sh scripts/install_deps.sh train
-	@sh scripts/setup_data.sh
+	@if [ "$(CORPUS)" = brown ]; then sh scripts/setup_data.sh; else sh scripts/setup_corpus.sh $(CORPUS); fi
 
 # the GPT-2 vocabulary files (encoder.json, vocab.bpe) that the tokenizer tests need
 vocab:

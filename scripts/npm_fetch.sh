@@ -1,13 +1,15 @@
 #!/bin/sh
 # Fetches one npm package with `npm pack`, checks the tarball's sha256 and unpacks it:
 #     sh scripts/npm_fetch.sh NAME VERSION SHA256
-# Leaves out/downloads/NAME-VERSION.tgz and its files in out/downloads/NAME-VERSION/package/.
+# Leaves out/downloads/FILE-VERSION.tgz and its files in out/downloads/FILE-VERSION/package/,
+# where FILE is NAME, or for a scoped name (@scope/name) scope-name, as npm pack names it.
 # Does nothing (but say so) when the verified tarball is already unpacked there.
 set -eu
 name=$1 version=$2 want=$3
 dl=out/downloads
-tgz=$dl/$name-$version.tgz
-dir=$dl/$name-$version
+file=$(printf '%s' "$name" | sed 's|^@||; s|/|-|')
+tgz=$dl/$file-$version.tgz
+dir=$dl/$file-$version
 
 fail() { echo "error: $*" >&2; exit 1; }
 sha256() {
@@ -28,7 +30,7 @@ else
         rm -rf "$tmp"
         fail "npm pack $name@$version failed (is the npm registry reachable?)"
     fi
-    mv "$tmp/$name-$version.tgz" "$tgz"
+    mv "$tmp/$file-$version.tgz" "$tgz"
     rm -rf "$tmp"
     got=$(sha256 "$tgz")
     if [ "$got" != "$want" ]; then

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "data/corpus.h"
 #include "data/prepare.h"
 #include "dist/dist.h"
 #include "train.h"
@@ -13,6 +14,7 @@ static void usage(FILE *f) {
                "  train     train a model from a config on token shards\n"
                "  sample    generate text from a checkpoint\n"
                "  prepare   tokenize text / JSONL into llm.c-format shards\n"
+               "  corpus    gather, clean, de-duplicate and split text sources into JSONL for prepare\n"
                "  inspect   print the parameter table, parameter count and FLOPs per token\n"
                "  import    make a checkpoint from a Hugging Face GPT2LMHeadModel folder (--hf)\n"
                "  export    write a Hugging Face GPT2LMHeadModel (--hf) or fla KDAForCausalLM (--fla) folder\n"
@@ -37,6 +39,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "sample")) return sample_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "prepare")) return prepare_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "corpus")) return corpus_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return inspect_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "import")) return import_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "export")) return export_main(argc - 1, argv + 1);
