@@ -49,6 +49,7 @@ typedef struct {
     int moe_latent_dim;               // l: latent routed experts (variant (b) of docs/hybrid.md,
                                       // "MoE layer variants"); 0 = variant (a)
     int moe_renorm;                   // renormalise the top-k weights
+    int moe_router;                   // router scores: 0 sigmoid, 1 softmax (RouterScoreFn's values)
     double moe_route_scale;           // rho, routed_scaling_factor
     double moe_bias_update_rate;      // gamma_b of the aux-loss-free bias update (docs/hybrid.md,
                                       // "Aux-loss-free bias balancing"); 0 = off

@@ -139,7 +139,7 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     // router (docs/hybrid.md, "Router forward"): sigmoid scores, biased top-k selection,
     // unbiased renormalised weights
     be->core->matmul_forward(a->logits, in, PRM(p->router_w), NULL, N, d.C, d.E);
-    be->moe->router_forward(a->sel, a->weights, a->scores, a->logits, PRM(p->router_bias), N, d.E, d.K, ROUTER_SIGMOID, c->moe_renorm,
+    be->moe->router_forward(a->sel, a->weights, a->scores, a->logits, PRM(p->router_bias), N, d.E, d.K, (RouterScoreFn)c->moe_router, c->moe_renorm,
                        c->moe_route_scale);
     be->moe->moe_dispatch_plan(a->perm, a->pos, a->offsets, a->sel, N, d.K, d.E);
     // routed experts (docs/hybrid.md, "Routed and shared experts" and "Dropless permutation
@@ -239,7 +239,7 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     if (c->moe_aux_loss_coef > 0)
         be->moe->moe_aux_loss_backward(a->dscores, a->scores, a->sel, N, d.E, d.K, T, c->moe_aux_loss_coef,
                                   m->backward_scale);
-    be->moe->router_scores_backward(a->dlogits, a->dscores, a->scores, N, d.E, ROUTER_SIGMOID);
+    be->moe->router_scores_backward(a->dlogits, a->dscores, a->scores, N, d.E, (RouterScoreFn)c->moe_router);
     be->core->matmul_backward(a->dx, GRD(p->router_w), NULL, a->dlogits, a->in, PRM(p->router_w), N, d.C, d.E);
     be->core->add_inplace(din, a->dx, nc);
     // the step's expert loads for the bias update (docs/hybrid.md, "Aux-loss-free bias

@@ -88,5 +88,7 @@ int main(void) {
     // AttnRes with S = 3 over 4 layers (a partial last block), MoE everywhere
     gradcheck("AMMA, S=3, MoE in every layer, RoPE MLA without gate",
               tiny_hybrid("layers", "AMMA", "attn_res_block", "3", "dense_first", "0", "mla_gate", "false", NULL));
+    // the softmax router (moe_router = softmax) with the sequence-wise balance loss
+    gradcheck("MAM, softmax router, balance loss", tiny_hybrid("layers", "MAM", "moe_router", "softmax", NULL));
     TEST_MAIN_END();
 }

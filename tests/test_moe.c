@@ -3,8 +3,8 @@
 //    router backward vs finite differences (sigmoid/softmax, renorm on/off, rho), with
 //    inputs that have no near-ties so FD never flips the selection; the identities of
 //    docs/hybrid.md, "Verification identities";
-//  - auxiliary losses (sequence-wise, Switch) vs finite differences; bias updates (sign,
-//    quantile balancing); load statistics;
+//  - the sequence-wise auxiliary loss (sigmoid and softmax routers) vs finite differences; the
+//    sign bias update; load statistics;
 //  - dispatch plan (stable counting sort), gather / combine vs finite differences;
 //  - a whole MoE layer (variant A and latent variant B, SwiGLU and SiTU, shared expert,
 //    one expert without tokens) vs finite differences for every tensor; latent-norm
@@ -49,7 +49,7 @@ typedef struct {
     double scale;
     real *logits, *bias, *scores, *weights, *Rw;
     int *sel;
-    int aux;  // 0 none, 1 sequence-wise (L = seqlen), 2 switch
+    int aux;  // 0 none, 1 sequence-wise (L = seqlen)
     int L;
     double alpha;
 } RouterCtx;
@@ -60,7 +60,6 @@ static double router_loss(void *p) {
                        c->scale);
     double l = dotv(c->weights, c->Rw, (size_t)c->N * c->K);
     if (c->aux == 1) l += cpu_moe_aux_loss_forward(c->scores, c->sel, c->N, c->E, c->K, c->L, c->alpha);
-    if (c->aux == 2) l += cpu_moe_switch_aux_loss_forward(c->scores, c->sel, c->N, c->E, c->K, c->alpha);
     return l;
 }
 
@@ -68,7 +67,6 @@ static void router_grad(RouterCtx *c, real *dlogits, real *dscores) {
     router_loss(c);
     cpu_router_weights_backward(dscores, c->Rw, c->scores, c->sel, c->N, c->E, c->K, c->renorm, c->scale);
     if (c->aux == 1) cpu_moe_aux_loss_backward(dscores, c->scores, c->sel, c->N, c->E, c->K, c->L, c->alpha, 1.0);
-    if (c->aux == 2) cpu_moe_switch_aux_loss_backward(dscores, c->sel, c->N, c->E, c->K, c->alpha, 1.0);
     cpu_router_scores_backward(dlogits, dscores, c->scores, c->N, c->E, c->fn);
 }
 
@@ -102,7 +100,7 @@ static void test_router_grad(RouterScoreFn fn, int renorm, double scale, int aux
     router_grad(&c, dlogits, dscores);
     char what[128];
     snprintf(what, sizeof what, "router %s renorm=%d rho=%g%s dlogits", fn == ROUTER_SIGMOID ? "sigmoid" : "softmax",
-             renorm, scale, aux == 1 ? " +seq aux" : aux == 2 ? " +switch aux" : "");
+             renorm, scale, aux ? " +seq aux" : "");
     report(what, fd_rel_err(router_loss, &c, c.logits, dlogits, (size_t)N * E, H_FD));
     if (fn == ROUTER_SIGMOID && !aux) {
         // docs/hybrid.md, "Verification identities": unselected experts' logits get exactly
@@ -175,7 +173,7 @@ static void test_balance(void) {
     cpu_moe_bias_update_sign(b2, counts, 4, 0.01, 1);
     CHECK(fabs(b2[0] + b2[1] + b2[2] + b2[3]) < 1e-15, "centred sign update changes the bias sum");
 
-    // routing with skewed scores: both update rules should even out the loads
+    // routing with skewed scores: the sign update rule should even out the loads
     Rng r;
     rng_seed(&r, 31);
     const int N = 2048, E = 8, K = 2;
@@ -183,29 +181,12 @@ static void test_balance(void) {
     for (int t = 0; t < N; t++)
         for (int e = 0; e < E; e++) logits[t * E + e] += 0.4 * e;  // expert E-1 is favoured
     int *sel = calloc((size_t)N * K, sizeof(int));
-    real bias[8] = {0}, *work = zeros(2 * (size_t)N);
+    real bias[8] = {0};
     long cnt[8];
     cpu_router_forward(sel, w, scores, logits, bias, N, E, K, ROUTER_SIGMOID, 1, 1.0);
     memset(cnt, 0, sizeof cnt);
     cpu_moe_count(cnt, sel, N, K, E);
     MoeLoadStats before = moe_load_stats(cnt, E);
-    // quantile balancing: one shot from zero bias, then repeated (it is applied every
-    // optimizer step). One shot is approximate (docs/hybrid.md, "Quantile balancing", item 5:
-    // one cut-off c_t for every expert,
-    // and the cut-offs move once the bias changes), so it must cut the imbalance a lot and
-    // repeated application must converge close to T*K/E.
-    MoeLoadStats qb1 = before, qb5 = before;
-    double bsum = 0;
-    for (int it = 1; it <= 5; it++) {
-        cpu_moe_bias_update_quantile(bias, scores, N, E, K, work);
-        bsum = 0;
-        for (int e = 0; e < E; e++) bsum += bias[e];
-        cpu_router_forward(sel, w, scores, logits, bias, N, E, K, ROUTER_SIGMOID, 1, 1.0);
-        memset(cnt, 0, sizeof cnt);
-        cpu_moe_count(cnt, sel, N, K, E);
-        if (it == 1) qb1 = moe_load_stats(cnt, E);
-        qb5 = moe_load_stats(cnt, E);
-    }
     // sign updates (iterated from zero)
     real sb[8] = {0};
     MoeLoadStats sg = before;
@@ -216,16 +197,11 @@ static void test_balance(void) {
         sg = moe_load_stats(cnt, E);
         cpu_moe_bias_update_sign(sb, cnt, E, 2e-3, 1);
     }
-    printf("  load balance (N=%d E=%d K=%d): max violation before %.3f; quantile balancing: 1 step %.3f, "
-           "5 steps %.3f (cv %.3f); 300 sign steps %.3f\n", N, E, K, before.max_violation, qb1.max_violation,
-           qb5.max_violation, qb5.cv, sg.max_violation);
-    CHECK(fabs(bsum) < 1e-12, "quantile balancing bias not centred: %g", bsum);
+    printf("  load balance (N=%d E=%d K=%d): max violation before %.3f; 300 sign steps %.3f\n", N, E, K,
+           before.max_violation, sg.max_violation);
     CHECK(before.max_violation > 1.0, "test scores are not skewed enough (%g)", before.max_violation);
-    CHECK(qb1.max_violation < before.max_violation / 4, "one quantile-balancing step: max violation %g (from %g)",
-          qb1.max_violation, before.max_violation);
-    CHECK(qb5.max_violation < 0.1, "5 quantile-balancing steps leave max violation %g", qb5.max_violation);
     CHECK(sg.max_violation < 0.1, "sign updates leave max violation %g", sg.max_violation);
-    free(logits), free(scores), free(w), free(sel), free(work);
+    free(logits), free(scores), free(w), free(sel);
 }
 
 // =============================== dispatch ===============================
@@ -547,7 +523,7 @@ int main(void) {
     for (int fn = 0; fn < 2; fn++)
         for (int renorm = 0; renorm < 2; renorm++) test_router_grad((RouterScoreFn)fn, renorm, renorm ? 2.446 : 1.5, 0);
     test_router_grad(ROUTER_SIGMOID, 1, 2.446, 1);
-    test_router_grad(ROUTER_SOFTMAX, 1, 1.0, 2);
+    test_router_grad(ROUTER_SOFTMAX, 1, 1.0, 1);
     test_balance();
     test_dispatch_plan();
     test_gather_combine();

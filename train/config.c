@@ -68,6 +68,7 @@ static const Key KEYS[] = {
     KM(moe_shared_hidden, T_INT, "0", NULL, 1, "MoE: hidden width per shared expert (0 = moe_hidden)"),
     KM(moe_latent_dim, T_INT, "0", NULL, 1, "MoE: latent width l of the routed experts (K3 latent MoE; 0 = full width)"),
     KM(moe_renorm, T_BOOL, "true", NULL, 1, "MoE: renormalise the top-k routing weights"),
+    KM(moe_router, T_ENUM, "sigmoid", "sigmoid softmax", 1, "MoE: router scores, sigmoid (DeepSeek-V3, Kimi) or softmax over the experts"),
     KM(moe_route_scale, T_REAL, "1.0", NULL, 1, "MoE: routed scaling factor rho"),
     KM(moe_bias_update_rate, T_REAL, "1e-3", NULL, 0, "MoE: aux-loss-free bias step per optimizer step (0 = off)"),
     KM(moe_aux_loss_coef, T_REAL, "0", NULL, 0, "MoE: sequence-wise balance loss coefficient alpha (0 = off)"),

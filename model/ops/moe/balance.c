@@ -1,17 +1,11 @@
 // MoE load balancing (docs/hybrid.md, "Load balancing") and load statistics.
 //  A. sign update (DSV3; docs/hybrid.md, "Aux-loss-free bias balancing"):
 //     b_e += gamma sign(mean_c - c_e), optionally centred.
-//  B. Quantile Balancing (K3; docs/hybrid.md, "Quantile balancing"), exact order statistic
-//     per expert:
-//     a_t = s_t + b, c_t = (K+1)-th largest a_t, q_te = c_t - s_te,
-//     b'_e = n*-th smallest of q_.e with n* = round(N K / E) in [1, N]; b' -= mean(b').
-//  C. auxiliary losses (gradient into the scores; docs/hybrid.md, "Auxiliary balance losses"):
-//     DSV3 sequence-wise (sigmoid): per sequence of L tokens, s'_te = s_te / sum_e s_te,
+//  B. the sequence-wise auxiliary loss (gradient into the scores; docs/hybrid.md, "Auxiliary
+//     balance losses"): per sequence of L tokens, s'_te = s_te / sum_e s_te,
 //       f_e = E/(K L) #{t: e in sel_t}, P_e = (1/L) sum_t s'_te, loss = alpha sum_e f_e P_e,
 //       averaged over the N/L sequences. With g_e = alpha f_e / (L nseq) (dL/ds'_te):
 //       ds_te = (g_e - sum_e' g_e' s'_te') / sum_e' s_te'.
-//     Switch (softmax): f_e = c_e/(N K), P_e = (1/N) sum_t s_te, loss = alpha E sum_e f_e P_e;
-//       ds_te = alpha E f_e / N.
 #include <math.h>
 #include <stdlib.h>
 
@@ -59,48 +53,6 @@ void cpu_moe_bias_update_sign(real *bias, const long *counts, int E, double gamm
     for (int e = 0; e < E; e++) bias[e] = (real)(bias[e] + upd[e] - (center ? umean : 0.0));
 }
 
-static int cmp_real(const void *a, const void *b) {
-    real x = *(const real *)a, y = *(const real *)b;
-    return (x > y) - (x < y);
-}
-
-void cpu_moe_bias_update_quantile(real *bias, const real *scores, int N, int E, int K, real *work) {
-    if (K >= E) die("quantile balancing: top-k %d must be < E = %d", K, E);
-    long ns = lround((double)N * K / E);
-    if (ns < 1) ns = 1;
-    if (ns > N) ns = N;
-    // cut-offs c_t: the (K+1)-th largest biased score of each token (the value does not
-    // depend on how ties are ordered), by K+1 rounds of selection
-    real *cut = work, *q = work + N;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < N; t++) {
-        const real *s = scores + (size_t)t * E;
-        unsigned char taken[E];
-        for (int e = 0; e < E; e++) taken[e] = 0;
-        double c = 0.0;
-        for (int j = 0; j <= K; j++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                if (taken[e]) continue;
-                double a = (double)s[e] + bias[e];
-                if (best < 0 || a > c) best = e, c = a;
-            }
-            taken[best] = 1;
-        }
-        cut[t] = (real)c;
-    }
-    double nb[E];
-    for (int e = 0; e < E; e++) {
-        for (int t = 0; t < N; t++) q[t] = (real)((double)cut[t] - scores[(size_t)t * E + e]);
-        qsort(q, (size_t)N, sizeof(real), cmp_real);
-        nb[e] = q[ns - 1];
-    }
-    double mean = 0.0;
-    for (int e = 0; e < E; e++) mean += nb[e];
-    mean /= E;
-    for (int e = 0; e < E; e++) bias[e] = (real)(nb[e] - mean);
-}
-
 double cpu_moe_aux_loss_forward(const real *scores, const int *sel, int N, int E, int K, int L, double alpha) {
     if (L <= 0 || N % L) die("seq aux loss: N = %d is not a multiple of the sequence length %d", N, L);
     int nseq = N / L;
@@ -143,28 +95,6 @@ void cpu_moe_aux_loss_backward(real *dscores, const real *scores, const int *sel
             for (int e = 0; e < E; e++) ds[e] += (real)((g[e] - gs) / z);
         }
     }
-}
-
-double cpu_moe_switch_aux_loss_forward(const real *scores, const int *sel, int N, int E, int K, double alpha) {
-    double cnt[E], P[E];
-    for (int e = 0; e < E; e++) cnt[e] = P[e] = 0.0;
-    for (size_t n = 0; n < (size_t)N * K; n++) cnt[sel[n]] += 1.0;
-    for (int t = 0; t < N; t++)
-        for (int e = 0; e < E; e++) P[e] += scores[(size_t)t * E + e];
-    double l = 0.0;
-    for (int e = 0; e < E; e++) l += cnt[e] / ((double)N * K) * (P[e] / N);
-    return alpha * E * l;
-}
-
-void cpu_moe_switch_aux_loss_backward(real *dscores, const int *sel, int N, int E, int K, double alpha,
-                                      double dloss) {
-    double g[E];
-    for (int e = 0; e < E; e++) g[e] = 0.0;
-    for (size_t n = 0; n < (size_t)N * K; n++) g[sel[n]] += 1.0;
-    for (int e = 0; e < E; e++) g[e] = dloss * alpha * E * (g[e] / ((double)N * K)) / N;
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < N; t++)
-        for (int e = 0; e < E; e++) dscores[(size_t)t * E + e] += (real)g[e];
 }
 
 void cpu_moe_bias_update(real *bias, float *master, const long *counts, int E, double rate) {

@@ -118,17 +118,5 @@ MoeLoadStats moe_load_stats(const long *counts, int E);
 // if center, subtract the mean of the update so that sum_e b_e is unchanged
 // (cpu_moe_bias_update uses center = 1).
 void cpu_moe_bias_update_sign(real *bias, const long *counts, int E, double gamma, int center);
-// docs/hybrid.md, "Quantile balancing" (K3), exact order statistic: with a = s + bias and
-// c_t = the (K+1)-th largest a_t (K < E), q_{t,e} = c_t - s_{t,e}; new b_e = the n*-th
-// smallest q_{.,e}, n* = round(N K / E) clamped to [1, N]; then centred (b -= mean b).
-// REPLACES bias.
-// scores (N, E) are the (sigmoid) scores of the whole batch; work: 2*N reals.
-void cpu_moe_bias_update_quantile(real *bias, const real *scores, int N, int E, int K, real *work);
-// docs/hybrid.md, "Auxiliary balance losses", Switch/GShard loss (softmax router):
-// f_e = c_e / (N K) (constant), P_e = mean_t s_{t,e}, loss = alpha E sum_e f_e P_e.
-// Backward accumulates into dscores.
-double cpu_moe_switch_aux_loss_forward(const real *scores, const int *sel, int N, int E, int K, double alpha);
-void cpu_moe_switch_aux_loss_backward(real *dscores, const int *sel, int N, int E, int K, double alpha,
-                                      double dloss);
 
 #endif
