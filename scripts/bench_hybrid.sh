@@ -20,6 +20,8 @@
 # fla: when FLA_DIR is set (prepare_fla.sh's OUT_DIR, or an fla checkout), scripts/bench_fla_hybrid.py
 # (fla_hybrid_bench.py's measurement with --json) under TRITON_CACHE_DIR (default $OUT/triton-cache:
 # keep it between device calls, Triton autotunes at every new shape) and FLA_TIMEOUT if set.
+# BENCH_PROFILE=1: after each case of ours, a 6-step run with HYBRID_CUDA_PROFILE=1 prints the GPU
+# time of each op (logs/profile-<case>.log; not in the timed run, whose events it would perturb).
 # Environment: OUT (out), HYBRID (./hybrid), BENCH_DEVICE (cuda; cpu with BENCH_HYBRID_ARGS shrinking
 # the model is the plumbing check), BENCH_PLUMBING (set: every case B1 T64, its pattern once), BENCH_STEPS (25), BENCH_CASES (comma-separated subset),
 # BENCH_HYBRID_ARGS (extra --key value overrides for every case of ours), BENCH_MLA_ARGS (the KKKM case's
@@ -80,6 +82,14 @@ ours() {  # case layers B T [extra overrides...]
         "$dir/metrics.jsonl" || st=1
     if [ $rc -ne 0 ] && ! grep -q "op family yet" "$log"; then st=1; fi
     rm -rf "$dir/checkpoints"
+    if [ -n "${BENCH_PROFILE:-}" ] && [ $rc -eq 0 ]; then  # the per-op GPU time, in a separate short run
+        HYBRID_CUDA_PROFILE=1 "$HYBRID" train "$CONF" --layers "$layers" --batch_size "$B" --seq_len "$T" \
+            --context_length "$T" --steps 6 --log_every 1 --train_data "$B_DIR/synth/synth_train_*.bin" \
+            --out_dir "$dir-profile" --device "$DEVICE" --overwrite --sample_tokens 0 "$@" ${EXTRA[@]+"${EXTRA[@]}"} \
+            > "$B_DIR/logs/profile-$tag.log" 2>&1
+        sed -n '/GPU time per step/,/^total/p' "$B_DIR/logs/profile-$tag.log" | head -40
+        rm -rf "$dir-profile"
+    fi
 }
 ours 3:1-T1024 "KKKA x4" 64 1024
 ours 3:1-T4096 "KKKA x4" 16 4096

@@ -34,6 +34,9 @@ typedef struct {
 
 #ifdef HAVE_CUDA
 void cuda_memory_stats(size_t *live, size_t *peak, size_t *device_used, size_t *device_total);
+int cuda_profile_enabled(void);
+void cuda_profile_reset(void);
+void cuda_profile_print(FILE *f, int steps);
 #endif
 
 static volatile sig_atomic_t g_interrupted = 0;
@@ -415,8 +418,15 @@ int train_main(int argc, char **argv) {
         printf("the run in %s is at step %d already (%s = %d): nothing to train. Raise --steps to go on, or start "
                "over with --overwrite (without --resume)\n",
                c.out_dir, ts.step, c.stop_at_step ? "stop_at_step" : "steps", end_step);
+    const int first_step = ts.step;  // (HYBRID_CUDA_PROFILE below)
+    (void)first_step;
     while (ts.step < end_step) {
         const int step = ts.step;
+#ifdef HAVE_CUDA
+        // HYBRID_CUDA_PROFILE=1: the GPU time of each op over this process's steps after its first
+        // (validation between steps included, when it runs), printed after the last step's work
+        if (c.device == DEVICE_CUDA && step == first_step + 1 && cuda_profile_enabled()) cuda_profile_reset();
+#endif
         if (hang_here && step == 1)
             for (;;) sleep(1);
         double t0 = now_seconds();
@@ -463,6 +473,13 @@ int train_main(int argc, char **argv) {
         be->synchronize();
         dist_wait_end();
         ts.step = step + 1;
+#ifdef HAVE_CUDA
+        if (root && c.device == DEVICE_CUDA && ts.step == end_step && ts.step - first_step > 1 &&
+            cuda_profile_enabled()) {
+            printf("GPU time per step, steps %d..%d (HYBRID_CUDA_PROFILE):\n", first_step + 2, end_step);
+            cuda_profile_print(stdout, end_step - first_step - 1);
+        }
+#endif
         ts.data = train.pos;
         ts.tokens_seen += (double)total;
         run_tokens += (double)total;

@@ -603,11 +603,18 @@ extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, r
     dr_ws_mma_bind(&ws, workspace, 1, slots * H, K, V);
     dr_forward_mma(gate, NULL, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)g,
                    (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets, N, &ws);
-    launch_kernel(dr_bwalk_mma_kernel, dim3(N * ((V + DR_BBV - 1) / DR_BBV), H), dim3(DR_THREADS), bwalk_mma_smem(K), ws,
-                  (float *)dh0, (const float *)dhT, (const bf16 *)dout, scale, T, H, K, V, offsets, bwalk_alias(K));
-    if (slots > 0)
-        launch_kernel(dr_grad_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad_mma_smem(K), ws, (bf16 *)dq,
-                      (bf16 *)dk, (bf16 *)dv, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)dout, (const bf16 *)q,
-                      (const bf16 *)k, (const bf16 *)v, (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V,
-                      offsets, N);
+    {
+        PROFILE("delta_chunk/bwalk");
+        launch_kernel(dr_bwalk_mma_kernel, dim3(N * ((V + DR_BBV - 1) / DR_BBV), H), dim3(DR_THREADS),
+                      bwalk_mma_smem(K), ws, (float *)dh0, (const float *)dhT, (const bf16 *)dout, scale, T, H, K, V,
+                      offsets, bwalk_alias(K));
+    }
+    {
+        PROFILE("delta_chunk/grad");
+        if (slots > 0)
+            launch_kernel(dr_grad_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad_mma_smem(K), ws, (bf16 *)dq,
+                          (bf16 *)dk, (bf16 *)dv, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)dout, (const bf16 *)q,
+                          (const bf16 *)k, (const bf16 *)v, (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V,
+                          offsets, N);
+    }
 }

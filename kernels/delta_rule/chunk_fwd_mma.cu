@@ -474,12 +474,21 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     const size_t slots = dr_num_slots(B, T, N);
     if (N == 0) return;
     const unsigned vt = (unsigned)((V + DR_MBV - 1) / DR_MBV);
-    if (slots > 0)
+    // (the PROFILE parts: HYBRID_CUDA_PROFILE=1 times each kernel; the backward's recomputation
+    // of the forward counts in the same parts)
+    if (slots > 0) {
+        PROFILE("delta_chunk/prep");
         launch_kernel(dr_prep_mma_kernel, dim3((unsigned)slots, H), dim3(DRM_THREADS), prep_mma_smem(K, V), *ws, q, k,
                       v, g, beta, gate, scale, T, H, K, V, offsets, N);
-    launch_kernel(dr_walk_mma_kernel, dim3(N * vt, H), dim3(DRM_THREADS), walk_mma_smem(K), *ws, hT, h0, T, H, K, V,
-                  offsets);
-    if (slots > 0 && o)
+    }
+    {
+        PROFILE("delta_chunk/walk");
+        launch_kernel(dr_walk_mma_kernel, dim3(N * vt, H), dim3(DRM_THREADS), walk_mma_smem(K), *ws, hT, h0, T, H, K,
+                      V, offsets);
+    }
+    if (slots > 0 && o) {
+        PROFILE("delta_chunk/output");
         launch_kernel(dr_output_mma_kernel, dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws,
                       o, scale, T, H, K, V, offsets, N);
+    }
 }

@@ -220,11 +220,19 @@ typedef struct {
 static void time_pass(Case *c, void (*fn)(Case *), int warmup, int reps, double *med, double *mn) {
     double *t = xmalloc(sizeof(double) * (size_t)reps);
     for (int i = -warmup; i < reps; i++) {
+#ifndef HYBRID_CUDA_EMU
+        if (i == 0 && cuda_profile_enabled()) cuda_profile_reset();  // the timed repetitions only
+#endif
         timer_start();
         fn(c);
         double ms = timer_stop_ms();
         if (i >= 0) t[i] = ms;
     }
+#ifndef HYBRID_CUDA_EMU
+    // HYBRID_CUDA_PROFILE=1: each op and kernel per repetition (the events between kernels cost a
+    // little: take the medians from a run without it)
+    if (cuda_profile_enabled()) cuda_profile_print(stdout, reps);
+#endif
     qsort(t, (size_t)reps, sizeof(double), cmp_double);
     *med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
     *mn = t[0];
