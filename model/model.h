@@ -55,8 +55,9 @@ typedef struct Model {
     ParamTable table;
     ModelParams mp;
     const Backend *be;
-    real *params, *grads;              // backend memory, table.total elements each (+ padding)
+    real *params, *grads;              // backend memory, table.local_total elements each (+ padding)
     size_t buffer_elems;               // elements allocated in params and grads
+    size_t buffer_multiple;            // they are padded to a multiple of this
     int max_B, max_T;                  // activation buffers are sized for these
     Acts acts;
     void *act_memory, *scratch_memory;
@@ -91,15 +92,20 @@ void model_create(Model *m, const ModelConfig *c, const Backend *be, int B, int 
 // The same, with the parameter and gradient buffers padded with zeros to a multiple of
 // `multiple` elements (ZeRO-1 splits them into equal shards, dist/grad_sync.c).
 void model_create_padded(Model *m, const ModelConfig *c, const Backend *be, int B, int T, size_t multiple);
-// Elements allocated in m->params and m->grads (table.total plus the padding).
+// Elements allocated in m->params and m->grads (table.local_total plus the padding).
 size_t model_buffer_elems(const Model *m);
+// (Re)allocates m->params and m->grads for the table's local layout (contents undefined).
+void model_alloc_buffers(Model *m);
 // First element of block l's tensors in the parameter buffer; l = n_layer: the first
 // tensor after the blocks (the final norm, the untied lm_head); the blocks' tensors are
 // contiguous and in layer order.
 size_t model_block_offset(const Model *m, int l);
 void model_destroy(Model *m);
 void model_init_params(Model *m, unsigned long seed);               // the table's init rules
-void model_set_params(Model *m, const float *host);                  // host fp32, table.total
+// Host fp32 arrays in the full layout (table.total elements, every tensor whole). With the
+// experts sharded (model_set_expert_parallel) set takes this rank's part, and get fills this
+// rank's part and zeros the elements of the experts other ranks hold.
+void model_set_params(Model *m, const float *host);
 void model_get_params(const Model *m, float *host);
 void model_get_grads(const Model *m, float *host);
 
