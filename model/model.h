@@ -124,22 +124,24 @@ void model_logits_row(const Model *m, int b, int t, float *out);
 // Pointer to tensor `index` of the table inside buf (m->params or m->grads); NULL for -1.
 real *model_tensor(const Model *m, real *buf, int index);
 
-// ---- expert parallelism (docs/hybrid.md, "Expert-parallel exchange"), model/moe_dispatch_ep.c
+// ---- expert parallelism (docs/hybrid.md, "Expert parallelism" and "Expert-parallel
+//      exchange"), model/moe_dispatch_ep.c
 // Turns expert parallelism on for an EP group of ep_size ranks (the runtime's COMM_EP
 // group: call dist_set_ep(ep_size) first) and allocates the exchange's buffers (owner-side
 // rows for the dropless worst case ep_size * max_B * max_T * min(top_k, E / ep_size) per MoE
-// layer); ep_size = 1 frees them and runs every expert locally. Call it after model_create,
-// on every rank of the group, with every rank's model built for the same max_B x max_T.
-// comm (non-NULL) also becomes m->comm. Dies unless ep_size divides moe_experts.
-//   EP rank q owns the experts q*E/ep_size .. (q+1)*E/ep_size - 1. Parameters stay
-// replicated: every rank holds every expert's weights (they are NOT memory-sharded yet), an
-// owner accumulates its experts' gradients over the tokens of the whole group, and the other
-// ranks' slices of those gradients stay zero; the data-parallel gradient sum over the world
-// (dist/) then gives every expert its full gradient.
-//   Every MoE forward/backward is collective over the group. To run the model on one rank
-// alone (sampling or evaluation on rank 0), set m->ep_size = 1 for that time and restore it
-// afterwards: the replicated weights give the same results locally, and the buffers stay.
-// The cached forward (model_forward_cached, decoding) always runs the experts locally.
+// layer). Call it after model_create, on every rank of the group, with every rank's model
+// built for the same max_B x max_T. comm (non-NULL) also becomes m->comm. Dies unless ep_size
+// divides moe_experts.
+//   EP rank q owns the experts q*E/ep_size .. (q+1)*E/ep_size - 1 and, with ep_size > 1, holds
+// only theirs: the table's routed tensors are sharded (params_shard) and m->params / m->grads
+// shrink to the local layout, keeping the values this rank had for its experts (so it may be
+// called before or after the parameters are set). An owner accumulates its experts'
+// gradients over the tokens of the whole EP group; dist/grad_sync.c sums them over the ranks
+// that hold the same experts. Sharding cannot be undone: ep_size = 1 (or another size) on a
+// sharded model dies; ep_size = 1 on an unsharded one frees the buffers.
+//   Every MoE forward/backward is collective over the group, and a sharded model cannot run
+// alone or cached (decoding): that dies with a message. To sample on one rank, gather the
+// weights (model_get_params on every rank, summed) into an unsharded model (train.c does).
 void model_set_expert_parallel(Model *m, struct Comm *comm, int ep_size);
 // Dies with a clear message unless ep_size >= 1 divides moe_experts (models without MoE:
 // any ep_size >= 1).
