@@ -18,7 +18,10 @@ typedef enum {
     DT_INT,
 } CommType;
 
-typedef enum { COMM_WORLD, COMM_EP } CommGroup;
+// COMM_EP: the expert-parallel group (consecutive ranks); COMM_EP_DP: the ranks that hold
+// the same experts (the same EP rank in every EP group), over which the gradients of sharded
+// expert weights are summed (docs/distributed.md, "Expert parallelism").
+typedef enum { COMM_WORLD, COMM_EP, COMM_EP_DP } CommGroup;
 
 typedef struct Comm Comm;
 struct Comm {

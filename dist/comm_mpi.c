@@ -10,8 +10,12 @@
 #include <mpi.h>
 #endif
 
-int comm_group_size(CommGroup g) { return g == COMM_EP ? g_dist.ep_size : g_dist.world; }
-int comm_group_rank(CommGroup g) { return g == COMM_EP ? g_dist.ep_rank : g_dist.rank; }
+int comm_group_size(CommGroup g) {
+    return g == COMM_EP ? g_dist.ep_size : g == COMM_EP_DP ? g_dist.world / g_dist.ep_size : g_dist.world;
+}
+int comm_group_rank(CommGroup g) {
+    return g == COMM_EP ? g_dist.ep_rank : g == COMM_EP_DP ? g_dist.rank / g_dist.ep_size : g_dist.rank;
+}
 
 int comm_runtime_group_size(const Comm *c, CommGroup g) {
     (void)c;
@@ -24,7 +28,7 @@ int comm_runtime_group_rank(const Comm *c, CommGroup g) {
 
 #ifdef HAVE_MPI
 static MPI_Comm group_comm(CommGroup g) {
-    void *h = g == COMM_EP ? g_dist.ep_comm : g_dist.world_comm;
+    void *h = g == COMM_EP ? g_dist.ep_comm : g == COMM_EP_DP ? g_dist.ep_dp_comm : g_dist.world_comm;
     return h ? *(MPI_Comm *)h : MPI_COMM_SELF;
 }
 

@@ -22,7 +22,7 @@ extern "C" {
     } while (0)
 
 typedef struct {
-    ncclComm_t world, ep;
+    ncclComm_t world, ep, ep_dp;  // ep_dp: the ranks holding the same experts (NULL: the world)
     cudaStream_t comm_stream;
     cudaEvent_t compute_done, comm_done;
     int pending;  // async reductions queued since the last wait
@@ -36,6 +36,7 @@ static ncclComm_t group_comm(Comm *c, CommGroup g) {
         if (!im->ep) die("NCCL: the expert-parallel communicator was not created (expert_parallel = 1)");
         return im->ep;
     }
+    if (g == COMM_EP_DP) return im->ep_dp ? im->ep_dp : im->world;
     return im->world;
 }
 
@@ -107,6 +108,7 @@ static void nc_destroy(Comm *c) {
     CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
     CUDA_CHECK(cudaStreamSynchronize(im->comm_stream));
     if (im->ep) NCCL_CHECK(ncclCommDestroy(im->ep));
+    if (im->ep_dp) NCCL_CHECK(ncclCommDestroy(im->ep_dp));
     NCCL_CHECK(ncclCommDestroy(im->world));
     CUDA_CHECK(cudaEventDestroy(im->compute_done));
     CUDA_CHECK(cudaEventDestroy(im->comm_done));
@@ -125,8 +127,11 @@ extern "C" Comm *comm_nccl_create(void) {
     dist_wait_begin("ncclCommInitRank");
     NCCL_CHECK(ncclCommInitRank(&im->world, g_dist.world, id, g_dist.rank));
     dist_wait_end();
-    if (g_dist.ep_size > 1)
+    if (g_dist.ep_size > 1) {
         NCCL_CHECK(ncclCommSplit(im->world, g_dist.rank / g_dist.ep_size, g_dist.ep_rank, &im->ep, NULL));
+        // the same experts in every EP group (grad_sync sums the sharded expert gradients over it)
+        NCCL_CHECK(ncclCommSplit(im->world, g_dist.ep_rank, g_dist.rank / g_dist.ep_size, &im->ep_dp, NULL));
+    }
     CUDA_CHECK(cudaStreamCreateWithFlags(&im->comm_stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&im->compute_done, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&im->comm_done, cudaEventDisableTiming));

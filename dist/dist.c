@@ -16,7 +16,7 @@
 #include <mpi.h>
 #endif
 
-Dist g_dist = {0, 1, 0, 1, 1, 0, 0, NULL, NULL};
+Dist g_dist = {0, 1, 0, 1, 1, 0, 0, NULL, NULL, NULL};
 
 int dist_mpi_available(void) {
 #ifdef HAVE_MPI
@@ -147,6 +147,10 @@ void dist_set_ep(int ep_size) {
     else MPI_CHECK(MPI_Comm_free((MPI_Comm *)g_dist.ep_comm));
     // consecutive ranks form a group: rank = group * ep_size + ep_rank
     MPI_CHECK(MPI_Comm_split(world_comm(), g_dist.rank / ep_size, g_dist.ep_rank, (MPI_Comm *)g_dist.ep_comm));
+    // the same experts: EP rank ep_rank of every group, in group order
+    if (!g_dist.ep_dp_comm) g_dist.ep_dp_comm = xmalloc(sizeof(MPI_Comm));
+    else MPI_CHECK(MPI_Comm_free((MPI_Comm *)g_dist.ep_dp_comm));
+    MPI_CHECK(MPI_Comm_split(world_comm(), g_dist.ep_rank, g_dist.rank / ep_size, (MPI_Comm *)g_dist.ep_dp_comm));
 #endif
 }
 
@@ -181,6 +185,18 @@ void dist_allreduce_sum_double(double *v, size_t n) {
     if (!g_dist.mpi || g_dist.world == 1) return;
     dist_wait_begin("an allreduce of scalars");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, world_comm()));
+    dist_wait_end();
+#else
+    (void)v;
+    (void)n;
+#endif
+}
+
+void dist_allreduce_sum_double_ep(double *v, size_t n) {
+#ifdef HAVE_MPI
+    if (!g_dist.mpi || g_dist.ep_size == 1) return;
+    dist_wait_begin("an allreduce of scalars over the expert-parallel group");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, (int)n, MPI_DOUBLE, MPI_SUM, *(MPI_Comm *)g_dist.ep_comm));
     dist_wait_end();
 #else
     (void)v;

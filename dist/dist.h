@@ -20,6 +20,7 @@ typedef struct {
     int ep_size, ep_rank;           // expert-parallel group: ep_size consecutive ranks
     int mpi;                        // 1: MPI is initialised (started by a launcher)
     void *world_comm, *ep_comm;     // MPI_Comm handles (opaque outside dist/)
+    void *ep_dp_comm;               // the ranks with this ep_rank, one per EP group (MPI_Comm)
 } Dist;
 
 // The process-wide runtime, set up by dist_init (a world of one before that).
@@ -28,7 +29,8 @@ extern Dist g_dist;
 // Initialises MPI when started by a launcher. Dies with a clear message if this build
 // has no MPI but the environment says several ranks were launched.
 void dist_init(int *argc, char ***argv);
-// Splits the expert-parallel groups: ep_size must divide the world size.
+// Splits the expert-parallel groups (and their transposes, the ranks that hold the same
+// experts): ep_size must divide the world size.
 void dist_set_ep(int ep_size);
 void dist_finalize(void);
 int dist_is_root(void);             // rank 0 (prints, logs, checkpoints)
@@ -38,6 +40,8 @@ int dist_mpi_available(void);       // this build has MPI
 // scalars, start-up checks and checkpoint gathers; bulk tensors go through Comm.
 void dist_barrier(const char *what);
 void dist_allreduce_sum_double(double *v, size_t n);
+// The same over this rank's expert-parallel group only.
+void dist_allreduce_sum_double_ep(double *v, size_t n);
 void dist_allreduce_max_int(int *v, size_t n);
 void dist_bcast_bytes(void *buf, size_t bytes, int root);
 // Sums float buffers of n elements onto rank 0 (ranks fill what they own, zeros elsewhere).

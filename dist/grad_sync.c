@@ -7,10 +7,35 @@
 
 #include "base/util.h"
 
+// Sums [lo, hi) of the gradient buffer: over the world, except the parts of sharded expert
+// tensors, which only the ranks holding the same experts sum (docs/distributed.md, "Expert
+// parallelism"). Every rank has the same layout, so all issue the same calls.
+static void reduce_range(GradSync *g, size_t lo, size_t hi) {
+    const Model *m = g->model;
+    const Backend *be = m->be;
+    const ParamTable *t = &m->table;
+    if (!params_sharded(t)) {
+        g->comm->allreduce_sum_async(g->comm, backend_offset(be, m->grads, lo), hi - lo, DT_REAL, COMM_WORLD);
+        return;
+    }
+    size_t at = lo;  // the start of the run of world-reduced elements not sent yet
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->items[i];
+        size_t a = p->local_offset, b = a + p->local_numel;
+        if (p->local_numel == p->numel || b <= lo || a >= hi) continue;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        if (a > at)
+            g->comm->allreduce_sum_async(g->comm, backend_offset(be, m->grads, at), a - at, DT_REAL, COMM_WORLD);
+        g->comm->allreduce_sum_async(g->comm, backend_offset(be, m->grads, a), b - a, DT_REAL, COMM_EP_DP);
+        at = b;
+    }
+    if (hi > at) g->comm->allreduce_sum_async(g->comm, backend_offset(be, m->grads, at), hi - at, DT_REAL, COMM_WORLD);
+}
+
 static void launch(GradSync *g, size_t lo) {
     if (lo >= g->sent_lo) return;
-    const Backend *be = g->model->be;
-    g->comm->allreduce_sum_async(g->comm, backend_offset(be, g->model->grads, lo), g->sent_lo - lo, DT_REAL, COMM_WORLD);
+    reduce_range(g, lo, g->sent_lo);
     g->sent_lo = lo;
     g->buckets++;
 }
@@ -70,8 +95,24 @@ void grad_sync_finish(GradSync *g) {
     g->armed = 0;
 }
 
+// With sharded experts each expert's (reduced) gradient lives on its EP rank: the squares of
+// the whole tensors count once on every rank, those of the sharded parts are summed over the
+// EP group, so every expert counts exactly once.
+static double sharded_norm(const Model *m) {
+    const Backend *be = m->be;
+    const ParamTable *t = &m->table;
+    double ss[2] = {0, 0};  // whole tensors, this rank's expert parts
+    for (int i = 0; i < t->count; i++) {
+        const ParamInfo *p = &t->items[i];
+        ss[p->local_numel != p->numel] += be->core->sum_squares(model_tensor(m, m->grads, i), p->local_numel);
+    }
+    dist_allreduce_sum_double_ep(ss + 1, 1);
+    return sqrt(ss[0] + ss[1]);
+}
+
 double grad_sync_norm(GradSync *g) {
     const Backend *be = g->model->be;
+    if (params_sharded(&g->model->table)) return sharded_norm(g->model);
     if (!g->zero || g->world == 1 || !g->comm) return grad_global_norm(g->model);
     double ss = be->core->sum_squares(g->grad_shard, g->opt->hi - g->opt->lo);
     dist_allreduce_sum_double(&ss, 1);
@@ -92,8 +133,8 @@ void grad_sync_params(GradSync *g) {
     for (int i = 0; i < g->model->table.count; i++) {
         if (o->owner[i] < 0) continue;
         const ParamInfo *p = &g->model->table.items[i];
-        g->comm->broadcast(g->comm, backend_offset(be, g->model->params, p->offset), p->numel, DT_REAL, o->owner[i],
-                           COMM_WORLD);
+        g->comm->broadcast(g->comm, backend_offset(be, g->model->params, p->local_offset), p->local_numel, DT_REAL,
+                           o->owner[i], COMM_WORLD);
     }
 }
 

@@ -86,7 +86,7 @@ size_t model_buffer_elems(const Model *m) { return m->buffer_elems; }
 
 size_t model_block_offset(const Model *m, int l) {
     int idx = m->mp.block_first[l];
-    return idx < m->table.count ? m->table.items[idx].offset : m->table.total;
+    return idx < m->table.count ? m->table.items[idx].local_offset : m->table.local_total;
 }
 
 void model_create_padded(Model *m, const ModelConfig *c, const Backend *be, int B, int T, size_t multiple) {
@@ -101,9 +101,8 @@ void model_create_padded(Model *m, const ModelConfig *c, const Backend *be, int 
     params_build(c, &m->table, &m->mp);
     check_backend(m);
     if (multiple < 1) multiple = 1;
-    m->buffer_elems = (m->table.total + multiple - 1) / multiple * multiple;
-    m->params = be->alloc(m->buffer_elems * be->elem_size);
-    m->grads = be->alloc(m->buffer_elems * be->elem_size);
+    m->buffer_multiple = multiple;
+    model_alloc_buffers(m);
     m->acts.blocks = xcalloc((size_t)c->n_layer, sizeof(BlockActs));
     for (int l = 0; l < c->n_layer; l++) m->acts.blocks[l].mixer = xcalloc(1, mixer_of(c, l)->acts_size);
     Carver cv = {NULL, 0, be->elem_size, be->stat_size}, scratch = {NULL, 0, be->elem_size, be->stat_size};
@@ -138,21 +137,52 @@ void model_destroy(Model *m) {
     memset(m, 0, sizeof *m);
 }
 
+void model_alloc_buffers(Model *m) {
+    const Backend *be = m->be;
+    if (m->params) be->free(m->params);
+    if (m->grads) be->free(m->grads);
+    m->buffer_elems = (m->table.local_total + m->buffer_multiple - 1) / m->buffer_multiple * m->buffer_multiple;
+    m->params = be->alloc(m->buffer_elems * be->elem_size);
+    m->grads = be->alloc(m->buffer_elems * be->elem_size);
+}
+
 void model_init_params(Model *m, unsigned long seed) {
-    float *host = xmalloc(sizeof(float) * m->table.total);
-    params_init(&m->table, host, seed);
-    model_set_params(m, host);
+    float *host = xmalloc(sizeof(float) * m->table.local_total);
+    params_init(&m->table, host, seed);  // this rank's part of the unsharded values
+    m->be->upload(m->params, host, m->table.local_total);
     free(host);
 }
 
-void model_set_params(Model *m, const float *host) { m->be->upload(m->params, host, m->table.total); }
-void model_get_params(const Model *m, float *host) { m->be->download(host, m->params, m->table.total); }
-void model_get_grads(const Model *m, float *host) { m->be->download(host, m->grads, m->table.total); }
-void model_zero_grad(Model *m) { m->be->zero(m->grads, m->table.total); }
+// Full layout <-> the local buffer (the same unless the experts are sharded).
+void model_set_params(Model *m, const float *host) {
+    if (!params_sharded(&m->table)) {
+        m->be->upload(m->params, host, m->table.total);
+        return;
+    }
+    float *local = xmalloc(sizeof(float) * m->table.local_total);
+    params_full_to_local(&m->table, host, local);
+    m->be->upload(m->params, local, m->table.local_total);
+    free(local);
+}
+
+static void get_full(const Model *m, const real *buf, float *host) {
+    if (!params_sharded(&m->table)) {
+        m->be->download(host, buf, m->table.total);
+        return;
+    }
+    float *local = xmalloc(sizeof(float) * m->table.local_total);
+    m->be->download(local, buf, m->table.local_total);
+    params_local_to_full(&m->table, local, host);
+    free(local);
+}
+
+void model_get_params(const Model *m, float *host) { get_full(m, m->params, host); }
+void model_get_grads(const Model *m, float *host) { get_full(m, m->grads, host); }
+void model_zero_grad(Model *m) { m->be->zero(m->grads, m->table.local_total); }
 
 real *model_tensor(const Model *m, real *buf, int index) {
     if (index < 0) return NULL;
-    return backend_offset(m->be, buf, m->table.items[index].offset);
+    return backend_offset(m->be, buf, m->table.items[index].local_offset);
 }
 #define P(idx) model_tensor(m, m->params, (idx))
 #define G(idx) model_tensor(m, m->grads, (idx))

@@ -55,8 +55,9 @@ typedef struct Model {
     ParamTable table;
     ModelParams mp;
     const Backend *be;
-    real *params, *grads;              // backend memory, table.total elements each (+ padding)
+    real *params, *grads;              // backend memory, table.local_total elements each (+ padding)
     size_t buffer_elems;               // elements allocated in params and grads
+    size_t buffer_multiple;            // they are padded to a multiple of this
     int max_B, max_T;                  // activation buffers are sized for these
     Acts acts;
     void *act_memory, *scratch_memory;
@@ -91,15 +92,20 @@ void model_create(Model *m, const ModelConfig *c, const Backend *be, int B, int 
 // The same, with the parameter and gradient buffers padded with zeros to a multiple of
 // `multiple` elements (ZeRO-1 splits them into equal shards, dist/grad_sync.c).
 void model_create_padded(Model *m, const ModelConfig *c, const Backend *be, int B, int T, size_t multiple);
-// Elements allocated in m->params and m->grads (table.total plus the padding).
+// Elements allocated in m->params and m->grads (table.local_total plus the padding).
 size_t model_buffer_elems(const Model *m);
+// (Re)allocates m->params and m->grads for the table's local layout (contents undefined).
+void model_alloc_buffers(Model *m);
 // First element of block l's tensors in the parameter buffer; l = n_layer: the first
 // tensor after the blocks (the final norm, the untied lm_head); the blocks' tensors are
 // contiguous and in layer order.
 size_t model_block_offset(const Model *m, int l);
 void model_destroy(Model *m);
 void model_init_params(Model *m, unsigned long seed);               // the table's init rules
-void model_set_params(Model *m, const float *host);                  // host fp32, table.total
+// Host fp32 arrays in the full layout (table.total elements, every tensor whole). With the
+// experts sharded (model_set_expert_parallel) set takes this rank's part, and get fills this
+// rank's part and zeros the elements of the experts other ranks hold.
+void model_set_params(Model *m, const float *host);
 void model_get_params(const Model *m, float *host);
 void model_get_grads(const Model *m, float *host);
 
@@ -118,22 +124,24 @@ void model_logits_row(const Model *m, int b, int t, float *out);
 // Pointer to tensor `index` of the table inside buf (m->params or m->grads); NULL for -1.
 real *model_tensor(const Model *m, real *buf, int index);
 
-// ---- expert parallelism (docs/hybrid.md, "Expert-parallel exchange"), model/moe_dispatch_ep.c
+// ---- expert parallelism (docs/hybrid.md, "Expert parallelism" and "Expert-parallel
+//      exchange"), model/moe_dispatch_ep.c
 // Turns expert parallelism on for an EP group of ep_size ranks (the runtime's COMM_EP
 // group: call dist_set_ep(ep_size) first) and allocates the exchange's buffers (owner-side
 // rows for the dropless worst case ep_size * max_B * max_T * min(top_k, E / ep_size) per MoE
-// layer); ep_size = 1 frees them and runs every expert locally. Call it after model_create,
-// on every rank of the group, with every rank's model built for the same max_B x max_T.
-// comm (non-NULL) also becomes m->comm. Dies unless ep_size divides moe_experts.
-//   EP rank q owns the experts q*E/ep_size .. (q+1)*E/ep_size - 1. Parameters stay
-// replicated: every rank holds every expert's weights (they are NOT memory-sharded yet), an
-// owner accumulates its experts' gradients over the tokens of the whole group, and the other
-// ranks' slices of those gradients stay zero; the data-parallel gradient sum over the world
-// (dist/) then gives every expert its full gradient.
-//   Every MoE forward/backward is collective over the group. To run the model on one rank
-// alone (sampling or evaluation on rank 0), set m->ep_size = 1 for that time and restore it
-// afterwards: the replicated weights give the same results locally, and the buffers stay.
-// The cached forward (model_forward_cached, decoding) always runs the experts locally.
+// layer). Call it after model_create, on every rank of the group, with every rank's model
+// built for the same max_B x max_T. comm (non-NULL) also becomes m->comm. Dies unless ep_size
+// divides moe_experts.
+//   EP rank q owns the experts q*E/ep_size .. (q+1)*E/ep_size - 1 and, with ep_size > 1, holds
+// only theirs: the table's routed tensors are sharded (params_shard) and m->params / m->grads
+// shrink to the local layout, keeping the values this rank had for its experts (so it may be
+// called before or after the parameters are set). An owner accumulates its experts'
+// gradients over the tokens of the whole EP group; dist/grad_sync.c sums them over the ranks
+// that hold the same experts. Sharding cannot be undone: ep_size = 1 (or another size) on a
+// sharded model dies; ep_size = 1 on an unsharded one frees the buffers.
+//   Every MoE forward/backward is collective over the group, and a sharded model cannot run
+// alone or cached (decoding): that dies with a message. To sample on one rank, gather the
+// weights (model_get_params on every rank, summed) into an unsharded model (train.c does).
 void model_set_expert_parallel(Model *m, struct Comm *comm, int ep_size);
 // Dies with a clear message unless ep_size >= 1 divides moe_experts (models without MoE:
 // any ep_size >= 1).

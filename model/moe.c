@@ -16,7 +16,8 @@
 //   Expert parallel (m->ep_size > 1; docs/hybrid.md, "Expert parallelism" and
 // "Expert-parallel exchange"): routing, dispatch plan, gather and combine stay on the rank
 // that owns the tokens; only the expert FFN moves: the sorted rows go to the EP ranks that
-// own their experts and the outputs come back (moe_dispatch_ep.h).
+// own their experts and the outputs come back (moe_dispatch_ep.h). The rank holds only its
+// own experts' weights and gradients (the table's routed tensors are sharded).
 // The counts for the bias update are this rank's tokens (the trainer sums them over ranks).
 #include "base/comm.h"
 #include "model.h"
@@ -110,8 +111,15 @@ void moe_layout(const Model *m, Carver *cv, Carver *scratch, MoeActs *a) {
 #define GRD(idx) model_tensor(m, m->grads, (idx))
 
 // The exchange of this layer when the forward runs expert parallel, else NULL. The cached
-// forward (decoding, often on one rank alone) always runs every expert locally.
+// forward (decoding, often on one rank alone) runs every expert locally, which needs the
+// whole expert weights: it dies on a model whose experts are sharded.
 static MoeEp *ep_for_forward(Model *m, MoeActs *a) {
+    const int sharded = m->table.ep_size;
+    if (sharded > 1 && (m->ep_size != sharded || m->cached))
+        die("expert parallel: this rank holds only its experts' weights (sharded over %d ranks), so the MoE layers "
+            "must run expert parallel on every rank of the group (%s); gather the weights into an unsharded model "
+            "(model_get_params on every rank, summed) to run it alone",
+            sharded, m->cached ? "the cached forward runs every expert locally" : "m->ep_size was changed");
     if (m->ep_size <= 1 || m->cached) return NULL;
     if (!a->ep || a->ep->P != m->ep_size)
         die("expert parallel: m->ep_size = %d, but model_set_expert_parallel(m, comm, %d) was not called", m->ep_size,
@@ -122,10 +130,11 @@ static MoeEp *ep_for_forward(Model *m, MoeActs *a) {
     return a->ep;
 }
 
-// The local experts' slice of the stacked expert tensor buf (w13 or w2, or their gradients):
-// `per` elements per expert.
-static real *local_experts(const Model *m, const MoeEp *ep, real *buf, size_t per) {
-    return backend_offset(m->be, buf, (size_t)ep->rank * ep->El * per);
+// The local experts' slice of the stacked expert tensor `idx` in buf (m->params or m->grads):
+// `per` elements per expert. With the experts sharded the buffer holds exactly these rows.
+static real *local_experts(const Model *m, const MoeEp *ep, real *buf, int idx, size_t per) {
+    const ParamInfo *p = &m->table.items[idx];
+    return backend_offset(m->be, model_tensor(m, buf, idx), (size_t)ep->rank * ep->El * per - p->local_lo);
 }
 
 void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
@@ -158,8 +167,8 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
         const size_t s13 = (size_t)2 * d.M * d.De, s2 = (size_t)d.De * d.M;
         ep_plan(m, ep, a->offsets, d.E);
         ep_dispatch(m, ep, ep->xe, a->xp, d.De);
-        be->moe->moe_experts_forward(ep->ye, ep->he, ep->ae, ep->xe, local_experts(m, ep, PRM(p->w13), s13),
-                                local_experts(m, ep, PRM(p->w2), s2), ep->offsets, ep->El, d.De, d.M, model_glu_act(c));
+        be->moe->moe_experts_forward(ep->ye, ep->he, ep->ae, ep->xe, local_experts(m, ep, m->params, p->w13, s13),
+                                local_experts(m, ep, m->params, p->w2, s2), ep->offsets, ep->El, d.De, d.M, model_glu_act(c));
         ep_combine(m, ep, a->yp, ep->ye, d.De);
     } else {
         be->moe->moe_experts_forward(a->yp, a->hp, a->ap, a->xp, PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M,
@@ -218,9 +227,9 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
         const size_t s13 = (size_t)2 * d.M * d.De, s2 = (size_t)d.De * d.M;
         real *dye = ep->ye;  // the forward's output rows are not needed any more
         ep_dispatch(m, ep, dye, a->dyp, d.De);
-        be->moe->moe_experts_backward(ep->dxe, local_experts(m, ep, GRD(p->w13), s13), local_experts(m, ep, GRD(p->w2), s2),
-                                 ep->dhe, ep->dae, dye, ep->xe, ep->he, ep->ae, local_experts(m, ep, PRM(p->w13), s13),
-                                 local_experts(m, ep, PRM(p->w2), s2), ep->offsets, ep->El, d.De, d.M, model_glu_act(c));
+        be->moe->moe_experts_backward(ep->dxe, local_experts(m, ep, m->grads, p->w13, s13), local_experts(m, ep, m->grads, p->w2, s2),
+                                 ep->dhe, ep->dae, dye, ep->xe, ep->he, ep->ae, local_experts(m, ep, m->params, p->w13, s13),
+                                 local_experts(m, ep, m->params, p->w2, s2), ep->offsets, ep->El, d.De, d.M, model_glu_act(c));
         ep_combine(m, ep, a->dxp, ep->dxe, d.De);
     } else {
         be->moe->moe_experts_backward(a->dxp, GRD(p->w13), GRD(p->w2), a->dhp, a->dap, a->dyp, a->xp, a->hp, a->ap,

@@ -144,6 +144,27 @@ void model_check_expert_parallel(const ModelConfig *c, int ep_size) {
             ep_size, c->moe_experts);
 }
 
+// Keeps only this rank's experts (docs/hybrid.md, "Expert parallelism"): the table's local
+// layout becomes the sharded one, and the parameters (and gradients) move into smaller
+// buffers, keeping their values.
+static void shard_experts(Model *m, int ep_rank) {
+    if (m->table.ep_size == m->ep_size) return;  // already sharded this way
+    const Backend *be = m->be;
+    const size_t es = be->elem_size, n = m->table.local_total;  // unsharded: the full layout
+    char *old = xmalloc(2 * n * es);
+    be->copy_to_host(old, m->params, n * es);  // raw elements: no rounding in any build
+    be->copy_to_host(old + n * es, m->grads, n * es);
+    params_shard(&m->table, m->ep_size, ep_rank);
+    model_alloc_buffers(m);
+    for (int i = 0; i < m->table.count; i++) {
+        const ParamInfo *p = &m->table.items[i];
+        const size_t from = (p->offset + p->local_lo) * es, bytes = p->local_numel * es;
+        be->copy_from_host(model_tensor(m, m->params, i), old + from, bytes);
+        be->copy_from_host(model_tensor(m, m->grads, i), old + n * es + from, bytes);
+    }
+    free(old);
+}
+
 void model_set_expert_parallel(Model *m, Comm *comm, int ep_size) {
     model_check_expert_parallel(&m->cfg, ep_size);
     if (ep_size > 1 && !comm) die("expert parallel: ep_size = %d needs a Comm (comm_mpi_create / comm_nccl_create)", ep_size);
@@ -151,10 +172,15 @@ void model_set_expert_parallel(Model *m, Comm *comm, int ep_size) {
         die("expert parallel: ep_size = %d, but the runtime's expert-parallel group has %d ranks (call dist_set_ep(%d) "
             "first)",
             ep_size, comm->group_size(comm, COMM_EP), ep_size);
+    if (m->table.ep_size > 1 && ep_size != m->table.ep_size)
+        die("expert parallel: the expert weights are already sharded over %d ranks; ep_size = %d would need the other "
+            "ranks' experts (build a new model and load the full weights into it)",
+            m->table.ep_size, ep_size);
     model_release_expert_parallel(m);
     if (comm) m->comm = comm;
     m->ep_size = ep_size;
     if (ep_size == 1 || !model_has_moe(m)) return;
+    shard_experts(m, comm->group_rank(comm, COMM_EP));
     const int P = ep_size, E = m->cfg.moe_experts, El = E / P;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         if (!m->mp.blocks[l].moe_layer) continue;

@@ -19,10 +19,10 @@
 // so a CUDA Comm (grouped ncclSend/ncclRecv) plugs into the same code; the reorders are the
 // backend's row gather (moe_gather_forward with K = 1).
 //
-// Parameters stay replicated: every rank holds the full w13/w2 (expert weights are NOT
-// memory-sharded yet). An owner accumulates its experts' gradients from every source's
-// rows; a non-owner leaves those gradient slices at zero, so the data-parallel gradient
-// sum over the world yields each expert's full gradient.
+// The expert weights are sharded (model_set_expert_parallel; docs/hybrid.md, "Expert
+// parallelism"): a rank's w13/w2 hold only its El experts, and it accumulates their
+// gradients from every source's rows; dist/grad_sync.c sums them over the ranks that hold
+// the same experts (COMM_EP_DP).
 #ifndef HYBRID_MOE_DISPATCH_EP_H
 #define HYBRID_MOE_DISPATCH_EP_H
 

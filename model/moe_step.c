@@ -34,7 +34,7 @@ void model_moe_step(Model *m, float *master, MoeStepStats *st) {
         s.layers++;
         if (c->moe_bias_update_rate > 0)
             m->be->moe->moe_bias_update(model_tensor(m, m->params, p->moe.router_bias),
-                                   master ? master + m->table.items[p->moe.router_bias].offset : NULL, a->counts, E,
+                                   master ? master + m->table.items[p->moe.router_bias].local_offset : NULL, a->counts, E,
                                    c->moe_bias_update_rate);
         m->be->copy_from_host(a->counts, zeros, sizeof(long) * (size_t)E);
     }

@@ -29,7 +29,10 @@ int params_add(ParamTable *t, ParamGroup group, InitRule init, double std, int n
     p->init = init;
     p->init_std = std;
     p->blocks = 1;
+    p->local_offset = t->local_total;
+    p->local_numel = p->numel;
     t->total += p->numel;
+    t->local_total += p->local_numel;
     return t->count++;
 }
 
@@ -48,6 +51,7 @@ double params_resid_std(const ModelConfig *c) { return c->init_std / sqrt(2.0 * 
 void params_build(const ModelConfig *c, ParamTable *t, ModelParams *mp) {
     memset(t, 0, sizeof *t);
     memset(mp, 0, sizeof *mp);
+    t->ep_size = 1;
     const int C = c->d_model;
     int shape[2] = {c->padded_vocab_size, C};
     mp->tok_embed = params_add(t, GROUP_EMBED, INIT_NORMAL, c->init_std, 2, shape, "embed.tok.weight");
@@ -119,27 +123,33 @@ const char *param_group_name(ParamGroup g) {
 
 int param_group_decays(ParamGroup g) { return g == GROUP_MATRIX || g == GROUP_EMBED; }
 
+// One draw of tensor p's init rule.
+static float init_value(const ParamInfo *p, Rng *rng) {
+    switch (p->init) {
+    case INIT_NORMAL: return (float)(p->init_std * rng_normal(rng));
+    case INIT_ZERO: return 0.0f;
+    case INIT_ONE: return 1.0f;
+    case INIT_LOG_UNIFORM:  // (lo, hi]: 1 - u avoids log 0 when lo = 0
+        return (float)log(p->init_lo + (p->init_hi - p->init_lo) * (1.0 - rng_uniform(rng)));
+    case INIT_DT_BIAS: {    // fla: dt + log(-expm1(-dt)) = softplus^-1(dt)
+        double dt = exp(log(p->init_lo) + rng_uniform(rng) * (log(p->init_hi) - log(p->init_lo)));
+        if (dt < 1e-4) dt = 1e-4;
+        return (float)(dt + log(-expm1(-dt)));
+    }
+    }
+    return 0.0f;
+}
+
 void params_init(const ParamTable *t, float *host, unsigned long seed) {
     Rng rng;
     rng_seed(&rng, seed);
     for (int i = 0; i < t->count; i++) {
         const ParamInfo *p = &t->items[i];
-        float *w = host + p->offset;
-        for (size_t j = 0; j < p->numel; j++) {
-            switch (p->init) {
-            case INIT_NORMAL: w[j] = (float)(p->init_std * rng_normal(&rng)); break;
-            case INIT_ZERO: w[j] = 0.0f; break;
-            case INIT_ONE: w[j] = 1.0f; break;
-            case INIT_LOG_UNIFORM:  // (lo, hi]: 1 - u avoids log 0 when lo = 0
-                w[j] = (float)log(p->init_lo + (p->init_hi - p->init_lo) * (1.0 - rng_uniform(&rng)));
-                break;
-            case INIT_DT_BIAS: {    // fla: dt + log(-expm1(-dt)) = softplus^-1(dt)
-                double dt = exp(log(p->init_lo) + rng_uniform(&rng) * (log(p->init_hi) - log(p->init_lo)));
-                if (dt < 1e-4) dt = 1e-4;
-                w[j] = (float)(dt + log(-expm1(-dt)));
-                break;
-            }
-            }
+        float *w = host + p->local_offset;
+        const size_t lo = p->local_lo, hi = p->local_lo + p->local_numel;
+        for (size_t j = 0; j < p->numel; j++) {  // every draw, so later tensors get the same values
+            float v = init_value(p, &rng);
+            if (j >= lo && j < hi) w[j - lo] = v;
         }
     }
 }

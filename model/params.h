@@ -2,6 +2,11 @@
 // init, optimizer groups, the checkpoint format and the safetensors names
 // (docs/architecture.md, "The parameter table"). Parameters live in one contiguous buffer;
 // gradients mirror it element for element.
+//   Two layouts of the same tensors: the full one (shape, numel, offset, total: every tensor
+// whole, as checkpoints, init and the tools see the model) and this rank's buffer
+// (local_offset, local_numel, local_total). They are the same unless the routed-expert
+// tensors are split over an expert-parallel group (params_shard; docs/hybrid.md, "Expert
+// parallelism"): then a rank's buffer holds only its experts' rows of each routed tensor.
 #ifndef HYBRID_PARAMS_H
 #define HYBRID_PARAMS_H
 
@@ -53,12 +58,18 @@ typedef struct {
                                 // orthogonalises each separately. 1 for ordinary tensors.
     int routed;                 // 1: stacked routed-expert weights, of which only top_k / E
                                 // are active for a token (active-parameter counts, FLOPs)
+    // this rank's part (params_shard): elements [local_lo, local_lo + local_numel) of the
+    // full tensor, at local_offset in the parameter buffer; the whole tensor unless sharded
+    size_t local_offset, local_numel, local_lo;
 } ParamInfo;
 
 typedef struct {
     ParamInfo *items;
     int count;
-    size_t total;               // elements in the parameter buffer
+    size_t total;               // elements of all tensors, whole (host arrays of the full layout)
+    size_t local_total;         // elements in this rank's parameter buffer (== total unless sharded)
+    int ep_size, ep_rank;       // routed tensors split over ep_size ranks, this rank's part
+                                // ep_rank (1, 0: unsharded)
 } ParamTable;
 
 // Indices into the table of each module's tensors; -1 where the config has no such tensor.
@@ -122,9 +133,28 @@ int params_find(const ParamTable *t, const char *name);  // -1 if absent
 const char *param_group_name(ParamGroup g);
 int param_group_decays(ParamGroup g);
 
-// Fills a host float buffer of t->total elements following each tensor's init rule.
-// Tensors are drawn in table order from one generator seeded with `seed`.
+// Fills a host float buffer of t->local_total elements (the local layout; == t->total
+// unless sharded) following each tensor's init rule. Every element of every tensor is drawn
+// in table order from one generator seeded with `seed`, and a rank keeps its part: a sharded
+// rank gets exactly its slice of the unsharded values.
 void params_init(const ParamTable *t, float *host, unsigned long seed);
+
+// ---- expert-parallel sharding (docs/hybrid.md, "Expert parallelism"), model/params_shard.c
+// Splits every routed tensor (stacked by expert along dim 0) over ep_size ranks: rank
+// ep_rank keeps the rows of experts [ep_rank E/ep_size, (ep_rank+1) E/ep_size), and the local
+// layout is laid out again in table order. ep_size = 1 makes the local layout the full one.
+// Dies unless ep_size divides each routed tensor's first dimension.
+void params_shard(ParamTable *t, int ep_size, int ep_rank);
+int params_sharded(const ParamTable *t);                 // 1 if some tensor is split
+// Rows and Muon blocks of tensor p's local part (shape[0] and blocks scaled by local/full).
+int params_local_rows(const ParamInfo *p);
+int params_local_blocks(const ParamInfo *p);
+// Full layout (t->total) <-> local layout (t->local_total). to_full zeros the elements
+// other ranks hold.
+void params_full_to_local(const ParamTable *t, const float *full, float *local);
+void params_local_to_full(const ParamTable *t, const float *local, float *full);
+// Routed elements in the local layout (the expert weights this rank holds).
+size_t params_local_routed(const ParamTable *t);
 
 // Parameter count of the tensors that are not embeddings (as GPT-2 papers count them).
 // GROUP_STATE tensors are never parameters.

@@ -43,6 +43,11 @@ double group_weight_decay(const OptimConfig *c, ParamGroup g) {
     return param_group_decays(g) ? c->weight_decay : 0.0;
 }
 
+// A routed tensor split over the expert-parallel group (docs/hybrid.md, "Expert
+// parallelism"): each rank holds and updates only its experts' part, from gradients
+// reduced over the ranks that hold the same experts (dist/grad_sync.c).
+static int expert_local(const ParamTable *t, int i) { return t->items[i].local_numel != t->items[i].numel; }
+
 // Newton-Schulz cost of a Muon tensor (FLOPs up to a constant): per block 3 products of
 // its rows x cols with the smaller side.
 static double muon_cost(const ParamInfo *p) {
@@ -59,7 +64,8 @@ static void assign_muon_owners(Optimizer *o, const Model *model) {
     int *order = xmalloc(sizeof(int) * (size_t)(t->count ? t->count : 1)), n = 0;
     for (int i = 0; i < t->count; i++) {
         o->owner[i] = -1;
-        if (optimizer_uses_muon(&o->cfg, &t->items[i])) order[n++] = i;
+        // a sharded expert tensor: every rank updates its own experts (expert_local)
+        if (optimizer_uses_muon(&o->cfg, &t->items[i]) && !expert_local(t, i)) order[n++] = i;
     }
     for (int a = 1; a < n; a++)  // insertion sort by cost, descending, stable
         for (int b = a; b > 0 && muon_cost(&t->items[order[b]]) > muon_cost(&t->items[order[b - 1]]); b--) {
@@ -82,7 +88,11 @@ void optimizer_create_sharded(Optimizer *o, const Model *model, const OptimConfi
     memset(o, 0, sizeof *o);
     o->cfg = *oc;
     const Backend *be = model->be;
-    o->n = model->table.total;
+    o->n = model->table.local_total;
+    if (zero && world > 1 && params_sharded(&model->table))
+        die("zero = true with expert_parallel = %d is not supported: the expert weights are sharded over the "
+            "expert-parallel group, and ZeRO-1's windows assume every rank holds the same tensors",
+            model->table.ep_size);
     o->rank = rank;
     o->world = world;
     o->zero = zero && world > 1;
@@ -102,8 +112,8 @@ void optimizer_create_sharded(Optimizer *o, const Model *model, const OptimConfi
     size_t work = 0;
     for (int i = 0; i < model->table.count; i++) {
         const ParamInfo *p = &model->table.items[i];
-        if (!optimizer_uses_muon(&o->cfg, p) || (world > 1 && o->owner[i] != rank)) continue;
-        size_t need = muon_workspace_size(p->shape[0] / p->blocks, p->shape[1]);
+        if (!optimizer_uses_muon(&o->cfg, p) || (world > 1 && o->owner[i] >= 0 && o->owner[i] != rank)) continue;
+        size_t need = muon_workspace_size(p->shape[0] / p->blocks, p->shape[1]);  // per block: the same sharded
         if (need > work) work = need;
     }
     if (work) o->work = be->alloc(work * be->elem_size);
@@ -122,15 +132,18 @@ float *optimizer_master_of(const Optimizer *o, size_t offset, size_t count) {
     return o->master + (offset - o->lo);
 }
 
-// The part [*a, *b) of tensor i this rank owns for checkpoints and updates: ZeRO-1 its
-// window; a Muon tensor its owner; otherwise (every rank holds the same values) rank 0
-// when gathering (gather = 1) and every rank when updating.
+// The part [*a, *b) (local layout) of tensor i this rank owns for checkpoints and updates:
+// ZeRO-1 its window; a Muon tensor its owner; a sharded expert tensor every rank holding it
+// when updating and the first data-parallel replica (ranks 0 .. ep_size-1, the first EP
+// group) when gathering; otherwise (every rank holds the same values) rank 0 when gathering
+// (gather = 1) and every rank when updating.
 static int owned_range(const Optimizer *o, const Model *model, int i, int gather, size_t *a, size_t *b) {
     const ParamInfo *p = &model->table.items[i];
-    *a = p->offset;
-    *b = p->offset + p->numel;
+    *a = p->local_offset;
+    *b = p->local_offset + p->local_numel;
     if (o->world == 1) return 1;
     if (o->owner[i] >= 0) return o->owner[i] == o->rank;
+    if (expert_local(&model->table, i)) return gather ? o->rank < model->table.ep_size : 1;
     if (o->zero) {
         if (*a < o->lo) *a = o->lo;
         if (*b > o->hi) *b = o->hi;
@@ -139,41 +152,60 @@ static int owned_range(const Optimizer *o, const Model *model, int i, int gather
     return gather ? o->rank == 0 : 1;
 }
 
-// Zeros what this rank does not own of a whole-buffer host copy (checkpoint gathers sum
-// the ranks' copies).
+// Zeros what this rank does not own of a host copy of the local buffer (checkpoint gathers
+// sum the ranks' copies).
 static void zero_unowned(const Optimizer *o, const Model *model, float *host) {
     for (int i = 0; i < model->table.count; i++) {
         const ParamInfo *p = &model->table.items[i];
-        size_t a, b, end = p->offset + p->numel;
+        size_t a, b, end = p->local_offset + p->local_numel;
         if (!owned_range(o, model, i, 1, &a, &b)) a = b = end;
-        memset(host + p->offset, 0, (a - p->offset) * sizeof(float));
+        memset(host + p->local_offset, 0, (a - p->local_offset) * sizeof(float));
         memset(host + b, 0, (end - b) * sizeof(float));
     }
 }
 
+// A host array of the local layout for the full-layout array `full` (itself unless the
+// experts are sharded), and back (local_done: copies a sharded local array into full).
+static float *local_view(const Model *model, float *full) {
+    return params_sharded(&model->table) ? xmalloc(sizeof(float) * model->table.local_total) : full;
+}
+static void local_done(const Model *model, float *local, float *full) {
+    if (local == full) return;
+    params_local_to_full(&model->table, local, full);
+    free(local);
+}
+
 // master = the current parameters (widened exactly to fp32), through the host.
 static void master_from_params(Optimizer *o, const Model *model) {
-    float *host = xmalloc(sizeof(float) * model_buffer_elems(model));
-    memset(host, 0, sizeof(float) * model_buffer_elems(model));
-    model_get_params(model, host);
+    float *host = xcalloc(model_buffer_elems(model), sizeof(float));
+    model->be->download(host, model->params, model->table.local_total);
     model->be->copy_from_host(o->master, host + o->lo, (o->hi - o->lo) * sizeof(float));
     free(host);
     o->master_ready = 1;
 }
 
 void optimizer_get_weights(const Optimizer *o, const Model *model, float *host) {
-    model_get_params(model, host);
+    float *local = local_view(model, host);
+    model->be->download(local, model->params, model->table.local_total);
     size_t end = o->hi < o->n ? o->hi : o->n;
     if (o->master && o->master_ready && end > o->lo)  // the window's exact fp32 weights
-        model->be->copy_to_host(host + o->lo, o->master, (end - o->lo) * sizeof(float));
-    zero_unowned(o, model, host);  // (a world of one owns everything)
+        model->be->copy_to_host(local + o->lo, o->master, (end - o->lo) * sizeof(float));
+    zero_unowned(o, model, local);  // (a world of one owns everything)
+    local_done(model, local, host);
 }
 
 void optimizer_set_weights(Optimizer *o, Model *model, const float *host) {
     model_set_params(model, host);
     if (o->master) {
         size_t end = o->hi < o->n ? o->hi : o->n;
-        if (end > o->lo) model->be->copy_from_host(o->master, host + o->lo, (end - o->lo) * sizeof(float));
+        const float *local = host;
+        float *tmp = NULL;
+        if (params_sharded(&model->table)) {
+            local = tmp = xmalloc(sizeof(float) * model->table.local_total);
+            params_full_to_local(&model->table, host, tmp);
+        }
+        if (end > o->lo) model->be->copy_from_host(o->master, local + o->lo, (end - o->lo) * sizeof(float));
+        free(tmp);
         o->master_ready = 1;
     }
 }
@@ -187,7 +219,9 @@ void optimizer_destroy(Optimizer *o, const Model *model) {
     memset(o, 0, sizeof *o);
 }
 
-double grad_global_norm(const Model *model) { return sqrt(model->be->core->sum_squares(model->grads, model->table.total)); }
+double grad_global_norm(const Model *model) {
+    return sqrt(model->be->core->sum_squares(model->grads, model->table.local_total));
+}
 
 void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
     const OptimConfig *c = &o->cfg;
@@ -221,7 +255,8 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
         const real *grad = o->grad_shard ? backend_offset(be, o->grad_shard, a - o->lo) : backend_offset(be, model->grads, a);
         float *master = o->master ? o->master + (a - o->lo) : NULL;
         if (optimizer_uses_muon(c, p))
-            be->optim->muon_update(param, grad, o->m + (a - o->lo), master, p->shape[0], p->shape[1], p->blocks,
+            be->optim->muon_update(param, grad, o->m + (a - o->lo), master, params_local_rows(p), p->shape[1],
+                                   params_local_blocks(p),
                             (real)c->muon_momentum, c->muon_nesterov, c->muon_ns_steps,
                             optimizer_muon_rule(c), group_lr, wd, (real)scale, o->work);
         else if (multi) {  // offsets into the window: every array below is based at lo
@@ -249,22 +284,35 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
 
 // The moments are fp32 whatever the backend's element type: copy raw bytes.
 void optimizer_get_state(const Optimizer *o, const Model *model, float *m, float *v) {
-    memset(m, 0, o->n * sizeof(float));
-    memset(v, 0, o->n * sizeof(float));
+    float *lm = local_view(model, m), *lv = local_view(model, v);
+    memset(lm, 0, o->n * sizeof(float));
+    memset(lv, 0, o->n * sizeof(float));
     size_t end = o->hi < o->n ? o->hi : o->n;
     if (end > o->lo) {  // the window's moments land at their place in the whole buffer
-        model->be->copy_to_host(m + o->lo, o->m, (end - o->lo) * sizeof(float));
-        model->be->copy_to_host(v + o->lo, o->v, (end - o->lo) * sizeof(float));
+        model->be->copy_to_host(lm + o->lo, o->m, (end - o->lo) * sizeof(float));
+        model->be->copy_to_host(lv + o->lo, o->v, (end - o->lo) * sizeof(float));
     }
-    zero_unowned(o, model, m);
-    zero_unowned(o, model, v);
+    zero_unowned(o, model, lm);
+    zero_unowned(o, model, lv);
+    local_done(model, lm, m);
+    local_done(model, lv, v);
 }
 
 void optimizer_set_state(Optimizer *o, const Model *model, const float *m, const float *v, int t) {
     size_t end = o->hi < o->n ? o->hi : o->n;
-    if (end > o->lo) {
-        model->be->copy_from_host(o->m, m + o->lo, (end - o->lo) * sizeof(float));
-        model->be->copy_from_host(o->v, v + o->lo, (end - o->lo) * sizeof(float));
+    const float *lm = m, *lv = v;
+    float *tmp = NULL;
+    if (params_sharded(&model->table)) {
+        tmp = xmalloc(2 * sizeof(float) * model->table.local_total);
+        params_full_to_local(&model->table, m, tmp);
+        params_full_to_local(&model->table, v, tmp + model->table.local_total);
+        lm = tmp;
+        lv = tmp + model->table.local_total;
     }
+    if (end > o->lo) {
+        model->be->copy_from_host(o->m, lm + o->lo, (end - o->lo) * sizeof(float));
+        model->be->copy_from_host(o->v, lv + o->lo, (end - o->lo) * sizeof(float));
+    }
+    free(tmp);
     o->t = t;
 }

@@ -6,7 +6,10 @@
 //     and gradient norms of the 1-rank run to 1e-9 relative (the metrics print 9 digits)
 //     and the same final weights and optimizer state: the checkpoints store float32, so
 //     the bound is 2e-7 of each tensor's largest magnitude (a rounding step of float);
-//   - expert parallelism (ep 2, ep 2 x dp 2) on a tiny MoE hybrid gives the same numbers;
+//   - expert parallelism (ep 2, ep 2 x dp 2; AdamW and Muon) on a tiny MoE hybrid gives the same numbers
+//     (gradient norms included: each sharded expert counts once), each rank holding only
+//     its experts; an ep 2 checkpoint resumes on 1 rank (ep 1) and an ep 1 checkpoint on
+//     ep 2, continuing as the uninterrupted 1-rank run; ZeRO-1 with sharded experts is refused;
 //   - a run stopped and resumed under MPI continues exactly as the uninterrupted one;
 //     a 2-rank checkpoint resumes on 1 rank with the same global micro-batch;
 //   - ranks that disagree on the config or the data fail at start with a message on
@@ -147,7 +150,6 @@ static double ckpt_diff(const char *da, const char *db, char *where, size_t cap)
     return worst;
 }
 
-#define CKPT(run) DIR_ "/" run "/checkpoints/step_00000006"
 
 // `run` against the 1-rank reference `ref`: losses, norms, val losses, final checkpoint.
 static void same_as(const char *ref, const char *other, const char *what) {
@@ -166,6 +168,23 @@ static void same_as(const char *ref, const char *other, const char *what) {
     double dc = ckpt_diff(ca, cb, where, sizeof where);
     CHECK(dc <= 2e-7, "%s: final checkpoint differs by %.3g of the tensor scale at %s", what, dc, where);
     printf("  %-40s loss %.1e  norm %.1e  val %.1e  checkpoint %.1e\n", what, dl, dn, dv, dc);
+}
+
+// A run stopped and resumed against the uninterrupted one (float CLI, whose checkpoints hold
+// the whole state): the same metrics lines and a bit-identical final checkpoint.
+static void same_resumed(const char *full, const char *resumed, const char *what) {
+    char ma[256], mb[256], where[160] = "";
+    snprintf(ma, sizeof ma, DIR_ "/%s/metrics.jsonl", full);
+    snprintf(mb, sizeof mb, DIR_ "/%s/metrics.jsonl", resumed);
+    char *a = cli_stable_lines(ma), *b = cli_stable_lines(mb);
+    CHECK(!strcmp(a, b), "%s: the resumed run differs from the uninterrupted one:\n%s---\n%s", what, a, b);
+    free(a);
+    free(b);
+    snprintf(ma, sizeof ma, DIR_ "/%s/checkpoints/step_00000006", full);
+    snprintf(mb, sizeof mb, DIR_ "/%s/checkpoints/step_00000006", resumed);
+    double dc = ckpt_diff(ma, mb, where, sizeof where);
+    CHECK(dc == 0, "%s: the resumed run's final checkpoint differs by %.3g at %s", what, dc, where);
+    printf("  %-40s bit-identical metrics and checkpoint\n", what);
 }
 
 static int train(int ranks, const char *out, const char *extra) {
@@ -237,6 +256,8 @@ int main(void) {
           "ep 2 run failed:\n%s", logged());
     out = log_text();
     CHECK(strstr(out, "expert_parallel 2") != NULL, "no EP banner:\n%s", out);
+    CHECK(strstr(out, "experts: sharded over expert_parallel 2: each rank holds 2 of 4 experts per MoE layer") != NULL,
+          "no expert-sharding line:\n%s", out);
     free(out);
     CHECK(run(MPIRUN "-np 4 %s%s --batch_size 1 --out_dir " DIR_ "/moe4ep2 --expert_parallel 2", g_bin, moe) == 0,
           "ep 2 x dp 2 run failed:\n%s", logged());
@@ -245,12 +266,61 @@ int main(void) {
     same_as("moe1", "moe2ep1", "MoE hybrid, DP 2 (ep 1)");
     same_as("moe1", "moe2ep2", "MoE hybrid, EP 2");
     same_as("moe1", "moe4ep2", "MoE hybrid, EP 2 x DP 2");
+    // Muon on sharded experts: every rank orthogonalises its own experts' blocks
+    CHECK(run(MPIRUN "-np 1 %s%s --batch_size 4 --out_dir " DIR_ "/moemuon1 %s", g_bin, moe, muon) == 0,
+          "1-rank MoE Muon run failed:\n%s", logged());
+    CHECK(run(MPIRUN "-np 4 %s%s --batch_size 1 --out_dir " DIR_ "/moemuon4 --expert_parallel 2 %s", g_bin, moe, muon) ==
+              0,
+          "ep 2 x dp 2 Muon run failed:\n%s", logged());
+    same_as("moemuon1", "moemuon4", "MoE hybrid, Muon, EP 2 x DP 2");
     {
         int n1 = 0, n2 = 0;
         double dl = metric_diff(DIR_ "/moe1/metrics.jsonl", DIR_ "/moe2ep2/metrics.jsonl", "\"moe_load_max\": ", &n1);
         double dm = metric_diff(DIR_ "/moe1/metrics.jsonl", DIR_ "/moe4ep2/metrics.jsonl", "\"moe_load_cv\": ", &n2);
         CHECK(n1 == 6 && dl == 0 && n2 == 6 && dm <= 1e-9, "expert loads differ from the 1-rank run: %.3g, %.3g", dl, dm);
     }
+    // checkpoints hold every expert whatever the EP size. An ep 2 checkpoint at step 3
+    // continues on 1 rank as it does on ep 2, and a 1-rank one continues on ep 2 as on 1 rank
+    // (double CLI: the same start, only the order of the sums differs) ...
+    CHECK(run(MPIRUN "-np 2 %s%s --batch_size 2 --out_dir " DIR_ "/moeA --expert_parallel 2 --stop_at_step 3", g_bin,
+              moe) == 0,
+          "ep 2 run to step 3 failed:\n%s", logged());
+    CHECK(run("mkdir -p " DIR_ "/moeA1 && cp " DIR_ "/moeA/metrics.jsonl " DIR_ "/moeA1/") == 0, "copy failed");
+    CHECK(run(MPIRUN "-np 1 %s%s --batch_size 4 --out_dir " DIR_ "/moeA1 --resume " DIR_ "/moeA/checkpoints/step_00000003",
+              g_bin, moe) == 0,
+          "1-rank resume of an ep 2 checkpoint failed:\n%s", logged());
+    CHECK(run(MPIRUN "-np 2 %s%s --batch_size 2 --out_dir " DIR_ "/moeA --expert_parallel 2 --resume auto", g_bin, moe) == 0,
+          "ep 2 resume failed:\n%s", logged());
+    same_as("moeA", "moeA1", "MoE: ep 2 checkpoint resumed on 1 rank");
+    CHECK(run(MPIRUN "-np 1 %s%s --batch_size 4 --out_dir " DIR_ "/moeB --stop_at_step 3", g_bin, moe) == 0,
+          "1-rank MoE run to step 3 failed:\n%s", logged());
+    CHECK(run("mkdir -p " DIR_ "/moeB2 && cp " DIR_ "/moeB/metrics.jsonl " DIR_ "/moeB2/") == 0, "copy failed");
+    CHECK(run(MPIRUN "-np 2 %s%s --batch_size 2 --out_dir " DIR_ "/moeB2 --expert_parallel 2 --resume " DIR_
+                     "/moeB/checkpoints/step_00000003",
+              g_bin, moe) == 0,
+          "ep 2 resume of a 1-rank checkpoint failed:\n%s", logged());
+    CHECK(run(MPIRUN "-np 1 %s%s --batch_size 4 --out_dir " DIR_ "/moeB --resume auto", g_bin, moe) == 0,
+          "1-rank resume failed:\n%s", logged());
+    same_as("moeB", "moeB2", "MoE: 1-rank checkpoint resumed on ep 2");
+    // ... and (float CLI, whose checkpoints hold the whole state) an ep 2 x dp 2 run stopped at
+    // step 3 and resumed is bit-identical to the uninterrupted one: the sharded weights and
+    // moments go through the gather and back exactly
+    {
+        const char *hyb = getenv("HYBRID") ? getenv("HYBRID") : "./hybrid";
+        CHECK(run(MPIRUN "-np 4 %s%s --batch_size 1 --out_dir " DIR_ "/moeF --expert_parallel 2", hyb, moe) == 0,
+              "float ep 2 x dp 2 run failed:\n%s", logged());
+        CHECK(run(MPIRUN "-np 4 %s%s --batch_size 1 --out_dir " DIR_ "/moeFr --expert_parallel 2 --stop_at_step 3", hyb,
+                  moe) == 0,
+              "float ep 2 x dp 2 run to step 3 failed:\n%s", logged());
+        CHECK(run(MPIRUN "-np 4 %s%s --batch_size 1 --out_dir " DIR_ "/moeFr --expert_parallel 2 --resume auto", hyb, moe) ==
+                  0,
+              "float ep 2 x dp 2 resume failed:\n%s", logged());
+        same_resumed("moeF", "moeFr", "MoE: ep 2 x dp 2 resumed (float)");
+    }
+    CHECK(run(MPIRUN "-np 2 %s%s --batch_size 2 --out_dir " DIR_ "/moezero --expert_parallel 2 --zero true", g_bin,
+              moe) != 0 &&
+              strstr(logged(), "zero = true with expert_parallel = 2 is not supported"),
+          "ZeRO-1 with sharded experts should be refused with the reason:\n%s", logged());
     CHECK(run(MPIRUN "-np 2 %s%s --batch_size 2 --out_dir " DIR_ "/moebad --expert_parallel 4", g_bin, moe) != 0,
           "expert_parallel 4 on 2 ranks should fail");
     out = log_text();
@@ -266,13 +336,7 @@ int main(void) {
           "float run to step 3 failed:\n%s", logged());
     CHECK(run(MPIRUN "-np 2 %s" TINY "--batch_size 2 --zero true --out_dir " DIR_ "/resume --resume auto", hybrid) == 0,
           "resumed run failed:\n%s", logged());
-    char *a = cli_stable_lines(DIR_ "/f2/metrics.jsonl"), *b = cli_stable_lines(DIR_ "/resume/metrics.jsonl");
-    CHECK(!strcmp(a, b), "a resumed 2-rank ZeRO-1 run differs from the uninterrupted one:\n%s---\n%s", a, b);
-    free(a);
-    free(b);
-    char where[160] = "";
-    double dc = ckpt_diff(CKPT("f2"), CKPT("resume"), where, sizeof where);
-    CHECK(dc == 0, "resumed checkpoint differs by %.3g at %s", dc, where);
+    same_resumed("f2", "resume", "ZeRO-1 2 ranks resumed (float)");
     // a 2-rank checkpoint resumed on 1 rank (same global micro-batch of 4 sequences) continues
     // as it does on 2 ranks (double CLI; steps 1-3 of both logs come from the same run)
     CHECK(train(2, "w2", "--shuffle true --seed 7 --stop_at_step 3") == 0, "2-rank run to step 3 failed");

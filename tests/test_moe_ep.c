@@ -1,19 +1,24 @@
-// Expert parallelism (docs/hybrid.md, "Expert-parallel exchange"; model/moe_dispatch_ep.c),
-// double build. Run under `mpirun -np 2` and `-np 4` (tests/moe_ep.sh); for every EP size that
-// divides the world
-// (ep 2 on 2 ranks; ep 2 x dp 2 and ep 4 on 4 ranks) and tiny hybrid MoE configs (latent +
-// shared expert, plain without shared expert, 8 experts top-3 SwiGLU), each rank runs its
-// own tokens (ranks hold different numbers of rows) through the same model twice, once
-// with EP off (m->ep_size = 1: every expert local, the reference) and once expert parallel:
+// Expert parallelism (docs/hybrid.md, "Expert parallelism" and "Expert-parallel exchange";
+// model/moe_dispatch_ep.c, model/params_shard.c), double build. Run under `mpirun -np 2` and
+// `-np 4` (tests/moe_ep.sh); for every EP size that divides the world (ep 2 on 2 ranks; ep 2 x
+// dp 2 and ep 4 on 4 ranks) and tiny hybrid MoE configs (latent + shared expert, plain without
+// shared expert, 8 experts top-3 SwiGLU), each rank runs its own tokens (ranks hold different
+// numbers of rows) through two models with the same weights: a reference with every expert
+// local (ep_size 1, unsharded) and one expert parallel, whose expert weights are sharded:
 //  (a) the logits and the loss equal the reference;
 //  (b) every non-expert gradient (router, shared expert, latent projections, attention,
 //      embeddings: the embedding gradient is the model's input gradient) equals the
-//      reference; a rank's gradient slices of experts it does not own are exactly zero;
-//      the expert gradients summed over the EP group equal the sum of the ranks' references;
-//      tokens really crossed ranks;
-//  (c) a misconfigured ep_size (not dividing moe_experts; not the runtime's EP group size)
-//      dies with a clear message (checked before MPI starts, so the forked child is safe).
-// Without a launcher (a world of one) it runs (c) and the trivial ep_size 1 case.
+//      reference; a rank's expert gradients equal its experts' rows of the references'
+//      gradients summed over the EP group; tokens really crossed ranks;
+//  (m) memory: a rank's buffer holds exactly E / ep experts of every routed tensor (the rows
+//      of its own experts, with the same values as the unsharded model), everything else
+//      whole; model_init_params on the sharded model gives the same values as unsharded;
+//  (c) a misconfigured ep_size (not dividing moe_experts; not the runtime's EP group size),
+//      a sharded model run with ep_size 1 or cached, and resharding die with a clear message
+//      (checked before MPI starts, so the forked child is safe);
+//  (s) the sharded table itself (a world of one, every EP rank of ep 2 and 4): each rank's
+//      init is its slice of the unsharded init, and full <-> local round-trips.
+// Without a launcher (a world of one) it runs (c), (s) and the trivial ep_size 1 case.
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -57,29 +62,74 @@ static Run run_once(Model *m, const int *in, const int *tg, int B, int T) {
     r.logits = xmalloc(sizeof(real) * nl);
     memcpy(r.logits, m->acts.logits, sizeof(real) * nl);
     model_backward(m, 1.0f);
-    r.grads = xmalloc(sizeof(real) * m->table.total);
-    memcpy(r.grads, m->grads, sizeof(real) * m->table.total);
+    r.grads = xmalloc(sizeof(real) * m->table.local_total);
+    memcpy(r.grads, m->grads, sizeof(real) * m->table.local_total);
     return r;
+}
+
+// (m): the sharded layout of m against the unsharded ref with the same weights.
+static void check_memory(const char *label, const Model *m, const Model *ref, int ep) {
+    const int E = m->cfg.moe_experts;
+    size_t routed_full = 0, routed_local = 0, wrong = 0;
+    for (int i = 0; i < m->table.count; i++) {
+        const ParamInfo *p = &m->table.items[i], *q = &ref->table.items[i];
+        const size_t want = p->routed ? p->numel / (size_t)ep : p->numel;
+        const size_t lo = p->routed ? (size_t)g_dist.ep_rank * want : 0;
+        CHECK(p->local_numel == want && p->local_lo == lo && p->numel == q->numel,
+              "%s ep %d: %s holds %zu elements from %zu, want %zu from %zu (rank %d)", label, ep, p->name, p->local_numel,
+              p->local_lo, want, lo, g_dist.rank);
+        if (p->routed) routed_full += p->numel, routed_local += p->local_numel;
+        const real *a = model_tensor(m, m->params, i), *b = ref->params + q->offset + p->local_lo;
+        for (size_t j = 0; j < p->local_numel; j++) wrong += a[j] != b[j];
+    }
+    CHECK(routed_full > 0 && routed_local * (size_t)ep == routed_full && params_local_routed(&m->table) == routed_local,
+          "%s ep %d: rank %d holds %zu of %zu routed-expert elements, not 1/%d", label, ep, g_dist.rank, routed_local,
+          routed_full, ep);
+    CHECK(model_buffer_elems(m) == ref->table.total - (routed_full - routed_local),
+          "%s ep %d: the parameter buffer has %zu elements, want %zu", label, ep, model_buffer_elems(m),
+          ref->table.total - (routed_full - routed_local));
+    CHECK(wrong == 0, "%s ep %d: %zu sharded weights differ from the unsharded model's (rank %d)", label, ep, wrong,
+          g_dist.rank);
+    CHECK(E % ep == 0 && m->acts.blocks[m->cfg.n_layer - 1].moe.ep->El == E / ep, "%s ep %d: experts per rank", label, ep);
+    // init on the sharded model = this rank's slice of the unsharded init
+    Model a, b;
+    model_create(&a, &m->cfg, backend_cpu(), 1, 2);
+    model_create(&b, &m->cfg, backend_cpu(), 1, 2);
+    model_set_expert_parallel(&a, g_comm, ep);
+    model_init_params(&a, 11);
+    model_init_params(&b, 11);
+    wrong = 0;
+    for (int i = 0; i < a.table.count; i++) {
+        const ParamInfo *p = &a.table.items[i];
+        const real *x = model_tensor(&a, a.params, i), *y = b.params + p->offset + p->local_lo;
+        for (size_t j = 0; j < p->local_numel; j++) wrong += x[j] != y[j];
+    }
+    CHECK(wrong == 0, "%s ep %d: model_init_params on the sharded model differs from the unsharded init in %zu "
+          "elements (rank %d)", label, ep, wrong, g_dist.rank);
+    model_destroy(&a);
+    model_destroy(&b);
 }
 
 static void check_case(const char *label, Config c, int ep, int disable_expert0) {
     dist_set_ep(ep);
     const int maxB = 2, T = 5, B = g_dist.rank % 2 ? 1 : 2;  // odd ranks hold fewer rows
-    Model m;
-    model_create(&m, &c.model, backend_cpu(), maxB, T);
-    tiny_hybrid_params(&m, 3, 0.3);  // the same parameters on every rank
-    if (disable_expert0) {           // no token of any rank picks expert 0 in the last layer
-        int l = c.model.n_layer - 1;
-        model_tensor(&m, m.params, m.mp.blocks[l].moe.router_bias)[0] = -10;
+    Model m, mref;
+    for (int k = 0; k < 2; k++) {
+        Model *x = k ? &m : &mref;
+        model_create(x, &c.model, backend_cpu(), maxB, T);
+        tiny_hybrid_params(x, 3, 0.3);  // the same parameters on every rank
+        if (disable_expert0) {          // no token of any rank picks expert 0 in the last layer
+            int l = c.model.n_layer - 1;
+            model_tensor(x, x->params, x->mp.blocks[l].moe.router_bias)[0] = -10;
+        }
     }
-    model_set_expert_parallel(&m, g_comm, ep);
+    model_set_expert_parallel(&m, g_comm, ep);  // keeps this rank's experts only
+    check_memory(label, &m, &mref, ep);
     int in[10], tg[10];
     fill_tokens(in, B * T, c.model.vocab_size, 100 + g_dist.rank);
     fill_tokens(tg, B * T, c.model.vocab_size, 200 + g_dist.rank);
 
-    m.ep_size = 1;  // EP off (the documented way): this rank's tokens, every expert local
-    Run ref = run_once(&m, in, tg, B, T);
-    m.ep_size = ep;
+    Run ref = run_once(&mref, in, tg, B, T);  // this rank's tokens, every expert local
     Run par = run_once(&m, in, tg, B, T);
 
     char what[160];
@@ -90,12 +140,10 @@ static void check_case(const char *label, Config c, int ep, int disable_expert0)
     CHECK(e_logits <= TOL && e_loss <= TOL, "%s: %.3e / %.3e (rank %d)", what, e_logits, e_loss, g_dist.rank);
     g_worst[0] = fmax(g_worst[0], fmax(e_logits, e_loss));
     // (b) gradients: per tensor
-    const int El = c.model.moe_experts / ep, own0 = g_dist.ep_rank * El;
     double e_dense = 0, e_expert = 0;
-    long nonzero_foreign = 0;
     for (int i = 0; i < m.table.count; i++) {
         const ParamInfo *pi = &m.table.items[i];
-        real *gp = par.grads + pi->offset, *gr = ref.grads + pi->offset;
+        real *gp = par.grads + pi->local_offset, *gr = ref.grads + pi->offset;
         if (!pi->routed) {
             double e = rel_diff(gp, gr, pi->numel);
             CHECK(e <= TOL, "%s ep %d: gradient of %s differs from EP off by %.3e (rank %d)", label, ep, pi->name, e,
@@ -103,19 +151,14 @@ static void check_case(const char *label, Config c, int ep, int disable_expert0)
             e_dense = fmax(e_dense, e);
             continue;
         }
-        const size_t per = pi->numel / c.model.moe_experts;  // the tensor is stacked by expert
-        for (int e = 0; e < c.model.moe_experts; e++)
-            if (e < own0 || e >= own0 + El)
-                for (size_t j = 0; j < per; j++) nonzero_foreign += gp[(size_t)e * per + j] != 0;
-        g_comm->allreduce_sum(g_comm, gp, pi->numel, DT_REAL, COMM_EP);
+        // this rank's experts' rows of the references summed over the group (the tensor is
+        // stacked by expert)
         g_comm->allreduce_sum(g_comm, gr, pi->numel, DT_REAL, COMM_EP);
-        double e = rel_diff(gp, gr, pi->numel);
+        double e = rel_diff(gp, gr + pi->local_lo, pi->local_numel);
         CHECK(e <= TOL, "%s ep %d: EP-group sum of the gradient of %s differs from the references' sum by %.3e (rank %d)",
               label, ep, pi->name, e, g_dist.rank);
         e_expert = fmax(e_expert, e);
     }
-    CHECK(nonzero_foreign == 0, "%s ep %d: %ld gradient entries of experts rank %d does not own are nonzero", label, ep,
-          nonzero_foreign, g_dist.rank);
     g_worst[1] = fmax(g_worst[1], e_dense);
     g_worst[2] = fmax(g_worst[2], e_expert);
     // the exchange was not vacuous: rows went to other ranks, and (disable_expert0) an
@@ -141,6 +184,7 @@ static void check_case(const char *label, Config c, int ep, int disable_expert0)
                label, ep, g_dist.world / ep, crossed, fmax(e_logits, e_loss), e_dense, e_expert);
     free(ref.logits), free(ref.grads), free(par.logits), free(par.grads);
     model_destroy(&m);
+    model_destroy(&mref);
 }
 
 // ---- (c) misconfiguration ----
@@ -168,6 +212,35 @@ static void die_no_call(void *arg) {
     int tok[4] = {1, 2, 3, 4};
     model_forward(&m, tok, NULL, 1, 4);
 }
+// a model with the experts of EP rank 0 of 2 only, as model_set_expert_parallel leaves it
+static void shard_by_hand(Model *m) {
+    model_create(m, &g_death_cfg.model, backend_cpu(), 1, 4);
+    params_shard(&m->table, 2, 0);
+    model_alloc_buffers(m);
+    tiny_hybrid_params(m, 3, 0.3);
+}
+static void die_sharded_local(void *arg) {
+    (void)arg;
+    Model m;
+    shard_by_hand(&m);
+    m.ep_size = 1;  // "EP off" on a rank that lacks half the experts
+    int tok[4] = {1, 2, 3, 4};
+    model_forward(&m, tok, NULL, 1, 4);
+}
+static void die_sharded_cached(void *arg) {
+    (void)arg;
+    Model m;
+    shard_by_hand(&m);
+    m.ep_size = 2;
+    model_cache_init(&m, 4);
+    int tok[1] = {1};
+    model_forward_cached(&m, tok, 1);
+}
+static void die_reshard(void *arg) {
+    Model m;
+    shard_by_hand(&m);
+    model_set_expert_parallel(&m, arg, 1);
+}
 static void test_misconfigured(Comm *comm) {
     g_death_cfg = tiny_hybrid(NULL);  // 4 experts
     CHECK(expect_death(die_check_3, NULL, "ep 3 of 4 experts", "ep_size = 3 does not divide moe_experts = 4"),
@@ -178,6 +251,57 @@ static void test_misconfigured(Comm *comm) {
           "model_set_expert_parallel accepted an ep_size other than the runtime's EP group");
     CHECK(expect_death(die_no_call, NULL, "ep_size set by hand", "model_set_expert_parallel(m, comm, 2) was not called"),
           "a forward with m->ep_size = 2 and no buffers did not die");
+    CHECK(expect_death(die_sharded_local, NULL, "sharded model run locally", "holds only its experts' weights",
+                       "sharded over 2 ranks", "m->ep_size was changed"),
+          "a forward with ep_size 1 on a sharded model did not die");
+    CHECK(expect_death(die_sharded_cached, NULL, "sharded model, cached forward", "sharded over 2 ranks",
+                       "the cached forward runs every expert locally"),
+          "a cached forward on a sharded model did not die");
+    CHECK(expect_death(die_reshard, comm, "unshard", "already sharded over 2 ranks; ep_size = 1"),
+          "model_set_expert_parallel(1) on a sharded model did not die");
+}
+
+// ---- (s) the sharded table, every EP rank, without MPI ----
+static void test_sharded_table(const char *label, const Config *c) {
+    for (int ep = 2; ep <= 4; ep *= 2) {
+        if (c->model.moe_experts % ep) continue;
+        ParamTable t;
+        ModelParams mp;
+        params_build(&c->model, &t, &mp);
+        const size_t total = t.total;
+        float *full = xmalloc(sizeof(float) * total), *back = xmalloc(sizeof(float) * total);
+        params_init(&t, full, 5);
+        for (int r = 0; r < ep; r++) {
+            params_shard(&t, ep, r);
+            float *local = xmalloc(sizeof(float) * t.local_total), *want = xmalloc(sizeof(float) * t.local_total);
+            params_init(&t, local, 5);
+            params_full_to_local(&t, full, want);
+            CHECK(!memcmp(local, want, sizeof(float) * t.local_total),
+                  "%s: EP rank %d of %d: the sharded init is not the slice of the unsharded one", label, r, ep);
+            params_local_to_full(&t, local, back);
+            size_t bad = 0, routed = 0;
+            for (int i = 0; i < t.count; i++) {
+                const ParamInfo *p = &t.items[i];
+                for (size_t j = 0; j < p->numel; j++) {
+                    const int mine = j >= p->local_lo && j < p->local_lo + p->local_numel;
+                    bad += back[p->offset + j] != (mine ? full[p->offset + j] : 0.0f);
+                }
+                if (!p->routed) continue;
+                routed++;
+                bad += params_local_rows(p) * ep != p->shape[0] || params_local_blocks(p) * ep != p->blocks;
+            }
+            CHECK(bad == 0 && routed > 0 && params_sharded(&t) && t.total == total,
+                  "%s: EP rank %d of %d: local_to_full / rows / blocks wrong in %zu places", label, r, ep, bad);
+            free(local);
+            free(want);
+        }
+        params_shard(&t, 1, 0);
+        CHECK(!params_sharded(&t) && t.local_total == total, "%s: params_shard(1) did not restore the full layout",
+              label);
+        free(full);
+        free(back);
+        params_free(&t, &mp);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -220,6 +344,8 @@ int main(int argc, char **argv) {
             model_destroy(&m);
         }
     }
+    if (g_dist.world == 1)
+        for (int i = 0; i < ncase; i++) test_sharded_table(cases[i].label, &cases[i].c);
     for (int ep = 2; ep <= g_dist.world; ep *= 2) {
         if (g_dist.world % ep) continue;
         for (int i = 0; i < ncase; i++)

@@ -297,6 +297,47 @@ static void print_sample(Model *model, const Config *c, const Tokenizer *tok, Rn
     free(tokens);
 }
 
+// The sample runs on rank 0 alone. With the experts sharded (docs/distributed.md, "Expert
+// parallelism") rank 0 lacks the other ranks' experts: every rank contributes its weights as
+// for a checkpoint (collective) and rank 0 samples from an unsharded copy of the model, built
+// for this sample (one sequence) and freed after it. Otherwise rank 0 runs its own model with
+// every expert local (the weights are replicated).
+static void sample_step(Model *model, Optimizer *opt, const Config *c, const Tokenizer *tok, Rng *rng, int root) {
+    if (!params_sharded(&model->table)) {
+        if (!root) return;
+        int ep = model->ep_size;
+        model->ep_size = 1;
+        print_sample(model, c, tok, rng);
+        model->ep_size = ep;
+        return;
+    }
+    const size_t n = model->table.total;
+    float *p = xmalloc(sizeof(float) * n);
+    optimizer_get_weights(opt, model, p);
+    dist_reduce_sum_float_to_root(p, n);
+    if (root) {
+        Model whole;
+        model_create(&whole, &c->model, model->be, 1, c->seq_len);
+        model_set_params(&whole, p);
+        print_sample(&whole, c, tok, rng);
+        model_destroy(&whole);
+    }
+    free(p);
+}
+
+// Where the routed experts live: with expert_parallel > 1 each rank holds E / P experts of
+// every MoE layer, with their gradients and optimizer state.
+static void print_expert_memory(const Model *model, const Config *c) {
+    if (!params_sharded(&model->table)) return;
+    size_t full = 0;
+    for (int i = 0; i < model->table.count; i++)
+        if (model->table.items[i].routed) full += model->table.items[i].numel;
+    printf("experts: sharded over expert_parallel %d: each rank holds %d of %d experts per MoE layer, %zu of %zu "
+           "routed-expert parameters (parameter buffer %zu of %zu elements)\n",
+           model->table.ep_size, c->model.moe_experts / model->table.ep_size, c->model.moe_experts,
+           params_local_routed(&model->table), full, model->table.local_total, model->table.total);
+}
+
 int train_main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -388,6 +429,7 @@ int train_main(int argc, char **argv) {
         if (model_has_moe(&model))
             printf("moe: %d experts, top-%d, %.2fM active parameters per token\n", c.model.moe_experts, c.model.moe_top_k,
                    params_count_active(&c.model, &model.table, 0) / 1e6);
+        print_expert_memory(&model, &c);
         printf("batch: %d x %d tokens x %d accumulation step(s) x %d rank(s) = %ld tokens per step\n", c.batch_size,
                c.seq_len, accum, world, total);
         if (world > 1 || comm)
@@ -514,19 +556,17 @@ int train_main(int argc, char **argv) {
         // trainer's RNG whatever the sample's length: the checkpoint (written before the
         // sample) holds the state that follows that draw, and a resumed run samples the same
         // tokens as an uninterrupted one.
-        const int sample_now = root && ((c.sample_every && ts.step % c.sample_every == 0) || last);
+        const int sample_due = (c.sample_every && ts.step % c.sample_every == 0) || last;  // on every rank
+        const int sample_now = root && sample_due;
         Rng sample_rng;
         if (sample_now) rng_seed(&sample_rng, rng_u64(&rng));
         ts.rng = rng.state;
         int stop = interrupted || ts.step == end_step;
         kill_point("train-step");
         if ((c.checkpoint_every && ts.step % c.checkpoint_every == 0) || stop) save_checkpoint(&c, &model, &opt, &ts);
-        if (sample_now) {
-            kill_point("sample");
-            int ep = model.ep_size;
-            model.ep_size = 1;  // rank 0 alone: every expert runs locally (the weights are replicated)
-            print_sample(&model, &c, tok, &sample_rng);
-            model.ep_size = ep;
+        if (sample_due) {
+            if (sample_now) kill_point("sample");
+            sample_step(&model, &opt, &c, tok, &sample_rng, root);
         }
         if (interrupted) {
             if (root) printf("interrupted after step %d: resume with --resume auto\n", ts.step);
