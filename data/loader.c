@@ -39,6 +39,18 @@ static void prepare_shard(Loader *L) {
     else for (size_t i = 0; i < L->nsamples[s]; i++) L->sample_order[i] = i;
 }
 
+int loader_fit_batch(const char *pattern, int B, int T, int world, int vocab_size) {
+    ShardList list;
+    shards_open(&list, pattern, vocab_size, 0);
+    size_t least = (size_t)-1;
+    for (int i = 0; i < list.n; i++)
+        if (list.ntok[i] < least) least = list.ntok[i];
+    shards_free(&list);
+    const size_t per_sequence = (size_t)world * T;
+    size_t b = least > 0 ? (least - 1) / per_sequence : 0;
+    return b < (size_t)B ? (int)b : B;
+}
+
 void loader_open(Loader *L, const char *pattern, int B, int T, int rank, int world, int vocab_size, int shuffle,
                  uint64_t seed) {
     memset(L, 0, sizeof *L);

@@ -45,6 +45,11 @@ typedef struct {
     MqarStream mqar_stream;
 } Loader;
 
+// The largest batch b <= B (sequences per rank) for which every shard of `pattern` holds one
+// sample of world * b * T + 1 tokens; 0 when some shard holds less than world * T + 1. The
+// trainer validates with it, so a validation split smaller than one training batch still
+// validates (with smaller batches) instead of stopping the run.
+int loader_fit_batch(const char *pattern, int B, int T, int world, int vocab_size);
 // Opens and checks every shard that matches `pattern` (a glob; data/shardcheck.h: the
 // manifest, sizes, checksums and token ids, each shard read once). Dies naming the file
 // on a missing match, a set that does not match its manifest, wrong magic or version, a
