@@ -129,7 +129,7 @@ LIBOPS_SRC    := $(wildcard model/ops/*.c model/ops/*/*.c) model/backend.c base/
 LIBOPS_CFLAGS := -O2 -g -std=c11 -Wall -Wextra -fopenmp -D_DEFAULT_SOURCE -I. -MMD -MP -fPIC
 LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 
-.PHONY: all test test-only test-gpu bench bench-kda bench-kda-ours bench-hybrid train train-only data vocab clean help lib
+.PHONY: all test test-only test-gpu bench bench-kda bench-kda-ours bench-hybrid bench-moe bench-moe-ours bench-moe-model train train-only data vocab clean help lib
 # keep the objects of both builds between test links
 .SECONDARY:
 all: $(BIN)
@@ -257,6 +257,11 @@ $(filter-out $(EMU)/test_cuda_emu,$(EMU_TESTS)): $(EMU)/%: $(EMU)/gpu/%.o $(EMU)
 $(EMU)/bench_delta_rule: $(EMU)/gpu/bench_delta_rule.o $(EMU_OBJ) $(EMU)/libcpu_f.a $(FLAGS)
 	@echo "LINK $@ (CUDA emulator)"
 	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
+# The MoE benchmark's plumbing likewise: `make out/build/emu/bench_moe`, then e.g.
+#   out/build/emu/bench_moe --shape 64,4,2,32,64,64 --shape config:32 --reps 1 --warmup 0 --profile-reps 1
+$(EMU)/bench_moe: $(EMU)/gpu/bench_moe.o $(EMU_OBJ) $(EMU)/libcpu_f.a $(FLAGS)
+	@echo "LINK $@ (CUDA emulator)"
+	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
 
 ifneq ($(CU_SRC),)
 # Every test program, then the Hugging Face checks (export, import; the fla export too when
@@ -304,6 +309,43 @@ bench-kda: $(GPU_BIN)/bench_delta_rule
 bench-kda-ours: $(GPU_BIN)/bench_delta_rule
 	@mkdir -p $(OUT)/bench
 	$(GPU_BIN)/bench_delta_rule $(KDA_BENCH_ARGS) --json $(OUT)/bench/kda_ours.json
+# `make bench-moe` (BENCHMARKS.md, "H200: the MoE layer against PyTorch"): our MoE layer
+# (tests/gpu/bench_moe.c: model/moe.c's forward and backward, the grouped expert op alone, dense
+# cuBLAS GEMMs of the same FLOPs, a profiled breakdown) and the PyTorch reference on the same
+# shapes and input distributions (scripts/bench_torch_moe.py: grouped_mm when torch has it), then
+# the side-by-side with the two targets (scripts/bench_summary_moe.py). JSON under out/bench/.
+# MOE_BENCH_ARGS go to both programs (e.g. "--shape config --reps 50"); MOE_TORCH_TIMEOUT=S
+# stops PyTorch's run after S seconds. Ours alone: `make bench-moe-ours`. Exits 1 if either side
+# failed, after the summary (a missed target does not fail it).
+# `make bench-moe-model`: the whole KL-S (MoE) 3:1 model's training throughput on the Brown
+# shards (`make data`; out/data), MOE_MODEL_STEPS steps (median tok/s of the steps after the
+# second), the run's final checkpoint deleted; MOE_MODEL_ARGS are more --key value overrides.
+MOE_BENCH_ARGS ?=
+MOE_TORCH_TIMEOUT ?=
+MOE_MODEL_STEPS ?= 8
+MOE_MODEL_ARGS ?=
+bench-moe: $(GPU_BIN)/bench_moe
+	@nvidia-smi -L > /dev/null 2>&1 || { echo "bench-moe: no GPU visible (nvidia-smi -L failed)"; exit 1; }
+	@mkdir -p $(OUT)/bench
+	@rm -f $(OUT)/bench/moe_ours.json $(OUT)/bench/moe_torch.json
+	@st=0; $(GPU_BIN)/bench_moe $(MOE_BENCH_ARGS) --json $(OUT)/bench/moe_ours.json || st=1; \
+	$(if $(MOE_TORCH_TIMEOUT),timeout $(MOE_TORCH_TIMEOUT)) python3 -u scripts/bench_torch_moe.py $(MOE_BENCH_ARGS) \
+	    --json $(OUT)/bench/moe_torch.json || st=1; \
+	python3 scripts/bench_summary_moe.py $(OUT)/bench/moe_ours.json $(OUT)/bench/moe_torch.json; exit $$st
+
+bench-moe-ours: $(GPU_BIN)/bench_moe
+	@mkdir -p $(OUT)/bench
+	$(GPU_BIN)/bench_moe $(MOE_BENCH_ARGS) --json $(OUT)/bench/moe_ours.json
+
+bench-moe-model: hybrid
+	@nvidia-smi -L > /dev/null 2>&1 || { echo "bench-moe-model: no GPU visible (nvidia-smi -L failed)"; exit 1; }
+	@ls out/data/brown_train_*.bin > /dev/null 2>&1 || { echo "bench-moe-model: no Brown shards (make data)"; exit 1; }
+	@mkdir -p $(OUT)/bench/runs
+	@st=0; ./hybrid train configs/kl-s-3-1.conf --device cuda --steps $(MOE_MODEL_STEPS) --warmup_steps 2 \
+	    --val_data '' --log_every 1 --sample_tokens 0 --out_dir $(OUT)/bench/runs/kl-s-3-1 --overwrite \
+	    $(MOE_MODEL_ARGS) > $(OUT)/bench/kl-s-3-1.log 2>&1 || st=1; tail -n 25 $(OUT)/bench/kl-s-3-1.log; \
+	python3 scripts/bench_summary_moe.py model $(OUT)/bench/runs/kl-s-3-1/metrics.jsonl || st=1; \
+	rm -rf $(OUT)/bench/runs/kl-s-3-1/checkpoints; exit $$st
 # `make bench-hybrid` (BENCHMARKS.md, "H200: the 3:1 hybrid against fla"): our trainer
 # (`./hybrid train --device cuda`, configs/bench-kda-3-1.conf and its variants, synthetic tokens)
 # against fla's KDAForCausalLM on the same architecture when FLA_DIR names a prepared copy or a
@@ -317,7 +359,7 @@ bench-hybrid: hybrid
 	@nvidia-smi -L > /dev/null 2>&1 || { echo "bench-hybrid: no GPU visible (nvidia-smi -L failed)"; exit 1; }
 	OUT=$(OUT) FLA_DIR=$(FLA_DIR) FLA_TIMEOUT=$(HYBRID_FLA_TIMEOUT) bash scripts/bench_hybrid.sh
 else
-test-gpu bench bench-kda bench-kda-ours bench-hybrid:
+test-gpu bench bench-kda bench-kda-ours bench-hybrid bench-moe bench-moe-ours bench-moe-model:
 	@echo "$@: this build has no CUDA (nvcc not found)"; exit 1
 endif
 

@@ -93,7 +93,7 @@ void *scratch_get(size_t bytes) {
 // ---------------------------------------------------------------------------
 // per-op timing: events around each op, read at report time
 
-#define PROF_MAX_NAMES 64
+#define PROF_MAX_NAMES 128  // (the kernels name 86 ops and parts)
 static struct {
     int on, checked;
     const char *names[PROF_MAX_NAMES];
@@ -155,6 +155,25 @@ static void prof_collect(void) {
 }
 
 extern "C" int cuda_profile_enabled(void) { return prof_on(); }
+
+extern "C" void cuda_profile_set(int on) {
+    prof_on();
+    if (g_prof.on && !on) prof_collect();  // the scopes recorded so far still count
+    g_prof.on = on != 0;
+}
+
+extern "C" int cuda_profile_read(const char **names, double *ms, long *calls, int max) {
+    prof_collect();
+    int n = 0;
+    for (int s = 0; s < PROF_MAX_NAMES && g_prof.names[s] && n < max; s++) {
+        if (!g_prof.calls[s]) continue;
+        names[n] = g_prof.names[s];
+        ms[n] = g_prof.ms[s];
+        calls[n] = g_prof.calls[s];
+        n++;
+    }
+    return n;
+}
 
 extern "C" void cuda_profile_reset(void) {
     prof_collect();

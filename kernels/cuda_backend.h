@@ -17,6 +17,13 @@ int cuda_profile_enabled(void);
 void cuda_profile_reset(void);
 // Per-op table (ms per step over `steps` steps), largest first. Synchronizes.
 void cuda_profile_print(FILE *f, int steps);
+// Turns the timing on or off from the program (overriding HYBRID_CUDA_PROFILE; a benchmark times
+// its repetitions without it, then profiles a few more).
+void cuda_profile_set(int on);
+// The totals since the last reset (synchronizes): up to max ops and parts that ran, each its
+// name (a static string; a '/' marks a part of an op, already inside the op's time), its ms
+// and its calls. Returns how many were written.
+int cuda_profile_read(const char **names, double *ms, long *calls, int max);
 
 // Bytes held by backend allocations now and at most so far; bytes in use on the
 // device (all users, the CUDA context included) and its total.

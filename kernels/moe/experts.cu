@@ -157,10 +157,21 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     PROFILE("moe_experts_fwd");
     const int kind = act_kind(act);
     if (E <= 0) return;
-    rows_gemm<false>((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, offsets, E, 2 * M, C);
-    launch_kernel(experts_glu_forward_kernel, dim3(4 * g_cuda.sm_count), dim3(256), 0, (bf16 *)ap, (const bf16 *)hp,
-                  offsets, E, M, kind, (float)act.beta, (float)act.linear_beta);
-    rows_gemm<false>((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, offsets, E, C, M);
+    // (the PROFILE parts: HYBRID_CUDA_PROFILE=1 times each kernel; "moe_experts/gemm_*" are the
+    // grouped GEMMs that tests/gpu/bench_moe.c compares with dense cuBLAS GEMMs of the same FLOPs)
+    {
+        PROFILE("moe_experts/gemm_fwd13");
+        rows_gemm<false>((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, offsets, E, 2 * M, C);
+    }
+    {
+        PROFILE("moe_experts/glu_fwd");
+        launch_kernel(experts_glu_forward_kernel, dim3(4 * g_cuda.sm_count), dim3(256), 0, (bf16 *)ap,
+                      (const bf16 *)hp, offsets, E, M, kind, (float)act.beta, (float)act.linear_beta);
+    }
+    {
+        PROFILE("moe_experts/gemm_fwd2");
+        rows_gemm<false>((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, offsets, E, C, M);
+    }
 }
 
 void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real *dap, const real *dyp,
@@ -169,10 +180,26 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
     PROFILE("moe_experts_bwd");
     const int kind = act_kind(act);
     if (E <= 0) return;
-    rows_gemm<true>((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, offsets, E, M, C);  // dap = dyp W2_e
-    wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, offsets, E, C, M);            // dW2_e += dyp^T ap
-    launch_kernel(experts_glu_backward_kernel, dim3(4 * g_cuda.sm_count), dim3(256), 0, (bf16 *)dhp,
-                  (const bf16 *)dap, (const bf16 *)hp, offsets, E, M, kind, (float)act.beta, (float)act.linear_beta);
-    rows_gemm<true>((bf16 *)dxp, (const bf16 *)dhp, (const bf16 *)w13, offsets, E, C, 2 * M);  // dxp = dhp W13_e
-    wgrad((bf16 *)dw13, (const bf16 *)dhp, (const bf16 *)xp, offsets, E, 2 * M, C);           // dW13_e += dhp^T xp
+    {
+        PROFILE("moe_experts/gemm_dgrad2");
+        rows_gemm<true>((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, offsets, E, M, C);  // dap = dyp W2_e
+    }
+    {
+        PROFILE("moe_experts/gemm_wgrad2");
+        wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, offsets, E, C, M);  // dW2_e += dyp^T ap
+    }
+    {
+        PROFILE("moe_experts/glu_bwd");
+        launch_kernel(experts_glu_backward_kernel, dim3(4 * g_cuda.sm_count), dim3(256), 0, (bf16 *)dhp,
+                      (const bf16 *)dap, (const bf16 *)hp, offsets, E, M, kind, (float)act.beta,
+                      (float)act.linear_beta);
+    }
+    {
+        PROFILE("moe_experts/gemm_dgrad13");
+        rows_gemm<true>((bf16 *)dxp, (const bf16 *)dhp, (const bf16 *)w13, offsets, E, C, 2 * M);  // dxp = dhp W13_e
+    }
+    {
+        PROFILE("moe_experts/gemm_wgrad13");
+        wgrad((bf16 *)dw13, (const bf16 *)dhp, (const bf16 *)xp, offsets, E, 2 * M, C);  // dW13_e += dhp^T xp
+    }
 }

@@ -37,6 +37,7 @@
 #include "base/util.h"
 #include "kernels/cuda_backend.h"
 #include "model/backend.h"
+#include "tests/gpu/bench_util.h"
 #include "model/ops/delta_rule/delta_rule.h"
 
 
@@ -159,26 +160,6 @@ static Buf upload_new(const float *h, size_t n) {
     return b;
 }
 
-// ---- timing: CUDA events on the backend's stream; a wall clock under the emulator ----
-#ifdef HYBRID_CUDA_EMU
-static double g_t0;
-static void timer_start(void) {
-    be->synchronize();
-    g_t0 = now_seconds();
-}
-static double timer_stop_ms(void) {
-    be->synchronize();
-    return (now_seconds() - g_t0) * 1e3;
-}
-#else
-static void timer_start(void) { cuda_timer_start(); }
-static double timer_stop_ms(void) { return cuda_timer_stop_ms(); }
-#endif
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 // ---- one kind at one shape ----
 typedef struct {
@@ -223,9 +204,9 @@ static void time_pass(Case *c, void (*fn)(Case *), int warmup, int reps, double 
 #ifndef HYBRID_CUDA_EMU
         if (i == 0 && cuda_profile_enabled()) cuda_profile_reset();  // the timed repetitions only
 #endif
-        timer_start();
+        bench_timer_start(be);
         fn(c);
-        double ms = timer_stop_ms();
+        double ms = bench_timer_stop_ms(be);
         if (i >= 0) t[i] = ms;
     }
 #ifndef HYBRID_CUDA_EMU
@@ -233,9 +214,7 @@ static void time_pass(Case *c, void (*fn)(Case *), int warmup, int reps, double 
     // little: take the medians from a run without it)
     if (cuda_profile_enabled()) cuda_profile_print(stdout, reps);
 #endif
-    qsort(t, (size_t)reps, sizeof(double), cmp_double);
-    *med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-    *mn = t[0];
+    bench_median_min(t, reps, med, mn);
     free(t);
 }
 

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""The side-by-side of `make bench-moe`: our MoE layer (tests/gpu/bench_moe.c) against the PyTorch
+reference (scripts/bench_torch_moe.py), as Markdown tables ready for BENCHMARKS.md.
+
+usage: bench_summary_moe.py OURS.json TORCH.json
+       bench_summary_moe.py model METRICS.jsonl [SKIP]   (`make bench-moe-model`: the whole model's
+           median tok/s and ms/step over the steps after the first SKIP (default 2) of a train run)
+
+Either file may be missing or hold failed cases: those cells say so. Targets (issue 17 item 4):
+  layer:  the MoE layer's forward+backward >= 1.5x the PyTorch reference's speed (torch ms / ours ms)
+  GEMMs:  the grouped expert GEMMs at >= 70% of the dense-GEMM throughput at the same FLOPs
+          (bench_moe's dense cuBLAS set / its grouped GEMM kernels, profiled)
+"""
+import json
+import os
+import sys
+
+LAYER_TARGET = 1.5
+GEMM_TARGET = 0.7
+PASSES = ("fwd", "bwd", "fwdbwd")
+CATS = ("router", "permute", "experts", "combine", "dense", "other")
+
+
+def load(path, who):
+    if not os.path.isfile(path):
+        print(f"note: {path} is missing: {who} not measured")
+        return None, {}, {}
+    d = json.load(open(path))
+    recs, shapes = {}, {}
+    for r in d.get("records", []):
+        if r:
+            recs[(r["C"], r["E"], r["K"], r["M"], r["S"], r["N"], r["pass"])] = r
+    for s in d.get("shapes", []):
+        shapes[(s["C"], s["E"], s["K"], s["M"], s["S"], s["N"])] = s
+    return d, recs, shapes
+
+
+def ok(r):
+    return r is not None and r.get("status", "ok") == "ok"
+
+
+def ms(r):
+    if r is None:
+        return "not measured"
+    if not ok(r):
+        return r.get("status", "FAIL")
+    return f"{r['median_ms']:.3f} / {r['min_ms']:.3f}"
+
+
+def model(path, skip):
+    """The training throughput of a `hybrid train` run from its metrics.jsonl."""
+    if not os.path.isfile(path):
+        print(f"the model run wrote no {path}: not measured")
+        return 1
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    steps = [r for r in rows if "tok_per_s" in r and r.get("step", 0) > skip]
+    if not steps:
+        print(f"{path}: no training step after step {skip}: not measured")
+        return 1
+    tps = sorted(r["tok_per_s"] for r in steps)
+    n = len(tps)
+    med = tps[n // 2] if n % 2 else 0.5 * (tps[n // 2 - 1] + tps[n // 2])
+    tokens = steps[-1]["tokens"] - (steps[0]["tokens"] if len(steps) > 1 else 0)
+    print(f"whole model: median {med / 1e3:.1f}k tok/s over steps {steps[0]['step']}..{steps[-1]['step']} "
+          f"(min {tps[0] / 1e3:.1f}k, max {tps[-1] / 1e3:.1f}k; {tokens / max(len(steps) - 1, 1):.0f} tokens a step)")
+    return 0
+
+
+def main():
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "model":
+        sys.exit(model(sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else 2))
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    om, ours, oshapes = load(sys.argv[1], "hybrid.c")
+    tm, torch, tshapes = load(sys.argv[2], "PyTorch")
+    if om and om.get("emulated"):
+        print("WARNING: our numbers come from the CPU emulator build: they are not GPU timings")
+    if tm:
+        print(f"PyTorch {tm.get('torch', '?')} on {tm.get('device', '?')}: expert GEMMs {tm.get('gemm', '?')} "
+              f"(grouped matmul in this torch: {tm.get('grouped_mm_available') or 'none'})")
+    for name, m in (("hybrid.c", om), ("PyTorch", tm)):
+        if m:
+            print(f"{name}: {m.get('reps')} timed repetitions after {m.get('warmup')} warm-up, config {m.get('config')}")
+    shapes = []
+    for k in list(ours) + list(torch):
+        if k[:6] not in shapes:
+            shapes.append(k[:6])
+
+    def label(s):
+        C, E, K, M, S, N = s
+        name = next((r.get("name") for k, r in list(ours.items()) + list(torch.items()) if k[:6] == s), "")
+        return f"{name + ': ' if name else ''}C {C}, E {E}, top-{K}, m {M}, shared {S}, N {N}"
+
+    missed, checked = [], 0
+    print()
+    print("| shape | pass | ours ms (median / min) | PyTorch ms (median / min) | speed-up (PyTorch / ours) | target "
+          "| ours MiB | PyTorch MiB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for s in shapes:
+        for p in PASSES:
+            o, t = ours.get(s + (p,)), torch.get(s + (p,))
+            sp = t["median_ms"] / o["median_ms"] if ok(o) and ok(t) and o["median_ms"] > 0 else None
+            target = "—"
+            if p == "fwdbwd":
+                if sp is None:
+                    target = f">= {LAYER_TARGET}x: not measured"
+                else:
+                    checked += 1
+                    target = f">= {LAYER_TARGET}x: {'met' if sp >= LAYER_TARGET else 'NOT met'}"
+                    if sp < LAYER_TARGET:
+                        missed.append(f"{label(s)}: layer {sp:.2f}x")
+            omib = f"{o['peak_bytes'] / 2**20:.0f}" if ok(o) else "—"
+            tmib = f"{t['peak_bytes'] / 2**20:.0f}" if ok(t) and t.get("peak_bytes") else "—"
+            print(f"| {label(s)} | {p} | {ms(o)} | {ms(t)} | {f'{sp:.2f}x' if sp is not None else '—'} | {target} "
+                  f"| {omib} | {tmib} |")
+
+    print()
+    print("| shape | routed GEMM GFLOP (fwd+bwd) | dense cuBLAS ms | TFLOP/s | grouped GEMM kernels ms | TFLOP/s "
+          "| efficiency | target | experts op ms (GEMMs + GLU) | op-level efficiency | load max / min over mean |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for s in shapes:
+        x, d, e = oshapes.get(s), ours.get(s + ("dense_fwdbwd",)), ours.get(s + ("experts_fwdbwd",))
+        if not x or not ok(d):
+            print(f"| {label(s)} | not measured | | | | | | >= {GEMM_TARGET:.0%}: not measured | | | |")
+            continue
+        fl = x["routed_gemm_flops_fwdbwd"]
+        g = x.get("grouped_gemm_ms", 0)
+        eff = x.get("grouped_gemm_efficiency", 0)
+        if x.get("profile_reps", 0) > 0 and g > 0:
+            checked += 1
+            target = f">= {GEMM_TARGET:.0%}: {'met' if eff >= GEMM_TARGET else 'NOT met'}"
+            if eff < GEMM_TARGET:
+                missed.append(f"{label(s)}: grouped GEMMs {eff:.0%} of dense")
+            gcell, gtf, ecell = f"{g:.3f}", f"{fl / (g * 1e9):.0f}", f"{eff:.0%}"
+        else:
+            target, gcell, gtf, ecell = f">= {GEMM_TARGET:.0%}: not profiled", "—", "—", "—"
+        print(f"| {label(s)} | {fl / 1e9:.1f} | {d['median_ms']:.3f} | {fl / (d['median_ms'] * 1e9):.0f} | {gcell} "
+              f"| {gtf} | {ecell} | {target} | {e['median_ms']:.3f} | {x.get('experts_op_efficiency', 0):.0%} "
+              f"| {x.get('load_max_over_mean', 0):.2f} / {x.get('load_min_over_mean', 0):.2f} |")
+
+    print()
+    print("Ours, forward+backward by part (profiled repetitions, ms and share of the ops' sum):")
+    print()
+    print("| shape | " + " | ".join(CATS) + " | of experts: grouped GEMMs / GLU | sum |")
+    print("| --- |" + " --- |" * (len(CATS) + 2))
+    for s in shapes:
+        x = oshapes.get(s)
+        if not x or not x.get("profile_reps"):
+            continue
+        b = x["breakdown_ms"]
+        tot = sum(b.get(c, 0) for c in CATS) or 1
+        cells = " | ".join(f"{b.get(c, 0):.3f} ({100 * b.get(c, 0) / tot:.0f}%)" for c in CATS)
+        print(f"| {label(s)} | {cells} | {x['grouped_gemm_ms']:.3f} / {x['experts_glu_ms']:.3f} | {tot:.3f} |")
+    print()
+    print("ms: median and min over the timed repetitions, CUDA events around each call. MiB: ours = the MoE "
+          "layer's backend memory for the pass (parameters, gradients, saved activations, scratch, inputs and "
+          "outputs); PyTorch = torch.cuda.max_memory_allocated during the pass. Router = its ops + the logits matmul "
+          "(timed alone); dense = the other matmuls (shared experts) and their GLU.")
+    if missed:
+        print("targets not met: " + "; ".join(missed))
+    elif checked:
+        print(f"every target measured here is met ({checked} checks)")
+    else:
+        print("no target could be checked: a side is missing or failed")
+
+
+if __name__ == "__main__":
+    main()

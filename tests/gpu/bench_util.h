@@ -1,0 +1,47 @@
+// What the kernel benchmarks of tests/gpu (bench_delta_rule.c, bench_moe.c) share: the timer of
+// one repetition and the median of the repetitions.
+#ifndef HYBRID_TESTS_GPU_BENCH_UTIL_H
+#define HYBRID_TESTS_GPU_BENCH_UTIL_H
+
+#include <stdlib.h>
+
+#include "base/util.h"
+#include "kernels/cuda_backend.h"
+#include "model/backend.h"
+
+// CUDA events on the backend's stream (kernels/timer.cu); a wall clock under the emulator,
+// which has no kernels/timer.cu (its times mean nothing)
+#ifdef HYBRID_CUDA_EMU
+static double bench_t0;
+static inline void bench_timer_start(const Backend *be) {
+    be->synchronize();
+    bench_t0 = now_seconds();
+}
+static inline double bench_timer_stop_ms(const Backend *be) {
+    be->synchronize();
+    return (now_seconds() - bench_t0) * 1e3;
+}
+#else
+static inline void bench_timer_start(const Backend *be) {
+    (void)be;
+    cuda_timer_start();
+}
+static inline double bench_timer_stop_ms(const Backend *be) {
+    (void)be;
+    return cuda_timer_stop_ms();
+}
+#endif
+
+static int bench_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+// the median and the minimum of t[0..n) (n >= 1; sorts t)
+static inline void bench_median_min(double *t, int n, double *med, double *mn) {
+    qsort(t, (size_t)n, sizeof(double), bench_cmp_double);
+    *med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    *mn = t[0];
+}
+
+#endif
