@@ -1,6 +1,7 @@
 # Shell functions shared by scripts/ablate_ratio.sh and scripts/real_run_hybrid.sh (sourced,
 # not run): config files edited key by key, `hybrid inspect` read back, the KDA:MLA layer
-# pattern of a ratio, and the GPT-2 of matched active parameters. POSIX sh; $HYBRID is the CLI.
+# pattern of a ratio, the GPT-2 of matched active parameters, what a run will use. POSIX sh;
+# $HYBRID is the CLI, $ARGS the extra `hybrid train` options (setting, tokens_per_step).
 
 # conf_set FILE KEY VALUE: FILE's KEY line (any, with its comment) replaced by `KEY = VALUE`,
 # appended at the end. An empty VALUE writes `KEY =` (an empty string: train_data for MQAR).
@@ -44,6 +45,16 @@ inspect_field() {
         layers) sed -n '1s/^layers: \(.*\) ([0-9]*)  d_model.*/\1/p' "$1" ;;
         *) echo "inspect_field: unknown field $2" >&2; return 1 ;;
     esac
+}
+
+# models_row TAG RATIO INSPECT [INSPECT_MQAR]: a line of models.tsv (scripts/ablate_summary.py
+# reads it; models_header is its first line); RATIO "-" for the GPT-2 baseline
+models_header() { printf 'model\tlayers\tparams\tactive\tactive_nonemb\tmflop_lm\tmflop_mqar\tratio\n'; }
+models_row() {
+    mq=-
+    [ -z "${4:-}" ] || [ ! -f "$4" ] || mq=$(inspect_field "$4" mflop)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$(inspect_field "$3" layers)" "$(inspect_field "$3" params)" \
+        "$(inspect_field "$3" active)" "$(inspect_field "$3" active_nonemb)" "$(inspect_field "$3" mflop)" "$mq" "$2"
 }
 
 # ratio_pattern RATIO LAYERS: "3:1" 16 -> "KKKM x4" (KDA:MLA; the period a+b must divide LAYERS)
@@ -98,6 +109,31 @@ gpt2_match() {
     done
     echo "$l"
 }
+
+# arg_value KEY: the value of --KEY among the extra `hybrid train` options in $ARGS, if given
+arg_value() {
+    k=$1
+    # shellcheck disable=SC2086
+    set -- $ARGS
+    while [ $# -gt 1 ]; do [ "$1" = "--$k" ] && { echo "$2"; return; }; shift; done
+}
+
+# setting CONF KEY: what a run of CONF with the options $ARGS uses for KEY (the option if given,
+# else the config's; empty when neither sets it, i.e. the trainer's default)
+setting() {
+    v=$(arg_value "$2")
+    if [ -n "$v" ]; then echo "$v"; else conf_get "$1" "$2"; fi
+}
+
+# tokens_per_step CONF: total_batch_size, or one micro-batch (batch_size x seq_len) when 0
+tokens_per_step() {
+    tb=$(setting "$1" total_batch_size)
+    [ -n "$tb" ] && [ "$tb" != 0 ] || tb=$(($(setting "$1" batch_size) * $(setting "$1" seq_len)))
+    echo "$tb"
+}
+
+# last_step METRICS: the step of the last training line of a metrics.jsonl (empty if none)
+last_step() { [ -f "$1" ] && grep '"loss"' "$1" | tail -n 1 | sed -n 's/^{"step": \([0-9]*\),.*/\1/p'; }
 
 # pct A B: A relative to B in percent, signed, one decimal ("+2.0")
 pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.1f", 100 * (a - b) / b }'; }

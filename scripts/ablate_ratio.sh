@@ -211,7 +211,7 @@ model_conf() {  # TAG TASK -> OUT/TAG/TASK.conf from OUT/TAG/model.conf
     "$HYBRID" inspect "$OUT/$mt/$mk.conf" "$@" > "$OUT/$mt/inspect_$mk.txt" 2>&1
 }
 MODELS=""
-printf 'model\tlayers\tparams\tactive\tactive_nonemb\tmflop_lm\tmflop_mqar\tratio\n' > "$OUT/models.tsv"
+models_header > "$OUT/models.tsv"
 add_model() {  # TAG RATIO [extra options]
     tag=$1 ratio=$2
     shift 2
@@ -224,12 +224,7 @@ add_model() {  # TAG RATIO [extra options]
             exit 1
         }
     done
-    i=$OUT/$tag/inspect_lm.txt
-    mq=-
-    [ ! -f "$OUT/$tag/inspect_mqar.txt" ] || mq=$(inspect_field "$OUT/$tag/inspect_mqar.txt" mflop)
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tag" "$(inspect_field "$i" layers)" "$(inspect_field "$i" params)" \
-        "$(inspect_field "$i" active)" "$(inspect_field "$i" active_nonemb)" "$(inspect_field "$i" mflop)" "$mq" \
-        "$ratio" >> "$OUT/models.tsv"
+    models_row "$tag" "$ratio" "$OUT/$tag/inspect_lm.txt" "$OUT/$tag/inspect_mqar.txt" >> "$OUT/models.tsv"
     MODELS="${MODELS:+$MODELS }$tag"
 }
 match_ratio=${MATCH:-}
@@ -284,21 +279,6 @@ first_seed=$(echo "$SEEDS" | awk '{print $1}')
 # leaves every model at one lr
 centre_out() { echo "$1" | awk '{ n = NF; m = int((n + 1) / 2); printf "%s", $m; for (d = 1; d < n; d++) { if (m - d >= 1) printf " %s", $(m - d); if (m + d <= n) printf " %s", $(m + d) } print "" }'; }
 
-tokens_per_step() {  # CONF
-    tb=$(conf_get "$1" total_batch_size)
-    [ -n "$tb" ] && [ "$tb" != 0 ] || tb=$(($(conf_get "$1" batch_size) * $(conf_get "$1" seq_len)))
-    echo "$tb"
-}
-arg_value() {  # KEY: the value of --KEY among the extra options, if given
-    k=$1
-    set -- $ARGS
-    while [ $# -gt 1 ]; do [ "$1" = "--$k" ] && { echo "$2"; return; }; shift; done
-}
-setting() {  # CONF KEY: the extra option if given, else the config's
-    v=$(arg_value "$2")
-    [ -n "$v" ] && echo "$v" || conf_get "$1" "$2"
-}
-last_step() { [ -f "$1" ] && grep '"loss"' "$1" | tail -n 1 | sed -n 's/^{"step": \([0-9]*\),.*/\1/p'; }
 evals_missing() {  # DIR CONF: the eval pair counts not yet in DIR/mqar_eval.jsonl
     T=$(setting "$2" seq_len) V=$(setting "$2" vocab_size)
     for p in $MQAR_EVAL_PAIRS; do

@@ -3,13 +3,16 @@
 
 usage: scripts/ablate_summary.py table OUT [--no-plot]
        scripts/ablate_summary.py best OUT TASK MODEL
+       scripts/ablate_summary.py runs OUT TITLE
 
 `table` reads OUT/models.tsv, OUT/sweep.tsv, OUT/match.txt and every run folder
 OUT/<model>/<task>/lr<LR>_s<SEED>/ (metrics.jsonl, mqar_eval.jsonl, the done/failed marker) and
 writes OUT/results.md, OUT/results.tsv (one row per model), OUT/runs.tsv (one row per run) and,
 unless --no-plot, the PNGs loss_curves.png (through scripts/plot_losses.py), val_vs_ratio.png
 and mqar_vs_ratio.png (matplotlib). `best` prints the best lr of one model and task (nothing
-while a run of its sweep is still to do), the runner's rule for its second phase.
+while a run of its sweep is still to do), the runner's rule for its second phase. `runs`
+(scripts/real_run_hybrid.sh) writes OUT/summary.md: one row per model of OUT/models.tsv for
+its single run in OUT/run/<model>/, titled TITLE.
 
 Definitions (also in the Markdown it writes):
 - final train loss: the mean training loss of the last 10 steps; final val loss: the last
@@ -342,10 +345,41 @@ def plots(out, sw, rows, curves):
     return written
 
 
+def runs_table(out, title):
+    """summary.md of single runs: OUT/models.tsv and OUT/run/<model>/metrics.jsonl."""
+    head = ["model", "layers", "params", "active non-emb", "MFLOP/token", "steps", "tokens", "train s",
+            "tok/s", "final train loss", "final val loss", "best val loss (step)"]
+    md = [f"# {title}", "", "| " + " | ".join(head) + " |",
+          "| " + " | ".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + " |"]
+    for m in read_tsv(os.path.join(out, "models.tsv")):
+        path = os.path.join(out, "run", m["model"], "metrics.jsonl")
+        run = Run(os.path.dirname(path))
+        tokens = secs = None
+        best = (None, None)
+        if os.path.exists(path):
+            for rec in records(path):
+                if "loss" in rec:
+                    tokens, secs = rec.get("tokens"), rec.get("elapsed_s")
+                if "val_loss" in rec and (best[0] is None or rec["val_loss"] < best[0]):
+                    best = (rec["val_loss"], rec["step"])
+        md.append("| " + " | ".join([label(m), f"`{m['layers']}`", f"{int(m['params']):,}",
+                                     f"{int(m['active_nonemb']):,}", m["mflop_lm"], str(run.steps),
+                                     f"{tokens:,}" if tokens else "-", f"{secs:.0f}" if secs else "-",
+                                     fnum(run.tok_s, 0), fnum(run.final_train), fnum(run.final_val),
+                                     f"{best[0]:.4f} ({best[1]})" if best[0] is not None else "-"]) + " |")
+    md += ["", "Final train loss: mean of the last 10 steps; final val loss: the last validation pass; "
+               "tok/s: median over the steps after the first tenth; train s: the trainer's elapsed time "
+               "at its last step."]
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+
+
 def main():
     args = sys.argv[1:]
     if len(args) >= 2 and args[0] == "table":
         table(args[1], "--no-plot" not in args[2:])
+    elif len(args) == 3 and args[0] == "runs":
+        runs_table(args[1], args[2])
     elif len(args) == 4 and args[0] == "best":
         lr, _ = Sweep(args[1]).best(args[2], args[3])
         if lr:
