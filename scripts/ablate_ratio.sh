@@ -300,6 +300,17 @@ run_job() {
     conf=$OUT/$tag/$task.conf
     dir=$OUT/$tag/$task/lr${lr}_s$seed
     what="$task $tag lr $lr seed $seed"
+    if [ -f "$dir/identity" ]; then
+        identity "$tag" "$task" "$lr" "$seed" > "$dir/identity.tmp"
+        if ! cmp -s "$dir/identity" "$dir/identity.tmp"; then
+            echo "ablate: $dir was made with another config or options:" >&2
+            diff "$dir/identity" "$dir/identity.tmp" | sed 's/^/  /' >&2
+            echo "  remove it or choose another OUT" >&2
+            rm -f "$dir/identity.tmp"
+            return 3
+        fi
+        rm -f "$dir/identity.tmp"
+    fi
     [ ! -f "$dir/done" ] || return 0
     if [ -f "$dir/failed" ]; then
         [ "$RETRY_FAILED" = 1 ] || return 1
@@ -307,15 +318,7 @@ run_job() {
     fi
     if [ -n "$BUDGET" ] && [ "$(left)" -le 0 ]; then return 2; fi
     mkdir -p "$dir"
-    identity "$tag" "$task" "$lr" "$seed" > "$dir/identity.tmp"
-    if [ -f "$dir/identity" ] && ! cmp -s "$dir/identity" "$dir/identity.tmp"; then
-        echo "ablate: $dir was made with another config or options:" >&2
-        diff "$dir/identity" "$dir/identity.tmp" | sed 's/^/  /' >&2
-        echo "  remove it or choose another OUT" >&2
-        rm -f "$dir/identity.tmp"
-        return 3
-    fi
-    mv "$dir/identity.tmp" "$dir/identity"
+    identity "$tag" "$task" "$lr" "$seed" > "$dir/identity"
     steps=$(setting "$conf" steps)
     need_train=1
     if [ "$(last_step "$dir/metrics.jsonl")" = "$steps" ]; then
@@ -493,16 +496,18 @@ worker() {  # INDEX COUNT FILE
         run_job "$task" "$tag" "$lr" "$seed" < /dev/null
         rc=$?
         set -e
-        [ $rc != 3 ] || exit 3
+        if [ $rc = 3 ]; then touch "$OUT/.refused"; exit 3; fi
         if [ $rc = 2 ]; then touch "$OUT/.stopped"; break; fi
     done < "$3"
 }
-rm -f "$OUT/.stopped"
+rm -f "$OUT/.stopped" "$OUT/.refused"
 phase1 > "$OUT/phase1.jobs"
 run_list "$OUT/phase1.jobs"
+[ ! -f "$OUT/.refused" ] || exit 3
 if [ ! -f "$OUT/.stopped" ]; then
     phase2 > "$OUT/phase2.jobs"
     run_list "$OUT/phase2.jobs"
+    [ ! -f "$OUT/.refused" ] || exit 3
 fi
 
 # ---- tables and plots ----

@@ -167,4 +167,11 @@ small || { cat "$tmp/small.log"; fail "the small sweep exited with an error"; }
 [ -f "$tmp/small/1-1/lm/lr3e-3_s1337/done" ] || fail "the small sweep's run is not lr 3e-3 (hybrid-tiny's), seed 1337"
 [ "$(wc -l < "$tmp/small/results.tsv")" = 3 ] || fail "small results.tsv: not 2 models"
 echo "budget: BUDGET=0 starts nothing, the next invocation runs both; config lr and seed by default"
+
+# a finished run made with other settings is refused, not skipped or mixed
+: > "$tmp/calls"
+small STEPS=5 && fail "a run folder of 4 steps was accepted for STEPS=5"
+grep -q "was made with another config or options" "$tmp/small.log" || { cat "$tmp/small.log"; fail "STEPS=5: no refusal"; }
+[ "$(calls train)" = 0 ] || fail "STEPS=5 trained"
+echo "identity: a run folder of other settings is refused"
 echo "ablate_cli: ok"
