@@ -2,14 +2,16 @@
 # The system packages that `make train` and `make test` need, in one place (the Makefile
 # runs this before building anything; .ci/run runs it before make exists):
 #     sh scripts/install_deps.sh train   # C compiler with OpenMP, make, pkg-config, PCRE2, npm
-#     sh scripts/install_deps.sh test    # the same plus g++, Open MPI (mpicc, mpirun) and pkill
+#     sh scripts/install_deps.sh test    # the same plus g++, python3, Open MPI (mpicc, mpirun) and pkill
 # When something is missing it installs the Debian/Ubuntu packages with apt-get (as root,
 # or through passwordless sudo) or stops at once, printing the command to run. Silent when
 # everything is there.
 #   HYBRID_NO_INSTALL=1   never install: print the command and stop
 #   NO_MPI=1              (as for make) a build without MPI: Open MPI is not asked for
 # npm is asked for only while there is something to download (out/vocab; for train also
-# the Brown shards). No CPU test needs python3 (tests/gpu/check_hf.sh does, in test-gpu).
+# the Brown shards). The CPU tests need python3 only for tests/ablate_cli.sh (the ablation
+# runner's tables; its PNGs are checked where matplotlib is installed, not required);
+# tests/gpu/check_hf.sh needs it in test-gpu.
 set -eu
 cd "$(dirname "$0")/.."
 goal=${1:-}
@@ -34,6 +36,7 @@ if [ "$goal" = test ]; then
     ${CXX:-g++} -std=c++17 -o /tmp/hybrid_deps_$$ /tmp/hybrid_deps_$$.cpp > /dev/null 2>&1 ||
         need "a C++17 compiler (${CXX:-g++}: the CUDA emulator's tests)" "g++"
     rm -f /tmp/hybrid_deps_$$ /tmp/hybrid_deps_$$.cpp
+    command -v python3 > /dev/null 2>&1 || need "python3 (the ablation runner's tables, tests/ablate_cli.sh)" "python3"
 fi
 if [ "$goal" = test ] && [ "${NO_MPI:-0}" != 1 ]; then
     command -v mpicc > /dev/null 2>&1 || need "mpicc (the MPI build)" "libopenmpi-dev"

@@ -1,0 +1,392 @@
+#!/usr/bin/python3
+"""Tables and plots of a ratio ablation written by scripts/ablate_ratio.sh (docs/ablation.md).
+
+usage: scripts/ablate_summary.py table OUT [--no-plot]
+       scripts/ablate_summary.py best OUT TASK MODEL
+       scripts/ablate_summary.py runs OUT TITLE
+
+`table` reads OUT/models.tsv, OUT/sweep.tsv, OUT/match.txt and every run folder
+OUT/<model>/<task>/lr<LR>_s<SEED>/ (metrics.jsonl, mqar_eval.jsonl, the done/failed marker) and
+writes OUT/results.md, OUT/results.tsv (one row per model), OUT/runs.tsv (one row per run) and,
+unless --no-plot, the PNGs loss_curves.png (through scripts/plot_losses.py), val_vs_ratio.png
+and mqar_vs_ratio.png (matplotlib). `best` prints the best lr of one model and task (nothing
+while a run of its sweep is still to do), the runner's rule for its second phase. `runs`
+(scripts/real_run_hybrid.sh) writes OUT/summary.md: one row per model of OUT/models.tsv for
+its single run in OUT/run/<model>/, titled TITLE.
+
+Definitions (also in the Markdown it writes):
+- final train loss: the mean training loss of the last 10 steps; final val loss: the last
+  validation pass; tok/s: the median over a run's steps, over every finished run of the model.
+- best lr: the lr of the sweep with the lowest final val loss (text) or the highest final
+  validation MQAR accuracy (MQAR; ties: the lower val loss), averaged over the sweep's seeds
+  (the first seed with SEED_SWEEP=best, every seed with all); failed (diverged) runs lose.
+- spread over seeds: mean +- half the range of the seeds' values at the best lr.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+from metrics_io import records
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def read_tsv(path):
+    with open(path) as f:
+        rows = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    return [dict(zip(rows[0], r)) for r in rows[1:]]
+
+
+def read_settings(out):
+    with open(os.path.join(out, "sweep.tsv")) as f:
+        return dict(line.rstrip("\n").split("\t", 1) for line in f if "\t" in line)
+
+
+class Run:
+    """One run folder: status and final numbers."""
+
+    def __init__(self, path):
+        self.path = path
+        self.status = "todo"
+        self.final_train = self.final_val = self.mqar_val_acc = self.tok_s = None
+        self.steps = 0
+        self.evals = {}
+        if os.path.exists(os.path.join(path, "done")):
+            self.status = "done"
+        elif os.path.exists(os.path.join(path, "failed")):
+            self.status = "failed"
+        metrics = os.path.join(path, "metrics.jsonl")
+        if os.path.exists(metrics):
+            train, val, toks = [], [], []
+            for rec in records(metrics):
+                if "loss" in rec:
+                    train.append(rec["loss"])
+                    self.steps = rec["step"]
+                    if "tok_per_s" in rec:
+                        toks.append(rec["tok_per_s"])
+                if "val_loss" in rec:
+                    val.append(rec)
+            if self.status == "todo" and train:
+                self.status = "partial"
+            if train:
+                self.final_train = statistics.fmean(train[-10:])
+            if val:
+                self.final_val = val[-1]["val_loss"]
+                self.mqar_val_acc = val[-1].get("mqar_accuracy")
+            if toks:
+                self.tok_s = statistics.median(toks[len(toks) // 10:])
+        ev = os.path.join(path, "mqar_eval.jsonl")
+        if os.path.exists(ev):
+            for rec in records(ev):
+                self.evals[rec["pairs"]] = rec["accuracy"]
+
+
+def fnum(x, digits=4):
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def spread(values, digits=4):
+    """(text, mean, min, max, n) of a list of numbers; the text is mean +- half range."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-", None, None, None, 0
+    m, lo, hi = statistics.fmean(values), min(values), max(values)
+    text = f"{m:.{digits}f}" if len(values) == 1 else f"{m:.{digits}f} ± {(hi - lo) / 2:.{digits}f}"
+    return text, m, lo, hi, len(values)
+
+
+class Sweep:
+    def __init__(self, out):
+        self.out = out
+        self.settings = read_settings(out)
+        self.models = read_tsv(os.path.join(out, "models.tsv"))
+        self.tasks = self.settings["tasks"].split()
+        self.seeds = self.settings["seeds"].split()
+        self.seed_sweep = self.settings.get("seed_sweep", "best")
+        self.eval_pairs = [int(p) for p in self.settings.get("mqar_eval_pairs", "").split() if int(p) > 0]
+        self.runs = {}
+        for m in self.models:
+            for task in self.tasks:
+                for lr in self.lrs(task):
+                    for s in self.seeds:
+                        self.runs[task, m["model"], lr, s] = Run(os.path.join(out, m["model"], task, f"lr{lr}_s{s}"))
+
+    def lrs(self, task):
+        return self.settings["mqar_lrs" if task == "mqar" else "lrs"].split()
+
+    def sweep_seeds(self):
+        return self.seeds if self.seed_sweep == "all" else self.seeds[:1]
+
+    def best(self, task, model):
+        """(best lr, edge note) or (None, why)."""
+        scores = []
+        for lr in self.lrs(task):
+            runs = [self.runs[task, model, lr, s] for s in self.sweep_seeds()]
+            if any(r.status in ("todo", "partial") for r in runs):
+                return None, "sweep not finished"
+            ok = [r for r in runs if r.status == "done" and r.final_val is not None]
+            if not ok:
+                continue
+            val = statistics.fmean(r.final_val for r in ok)
+            if task == "mqar":
+                acc = statistics.fmean(r.mqar_val_acc or 0.0 for r in ok)
+                scores.append(((-acc, val), lr))
+            else:
+                scores.append(((val,), lr))
+        if not scores:
+            return None, "every run failed"
+        lr = min(scores)[1]
+        lrs = self.lrs(task)
+        edge = ""
+        if len(lrs) > 1 and lr == lrs[0]:
+            edge = "low edge"
+        elif len(lrs) > 1 and lr == lrs[-1]:
+            edge = "high edge"
+        return lr, edge
+
+
+def ratio_x(ratio):
+    a, b = (int(v) for v in ratio.split(":"))
+    return a / (a + b)
+
+
+def label(m):
+    return "GPT-2" if m["ratio"] == "-" else f"KDA:MLA {m['ratio']}"
+
+
+def table(out, plot):
+    sw = Sweep(out)
+    match = open(os.path.join(out, "match.txt")).read().strip() if os.path.exists(os.path.join(out, "match.txt")) else ""
+    rows, curves = [], []
+    for m in sw.models:
+        tag = m["model"]
+        row = {"model": label(m), "layers": m["layers"], "params": m["params"], "active": m["active"],
+               "active_nonemb": m["active_nonemb"], "mflop_per_token": m["mflop_lm"], "ratio": m["ratio"]}
+        runs = [r for k, r in sw.runs.items() if k[1] == tag]
+        row["runs_done"] = sum(r.status == "done" for r in runs)
+        row["runs_failed"] = sum(r.status == "failed" for r in runs)
+        row["runs_total"] = len([k for k in sw.runs if k[1] == tag and (sw.seed_sweep == "all" or k[3] == sw.seeds[0])]) \
+            + (len(sw.seeds) - 1) * len(sw.tasks) * (sw.seed_sweep == "best")
+        toks = [r.tok_s for k, r in sw.runs.items() if k[0] == "lm" and k[1] == tag and r.status == "done" and r.tok_s]
+        row["tok_per_s"] = f"{statistics.median(toks):.0f}" if toks else "-"
+        for task in sw.tasks:
+            lr, edge = sw.best(task, tag)
+            row[f"{task}_best_lr"] = lr or "-"
+            row[f"{task}_lr_note"] = edge if lr else edge
+            done = [sw.runs[task, tag, lr, s] for s in sw.seeds] if lr else []
+            done = [r for r in done if r.status == "done"]
+            if task == "lm":
+                for key, attr in (("train", "final_train"), ("val", "final_val")):
+                    text, mean, lo, hi, n = spread([getattr(r, attr) for r in done])
+                    row[f"lm_{key}"] = text
+                    row[f"lm_{key}_mean"], row[f"lm_{key}_min"], row[f"lm_{key}_max"] = fnum(mean), fnum(lo), fnum(hi)
+                    row["lm_seeds"] = n
+                if done:
+                    curves.append(f"{label(m)} (lr {lr})={done[0].path}/metrics.jsonl")
+            else:
+                row["mqar_seeds"] = len(done)
+                for p in sw.eval_pairs:
+                    text, mean, lo, hi, n = spread([r.evals.get(p) for r in done], 3)
+                    row[f"mqar_acc_{p}"] = text
+                    row[f"mqar_acc_{p}_mean"], row[f"mqar_acc_{p}_min"], row[f"mqar_acc_{p}_max"] = \
+                        fnum(mean, 3), fnum(lo, 3), fnum(hi, 3)
+        rows.append(row)
+
+    # results.tsv: one row per model, numbers only
+    cols = ["model", "ratio", "layers", "params", "active", "active_nonemb", "mflop_per_token", "tok_per_s"]
+    cols += ["lm_best_lr", "lm_lr_note", "lm_seeds", "lm_train_mean", "lm_train_min", "lm_train_max",
+             "lm_val_mean", "lm_val_min", "lm_val_max"]
+    if "mqar" in sw.tasks:
+        cols += ["mqar_best_lr", "mqar_lr_note", "mqar_seeds"]
+        for p in sw.eval_pairs:
+            cols += [f"mqar_acc_{p}_mean", f"mqar_acc_{p}_min", f"mqar_acc_{p}_max"]
+    cols += ["runs_done", "runs_failed", "runs_total"]
+    with open(os.path.join(out, "results.tsv"), "w") as f:
+        f.write("\t".join(cols) + "\n")
+        for r in rows:
+            f.write("\t".join(str(r.get(c, "")) for c in cols) + "\n")
+
+    # runs.tsv: every run of the sweep
+    with open(os.path.join(out, "runs.tsv"), "w") as f:
+        f.write("task\tmodel\tlr\tseed\tstatus\tsteps\tfinal_train\tfinal_val\tmqar_val_acc\ttok_per_s"
+                + "".join(f"\tmqar_acc_{p}" for p in sw.eval_pairs) + "\n")
+        for (task, tag, lr, s), r in sw.runs.items():
+            f.write("\t".join([task, tag, lr, s, r.status, str(r.steps), fnum(r.final_train), fnum(r.final_val),
+                               fnum(r.mqar_val_acc, 3), fnum(r.tok_s, 0)]
+                              + [fnum(r.evals.get(p), 3) if task == "mqar" else "-" for p in sw.eval_pairs]) + "\n")
+
+    # results.md
+    s = sw.settings
+    md = [f"# KDA:MLA ablation of `{s['base']}` ({ {'0': 'dense', '1': 'MoE'}.get(s.get('moe'), 'MoE as the config sets it') })",
+          "",
+          f"Every model: the same config and tokens; only `layers` changes between ratios"
+          + (" (and the GPT-2 baseline's model keys)" if any(m["ratio"] == "-" for m in sw.models) else "") + ".",
+          f"Learning rates {s['lrs']}" + (f" (MQAR: {s['mqar_lrs']})" if "mqar" in sw.tasks else "")
+          + f", seeds {s['seeds']} ({'lr sweep at the first seed, the others at the best lr' if sw.seed_sweep == 'best' else 'every lr at every seed'})."
+          + (f" Extra options: `{s['options']}`." if s.get("options") else "")]
+    if match:
+        md += ["", match + "."]
+    md += ["",
+           "Final train loss: mean of the last 10 steps; final val loss: the last validation pass; "
+           "± is half the range over the seeds at the best lr (n seeds in the column `seeds`); "
+           "tok/s: median over the steps of the finished text runs. A best lr at the sweep's edge is "
+           "flagged: the optimum may lie outside it. Lower loss and higher accuracy are better.", ""]
+    head = ["model", "layers", "params", "active", "active non-emb", "MFLOP/token", "tok/s", "best lr", "seeds",
+            "final train loss", "final val loss"]
+    if "mqar" in sw.tasks:
+        head += ["MQAR lr"] + [f"MQAR acc @{p}" for p in sw.eval_pairs]
+    head += ["runs"]
+    md += ["| " + " | ".join(head) + " |", "| " + " | ".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + " |"]
+
+    def lr_text(r, task):
+        note = r.get(f"{task}_lr_note", "")
+        return r[f"{task}_best_lr"] + (f" ({note})" if note and r[f"{task}_best_lr"] != "-" else "")
+
+    for r in rows:
+        cells = [r["model"], f"`{r['layers']}`", f"{int(r['params']):,}", f"{int(r['active']):,}",
+                 f"{int(r['active_nonemb']):,}", r["mflop_per_token"], r["tok_per_s"], lr_text(r, "lm"),
+                 str(r.get("lm_seeds", 0)), r.get("lm_train", "-"), r.get("lm_val", "-")]
+        if "mqar" in sw.tasks:
+            cells += [lr_text(r, "mqar")] + [r.get(f"mqar_acc_{p}", "-") for p in sw.eval_pairs]
+        cells += [f"{r['runs_done']}/{r['runs_total']}" + (f", {r['runs_failed']} failed" if r["runs_failed"] else "")]
+        md.append("| " + " | ".join(cells) + " |")
+    for task in sw.tasks:
+        lrs = sw.lrs(task)
+        what = "final val loss" if task == "lm" else "final validation MQAR accuracy"
+        md += ["", f"The {'text' if task == 'lm' else 'MQAR'} sweep ({what}, seed {sw.seeds[0]}; "
+                   "`failed`: the run stopped, e.g. diverged; `-`: not run yet):", "",
+               "| model | " + " | ".join(f"lr {lr}" for lr in lrs) + " |",
+               "| --- | " + " | ".join(["---:"] * len(lrs)) + " |"]
+        for m in sw.models:
+            cells = []
+            for lr in lrs:
+                run = sw.runs[task, m["model"], lr, sw.seeds[0]]
+                v = run.final_val if task == "lm" else run.mqar_val_acc
+                cells.append("failed" if run.status == "failed" else
+                             (fnum(v, 4 if task == "lm" else 3) if run.status == "done" else "-"))
+            md.append(f"| {label(m)} | " + " | ".join(cells) + " |")
+    pngs = []
+    if plot:
+        pngs = plots(out, sw, rows, curves)
+    md += [""] + [f"![{p}]({p})" for p in pngs]
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+    with open(os.path.join(out, "curves.args"), "w") as f:
+        f.write("\n".join(curves) + "\n")
+
+
+def plots(out, sw, rows, curves):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    if curves:
+        subprocess.run([sys.executable, os.path.join(HERE, "plot_losses.py"), "--out",
+                        os.path.join(out, "loss_curves.png"), "--title",
+                        f"KDA:MLA ablation, best lr, seed {sw.seeds[0]}"] + curves, check=True)
+        written.append("loss_curves.png")
+    fam = [r for r in rows if r["ratio"] != "-"]
+    base = [r for r in rows if r["ratio"] == "-"]
+    ticks = sorted({ratio_x(r["ratio"]) for r in fam})
+    names = {ratio_x(r["ratio"]): r["ratio"] for r in fam}
+
+    def errbar(ax, rs, key, colour, lab, digits_scale=1.0):
+        pts = [(ratio_x(r["ratio"]), float(r[f"{key}_mean"]), float(r[f"{key}_min"]), float(r[f"{key}_max"]))
+               for r in rs if r.get(f"{key}_mean", "-") != "-"]
+        if not pts:
+            return False
+        x, y, lo, hi = zip(*pts)
+        ax.errorbar(x, y, yerr=[[a - b for a, b in zip(y, lo)], [b - a for a, b in zip(y, hi)]], color=colour,
+                    marker="o", capsize=4, label=lab)
+        return True
+
+    def baseline(ax, key, colour, lab):
+        for r in base:
+            if r.get(f"{key}_mean", "-") != "-":
+                ax.axhline(float(r[f"{key}_mean"]), color=colour, linestyle="--", linewidth=1.2, label=lab)
+                ax.axhspan(float(r[f"{key}_min"]), float(r[f"{key}_max"]), color=colour, alpha=0.12)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    if errbar(ax, fam, "lm_val", "C0", "KDA:MLA family (mean, range over seeds)"):
+        baseline(ax, "lm_val", "C3", "GPT-2, matched active params")
+        ax.set_xticks(ticks, [names[t] for t in ticks])
+        ax.set_xlabel("KDA:MLA ratio")
+        ax.set_ylabel("final validation loss (nats/token)")
+        ax.set_title("Validation loss against the ratio (best lr per model)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "val_vs_ratio.png"))
+        written.append("val_vs_ratio.png")
+    plt.close(fig)
+    if "mqar" in sw.tasks:
+        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+        any_pts = False
+        for i, p in enumerate(sw.eval_pairs):
+            if errbar(ax, fam, f"mqar_acc_{p}", f"C{i}", f"{p} pairs"):
+                any_pts = True
+                baseline(ax, f"mqar_acc_{p}", f"C{i}", f"GPT-2, {p} pairs")
+        if any_pts:
+            ax.set_xticks(ticks, [names[t] for t in ticks])
+            ax.set_xlabel("KDA:MLA ratio")
+            ax.set_ylabel("MQAR accuracy")
+            ax.set_ylim(-0.02, 1.02)
+            ax.set_title(f"MQAR accuracy against the ratio (trained at {sw.settings['mqar_pairs']} pairs)")
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7, ncol=2)
+            fig.tight_layout()
+            fig.savefig(os.path.join(out, "mqar_vs_ratio.png"))
+            written.append("mqar_vs_ratio.png")
+        plt.close(fig)
+    return written
+
+
+def runs_table(out, title):
+    """summary.md of single runs: OUT/models.tsv and OUT/run/<model>/metrics.jsonl."""
+    head = ["model", "layers", "params", "active non-emb", "MFLOP/token", "steps", "tokens", "train s",
+            "tok/s", "final train loss", "final val loss", "best val loss (step)"]
+    md = [f"# {title}", "", "| " + " | ".join(head) + " |",
+          "| " + " | ".join(["---"] * 2 + ["---:"] * (len(head) - 2)) + " |"]
+    for m in read_tsv(os.path.join(out, "models.tsv")):
+        path = os.path.join(out, "run", m["model"], "metrics.jsonl")
+        run = Run(os.path.dirname(path))
+        tokens = secs = None
+        best = (None, None)
+        if os.path.exists(path):
+            for rec in records(path):
+                if "loss" in rec:
+                    tokens, secs = rec.get("tokens"), rec.get("elapsed_s")
+                if "val_loss" in rec and (best[0] is None or rec["val_loss"] < best[0]):
+                    best = (rec["val_loss"], rec["step"])
+        md.append("| " + " | ".join([label(m), f"`{m['layers']}`", f"{int(m['params']):,}",
+                                     f"{int(m['active_nonemb']):,}", m["mflop_lm"], str(run.steps),
+                                     f"{tokens:,}" if tokens else "-", f"{secs:.0f}" if secs else "-",
+                                     fnum(run.tok_s, 0), fnum(run.final_train), fnum(run.final_val),
+                                     f"{best[0]:.4f} ({best[1]})" if best[0] is not None else "-"]) + " |")
+    md += ["", "Final train loss: mean of the last 10 steps; final val loss: the last validation pass; "
+               "tok/s: median over the steps after the first tenth; train s: the trainer's elapsed time "
+               "at its last step."]
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) >= 2 and args[0] == "table":
+        table(args[1], "--no-plot" not in args[2:])
+    elif len(args) == 3 and args[0] == "runs":
+        runs_table(args[1], args[2])
+    elif len(args) == 4 and args[0] == "best":
+        lr, _ = Sweep(args[1]).best(args[2], args[3])
+        if lr:
+            print(lr)
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()

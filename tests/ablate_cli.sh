@@ -1,0 +1,177 @@
+#!/bin/sh
+# The ratio-ablation runner (scripts/ablate_ratio.sh, docs/ablation.md) end to end on the CPU at
+# toy sizes: three KDA:MLA ratios over 2 layers of width 64 (MoE) and the matched GPT-2, a
+# two-lr sweep and two seeds, on synthetic shards and on MQAR with evaluations at three pair
+# counts; then the table's rows, the plan, that a second invocation trains nothing, that a run
+# killed after a checkpoint resumes to the same numbers, and that BUDGET stops launching runs.
+# Run from the repository root after ./hybrid is built (HYBRID=path overrides).
+set -u
+hybrid=${HYBRID:-./hybrid}
+[ -x "$hybrid" ] || { echo "FAIL: $hybrid is not built"; exit 1; }
+case $hybrid in /*) ;; *) hybrid=$(pwd)/$hybrid;; esac
+tmp=$(mktemp -d /tmp/hybrid_ablate.XXXXXX)
+trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# write_shard FILE N SEED: an llm.c shard (header: magic 20240520, version 1, N; then N uint16)
+# of tokens below 64 in a noisy cycle that a model can learn
+write_shard() {
+    awk -v n="$2" -v seed="$3" '
+        function u32(v) { return sprintf("\\%03o\\%03o\\%03o\\%03o", v % 256, int(v / 256) % 256, int(v / 65536) % 256, int(v / 16777216) % 256) }
+        BEGIN { print u32(20240520) u32(1) u32(n); z = u32(0); for (i = 3; i < 256; i++) print z
+            srand(seed); t = 0; line = ""
+            for (i = 0; i < n; i++) { t = (t * 7 + 3 + (rand() < 0.25 ? int(rand() * 64) : 0)) % 64
+                line = line sprintf("\\%03o\\000", t); if (i % 64 == 63) { print line; line = "" } }
+            if (line != "") print line }' | while read -r l; do printf "$l"; done > "$1"
+}
+mkdir -p "$tmp/data"
+write_shard "$tmp/data/t_train_000000.bin" 20000 1
+write_shard "$tmp/data/t_val_000000.bin" 3000 2
+[ "$(od -An -tu4 -N12 "$tmp/data/t_train_000000.bin" | tr -s ' ')" = " 20240520 1 20000" ] || fail "shard header"
+
+# every call of the CLI, logged: "train" or "eval-mqar" lines show what an invocation did
+cat > "$tmp/hybrid" <<EOF
+#!/bin/sh
+echo "\$1" >> "$tmp/calls"
+exec "$hybrid" "\$@"
+EOF
+chmod +x "$tmp/hybrid"
+cat > "$tmp/model.conf" <<'EOF'
+d_model = 64
+n_head = 2
+linear_heads = 2
+mla_kv_rank = 32
+mla_q_rank = 32
+mla_qk_nope_dim = 16
+mla_rope_dim = 8
+mla_v_dim = 16
+mlp_hidden = 128
+moe_experts = 4
+moe_hidden = 32
+moe_shared_hidden = 32
+vocab_size = 64
+padded_vocab_size = 64
+context_length = 64
+EOF
+cat > "$tmp/lm.conf" <<EOF
+batch_size = 2
+seq_len = 32
+total_batch_size = 64
+steps = 4
+warmup_steps = 1
+val_every = 2
+val_batches = 2
+checkpoint_every = 2
+log_every = 2
+sample_tokens = 0
+train_data = $tmp/data/t_train_*.bin
+val_data = $tmp/data/t_val_*.bin
+EOF
+cat > "$tmp/mqar.conf" <<'EOF'
+vocab_size = 32
+padded_vocab_size = 32
+seq_len = 32
+batch_size = 4
+steps = 4
+warmup_steps = 1
+mqar_train_sequences = 256
+mqar_val_sequences = 16
+val_every = 2
+checkpoint_every = 2
+log_every = 2
+sample_tokens = 0
+EOF
+plot=0
+/usr/bin/python3 -c "import matplotlib" 2>/dev/null && plot=1
+ablate() {  # OUT [VAR=value ...]: the full toy sweep into OUT, console in OUT.log
+    o=$1
+    shift
+    env OUT="$o" HYBRID="$tmp/hybrid" LAYERS=2 RATIOS="0:1 1:1 1:0" BASELINE=gpt2 LRS="2e-3 4e-3" SEEDS="0 1" \
+        MODEL_CONF="$tmp/model.conf" LM_CONF="$tmp/lm.conf" MQAR_PAIRS=4 MQAR_CONF="$tmp/mqar.conf" \
+        MQAR_EVAL_PAIRS="2 4 8" MQAR_EVAL_SEQUENCES=16 PLOT=$plot "$@" \
+        sh scripts/ablate_ratio.sh configs/kl-xs-3-1.conf --threads 1 > "$o.log" 2>&1
+}
+calls() { grep -c "^$1\$" "$tmp/calls" 2>/dev/null || true; }
+out=$tmp/sweep
+
+# the plan: every run listed, nothing trained
+: > "$tmp/calls"
+ablate "$out" PLAN=1 || { cat "$out.log"; fail "PLAN=1 exited with an error"; }
+grep -q "^runs: 24 (0 done, 0 failed, 24 to run); tokens to train: 0.0M" "$out.log" || { cat "$out.log"; fail "plan totals"; }
+grep -q "GPT-2 baseline: d_model 64, 1 layers, 1 heads" "$out.log" || fail "plan: the GPT-2 match"
+[ "$(calls train)" = 0 ] || fail "PLAN=1 trained"
+echo "plan: 24 runs (16 of the lr sweep + 8 of the second seed), nothing trained"
+
+# the whole sweep
+: > "$tmp/calls"
+ablate "$out" || { tail -n 30 "$out.log"; fail "the sweep exited with an error"; }
+[ "$(calls train)" = 24 ] || fail "the sweep trained $(calls train) runs, not 24 (2 lrs + 1 seed, 4 models, 2 tasks)"
+[ "$(calls eval-mqar)" = 36 ] || fail "$(calls eval-mqar) MQAR evaluations, not 12 runs x 3 pair counts"
+tsv=$out/results.tsv
+[ "$(wc -l < "$tsv")" = 5 ] || fail "results.tsv: $(wc -l < "$tsv") lines, not a header and 4 models"
+[ "$(cut -f1 "$tsv" | tr '\n' ,)" = "model,KDA:MLA 0:1,KDA:MLA 1:1,KDA:MLA 1:0,GPT-2," ] || fail "results.tsv rows: $(cut -f1 "$tsv")"
+for c in params active_nonemb mflop_per_token tok_per_s lm_val_mean lm_val_min lm_val_max mqar_acc_2_mean mqar_acc_8_max runs_done; do
+    head -n 1 "$tsv" | tr '\t' '\n' | grep -qx "$c" || fail "results.tsv has no column $c"
+done
+awk -F'\t' 'NR > 1 && ($(NF - 2) != 6 || $(NF - 1) != 0 || $NF != 6) { exit 1 }' "$tsv" || fail "a model has not 6 of 6 runs done"
+awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i }
+    NR > 1 && ($c["lm_seeds"] != 2 || $c["mqar_seeds"] != 2 || $c["lm_val_mean"] !~ /^[0-9]+\.[0-9]+$/ ||
+               $c["mqar_acc_4_mean"] !~ /^[01]\.[0-9]+$/) { exit 1 }' "$tsv" || fail "results.tsv values: $(cat "$tsv")"
+[ "$(grep -c '^| KDA:MLA \|^| GPT-2 ' "$out/results.md")" = 12 ] || fail "results.md: not 4 models in each of its 3 tables"
+[ "$(tail -n +2 "$out/runs.tsv" | wc -l)" = 32 ] || fail "runs.tsv: not 32 runs"
+[ "$(grep -c '	done	' "$out/runs.tsv")" = 24 ] || fail "runs.tsv: not 24 runs done"
+ls "$out"/*/mqar/*/mqar_eval.jsonl > /dev/null || fail "no mqar_eval.jsonl"
+for f in "$out"/*/mqar/*/mqar_eval.jsonl; do [ "$(wc -l < "$f")" = 3 ] || fail "$f: not 3 evaluations"; done
+if [ $plot = 1 ]; then
+    for p in loss_curves val_vs_ratio mqar_vs_ratio; do [ -s "$out/$p.png" ] || fail "no $p.png"; done
+fi
+echo "sweep: 24 runs, 36 MQAR evaluations, results.tsv/md with 4 models$([ $plot = 1 ] && echo ", 3 PNGs")"
+
+# again: every run is finished, nothing is trained and the table is the same
+cp "$tsv" "$tmp/first.tsv"
+: > "$tmp/calls"
+ablate "$out" || { tail -n 30 "$out.log"; fail "the second invocation exited with an error"; }
+[ "$(calls train)" = 0 ] && [ "$(calls eval-mqar)" = 0 ] || fail "the second invocation trained or evaluated again"
+cmp -s "$tsv" "$tmp/first.tsv" || fail "the second invocation changed results.tsv"
+echo "resume: a second invocation skips all 24 runs"
+
+# a run killed after its step-2 checkpoint (in step 4: its last step, final checkpoint and
+# marker gone) resumes from step 2 and ends with the same numbers (resume is bit-exact)
+run=$out/1-1/lm/lr4e-3_s0
+[ -d "$run/checkpoints/step_00000002" ] || fail "no step-2 checkpoint in $run"
+rm -rf "$run/done" "$run/checkpoints/step_00000004"
+awk '!/^{"step": 4,/' "$run/metrics.jsonl" > "$tmp/m" && cp "$tmp/m" "$run/metrics.jsonl"
+: > "$tmp/calls"
+ablate "$out" || { tail -n 30 "$out.log"; fail "the resuming invocation exited with an error"; }
+[ "$(calls train)" = 1 ] || fail "resuming one run: $(calls train) trainings"
+grep -q "lm 1-1 lr 4e-3 seed 0: training from step 2 to step 4" "$out.log" || fail "the runner did not resume from step 2"
+# every column but tok/s (the 8th, a timing)
+cut -f1-7,9- "$tsv" > "$tmp/again.tsv"
+cut -f1-7,9- "$tmp/first.tsv" | cmp -s - "$tmp/again.tsv" ||
+    { diff "$tmp/first.tsv" "$tsv"; fail "the resumed run changed results.tsv"; }
+echo "resume: a run killed after step 2 continues from its checkpoint to the same final losses"
+
+# BUDGET: no run starts once it is spent; the next invocation does the rest. The old
+# behaviour too: no LRS, SEEDS or baseline (the config's lr and seed, one run per ratio)
+small() {
+    env OUT="$tmp/small" HYBRID="$tmp/hybrid" LAYERS=2 RATIOS="0:1 1:1" MODEL_CONF="$tmp/model.conf" \
+        LM_CONF="$tmp/lm.conf" PLOT=0 "$@" sh scripts/ablate_ratio.sh configs/hybrid-tiny.conf --threads 1 \
+        > "$tmp/small.log" 2>&1
+}
+: > "$tmp/calls"
+small BUDGET=0 || { cat "$tmp/small.log"; fail "BUDGET=0 exited with an error"; }
+[ "$(calls train)" = 0 ] || fail "BUDGET=0 trained"
+grep -q "the budget ended the invocation" "$tmp/small.log" || fail "BUDGET=0: no message"
+small || { cat "$tmp/small.log"; fail "the small sweep exited with an error"; }
+[ "$(calls train)" = 2 ] || fail "the small sweep trained $(calls train) runs, not 2"
+[ -f "$tmp/small/1-1/lm/lr3e-3_s1337/done" ] || fail "the small sweep's run is not lr 3e-3 (hybrid-tiny's), seed 1337"
+[ "$(wc -l < "$tmp/small/results.tsv")" = 3 ] || fail "small results.tsv: not 2 models"
+echo "budget: BUDGET=0 starts nothing, the next invocation runs both; config lr and seed by default"
+
+# a finished run made with other settings is refused, not skipped or mixed
+: > "$tmp/calls"
+small STEPS=5 && fail "a run folder of 4 steps was accepted for STEPS=5"
+grep -q "was made with another config or options" "$tmp/small.log" || { cat "$tmp/small.log"; fail "STEPS=5: no refusal"; }
+[ "$(calls train)" = 0 ] || fail "STEPS=5 trained"
+echo "identity: a run folder of other settings is refused"
+echo "ablate_cli: ok"
