@@ -5,8 +5,7 @@
 # step was equal). Usage:
 #   scripts/loss_fingerprint.sh [-n N] [--device cuda] [--set KEY VALUE ...] CONFIG.conf ... > fingerprint.txt
 # Runs ./hybrid (HYBRID=path to use another binary) in a scratch folder under out/;
-# --set passes a config override to every run (e.g. --set val_data "" when the validation
-# split is smaller than one batch).
+# --set passes a config override to every run (e.g. --set val_data "" to leave validation out).
 set -eu
 n=20
 extra=""

@@ -13,11 +13,13 @@
 #include "testing.h"
 
 #define DIR_ "out/test-tmp/train-cli"
-#define TINY                                                                                                      \
+// (TINY_TRAIN: all but the validation keys)
+#define TINY_TRAIN                                                                                                \
     "./hybrid train configs/gpt2-tiny.conf --layers 'A x2' --d_model 32 --n_head 2 --vocab_size 64 "            \
     "--padded_vocab_size 0 --context_length 32 --seq_len 32 --batch_size 4 --total_batch_size 256 --steps 16 " \
-    "--warmup_steps 2 --lr 1e-2 --val_every 8 --val_batches 2 --log_every 4 --sample_tokens 8 --threads 2 "        \
-    "--train_data '" DIR_ "/data/train_*.bin' --val_data '" DIR_ "/data/val_*.bin' "
+    "--warmup_steps 2 --lr 1e-2 --val_batches 2 --log_every 4 --sample_tokens 8 --threads 2 "                    \
+    "--train_data '" DIR_ "/data/train_*.bin' "
+#define TINY TINY_TRAIN "--val_every 8 --val_data '" DIR_ "/data/val_*.bin' "
 
 static void make_data(void) { cli_make_markov_shards(DIR_, 64); }
 
@@ -113,6 +115,29 @@ int main(void) {
           "momentum form refusal:\n%s", out);
     free(out);
 #undef KELLER
+
+    // a validation split smaller than one batch (4 x 32 + 1 tokens) validates with smaller
+    // batches (100 tokens: 3 sequences of 32 + 1); one smaller than one sequence is refused,
+    // naming the shard
+    {
+        uint16_t t[100];
+        for (int i = 0; i < 100; i++) t[i] = (uint16_t)(i * 7 % 64);
+        mkdir_p(DIR_ "/small");
+        mkdir_p(DIR_ "/tiny");
+        shard_write(DIR_ "/small/val_000000.bin", t, 100);
+        shard_write(DIR_ "/tiny/val_000000.bin", t, 20);
+    }
+    CHECK(run(TINY_TRAIN "--out_dir " DIR_ "/v --stop_at_step 2 --val_every 1 --val_data '" DIR_ "/small/val_*.bin'") == 0,
+          "a run with a small validation split failed");
+    out = log_text();
+    CHECK(strstr(out, "validating with batches of 3 sequences") && strstr(out, "val loss"),
+          "small validation split:\n%s", out);
+    free(out);
+    CHECK(run(TINY_TRAIN "--out_dir " DIR_ "/w --stop_at_step 2 --val_data '" DIR_ "/tiny/val_*.bin'") != 0,
+          "a validation split below one sequence was accepted");
+    out = log_text();
+    CHECK(strstr(out, DIR_ "/tiny/val_000000.bin: 20 tokens is too small"), "tiny validation split:\n%s", out);
+    free(out);
 
     // resuming into a different model is refused, naming the key
     CHECK(run(TINY "--out_dir " DIR_ "/b --d_model 64 --resume auto") != 0, "config mismatch accepted");
