@@ -39,23 +39,18 @@ static void prepare_shard(Loader *L) {
     else for (size_t i = 0; i < L->nsamples[s]; i++) L->sample_order[i] = i;
 }
 
-int loader_fit_batch(const char *pattern, int B, int T, int world, int vocab_size) {
-    ShardList list;
-    shards_open(&list, pattern, vocab_size, 0);
-    size_t least = (size_t)-1;
-    for (int i = 0; i < list.n; i++)
-        if (list.ntok[i] < least) least = list.ntok[i];
-    shards_free(&list);
-    const size_t per_sequence = (size_t)world * T;
-    size_t b = least > 0 ? (least - 1) / per_sequence : 0;
-    return b < (size_t)B ? (int)b : B;
-}
-
-void loader_open(Loader *L, const char *pattern, int B, int T, int rank, int world, int vocab_size, int shuffle,
-                 uint64_t seed) {
+// loader_open, and with fit set loader_open_fit: B lowered first to the largest batch every
+// shard holds one sample of (left as it is when not even one sequence fits, so that the error
+// below names the shard)
+static void open_shards(Loader *L, const char *pattern, int B, int T, int rank, int world, int vocab_size,
+                        int shuffle, uint64_t seed, int fit) {
     memset(L, 0, sizeof *L);
     ShardList list;
     shards_open(&list, pattern, vocab_size, rank == 0);
+    for (int i = 0; fit && i < list.n; i++) {
+        const size_t b = list.ntok[i] > 0 ? (list.ntok[i] - 1) / ((size_t)world * T) : 0;
+        if (b >= 1 && b < (size_t)B) B = (int)b;
+    }
     L->nshards = list.n;
     L->paths = list.paths;  // the loader owns them now
     L->ntok = list.ntok;
@@ -78,6 +73,16 @@ void loader_open(Loader *L, const char *pattern, int B, int T, int rank, int wor
     L->shard_order = xmalloc(sizeof(int) * (size_t)L->nshards);
     L->buf = xmalloc(sizeof(uint16_t) * ((size_t)B * T + 1));
     loader_seek(L, (LoaderPosition){0, 0, 0});
+}
+
+void loader_open(Loader *L, const char *pattern, int B, int T, int rank, int world, int vocab_size, int shuffle,
+                 uint64_t seed) {
+    open_shards(L, pattern, B, T, rank, world, vocab_size, shuffle, seed, 0);
+}
+
+int loader_open_fit(Loader *L, const char *pattern, int B, int T, int rank, int world, int vocab_size) {
+    open_shards(L, pattern, B, T, rank, world, vocab_size, 0, 0, 1);
+    return L->B;
 }
 
 void loader_open_mqar(Loader *L, const MqarSpec *spec, uint64_t mqar_seed, MqarStream stream, uint64_t sequences,

@@ -45,11 +45,6 @@ typedef struct {
     MqarStream mqar_stream;
 } Loader;
 
-// The largest batch b <= B (sequences per rank) for which every shard of `pattern` holds one
-// sample of world * b * T + 1 tokens; 0 when some shard holds less than world * T + 1. The
-// trainer validates with it, so a validation split smaller than one training batch still
-// validates (with smaller batches) instead of stopping the run.
-int loader_fit_batch(const char *pattern, int B, int T, int world, int vocab_size);
 // Opens and checks every shard that matches `pattern` (a glob; data/shardcheck.h: the
 // manifest, sizes, checksums and token ids, each shard read once). Dies naming the file
 // on a missing match, a set that does not match its manifest, wrong magic or version, a
@@ -57,6 +52,12 @@ int loader_fit_batch(const char *pattern, int B, int T, int world, int vocab_siz
 // for one sample. Rank 0 prints the notes (a set without a manifest).
 void loader_open(Loader *L, const char *pattern, int B, int T, int rank, int world, int vocab_size, int shuffle,
                  uint64_t seed);
+// loader_open without shuffling, with the batch lowered from B to the largest b for which every
+// shard holds one sample of world * b * T + 1 tokens; returns the batch it uses. The trainer's
+// validation loader: a split smaller than one training batch validates with smaller batches
+// instead of stopping the run. Dies as loader_open does when a shard holds not even one
+// sequence per rank.
+int loader_open_fit(Loader *L, const char *pattern, int B, int T, int rank, int world, int vocab_size);
 // A loader over `sequences` generated MQAR sequences of spec (which must pass mqar_check;
 // T = spec->seq_len): one sample is world * B whole sequences, sample k holding sequences
 // k * world * B .. (k + 1) * world * B - 1 and rank r the r-th B of them; a remainder of

@@ -122,13 +122,12 @@ static int open_data(const Config *c, Loader *train, Loader *val, int rank, int 
                     (uint64_t)c->seed);
         if (c->val_data[0]) {
             // a split smaller than one training batch validates with smaller batches
-            int vb = loader_fit_batch(c->val_data, c->batch_size, c->seq_len, world, c->model.vocab_size);
-            if (vb == 0) vb = c->batch_size;  // (too small even for one sequence: loader_open names the shard)
+            const int vb = loader_open_fit(val, c->val_data, c->batch_size, c->seq_len, rank, world,
+                                           c->model.vocab_size);
             if (vb < c->batch_size && rank == 0)
                 printf("data: note: %s holds less than one batch of %d rank(s) x %d x %d + 1 tokens: validating with "
                        "batches of %d sequences\n",
                        c->val_data, world, c->batch_size, c->seq_len, vb);
-            loader_open(val, c->val_data, vb, c->seq_len, rank, world, c->model.vocab_size, 0, 0);
             avail = loader_samples_per_epoch(val);
         }
     }
