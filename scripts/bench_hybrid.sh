@@ -65,6 +65,15 @@ fi
 
 st=0
 want() { case ",$CASES," in *",$1,"*) return 0 ;; esac; return 1; }
+# one training run of a case: layers B T steps out_dir log [extra overrides...]
+train_case() {
+    local layers=$1 B=$2 T=$3 steps=$4 dir=$5 log=$6
+    shift 6
+    "$HYBRID" train "$CONF" --layers "$layers" --batch_size "$B" --seq_len "$T" --context_length "$T" \
+        --steps "$steps" --log_every 1 --train_data "$B_DIR/synth/synth_train_*.bin" --out_dir "$dir" \
+        --device "$DEVICE" --overwrite "$@" ${EXTRA[@]+"${EXTRA[@]}"} > "$log" 2>&1
+}
+
 ours() {  # case layers B T [extra overrides...]
     local name=$1 layers=$2 B=$3 T=$4
     shift 4
@@ -73,9 +82,7 @@ ours() {  # case layers B T [extra overrides...]
     local tag=${name//:/-}
     local dir=$B_DIR/runs/$tag log=$B_DIR/logs/ours-$tag.log
     echo "== ours $name: layers '$layers' B=$B T=$T, $STEPS steps on $DEVICE"
-    "$HYBRID" train "$CONF" --layers "$layers" --batch_size "$B" --seq_len "$T" --context_length "$T" \
-        --steps "$STEPS" --log_every 1 --train_data "$B_DIR/synth/synth_train_*.bin" --out_dir "$dir" \
-        --device "$DEVICE" --overwrite "$@" ${EXTRA[@]+"${EXTRA[@]}"} > "$log" 2>&1
+    train_case "$layers" "$B" "$T" "$STEPS" "$dir" "$log" "$@"
     local rc=$?
     tail -n 4 "$log"
     python3 scripts/bench_summary_hybrid.py record "$OURS" "$name" "$B" "$T" "$layers" "$rc" "$log" \
@@ -83,11 +90,9 @@ ours() {  # case layers B T [extra overrides...]
     if [ $rc -ne 0 ] && ! grep -q "op family yet" "$log"; then st=1; fi
     rm -rf "$dir/checkpoints"
     if [ -n "${BENCH_PROFILE:-}" ] && [ $rc -eq 0 ]; then  # the per-op GPU time, in a separate short run
-        HYBRID_CUDA_PROFILE=1 "$HYBRID" train "$CONF" --layers "$layers" --batch_size "$B" --seq_len "$T" \
-            --context_length "$T" --steps 6 --log_every 1 --train_data "$B_DIR/synth/synth_train_*.bin" \
-            --out_dir "$dir-profile" --device "$DEVICE" --overwrite --sample_tokens 0 "$@" ${EXTRA[@]+"${EXTRA[@]}"} \
-            > "$B_DIR/logs/profile-$tag.log" 2>&1
-        sed -n '/GPU time per step/,/^total/p' "$B_DIR/logs/profile-$tag.log" | head -40
+        local plog=$B_DIR/logs/profile-$tag.log
+        HYBRID_CUDA_PROFILE=1 train_case "$layers" "$B" "$T" 6 "$dir-profile" "$plog" --sample_tokens 0 "$@"
+        sed -n '/GPU time per step/,/^total/p' "$plog" | head -40
         rm -rf "$dir-profile"
     fi
 }
