@@ -27,11 +27,12 @@ A case that raises prints FAIL and the run goes on; the JSON file is rewritten a
 Exits 1 if a case failed (skipped cases do not count).
 """
 import argparse
-import json
 import os
 import sys
 import time
 import traceback
+
+from bench_common import write_json
 
 from fla_peer import add_fla_to_path
 
@@ -75,11 +76,9 @@ def main():
                 torch=torch.__version__, triton=triton.__version__, device=torch.cuda.get_device_name(),
                 steps=a.steps, median_of=f"steps 9..{a.steps}", records=records)
 
-    def write_json():  # after every case: a run killed by a timeout keeps what it measured
+    def save():  # after every case: a run killed by a timeout keeps what it measured
         if a.json:
-            with open(a.json + ".tmp", "w") as f:
-                json.dump(meta, f, indent=1)
-            os.replace(a.json + ".tmp", a.json)
+            write_json(a.json, meta)
 
     def run(name, attn_layers, B, T, steps):  # fla_hybrid_bench.py's run(), returning its numbers
         cfg = KDAConfig(hidden_size=D, num_hidden_layers=L, num_heads=6, head_dim=128, vocab_size=V,
@@ -121,7 +120,7 @@ def main():
                 print("FAIL", name, T, traceback.format_exc()[-1500:], flush=True)
                 records.append(dict(case=name, B=B, T=T, status="FAIL", error=f"{type(e).__name__}: {e}"[:500]))
                 torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
-        write_json()
+        save()
     if a.json:
         print(f"wrote {a.json}")
     return failed

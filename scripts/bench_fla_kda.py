@@ -31,11 +31,11 @@ JSON file is rewritten after every case, so a run stopped by a timeout keeps wha
 """
 import argparse
 import importlib.util
-import json
 import os
 import sys
 import traceback
 
+from bench_common import int_in, time_pass, write_json
 from fla_peer import add_fla_to_path
 
 DEFAULT_SHAPES = [(8, 4096, 16, 128, 128), (2, 16384, 16, 128, 128), (64, 1024, 6, 128, 128)]
@@ -59,24 +59,13 @@ def parse_args(argv):
             raise argparse.ArgumentTypeError(f"a comma-separated subset of kda,gdn, not '{s}'")
         return [k for k in ("kda", "gdn") if k in ks]
 
-    def count(lo, hi):
-        def f(s):
-            try:
-                v = int(s)
-            except ValueError:
-                v = lo - 1
-            if not lo <= v <= hi:
-                raise argparse.ArgumentTypeError(f"an integer in [{lo}, {hi}], not '{s}'")
-            return v
-        return f
-
     p = argparse.ArgumentParser(description="fla chunk_kda / chunk_gated_delta_rule timings (make bench-kda)")
     p.add_argument("--shape", type=shape, action="append", help="B,T,H,K,V (repeatable)")
     p.add_argument("--kinds", type=kinds, default=["kda", "gdn"])
-    p.add_argument("--reps", type=count(1, 100000), default=20)
-    p.add_argument("--warmup", type=count(0, 100000), default=5)
-    p.add_argument("--chunk", type=count(1, 1024), default=64)
-    p.add_argument("--seed", type=count(0, 1 << 30), default=1)
+    p.add_argument("--reps", type=int_in(1, 100000), default=20)
+    p.add_argument("--warmup", type=int_in(0, 100000), default=5)
+    p.add_argument("--chunk", type=int_in(1, 1024), default=64)
+    p.add_argument("--seed", type=int_in(0, 1 << 30), default=1)
     p.add_argument("--json")
     a = p.parse_args(argv)
     a.shape = a.shape or DEFAULT_SHAPES
@@ -100,24 +89,6 @@ def make_inputs(torch, F, kind, B, T, H, K, V, seed):
     else:
         g = F.logsigmoid(torch.rand(B, T, H, generator=gen, device="cuda", dtype=torch.float32)).to(bf)
     return [x.requires_grad_(True) for x in (q, k, v, g, beta)]
-
-
-def time_pass(torch, fn, warmup, reps):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    n = len(ts)
-    med = ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
-    return med, ts[0]
 
 
 def main():
@@ -151,11 +122,9 @@ def main():
                 triton=triton.__version__, device=torch.cuda.get_device_name(), reps=args.reps, warmup=args.warmup,
                 chunk=args.chunk, records=records)
 
-    def write_json():  # after every case: a run killed by a timeout keeps what it measured
+    def save():  # after every case: a run killed by a timeout keeps what it measured
         if args.json:
-            with open(args.json + ".tmp", "w") as f:
-                json.dump(meta, f, indent=1)
-            os.replace(args.json + ".tmp", args.json)
+            write_json(args.json, meta)
 
     for si, (B, T, H, K, V) in enumerate(args.shape):
         for kind in args.kinds:
@@ -211,7 +180,7 @@ def main():
                 inputs = do = o_graph = None
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
-                write_json()
+                save()
     print("memory MiB: torch.cuda.max_memory_allocated() during the pass, minus what was allocated before the "
           "inputs (inputs, outputs, gradients, saved tensors and fla's intermediates)")
     if args.json:

@@ -20,6 +20,8 @@ import os
 import re
 import sys
 
+from bench_common import write_json
+
 TARGET_CASES = ("3:1-T1024", "3:1-T4096")
 TARGET_SPEEDUP = 2.0
 
@@ -60,9 +62,7 @@ def record(path, case, B, T, layers, rc, log, metrics):
                  peak_mem_gib=float(pm.group(1)) if pm else None, params_m=float(pp.group(1)) if pp else None,
                  median_of=f"steps 9..{steps[-1][0]}", step_ms=[round(ms, 3) for s, ms in steps])
     d["records"] = [x for x in d["records"] if x["case"] != case] + [r]
-    with open(path + ".tmp", "w") as f:
-        json.dump(d, f, indent=1)
-    os.replace(path + ".tmp", path)
+    write_json(path, d)
     if r["status"] == "ok":
         mem = f"{r['peak_mem_gib']:.2f} GiB" if r["peak_mem_gib"] is not None else "not in the log (not CUDA)"
         print(f"ours {case:11s} B={B} T={T} {layers}: {r['ms_per_step']:.1f} ms/step  {r['tok_per_s']:,.0f} tok/s  "

@@ -43,12 +43,12 @@ A case that raises prints FAIL with the error and the run goes on; the JSON file
 after every case, so a run stopped by a timeout keeps what it measured.
 """
 import argparse
-import json
 import math
 import os
 import sys
-import time
 import traceback
+
+from bench_common import int_in, time_pass, write_json
 
 PASSES = ("fwd", "bwd", "fwdbwd")
 LARGE = "2048,64,8,1024,0,16384"
@@ -113,24 +113,13 @@ def parse_args(argv):
                                              f"(positive; S >= 0; K <= E), not '{s}'")
         return v
 
-    def count(lo, hi):
-        def f(s):
-            try:
-                v = int(s)
-            except ValueError:
-                v = lo - 1
-            if not lo <= v <= hi:
-                raise argparse.ArgumentTypeError(f"an integer in [{lo}, {hi}], not '{s}'")
-            return v
-        return f
-
     p = argparse.ArgumentParser(description="PyTorch MoE layer timings (make bench-moe)")
     p.add_argument("--config", default="configs/kl-s-3-1.conf")
     p.add_argument("--shape", type=shape, action="append", help="config[:N] or C,E,K,M,S,N (repeatable)")
-    p.add_argument("--reps", type=count(1, 100000), default=20)
-    p.add_argument("--warmup", type=count(0, 100000), default=5)
-    p.add_argument("--profile-reps", type=count(0, 100000), default=5, help="accepted for bench_moe's CLI; unused")
-    p.add_argument("--seed", type=count(0, 1 << 30), default=1)
+    p.add_argument("--reps", type=int_in(1, 100000), default=20)
+    p.add_argument("--warmup", type=int_in(0, 100000), default=5)
+    p.add_argument("--profile-reps", type=int_in(0, 100000), default=5, help="accepted for bench_moe's CLI; unused")
+    p.add_argument("--seed", type=int_in(0, 1 << 30), default=1)
     p.add_argument("--impl", choices=("auto", "grouped_mm", "loop"), default="auto")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
@@ -254,36 +243,13 @@ def main():
     meta = dict(impl="pytorch", torch=torch.__version__, device=devname, gemm=impl, grouped_mm_available=gname,
                 reps=args.reps, warmup=args.warmup, config=args.config, records=records, shapes=[])
 
-    def write_json():
+    def save():
         if args.json:
-            with open(args.json + ".tmp", "w") as f:
-                json.dump(meta, f, indent=1)
-            os.replace(args.json + ".tmp", args.json)
+            write_json(args.json, meta)
 
     def sync():
         if cuda:
             torch.cuda.synchronize()
-
-    def time_pass(fn):
-        for _ in range(args.warmup):
-            fn()
-        sync()
-        ts = []
-        for _ in range(args.reps):
-            if cuda:
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                fn()
-                b.record()
-                b.synchronize()
-                ts.append(a.elapsed_time(b))
-            else:
-                t0 = time.perf_counter()
-                fn()
-                ts.append((time.perf_counter() - t0) * 1e3)
-        ts.sort()
-        n = len(ts)
-        return (ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])), ts[0]
 
     status = 0
     for si, (name, c) in enumerate(shapes):
@@ -295,7 +261,7 @@ def main():
         if why:
             print(f"SKIP: {why}")
             records.extend(dict(**key, **{"pass": p}, status="SKIP", error=why) for p in PASSES)
-            write_json()
+            save()
             continue
         done, params = set(), None
         try:
@@ -357,7 +323,7 @@ def main():
                 sync()
                 if cuda:
                     torch.cuda.reset_peak_memory_stats()
-                med, mn = time_pass(run)
+                med, mn = time_pass(torch, run, args.warmup, args.reps, cuda)
                 peak = torch.cuda.max_memory_allocated() - base if cuda else 0
                 records.append(dict(**key, **{"pass": p}, status="ok", median_ms=round(med, 4), min_ms=round(mn, 4),
                                     peak_bytes=int(peak)))
@@ -373,7 +339,7 @@ def main():
             sync()
             if cuda:
                 torch.cuda.empty_cache()
-            write_json()
+            save()
     print("\nmemory MiB: torch.cuda.max_memory_allocated() during the pass, minus what was allocated before the "
           "parameters (parameters, inputs, saved tensors, gradients)")
     if args.json:

@@ -1,0 +1,53 @@
+"""What the peer benchmark scripts share (bench_fla_kda.py, bench_fla_hybrid.py,
+bench_torch_moe.py, bench_summary_hybrid.py): integer arguments in a range, the timing of one
+pass (median and min over repetitions, each timed alone), and the JSON file rewritten whole after
+every case, so that a run stopped by a timeout keeps what it measured."""
+import argparse
+import json
+import os
+import time
+
+
+def int_in(lo, hi):
+    """An argparse type: an integer in [lo, hi]."""
+    def f(s):
+        try:
+            v = int(s)
+        except ValueError:
+            v = lo - 1
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"an integer in [{lo}, {hi}], not '{s}'")
+        return v
+    return f
+
+
+def time_pass(torch, fn, warmup, reps, cuda=True):
+    """(median, min) in ms of `reps` calls of fn after `warmup` untimed ones, each timed alone:
+    CUDA events on the current stream, or the host clock when cuda is False."""
+    for _ in range(warmup):
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t0) * 1e3)
+    ts.sort()
+    n = len(ts)
+    return (ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])), ts[0]
+
+
+def write_json(path, obj):
+    """obj to path through a temporary file and a rename: a reader never sees half a file."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(path + ".tmp", path)
