@@ -93,7 +93,7 @@ void *scratch_get(size_t bytes) {
 // ---------------------------------------------------------------------------
 // per-op timing: events around each op, read at report time
 
-#define PROF_MAX_NAMES 128  // (the kernels name 86 ops and parts)
+#define PROF_MAX_NAMES 256  // (the kernels name 86 ops and parts; + the GEMM shapes under _SHAPES)
 static struct {
     int on, checked;
     const char *names[PROF_MAX_NAMES];
@@ -112,6 +112,29 @@ static int prof_on(void) {
     return g_prof.on;
 }
 
+// HYBRID_CUDA_PROFILE_SHAPES=1 (with HYBRID_CUDA_PROFILE=1): the GEMM ops also time each
+// shape as a part, "matmul_bwd/65536x768>6" (N rows, C in, OC out), so a profile tells
+// which projections of a model are slow. The names are made at run time, so they are kept
+// here (ProfScope keeps only the pointer).
+extern "C" const char *prof_shape_name(const char *op, int N, int C, int OC) {
+    static int checked, on;
+    static std::vector<char *> names;
+    if (!prof_on()) return NULL;
+    if (!checked) {
+        on = env_flag("HYBRID_CUDA_PROFILE_SHAPES");
+        checked = 1;
+    }
+    if (!on) return NULL;
+    char buf[96];
+    snprintf(buf, sizeof buf, "%s/%dx%d>%d", op, N, C, OC);
+    for (size_t i = 0; i < names.size(); i++)
+        if (!strcmp(names[i], buf)) return names[i];
+    char *copy = strdup(buf);
+    if (!copy) die("prof_shape_name: out of memory");
+    names.push_back(copy);
+    return copy;
+}
+
 static cudaEvent_t prof_event(size_t i) {
     while (g_prof.pool.size() <= i) {
         cudaEvent_t e;
@@ -122,7 +145,7 @@ static cudaEvent_t prof_event(size_t i) {
 }
 
 ProfScope::ProfScope(const char *name) : slot(-1), first(0) {
-    if (!prof_on()) return;
+    if (!name || !prof_on()) return;
     int s = 0;
     while (s < PROF_MAX_NAMES && g_prof.names[s] && strcmp(g_prof.names[s], name)) s++;
     if (s == PROF_MAX_NAMES) return;

@@ -118,6 +118,10 @@ struct ProfScope {
     ~ProfScope();
 };
 #define PROFILE(name) ProfScope prof_scope_(name)
+// (a NULL name times nothing) the name of a GEMM op's per-shape part, or NULL unless
+// HYBRID_CUDA_PROFILE_SHAPES=1 (kernels/backend_cuda.cu)
+extern "C" const char *prof_shape_name(const char *op, int N, int C, int OC);
+#define PROFILE_SHAPE(op, N, C, OC) ProfScope prof_shape_scope_(prof_shape_name(op, N, C, OC))
 
 // ---- kernel launches ----
 // A launch through launch_kernel is the same code on the GPU and in the CPU emulator

@@ -329,6 +329,7 @@ static void dw_and_dbias(bf16 *dw, bf16 *dbias, const bf16 *dout, const bf16 *in
 
 void cuda_matmul_forward(real *out, const real *inp, const real *w, const real *bias, int N, int C, int OC) {
     PROFILE("matmul_fwd");
+    PROFILE_SHAPE("matmul_fwd", N, C, OC);
     ce_lse_invalidate(out, (size_t)N * OC * sizeof(bf16));
     gemm_bf16(1, 0, OC, N, C, (const bf16 *)w, C, 0, (const bf16 *)inp, C, 0, NULL, (bf16 *)out, OC, 0, 1.f, 0.f,
               (const bf16 *)bias, 1);
@@ -337,6 +338,7 @@ void cuda_matmul_forward(real *out, const real *inp, const real *w, const real *
 void cuda_matmul_backward(real *dinp, real *dw, real *dbias, const real *dout, const real *inp, const real *w, int N,
                           int C, int OC) {
     PROFILE("matmul_bwd");
+    PROFILE_SHAPE("matmul_bwd", N, C, OC);
     ce_lse_invalidate(dinp, (size_t)N * C * sizeof(bf16));
     // dinp (written)
     gemm_bf16(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, NULL, (bf16 *)dinp, C, 0, 1.f, 0.f,
@@ -349,6 +351,7 @@ void cuda_matmul_backward(real *dinp, real *dw, real *dbias, const real *dout, c
 void cuda_matmul_gelu_forward(real *act, real *pre, const real *inp, const real *w, const real *bias, int N, int C,
                               int OC) {
     PROFILE("matmul_gelu_fwd");
+    PROFILE_SHAPE("matmul_gelu_fwd", N, C, OC);
     ce_lse_invalidate(act, (size_t)N * OC * sizeof(bf16));
     gemm_ex(1, 0, OC, N, C, (const bf16 *)w, C, 0, (const bf16 *)inp, C, 0, NULL, (bf16 *)act, OC, 0, 1.f, 0.f,
             (const bf16 *)bias, 1, EPI_GELU_AUX, (const bf16 *)pre);
@@ -359,6 +362,7 @@ void cuda_matmul_gelu_forward(real *act, real *pre, const real *inp, const real 
 void cuda_matmul_backward_gelu(real *dpre, real *dw, real *dbias, const real *dout, const real *act, const real *w,
                                const real *pre, int N, int C, int OC) {
     PROFILE("matmul_bwd");
+    PROFILE_SHAPE("matmul_bwd", N, C, OC);
     ce_lse_invalidate(dpre, (size_t)N * C * sizeof(bf16));
     gemm_ex(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, NULL, (bf16 *)dpre, C, 0, 1.f, 0.f, NULL,
             1, EPI_DGELU, (const bf16 *)pre);

@@ -134,13 +134,25 @@ __device__ __forceinline__ float dr_gate(const T *g, int gate, size_t tok, int h
 // inverse"), block-wide on [64][64] fp32 tiles in shared memory, for both gradient kernels:
 // tmp = P_sl(dT) T^T, tmp[m][c] = sum_{p<=min(c,m-1)} dT[m][p] T[c][p]; then
 // dL = -P_sl(T^T tmp), dL[r][c] = -sum_{m>=r} T[m][r] tmp[m][c] for c < r < n, written over dT.
-// Ends after a barrier.
-__device__ __forceinline__ void dr_tri_inverse_grad(float *dT, const float *Tm, float *tmp, int n) {
+// The 32 lanes of a warp take 32 consecutive c of one row m, so reading T[c][p] straight from
+// Tm would put all 32 lanes on one bank (a row is 64 floats): a 32-way conflict on every term.
+// A caller with 16 KiB of shared memory to spare passes TmT, which first receives T^T
+// (TmT[p][c] = T[c][p]: the lanes then read consecutive words); the sums are the same, in the
+// same order. Ends after a barrier.
+__device__ __forceinline__ void dr_tri_inverse_grad(float *dT, const float *Tm, float *tmp, int n,
+                                                    float *TmT = NULL) {
     const int tid = threadIdx.x, C = DR_BT;
+    if (TmT) {
+        for (int e = tid; e < C * C; e += DR_THREADS) TmT[e] = Tm[(e % C) * C + e / C];
+        __syncthreads();
+    }
     for (int e = tid; e < C * C; e += DR_THREADS) {
         const int m = e / C, c = e % C, pmax = c < m - 1 ? c : m - 1;
         float acc = 0.f;
-        for (int p = 0; p <= pmax; p++) acc += dT[m * C + p] * Tm[c * C + p];
+        if (TmT)
+            for (int p = 0; p <= pmax; p++) acc += dT[m * C + p] * TmT[p * C + c];
+        else
+            for (int p = 0; p <= pmax; p++) acc += dT[m * C + p] * Tm[c * C + p];
         tmp[e] = acc;
     }
     __syncthreads();

@@ -338,11 +338,18 @@ __global__ void __launch_bounds__(DR_THREADS)
     }
     __syncthreads();
 
-    // dGamma_end extras: e^Gamma_end <h[n]_i, dH'_i> + sum_r k_r[i] dk_r[i] (the B3 dk)
-    for (int i = tid; i < K; i += DR_THREADS) {
+    // dGamma_end extras: e^Gamma_end <h[n]_i, dH'_i> + sum_r k_r[i] dk_r[i] (the B3 dk). The dot
+    // over V takes a warp per row i (lanes over j: coalesced reads of the row-major h and dH'),
+    // then a thread per channel adds the sum over the chunk's rows.
+    for (int i = warp; i < K; i += DR_THREADS / 32) {
         float acc = 0.f;
-        for (int j = 0; j < V; j++) acc += HN(i, j) * DHN(i, j);
-        acc *= expf(Gend[i]);
+        for (int j = lane; j < V; j += 32) acc += HN(i, j) * DHN(i, j);
+        acc = warp_sum(acc);
+        if (lane == 0) gend[i] = acc * expf(Gend[i]);
+    }
+    __syncthreads();
+    for (int i = tid; i < K; i += DR_THREADS) {
+        float acc = gend[i];
         for (int r = 0; r < n; r++) acc += KK(r, i) * dK[r * K + i];
         gend[i] = acc;
     }
@@ -461,7 +468,7 @@ __global__ void __launch_bounds__(DR_THREADS)
         if (tid < C) db[tid] += dbp[tid] + dbp[C + tid];
         __syncthreads();
     }
-    dr_tri_inverse_grad(dT, Tm, tmp, n);  // dT becomes dL (chunk.cuh)
+    dr_tri_inverse_grad(dT, Tm, tmp, n, (float *)tiles);  // dT becomes dL (chunk.cuh); the tiles are free
     const float *dL = dT;
 
     // B4 on tensor cores (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients"), by blocks
