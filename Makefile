@@ -75,6 +75,20 @@ ifneq ($(NVCC_PATH),)
   else
     $(call say,NCCL or MPI not found: one GPU per run)
   endif
+  # cuDNN (CUDNN_HOME: one outside the CUDA toolkit): the optional cuDNN attention
+  # (HYBRID_ATTN=cudnn; kernels/core/attention_cudnn.cu). The CPU emulator never uses it.
+  CUDNN_INC := $(firstword $(wildcard $(if $(CUDNN_HOME),$(CUDNN_HOME)/include/cudnn.h) $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h))
+  ifeq ($(NO_CUDNN),1)
+    CUDNN_INC :=
+  endif
+  ifneq ($(CUDNN_INC),)
+    NVCCFLAGS += -DHAVE_CUDNN $(if $(CUDNN_HOME),-I$(CUDNN_HOME)/include)
+    CUDA_CFLAGS += -DHAVE_CUDNN
+    CUDA_LIBS   += $(if $(CUDNN_HOME),-L$(CUDNN_HOME)/lib -Wl$(comma)-rpath$(comma)$(CUDNN_HOME)/lib) -lcudnn
+    $(call say,cuDNN found ($(CUDNN_INC)): HYBRID_ATTN=cudnn selects its flash attention)
+  else
+    $(call say,cuDNN not found: HYBRID_ATTN=cudnn falls back to our attention kernels)
+  endif
   $(call say,nvcc found at $(NVCC_PATH): CUDA backend built for sm_90 + PTX)
 else
   CU_SRC :=

@@ -237,6 +237,15 @@ __device__ __forceinline__ double block_sum_d(double v) {
 // kept for those logits (crossentropy.cu).
 void ce_lse_invalidate(const void *p, size_t bytes);
 
+// ---- cuDNN attention (core/attention_cudnn.cu; docs/cuda.md, "cuDNN attention") ----
+// HYBRID_ATTN=cudnn (or cuda_attention_set_cudnn) and a build with cuDNN: the attention ops
+// try these first. Each runs the op of mla.h's contract on layout L and returns 1, or
+// returns 0 (cuDNN refused the shape; said once per shape) and the caller runs its kernel.
+int cudnn_attention_selected(void);
+int cudnn_attention_forward(real *out, real *lse, const real *q, const real *k, const real *v, const AttnLayout *L);
+int cudnn_attention_backward(real *dq, real *dk, real *dv, const real *dout, const real *q, const real *k,
+                             const real *v, const real *out, const real *lse, const AttnLayout *L);
+
 // ---- cuBLASLt GEMM (matmul.cu), column-major in cuBLAS's terms ----
 // D (m, n) = alpha * op(A) op(B) + beta * C  (+ bias[m] broadcast over columns)
 // A is (m, k) after op, stored with leading dimension lda; likewise B (k, n), C and D

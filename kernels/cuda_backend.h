@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "model/ops/mla/mla.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -34,6 +36,17 @@ void cuda_memory_stats(size_t *live, size_t *peak, size_t *device_used, size_t *
 // returns the milliseconds between the two (the device time of the work queued in between).
 void cuda_timer_start(void);
 double cuda_timer_stop_ms(void);
+
+// cuDNN attention (kernels/core/attention_cudnn.cu): whether this build has it (0 in the CPU
+// emulator and in builds without cudnn.h), cuDNN's version (cudnnGetVersion, 0 without), the
+// implementation switch (1 cuDNN, 0 ours, -1 follow HYBRID_ATTN), how many attention calls
+// ran cuDNN so far, and a probe: builds (or finds) the plan of layout L, forward or backward,
+// without running it; 1 if it finalized, with the engine in msg, else 0 and cuDNN's reason.
+int cuda_attention_cudnn_built(void);
+size_t cuda_cudnn_version(void);
+void cuda_attention_set_cudnn(int on);
+long cuda_attention_cudnn_runs(void);
+int cuda_attention_cudnn_probe(const AttnLayout *L, int backward, char *msg, size_t n);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,9 @@
 // otherwise) on the three slices of qkv, whose layout contract (AttnLayout, lse (B, NH, T)
 // fp32, natural log) is this op's with q, k, v at columns 0, C, 2C of rows 3C wide.
 //
+// HYBRID_ATTN=cudnn: cuDNN's flash attention first (kernels/core/attention_cudnn.cu), this
+// file's kernels for the shapes it refuses.
+//
 // Fragment layouts: kernels/mma.cuh. The C fragments of two adjacent 8-column tiles are the
 // A fragment of one 16-wide k-step, so P and dS never leave registers.
 #include <math.h>
@@ -760,6 +763,10 @@ void cuda_attention_forward(real *out, real *lse, const real *qkv, int B, int T,
     int hs = head_size(C, NH);
     if (B <= 0 || T <= 0) return;
     float scale = 1.f / sqrtf((float)hs);
+    if (cudnn_attention_selected()) {
+        const AttnLayout L = packed_layout(B, T, C, NH);
+        if (cudnn_attention_forward(out, lse, qkv, cols_in(qkv, C), cols_in(qkv, 2 * C), &L)) return;
+    }
     if (use_fast(hs, C, out, qkv)) {
         dim3 grid((T + ATT_TILE - 1) / ATT_TILE, B * NH);
         launch_kernel(attn_fwd_kernel<64>, grid, ATT_THREADS, 0, (bf16 *)out, (float *)lse, (const bf16 *)qkv, T, C, NH,
@@ -779,6 +786,12 @@ void cuda_attention_backward(real *dqkv, const real *dout, const real *qkv, cons
     size_t rows = (size_t)B * NH * T;
     float *D = NULL;
     bf16 *ds = NULL;
+    if (cudnn_attention_selected()) {
+        const AttnLayout L = packed_layout(B, T, C, NH);
+        if (cudnn_attention_backward(dqkv, cols_in(dqkv, C), cols_in(dqkv, 2 * C), dout, qkv, cols_in(qkv, C),
+                                     cols_in(qkv, 2 * C), out, lse, &L))
+            return;
+    }
     if (!(use_fast(hs, C, dqkv, qkv) && is_aligned16(dout))) {
         const AttnLayout L = packed_layout(B, T, C, NH);
         cuda_attention_qkv_backward(dqkv, cols_in(dqkv, C), cols_in(dqkv, 2 * C), dout, qkv, cols_in(qkv, C),

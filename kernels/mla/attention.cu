@@ -5,6 +5,8 @@
 // Types: q, k, v, out, dout, dq, dk, dv bf16; lse (B, NH, T) fp32; the backward's D_i =
 // dO_i . out_i (B, NH, T) fp32 in the backend's scratch.
 // HYBRID_MLA_ATTN=simt forces the SIMT path (tests/gpu/test_mla.c runs both).
+// HYBRID_ATTN=cudnn: cuDNN's flash attention first (kernels/core/attention_cudnn.cu), these
+// kernels for the shapes it refuses.
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +43,7 @@ extern "C" void cuda_attention_qkv_forward(real *out, real *lse, const real *q, 
                                            const AttnLayout *L) {
     PROFILE("mla_attention_fwd");
     check_layout(L, 0, "cuda_attention_qkv_forward");
+    if (cudnn_attention_selected() && cudnn_attention_forward(out, lse, q, k, v, L)) return;
     const AttnDev a = attn_dev(L);
     if (!force_simt() && mla_attn_mma_forward((bf16 *)out, (float *)lse, (const bf16 *)q, (const bf16 *)k,
                                               (const bf16 *)v, a))
@@ -55,6 +58,7 @@ extern "C" void cuda_attention_qkv_backward(real *dq, real *dk, real *dv, const 
                                             const AttnLayout *L) {
     PROFILE("mla_attention_bwd");
     check_layout(L, 1, "cuda_attention_qkv_backward");
+    if (cudnn_attention_selected() && cudnn_attention_backward(dq, dk, dv, dout, q, k, v, out, lse, L)) return;
     const AttnDev a = attn_dev(L);
     const size_t rows = (size_t)L->B * L->T * L->NH;
     float *D = (float *)scratch_get(rows * sizeof(float));

@@ -6,7 +6,8 @@
 // bf16 outputs TOL_OUT 5e-3, bf16 gradients TOL_GRAD 8e-3, fp32 statistics, losses and
 // sums TOL_F32 1e-4. Checked: embed, layernorm, the fused add + layernorm, matmul (and
 // the plan cache over 300 shapes, and bit-identical repeated backwards), the fused
-// matmul + GELU, attention forward/backward, attention_cached (decode) against the CPU
+// matmul + GELU, attention forward/backward (bit-identical repeated backwards; our kernels,
+// then cuDNN's where the build has it), attention_cached (decode) against the CPU
 // and against the CUDA full forward's rows, GELU, add, scale, sum, sum_squares,
 // cross-entropy.
 #include <math.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "kernels/cuda_backend.h"
 #include "model/backend.h"
 #include "tests/testing.h"
 #include "tests/gpu/harness.h"
@@ -260,6 +262,12 @@ static void test_attention(int B, int T, int C, int NH) {
     poison_bf16(ddqkv, nq);
     G->core->attention_backward(ddqkv, ddy, dqkv_in, dout, (real *)dlse, B, T, C, NH);
     float *got = get_bf16(ddqkv, nq);
+    // deterministic: a second call from the same inputs writes the same bits
+    poison_bf16(ddqkv, nq);
+    G->core->attention_backward(ddqkv, ddy, dqkv_in, dout, (real *)dlse, B, T, C, NH);
+    float *again = get_bf16(ddqkv, nq);
+    CHECK(!memcmp(got, again, sizeof(float) * nq), "attention backward: two identical calls gave different bits");
+    free(again);
     // q, k and v parts separately
     const char *names[3] = {"backward dq", "backward dk", "backward dv"};
     float *gp = xmalloc(sizeof(float) * no), *rp = xmalloc(sizeof(float) * no);
@@ -272,6 +280,27 @@ static void test_attention(int B, int T, int C, int NH) {
     }
     G->free(dqkv_in), G->free(dout), G->free(dlse), G->free(ddy), G->free(ddqkv);
     free(qkv), free(out), free(lse), free(dy), free(dqkv), free(got), free(gp), free(rp);
+}
+
+// test_attention with our kernels, then (a build with cuDNN) with cuDNN's flash attention
+// (HYBRID_ATTN=cudnn; kernels/core/attention_cudnn.cu), which must have run for head size 64
+// (the GPT-2 shapes; other shapes may fall back to our kernels, said on stderr)
+static void test_attention_impls(int B, int T, int C, int NH) {
+    cuda_attention_set_cudnn(0);
+    test_attention(B, T, C, NH);
+    if (!cuda_attention_cudnn_built()) {
+        static int said;
+        if (!said++) printf("attention (cuDNN): skipped: this build has no cuDNN (the CPU emulator, or no cudnn.h)\n");
+        return;
+    }
+    printf("  with cuDNN (HYBRID_ATTN=cudnn):\n");
+    cuda_attention_set_cudnn(1);
+    long runs = cuda_attention_cudnn_runs();
+    test_attention(B, T, C, NH);
+    runs = cuda_attention_cudnn_runs() - runs;
+    printf("  cuDNN ran %ld of the 3 attention calls\n", runs);
+    if (C / NH == 64) CHECK(runs == 3, "cuDNN attention did not run for head size 64 (B=%d T=%d C=%d NH=%d)", B, T, C, NH);
+    cuda_attention_set_cudnn(-1);
 }
 
 // Decode-time attention: the last Tq rows of a KV cache of Tc packed qkv rows (one
@@ -401,10 +430,10 @@ int main(void) {
     test_matmul(30, 100, 36, 1);  // odd shapes
     test_matmul_many_shapes();
     test_matmul_gelu(N, C, 4 * C);
-    test_attention(B, T, C, NH);
-    test_attention(1, 100, 128, 2);  // T not a multiple of the tile
-    test_attention(1, 50, 64, 2);    // head size 32: the strided attention's SIMT kernels
-    test_attention(1, 100, 256, 2);  // head size 128: the strided attention's tensor-core kernels
+    test_attention_impls(B, T, C, NH);
+    test_attention_impls(1, 100, 128, 2);  // T not a multiple of the tile
+    test_attention_impls(1, 50, 64, 2);    // head size 32: the strided attention's SIMT kernels
+    test_attention_impls(1, 100, 256, 2);  // head size 128: the strided attention's tensor-core kernels
     const int heads[3][2] = {{128, 2}, {256, 2}, {120, 3}};             // C, NH
     const int rows[5][2] = {{1, 1}, {1, 7}, {1, 100}, {16, 16}, {5, 40}};  // Tq, Tc
     for (int h = 0; h < 3; h++)
@@ -424,11 +453,12 @@ int main(void) {
     test_matmul(300, 100, 36, 1);  // odd shapes
     test_matmul_many_shapes();
     test_matmul_gelu(N, C, 4 * C);
-    test_attention(B, T, C, NH);
-    test_attention(2, 200, 256, 4);  // T not a multiple of the tile
-    test_attention(2, 100, 128, 4);  // head size 32: the strided attention's SIMT kernels
-    test_attention(4, 1000, 768, 6); // head size 128 (the hybrids): its tensor-core kernels
-    test_attention(2, 130, 600, 3);  // head size 200: SIMT, T past two tiles
+    test_attention_impls(B, T, C, NH);
+    test_attention_impls(2, 200, 256, 4);  // T not a multiple of the tile
+    test_attention_impls(3, 77, 768, 12);  // GPT-2 heads, T below two tiles and odd
+    test_attention_impls(2, 100, 128, 4);  // head size 32: the strided attention's SIMT kernels
+    test_attention_impls(4, 1000, 768, 6); // head size 128 (the hybrids): its tensor-core kernels
+    test_attention_impls(2, 130, 600, 3);  // head size 200: SIMT, T past two tiles
     // decode: one new row (cache of 1, 7, 1024 rows), a full prefill, a chunk of 5; head
     // sizes 64 (GPT-2), 128 and 40 (not a multiple of the warp)
     const int heads[3][2] = {{768, 12}, {256, 2}, {120, 3}};                 // C, NH

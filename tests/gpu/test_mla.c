@@ -10,7 +10,8 @@
 //    columns of e (N, NH*(dn+dv))) and as slices of one packed row (gradients into one packed
 //    buffer: the elements outside q, k, v must stay as poisoned); k with head stride 0 (MQA,
 //    forward only); every case on the tensor-core and the SIMT path (HYBRID_MLA_ATTN=simt)
-//    where both apply; the backward takes the CPU's out and lse (bf16 / fp32), so it is
+//    where both apply, the realistic ones also through cuDNN (HYBRID_ATTN=cudnn) in a build
+//    that has it; the backward takes the CPU's out and lse (bf16 / fp32), so it is
 //    checked on its own; run twice, bit-identical (deterministic);
 //  - rope forward/backward: per head in place on q's rope slices, and the shared key (NH = 1),
 //    at pos0 = 0 and 1000;
@@ -25,6 +26,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "kernels/cuda_backend.h"
 #include "model/backend.h"
 #include "model/ops/mla/mla.h"
 #include "tests/testing.h"
@@ -111,14 +113,19 @@ static void mark(unsigned char *mask, const Slot *s, const AttnLayout *L) {
             for (int i = 0; i < s->w; i++) mask[s->off + r * s->row + (size_t)h * s->head + i] = 1;
 }
 
-static void set_path(int simt) {
-    if (simt) setenv("HYBRID_MLA_ATTN", "simt", 1);
+// path 0 the default, 1 HYBRID_MLA_ATTN=simt, 2 cuDNN's flash attention (HYBRID_ATTN=cudnn;
+// shapes it refuses run our kernels, said on stderr)
+static void set_path(int path) {
+    if (path == 1) setenv("HYBRID_MLA_ATTN", "simt", 1);
     else unsetenv("HYBRID_MLA_ATTN");
+    cuda_attention_set_cudnn(path == 2 ? 1 : -1);
 }
 
 // paths: DEF the default (tensor cores where they apply); BOTH also HYBRID_MLA_ATTN=simt where
-// the default is the tensor-core path (widths and strides multiples of 8)
-enum { DEF = 1, BOTH = 3 };
+// the default is the tensor-core path (widths and strides multiples of 8); CUDNN also cuDNN's,
+// in a build that has it
+enum { DEF = 1, BOTH = 3, CUDNN = 4 };
+static const char *path_name[3] = {"default path", "SIMT", "cuDNN"};
 
 // The GPU's backward of one case on the current path, twice (bit-identical), against the
 // CPU's gradients gb (in buffers shaped like the inputs'); the elements outside q, k, v of the
@@ -172,6 +179,7 @@ static void attention(int paths, int lay, int B, int T, int NH, int dqk, int dv,
     AttnCase c = make_case(lay, B, T, NH, dqk, dv, dn);
     const AttnLayout *L = &c.L;
     if (!(dqk % 8 == 0 && dv % 8 == 0 && (lay != LAY_MLA || dn % 8 == 0))) paths = DEF;  // SIMT anyway
+    if (!cuda_attention_cudnn_built()) paths &= ~CUDNN;
     const size_t N = (size_t)B * T, no = N * NH * dv, nl = N * NH;
     float *hb[3] = {0}, *gb[3] = {0};
     void *db[3] = {0};
@@ -197,11 +205,11 @@ static void attention(int paths, int lay, int B, int T, int NH, int dqk, int dv,
     }
     void *od = dev_bf16(NULL, no), *dd = dout ? dev_bf16(dout, no) : NULL, *od2 = dev_bf16(outb, no);
     float *ld = dev_f32(NULL, nl), *ld2 = dev_f32(lse, nl);
-    for (int simt = 0; simt < 2; simt++) {
-        if (!(paths & (1 << simt))) continue;
+    for (int path = 0; path < 3; path++) {
+        if (!(paths & (1 << path))) continue;
         printf("attention %s B=%d T=%d NH=%d dqk=%d dv=%d [%s]\n", lay_name[lay], B, T, NH, dqk, dv,
-               simt ? "SIMT" : "default path");
-        set_path(simt);
+               path_name[path]);
+        set_path(path);
         poison_bf16(od, no);
         poison_f32(ld, nl);
         M->attention_qkv_forward(od, (real *)ld, dq_in, dk_in, dv_in, L);
@@ -372,12 +380,12 @@ int main(void) {
     test_absorbed(300, 3, 2, 64, 32, 16, 32);  // more rows than one 256-row chunk
 #else
     // realistic: Kimi-Linear-like MLA heads at B=4 T=1024 NH=6, then the edges and odd sizes
-    attention(BOTH, LAY_MLA, 4, 1024, 6, 192, 128, 128);
-    attention(BOTH, LAY_CONTIG, 2, 1000, 4, 192, 128, 0);
+    attention(BOTH | CUDNN, LAY_MLA, 4, 1024, 6, 192, 128, 128);
+    attention(BOTH | CUDNN, LAY_CONTIG, 2, 1000, 4, 192, 128, 0);
     static const int Ts[] = {1, 63, 64, 65, 200};
-    for (int i = 0; i < 5; i++) attention(BOTH, LAY_MLA, 2, Ts[i], 3, 192, 128, 128);
-    attention(BOTH, LAY_CONTIG, 4, 1024, 8, 64, 64, 0);
-    attention(BOTH, LAY_PACKED, 2, 333, 4, 64, 64, 0);
+    for (int i = 0; i < 5; i++) attention(BOTH | CUDNN, LAY_MLA, 2, Ts[i], 3, 192, 128, 128);
+    attention(BOTH | CUDNN, LAY_CONTIG, 4, 1024, 8, 64, 64, 0);
+    attention(BOTH | CUDNN, LAY_PACKED, 2, 333, 4, 64, 64, 0);
     attention(BOTH, LAY_MLA, 2, 200, 3, 64, 64, 48);
     attention(BOTH, LAY_PACKED, 2, 65, 3, 48, 32, 0);
     attention(BOTH, LAY_CONTIG, 2, 200, 4, 48, 32, 0);
