@@ -113,12 +113,12 @@ static void mark(unsigned char *mask, const Slot *s, const AttnLayout *L) {
             for (int i = 0; i < s->w; i++) mask[s->off + r * s->row + (size_t)h * s->head + i] = 1;
 }
 
-// path 0 the default, 1 HYBRID_MLA_ATTN=simt, 2 cuDNN's flash attention (HYBRID_ATTN=cudnn;
-// shapes it refuses run our kernels, said on stderr)
+// path 0 our default kernels, 1 HYBRID_MLA_ATTN=simt, 2 cuDNN's flash attention (HYBRID_ATTN=cudnn,
+// the default where the build has cuDNN; shapes it refuses run our kernels, said on stderr)
 static void set_path(int path) {
     if (path == 1) setenv("HYBRID_MLA_ATTN", "simt", 1);
     else unsetenv("HYBRID_MLA_ATTN");
-    cuda_attention_set_cudnn(path == 2 ? 1 : -1);
+    cuda_attention_set_cudnn(path == 2);
 }
 
 // paths: DEF the default (tensor cores where they apply); BOTH also HYBRID_MLA_ATTN=simt where
