@@ -24,6 +24,9 @@ int params_add(ParamTable *t, ParamGroup group, InitRule init, double std, int n
         p->shape[i] = shape[i];
         p->numel *= (size_t)shape[i];
     }
+    // every tensor starts at a multiple of PARAM_ALIGN elements of the buffers (params.h)
+    t->total = params_align_up(t->total);
+    t->local_total = params_align_up(t->local_total);
     p->offset = t->total;
     p->group = group;
     p->init = init;

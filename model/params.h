@@ -16,6 +16,15 @@
 #include "model_config.h"
 #include "base/rng.h"
 
+// Every tensor starts at a multiple of PARAM_ALIGN elements of the parameter, gradient and
+// optimizer-state buffers (64 elements: 128 bytes in bf16, 256 in fp32). The elements between
+// two tensors are zero and stay zero: no op reads or writes them, so their gradient and moments
+// are zero too. Packed end to end, one odd-sized tensor (a KDA layer's A_log has one element a
+// head) left every later tensor only 4-byte aligned, and cuBLASLt picks slower GEMM kernels for
+// such pointers (docs/cuda.md, "Parameter alignment").
+#define PARAM_ALIGN 64
+static inline size_t params_align_up(size_t n) { return (n + PARAM_ALIGN - 1) / PARAM_ALIGN * PARAM_ALIGN; }
+
 #define PARAM_NAME_MAX 96
 #define PARAM_MAX_DIMS 4
 

@@ -23,7 +23,7 @@ void params_shard(ParamTable *t, int ep_size, int ep_rank) {
             p->local_numel = p->numel / (size_t)ep_size;
             p->local_lo = (size_t)ep_rank * p->local_numel;
         }
-        p->local_offset = t->local_total;
+        p->local_offset = t->local_total = params_align_up(t->local_total);
         t->local_total += p->local_numel;
     }
 }
