@@ -21,26 +21,30 @@ def int_in(lo, hi):
     return f
 
 
-def time_pass(torch, fn, warmup, reps, cuda=True):
+def time_pass(torch, fn, warmup, reps, cuda=True, setup=None):
     """(median, min) in ms of `reps` calls of fn after `warmup` untimed ones, each timed alone:
-    CUDA events on the current stream, or the host clock when cuda is False."""
-    for _ in range(warmup):
-        fn()
-    if cuda:
-        torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
+    CUDA events on the current stream, or the host clock when cuda is False. With setup, each
+    call (warm-up and timed) is fn(setup()), setup run first, untimed and synchronized: a
+    backward timed alone on a fresh forward's graph, for example."""
+    def once():
+        arg = None if setup is None else (setup(),)
+        if cuda:
+            torch.cuda.synchronize()
+        call = fn if arg is None else (lambda: fn(*arg))
         if cuda:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            fn()
+            call()
             b.record()
             b.synchronize()
-            ts.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t0) * 1e3)
+            return a.elapsed_time(b)
+        t0 = time.perf_counter()
+        call()
+        return (time.perf_counter() - t0) * 1e3
+
+    for _ in range(warmup):
+        once()
+    ts = [once() for _ in range(reps)]
     ts.sort()
     n = len(ts)
     return (ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])), ts[0]

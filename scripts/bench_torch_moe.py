@@ -35,7 +35,9 @@ Inputs, as bench_moe makes them (the same distributions, not the same numbers): 
 Passes, each repetition timed alone with CUDA events (a wall clock on the CPU), median and min in ms
 after the warm-up:
   fwd     out = layer(x) with the parameters and x requiring grad (training's forward)
-  bwd     torch.autograd.grad(out, (x, params), dout, retain_graph=True) on one forward's graph
+  bwd     torch.autograd.grad(out, (x, params), dout) alone, on a fresh forward's graph each time
+          (the forward runs untimed before it; no retain_graph: a compiled layer's backward may
+          free its donated buffers, so one graph cannot be backpropagated twice)
   fwdbwd  both, a new forward each time
 peak_bytes: torch.cuda.max_memory_allocated() during the pass minus what was allocated before
 the parameters were made (parameters, inputs, saved tensors, gradients; 0 on the CPU).
@@ -306,24 +308,23 @@ def main():
             def fwd():
                 return layer(x, *params)
 
-            graph_out = None
             for p in PASSES:
+                setup = None
                 if p == "fwd":
                     run = fwd
                 elif p == "bwd":
-                    graph_out = fwd()
+                    setup = fwd
 
-                    def run():
-                        return torch.autograd.grad(graph_out, wrt, dout, retain_graph=True)
+                    def run(out):
+                        return torch.autograd.grad(out, wrt, dout)
                 else:
-                    graph_out = None
 
                     def run():
                         return torch.autograd.grad(fwd(), wrt, dout)
                 sync()
                 if cuda:
                     torch.cuda.reset_peak_memory_stats()
-                med, mn = time_pass(torch, run, args.warmup, args.reps, cuda)
+                med, mn = time_pass(torch, run, args.warmup, args.reps, cuda, setup)
                 peak = torch.cuda.max_memory_allocated() - base if cuda else 0
                 records.append(dict(**key, **{"pass": p}, status="ok", median_ms=round(med, 4), min_ms=round(mn, 4),
                                     peak_bytes=int(peak)))
@@ -335,7 +336,7 @@ def main():
             records.extend(dict(**key, **{"pass": p}, status="FAIL", error=err[:500]) for p in PASSES if p not in done)
             status = 1
         finally:
-            params = x = dout = graph_out = layer = None
+            params = x = dout = layer = None
             sync()
             if cuda:
                 torch.cuda.empty_cache()

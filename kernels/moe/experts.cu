@@ -16,10 +16,10 @@
 
 // Y (rows, n_out) = X (rows, kd) W_e^T, W_e stored (n_out, kd) (W_T = false) or (kd, n_out)
 // (W_T = true); blockIdx.y = the column tile.
-template <bool W_T>
-__global__ void rows_gemm_kernel(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
-    __align__(16) __shared__ bf16 As[GG_BM][GG_LDS];
-    __align__(16) __shared__ bf16 Bs[GG_BN][GG_LDS];
+template <bool W_T, bool VEC>
+__global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
+    rows_gemm_kernel(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
+    DYNAMIC_SMEM(bf16, smem);  // GG_SMEM_BYTES: the tile's ring, then its epilogue
     const int n0 = blockIdx.y * GG_BN, n_lim = min(GG_BN, n_out - n0);
     for (int tile = blockIdx.x;; tile += gridDim.x) {
         // this tile's expert and rows (the same in every thread: the loop exit is uniform)
@@ -36,39 +36,25 @@ __global__ void rows_gemm_kernel(bf16 *Y, const bf16 *X, const bf16 *W, const in
         if (e == E) return;
         const bf16 *We = W + (size_t)e * n_out * kd;
         const bf16 *B = W_T ? We + n0 : We + (size_t)n0 * kd;
-        float acc[2][4][4];
-        gg_tile<false, W_T>(acc, X + (size_t)r0 * kd, kd, B, W_T ? n_out : kd, m_lim, n_lim, kd, As, Bs);
-        for (int mi = 0; mi < 2; mi++)
-            for (int ni = 0; ni < 4; ni++)
-                for (int r = 0; r < 4; r++) {
-                    const int row = gg_row(mi, r), col = gg_col(ni, r);
-                    if (row < m_lim && col < n_lim)
-                        Y[(size_t)(r0 + row) * n_out + n0 + col] = __float2bfloat16(acc[mi][ni][r]);
-                }
+        float acc[GG_MI][GG_NI][4];
+        gg_tile<false, W_T, VEC>(acc, smem, X + (size_t)r0 * kd, kd, B, W_T ? n_out : kd, m_lim, n_lim, kd);
+        gg_epilogue<false, VEC>(acc, smem, Y + (size_t)r0 * n_out + n0, n_out, m_lim, n_lim);
     }
 }
 
-// dW_e (P, Q) += G_e^T X_e over the expert's rows: G (rows, P), X (rows, Q);
-// grid (Q tiles, P tiles, E)
-__global__ void wgrad_kernel(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q) {
-    __align__(16) __shared__ bf16 As[GG_BM][GG_LDS];
-    __align__(16) __shared__ bf16 Bs[GG_BN][GG_LDS];
+// dW_e (P, Q) += G_e^T X_e over the expert's rows: G (rows, P), X (rows, Q), both read
+// transposed (the reduction runs along their rows); grid (Q tiles, P tiles, E)
+template <bool VEC>
+__global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
+    wgrad_kernel(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q) {
+    DYNAMIC_SMEM(bf16, smem);
     const int e = blockIdx.z, r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (rows <= 0) return;  // exactly nothing added
     const int m0 = blockIdx.y * GG_BM, n0 = blockIdx.x * GG_BN;
     const int m_lim = min(GG_BM, P - m0), n_lim = min(GG_BN, Q - n0);
-    float acc[2][4][4];
-    gg_tile<true, true>(acc, G + (size_t)r0 * P + m0, P, X + (size_t)r0 * Q + n0, Q, m_lim, n_lim, rows, As, Bs);
-    bf16 *D = dW + (size_t)e * P * Q;
-    for (int mi = 0; mi < 2; mi++)
-        for (int ni = 0; ni < 4; ni++)
-            for (int r = 0; r < 4; r++) {
-                const int row = gg_row(mi, r), col = gg_col(ni, r);
-                if (row < m_lim && col < n_lim) {
-                    bf16 *d = D + (size_t)(m0 + row) * Q + n0 + col;
-                    *d = __float2bfloat16(__bfloat162float(*d) + acc[mi][ni][r]);
-                }
-            }
+    float acc[GG_MI][GG_NI][4];
+    gg_tile<true, true, VEC>(acc, smem, G + (size_t)r0 * P + m0, P, X + (size_t)r0 * Q + n0, Q, m_lim, n_lim, rows);
+    gg_epilogue<true, VEC>(acc, smem, dW + (size_t)e * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
 }
 
 __device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + __expf(-x)); }
@@ -121,30 +107,54 @@ __global__ void experts_glu_backward_kernel(bf16 *dhp, const bf16 *dap, const bf
     }
 }
 
-// the row GEMMs' fixed grid.x: enough blocks to fill the GPU with the column tiles. Under
-// the emulator, 3 blocks: the emulated shapes then have more row tiles than blocks, so the
-// tile walk (a block taking tiles x, x + 3, ...) is what the emulated test checks.
+// the row GEMMs' fixed grid.x: enough blocks to fill the GPU (GG_BLOCKS_PER_SM per SM) with
+// the column tiles. Under the emulator, 3 blocks: the emulated shapes then have more row
+// tiles than blocks, so the tile walk (a block taking tiles x, x + 3, ...) is what the
+// emulated test checks.
 static unsigned gg_grid_x(int n_out) {
 #ifdef HYBRID_CUDA_EMU
     (void)n_out;
     return 3;
 #endif
     int ny = (n_out + GG_BN - 1) / GG_BN;
-    int gx = (4 * g_cuda.sm_count + ny - 1) / ny;
+    int gx = (GG_BLOCKS_PER_SM * g_cuda.sm_count + ny - 1) / ny;
     return (unsigned)(gx < 1 ? 1 : gx);
+}
+
+// the 16-byte paths' conditions (grouped_gemm.cuh, "VEC"): pointers 16-byte aligned, every
+// leading dimension and tile limit along a contiguous dimension a multiple of 8. The configs'
+// widths (C, M) all are; a parameter tensor at an offset that is not 16-byte aligned takes the
+// element-by-element path (correct, slower).
+static int gg_vec_ok(const void *a, const void *b, const void *c, int d0, int d1) {
+    return is_aligned16(a) && is_aligned16(b) && is_aligned16(c) && d0 % 8 == 0 && d1 % 8 == 0;
 }
 
 template <bool W_T>
 static void rows_gemm(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
     if (n_out <= 0) return;
-    launch_kernel(rows_gemm_kernel<W_T>, dim3(gg_grid_x(n_out), (n_out + GG_BN - 1) / GG_BN), dim3(GG_THREADS), 0, Y,
-                  X, W, offsets, E, n_out, kd);
+    const dim3 grid(gg_grid_x(n_out), (n_out + GG_BN - 1) / GG_BN);
+    if (gg_vec_ok(Y, X, W, n_out, kd))
+        launch_kernel(rows_gemm_kernel<W_T, true>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out,
+                      kd);
+    else
+        launch_kernel(rows_gemm_kernel<W_T, false>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out,
+                      kd);
 }
 
+// One block per (expert, gradient tile), reducing over all the expert's rows: the sum order
+// is fixed and the gradient is read and written once, with no atomics and no partial-sum
+// buffer. Parallelism: E ceil(P/128) ceil(Q/128) blocks, 384 (dW13) and 192 (dW2) at KL-S
+// (E 16, C 768, M 256), thousands at the large shape, against 2 x 132 block slots on an
+// H200; each block streams c_e / 32 k-steps (about 256 at KL-S), so the fill is the only
+// loss (dW2 at KL-S: 192 blocks on 264 slots). Splitting the rows (split-k into fp32 partials,
+// then a fixed-order sum) would fill it, at the price of a second pass; not done until measured.
 static void wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q) {
     if (P <= 0 || Q <= 0) return;
-    launch_kernel(wgrad_kernel, dim3((Q + GG_BN - 1) / GG_BN, (P + GG_BM - 1) / GG_BM, E), dim3(GG_THREADS), 0, dW, G,
-                  X, offsets, P, Q);
+    const dim3 grid((Q + GG_BN - 1) / GG_BN, (P + GG_BM - 1) / GG_BM, E);
+    if (gg_vec_ok(dW, G, X, P, Q))
+        launch_kernel(wgrad_kernel<true>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, dW, G, X, offsets, P, Q);
+    else
+        launch_kernel(wgrad_kernel<false>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, dW, G, X, offsets, P, Q);
 }
 
 static int act_kind(GluAct act) {

@@ -359,6 +359,13 @@ int main(void) {
     test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU});  // top-1, all to expert 0
     test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU});    // top-8 = E
     test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU});  // several plan chunks
+    // the grouped GEMM tile (128 x 128 x 32, 4 stages): ~200 rows per expert (2 row tiles, the
+    // second partial; more row tiles than the 3 emulated blocks), experts 1, 3, 5 empty; K dims
+    // 264, 136, 272 = 8 odd multiples, 9 and 5 k-steps (the 4-stage ring wraps) with a partial
+    // last one; n_out 272, 264, 136 (a partial column tile); wgrad: ~200 rows = 7 k-steps
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU});
+    // C, M not multiples of 8: the element-by-element path of the same tile
+    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SITU});
 #else
     // GPU: the KL-S configs (d_model 768, 16 experts, top-2, expert hidden 256; variant B: 384 / 512)
     test_router(16 * 1024, 16, 2, ROUTER_SIGMOID, 1, 1.0, BIAS_RAND);
