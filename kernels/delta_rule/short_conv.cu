@@ -189,6 +189,35 @@ __device__ __forceinline__ void conv_window(float (*xw)[W], const bf16 *x, const
     }
 }
 
+// the window at `row` (local time t in sq's sequence): loaded whole at the thread's first row
+// and at a sequence start, else shifted by one with one new load
+template <int W, int V>
+__device__ __forceinline__ void conv_slide(float (*xw)[W], const bf16 *x, const float *state_in, const SeqCursor &sq,
+                                           size_t row, bool first, int c, int D) {
+    const int t = (int)(row - sq.bos);
+    if (first || t == 0) {
+        conv_window<W, V>(xw, x, state_in, sq.bos, t, sq.s, c, D);
+        return;
+    }
+    float xn[V];
+    conv_load<V>(xn, x + row * D + c);
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+#pragma unroll
+        for (int i = 0; i + 1 < W; i++) xw[v][i] = xw[v][i + 1];
+        xw[v][W - 1] = xn[v];
+    }
+}
+
+// conv_pre from the window: bias, then the taps j = 0..W-1
+template <int W>
+__device__ __forceinline__ float conv_pre_win(float b, const float *wv, const float *xw) {
+    float a = b;
+#pragma unroll
+    for (int j = 0; j < W; j++) a += wv[j] * xw[j];
+    return a;
+}
+
 // Forward: one thread per V channels walks CONV_FWD_ROWS rows, the W inputs of a row kept in
 // registers (one new load per row instead of W).
 template <int W, int V>
@@ -209,25 +238,11 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, cons
     const size_t row1 = row0 + CONV_FWD_ROWS < rows ? row0 + CONV_FWD_ROWS : rows;
     for (size_t row = row0; row < row1; row++) {
         sq.advance(row);
-        const int t = (int)(row - sq.bos);
-        if (row == row0 || t == 0) {
-            conv_window<W, V>(xw, x, state_in, sq.bos, t, sq.s, c, D);
-        } else {
-            float xn[V];
-            conv_load<V>(xn, x + row * D + c);
-#pragma unroll
-            for (int v = 0; v < V; v++) {
-#pragma unroll
-                for (int i = 0; i + 1 < W; i++) xw[v][i] = xw[v][i + 1];
-                xw[v][W - 1] = xn[v];
-            }
-        }
+        conv_slide<W, V>(xw, x, state_in, sq, row, row == row0, c, D);
         float out[V];
 #pragma unroll
         for (int v = 0; v < V; v++) {
-            float a = b[v];  // conv_pre's order: bias, then the taps j = 0..W-1
-#pragma unroll
-            for (int j = 0; j < W; j++) a += wv[v][j] * xw[v][j];
+            const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
             const float sg = dr_sigmoid(a);
             out[v] = silu ? a * sg : a;
         }
@@ -274,23 +289,10 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
         if (q >= row1 && t == 0) break;  // the halo stays in the chunk's last sequence
         float g[V];
         conv_load<V>(g, dy + q * D + c);
-        if (q == row0 || t == 0) {
-            conv_window<W, V>(xw, x, state_in, sq.bos, t, sq.s, c, D);
-        } else {
-            float xn[V];
-            conv_load<V>(xn, x + q * D + c);
-#pragma unroll
-            for (int v = 0; v < V; v++) {
-#pragma unroll
-                for (int i = 0; i + 1 < W; i++) xw[v][i] = xw[v][i + 1];
-                xw[v][W - 1] = xn[v];
-            }
-        }
+        conv_slide<W, V>(xw, x, state_in, sq, q, q == row0, c, D);
 #pragma unroll
         for (int v = 0; v < V; v++) {
-            float a = b[v];
-#pragma unroll
-            for (int j = 0; j < W; j++) a += wv[v][j] * xw[v][j];
+            const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
             const float sg = dr_sigmoid(a);
             const float d = silu ? g[v] * sg * (1.f + a * (1.f - sg)) : g[v];
 #pragma unroll
