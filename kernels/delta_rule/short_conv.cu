@@ -15,6 +15,8 @@
 #include "kernels/delta_rule/grad_reduce.cuh"
 #include "kernels/delta_rule/seq_index.cuh"
 
+#include <type_traits>
+
 #define CONV_THREADS 128  // channels per block
 #define CONV_ROWS 16      // rows per block (forward, da, dx)
 #define CONV_MAX_W 64
@@ -169,12 +171,15 @@ __device__ __forceinline__ void conv_store(bf16 *p, const float *v) {
     else *p = __float2bfloat16(v[0]);
 }
 
-// xw[v][i] = the input at local time t-(W-1)+i of channel c+v (what conv_in returns)
+// xw[v][i] = the input at local time t-(W-1)+i of channel c+v (what conv_in returns); the
+// last, at t itself, is xn (already loaded)
 template <int W, int V>
-__device__ __forceinline__ void conv_window(float (*xw)[W], const bf16 *x, const float *state_in, size_t bos, int t,
-                                            int s, int c, int D) {
+__device__ __forceinline__ void conv_window(float (*xw)[W], const float *xn, const bf16 *x, const float *state_in,
+                                            size_t bos, int t, int s, int c, int D) {
 #pragma unroll
-    for (int i = 0; i < W; i++) {
+    for (int v = 0; v < V; v++) xw[v][W - 1] = xn[v];
+#pragma unroll
+    for (int i = 0; i < W - 1; i++) {
         const int tau = t - (W - 1) + i;
         float v2[V];
         if (tau >= 0) {
@@ -189,18 +194,40 @@ __device__ __forceinline__ void conv_window(float (*xw)[W], const bf16 *x, const
     }
 }
 
-// the window at `row` (local time t in sq's sequence): loaded whole at the thread's first row
-// and at a sequence start, else shifted by one with one new load
+// Rows ahead: the raw bf16 (V == 2: bf16x2) of one tensor at rows row+1 .. row+CONV_PF kept in
+// registers, so each thread has CONV_PF+1 rows' loads in flight instead of one (the walk is a
+// serial loop; without this every row waits for its own load). Rows at or past `end` are not read.
+#define CONV_PF 4
+template <int V>
+struct ConvAhead {
+    typedef typename std::conditional<V == 2, __nv_bfloat162, bf16>::type raw;
+    raw r[CONV_PF + 1];
+    __device__ __forceinline__ static raw load(const bf16 *p) { return *reinterpret_cast<const raw *>(p); }
+    // rows row0 .. row0+CONV_PF
+    __device__ __forceinline__ void init(const bf16 *base, size_t row0, size_t end, int c, int D) {
+#pragma unroll
+        for (int k = 0; k <= CONV_PF; k++)
+            if (row0 + k < end) r[k] = load(base + (row0 + k) * D + c);
+    }
+    // the values at `row` (the oldest held), then the ring moves on one row
+    __device__ __forceinline__ void take(float *v, const bf16 *base, size_t row, size_t end, int c, int D) {
+        conv_load<V>(v, reinterpret_cast<const bf16 *>(&r[0]));
+#pragma unroll
+        for (int k = 0; k < CONV_PF; k++) r[k] = r[k + 1];
+        if (row + CONV_PF + 1 < end) r[CONV_PF] = load(base + (row + CONV_PF + 1) * D + c);
+    }
+};
+
+// the window at `row` (local time t in sq's sequence; xn: x at `row`): loaded whole at the
+// thread's first row and at a sequence start, else shifted by one
 template <int W, int V>
-__device__ __forceinline__ void conv_slide(float (*xw)[W], const bf16 *x, const float *state_in, const SeqCursor &sq,
-                                           size_t row, bool first, int c, int D) {
+__device__ __forceinline__ void conv_slide(float (*xw)[W], const float *xn, const bf16 *x, const float *state_in,
+                                           const SeqCursor &sq, size_t row, bool first, int c, int D) {
     const int t = (int)(row - sq.bos);
     if (first || t == 0) {
-        conv_window<W, V>(xw, x, state_in, sq.bos, t, sq.s, c, D);
+        conv_window<W, V>(xw, xn, x, state_in, sq.bos, t, sq.s, c, D);
         return;
     }
-    float xn[V];
-    conv_load<V>(xn, x + row * D + c);
 #pragma unroll
     for (int v = 0; v < V; v++) {
 #pragma unroll
@@ -231,14 +258,21 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, cons
     for (int v = 0; v < V; v++) {
         b[v] = bias ? __bfloat162float(bias[c + v]) : 0.f;
 #pragma unroll
-        for (int j = 0; j < W; j++) wv[v][j] = __bfloat162float(w[(size_t)(c + v) * W + j]);
+        for (int j = 0; j < W; j++) {
+            wv[v][j] = __bfloat162float(w[(size_t)(c + v) * W + j]);
+            xw[v][j] = 0.f;  // loaded at the first row (conv_slide); this only quiets the host compiler
+        }
     }
     SeqCursor sq;
     sq.init(offsets, nseq, T, row0);
     const size_t row1 = row0 + CONV_FWD_ROWS < rows ? row0 + CONV_FWD_ROWS : rows;
+    ConvAhead<V> xa;
+    xa.init(x, row0, row1, c, D);
     for (size_t row = row0; row < row1; row++) {
         sq.advance(row);
-        conv_slide<W, V>(xw, x, state_in, sq, row, row == row0, c, D);
+        float xn[V];
+        xa.take(xn, x, row, row1, c, D);
+        conv_slide<W, V>(xw, xn, x, state_in, sq, row, row == row0, c, D);
         float out[V];
 #pragma unroll
         for (int v = 0; v < V; v++) {
@@ -279,17 +313,22 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
             wv[v][j] = __bfloat162float(w[(size_t)(c + v) * W + j]);
             pw[v][j] = 0.f;
             dq[v][j] = 0.f;
+            xw[v][j] = 0.f;  // loaded at the first row (conv_slide)
         }
     }
     SeqCursor sq;
     sq.init(offsets, nseq, T, row0);
+    ConvAhead<V> xa, ga;
+    xa.init(x, row0, qend, c, D);
+    ga.init(dy, row0, qend, c, D);
     for (size_t q = row0; q < qend; q++) {
         sq.advance(q);
         const int t = (int)(q - sq.bos);
         if (q >= row1 && t == 0) break;  // the halo stays in the chunk's last sequence
-        float g[V];
-        conv_load<V>(g, dy + q * D + c);
-        conv_slide<W, V>(xw, x, state_in, sq, q, q == row0, c, D);
+        float g[V], xn[V];
+        ga.take(g, dy, q, qend, c, D);
+        xa.take(xn, x, q, qend, c, D);
+        conv_slide<W, V>(xw, xn, x, state_in, sq, q, q == row0, c, D);
 #pragma unroll
         for (int v = 0; v < V; v++) {
             const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
