@@ -7,9 +7,21 @@
 // input first. The window never reaches into the previous sequence: inputs before a
 // sequence start come from state_in (or are 0).
 //
-// Forward: one thread per channel walks CONV_ROWS consecutive rows (coalesced over channels).
-// Backward: da = dy * act'(a) (a recomputed) into fp32 scratch, then dx and dstate_in from da,
-// and dw / dbias as per-row-chunk partial sums added in a fixed order (grad_reduce.cuh).
+// Two paths with the same bits (every fp32 sum with the same operands in the same order):
+// - Fast, W <= CONV_FAST_W (4; the layers use 4): kernels templated on W and on V channels per
+//   thread (V = 2, bf16x2 accesses, when D is even and the tensors 4-byte aligned), taps
+//   unrolled, the W inputs of a row in registers, the next CONV_PF rows of x (and dy) loaded
+//   ahead. Forward: a thread walks CONV_FWD_ROWS rows. Backward, one fused pass: a thread per
+//   (grad_row_chunks chunk, V channels) recomputes a and da = dy * act'(a) row by row (W-1 halo
+//   rows past the chunk, inside the sequence, to finish dx of its last rows), writes dx and
+//   keeps the dw / dbias partials of its chunk in registers; da never reaches memory;
+//   dstate_in recomputes da of the first W-1 rows of each sequence.
+// - General, any W <= CONV_MAX_W, and every W under HYBRID_CONV_REF=1 (read at each call):
+//   forward: one thread per channel walks CONV_ROWS rows, W loads a row. Backward: da into fp32
+//   scratch, then dx and dstate_in from da, and the dw / dbias partials (a pass per tap).
+// Both add the chunk partials in a fixed order (grad_reduce.cuh). The fast path has passed its
+// bit-for-bit comparison with the general one (tests/gpu/test_delta_rule_layer.c) on the CPU
+// emulator only; its speed is not yet measured on a GPU.
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
