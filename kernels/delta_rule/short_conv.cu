@@ -7,13 +7,27 @@
 // input first. The window never reaches into the previous sequence: inputs before a
 // sequence start come from state_in (or are 0).
 //
-// Forward: one thread per channel walks CONV_ROWS consecutive rows (coalesced over channels).
-// Backward: da = dy * act'(a) (a recomputed) into fp32 scratch, then dx and dstate_in from da,
-// and dw / dbias as per-row-chunk partial sums added in a fixed order (grad_reduce.cuh).
+// Two paths with the same bits (every fp32 sum with the same operands in the same order):
+// - Fast, W <= CONV_FAST_W (4; the layers use 4): kernels templated on W and on V channels per
+//   thread (V = 2, bf16x2 accesses, when D is even and the tensors 4-byte aligned), taps
+//   unrolled, the W inputs of a row in registers, the next CONV_PF rows of x (and dy) loaded
+//   ahead. Forward: a thread walks CONV_FWD_ROWS rows. Backward, one fused pass: a thread per
+//   (grad_row_chunks chunk, V channels) recomputes a and da = dy * act'(a) row by row (W-1 halo
+//   rows past the chunk, inside the sequence, to finish dx of its last rows), writes dx and
+//   keeps the dw / dbias partials of its chunk in registers; da never reaches memory;
+//   dstate_in recomputes da of the first W-1 rows of each sequence.
+// - General, any W <= CONV_MAX_W, and every W under HYBRID_CONV_REF=1 (read at each call):
+//   forward: one thread per channel walks CONV_ROWS rows, W loads a row. Backward: da into fp32
+//   scratch, then dx and dstate_in from da, and the dw / dbias partials (a pass per tap).
+// Both add the chunk partials in a fixed order (grad_reduce.cuh). The fast path has passed its
+// bit-for-bit comparison with the general one (tests/gpu/test_delta_rule_layer.c) on the CPU
+// emulator only; its speed is not yet measured on a GPU.
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
 #include "kernels/delta_rule/seq_index.cuh"
+
+#include <type_traits>
 
 #define CONV_THREADS 128  // channels per block
 #define CONV_ROWS 16      // rows per block (forward, da, dx)
@@ -142,6 +156,312 @@ __global__ void conv_dw_partial_kernel(float *partial, const float *da, const bf
     p[(size_t)D * W + c] = db;
 }
 
+// ---- the fast path: W <= CONV_FAST_W, taps unrolled, windows in registers ----------------
+// Every value below is computed with the same fp32 expression, operands and order as the
+// general kernels above (conv_pre's bias-then-taps sum, the da formula, dx's sum over taps in j
+// order then the outgoing state's term, each dw / dbias partial over its chunk's rows in
+// increasing order), so both paths give the same bits; HYBRID_CONV_REF=1 runs the general
+// kernels for any W (tests/gpu/test_delta_rule_layer.c compares the two bit for bit).
+#define CONV_FAST_W 4     // widths with a fused kernel
+#define CONV_FWD_ROWS 32  // rows per thread, fast forward
+
+// V consecutive channels (V == 2: one aligned bf16x2 access; the caller checks alignment)
+template <int V>
+__device__ __forceinline__ void conv_load(float *v, const bf16 *p) {
+    if (V == 2) {
+        const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162 *>(p);
+        v[0] = __low2float(h);
+        v[V - 1] = __high2float(h);
+    } else {
+        v[0] = __bfloat162float(*p);
+    }
+}
+
+template <int V>
+__device__ __forceinline__ void conv_store(bf16 *p, const float *v) {
+    if (V == 2) *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(v[0], v[V - 1]);
+    else *p = __float2bfloat16(v[0]);
+}
+
+// xw[v][i] = the input at local time t-(W-1)+i of channel c+v (what conv_in returns); the
+// last, at t itself, is xn (already loaded)
+template <int W, int V>
+__device__ __forceinline__ void conv_window(float (*xw)[W], const float *xn, const bf16 *x, const float *state_in,
+                                            size_t bos, int t, int s, int c, int D) {
+#pragma unroll
+    for (int v = 0; v < V; v++) xw[v][W - 1] = xn[v];
+#pragma unroll
+    for (int i = 0; i < W - 1; i++) {
+        const int tau = t - (W - 1) + i;
+        float v2[V];
+        if (tau >= 0) {
+            conv_load<V>(v2, x + (bos + (size_t)tau) * D + c);
+        } else {
+#pragma unroll
+            for (int v = 0; v < V; v++)
+                v2[v] = state_in ? state_in[((size_t)s * D + c + v) * (W - 1) + (tau + W - 1)] : 0.f;
+        }
+#pragma unroll
+        for (int v = 0; v < V; v++) xw[v][i] = v2[v];
+    }
+}
+
+// Rows ahead: the raw bf16 (V == 2: bf16x2) of one tensor at rows row+1 .. row+CONV_PF kept in
+// registers, so each thread has CONV_PF+1 rows' loads in flight instead of one (the walk is a
+// serial loop; without this every row waits for its own load). Rows at or past `end` are not read.
+#define CONV_PF 4
+template <int V>
+struct ConvAhead {
+    typedef typename std::conditional<V == 2, __nv_bfloat162, bf16>::type raw;
+    raw r[CONV_PF + 1];
+    __device__ __forceinline__ static raw load(const bf16 *p) { return *reinterpret_cast<const raw *>(p); }
+    // rows row0 .. row0+CONV_PF
+    __device__ __forceinline__ void init(const bf16 *base, size_t row0, size_t end, int c, int D) {
+#pragma unroll
+        for (int k = 0; k <= CONV_PF; k++)
+            if (row0 + k < end) r[k] = load(base + (row0 + k) * D + c);
+    }
+    // the values at `row` (the oldest held), then the ring moves on one row
+    __device__ __forceinline__ void take(float *v, const bf16 *base, size_t row, size_t end, int c, int D) {
+        conv_load<V>(v, reinterpret_cast<const bf16 *>(&r[0]));
+#pragma unroll
+        for (int k = 0; k < CONV_PF; k++) r[k] = r[k + 1];
+        if (row + CONV_PF + 1 < end) r[CONV_PF] = load(base + (row + CONV_PF + 1) * D + c);
+    }
+};
+
+// the window at `row` (local time t in sq's sequence; xn: x at `row`): loaded whole at the
+// thread's first row and at a sequence start, else shifted by one
+template <int W, int V>
+__device__ __forceinline__ void conv_slide(float (*xw)[W], const float *xn, const bf16 *x, const float *state_in,
+                                           const SeqCursor &sq, size_t row, bool first, int c, int D) {
+    const int t = (int)(row - sq.bos);
+    if (first || t == 0) {
+        conv_window<W, V>(xw, xn, x, state_in, sq.bos, t, sq.s, c, D);
+        return;
+    }
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+#pragma unroll
+        for (int i = 0; i + 1 < W; i++) xw[v][i] = xw[v][i + 1];
+        xw[v][W - 1] = xn[v];
+    }
+}
+
+// conv_pre from the window: bias, then the taps j = 0..W-1
+template <int W>
+__device__ __forceinline__ float conv_pre_win(float b, const float *wv, const float *xw) {
+    float a = b;
+#pragma unroll
+    for (int j = 0; j < W; j++) a += wv[j] * xw[j];
+    return a;
+}
+
+// Forward: one thread per V channels walks CONV_FWD_ROWS rows, the W inputs of a row kept in
+// registers (one new load per row instead of W).
+template <int W, int V>
+__global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
+                                     size_t rows, int T, int D, const int *offsets, int nseq, int silu) {
+    const int c = (blockIdx.y * CONV_THREADS + threadIdx.x) * V;
+    const size_t row0 = (size_t)blockIdx.x * CONV_FWD_ROWS;
+    if (c >= D) return;
+    float wv[V][W], b[V], xw[V][W];
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        b[v] = bias ? __bfloat162float(bias[c + v]) : 0.f;
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            wv[v][j] = __bfloat162float(w[(size_t)(c + v) * W + j]);
+            xw[v][j] = 0.f;  // loaded at the first row (conv_slide); this only quiets the host compiler
+        }
+    }
+    SeqCursor sq;
+    sq.init(offsets, nseq, T, row0);
+    const size_t row1 = row0 + CONV_FWD_ROWS < rows ? row0 + CONV_FWD_ROWS : rows;
+    ConvAhead<V> xa;
+    xa.init(x, row0, row1, c, D);
+    for (size_t row = row0; row < row1; row++) {
+        sq.advance(row);
+        float xn[V];
+        xa.take(xn, x, row, row1, c, D);
+        conv_slide<W, V>(xw, xn, x, state_in, sq, row, row == row0, c, D);
+        float out[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
+            const float sg = dr_sigmoid(a);
+            out[v] = silu ? a * sg : a;
+        }
+        conv_store<V>(y + row * D + c, out);
+    }
+}
+
+// Backward, fused: one thread per (row chunk, V channels), the chunks of grad_row_chunks (the
+// partials' layout and per-row order of conv_dw_partial_kernel). It walks rows q from the
+// chunk's first to W-1 rows past its last (the halo, only inside the last row's sequence),
+// recomputing a and da[q] from a register window of the W inputs (before the sequence start:
+// state_in or 0), keeping da of the last W rows. For a chunk row q: the dw[j] / dbias partials
+// take x[q-(W-1)+j] da[q] / da[q]. dx[p] needs da[p .. min(p+W-1, end)]: it is written at
+// q = p+W-1, or at the sequence's last row for the rows whose window is cut there; the sum is
+// conv_dx_kernel's (taps in j order, the missing ones skipped, then dstate_out). One pass over
+// x and dy, no fp32 da in memory.
+template <int W, int V>
+__global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, const float *dstate_out,
+                                      const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
+                                      size_t rows, int rows_per_chunk, int T, int D, const int *offsets, int nseq,
+                                      int silu) {
+    const int c = (blockIdx.y * CONV_THREADS + threadIdx.x) * V;
+    if (c >= D) return;
+    const size_t row0 = (size_t)blockIdx.x * rows_per_chunk;
+    const size_t row1 = row0 + rows_per_chunk < rows ? row0 + rows_per_chunk : rows;
+    const size_t qend = row1 + (W - 1) < rows ? row1 + (W - 1) : rows;
+    float wv[V][W], b[V], xw[V][W], dq[V][W], pw[V][W], pb[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+        b[v] = bias ? __bfloat162float(bias[c + v]) : 0.f;
+        pb[v] = 0.f;
+#pragma unroll
+        for (int j = 0; j < W; j++) {
+            wv[v][j] = __bfloat162float(w[(size_t)(c + v) * W + j]);
+            pw[v][j] = 0.f;
+            dq[v][j] = 0.f;
+            xw[v][j] = 0.f;  // loaded at the first row (conv_slide)
+        }
+    }
+    SeqCursor sq;
+    sq.init(offsets, nseq, T, row0);
+    ConvAhead<V> xa, ga;
+    xa.init(x, row0, qend, c, D);
+    ga.init(dy, row0, qend, c, D);
+    for (size_t q = row0; q < qend; q++) {
+        sq.advance(q);
+        const int t = (int)(q - sq.bos);
+        if (q >= row1 && t == 0) break;  // the halo stays in the chunk's last sequence
+        float g[V], xn[V];
+        ga.take(g, dy, q, qend, c, D);
+        xa.take(xn, x, q, qend, c, D);
+        conv_slide<W, V>(xw, xn, x, state_in, sq, q, q == row0, c, D);
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
+            const float sg = dr_sigmoid(a);
+            const float d = silu ? g[v] * sg * (1.f + a * (1.f - sg)) : g[v];
+#pragma unroll
+            for (int k = W - 1; k > 0; k--) dq[v][k] = dq[v][k - 1];
+            dq[v][0] = d;  // dq[v][k] = da[q-k]
+            if (q < row1) {
+#pragma unroll
+                for (int j = 0; j < W; j++) pw[v][j] += xw[v][j] * d;
+                pb[v] += d;
+            }
+        }
+        const int len = (int)(sq.eos - sq.bos);
+        const size_t lo = row0 > sq.bos ? row0 : sq.bos;  // dx rows of this chunk and sequence
+        // e: dx row p = q-e, complete now when e == W-1, or when q ends the sequence (then the
+        // taps j < W-1-e reach past it and are skipped, as conv_dx_kernel's tt < len does)
+        const bool last = q + 1 == sq.eos;
+#pragma unroll
+        for (int e = W - 1; e >= 0; e--) {
+            if (e < W - 1 && !last) continue;
+            if (q < lo + (size_t)e) continue;  // p below the chunk or the sequence
+            const size_t p = q - e;
+            if (p >= row1) continue;
+            const int m = (int)(p - sq.bos) - (len - (W - 1));
+            float out[V];
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                float acc = 0.f;
+#pragma unroll
+                for (int j = W - 1 - e; j < W; j++) acc += wv[v][j] * dq[v][j - (W - 1 - e)];
+                if (dstate_out && m >= 0) acc += dstate_out[((size_t)sq.s * D + c + v) * (W - 1) + m];
+                out[v] = acc;
+            }
+            conv_store<V>(dx + p * D + c, out);
+        }
+    }
+    float *pp = partial + (size_t)blockIdx.x * (W + 1) * D;
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+#pragma unroll
+        for (int j = 0; j < W; j++) pp[(size_t)(c + v) * W + j] = pw[v][j];
+        pp[(size_t)D * W + c + v] = pb[v];
+    }
+}
+
+// dstate_in without a stored da: conv_dstate_in_kernel's sums, da of the first W-1 rows of each
+// sequence recomputed (conv_pre and the da formula, as conv_fwd_kernel writes it)
+__global__ void conv_dstate_in_recompute_kernel(float *dstate_in, const bf16 *dy, const float *dstate_out,
+                                                const bf16 *x, const bf16 *w, const bf16 *bias,
+                                                const float *state_in, int N, int T, int D, int W,
+                                                const int *offsets, int silu) {
+    const size_t sc = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (sc >= (size_t)N * D) return;
+    const int s = (int)(sc / D), c = (int)(sc % D);
+    const size_t bos = seq_bos(offsets, T, s);
+    const int len = (int)(seq_bos(offsets, T, s + 1) - bos);
+    for (int m = 0; m < W - 1; m++) {
+        float acc = 0.f;
+        for (int j = 0; j < W; j++) {
+            const int tt = m - j;
+            if (tt >= 0 && tt < len) {
+                const float a = conv_pre(x, w, bias, state_in, bos, tt, s, c, D, W);
+                const float sg = dr_sigmoid(a);
+                const float g = __bfloat162float(dy[(bos + tt) * D + c]);
+                const float d = silu ? g * sg * (1.f + a * (1.f - sg)) : g;
+                acc += __bfloat162float(w[(size_t)c * W + j]) * d;
+            }
+        }
+        const int mo = m - len;
+        if (dstate_out && mo >= 0) acc += dstate_out[sc * (W - 1) + mo];
+        dstate_in[sc * (W - 1) + m] = acc;
+    }
+}
+
+// HYBRID_CONV_REF=1: the general kernels for every W (read at each call, so a test can switch)
+static int conv_use_ref(void) {
+    const char *e = getenv("HYBRID_CONV_REF");
+    return e && e[0] == '1';
+}
+
+// V = 2 when D is even and the bf16 tensors are 4-byte aligned
+static int conv_vec(int D, const void *a, const void *b, const void *c) {
+    return D % 2 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 4 == 0;
+}
+
+template <int W, int V>
+static void conv_fwd_fast(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
+                          size_t rows, int T, int D, const int *offsets, int nseq, int silu) {
+    const int lanes = (D + V - 1) / V;
+    const dim3 grid((unsigned)((rows + CONV_FWD_ROWS - 1) / CONV_FWD_ROWS),
+                    (unsigned)((lanes + CONV_THREADS - 1) / CONV_THREADS));
+    launch_kernel(conv_fwd_fast_kernel<W, V>, grid, dim3(CONV_THREADS), 0, y, x, w, bias, state_in, rows, T, D,
+                  offsets, nseq, silu);
+}
+
+template <int W, int V>
+static void conv_bwd_fast(bf16 *dx, float *partial, const bf16 *dy, const float *dstate_out, const bf16 *x,
+                          const bf16 *w, const bf16 *bias, const float *state_in, size_t rows, int per, int chunks,
+                          int T, int D, const int *offsets, int nseq, int silu) {
+    const int lanes = (D + V - 1) / V;
+    const dim3 grid((unsigned)chunks, (unsigned)((lanes + CONV_THREADS - 1) / CONV_THREADS));
+    launch_kernel(conv_bwd_fused_kernel<W, V>, grid, dim3(CONV_THREADS), 0, dx, partial, dy, dstate_out, x, w, bias,
+                  state_in, rows, per, T, D, offsets, nseq, silu);
+}
+
+#define CONV_DISPATCH(fn, W, V, ...)                                  \
+    do {                                                              \
+        switch ((W) * 2 + (V) - 1) {                                  \
+        case 2: fn<1, 1>(__VA_ARGS__); break;                         \
+        case 3: fn<1, 2>(__VA_ARGS__); break;                         \
+        case 4: fn<2, 1>(__VA_ARGS__); break;                         \
+        case 5: fn<2, 2>(__VA_ARGS__); break;                         \
+        case 6: fn<3, 1>(__VA_ARGS__); break;                         \
+        case 7: fn<3, 2>(__VA_ARGS__); break;                         \
+        case 8: fn<4, 1>(__VA_ARGS__); break;                         \
+        default: fn<4, 2>(__VA_ARGS__); break;                        \
+        }                                                             \
+    } while (0)
+
 __global__ void conv_step_kernel(bf16 *y, float *state, const bf16 *x, const bf16 *w, const bf16 *bias, int N, int D,
                                  int W, int silu) {
     const size_t nc = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -171,10 +491,15 @@ extern "C" void cuda_short_conv_forward(real *y, real *state_out, const real *x,
     const size_t rows = (size_t)B * T;
     const int N = offsets ? nseq : B;
     const dim3 grid((unsigned)((rows + CONV_ROWS - 1) / CONV_ROWS), (unsigned)((D + CONV_THREADS - 1) / CONV_THREADS));
-    if (rows > 0)
+    if (rows > 0 && W <= CONV_FAST_W && !conv_use_ref()) {
+        const int V = conv_vec(D, x, y, x) ? 2 : 1;
+        CONV_DISPATCH(conv_fwd_fast, W, V, (bf16 *)y, (const bf16 *)x, (const bf16 *)w, (const bf16 *)bias,
+                      (const float *)state_in, rows, T, D, offsets, nseq, silu);
+    } else if (rows > 0) {
         launch_kernel(conv_fwd_kernel, grid, dim3(CONV_THREADS), 0, (bf16 *)y, (float *)NULL, (const bf16 *)NULL,
                       (const bf16 *)x, (const bf16 *)w, (const bf16 *)bias, (const float *)state_in, rows, T, D, W,
                       offsets, nseq, silu);
+    }
     // after y: state_out may be the same buffer as state_in
     if (state_out && W > 1 && N > 0)
         launch_kernel(conv_state_out_kernel, dim3((unsigned)(((size_t)N * D + 255) / 256)), dim3(256), 0,
@@ -191,6 +516,23 @@ extern "C" void cuda_short_conv_backward(real *dx, real *dw, real *dbias, real *
     const int N = offsets ? nseq : B;
     int chunks;
     const int per = grad_row_chunks(rows, &chunks);
+    if (W <= CONV_FAST_W && !conv_use_ref()) {
+        const size_t part_stride = (size_t)(W + 1) * D;
+        float *partial = (float *)scratch_get((size_t)chunks * part_stride * sizeof(float));
+        if (rows > 0) {
+            const int V = conv_vec(D, x, dy, dx) ? 2 : 1;
+            CONV_DISPATCH(conv_bwd_fast, W, V, (bf16 *)dx, partial, (const bf16 *)dy, (const float *)dstate_out,
+                          (const bf16 *)x, (const bf16 *)w, (const bf16 *)bias, (const float *)state_in, rows, per,
+                          chunks, T, D, offsets, nseq, silu);
+            grad_reduce_add((bf16 *)dw, partial, chunks, D * W, part_stride);
+            if (dbias) grad_reduce_add((bf16 *)dbias, partial + (size_t)D * W, chunks, D, part_stride);
+        }
+        if (dstate_in && W > 1 && N > 0)
+            launch_kernel(conv_dstate_in_recompute_kernel, dim3((unsigned)(((size_t)N * D + 255) / 256)), dim3(256),
+                          0, (float *)dstate_in, (const bf16 *)dy, (const float *)dstate_out, (const bf16 *)x,
+                          (const bf16 *)w, (const bf16 *)bias, (const float *)state_in, N, T, D, W, offsets, silu);
+        return;
+    }
     const size_t da_n = rows * D, part_stride = (size_t)(W + 1) * D;
     float *da = (float *)scratch_get((da_n + (size_t)chunks * part_stride) * sizeof(float));
     float *partial = da + da_n;

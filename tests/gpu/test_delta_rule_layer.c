@@ -58,6 +58,20 @@ static void seqs_free(Seqs *s) {
 }
 
 // ---- short conv ---------------------------------------------------------------------------
+// two device tensors hold the same bits (checked: the number of differing elements is 0)
+static void same_bits(const char *what, float *a, float *b, size_t n) {
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += memcmp(a + i, b + i, sizeof(float)) != 0;
+    expect(what, (double)diff, 0);
+    free(a), free(b);
+}
+static void same_bits_bf16(const char *what, const void *a, const void *b, size_t n) {
+    same_bits(what, get_bf16(a, n), get_bf16(b, n), n);
+}
+static void same_bits_f32(const char *what, const float *a, const float *b, size_t n) {
+    same_bits(what, get_f32(a, n), get_f32(b, n), n);
+}
+
 static void test_short_conv(Seqs sq, int Dc, int W, int with_bias, int silu, int with_state_in, int with_state_out,
                             int with_dstate_out) {
     printf("short_conv B=%d T=%d D=%d W=%d%s bias=%d silu=%d state_in=%d state_out=%d dstate_out=%d\n", sq.B, sq.T, Dc,
@@ -96,6 +110,35 @@ static void test_short_conv(Seqs sq, int Dc, int W, int with_bias, int silu, int
     cmp_bf16("backward dw (x2, accumulated)", dgw, gw, (size_t)Dc * W, TOL_GRAD);
     if (with_bias) cmp_bf16("backward dbias (x2, accumulated)", dgb, gb, Dc, TOL_GRAD);
     if (gsi && ns) cmp_f32("backward dstate_in (fp32)", dgsi, gsi, ns, TOL_F32);
+
+    // the fused kernels (W <= 4) against the general ones (HYBRID_CONV_REF=1): the same bits
+    if (W <= 4) {
+        void *ry = dev_bf16(NULL, n), *rdx = dev_bf16(NULL, n), *rgw = dev_bf16(NULL, (size_t)Dc * W);
+        void *rgb = with_bias ? dev_bf16(NULL, Dc) : NULL;
+        float *rso = so ? dev_f32(NULL, ns) : NULL, *rgsi = gsi ? dev_f32(NULL, ns) : NULL;
+        poison_bf16(ry, n);
+        if (rso) poison_f32(rso, ns);
+        G->zero(rgw, (size_t)Dc * W);
+        if (rgb) G->zero(rgb, Dc);
+        setenv("HYBRID_CONV_REF", "1", 1);
+        D->short_conv_forward(ry, (real *)rso, dx_, dw_, db_, (real *)dsi, sq.B, sq.T, Dc, W, sq.doff, sq.N, silu);
+        for (int rep = 0; rep < 2; rep++) {
+            poison_bf16(rdx, n);
+            if (rgsi) poison_f32(rgsi, ns);
+            D->short_conv_backward(rdx, rgw, rgb, (real *)rgsi, ddy, (real *)dso_, dx_, dw_, db_, (real *)dsi, sq.B,
+                                   sq.T, Dc, W, sq.doff, sq.N, silu);
+        }
+        unsetenv("HYBRID_CONV_REF");
+        same_bits_bf16("forward y, fused = general", dy_out, ry, n);
+        if (so && ns) same_bits_f32("forward state_out, fused = general", dso_out, rso, ns);
+        same_bits_bf16("backward dx, fused = general", ddx, rdx, n);
+        same_bits_bf16("backward dw, fused = general", dgw, rgw, (size_t)Dc * W);
+        if (with_bias) same_bits_bf16("backward dbias, fused = general", dgb, rgb, Dc);
+        if (gsi && ns) same_bits_f32("backward dstate_in, fused = general", dgsi, rgsi, ns);
+        void *rb[] = {ry, rdx, rgw, rgb, rso, rgsi};
+        for (size_t i = 0; i < sizeof rb / sizeof *rb; i++)
+            if (rb[i]) G->free(rb[i]);
+    }
     void *bufs[] = {dx_, dw_, db_, dsi, dso_, dy_out, dso_out, ddy, ddx, dgw, dgb, dgsi};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) G->free(bufs[i]);
@@ -329,7 +372,8 @@ int main(void) {
     gpu_test_init("test_delta_rule_layer");
     D = G->delta_rule;
 
-    // short conv: W 4 and 1, bias or not, SiLU or not, varlen with empty segments and
+    // short conv: W 1 to 4 (the fused kernels, also checked bit for bit against the general
+    // ones) and 6 (the general kernels), bias or not, SiLU or not, varlen with empty segments and
     // segments shorter than W-1, incoming / outgoing states and their gradients
     const int lens[] = {0, 2, 1, 0, 37, 5, 0, 70};  // then the rest of T
     Seqs fixed = seqs_fixed(2, 37), var = seqs_varlen(lens, 8, 130);
@@ -339,6 +383,10 @@ int main(void) {
     test_short_conv(var, 40, 4, 1, 1, 1, 1, 1);
     test_short_conv(var, 40, 4, 0, 1, 0, 0, 0);
     test_short_conv(var, 24, 1, 0, 0, 1, 1, 1);
+    test_short_conv(var, 41, 3, 1, 1, 1, 1, 1);  // odd D: one channel per thread
+    test_short_conv(fixed, 40, 2, 0, 1, 1, 1, 1);
+    test_short_conv(var, 40, 6, 1, 1, 1, 1, 1);  // W above the fused kernels': the general path
+    test_short_conv(fixed, 24, 6, 0, 0, 1, 1, 1);
     test_short_conv_step(3, 40, 4, 1, 1, 6);
     test_short_conv_step(2, 24, 1, 0, 0, 3);
 
