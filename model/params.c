@@ -216,7 +216,10 @@ void params_print(const ModelConfig *c, const ParamTable *t, int seq_len, FILE *
         fprintf(f, "active per token (top-%d of %d routed experts + shared): %.0f (%.2fM), %.0f non-embedding (%.2fM)\n",
                 c->moe_top_k, c->moe_experts, act, act / 1e6, act_ne, act_ne / 1e6);
     }
-    if (t->total != total) fprintf(f, "state (saved, not trained): %zu\n", t->total - total);
+    size_t state = 0;  // (t->total also counts the alignment gaps between tensors)
+    for (int i = 0; i < t->count; i++)
+        if (t->items[i].group == GROUP_STATE) state += t->items[i].numel;
+    if (state) fprintf(f, "state (saved, not trained): %zu\n", state);
     double fl = params_flops_per_token(c, t, seq_len);
     fprintf(f, "training FLOPs per token (seq_len %d): %.4g (%.1f MFLOP)\n", seq_len, fl, fl / 1e6);
 }

@@ -75,7 +75,8 @@ typedef struct {
 typedef struct {
     ParamInfo *items;
     int count;
-    size_t total;               // elements of all tensors, whole (host arrays of the full layout)
+    size_t total;               // elements of the full layout (host arrays): every tensor whole, each at a
+                                // multiple of PARAM_ALIGN (the gaps count; params_count counts tensors)
     size_t local_total;         // elements in this rank's parameter buffer (== total unless sharded)
     int ep_size, ep_rank;       // routed tensors split over ep_size ranks, this rank's part
                                 // ep_rank (1, 0: unsharded)

@@ -269,11 +269,11 @@ static void test_sharded_table(const char *label, const Config *c) {
         ModelParams mp;
         params_build(&c->model, &t, &mp);
         const size_t total = t.total;
-        float *full = xmalloc(sizeof(float) * total), *back = xmalloc(sizeof(float) * total);
+        float *full = xcalloc(total, sizeof(float)), *back = xcalloc(total, sizeof(float));  // (zero gaps between tensors)
         params_init(&t, full, 5);
         for (int r = 0; r < ep; r++) {
             params_shard(&t, ep, r);
-            float *local = xmalloc(sizeof(float) * t.local_total), *want = xmalloc(sizeof(float) * t.local_total);
+            float *local = xcalloc(t.local_total, sizeof(float)), *want = xcalloc(t.local_total, sizeof(float));
             params_init(&t, local, 5);
             params_full_to_local(&t, full, want);
             CHECK(!memcmp(local, want, sizeof(float) * t.local_total),

@@ -30,7 +30,8 @@ static void check_size_against_weights(const char *dir, const Config *c) {
     ParamTable t;
     ModelParams mp;
     params_build(&c->model, &t, &mp);
-    const size_t total = t.total;
+    size_t total = 0;  // the tensors' elements (t.total also counts the alignment gaps between them)
+    for (int i = 0; i < t.count; i++) total += t.items[i].numel;
     params_free(&t, &mp);
     if (total > (uint64_t)st.st_size / sizeof(float))
         die("%s/config.conf: describes %zu parameters (%.3g MB as F32) but %s has %lld bytes: the config does not "
