@@ -85,9 +85,13 @@ static void check_memory(const char *label, const Model *m, const Model *ref, in
     CHECK(routed_full > 0 && routed_local * (size_t)ep == routed_full && params_local_routed(&m->table) == routed_local,
           "%s ep %d: rank %d holds %zu of %zu routed-expert elements, not 1/%d", label, ep, g_dist.rank, routed_local,
           routed_full, ep);
-    CHECK(model_buffer_elems(m) == ref->table.total - (routed_full - routed_local),
-          "%s ep %d: the parameter buffer has %zu elements, want %zu", label, ep, model_buffer_elems(m),
-          ref->table.total - (routed_full - routed_local));
+    // the local layout: every tensor's own part, each at a multiple of PARAM_ALIGN (model/params.h)
+    size_t want_elems = 0;
+    for (int i = 0; i < m->table.count; i++) want_elems = params_align_up(want_elems) + m->table.items[i].local_numel;
+    want_elems = (want_elems + m->buffer_multiple - 1) / m->buffer_multiple * m->buffer_multiple;
+    CHECK(model_buffer_elems(m) == want_elems && want_elems < ref->table.total,
+          "%s ep %d: the parameter buffer has %zu elements, want %zu (the unsharded one has %zu)", label, ep,
+          model_buffer_elems(m), want_elems, ref->table.total);
     CHECK(wrong == 0, "%s ep %d: %zu sharded weights differ from the unsharded model's (rank %d)", label, ep, wrong,
           g_dist.rank);
     CHECK(E % ep == 0 && m->acts.blocks[m->cfg.n_layer - 1].moe.ep->El == E / ep, "%s ep %d: experts per rank", label, ep);
