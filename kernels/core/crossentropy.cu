@@ -21,6 +21,7 @@
 // Layout: logits and dlogits (N, Vp) bf16 row-major, a row per token; targets (N) int;
 // losses and the kept lse (N) fp32.
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/common.cuh"
 
@@ -154,17 +155,19 @@ __global__ void ce_backward_kernel(bf16 *dlogits, const bf16 *logits, const int 
 // The fused classifier (llm.c's idea): the forward's statistics pass, the loss, then the
 // backward's write pass over the same row while it is still in L2, in one launch. One read
 // of the logits from memory and one write instead of the separate ops' two reads and a
-// write. The loss reads z[y] before row_lse's barriers, so no thread can have
-// overwritten it yet when dlogits aliases logits.
+// write. A block walks the rows blockIdx.x, + gridDim.x, ...: the grid sets how many rows
+// are between their two passes at once (see ce_rows_per_sm). The loss reads z[y] before
+// row_lse's barriers, so no thread can have overwritten it yet when dlogits aliases logits.
 __global__ void ce_forward_backward_kernel(float *losses, bf16 *dlogits, const bf16 *logits, const int *targets,
-                                           float dloss, int V, int Vp, int vec) {
-    int row = blockIdx.x;
-    const bf16 *z = logits + (size_t)row * Vp;
-    int y = targets[row];  // the whole block agrees
-    float zy = y < 0 ? 0.f : __bfloat162float(z[y]);
-    float lse = y < 0 ? 0.f : row_lse(z, V, vec);
-    if (threadIdx.x == 0) losses[row] = y < 0 ? 0.f : lse - zy;
-    write_dlogits(dlogits + (size_t)row * Vp, z, y, lse, dloss, V, Vp, vec);
+                                           float dloss, int N, int V, int Vp, int vec) {
+    for (int row = blockIdx.x; row < N; row += gridDim.x) {
+        const bf16 *z = logits + (size_t)row * Vp;
+        int y = targets[row];  // the whole block agrees
+        float zy = y < 0 ? 0.f : __bfloat162float(z[y]);
+        float lse = y < 0 ? 0.f : row_lse(z, V, vec);
+        if (threadIdx.x == 0) losses[row] = y < 0 ? 0.f : lse - zy;
+        write_dlogits(dlogits + (size_t)row * Vp, z, y, lse, dloss, V, Vp, vec);
+    }
 }
 
 // the forward's per-row log-sum-exp, valid for (tag, N, V, Vp) until invalidated
@@ -218,6 +221,21 @@ void cuda_crossentropy_backward(real *dlogits, const real *logits, const int *ta
         Vp, vec);
 }
 
+// Blocks of the fused kernel per SM, i.e. rows between their two passes at once per SM. The
+// second pass should find its row in L2: at Vp = 50304 a row is 100 KB, and the 4 blocks of
+// 512 threads an SM could hold would keep ~53 MB of rows in flight on 132 SMs, more than the
+// 50 MB L2; 2 keep ~26 MB (llm.c's fused classifier runs 2 blocks of 1024 threads per SM).
+// HYBRID_CUDA_CE_ROWS_PER_SM=1..4 overrides it, for measuring; any value gives the same bits.
+static int ce_rows_per_sm(void) {
+    static int v;
+    if (!v) {
+        const char *e = getenv("HYBRID_CUDA_CE_ROWS_PER_SM");
+        v = e && *e ? atoi(e) : 2;
+        if (v < 1 || v > 4) die("HYBRID_CUDA_CE_ROWS_PER_SM = '%s': expected 1 to 4", e);
+    }
+    return v;
+}
+
 // HYBRID_CUDA_NO_FUSED_CE=1 (or HYBRID_CUDA_NO_FUSE=1): the two separate ops instead of
 // the fused kernel, for measuring one against the other (docs/cuda.md); same results.
 void cuda_crossentropy_forward_backward(real *losses, real *dlogits, const real *logits, const int *targets,
@@ -234,6 +252,7 @@ void cuda_crossentropy_forward_backward(real *losses, real *dlogits, const real 
     if (N <= 0) return;
     int vec = Vp % 8 == 0 && is_aligned16(logits) && is_aligned16(dlogits);
     ce_lse_invalidate(dlogits, (size_t)N * Vp * sizeof(bf16));
-    launch_kernel(ce_forward_backward_kernel, N, CE_THREADS, 0, (float *)losses, (bf16 *)dlogits,
-        (const bf16 *)logits, targets, dloss, V, Vp, vec);
+    int grid = ce_rows_per_sm() * g_cuda.sm_count;
+    launch_kernel(ce_forward_backward_kernel, N < grid ? N : grid, CE_THREADS, 0, (float *)losses, (bf16 *)dlogits,
+        (const bf16 *)logits, targets, dloss, N, V, Vp, vec);
 }
