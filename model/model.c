@@ -291,9 +291,14 @@ static void run_graph(Model *m, int B, int T, int pos0) {
     }
     if (!normed) norm_forward(m, &mp->normf, &a->normf, h, N);
     be->core->matmul_forward(a->logits, a->normf.out, P(mp->lm_head), NULL, N, C, c->padded_vocab_size);
+    m->logits_are_grad = 0;
 }
 
-double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
+// d(loss_scale * mean loss)/d(loss_i) = loss_scale / count for the rows that count
+static real loss_grad(int count, float loss_scale) { return count ? (real)loss_scale / (real)count : 0; }
+
+// model_forward; train: model_forward_train (the cross-entropy gradient for loss_scale too)
+static double forward(Model *m, const int *inputs, const int *targets, int B, int T, int train, float loss_scale) {
     const Backend *be = m->be;
     const ModelConfig *c = &m->cfg;
     const ModelParams *mp = &m->mp;
@@ -322,9 +327,25 @@ double model_forward(Model *m, const int *inputs, const int *targets, int B, int
     }
     m->last_count = count;
     be->upload_tokens(a->targets, targets, (size_t)N);
-    be->core->crossentropy_forward(a->losses, a->logits, a->targets, N, V, Vp);
+    if (train) {  // in place: the logits become dlogits (only the backward reads them now)
+        be->core->crossentropy_forward_backward(a->losses, a->logits, a->logits, a->targets,
+                                                loss_grad(count, loss_scale), N, V, Vp);
+        m->logits_are_grad = 1;
+        m->dlogits_scale = loss_scale;
+    } else {
+        be->core->crossentropy_forward(a->losses, a->logits, a->targets, N, V, Vp);
+    }
     // ignored rows have loss 0, so the mean is the sum over the rows that count
     return count ? be->core->sum(a->losses, (size_t)N) / count : 0.0;
+}
+
+double model_forward(Model *m, const int *inputs, const int *targets, int B, int T) {
+    return forward(m, inputs, targets, B, T, 0, 0.f);
+}
+
+double model_forward_train(Model *m, const int *inputs, const int *targets, int B, int T, float loss_scale) {
+    if (!targets) die("model_forward_train: no targets (model_forward computes logits alone)");
+    return forward(m, inputs, targets, B, T, 1, loss_scale);
 }
 
 void model_backward(Model *m, float loss_scale) {
@@ -336,11 +357,17 @@ void model_backward(Model *m, float loss_scale) {
     const int B = m->last_B, T = m->last_T, N = B * T, C = c->d_model;
     const int V = c->vocab_size, Vp = c->padded_vocab_size;
 
-    // d(loss_scale * mean loss)/d(loss_i) = loss_scale / count for the rows that count;
-    // in place: the logits become dlogits (they are not needed after this)
-    real dloss = m->last_count ? (real)loss_scale / (real)m->last_count : 0;
     m->backward_scale = loss_scale;  // the MoE balance loss enters with weight loss_scale
-    be->core->crossentropy_backward(a->logits, a->logits, a->targets, dloss, N, V, Vp);
+    if (!m->logits_are_grad) {  // in place: the logits become dlogits (they are not needed after this)
+        be->core->crossentropy_backward(a->logits, a->logits, a->targets, loss_grad(m->last_count, loss_scale), N, V,
+                                        Vp);
+        m->logits_are_grad = 1;
+        m->dlogits_scale = loss_scale;
+    } else if (loss_scale != m->dlogits_scale) {
+        die("model_backward: loss_scale %g, but the logits already hold the gradient for %g (model_forward_train or "
+            "an earlier model_backward)",
+            (double)loss_scale, (double)m->dlogits_scale);
+    }
     be->core->matmul_backward(a->dbranch, G(mp->lm_head), NULL, a->logits, a->normf.out, P(mp->lm_head), N, C, Vp);
     const int S = c->attn_res_block, L = c->n_layer;
     const size_t nc = (size_t)N * C;
@@ -457,6 +484,8 @@ void model_forward_cached(Model *m, const int *tokens, int n) {
 }
 
 void model_logits_row(const Model *m, int b, int t, float *out) {
+    if (m->logits_are_grad)
+        die("model_logits_row: the logits were turned into their gradient (model_forward_train or model_backward)");
     const size_t Vp = (size_t)m->cfg.padded_vocab_size;
     const real *row = backend_offset(m->be, m->acts.logits, ((size_t)b * m->last_T + t) * Vp);
     m->be->download(out, row, Vp);

@@ -42,7 +42,7 @@ typedef struct {
     real **ar_dblocks;                 // backward: one gradient accumulator per block (N,C)
     real *ar_work;                     // backward: AttnRes scratch, N * (max sources)
     int ar_nblocks;                    // blocks the stack seals
-    real *logits;                      // (N,Vp); dlogits in place after the backward
+    real *logits;                      // (N,Vp); dlogits in place after model_forward_train / the backward
     real *losses;                      // (N)
     // backward scratch
     real *dresid, *dtmp, *dbranch;     // (N,C)
@@ -65,6 +65,8 @@ typedef struct Model {
     int last_B, last_T;                // shape of the last forward
     int last_has_targets;
     int last_count;                    // rows of the last forward whose target counts
+    int logits_are_grad;               // acts.logits holds dlogits (for dlogits_scale), not logits
+    float dlogits_scale;               // the loss_scale those dlogits are the gradient for
     double moe_aux_loss;               // sum over MoE layers of the last forward's balance loss
     float backward_scale;              // loss_scale of the running backward (aux-loss gradient)
     // Distributed runs (docs/distributed.md, dist/): the collectives (NULL: one process) and
@@ -113,12 +115,21 @@ void model_get_grads(const Model *m, float *host);
 // per-row losses and returns their mean over rows whose target is >= 0; without
 // (targets NULL) it stops at the logits and returns 0.
 double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
+// The training forward: model_forward with targets (the same loss), which also runs the
+// backward's first step, since its upstream gradient is known now: the logits become
+// d(loss_scale * mean loss)/dlogits in place, in the same pass over them where the backend
+// fuses it (crossentropy_forward_backward). model_backward(m, loss_scale) must follow, with
+// the same loss_scale; the logits are gone (model_logits_row dies). Evaluation and
+// sampling, which need no gradient or the logits, use model_forward.
+double model_forward_train(Model *m, const int *inputs, const int *targets, int B, int T, float loss_scale);
 // Backward of the last forward (which must have had targets): accumulates into
-// m->grads the gradient of loss_scale * mean loss.
+// m->grads the gradient of loss_scale * mean loss. After model_forward it first turns
+// the logits into their gradient in place; after model_forward_train they are already.
 void model_backward(Model *m, float loss_scale);
 void model_zero_grad(Model *m);
-// Host copy of the logits of row (b, t) of the last forward, padded vocab wide
-// (valid until model_backward, which turns the logits into their gradient in place).
+// Host copy of the logits of row (b, t) of the last forward, padded vocab wide (valid
+// until model_backward; dies after it or after model_forward_train, which turn the
+// logits into their gradient in place).
 void model_logits_row(const Model *m, int b, int t, float *out);
 
 // Pointer to tensor `index` of the table inside buf (m->params or m->grads); NULL for -1.

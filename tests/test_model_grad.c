@@ -12,6 +12,7 @@
 #include "optim/optimizer.h"
 #include "model_fd.h"
 #include "testing.h"
+#include "tests/expect_death.h"
 
 static Config tiny_with(int tie, int bias, const char *norm, const char *mlp, const char *position) {
     Config c;
@@ -62,6 +63,51 @@ static void gradcheck(const char *label, Config c) {
         CHECK(rel <= 1e-6, "%s (%s): max |fd - analytic| / max |fd| = %.3e", pi->name, label, rel);
     }
     free(fd);
+    // the training forward (the cross-entropy gradient computed with the loss) gives the
+    // same loss and gradient bits as model_forward then model_backward, with another scale too
+    double l1 = model_forward(&m, inputs, targets, 2, 5);
+    size_t np = m.table.total;
+    float *g1 = xmalloc(sizeof(float) * np), *g2 = xmalloc(sizeof(float) * np);
+    model_zero_grad(&m);
+    model_backward(&m, 0.75f);
+    model_get_grads(&m, g1);
+    model_zero_grad(&m);
+    double l2 = model_forward_train(&m, inputs, targets, 2, 5, 0.75f);
+    model_backward(&m, 0.75f);
+    model_get_grads(&m, g2);
+    CHECK(l1 == l2 && !memcmp(g1, g2, sizeof(float) * np), "%s: model_forward_train differs from model_forward", label);
+    free(g1), free(g2);
+    model_destroy(&m);
+}
+
+// After model_forward_train the logits hold their gradient: reading them, or a backward
+// for another loss scale, dies instead of giving wrong numbers.
+static Model *g_death_model;
+static void logits_after_train(void *arg) {
+    float row[16];
+    (void)arg;
+    model_logits_row(g_death_model, 0, 0, row);
+}
+static void backward_other_scale(void *arg) {
+    (void)arg;
+    model_backward(g_death_model, 2.0f);
+}
+static void train_forward_misuse(void) {
+    Config c = tiny(1, 1);
+    Model m;
+    model_create(&m, &c.model, backend_cpu(), 2, 5);
+    model_init_params(&m, 42);
+    int inputs[10] = {1, 5, 3, 9, 0, 10, 2, 2, 7, 4};
+    int targets[10] = {5, 3, 9, 0, 10, 2, -1, 7, 4, 6};
+    float row[16];
+    model_forward(&m, inputs, targets, 2, 5);
+    model_logits_row(&m, 0, 0, row);  // the logits are there after the evaluation forward
+    model_forward_train(&m, inputs, targets, 2, 5, 1.0f);
+    g_death_model = &m;
+    CHECK(expect_death(logits_after_train, NULL, "logits", "turned into their gradient"),
+          "model_logits_row after model_forward_train");
+    CHECK(expect_death(backward_other_scale, NULL, "scale", "already hold the gradient for 1"),
+          "model_backward with another loss_scale");
     model_destroy(&m);
 }
 
@@ -114,6 +160,7 @@ int main(void) {
     gradcheck("rmsnorm + situ", tiny_with(0, 0, "rmsnorm", "situ", "learned"));
     gradcheck("layernorm + situ + bias", tiny_with(1, 1, "layernorm", "situ", "none"));
     omp_set_num_threads(threads);
+    train_forward_misuse();
     overfit();
     TEST_MAIN_END();
 }

@@ -483,11 +483,13 @@ int train_main(int argc, char **argv) {
         double loss = 0, aux_loss = 0;
         for (int micro = 0; micro < accum; micro++) {
             loader_next(&train, inputs, targets);
-            double l = model_forward(&model, inputs, targets, c.batch_size, c.seq_len);
+            // sum over ranks of these gradients = the global batch's mean-loss gradient; the
+            // forward already turns the logits into their gradient (model_forward_train)
+            const float loss_scale = 1.0f / ((float)accum * (float)world);
+            double l = model_forward_train(&model, inputs, targets, c.batch_size, c.seq_len, loss_scale);
             if (!isfinite(l)) stop_not_finite(&c, step + 1, "the training loss", l);
             if (micro == accum - 1) grad_sync_arm(&sync);  // reduce buckets as this backward finishes them
-            // sum over ranks of these gradients = the global batch's mean-loss gradient
-            model_backward(&model, 1.0f / ((float)accum * (float)world));
+            model_backward(&model, loss_scale);
             loss += l / accum;
             aux_loss += model.moe_aux_loss / accum;
         }

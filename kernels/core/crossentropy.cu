@@ -12,7 +12,16 @@
 // writes that logits buffer through the backend (matmul_forward, upload, raw copies,
 // the backward itself) drops the tag (ce_lse_invalidate), and an untagged backward
 // recomputes the statistics, so the result never depends on the cache.
+//
+// Training knows dloss at forward time, so the graph runs crossentropy_forward_backward
+// there: one kernel does both passes on each row (the statistics, then the dlogits
+// writes while the row is still in L2), one read of the logits from memory instead of
+// two. Its numbers are those of the two ops (the same row_lse and write_dlogits).
+//
+// Layout: logits and dlogits (N, Vp) bf16 row-major, a row per token; targets (N) int;
+// losses and the kept lse (N) fp32.
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/common.cuh"
 
@@ -107,14 +116,10 @@ __global__ void ce_forward_kernel(float *losses, float *lse_out, const bf16 *log
     }
 }
 
-// saved_lse: the forward's row statistics, or NULL to recompute them
-__global__ void ce_backward_kernel(bf16 *dlogits, const bf16 *logits, const int *targets, const float *saved_lse,
-                                   float dloss, int V, int Vp, int vec) {
-    int row = blockIdx.x;
-    const bf16 *z = logits + (size_t)row * Vp;
-    bf16 *dz = dlogits + (size_t)row * Vp;
-    int y = targets[row];
-    float lse = y < 0 ? 0.f : (saved_lse ? saved_lse[row] : row_lse(z, V, vec));
+// The second pass over row z (Vp wide): dz = (exp(z - lse) - onehot(y)) * dloss on the V
+// real columns, 0 on the padding columns and on an ignored row (y < 0). Each element is
+// read and written by the same thread, so dz may alias z.
+__device__ void write_dlogits(bf16 *dz, const bf16 *z, int y, float lse, float dloss, int V, int Vp, int vec) {
     int done = 0;
     if (vec) {
         int nvec = Vp / 8;
@@ -134,6 +139,34 @@ __global__ void ce_backward_kernel(bf16 *dlogits, const bf16 *logits, const int 
         float f = __bfloat162float(z[v]);
         f = (y < 0 || v >= V) ? 0.f : (__expf(f - lse) - (v == y ? 1.f : 0.f)) * dloss;
         dz[v] = __float2bfloat16(f);
+    }
+}
+
+// saved_lse: the forward's row statistics, or NULL to recompute them
+__global__ void ce_backward_kernel(bf16 *dlogits, const bf16 *logits, const int *targets, const float *saved_lse,
+                                   float dloss, int V, int Vp, int vec) {
+    int row = blockIdx.x;
+    const bf16 *z = logits + (size_t)row * Vp;
+    int y = targets[row];
+    float lse = y < 0 ? 0.f : (saved_lse ? saved_lse[row] : row_lse(z, V, vec));
+    write_dlogits(dlogits + (size_t)row * Vp, z, y, lse, dloss, V, Vp, vec);
+}
+
+// The fused classifier (llm.c's idea): the forward's statistics pass, the loss, then the
+// backward's write pass over the same row while it is still in L2, in one launch. One read
+// of the logits from memory and one write instead of the separate ops' two reads and a
+// write. A block walks the rows blockIdx.x, + gridDim.x, ...: the grid sets how many rows
+// are between their two passes at once (see ce_rows_per_sm). The loss reads z[y] before
+// row_lse's barriers, so no thread can have overwritten it yet when dlogits aliases logits.
+__global__ void ce_forward_backward_kernel(float *losses, bf16 *dlogits, const bf16 *logits, const int *targets,
+                                           float dloss, int N, int V, int Vp, int vec) {
+    for (int row = blockIdx.x; row < N; row += gridDim.x) {
+        const bf16 *z = logits + (size_t)row * Vp;
+        int y = targets[row];  // the whole block agrees
+        float zy = y < 0 ? 0.f : __bfloat162float(z[y]);
+        float lse = y < 0 ? 0.f : row_lse(z, V, vec);
+        if (threadIdx.x == 0) losses[row] = y < 0 ? 0.f : lse - zy;
+        write_dlogits(dlogits + (size_t)row * Vp, z, y, lse, dloss, V, Vp, vec);
     }
 }
 
@@ -186,4 +219,40 @@ void cuda_crossentropy_backward(real *dlogits, const real *logits, const int *ta
     ce_lse_invalidate(dlogits, (size_t)N * Vp * sizeof(bf16));
     launch_kernel(ce_backward_kernel, N, CE_THREADS, 0, (bf16 *)dlogits, (const bf16 *)logits, targets, saved, dloss, V,
         Vp, vec);
+}
+
+// Blocks of the fused kernel per SM, i.e. rows between their two passes at once per SM. The
+// second pass should find its row in L2: at Vp = 50304 a row is 100 KB, and the 4 blocks of
+// 512 threads an SM could hold would keep ~53 MB of rows in flight on 132 SMs, more than the
+// 50 MB L2; 2 keep ~26 MB (llm.c's fused classifier runs 2 blocks of 1024 threads per SM).
+// HYBRID_CUDA_CE_ROWS_PER_SM=1..4 overrides it, for measuring; any value gives the same bits.
+static int ce_rows_per_sm(void) {
+    static int v;
+    if (!v) {
+        const char *e = getenv("HYBRID_CUDA_CE_ROWS_PER_SM");
+        v = e && *e ? atoi(e) : 2;
+        if (v < 1 || v > 4) die("HYBRID_CUDA_CE_ROWS_PER_SM = '%s': expected 1 to 4", e);
+    }
+    return v;
+}
+
+// HYBRID_CUDA_NO_FUSED_CE=1 (or HYBRID_CUDA_NO_FUSE=1): the two separate ops instead of
+// the fused kernel, for measuring one against the other (docs/cuda.md); same results.
+void cuda_crossentropy_forward_backward(real *losses, real *dlogits, const real *logits, const int *targets,
+                                        float dloss, int N, int V, int Vp) {
+    static int separate = -1;
+    if (separate < 0) separate = env_flag("HYBRID_CUDA_NO_FUSED_CE") || env_flag("HYBRID_CUDA_NO_FUSE");
+    if (separate) {
+        cuda_crossentropy_forward(losses, logits, targets, N, V, Vp);
+        cuda_crossentropy_backward(dlogits, logits, targets, dloss, N, V, Vp);
+        return;
+    }
+    PROFILE("crossentropy_fwd_bwd");
+    check_shape("crossentropy_forward_backward", V, Vp);
+    if (N <= 0) return;
+    int vec = Vp % 8 == 0 && is_aligned16(logits) && is_aligned16(dlogits);
+    ce_lse_invalidate(dlogits, (size_t)N * Vp * sizeof(bf16));
+    int grid = ce_rows_per_sm() * g_cuda.sm_count;
+    launch_kernel(ce_forward_backward_kernel, N < grid ? N : grid, CE_THREADS, 0, (float *)losses, (bf16 *)dlogits,
+        (const bf16 *)logits, targets, dloss, N, V, Vp, vec);
 }

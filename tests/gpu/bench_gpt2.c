@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
         be->synchronize();
         double t0 = now_seconds();
         model_zero_grad(&m);
-        loss = model_forward(&m, in, tg, B, T);
+        loss = model_forward_train(&m, in, tg, B, T, 1.0f);
         model_backward(&m, 1.0f);
         double norm = grad_global_norm(&m);
         optimizer_step(&opt, &m, c.optim.lr, norm);

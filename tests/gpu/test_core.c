@@ -9,7 +9,7 @@
 // matmul + GELU, attention forward/backward (bit-identical repeated backwards; our kernels,
 // then cuDNN's where the build has it), attention_cached (decode) against the CPU
 // and against the CUDA full forward's rows, GELU, add, scale, sum, sum_squares,
-// cross-entropy.
+// cross-entropy, separate and fused (crossentropy_forward_backward).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -378,11 +378,27 @@ static void test_elementwise(size_t n) {
     free(a), free(b), free(ref);
 }
 
+// Zeros required by the contract that are not: padding columns, ignored rows.
+static int ce_stray(const float *g, const int *tg, int N, int V, int Vp) {
+    int stray = 0;
+    for (int i = 0; i < N; i++)
+        for (int v = 0; v < Vp; v++)
+            if ((tg[i] < 0 || v >= V) && g[(size_t)i * Vp + v] != 0.f) stray++;
+    return stray;
+}
+
+// The separate ops (forward, then the backward in place with the forward's statistics
+// and with recomputed ones), then crossentropy_forward_backward (the training graph's
+// op; kernels/core/crossentropy.cu fuses it) in place and into a poisoned buffer: against
+// the CPU, and against the separate CUDA ops' bits (the same formulas). Ignored rows,
+// targets on the first and the last real column, padding columns when V < Vp.
 static void test_crossentropy(int N, int V, int Vp) {
     printf("crossentropy N=%d V=%d Vp=%d\n", N, V, Vp);
     size_t n = (size_t)N * Vp;
     float *z = host_rand(n, 4, 0), *loss = xmalloc(sizeof(float) * N), *dz = xmalloc(sizeof(float) * n);
     int *tg = rand_tokens(N, V, 0), count = 0;
+    tg[0] = V - 1;
+    if (N > 1) tg[1] = 0;
     for (int i = 0; i < N; i++) {
         if (i % 7 == 3) tg[i] = -1;
         count += tg[i] >= 0;
@@ -396,21 +412,38 @@ static void test_crossentropy(int N, int V, int Vp) {
     poison_f32(dl, N);
     G->core->crossentropy_forward((real *)dl, dzd, dtg, N, V, Vp);
     cmp_f32("forward losses (fp32)", dl, loss, N, TOL_F32);
-    G->core->crossentropy_backward(dzd, dzd, dtg, dloss, N, V, Vp);  // in place, as the graph runs it
-    float *g = get_bf16(dzd, n);
+    G->core->crossentropy_backward(dzd, dzd, dtg, dloss, N, V, Vp);  // in place, as model_backward runs it
+    float *g = get_bf16(dzd, n), *l = get_f32(dl, N);
     expect("backward dlogits (in place)", rel_rms(g, dz, n), TOL_GRAD);
-    int stray = 0;
-    for (int i = 0; i < N; i++)
-        for (int v = 0; v < Vp; v++)
-            if ((tg[i] < 0 || v >= V) && g[(size_t)i * Vp + v] != 0.f) stray++;
+    int stray = ce_stray(g, tg, N, V, Vp);
     CHECK(stray == 0, "%d padding / ignored-row gradients are not exactly 0", stray);
     G->upload(dzd, z, n);  // new contents: the forward's saved statistics no longer apply
     G->core->crossentropy_backward(dzd, dzd, dtg, dloss, N, V, Vp);
-    free(g);
-    g = get_bf16(dzd, n);
-    expect("backward dlogits (statistics recomputed)", rel_rms(g, dz, n), TOL_GRAD);
-    G->free(dzd), G->free(dtg), G->free(dl);
-    free(z), free(loss), free(dz), free(tg), free(g);
+    cmp_bf16("backward dlogits (statistics recomputed)", dzd, dz, n, TOL_GRAD);
+
+    // both at once, in place, as model_forward_train runs it
+    G->upload(dzd, z, n);
+    poison_f32(dl, N);
+    G->core->crossentropy_forward_backward((real *)dl, dzd, dzd, dtg, dloss, N, V, Vp);
+    cmp_f32("forward_backward losses (fp32)", dl, loss, N, TOL_F32);
+    float *gf = get_bf16(dzd, n), *lf = get_f32(dl, N);
+    expect("forward_backward dlogits (in place)", rel_rms(gf, dz, n), TOL_GRAD);
+    stray = ce_stray(gf, tg, N, V, Vp);
+    CHECK(stray == 0, "forward_backward: %d padding / ignored-row gradients are not exactly 0", stray);
+    CHECK(!memcmp(lf, l, sizeof(float) * N), "forward_backward: losses differ from the separate ops' bits");
+    CHECK(!memcmp(gf, g, sizeof(float) * n), "forward_backward: dlogits differ from the separate ops' bits");
+    // out of place: every dlogits element written (the buffer is poisoned), the logits kept
+    void *dgo = dev_bf16(NULL, n);
+    G->upload(dzd, z, n);
+    poison_bf16(dgo, n);
+    poison_f32(dl, N);
+    G->core->crossentropy_forward_backward((real *)dl, dgo, dzd, dtg, dloss, N, V, Vp);
+    float *go = get_bf16(dgo, n), *zk = get_bf16(dzd, n), *lo = get_f32(dl, N);
+    CHECK(!memcmp(go, g, sizeof(float) * n) && !memcmp(lo, l, sizeof(float) * N),
+          "forward_backward out of place: not the separate ops' bits");
+    CHECK(!memcmp(zk, z, sizeof(float) * n), "forward_backward out of place: the logits were changed");
+    G->free(dzd), G->free(dtg), G->free(dl), G->free(dgo);
+    free(z), free(loss), free(dz), free(tg), free(g), free(l), free(gf), free(lf), free(go), free(zk), free(lo);
 }
 
 int main(void) {
@@ -439,7 +472,9 @@ int main(void) {
     for (int h = 0; h < 3; h++)
         for (int r = 0; r < 5; r++) test_attention_cached(rows[r][0], rows[r][1], heads[h][0], heads[h][1]);
     test_elementwise((size_t)N * 4 * C + 3);
-    test_crossentropy(64, V, Vp);
+    test_crossentropy(300, V, Vp);   // more rows than the fused kernel's blocks (2 per SM)
+    test_crossentropy(37, 93, 101);  // no 8-wide vectors (Vp % 8 != 0)
+    test_crossentropy(1, 9, 9);      // one row, no padding
 #else
     const int B = 4, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304, N = B * T;
     test_embed(B, T, C, V, Vp);
@@ -467,6 +502,8 @@ int main(void) {
         for (int r = 0; r < 5; r++) test_attention_cached(rows[r][0], rows[r][1], heads[h][0], heads[h][1]);
     test_elementwise((size_t)N * 4 * C + 3);
     test_crossentropy(2048, V, Vp);
+    test_crossentropy(300, 1003, 1013);  // no 8-wide vectors (Vp % 8 != 0)
+    test_crossentropy(1, 9, 9);          // one row, no padding
 #endif
     gpu_test_summary();
     TEST_MAIN_END();

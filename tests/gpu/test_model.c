@@ -8,6 +8,9 @@
 // GPU runs of GPT-2 124M are bit-identical, and so is a run rebuilt from its saved master
 // weights and optimizer state; `hybrid train --device cuda` stopped and resumed with
 // `--resume auto` writes the same metrics and final checkpoint as an uninterrupted run.
+// Each one-step comparison also runs the training forward (model_forward_train, the fused
+// cross-entropy) on the GPU and wants the bits of model_forward + model_backward there; the
+// training runs use it.
 // HYBRID_GPU_OPS_ONLY=1 in the environment skips all of it (a quick ops-only run).
 #include <math.h>
 #include <stdint.h>
@@ -178,6 +181,15 @@ static void model_step_compare(const char *name, const Config *cfg, double tol, 
         printf("  gradients: all %.3e, worst tensor %.3e; not checked (routing differs; the forced run checks each)\n",
                rel_rms(gg, gc, np), worst);
     }
+    // the training forward (crossentropy_forward_backward: the fused kernel unless
+    // HYBRID_CUDA_NO_FUSED_CE) on the same weights and batch: the same loss and gradient bits
+    // as model_forward then model_backward on the GPU
+    model_zero_grad(&mg);
+    double lf = model_forward_train(&mg, in, tg, B, T, 1.0f);
+    model_backward(&mg, 1.0f);
+    model_get_grads(&mg, gc);
+    CHECK(lf == lg && !memcmp(gc, gg, sizeof(float) * np), "model_forward_train on the GPU: loss %.9g vs %.9g, or "
+          "the gradients differ from model_forward + model_backward", lf, lg);
     model_destroy(&mc);
     model_destroy(&mg);
     free(w), free(in), free(tg), free(zc), free(zg), free(gc), free(gg);
@@ -228,7 +240,7 @@ static void gpu_run(Config *c, int steps, int restart_at, double *losses, float 
             tg[i] = (int)(((uint64_t)in[i] * 7 + 3) % (uint64_t)c->model.vocab_size);  // learnable
         }
         model_zero_grad(&m);
-        losses[s] = model_forward(&m, in, tg, B, T);
+        losses[s] = model_forward_train(&m, in, tg, B, T, 1.0f);
         model_backward(&m, 1.0f);
         optimizer_step(&o, &m, c->optim.lr, grad_global_norm(&m));
     }
@@ -321,7 +333,7 @@ static void test_small_training(const char *name, const Config *cfg, int S, doub
         Optimizer *os[2] = {&oc, &og};
         for (int k = 0; k < 2; k++) {
             model_zero_grad(ms[k]);
-            l[k] = model_forward(ms[k], in, tg, B, T);
+            l[k] = model_forward_train(ms[k], in, tg, B, T, 1.0f);
             model_backward(ms[k], 1.0f);
             optimizer_step(os[k], ms[k], c.optim.lr, grad_global_norm(ms[k]));
         }

@@ -66,6 +66,13 @@ typedef struct CoreOps {
     // 0 for ignored rows; padding columns 0. dlogits may alias logits (in place).
     void (*crossentropy_backward)(real *dlogits, const real *logits, const int *targets, real dloss, int N, int V,
                                   int Vp);
+    // Both at once, for training, where dloss is known at forward time: losses as
+    // crossentropy_forward, then dlogits as crossentropy_backward of the same logits (the
+    // same formulas, so the same results). dlogits may alias logits (in place); then the
+    // logits are gone afterwards. A backend may fuse the two into one pass over each row
+    // (CUDA: kernels/core/crossentropy.cu); the CPU runs the two ops.
+    void (*crossentropy_forward_backward)(real *losses, real *dlogits, const real *logits, const int *targets,
+                                          real dloss, int N, int V, int Vp);
 
     // Accumulated in double: the sum of a statistics buffer (stat_size elements: the
     // per-row losses), and the sum of squares of elements (elem_size: the gradients, for
@@ -99,7 +106,7 @@ typedef struct CoreOps {
     X(embed_forward) X(embed_backward) X(layernorm_forward) X(layernorm_backward) X(matmul_forward)  \
     X(matmul_backward) X(attention_forward) X(attention_backward) X(attention_cached) X(gelu_forward) \
     X(gelu_backward) X(add_forward) X(add_inplace) X(crossentropy_forward) X(crossentropy_backward)   \
-    X(sum) X(sum_squares) X(scale)
+    X(crossentropy_forward_backward) X(sum) X(sum_squares) X(scale)
 
 // The CPU reference: cpu_<member> for every member of CORE_OPS, and its table.
 #define CORE_DECLARE_CPU(member) OP_DECLARE(CoreOps, cpu_, member)

@@ -6,7 +6,9 @@
 // never read. Row max and exp-sums in double. This op computes per-row losses; the
 // mean over non-ignored rows belongs to the caller (it passes dloss = 1/count).
 // The backward may run in place (dlogits == logits): each element is read before it
-// is overwritten, and the row's lse is taken before any write.
+// is overwritten, and the row's lse is taken before any write. The training graph runs
+// both at once (crossentropy_forward_backward): here simply the forward, then the
+// backward on the same logits, so the numbers are those of the two ops run apart.
 #include <math.h>
 
 #include "model/ops/core/core.h"
@@ -54,4 +56,11 @@ void cpu_crossentropy_backward(real *dlogits, const real *logits, const int *tar
         for (int v = 0; v < V; v++) dz[v] = (real)((exp(z[v] - lse) - (v == y ? 1.0 : 0.0)) * dl);
         for (int v = V; v < Vp; v++) dz[v] = 0;
     }
+}
+
+// the forward first: with dlogits == logits the backward overwrites what it reads
+void cpu_crossentropy_forward_backward(real *losses, real *dlogits, const real *logits, const int *targets, real dloss,
+                                       int N, int V, int Vp) {
+    cpu_crossentropy_forward(losses, logits, targets, N, V, Vp);
+    cpu_crossentropy_backward(dlogits, logits, targets, dloss, N, V, Vp);
 }
