@@ -48,6 +48,10 @@ void cuda_attention_set_cudnn(int on);
 long cuda_attention_cudnn_runs(void);
 int cuda_attention_cudnn_probe(const AttnLayout *L, int backward, char *msg, size_t n);
 
+// crossentropy_forward_backward: 1 the fused kernel, 0 the separate ones, -1 as the environment
+// says (HYBRID_CUDA_FUSED_CE; kernels/core/crossentropy.cu)
+void cuda_crossentropy_set_fused(int on);
+
 #ifdef __cplusplus
 }
 #endif

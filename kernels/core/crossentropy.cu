@@ -236,13 +236,20 @@ static int ce_rows_per_sm(void) {
     return v;
 }
 
-// HYBRID_CUDA_NO_FUSED_CE=1 (or HYBRID_CUDA_NO_FUSE=1): the two separate ops instead of
-// the fused kernel, for measuring one against the other (docs/cuda.md); same results.
+// Which of the two runs crossentropy_forward_backward: the separate forward and backward
+// kernels (the default) or the fused kernel (HYBRID_CUDA_FUSED_CE=1; never with
+// HYBRID_CUDA_NO_FUSE=1); the same bits either way. Measured on the H200 (2026-12-01, GPT-2
+// 124M B64 T1024, docs/cuda.md "The fused classifier"): fused 5.72 ms, separate 1.92 + 3.31 =
+// 5.23 ms a step, so the fused kernel is not the default. cuda_crossentropy_set_fused (1 fused,
+// 0 separate, -1 the environment) lets the tests run both.
+static int g_ce_fused_force = -1;
+extern "C" void cuda_crossentropy_set_fused(int on) { g_ce_fused_force = on < 0 ? -1 : !!on; }
+
 void cuda_crossentropy_forward_backward(real *losses, real *dlogits, const real *logits, const int *targets,
                                         float dloss, int N, int V, int Vp) {
-    static int separate = -1;
-    if (separate < 0) separate = env_flag("HYBRID_CUDA_NO_FUSED_CE") || env_flag("HYBRID_CUDA_NO_FUSE");
-    if (separate) {
+    static int env = -1;
+    if (env < 0) env = env_flag("HYBRID_CUDA_FUSED_CE") && !env_flag("HYBRID_CUDA_NO_FUSE");
+    if (!(g_ce_fused_force >= 0 ? g_ce_fused_force : env)) {
         cuda_crossentropy_forward(losses, logits, targets, N, V, Vp);
         cuda_crossentropy_backward(dlogits, logits, targets, dloss, N, V, Vp);
         return;

@@ -389,7 +389,7 @@ static int ce_stray(const float *g, const int *tg, int N, int V, int Vp) {
 
 // The separate ops (forward, then the backward in place with the forward's statistics
 // and with recomputed ones), then crossentropy_forward_backward (the training graph's
-// op; kernels/core/crossentropy.cu fuses it) in place and into a poisoned buffer: against
+// op, on the fused kernel of kernels/core/crossentropy.cu) in place and into a poisoned buffer: against
 // the CPU, and against the separate CUDA ops' bits (the same formulas). Ignored rows,
 // targets on the first and the last real column, padding columns when V < Vp.
 static void test_crossentropy(int N, int V, int Vp) {
@@ -421,7 +421,9 @@ static void test_crossentropy(int N, int V, int Vp) {
     G->core->crossentropy_backward(dzd, dzd, dtg, dloss, N, V, Vp);
     cmp_bf16("backward dlogits (statistics recomputed)", dzd, dz, n, TOL_GRAD);
 
-    // both at once, in place, as model_forward_train runs it
+    // both at once, in place, as model_forward_train runs it, on the fused kernel (not the
+    // default: kernels/core/crossentropy.cu)
+    cuda_crossentropy_set_fused(1);
     G->upload(dzd, z, n);
     poison_f32(dl, N);
     G->core->crossentropy_forward_backward((real *)dl, dzd, dzd, dtg, dloss, N, V, Vp);
@@ -442,6 +444,7 @@ static void test_crossentropy(int N, int V, int Vp) {
     CHECK(!memcmp(go, g, sizeof(float) * n) && !memcmp(lo, l, sizeof(float) * N),
           "forward_backward out of place: not the separate ops' bits");
     CHECK(!memcmp(zk, z, sizeof(float) * n), "forward_backward out of place: the logits were changed");
+    cuda_crossentropy_set_fused(-1);
     G->free(dzd), G->free(dtg), G->free(dl), G->free(dgo);
     free(z), free(loss), free(dz), free(tg), free(g), free(l), free(gf), free(lf), free(go), free(zk), free(lo);
 }

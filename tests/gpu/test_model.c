@@ -23,6 +23,7 @@
 #include "base/util.h"
 #include "data/shard.h"
 #include "model/model.h"
+#include "kernels/cuda_backend.h"
 #include "optim/optimizer.h"
 #include "tests/cli_util.h"
 #include "tests/testing.h"
@@ -181,11 +182,13 @@ static void model_step_compare(const char *name, const Config *cfg, double tol, 
         printf("  gradients: all %.3e, worst tensor %.3e; not checked (routing differs; the forced run checks each)\n",
                rel_rms(gg, gc, np), worst);
     }
-    // the training forward (crossentropy_forward_backward: the fused kernel unless
-    // HYBRID_CUDA_NO_FUSED_CE) on the same weights and batch: the same loss and gradient bits
-    // as model_forward then model_backward on the GPU
+    // the training forward (crossentropy_forward_backward, on the fused kernel here: not the
+    // default) on the same weights and batch: the same loss and gradient bits as model_forward
+    // then model_backward on the GPU
     model_zero_grad(&mg);
+    cuda_crossentropy_set_fused(1);
     double lf = model_forward_train(&mg, in, tg, B, T, 1.0f);
+    cuda_crossentropy_set_fused(-1);
     model_backward(&mg, 1.0f);
     model_get_grads(&mg, gc);
     CHECK(lf == lg && !memcmp(gc, gg, sizeof(float) * np), "model_forward_train on the GPU: loss %.9g vs %.9g, or "
