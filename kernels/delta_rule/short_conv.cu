@@ -21,7 +21,8 @@
 //   scratch, then dx and dstate_in from da, and the dw / dbias partials (a pass per tap).
 // Both add the chunk partials in a fixed order (grad_reduce.cuh). The fast path has passed its
 // bit-for-bit comparison with the general one (tests/gpu/test_delta_rule_layer.c) on the CPU
-// emulator only; its speed is not yet measured on a GPU.
+// emulator and the H200; there the backward went from 1.20 to 0.45 ms a call at 65,536 x 768
+// (W 4) and the forward from 0.37 to 0.17 ms (BENCHMARKS.md).
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
