@@ -51,6 +51,14 @@ __device__ __forceinline__ float conv_pre(const bf16 *x, const bf16 *w, const bf
     return a;
 }
 
+// the activation of a pre-activation a, and da = g act'(a) for the incoming gradient g: one
+// expression for every kernel below, so the fast and the general paths give the same bits
+__device__ __forceinline__ float conv_act(float a, int silu) { return silu ? a * dr_sigmoid(a) : a; }
+__device__ __forceinline__ float conv_dact(float a, float g, int silu) {
+    const float sg = dr_sigmoid(a);
+    return silu ? g * sg * (1.f + a * (1.f - sg)) : g;
+}
+
 // y = act(a) (da == NULL), or da = dy * act'(a) (fp32) for the backward
 __global__ void conv_fwd_kernel(bf16 *y, float *da, const bf16 *dy, const bf16 *x, const bf16 *w, const bf16 *bias,
                                 const float *state_in, size_t rows, int T, int D, int W, const int *offsets, int nseq,
@@ -64,13 +72,8 @@ __global__ void conv_fwd_kernel(bf16 *y, float *da, const bf16 *dy, const bf16 *
         const size_t row = row0 + r;
         sq.advance(row);
         const float a = conv_pre(x, w, bias, state_in, sq.bos, (int)(row - sq.bos), sq.s, c, D, W);
-        const float sg = dr_sigmoid(a);
-        if (!da) {
-            y[row * D + c] = __float2bfloat16(silu ? a * sg : a);
-        } else {
-            const float g = __bfloat162float(dy[row * D + c]);
-            da[row * D + c] = silu ? g * sg * (1.f + a * (1.f - sg)) : g;
-        }
+        if (!da) y[row * D + c] = __float2bfloat16(conv_act(a, silu));
+        else da[row * D + c] = conv_dact(a, __bfloat162float(dy[row * D + c]), silu);
     }
 }
 
@@ -111,9 +114,12 @@ __global__ void conv_dx_kernel(bf16 *dx, const float *da, const float *dstate_ou
     }
 }
 
-// dstate_in[s][c][m]: the input at local time m-(W-1) < 0, same sums as dx
-__global__ void conv_dstate_in_kernel(float *dstate_in, const float *da, const float *dstate_out, const bf16 *w,
-                                      int N, int T, int D, int W, const int *offsets) {
+// dstate_in[s][c][m]: the input at local time m-(W-1) < 0, same sums as dx. da from the
+// general backward's fp32 scratch, or (da NULL: the fast path stores none) recomputed for the
+// first W-1 rows of each sequence from x and dy, as conv_fwd_kernel would write it.
+__global__ void conv_dstate_in_kernel(float *dstate_in, const float *da, const bf16 *dy, const float *dstate_out,
+                                      const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in, int N,
+                                      int T, int D, int W, const int *offsets, int silu) {
     const size_t sc = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (sc >= (size_t)N * D) return;
     const int s = (int)(sc / D), c = (int)(sc % D);
@@ -123,7 +129,12 @@ __global__ void conv_dstate_in_kernel(float *dstate_in, const float *da, const f
         float acc = 0.f;
         for (int j = 0; j < W; j++) {
             const int tt = m - j;  // output time reached by input time m-(W-1) through tap j
-            if (tt >= 0 && tt < len) acc += __bfloat162float(w[(size_t)c * W + j]) * da[(bos + tt) * D + c];
+            if (tt < 0 || tt >= len) continue;
+            const size_t i = (bos + tt) * D + c;
+            const float d = da ? da[i]
+                               : conv_dact(conv_pre(x, w, bias, state_in, bos, tt, s, c, D, W),
+                                           __bfloat162float(dy[i]), silu);
+            acc += __bfloat162float(w[(size_t)c * W + j]) * d;
         }
         const int mo = m - len;  // slot of the outgoing state holding this input (len < W-1)
         if (dstate_out && mo >= 0) acc += dstate_out[sc * (W - 1) + mo];
@@ -290,8 +301,7 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, cons
 #pragma unroll
         for (int v = 0; v < V; v++) {
             const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
-            const float sg = dr_sigmoid(a);
-            out[v] = silu ? a * sg : a;
+            out[v] = conv_act(a, silu);
         }
         conv_store<V>(y + row * D + c, out);
     }
@@ -345,8 +355,7 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
 #pragma unroll
         for (int v = 0; v < V; v++) {
             const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
-            const float sg = dr_sigmoid(a);
-            const float d = silu ? g[v] * sg * (1.f + a * (1.f - sg)) : g[v];
+            const float d = conv_dact(a, g[v], silu);
 #pragma unroll
             for (int k = W - 1; k > 0; k--) dq[v][k] = dq[v][k - 1];
             dq[v][0] = d;  // dq[v][k] = da[q-k]
@@ -386,35 +395,6 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
 #pragma unroll
         for (int j = 0; j < W; j++) pp[(size_t)(c + v) * W + j] = pw[v][j];
         pp[(size_t)D * W + c + v] = pb[v];
-    }
-}
-
-// dstate_in without a stored da: conv_dstate_in_kernel's sums, da of the first W-1 rows of each
-// sequence recomputed (conv_pre and the da formula, as conv_fwd_kernel writes it)
-__global__ void conv_dstate_in_recompute_kernel(float *dstate_in, const bf16 *dy, const float *dstate_out,
-                                                const bf16 *x, const bf16 *w, const bf16 *bias,
-                                                const float *state_in, int N, int T, int D, int W,
-                                                const int *offsets, int silu) {
-    const size_t sc = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (sc >= (size_t)N * D) return;
-    const int s = (int)(sc / D), c = (int)(sc % D);
-    const size_t bos = seq_bos(offsets, T, s);
-    const int len = (int)(seq_bos(offsets, T, s + 1) - bos);
-    for (int m = 0; m < W - 1; m++) {
-        float acc = 0.f;
-        for (int j = 0; j < W; j++) {
-            const int tt = m - j;
-            if (tt >= 0 && tt < len) {
-                const float a = conv_pre(x, w, bias, state_in, bos, tt, s, c, D, W);
-                const float sg = dr_sigmoid(a);
-                const float g = __bfloat162float(dy[(bos + tt) * D + c]);
-                const float d = silu ? g * sg * (1.f + a * (1.f - sg)) : g;
-                acc += __bfloat162float(w[(size_t)c * W + j]) * d;
-            }
-        }
-        const int mo = m - len;
-        if (dstate_out && mo >= 0) acc += dstate_out[sc * (W - 1) + mo];
-        dstate_in[sc * (W - 1) + m] = acc;
     }
 }
 
@@ -473,7 +453,7 @@ __global__ void conv_step_kernel(bf16 *y, float *state, const bf16 *x, const bf1
     float a = bias ? __bfloat162float(bias[c]) : 0.f;
     for (int j = 0; j < W - 1; j++) a += __bfloat162float(w[(size_t)c * W + j]) * st[j];
     a += __bfloat162float(w[(size_t)c * W + W - 1]) * xv;
-    y[nc] = __float2bfloat16(silu ? a * dr_sigmoid(a) : a);
+    y[nc] = __float2bfloat16(conv_act(a, silu));
     for (int m = 0; m + 1 < W - 1; m++) st[m] = st[m + 1];
     if (W > 1) st[W - 2] = xv;
 }
@@ -529,9 +509,10 @@ extern "C" void cuda_short_conv_backward(real *dx, real *dw, real *dbias, real *
             if (dbias) grad_reduce_add((bf16 *)dbias, partial + (size_t)D * W, chunks, D, part_stride);
         }
         if (dstate_in && W > 1 && N > 0)
-            launch_kernel(conv_dstate_in_recompute_kernel, dim3((unsigned)(((size_t)N * D + 255) / 256)), dim3(256),
-                          0, (float *)dstate_in, (const bf16 *)dy, (const float *)dstate_out, (const bf16 *)x,
-                          (const bf16 *)w, (const bf16 *)bias, (const float *)state_in, N, T, D, W, offsets, silu);
+            launch_kernel(conv_dstate_in_kernel, dim3((unsigned)(((size_t)N * D + 255) / 256)), dim3(256), 0,
+                          (float *)dstate_in, (const float *)NULL, (const bf16 *)dy, (const float *)dstate_out,
+                          (const bf16 *)x, (const bf16 *)w, (const bf16 *)bias, (const float *)state_in, N, T, D, W,
+                          offsets, silu);
         return;
     }
     const size_t da_n = rows * D, part_stride = (size_t)(W + 1) * D;
@@ -552,8 +533,9 @@ extern "C" void cuda_short_conv_backward(real *dx, real *dw, real *dbias, real *
     }
     if (dstate_in && W > 1 && N > 0)
         launch_kernel(conv_dstate_in_kernel, dim3((unsigned)(((size_t)N * D + 255) / 256)), dim3(256), 0,
-                      (float *)dstate_in, (const float *)da, (const float *)dstate_out, (const bf16 *)w, N, T, D, W,
-                      offsets);
+                      (float *)dstate_in, (const float *)da, (const bf16 *)dy, (const float *)dstate_out,
+                      (const bf16 *)x, (const bf16 *)w, (const bf16 *)bias, (const float *)state_in, N, T, D, W,
+                      offsets, silu);
 }
 
 extern "C" void cuda_short_conv_step(real *y, real *state, const real *x, const real *w, const real *bias, int N,
