@@ -66,15 +66,6 @@ static void bad_arg(const char *fmt, const char *what) {
     exit(2);
 }
 
-// a whole positive decimal integer no larger than max, or -1
-static long parse_pos(const char *s, long max) {
-    if (!s || !*s) return -1;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < 1 || v > max) return -1;
-    return v;
-}
-
 static int parse_shape(const char *s, Shape *out) {
     long v[5];
     const char *p = s;
@@ -85,7 +76,7 @@ static int parse_shape(const char *s, Shape *out) {
         if ((i < 4) != (c != NULL) || len == 0 || len >= sizeof buf) return 0;
         memcpy(buf, p, len);
         buf[len] = 0;
-        if ((v[i] = parse_pos(buf, 1L << 30)) < 0) return 0;
+        if ((v[i] = bench_parse_int(buf, 1, 1L << 30)) < 0) return 0;
         p = c ? c + 1 : p + len;
     }
     // the ops take int shapes and index B*T*H*max(K,V) elements: keep that product in range
@@ -285,21 +276,13 @@ int main(int argc, char **argv) {
             }
             if (!want_kda && !want_gdn) bad_arg("--kinds: no kind in '%s'", val);
         } else if (!strcmp(a, "--reps")) {
-            long v = parse_pos(val, 100000);
-            if (v < 0) bad_arg("--reps wants an integer in [1, 100000], not '%s'", val);
-            reps = (int)v;
+            reps = (int)bench_int_option("bench_delta_rule", usage, a, val, 1, 100000);
         } else if (!strcmp(a, "--warmup")) {
-            long v = !strcmp(val, "0") ? 0 : parse_pos(val, 100000);
-            if (v < 0) bad_arg("--warmup wants an integer in [0, 100000], not '%s'", val);
-            warmup = (int)v;
+            warmup = (int)bench_int_option("bench_delta_rule", usage, a, val, 0, 100000);
         } else if (!strcmp(a, "--chunk")) {
-            long v = parse_pos(val, 1024);
-            if (v < 0) bad_arg("--chunk wants an integer in [1, 1024], not '%s'", val);
-            chunk = (int)v;
+            chunk = (int)bench_int_option("bench_delta_rule", usage, a, val, 1, 1024);
         } else if (!strcmp(a, "--seed")) {
-            long v = !strcmp(val, "0") ? 0 : parse_pos(val, 1L << 30);
-            if (v < 0) bad_arg("--seed wants a non-negative integer, not '%s'", val);
-            seed = (uint64_t)v;
+            seed = (uint64_t)bench_int_option("bench_delta_rule", usage, a, val, 0, 1L << 30);
         } else {
             json = val;
         }

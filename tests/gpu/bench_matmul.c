@@ -26,22 +26,28 @@ static void fill(const Backend *be, real *d, size_t n, unsigned seed) {
     free(h);
 }
 
+static const char *usage = "usage: bench_matmul [--reps R] [--ballast-gib G] N,C,OC[,bias] ...\n";
+
 int main(int argc, char **argv) {
-    int reps = 20;
-    double ballast = 0;
-    const Backend *be = backend_cuda();
+    int reps = 20, ballast = 0;
     int first = 1;
     for (; first < argc && !strncmp(argv[first], "--", 2); first += 2) {
-        if (first + 1 >= argc) die("bench_matmul: %s needs a value", argv[first]);
-        if (!strcmp(argv[first], "--reps")) reps = atoi(argv[first + 1]);
-        else if (!strcmp(argv[first], "--ballast-gib")) ballast = atof(argv[first + 1]);
-        else die("bench_matmul: unknown option %s", argv[first]);
+        const char *a = argv[first], *val = first + 1 < argc ? argv[first + 1] : NULL;
+        if (!strcmp(a, "--reps")) reps = (int)bench_int_option("bench_matmul", usage, a, val, 1, 100000);
+        else if (!strcmp(a, "--ballast-gib")) ballast = (int)bench_int_option("bench_matmul", usage, a, val, 0, 1024);
+        else {
+            fprintf(stderr, "bench_matmul: unknown option %s\n%s", a, usage);
+            return 2;
+        }
     }
-    if (reps < 1) die("bench_matmul: --reps must be at least 1");
-    if (first >= argc) die("usage: bench_matmul [--reps R] [--ballast-gib G] N,C,OC[,bias] ...");
+    if (first >= argc) {
+        fprintf(stderr, "%s", usage);
+        return 2;
+    }
+    const Backend *be = backend_cuda();
     real *ball = NULL;
     if (ballast > 0) {
-        size_t n = (size_t)(ballast * (1 << 30)) / be->elem_size;
+        size_t n = ((size_t)ballast << 30) / be->elem_size;
         ball = be->alloc(n * be->elem_size);
         be->zero(ball, n);
     }
@@ -50,7 +56,7 @@ int main(int argc, char **argv) {
     for (int a = first; a < argc; a++) {
         int N = 0, C = 0, OC = 0, bias = 0;
         if (sscanf(argv[a], "%d,%d,%d,%d", &N, &C, &OC, &bias) < 3 || N < 1 || C < 1 || OC < 1)
-            die("bench_matmul: bad shape '%s' (want N,C,OC[,bias])", argv[a]);
+            die("bench_matmul: bad shape '%s' (want N,C,OC[,bias], positive)", argv[a]);
         real *inp = be->alloc((size_t)N * C * be->elem_size), *w = be->alloc((size_t)OC * C * be->elem_size);
         real *out = be->alloc((size_t)N * OC * be->elem_size), *dinp = be->alloc((size_t)N * C * be->elem_size);
         real *dw = be->alloc((size_t)OC * C * be->elem_size), *b = bias ? be->alloc((size_t)OC * be->elem_size) : NULL;

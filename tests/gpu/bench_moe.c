@@ -99,15 +99,6 @@ static void bad_arg(const char *fmt, const char *what) {
     exit(2);
 }
 
-// a whole decimal integer in [lo, max], or -1
-static long parse_int(const char *s, long lo, long max) {
-    if (!s || !*s) return -1;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < lo || v > max) return -1;
-    return v;
-}
-
 static int parse_shape(const char *s, Shape *out) {
     memset(out, 0, sizeof *out);
     if (!strcmp(s, "config")) {
@@ -116,7 +107,7 @@ static int parse_shape(const char *s, Shape *out) {
     }
     if (!strncmp(s, "config:", 7)) {
         out->from_config = 1;
-        return (out->N = parse_int(s + 7, 1, 1L << 30)) > 0;
+        return (out->N = bench_parse_int(s + 7, 1, 1L << 30)) > 0;
     }
     long v[6];
     const char *p = s;
@@ -127,7 +118,7 @@ static int parse_shape(const char *s, Shape *out) {
         if ((i < 5) != (c != NULL) || len == 0 || len >= sizeof buf) return 0;
         memcpy(buf, p, len);
         buf[len] = 0;
-        if ((v[i] = parse_int(buf, i == 4 ? 0 : 1, 1L << 30)) < 0) return 0;
+        if ((v[i] = bench_parse_int(buf, i == 4 ? 0 : 1, 1L << 30)) < 0) return 0;
         p = c ? c + 1 : p + len;
     }
     if (v[2] > v[1]) return 0;  // top-k <= experts
@@ -439,21 +430,13 @@ int main(int argc, char **argv) {
             fclose(f);
             config = val;
         } else if (!strcmp(a, "--reps")) {
-            long v = parse_int(val, 1, 100000);
-            if (v < 0) bad_arg("--reps wants an integer in [1, 100000], not '%s'", val);
-            reps = (int)v;
+            reps = (int)bench_int_option("bench_moe", usage, a, val, 1, 100000);
         } else if (!strcmp(a, "--warmup")) {
-            long v = parse_int(val, 0, 100000);
-            if (v < 0) bad_arg("--warmup wants an integer in [0, 100000], not '%s'", val);
-            warmup = (int)v;
+            warmup = (int)bench_int_option("bench_moe", usage, a, val, 0, 100000);
         } else if (!strcmp(a, "--profile-reps")) {
-            long v = parse_int(val, 0, 100000);
-            if (v < 0) bad_arg("--profile-reps wants an integer in [0, 100000], not '%s'", val);
-            profile_reps = (int)v;
+            profile_reps = (int)bench_int_option("bench_moe", usage, a, val, 0, 100000);
         } else if (!strcmp(a, "--seed")) {
-            long v = parse_int(val, 0, 1L << 30);
-            if (v < 0) bad_arg("--seed wants an integer in [0, 2^30], not '%s'", val);
-            seed = (uint64_t)v;
+            seed = (uint64_t)bench_int_option("bench_moe", usage, a, val, 0, 1L << 30);
         } else {
             json = val;
         }

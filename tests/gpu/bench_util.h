@@ -1,13 +1,36 @@
-// What the kernel benchmarks of tests/gpu (bench_delta_rule.c, bench_moe.c) share: the timer of
-// one repetition and the median of the repetitions.
+// What the kernel benchmarks of tests/gpu (bench_delta_rule.c, bench_moe.c, bench_matmul.c) share:
+// their integer options, the timer of one repetition and the median of the repetitions.
 #ifndef HYBRID_TESTS_GPU_BENCH_UTIL_H
 #define HYBRID_TESTS_GPU_BENCH_UTIL_H
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/util.h"
 #include "kernels/cuda_backend.h"
 #include "model/backend.h"
+
+// a whole decimal integer in [lo, max] (lo >= 0), or -1
+static inline long bench_parse_int(const char *s, long lo, long max) {
+    if (!s || !*s) return -1;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > max) return -1;
+    return v;
+}
+
+// the value of the integer option `opt` given as `val`, in [lo, max]; anything else ends the
+// program with the message and its usage (exit status 2)
+static inline long bench_int_option(const char *prog, const char *usage, const char *opt, const char *val, long lo,
+                                    long max) {
+    const long v = bench_parse_int(val, lo, max);
+    if (v < 0) {
+        fprintf(stderr, "%s: %s wants an integer in [%ld, %ld], not '%s'\n%s", prog, opt, lo, max, val ? val : "",
+                usage);
+        exit(2);
+    }
+    return v;
+}
 
 // CUDA events on the backend's stream (kernels/timer.cu); a wall clock under the emulator,
 // which has no kernels/timer.cu (its times mean nothing)
