@@ -234,15 +234,6 @@ static void write_json(const char *path, const Record *rec, int nrec, int reps, 
 }
 
 static inline double gib(size_t b) { return b / 1073741824.0; }
-static inline double mib(size_t b) { return b / 1048576.0; }
-
-static size_t count_nonfinite(const float *x, size_t n) {
-    size_t bad = 0;
-#pragma omp parallel for reduction(+ : bad)
-    for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
-    return bad;
-}
-
 int main(int argc, char **argv) {
     Shape shapes[MAX_SHAPES];
     int nshapes = 0, reps = 20, warmup = 5, chunk = DELTA_DEFAULT_CHUNK, want_kda = 1, want_gdn = 1;

@@ -342,14 +342,6 @@ static void write_json(const char *path, const Record *rec, int nrec, const Shap
     xfclose(f, path);
 }
 
-static inline double mib(size_t b) { return b / 1048576.0; }
-
-static size_t count_nonfinite(const float *x, size_t n) {
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
-    return bad;
-}
-
 static void set_int(Config *cfg, const char *key, long v) {
     char buf[32];
     snprintf(buf, sizeof buf, "%ld", v);

@@ -3,6 +3,7 @@
 #ifndef HYBRID_TESTS_GPU_BENCH_UTIL_H
 #define HYBRID_TESTS_GPU_BENCH_UTIL_H
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -30,6 +31,16 @@ static inline long bench_int_option(const char *prog, const char *usage, const c
         exit(2);
     }
     return v;
+}
+
+static inline double mib(size_t b) { return b / 1048576.0; }
+
+// how many of x[0..n) are NaN or infinite (the benchmarks' outputs must be finite)
+static inline size_t count_nonfinite(const float *x, size_t n) {
+    size_t bad = 0;
+#pragma omp parallel for reduction(+ : bad)
+    for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
+    return bad;
 }
 
 // CUDA events on the backend's stream (kernels/timer.cu); a wall clock under the emulator,
