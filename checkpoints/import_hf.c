@@ -217,7 +217,7 @@ float *import_hf_gpt2_weights(const char *dir, const HfGpt2Config *h, const Mode
         if (r.used[i] || (!strncmp(name, r.prefix, np) && is_mask_buffer(name + np))) continue;
         die("%s: unexpected tensor '%s': GPT2LMHeadModel under %s has no such parameter", path, name, r.summary);
     }
-    float *params = xcalloc(t->total, sizeof(float));
+    float *params = params_host_array(t, 0);
     all_params(&r, names, n, h, c, t, params, 1);
     free(names);
     free(r.used);

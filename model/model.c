@@ -147,7 +147,7 @@ void model_alloc_buffers(Model *m) {
 }
 
 void model_init_params(Model *m, unsigned long seed) {
-    float *host = xcalloc(m->table.local_total, sizeof(float));  // (the gaps between tensors: zero)
+    float *host = params_host_array(&m->table, 1);
     params_init(&m->table, host, seed);  // this rank's part of the unsharded values
     m->be->upload(m->params, host, m->table.local_total);
     free(host);
@@ -159,7 +159,7 @@ void model_set_params(Model *m, const float *host) {
         m->be->upload(m->params, host, m->table.total);
         return;
     }
-    float *local = xcalloc(m->table.local_total, sizeof(float));
+    float *local = params_host_array(&m->table, 1);
     params_full_to_local(&m->table, host, local);
     m->be->upload(m->params, local, m->table.local_total);
     free(local);
@@ -170,7 +170,7 @@ static void get_full(const Model *m, const real *buf, float *host) {
         m->be->download(host, buf, m->table.total);
         return;
     }
-    float *local = xcalloc(m->table.local_total, sizeof(float));
+    float *local = params_host_array(&m->table, 1);
     m->be->download(local, buf, m->table.local_total);
     params_local_to_full(&m->table, local, host);
     free(local);

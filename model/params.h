@@ -159,6 +159,10 @@ int params_sharded(const ParamTable *t);                 // 1 if some tensor is 
 // Rows and Muon blocks of tensor p's local part (shape[0] and blocks scaled by local/full).
 int params_local_rows(const ParamInfo *p);
 int params_local_blocks(const ParamInfo *p);
+// A host fp32 array of the full layout (local 0: t->total elements, every tensor whole) or of this
+// rank's buffer (local 1: t->local_total), zero-filled: the gaps between tensors (PARAM_ALIGN)
+// stay zero wherever it is uploaded. Free with free().
+float *params_host_array(const ParamTable *t, int local);
 // Full layout (t->total) <-> local layout (t->local_total). to_full zeros the elements
 // other ranks hold.
 void params_full_to_local(const ParamTable *t, const float *full, float *local);

@@ -28,6 +28,10 @@ void params_shard(ParamTable *t, int ep_size, int ep_rank) {
     }
 }
 
+float *params_host_array(const ParamTable *t, int local) {
+    return xcalloc(local ? t->local_total : t->total, sizeof(float));
+}
+
 int params_sharded(const ParamTable *t) { return t->local_total != t->total; }
 
 int params_local_rows(const ParamInfo *p) { return (int)((size_t)p->shape[0] * p->local_numel / p->numel); }

@@ -167,7 +167,7 @@ static void zero_unowned(const Optimizer *o, const Model *model, float *host) {
 // A host array of the local layout for the full-layout array `full` (itself unless the
 // experts are sharded), and back (local_done: copies a sharded local array into full).
 static float *local_view(const Model *model, float *full) {
-    return params_sharded(&model->table) ? xcalloc(model->table.local_total, sizeof(float)) : full;
+    return params_sharded(&model->table) ? params_host_array(&model->table, 1) : full;
 }
 static void local_done(const Model *model, float *local, float *full) {
     if (local == full) return;
@@ -201,7 +201,7 @@ void optimizer_set_weights(Optimizer *o, Model *model, const float *host) {
         const float *local = host;
         float *tmp = NULL;
         if (params_sharded(&model->table)) {
-            local = tmp = xcalloc(model->table.local_total, sizeof(float));
+            local = tmp = params_host_array(&model->table, 1);
             params_full_to_local(&model->table, host, tmp);
         }
         if (end > o->lo) model->be->copy_from_host(o->master, local + o->lo, (end - o->lo) * sizeof(float));

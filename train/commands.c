@@ -92,7 +92,7 @@ int sample_main(int argc, char **argv) {
     Tokenizer *tok = sample_tokenizer(&c);
     Model model;
     model_create(&model, &c.model, cli_backend(&c), 1, c.seq_len);
-    float *p = xcalloc(model.table.total, sizeof(float));
+    float *p = params_host_array(&model.table, 0);
     checkpoint_load(a.checkpoint, &model.table, p, NULL, NULL, NULL);
     model_set_params(&model, p);
     free(p);

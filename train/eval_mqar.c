@@ -136,7 +136,7 @@ int eval_mqar_main(int argc, char **argv) {
 #endif
     Model model;
     model_create(&model, &c.model, cli_backend(&c), c.batch_size, c.seq_len);
-    float *p = xcalloc(model.table.total, sizeof(float));
+    float *p = params_host_array(&model.table, 0);
     TrainerState ts = {0};
     checkpoint_load(dir, &model.table, p, NULL, NULL, &ts);
     model_set_params(&model, p);

@@ -59,7 +59,7 @@ int export_main(int argc, char **argv) {
     ParamTable t;
     ModelParams mp;
     params_build(&c.model, &t, &mp);
-    float *p = xcalloc(t.total, sizeof(float));
+    float *p = params_host_array(&t, 0);
     checkpoint_load(a.checkpoint, &t, p, NULL, NULL, NULL);
     if (a.hf_dir) {
         export_hf_gpt2(a.hf_dir, &c.model, &t, &mp, p);

@@ -137,7 +137,8 @@ static int open_data(const Config *c, Loader *train, Loader *val, int rank, int 
 // Collective: every rank contributes what it owns (optimizer.h), rank 0 writes it once.
 static void save_checkpoint(const Config *c, Model *model, Optimizer *opt, const TrainerState *ts) {
     size_t n = model->table.total;
-    float *p = xcalloc(n, sizeof(float)), *m = xcalloc(n, sizeof(float)), *v = xcalloc(n, sizeof(float));
+    float *p = params_host_array(&model->table, 0), *m = params_host_array(&model->table, 0),
+          *v = params_host_array(&model->table, 0);
     optimizer_get_weights(opt, model, p);  // fp32 master weights where the backend keeps them
     optimizer_get_state(opt, model, m, v);
     dist_reduce_sum_float_to_root(p, n);
@@ -232,7 +233,8 @@ static int path_is_under(const char *path, const char *dir) {
 static int resume_from(const char *dir, const Config *c, Model *model, Optimizer *opt, Loader *train, TrainerState *ts,
                         Rng *rng) {
     size_t n = model->table.total;
-    float *p = xcalloc(n, sizeof(float)), *m = xcalloc(n, sizeof(float)), *v = xcalloc(n, sizeof(float));
+    float *p = params_host_array(&model->table, 0), *m = params_host_array(&model->table, 0),
+          *v = params_host_array(&model->table, 0);
     int weights_only = 0;
     if (dist_is_root()) {
         checkpoint_check_config(dir, c);
@@ -318,7 +320,7 @@ static void sample_step(Model *model, Optimizer *opt, const Config *c, const Tok
         return;
     }
     const size_t n = model->table.total;
-    float *p = xcalloc(n, sizeof(float));
+    float *p = params_host_array(&model->table, 0);
     optimizer_get_weights(opt, model, p);
     dist_reduce_sum_float_to_root(p, n);
     if (root) {
