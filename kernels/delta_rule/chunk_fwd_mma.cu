@@ -636,6 +636,10 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     const size_t slots = dr_num_slots(B, T, N);
     if (N == 0) return;
     const unsigned vt = (unsigned)((V + DR_MBV - 1) / DR_MBV);
+    // the prep's 16-byte stores of Aqk and T (dr_ws_mma_bind's arrays lie at 256-byte offsets:
+    // a 16-byte aligned workspace, as every caller carves it, is enough)
+    if (!is_aligned16(ws->Aqk) || !is_aligned16(ws->Aqkl) || (ws->T && !is_aligned16(ws->T)))
+        die("delta_chunk: the tensor-core workspace is not 16-byte aligned");
     // (the PROFILE parts: HYBRID_CUDA_PROFILE=1 times each kernel; the backward's recomputation
     // of the forward counts in the same parts)
     if (slots > 0) {
