@@ -14,12 +14,12 @@
 // 16-byte cp.async, v by cp.async during step 3, q by 16-byte loads into registers one row
 // block ahead of its use; the SIMT passes work on 8 consecutive channels a thread (16-byte
 // shared-memory accesses, 16-byte workspace stores). The exponentials are the same
-// expressions of the same fp32 operands as before (one per element and use), so the outputs
-// are bit-identical to the scalar version's.
+// expressions of the same fp32 operands as in the scalar version before (32d9b1a; about 6.5
+// an element), so the outputs are bit-identical to its (the emulated test cases).
 // 0. cp.async k, g; beta and GDN's per-head gate; L = 0, Aqk's blocks above the diagonal = 0;
 //    q of row block 0 into registers.
-// 1. Gamma, a thread per channel down the 64 rows in shared memory (fp32, the summation order
-//    of the CPU reference and of the SIMT kernel); exp(Gamma_end) to the workspace.
+// 1. Gamma, a thread per channel down the 64 rows in shared memory (fp32, the scalar version's
+//    summation order: the same rounding); exp(Gamma_end) to the workspace.
 // 2. Aqk and L by row blocks I of 16: with the reference Gamma_ref = Gamma at row 16I, the A
 //    operand is q (resp. k) ⊙ exp(Gamma_r - Gamma_ref) (exponent <= 0) and the B operand
 //    k_c ⊙ exp(Gamma_ref - Gamma_c) for c < 16I + 16 (exponent <= 0 for c <= 16I; within the
