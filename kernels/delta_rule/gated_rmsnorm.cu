@@ -6,6 +6,11 @@
 // Layout: x, z, y, dy, dx, dz (rows = B*T*H, D = V) bf16; weight w (D) bf16 shared by the
 // heads (NULL = 1); rstd (rows) fp32. One warp per row; dw as per-row-chunk partials added in
 // a fixed order (grad_reduce.cuh).
+// Two paths with the same bits: register kernels for D <= 256 (a lane keeps its elements of the
+// row in registers, act(z) computed once; the backward writes the dw partials from the same
+// launch, one block per row chunk) and the general kernels (any D; every D under
+// HYBRID_GRN_REF=1), which re-read the row in a second pass and compute dw in a second kernel.
+// The register kernels are not yet measured on a GPU (branch kda-ops).
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
@@ -89,11 +94,133 @@ __global__ void grn_dw_partial_kernel(float *partial, const bf16 *dy, const bf16
     partial[(size_t)blockIdx.x * D + i] = acc;
 }
 
+// ---- Register kernels (D <= GRN_REG_MAX_D) -----------------------------------------------------
+// Lane l holds the row's elements l, l + 32, ..., l + 32 (K - 1) (those < D), in that order: the
+// element set and order of the general kernels above, so each lane's partial sums and the
+// warp_sum, and every other fp32 expression, are the same and so are the bits. The row's values
+// stay in registers between the two passes and act(z) is computed once per element.
+#define GRN_REG_MAX_D 256
+
+template <int K>
+__global__ void grn_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *z, const bf16 *w, size_t rows,
+                                   int D, float eps, int swish) {
+    const size_t row = (size_t)blockIdx.x * GRN_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;  // the whole warp
+    const bf16 *xr = x + row * D, *zr = z + row * D;
+    float xv[K], zv[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = lane + 32 * k;
+        xv[k] = i < D ? __bfloat162float(xr[i]) : 0.f;
+        zv[k] = i < D ? __bfloat162float(zr[i]) : 0.f;
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        if (lane + 32 * k < D) ss += xv[k] * xv[k];
+    const float r = rsqrtf(warp_sum(ss) / D + eps);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = lane + 32 * k;
+        if (i >= D) break;
+        float a, da;
+        grn_act(zv[k], swish, &a, &da);
+        y[row * D + i] = __float2bfloat16(xv[k] * r * (w ? __bfloat162float(w[i]) : 1.f) * a);
+    }
+    if (lane == 0) rstd[row] = r;
+}
+
+// One block of GRN_WARPS warps per chunk of rows_per_chunk rows, one warp per row, GRN_WARPS rows
+// at a time. DW: the dw partial of the chunk as grn_dw_partial_kernel adds it (acc over the
+// chunk's rows in order of the same fp32 expression), from the per-element products d a x in
+// shared memory; thread i < D holds channel i's sum.
+template <int K, bool DW>
+__global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf16 *dy, const bf16 *x, const bf16 *z,
+                                   const bf16 *w, const float *rstd, size_t rows, int rows_per_chunk, int D,
+                                   int swish) {
+    __shared__ float pt[DW ? GRN_WARPS : 1][DW ? GRN_REG_MAX_D : 1];
+    __shared__ float rs[GRN_WARPS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const size_t r0 = (size_t)blockIdx.x * rows_per_chunk;
+    const size_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    float wv[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = lane + 32 * k;
+        wv[k] = w && i < D ? __bfloat162float(w[i]) : 1.f;
+    }
+    float acc = 0.f;
+    for (size_t base = r0; base < r1; base += GRN_WARPS) {
+        const size_t row = base + warp;
+        if (row < r1) {
+            const float r = rstd[row];
+            float a[K], da[K], xv[K], d[K];
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int i = lane + 32 * k;
+                const size_t idx = row * D + i;
+                xv[k] = i < D ? __bfloat162float(x[idx]) : 0.f;
+                d[k] = i < D ? __bfloat162float(dy[idx]) : 0.f;
+                const float zk = i < D ? __bfloat162float(z[idx]) : 0.f;
+                grn_act(zk, swish, &a[k], &da[k]);
+            }
+            float m = 0.f;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int i = lane + 32 * k;
+                if (i >= D) break;
+                const float wi = wv[k], xh = xv[k] * r;
+                dz[row * D + i] = __float2bfloat16(d[k] * xh * wi * da[k]);
+                m += xh * d[k] * a[k] * wi;
+                if (DW) pt[warp][i] = d[k] * a[k] * xv[k];
+            }
+            m = warp_sum(m) / D;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int i = lane + 32 * k;
+                if (i >= D) break;
+                const float wi = wv[k], xh = xv[k] * r;
+                dx[row * D + i] = __float2bfloat16(r * (d[k] * a[k] * wi - xh * m));
+            }
+            if (DW && lane == 0) rs[warp] = r;
+        }
+        if (DW) {
+            __syncthreads();
+            const size_t nr = r1 - base < GRN_WARPS ? r1 - base : GRN_WARPS;
+            if ((int)threadIdx.x < D)
+                for (size_t j = 0; j < nr; j++) acc += pt[j][threadIdx.x] * rs[j];
+            __syncthreads();
+        }
+    }
+    if (DW && (int)threadIdx.x < D) partial[(size_t)blockIdx.x * D + threadIdx.x] = acc;
+}
+
+// HYBRID_GRN_REF=1: the general kernels for every D (read at each call, so a test can switch)
+static int grn_use_ref(void) {
+    const char *e = getenv("HYBRID_GRN_REF");
+    return e && e[0] == '1';
+}
+
+#define GRN_REG_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+
 extern "C" void cuda_gated_rmsnorm_forward(real *y, real *rstd, const real *x, const real *z, const real *w,
                                            size_t rows, int D, real eps, int swish) {
     PROFILE("gated_rmsnorm_fwd");
     if (D < 1) die("cuda_gated_rmsnorm_forward: bad D=%d", D);
     if (rows == 0) return;
+    const unsigned blocks = (unsigned)((rows + GRN_WARPS - 1) / GRN_WARPS);
+    if (D <= GRN_REG_MAX_D && !grn_use_ref()) {
+        switch ((D + 31) / 32) {
+#define GRN_FWD_CASE(K)                                                                                    \
+    case K:                                                                                                \
+        launch_kernel(grn_fwd_reg_kernel<K>, dim3(blocks), dim3(32 * GRN_WARPS), 0, (bf16 *)y, (float *)rstd, \
+                      (const bf16 *)x, (const bf16 *)z, (const bf16 *)w, rows, D, (float)eps, swish);       \
+        return;
+            GRN_REG_CASES(GRN_FWD_CASE)
+#undef GRN_FWD_CASE
+        }
+    }
     launch_kernel(grn_fwd_kernel, dim3((unsigned)((rows + GRN_WARPS - 1) / GRN_WARPS)), dim3(32 * GRN_WARPS), 0,
                   (bf16 *)y, (float *)rstd, (const bf16 *)x, (const bf16 *)z, (const bf16 *)w, rows, D, (float)eps,
                   swish);
@@ -105,6 +232,32 @@ extern "C" void cuda_gated_rmsnorm_backward(real *dx, real *dz, real *dw, const 
     PROFILE("gated_rmsnorm_bwd");
     if (D < 1) die("cuda_gated_rmsnorm_backward: bad D=%d", D);
     if (rows == 0) return;
+    if (D <= GRN_REG_MAX_D && !grn_use_ref()) {
+        // with dw: one block per dw chunk (the chunks of grn_dw_partial_kernel); else GRN_WARPS rows
+        int chunks = (int)((rows + GRN_WARPS - 1) / GRN_WARPS), per = GRN_WARPS;
+        float *partial = NULL;
+        if (dw) {
+            per = grad_row_chunks(rows, &chunks);
+            partial = (float *)scratch_get((size_t)chunks * D * sizeof(float));
+        }
+        switch ((D + 31) / 32) {
+#define GRN_BWD_CASE(K)                                                                                          \
+    case K:                                                                                                      \
+        if (dw)                                                                                                  \
+            launch_kernel(grn_bwd_reg_kernel<K, true>, dim3((unsigned)chunks), dim3(32 * GRN_WARPS), 0, (bf16 *)dx, \
+                          (bf16 *)dz, partial, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)z, (const bf16 *)w,  \
+                          (const float *)rstd, rows, per, D, swish);                                              \
+        else                                                                                                     \
+            launch_kernel(grn_bwd_reg_kernel<K, false>, dim3((unsigned)chunks), dim3(32 * GRN_WARPS), 0,          \
+                          (bf16 *)dx, (bf16 *)dz, partial, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)z,     \
+                          (const bf16 *)w, (const float *)rstd, rows, per, D, swish);                             \
+        break;
+            GRN_REG_CASES(GRN_BWD_CASE)
+#undef GRN_BWD_CASE
+        }
+        if (dw) grad_reduce_add((bf16 *)dw, partial, chunks, D, (size_t)D);
+        return;
+    }
     launch_kernel(grn_bwd_kernel, dim3((unsigned)((rows + GRN_WARPS - 1) / GRN_WARPS)), dim3(32 * GRN_WARPS), 0,
                   (bf16 *)dx, (bf16 *)dz, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)z, (const bf16 *)w,
                   (const float *)rstd, rows, D, swish);

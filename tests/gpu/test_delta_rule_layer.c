@@ -272,6 +272,30 @@ static void test_gated_rmsnorm(size_t rows, int Dd, int swish, int with_w) {
     cmp_bf16("backward dx", dgx, gx, n, TOL_GRAD);
     cmp_bf16("backward dz", dgz, gz, n, TOL_GRAD);
     if (with_w) cmp_bf16("backward dw (x2, accumulated)", dgw, gw, Dd, TOL_GRAD);
+
+    // the register kernels (D <= 256) against the general ones (HYBRID_GRN_REF=1): the same bits
+    if (Dd <= 256) {
+        void *ry = dev_bf16(NULL, n), *rgx = dev_bf16(NULL, n), *rgz = dev_bf16(NULL, n), *rgw = dev_bf16(NULL, Dd);
+        float *rr = dev_f32(NULL, rows);
+        poison_bf16(ry, n);
+        poison_f32(rr, rows);
+        G->zero(rgw, Dd);
+        setenv("HYBRID_GRN_REF", "1", 1);
+        D->gated_rmsnorm_forward(ry, (real *)rr, dx_, dz_, dw_, rows, Dd, 1e-5f, swish);
+        for (int rep = 0; rep < 2; rep++) {
+            poison_bf16(rgx, n);
+            poison_bf16(rgz, n);
+            D->gated_rmsnorm_backward(rgx, rgz, with_w ? rgw : NULL, ddy, dx_, dz_, dw_, (real *)rsaved, rows, Dd,
+                                      swish);
+        }
+        unsetenv("HYBRID_GRN_REF");
+        same_bits_bf16("forward y, register = general", dy_, ry, n);
+        same_bits_f32("forward rstd, register = general", drstd, rr, rows);
+        same_bits_bf16("backward dx, register = general", dgx, rgx, n);
+        same_bits_bf16("backward dz, register = general", dgz, rgz, n);
+        if (with_w) same_bits_bf16("backward dw, register = general", dgw, rgw, Dd);
+        G->free(ry), G->free(rgx), G->free(rgz), G->free(rgw), G->free(rr);
+    }
     void *bufs[] = {dx_, dz_, dw_, dy_, drstd, ddy, dgx, dgz, dgw, rsaved};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) G->free(bufs[i]);
@@ -406,6 +430,9 @@ int main(void) {
     test_gated_rmsnorm(200, 64, 1, 1);
     test_gated_rmsnorm(200, 64, 0, 1);
     test_gated_rmsnorm(100, 40, 1, 0);
+    test_gated_rmsnorm(150, 128, 1, 1);  // the layers' D
+    test_gated_rmsnorm(70, 96, 0, 1);    // K = 3 values a lane
+    test_gated_rmsnorm(30, 300, 1, 1);   // D > 256: the general kernels only
 
     // linear attention: T = 1, 63, 64, 65, 130, varlen; states given and NULL
     for (int normalize = 0; normalize < 2; normalize++) {
