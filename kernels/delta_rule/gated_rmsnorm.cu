@@ -7,8 +7,9 @@
 // heads (NULL = 1); rstd (rows) fp32. One warp per row; dw as per-row-chunk partials added in
 // a fixed order (grad_reduce.cuh).
 // Two paths with the same bits: register kernels for D <= 256 (a lane keeps its elements of the
-// row in registers, act(z) computed once; the backward writes the dw partials from the same
-// launch, one block per row chunk) and the general kernels (any D; every D under
+// row in registers, act(z) computed once, and for D = 64, 128, 256 loads and stores them as
+// 4-, 8-, 16-byte vectors; the backward writes the dw partials from the same launch, one block
+// per row chunk) and the general kernels (any D; every D under
 // HYBRID_GRN_REF=1), which re-read the row in a second pass and compute dw in a second kernel.
 // The register kernels are not yet measured on a GPU (branch kda-ops).
 #include "kernels/common.cuh"
@@ -95,13 +96,76 @@ __global__ void grn_dw_partial_kernel(float *partial, const bf16 *dy, const bf16
 }
 
 // ---- Register kernels (D <= GRN_REG_MAX_D) -----------------------------------------------------
-// Lane l holds the row's elements l, l + 32, ..., l + 32 (K - 1) (those < D), in that order: the
-// element set and order of the general kernels above, so each lane's partial sums and the
-// warp_sum, and every other fp32 expression, are the same and so are the bits. The row's values
-// stay in registers between the two passes and act(z) is computed once per element.
+// Each lane keeps its K = ceil(D / 32) elements of the row in registers between the two passes and
+// computes act(z) once per element. Which elements a lane holds:
+// - strided (VEC false, any D <= 256): elements lane, lane + 32, ..., lane + 32 (K - 1) (those < D),
+//   the general kernels' set and order, loaded one bf16 at a time;
+// - contiguous (VEC true, D = 32 K with K = 2, 4, 8 and the tensors 2K-byte aligned): elements
+//   K lane ... K lane + K - 1, loaded and stored K bf16 at a time. Only the row sums depend on
+//   the set: before them grn_to_strided moves the summands (computed by the same expressions)
+//   to the lanes and order of the strided set through K shuffles.
+// Either way each lane's partial sums, the warp_sum and every other fp32 expression are those of
+// the general kernels above, so are the bits.
 #define GRN_REG_MAX_D 256
 
-template <int K>
+template <int K> struct GrnRaw { typedef uint4 T; };  // K bf16 as one load (K = 8: 16 bytes)
+template <> struct GrnRaw<4> { typedef uint2 T; };
+template <> struct GrnRaw<2> { typedef unsigned T; };
+
+template <int K> __device__ __forceinline__ void grn_load(float *v, const bf16 *p) {
+    const typename GrnRaw<K>::T u = *(const typename GrnRaw<K>::T *)p;
+    const bf16 *h = (const bf16 *)&u;
+#pragma unroll
+    for (int k = 0; k < K; k++) v[k] = __bfloat162float(h[k]);
+}
+
+template <int K> __device__ __forceinline__ void grn_store(bf16 *p, const float *v) {
+    typename GrnRaw<K>::T u;
+    bf16 *h = (bf16 *)&u;
+#pragma unroll
+    for (int k = 0; k < K; k++) h[k] = __float2bfloat16(v[k]);
+    *(typename GrnRaw<K>::T *)p = u;
+}
+
+// v[j] at runtime index j < K
+template <int K> __device__ __forceinline__ float grn_pick(const float *v, int j) {
+    float r = v[0];
+#pragma unroll
+    for (int k = 1; k < K; k++) r = j == k ? v[k] : r;
+    return r;
+}
+
+// v[k] of element K lane + k in, out[k] of element lane + 32 k (k < K, D = 32 K). Round j: lane L
+// reads the element of k = (L % K + j) % K from lane L / K + (32 / K) k, slot L % K; each lane is
+// read by exactly one lane a round, so it sends slot (lane / (32 / K) - j) % K.
+template <int K> __device__ __forceinline__ void grn_to_strided(float *out, const float *v) {
+    const int lane = threadIdx.x & 31, G = 32 / K, q = lane & (K - 1);
+    float got[K];
+#pragma unroll
+    for (int j = 0; j < K; j++) {
+        const float send = grn_pick<K>(v, ((lane / G) - j) & (K - 1));
+        got[j] = __shfl_sync(0xffffffffu, send, lane / K + G * ((q + j) & (K - 1)));
+    }
+#pragma unroll
+    for (int k = 0; k < K; k++) out[k] = grn_pick<K>(got, (k - q) & (K - 1));
+}
+
+// the lane's values in the strided layout: moved (VEC) or copied
+template <int K, bool VEC> __device__ __forceinline__ void grn_strided(float *out, const float *v) {
+    if (VEC) {
+        grn_to_strided<K>(out, v);
+    } else {
+#pragma unroll
+        for (int k = 0; k < K; k++) out[k] = v[k];
+    }
+}
+
+// element index of a lane's slot k
+template <int K, bool VEC> __device__ __forceinline__ int grn_elem(int lane, int k) {
+    return VEC ? lane * K + k : lane + 32 * k;
+}
+
+template <int K, bool VEC>
 __global__ void grn_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *z, const bf16 *w, size_t rows,
                                    int D, float eps, int swish) {
     const size_t row = (size_t)blockIdx.x * GRN_WARPS + (threadIdx.x >> 5);
@@ -109,25 +173,35 @@ __global__ void grn_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf
     if (row >= rows) return;  // the whole warp
     const bf16 *xr = x + row * D, *zr = z + row * D;
     float xv[K], zv[K];
+    if (VEC) {
+        grn_load<K>(xv, xr + lane * K);
+        grn_load<K>(zv, zr + lane * K);
+    } else {
 #pragma unroll
-    for (int k = 0; k < K; k++) {
-        const int i = lane + 32 * k;
-        xv[k] = i < D ? __bfloat162float(xr[i]) : 0.f;
-        zv[k] = i < D ? __bfloat162float(zr[i]) : 0.f;
+        for (int k = 0; k < K; k++) {
+            const int i = lane + 32 * k;
+            xv[k] = i < D ? __bfloat162float(xr[i]) : 0.f;
+            zv[k] = i < D ? __bfloat162float(zr[i]) : 0.f;
+        }
     }
+    float xs[K];  // the strided set
+    grn_strided<K, VEC>(xs, xv);
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < K; k++)
-        if (lane + 32 * k < D) ss += xv[k] * xv[k];
+        if (lane + 32 * k < D) ss += xs[k] * xs[k];
     const float r = rsqrtf(warp_sum(ss) / D + eps);
+    float yv[K];
 #pragma unroll
     for (int k = 0; k < K; k++) {
-        const int i = lane + 32 * k;
+        const int i = grn_elem<K, VEC>(lane, k);
         if (i >= D) break;
         float a, da;
         grn_act(zv[k], swish, &a, &da);
-        y[row * D + i] = __float2bfloat16(xv[k] * r * (w ? __bfloat162float(w[i]) : 1.f) * a);
+        yv[k] = xv[k] * r * (w ? __bfloat162float(w[i]) : 1.f) * a;
+        if (!VEC) y[row * D + i] = __float2bfloat16(yv[k]);
     }
+    if (VEC) grn_store<K>(y + row * D + lane * K, yv);
     if (lane == 0) rstd[row] = r;
 }
 
@@ -135,7 +209,7 @@ __global__ void grn_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf
 // at a time. DW: the dw partial of the chunk as grn_dw_partial_kernel adds it (acc over the
 // chunk's rows in order of the same fp32 expression), from the per-element products d a x in
 // shared memory; thread i < D holds channel i's sum.
-template <int K, bool DW>
+template <int K, bool DW, bool VEC>
 __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf16 *dy, const bf16 *x, const bf16 *z,
                                    const bf16 *w, const float *rstd, size_t rows, int rows_per_chunk, int D,
                                    int swish) {
@@ -144,45 +218,64 @@ __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf1
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const size_t r0 = (size_t)blockIdx.x * rows_per_chunk;
     const size_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
-    float wv[K];
+    float wv[K], ws[K];  // w of the lane's elements, and of the strided set (the sum's)
 #pragma unroll
     for (int k = 0; k < K; k++) {
-        const int i = lane + 32 * k;
+        const int i = grn_elem<K, VEC>(lane, k), is = lane + 32 * k;
         wv[k] = w && i < D ? __bfloat162float(w[i]) : 1.f;
+        ws[k] = w && is < D ? __bfloat162float(w[is]) : 1.f;
     }
     float acc = 0.f;
     for (size_t base = r0; base < r1; base += GRN_WARPS) {
         const size_t row = base + warp;
         if (row < r1) {
             const float r = rstd[row];
-            float a[K], da[K], xv[K], d[K];
+            float a[K], da[K], xv[K], d[K], zv[K];
+            if (VEC) {
+                grn_load<K>(xv, x + row * D + lane * K);
+                grn_load<K>(d, dy + row * D + lane * K);
+                grn_load<K>(zv, z + row * D + lane * K);
+            } else {
 #pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int i = lane + 32 * k;
-                const size_t idx = row * D + i;
-                xv[k] = i < D ? __bfloat162float(x[idx]) : 0.f;
-                d[k] = i < D ? __bfloat162float(dy[idx]) : 0.f;
-                const float zk = i < D ? __bfloat162float(z[idx]) : 0.f;
-                grn_act(zk, swish, &a[k], &da[k]);
+                for (int k = 0; k < K; k++) {
+                    const int i = lane + 32 * k;
+                    const size_t idx = row * D + i;
+                    xv[k] = i < D ? __bfloat162float(x[idx]) : 0.f;
+                    d[k] = i < D ? __bfloat162float(dy[idx]) : 0.f;
+                    zv[k] = i < D ? __bfloat162float(z[idx]) : 0.f;
+                }
             }
-            float m = 0.f;
+#pragma unroll
+            for (int k = 0; k < K; k++) grn_act(zv[k], swish, &a[k], &da[k]);
+            float dzv[K], p[K] = {};
 #pragma unroll
             for (int k = 0; k < K; k++) {
-                const int i = lane + 32 * k;
+                const int i = grn_elem<K, VEC>(lane, k);
                 if (i >= D) break;
                 const float wi = wv[k], xh = xv[k] * r;
-                dz[row * D + i] = __float2bfloat16(d[k] * xh * wi * da[k]);
-                m += xh * d[k] * a[k] * wi;
+                dzv[k] = d[k] * xh * wi * da[k];
+                if (!VEC) dz[row * D + i] = __float2bfloat16(dzv[k]);
+                p[k] = xh * d[k] * a[k];
                 if (DW) pt[warp][i] = d[k] * a[k] * xv[k];
             }
+            if (VEC) grn_store<K>(dz + row * D + lane * K, dzv);
+            float ps[K];  // p of the strided set
+            grn_strided<K, VEC>(ps, p);
+            float m = 0.f;
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                if (lane + 32 * k < D) m += ps[k] * ws[k];
             m = warp_sum(m) / D;
+            float dxv[K];
 #pragma unroll
             for (int k = 0; k < K; k++) {
-                const int i = lane + 32 * k;
+                const int i = grn_elem<K, VEC>(lane, k);
                 if (i >= D) break;
                 const float wi = wv[k], xh = xv[k] * r;
-                dx[row * D + i] = __float2bfloat16(r * (d[k] * a[k] * wi - xh * m));
+                dxv[k] = r * (d[k] * a[k] * wi - xh * m);
+                if (!VEC) dx[row * D + i] = __float2bfloat16(dxv[k]);
             }
+            if (VEC) grn_store<K>(dx + row * D + lane * K, dxv);
             if (DW && lane == 0) rs[warp] = r;
         }
         if (DW) {
@@ -202,6 +295,38 @@ static int grn_use_ref(void) {
     return e && e[0] == '1';
 }
 
+// the contiguous (vector) layout: D = 32 K, K = 2, 4 or 8, and every tensor 2K-byte aligned (NULL passes)
+static bool grn_vec(int D, const void *a, const void *b, const void *c, const void *d, const void *e = NULL,
+                    const void *f = NULL) {
+    const int K = D / 32;
+    if (D % 32 || (K != 2 && K != 4 && K != 8)) return false;
+    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e | (uintptr_t)f) % (2 * K)) == 0;
+}
+
+template <int K>
+static void grn_fwd_launch(bool vec, bf16 *y, float *rstd, const bf16 *x, const bf16 *z, const bf16 *w, size_t rows,
+                           int D, float eps, int swish) {
+    constexpr bool V = K == 2 || K == 4 || K == 8;
+    const dim3 grid((unsigned)((rows + GRN_WARPS - 1) / GRN_WARPS)), block(32 * GRN_WARPS);
+    if (V && vec)
+        launch_kernel(grn_fwd_reg_kernel<K, V>, grid, block, 0, y, rstd, x, z, w, rows, D, eps, swish);
+    else
+        launch_kernel(grn_fwd_reg_kernel<K, false>, grid, block, 0, y, rstd, x, z, w, rows, D, eps, swish);
+}
+
+template <int K, bool DW>
+static void grn_bwd_launch(bool vec, int chunks, bf16 *dx, bf16 *dz, float *partial, const bf16 *dy, const bf16 *x,
+                           const bf16 *z, const bf16 *w, const float *rstd, size_t rows, int per, int D, int swish) {
+    constexpr bool V = K == 2 || K == 4 || K == 8;
+    const dim3 grid((unsigned)chunks), block(32 * GRN_WARPS);
+    if (V && vec)
+        launch_kernel(grn_bwd_reg_kernel<K, DW, V>, grid, block, 0, dx, dz, partial, dy, x, z, w, rstd, rows, per, D,
+                      swish);
+    else
+        launch_kernel(grn_bwd_reg_kernel<K, DW, false>, grid, block, 0, dx, dz, partial, dy, x, z, w, rstd, rows, per,
+                      D, swish);
+}
+
 #define GRN_REG_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
 
 extern "C" void cuda_gated_rmsnorm_forward(real *y, real *rstd, const real *x, const real *z, const real *w,
@@ -209,13 +334,13 @@ extern "C" void cuda_gated_rmsnorm_forward(real *y, real *rstd, const real *x, c
     PROFILE("gated_rmsnorm_fwd");
     if (D < 1) die("cuda_gated_rmsnorm_forward: bad D=%d", D);
     if (rows == 0) return;
-    const unsigned blocks = (unsigned)((rows + GRN_WARPS - 1) / GRN_WARPS);
     if (D <= GRN_REG_MAX_D && !grn_use_ref()) {
+        const bool vec = grn_vec(D, y, x, z, w);
         switch ((D + 31) / 32) {
-#define GRN_FWD_CASE(K)                                                                                    \
-    case K:                                                                                                \
-        launch_kernel(grn_fwd_reg_kernel<K>, dim3(blocks), dim3(32 * GRN_WARPS), 0, (bf16 *)y, (float *)rstd, \
-                      (const bf16 *)x, (const bf16 *)z, (const bf16 *)w, rows, D, (float)eps, swish);       \
+#define GRN_FWD_CASE(K)                                                                                           \
+    case K:                                                                                                       \
+        grn_fwd_launch<K>(vec, (bf16 *)y, (float *)rstd, (const bf16 *)x, (const bf16 *)z, (const bf16 *)w, rows, D, \
+                          (float)eps, swish);                                                                     \
         return;
             GRN_REG_CASES(GRN_FWD_CASE)
 #undef GRN_FWD_CASE
@@ -240,17 +365,16 @@ extern "C" void cuda_gated_rmsnorm_backward(real *dx, real *dz, real *dw, const 
             per = grad_row_chunks(rows, &chunks);
             partial = (float *)scratch_get((size_t)chunks * D * sizeof(float));
         }
+        const bool vec = grn_vec(D, dx, dz, dy, x, z, w);
         switch ((D + 31) / 32) {
-#define GRN_BWD_CASE(K)                                                                                          \
-    case K:                                                                                                      \
-        if (dw)                                                                                                  \
-            launch_kernel(grn_bwd_reg_kernel<K, true>, dim3((unsigned)chunks), dim3(32 * GRN_WARPS), 0, (bf16 *)dx, \
-                          (bf16 *)dz, partial, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)z, (const bf16 *)w,  \
-                          (const float *)rstd, rows, per, D, swish);                                              \
-        else                                                                                                     \
-            launch_kernel(grn_bwd_reg_kernel<K, false>, dim3((unsigned)chunks), dim3(32 * GRN_WARPS), 0,          \
-                          (bf16 *)dx, (bf16 *)dz, partial, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)z,     \
-                          (const bf16 *)w, (const float *)rstd, rows, per, D, swish);                             \
+#define GRN_BWD_CASE(K)                                                                                             \
+    case K:                                                                                                         \
+        if (dw)                                                                                                     \
+            grn_bwd_launch<K, true>(vec, chunks, (bf16 *)dx, (bf16 *)dz, partial, (const bf16 *)dy, (const bf16 *)x, \
+                                    (const bf16 *)z, (const bf16 *)w, (const float *)rstd, rows, per, D, swish);     \
+        else                                                                                                        \
+            grn_bwd_launch<K, false>(vec, chunks, (bf16 *)dx, (bf16 *)dz, partial, (const bf16 *)dy, (const bf16 *)x, \
+                                     (const bf16 *)z, (const bf16 *)w, (const float *)rstd, rows, per, D, swish);    \
         break;
             GRN_REG_CASES(GRN_BWD_CASE)
 #undef GRN_BWD_CASE

@@ -432,6 +432,7 @@ int main(void) {
     test_gated_rmsnorm(100, 40, 1, 0);
     test_gated_rmsnorm(150, 128, 1, 1);  // the layers' D
     test_gated_rmsnorm(70, 96, 0, 1);    // K = 3 values a lane
+    test_gated_rmsnorm(60, 256, 0, 1);   // K = 8, 16-byte vectors
     test_gated_rmsnorm(30, 300, 1, 1);   // D > 256: the general kernels only
 
     // linear attention: T = 1, 63, 64, 65, 130, varlen; states given and NULL
