@@ -15,6 +15,7 @@
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
+#include "kernels/delta_rule/row_vec.cuh"
 
 #define GRN_WARPS 8         // rows per block: one warp per row
 #define GRN_DW_THREADS 128  // channels per block of the dw partials
@@ -102,63 +103,11 @@ __global__ void grn_dw_partial_kernel(float *partial, const bf16 *dy, const bf16
 //   the general kernels' set and order, loaded one bf16 at a time;
 // - contiguous (VEC true, D = 32 K with K = 2, 4, 8 and the tensors 2K-byte aligned): elements
 //   K lane ... K lane + K - 1, loaded and stored K bf16 at a time. Only the row sums depend on
-//   the set: before them grn_to_strided moves the summands (computed by the same expressions)
-//   to the lanes and order of the strided set through K shuffles.
+//   the set: before them row_to_strided (row_vec.cuh) moves the summands (computed by the same
+//   expressions) to the lanes and order of the strided set through K shuffles.
 // Either way each lane's partial sums, the warp_sum and every other fp32 expression are those of
 // the general kernels above, so are the bits.
 #define GRN_REG_MAX_D 256
-
-template <int K> struct GrnRaw { typedef uint4 T; };  // K bf16 as one load (K = 8: 16 bytes)
-template <> struct GrnRaw<4> { typedef uint2 T; };
-template <> struct GrnRaw<2> { typedef unsigned T; };
-
-template <int K> __device__ __forceinline__ void grn_load(float *v, const bf16 *p) {
-    const typename GrnRaw<K>::T u = *(const typename GrnRaw<K>::T *)p;
-    const bf16 *h = (const bf16 *)&u;
-#pragma unroll
-    for (int k = 0; k < K; k++) v[k] = __bfloat162float(h[k]);
-}
-
-template <int K> __device__ __forceinline__ void grn_store(bf16 *p, const float *v) {
-    typename GrnRaw<K>::T u;
-    bf16 *h = (bf16 *)&u;
-#pragma unroll
-    for (int k = 0; k < K; k++) h[k] = __float2bfloat16(v[k]);
-    *(typename GrnRaw<K>::T *)p = u;
-}
-
-// v[j] at runtime index j < K
-template <int K> __device__ __forceinline__ float grn_pick(const float *v, int j) {
-    float r = v[0];
-#pragma unroll
-    for (int k = 1; k < K; k++) r = j == k ? v[k] : r;
-    return r;
-}
-
-// v[k] of element K lane + k in, out[k] of element lane + 32 k (k < K, D = 32 K). Round j: lane L
-// reads the element of k = (L % K + j) % K from lane L / K + (32 / K) k, slot L % K; each lane is
-// read by exactly one lane a round, so it sends slot (lane / (32 / K) - j) % K.
-template <int K> __device__ __forceinline__ void grn_to_strided(float *out, const float *v) {
-    const int lane = threadIdx.x & 31, G = 32 / K, q = lane & (K - 1);
-    float got[K];
-#pragma unroll
-    for (int j = 0; j < K; j++) {
-        const float send = grn_pick<K>(v, ((lane / G) - j) & (K - 1));
-        got[j] = __shfl_sync(0xffffffffu, send, lane / K + G * ((q + j) & (K - 1)));
-    }
-#pragma unroll
-    for (int k = 0; k < K; k++) out[k] = grn_pick<K>(got, (k - q) & (K - 1));
-}
-
-// the lane's values in the strided layout: moved (VEC) or copied
-template <int K, bool VEC> __device__ __forceinline__ void grn_strided(float *out, const float *v) {
-    if (VEC) {
-        grn_to_strided<K>(out, v);
-    } else {
-#pragma unroll
-        for (int k = 0; k < K; k++) out[k] = v[k];
-    }
-}
 
 // element index of a lane's slot k
 template <int K, bool VEC> __device__ __forceinline__ int grn_elem(int lane, int k) {
@@ -174,8 +123,8 @@ __global__ void grn_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf
     const bf16 *xr = x + row * D, *zr = z + row * D;
     float xv[K], zv[K];
     if (VEC) {
-        grn_load<K>(xv, xr + lane * K);
-        grn_load<K>(zv, zr + lane * K);
+        row_load<K>(xv, xr + lane * K);
+        row_load<K>(zv, zr + lane * K);
     } else {
 #pragma unroll
         for (int k = 0; k < K; k++) {
@@ -185,7 +134,7 @@ __global__ void grn_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf
         }
     }
     float xs[K];  // the strided set
-    grn_strided<K, VEC>(xs, xv);
+    row_strided<K, VEC>(xs, xv);
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < K; k++)
@@ -201,7 +150,7 @@ __global__ void grn_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf
         yv[k] = xv[k] * r * (w ? __bfloat162float(w[i]) : 1.f) * a;
         if (!VEC) y[row * D + i] = __float2bfloat16(yv[k]);
     }
-    if (VEC) grn_store<K>(y + row * D + lane * K, yv);
+    if (VEC) row_store<K>(y + row * D + lane * K, yv);
     if (lane == 0) rstd[row] = r;
 }
 
@@ -232,9 +181,9 @@ __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf1
             const float r = rstd[row];
             float a[K], da[K], xv[K], d[K], zv[K];
             if (VEC) {
-                grn_load<K>(xv, x + row * D + lane * K);
-                grn_load<K>(d, dy + row * D + lane * K);
-                grn_load<K>(zv, z + row * D + lane * K);
+                row_load<K>(xv, x + row * D + lane * K);
+                row_load<K>(d, dy + row * D + lane * K);
+                row_load<K>(zv, z + row * D + lane * K);
             } else {
 #pragma unroll
                 for (int k = 0; k < K; k++) {
@@ -258,9 +207,9 @@ __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf1
                 p[k] = xh * d[k] * a[k];
                 if (DW) pt[warp][i] = d[k] * a[k] * xv[k];
             }
-            if (VEC) grn_store<K>(dz + row * D + lane * K, dzv);
+            if (VEC) row_store<K>(dz + row * D + lane * K, dzv);
             float ps[K];  // p of the strided set
-            grn_strided<K, VEC>(ps, p);
+            row_strided<K, VEC>(ps, p);
             float m = 0.f;
 #pragma unroll
             for (int k = 0; k < K; k++)
@@ -275,7 +224,7 @@ __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf1
                 dxv[k] = r * (d[k] * a[k] * wi - xh * m);
                 if (!VEC) dx[row * D + i] = __float2bfloat16(dxv[k]);
             }
-            if (VEC) grn_store<K>(dx + row * D + lane * K, dxv);
+            if (VEC) row_store<K>(dx + row * D + lane * K, dxv);
             if (DW && lane == 0) rs[warp] = r;
         }
         if (DW) {
@@ -293,14 +242,6 @@ __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf1
 static int grn_use_ref(void) {
     const char *e = getenv("HYBRID_GRN_REF");
     return e && e[0] == '1';
-}
-
-// the contiguous (vector) layout: D = 32 K, K = 2, 4 or 8, and every tensor 2K-byte aligned (NULL passes)
-static bool grn_vec(int D, const void *a, const void *b, const void *c, const void *d, const void *e = NULL,
-                    const void *f = NULL) {
-    const int K = D / 32;
-    if (D % 32 || (K != 2 && K != 4 && K != 8)) return false;
-    return (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d | (uintptr_t)e | (uintptr_t)f) % (2 * K)) == 0;
 }
 
 template <int K>
@@ -335,7 +276,7 @@ extern "C" void cuda_gated_rmsnorm_forward(real *y, real *rstd, const real *x, c
     if (D < 1) die("cuda_gated_rmsnorm_forward: bad D=%d", D);
     if (rows == 0) return;
     if (D <= GRN_REG_MAX_D && !grn_use_ref()) {
-        const bool vec = grn_vec(D, y, x, z, w);
+        const bool vec = row_vec_ok(D, y, x, z, w);
         switch ((D + 31) / 32) {
 #define GRN_FWD_CASE(K)                                                                                           \
     case K:                                                                                                       \
@@ -365,7 +306,7 @@ extern "C" void cuda_gated_rmsnorm_backward(real *dx, real *dz, real *dw, const 
             per = grad_row_chunks(rows, &chunks);
             partial = (float *)scratch_get((size_t)chunks * D * sizeof(float));
         }
-        const bool vec = grn_vec(D, dx, dz, dy, x, z, w);
+        const bool vec = row_vec_ok(D, dx, dz, dy, x, z, w);
         switch ((D + 31) / 32) {
 #define GRN_BWD_CASE(K)                                                                                             \
     case K:                                                                                                         \

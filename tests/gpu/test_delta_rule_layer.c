@@ -188,6 +188,22 @@ static void test_l2norm(size_t rows, int Dd) {
     poison_bf16(ddx, n);
     D->l2norm_backward(ddx, ddy, ysaved, (real *)rsaved, rows, Dd);
     cmp_bf16("backward dx", ddx, gx, n, TOL_GRAD);
+    // the vector kernels (D = 64, 128, 256) against the general ones (HYBRID_L2NORM_REF=1): the same bits
+    if (Dd == 64 || Dd == 128 || Dd == 256) {
+        void *ry = dev_bf16(NULL, n), *rdx = dev_bf16(NULL, n);
+        float *rr = dev_f32(NULL, rows);
+        poison_bf16(ry, n);
+        poison_f32(rr, rows);
+        poison_bf16(rdx, n);
+        setenv("HYBRID_L2NORM_REF", "1", 1);
+        D->l2norm_forward(ry, (real *)rr, dx_, rows, Dd, 1e-6f);
+        D->l2norm_backward(rdx, ddy, ysaved, (real *)rsaved, rows, Dd);
+        unsetenv("HYBRID_L2NORM_REF");
+        same_bits_bf16("forward y, vector = general", dy_, ry, n);
+        same_bits_f32("forward rstd, vector = general", drstd, rr, rows);
+        same_bits_bf16("backward dx, vector = general", ddx, rdx, n);
+        G->free(ry), G->free(rdx), G->free(rr);
+    }
     G->free(dx_), G->free(dy_), G->free(drstd), G->free(ysaved), G->free(ddy), G->free(ddx), G->free(rsaved);
     free(x), free(y), free(rstd), free(dy), free(gx);
 }
@@ -417,6 +433,9 @@ int main(void) {
     test_l2norm(300, 16);
     test_l2norm(200, 32);
     test_l2norm(150, 128);
+    test_l2norm(100, 64);
+    test_l2norm(60, 256);
+    test_l2norm(50, 96);  // the general kernels only
 
     test_gate(150, 3, 16, 0.f, 1, 1);     // KDA softplus form
     test_gate(150, 3, 16, -5.f, 1, 1);    // lower-bound form
