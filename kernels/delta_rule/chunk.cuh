@@ -10,7 +10,8 @@
 //             output (chunk, head, V-tile)  o = scale Qg h[n] + Aqk Delta
 //   backward  prep + walk again (recompute, docs/delta-rule.md "Recomputation in the backward")
 //             bwalk  (seq, head, V-tile)    dH' = dL/dh[n+1] saved, complete dDelta, dh[n], dh0
-//             grad   (chunk, head)          stages B1, B3, the triangular inverse, B4, B6
+//             grad1  (chunk, head)          stages B1, B3, the triangular inverse -> dA, dL
+//             grad2  (chunk, head)          stages B4, B6 (tensor cores; SIMT: one grad kernel)
 // Chunk size 64 only; K, V <= 256.
 //
 // Two implementations of that decomposition:
@@ -302,9 +303,11 @@ __device__ __forceinline__ void dr_load_tile(bf16 *s, int lds, const bf16 *src, 
 //   T        [64][64] T = (I + L)^-1, fp32 (the prep writes it when the array is bound)
 //   dh, dhl  [K][V]   dL/dh[n+1], the state gradient leaving the chunk
 //   dD       [64][V]  the complete dDelta, fp32
-//   dQ, dK, dG, dW [64][K]  the gradient kernel's fp32 accumulators
-// Backward bytes per (chunk, head): the forward's + 1024 K + 6 K V + 256 V + 16384; K = V = 128:
-// 448.5 KiB (SIMT: 512 KiB; about 3.5 GiB at B8 T4096 H16). What fp32-level states cost: every
+//   dQ, dK, dG, dW [64][K]  the gradient kernels' fp32 accumulators
+//   dA, dL  [64][64] grad1's dA and dL (the triangular-inverse gradient) for grad2, fp32
+//   db [64], gend [K]  grad1's partial dbeta and dGamma_end extras for grad2, fp32
+// Backward bytes per (chunk, head): the forward's + 1028 K + 6 K V + 256 V + 49408; K = V = 128:
+// 481.25 KiB (SIMT: 512 KiB; about 3.8 GiB at B8 T4096 H16). What fp32-level states cost: every
 // operand of the state chain is stored as hi + lo (4 bytes), where fla stores bf16 (h, w, u,
 // v_new) and holds a bf16-level state error (~3e-3 relative). Ways down, not taken yet: Qg
 // recomputed from q and a cumsum of g in the output kernel and the reverse walk (-32 KiB); the
@@ -316,18 +319,21 @@ struct DrWsMma {
     float *T;
     bf16 *dh, *dhl;
     float *dD, *dQ, *dK, *dG, *dW;
+    float *dA, *dL, *db, *gend;
 };
 static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t slots_heads, int K, int V) {
     const size_t C = DR_BT, ck = C * K * 2, cc = C * C * 2, kv = (size_t)K * V * 2;
-    const size_t sizes[20] = {ck, ck, ck, ck, ck, ck, cc, cc, kv, C * V * 4, (size_t)K * 4,
-                              kv, C * C * 4, kv, kv, C * V * 4, 2 * ck, 2 * ck, 2 * ck, 2 * ck};
-    void **ptrs[20] = {(void **)&w->Qg, (void **)&w->Qgl, (void **)&w->Ke, (void **)&w->Kel, (void **)&w->W,
+    const size_t sizes[24] = {ck, ck, ck, ck, ck, ck, cc, cc, kv, C * V * 4, (size_t)K * 4,
+                              kv, C * C * 4, kv, kv, C * V * 4, 2 * ck, 2 * ck, 2 * ck, 2 * ck,
+                              C * C * 4, C * C * 4, C * 4, (size_t)K * 4};
+    void **ptrs[24] = {(void **)&w->Qg, (void **)&w->Qgl, (void **)&w->Ke, (void **)&w->Kel, (void **)&w->W,
                        (void **)&w->Wl, (void **)&w->Aqk, (void **)&w->Aqkl, (void **)&w->h, (void **)&w->U,
                        (void **)&w->ge, (void **)&w->hl, (void **)&w->T, (void **)&w->dh, (void **)&w->dhl,
-                       (void **)&w->dD, (void **)&w->dQ, (void **)&w->dK, (void **)&w->dG, (void **)&w->dW};
-    const int count = backward ? 20 : 11;
+                       (void **)&w->dD, (void **)&w->dQ, (void **)&w->dK, (void **)&w->dG, (void **)&w->dW,
+                       (void **)&w->dA, (void **)&w->dL, (void **)&w->db, (void **)&w->gend};
+    const int count = backward ? 24 : 11;
     size_t off = 0;
-    for (int a = 0; a < 20; a++) {
+    for (int a = 0; a < 24; a++) {
         *ptrs[a] = (base && a < count) ? (void *)((char *)base + off) : NULL;
         if (a < count) off += (sizes[a] * slots_heads + 255) & ~(size_t)255;
     }

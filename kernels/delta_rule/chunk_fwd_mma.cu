@@ -10,116 +10,256 @@
 #define DRO_THREADS 128  // output: 4 warps, one 16-row m-tile each
 
 // ---- prep: one block per (chunk slot, head) ---------------------------------------------
-// 1. Gamma (a thread per channel, fp32 in shared memory); Qg, Ke, exp(Gamma_end) to the workspace.
+// Every input row is read from global memory once: k (and KDA's g) arrive in shared memory by
+// 16-byte cp.async, v by cp.async during step 3, q by 16-byte loads into registers one row
+// block ahead of its use; the SIMT passes work on 8 consecutive channels a thread (16-byte
+// shared-memory accesses, 16-byte workspace stores). The exponentials are the same
+// expressions of the same fp32 operands as in the scalar version before (32d9b1a; about 6.5
+// an element), so the outputs are bit-identical to its (the emulated test cases).
+// 0. cp.async k, g; beta and GDN's per-head gate; L = 0, Aqk's blocks above the diagonal = 0;
+//    q of row block 0 into registers.
+// 1. Gamma, a thread per channel down the 64 rows in shared memory (fp32, the scalar version's
+//    summation order: the same rounding); exp(Gamma_end) to the workspace.
 // 2. Aqk and L by row blocks I of 16: with the reference Gamma_ref = Gamma at row 16I, the A
 //    operand is q (resp. k) ⊙ exp(Gamma_r - Gamma_ref) (exponent <= 0) and the B operand
 //    k_c ⊙ exp(Gamma_ref - Gamma_c) for c < 16I + 16 (exponent <= 0 for c <= 16I; within the
 //    diagonal block at most 15 tokens of decay, and the entries c > r are masked after the
 //    product): no exponential of a whole chunk's decay (docs/delta-rule.md, "Stable decay
-//    exponents"). Warp u of iteration I computes one 16x16 tile (Aqk or L) over K.
+//    exponents"). The pass that fills block I's A operands also writes its rows of Qg and Ke
+//    to the workspace (the same q and k in registers). The B tile holds two column blocks J,
+//    so block row I takes ceil((I + 1) / 2) passes (6 in all, 160 B rows as before); warp u of
+//    a pass computes one 16x8 half of a 16x16 tile (Aqk or L) over K.
 // 3. T = (I + L)^-1, fp32 SIMT, blockwise in place over L: the four 16x16 diagonal blocks by
 //    forward substitution (a warp each, 15 warp-synchronous rows), then block rows I = 1..3:
 //    T_IJ = -T_II sum_{J<=M<I} L_IM T_MJ (two barriers a block row instead of one a row).
 // 4. W = T diag(beta) (k e^Gamma), U = T diag(beta) v: A = T diag(beta) split hi + lo, built
-//    in registers from the fp32 T; B = k e^Gamma (hi + lo) and v (exact in bf16).
-// Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8): G fp32 [64][KP] | L, then
-// T, fp32 [64][64] | beta [64] | tiles bf16: max(192 x LK (A of q and of k, hi + lo, 16 rows
-// each; B hi + lo, 64 rows each), 128 x LK + 64 x LV). K = V = 128: 100.25 KiB, 2 blocks an SM.
+//    in registers from the fp32 T; B = k e^Gamma (hi + lo; hi over k in place) and v (exact in
+//    bf16).
+// Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8): G fp32 [64][KP] | L, then T,
+// fp32 [64][64] | beta, GDN gate fp32 [64] each | k bf16 [64][LK] (step 4: k e^Gamma hi) |
+// tiles bf16: step 1 g [64][LK]; step 2 A of q and of k, hi + lo, 16 rows each, and B hi + lo,
+// 32 rows each (128 x LK); steps 3-4 v [64][LV], then k e^Gamma lo [64][LK] (step 3's fp32
+// scratch X there). K = V = 128: 99.5 KiB, 2 blocks an SM (the previous layout: 99.25 KiB).
+#define DRP_BROWS 32  // rows of step 2's B tile (two column blocks)
+
 static size_t prep_mma_smem(int K, int V) {
     const size_t KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD;
-    const size_t tiles = 192 * LK > 64 * (2 * LK + LV) ? 192 * LK : 64 * (2 * LK + LV);
-    return DR_BT * KP * 4 + DR_BT * DR_BT * 4 + DR_BT * 4 + tiles * 2;
+    const size_t s2 = (4 * 16 + 2 * DRP_BROWS) * LK, s4 = DR_BT * (LK + LV), tiles = s2 > s4 ? s2 : s4;
+    return DR_BT * KP * 4 + DR_BT * DR_BT * 4 + 2 * DR_BT * 4 + DR_BT * LK * 2 + tiles * 2;
 }
 
-__global__ void __launch_bounds__(DRM_THREADS)
+// bf16 bits <-> fp32 for the 8-channel groups of the prep (bf16 -> fp32 is exact)
+__device__ __forceinline__ void drp_unpack8(const uint4 &u, float f[8]) {
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const float2 t = __bfloat1622float2(h[j]);
+        f[2 * j] = t.x, f[2 * j + 1] = t.y;
+    }
+}
+// dr_split of two adjacent entries as two bf16x2 words (hi, lo; the lower column first)
+__device__ __forceinline__ void drp_split2(float x0, float x1, uint32_t *hi, uint32_t *lo) {
+    const float h0 = __bfloat162float(__float2bfloat16(x0)), h1 = __bfloat162float(__float2bfloat16(x1));
+    *hi = pack_bf16(h0, h1);  // (exact: h0, h1 are bf16 values)
+    *lo = pack_bf16(x0 - h0, x1 - h1);
+}
+// dr_split of 8 entries into 16-byte words hi, lo
+__device__ __forceinline__ void drp_split8(const float x[8], uint4 *hi, uint4 *lo) {
+    drp_split2(x[0], x[1], &hi->x, &lo->x);
+    drp_split2(x[2], x[3], &hi->y, &lo->y);
+    drp_split2(x[4], x[5], &hi->z, &lo->z);
+    drp_split2(x[6], x[7], &hi->w, &lo->w);
+}
+// 8 fp32 from shared memory (16-byte aligned)
+__device__ __forceinline__ void drp_lds8f(const float *p, float f[8]) {
+    const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+// the 8 entries i0.. of a global bf16 row as bf16 bits, zero past ncols (in == false: all zero);
+// one 16-byte load where vec (row 16-byte aligned) and the group is whole
+__device__ __forceinline__ uint4 drp_ldg8(const bf16 *row, int i0, int ncols, bool in, bool vec) {
+    uint4 u;
+    u.x = u.y = u.z = u.w = 0u;
+    if (!in) return u;
+    if (vec && i0 + 8 <= ncols) return *reinterpret_cast<const uint4 *>(row + i0);
+    float f[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) f[j] = i0 + j < ncols ? __bfloat162float(row[i0 + j]) : 0.f;
+    u.x = pack_bf16(f[0], f[1]), u.y = pack_bf16(f[2], f[3]), u.z = pack_bf16(f[4], f[5]), u.w = pack_bf16(f[6], f[7]);
+    return u;
+}
+// 8 entries hi + lo of a workspace row at p (entries i0.., ncols valid): 16-byte stores where vec
+__device__ __forceinline__ void drp_stg8(bf16 *ph, bf16 *pl, const float x[8], int i0, int ncols, bool vec) {
+    if (vec && i0 + 8 <= ncols) {
+        uint4 hi, lo;
+        drp_split8(x, &hi, &lo);
+        *reinterpret_cast<uint4 *>(ph + i0) = hi;
+        *reinterpret_cast<uint4 *>(pl + i0) = lo;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            if (i0 + j < ncols) dr_split(x[j], ph + i0 + j, pl + i0 + j);
+    }
+}
+
+__global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_prep_mma_kernel(DrWsMma ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
                        int gate, float scale, int Tlen, int H, int K, int V, const int *offsets, int N) {
     const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int gq = lane >> 2, t4 = lane & 3;
     int s = 0, tok0 = 0, n = 0;
     if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;  // whole block: no chunk here
-    const int C = DR_BT, KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD;
-    const size_t sh = (size_t)x * H + h;
+    const int C = DR_BT, KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD, K8 = KP / 8;
+    const size_t sh = (size_t)x * H + h, ldk = (size_t)H * K;
     DYNAMIC_SMEM(float, sm);
-    float *G = sm, *L = G + C * KP, *Tm = L, *bs = L + C * C;  // T overwrites L
-    bf16 *tiles = (bf16 *)(bs + C);
+    float *G = sm, *L = G + C * KP, *Tm = L, *bs = L + C * C, *gh = bs + C;  // T overwrites L
+    bf16 *ks = (bf16 *)(gh + C), *tiles = ks + C * LK;
+    bf16 *gs = tiles;                                                          // step 1 (KDA)
     bf16 *Aqh = tiles, *Aql = Aqh + 16 * LK, *Akh = Aql + 16 * LK, *Akl = Akh + 16 * LK, *Bkh = Akl + 16 * LK,
-         *Bkl = Bkh + C * LK;                                                 // step 2
-    bf16 *kwh = tiles, *kwl = kwh + C * LK, *vb = kwl + C * LK;               // step 4
+         *Bkl = Bkh + DRP_BROWS * LK;                                          // step 2
+    bf16 *vb = tiles, *kwh = ks, *kwl = vb + C * LV;                           // steps 3-4
+    float *X = (float *)kwl;                                                   // step 3
     bf16 *Qg = ws.Qg + sh * C * K, *Qgl = ws.Qgl + sh * C * K, *Ke = ws.Ke + sh * C * K, *Kel = ws.Kel + sh * C * K,
          *Wg = ws.W + sh * C * K, *Wgl = ws.Wl + sh * C * K, *Aqk = ws.Aqk + sh * C * C, *Aqkl = ws.Aqkl + sh * C * C;
     float *Ug = ws.U + sh * C * V;
-    const bf16 zero = __float2bfloat16(0.f);
-#define QK_ROW(r) (((size_t)(tok0 + (r)) * H + h) * K)
-#define V_ROW(r) (((size_t)(tok0 + (r)) * H + h) * V)
+    const bf16 *qc = q + ((size_t)tok0 * H + h) * K, *kc = k + ((size_t)tok0 * H + h) * K;
+    // 16-byte global access: q's rows, the workspace rows of Qg and Ke
+    const bool qvec = K % 8 == 0 && ((uintptr_t)qc & 15) == 0,
+               wvec = K % 8 == 0 && (((uintptr_t)Qg | (uintptr_t)Qgl | (uintptr_t)Ke | (uintptr_t)Kel) & 15) == 0;
 
-    // 1. beta, L = 0, Aqk's blocks above the diagonal; Gamma; Qg, Ke, e^Gamma_end
-    for (int r = tid; r < C; r += DRM_THREADS) bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
-    for (int e = tid; e < C * C; e += DRM_THREADS) {
-        const int r = e / C, c = e % C;
-        L[e] = 0.f;
-        if (c / 16 > r / 16) Aqk[e] = Aqkl[e] = zero;
+    // 0. k and g by cp.async; beta, the GDN gate; L = 0, Aqk's blocks above the diagonal
+    dr_load_tile(ks, LK, kc, ldk, C, KP, n, K, tid, DRM_THREADS);
+    if (gate == DRG_CHANNEL) dr_load_tile(gs, LK, g + ((size_t)tok0 * H + h) * K, ldk, C, KP, n, K, tid, DRM_THREADS);
+    cp_async_commit();
+    // q of this thread's groups of row block I: entry j is group tid + 256 j of the 16 x K8
+    // (row, 8-channel group) pairs; loaded one row block ahead
+    uint4 qv[2];
+    auto load_q = [&](int I) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int e = tid + j * DRM_THREADS, r = 16 * I + e / K8;
+            qv[j] = drp_ldg8(qc + (size_t)r * ldk, (e % K8) * 8, K, e < 16 * K8 && r < n, qvec);
+        }
+    };
+    load_q(0);
+    for (int r = tid; r < C; r += DRM_THREADS) {
+        bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
+        gh[r] = gate == DRG_HEAD && r < n ? dr_ld(g + (size_t)(tok0 + r) * H + h) : 0.f;
     }
+    for (int e = tid; e < C * C / 4; e += DRM_THREADS) reinterpret_cast<float4 *>(L)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int e = tid; e < C * C / 8; e += DRM_THREADS) {
+        const int r = e / 8, c = (e % 8) * 8;
+        if (c / 16 > r / 16) {
+            uint4 z;
+            z.x = z.y = z.z = z.w = 0u;
+            *reinterpret_cast<uint4 *>(Aqk + r * C + c) = z;
+            *reinterpret_cast<uint4 *>(Aqkl + r * C + c) = z;
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+
+    // 1. Gamma (rows >= n and channels >= K add zeros: G there is Gamma_end, resp. 0)
     for (int i = tid; i < KP; i += DRM_THREADS) {
         float acc = 0.f;
+#pragma unroll 8
         for (int r = 0; r < C; r++) {
-            if (r < n && i < K) acc += dr_gate(g, gate, (size_t)(tok0 + r), h, i, H, K);
+            if (gate == DRG_CHANNEL) acc += __bfloat162float(gs[r * LK + i]);
+            else if (gate == DRG_HEAD && i < K) acc += gh[r];
             G[r * KP + i] = acc;
         }
-        if (i < K) {
-            ws.ge[sh * K + i] = expf(acc);
-            for (int r = 0; r < n; r++) {
-                const float gr = G[r * KP + i];
-                dr_split(dr_ld(q + QK_ROW(r) + i) * expf(gr), Qg + r * K + i, Qgl + r * K + i);
-                dr_split(dr_ld(k + QK_ROW(r) + i) * expf(acc - gr), Ke + r * K + i, Kel + r * K + i);
-            }
-        }
+        if (i < K) ws.ge[sh * K + i] = expf(acc);
     }
     __syncthreads();
 
-    // 2. Aqk and L, row block I at a time
-    for (int I = 0; I < 4; I++) {
-        const int rows_b = 16 * (I + 1);
-        for (int e = tid; e < 16 * KP; e += DRM_THREADS) {
-            const int rr = e / KP, i = e % KP, r = 16 * I + rr;
-            float a = 0.f, b = 0.f;
-            if (r < n && i < K) {
-                const float ex = expf(G[r * KP + i] - G[16 * I * KP + i]);
-                a = dr_ld(q + QK_ROW(r) + i) * ex;
-                b = dr_ld(k + QK_ROW(r) + i) * ex;
-            }
-            dr_split(a, Aqh + rr * LK + i, Aql + rr * LK + i);
-            dr_split(b, Akh + rr * LK + i, Akl + rr * LK + i);
-        }
-        for (int e = tid; e < rows_b * KP; e += DRM_THREADS) {
-            const int c = e / KP, i = e % KP;
-            float b = 0.f;
-            if (c < n && i < K) b = dr_ld(k + QK_ROW(c) + i) * expf(G[16 * I * KP + i] - G[c * KP + i]);
-            dr_split(b, Bkh + c * LK + i, Bkl + c * LK + i);
-        }
-        __syncthreads();
-        if (warp < 2 * (I + 1)) {
-            const int isL = warp > I, J = isL ? warp - I - 1 : warp;
-            const bf16 *Ah = isL ? Akh : Aqh, *Al = isL ? Akl : Aql;
-            float acc[2][4] = {};
-            for (int kk = 0; kk < KP / 16; kk++) {
-                uint32_t ah[4], al[4], bh[4], bl[4];
-                dr_lda(ah, Ah, LK, 0, kk * 16, lane);
-                dr_lda(al, Al, LK, 0, kk * 16, lane);
-                dr_ldb_nk(bh, Bkh, LK, kk * 16, J * 16, lane);
-                dr_ldb_nk(bl, Bkl, LK, kk * 16, J * 16, lane);
-                dr_mma3(acc[0], ah, al, bh, bl);
-                dr_mma3(acc[1], ah, al, bh + 2, bl + 2);
-            }
-            const int gq = lane >> 2, t4 = lane & 3;
-            for (int nt = 0; nt < 2; nt++)
-                for (int u = 0; u < 4; u++) {
-                    const int r = 16 * I + gq + (u >= 2 ? 8 : 0), c = 16 * J + nt * 8 + 2 * t4 + (u & 1);
-                    if (isL) L[r * C + c] = (c < r && r < n) ? bs[r] * acc[nt][u] : 0.f;
-                    else dr_split((c <= r && r < n) ? scale * acc[nt][u] : 0.f, Aqk + r * C + c, Aqkl + r * C + c);
+    // 2. Aqk and L: row block I, column blocks J0, J0 + 1 a pass
+    for (int I = 0; I < 4; I++)
+        for (int J0 = 0; J0 <= I; J0 += 2) {
+            const int nJ = J0 < I ? 2 : 1;
+            if (J0 == 0) {  // block I's A operands; its rows of Qg and Ke
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    const int e = tid + j * DRM_THREADS;
+                    if (e >= 16 * K8) break;
+                    const int rr = e / K8, i0 = (e % K8) * 8, r = 16 * I + rr;
+                    float qf[8], kf[8], gr[8], g0[8], ge[8], a[8], b[8], qg[8], ke[8];
+                    drp_unpack8(qv[j], qf);
+                    load8(ks + r * LK + i0, kf);
+                    drp_lds8f(G + r * KP + i0, gr);
+                    drp_lds8f(G + 16 * I * KP + i0, g0);
+                    drp_lds8f(G + (C - 1) * KP + i0, ge);
+#pragma unroll
+                    for (int t = 0; t < 8; t++) {
+                        const bool in = r < n && i0 + t < K;
+                        const float ex = in ? expf(gr[t] - g0[t]) : 0.f;
+                        a[t] = in ? qf[t] * ex : 0.f;
+                        b[t] = in ? kf[t] * ex : 0.f;
+                        qg[t] = in ? qf[t] * expf(gr[t]) : 0.f;
+                        ke[t] = in ? kf[t] * expf(ge[t] - gr[t]) : 0.f;
+                    }
+                    uint4 hi, lo;
+                    drp_split8(a, &hi, &lo);
+                    *reinterpret_cast<uint4 *>(Aqh + rr * LK + i0) = hi;
+                    *reinterpret_cast<uint4 *>(Aql + rr * LK + i0) = lo;
+                    drp_split8(b, &hi, &lo);
+                    *reinterpret_cast<uint4 *>(Akh + rr * LK + i0) = hi;
+                    *reinterpret_cast<uint4 *>(Akl + rr * LK + i0) = lo;
+                    if (r < n) {
+                        drp_stg8(Qg + (size_t)r * K, Qgl + (size_t)r * K, qg, i0, K, wvec);
+                        drp_stg8(Ke + (size_t)r * K, Kel + (size_t)r * K, ke, i0, K, wvec);
+                    }
                 }
+                if (I < 3) load_q(I + 1);  // in flight through this block row's passes
+            }
+            // B rows c = 16 J0 .. 16 (J0 + nJ) - 1: k_c ⊙ exp(Gamma_ref - Gamma_c)
+            for (int e = tid; e < 16 * nJ * K8; e += DRM_THREADS) {
+                const int cc = e / K8, i0 = (e % K8) * 8, c = 16 * J0 + cc;
+                float kf[8], gc[8], g0[8], b[8];
+                load8(ks + c * LK + i0, kf);
+                drp_lds8f(G + c * KP + i0, gc);
+                drp_lds8f(G + 16 * I * KP + i0, g0);
+#pragma unroll
+                for (int t = 0; t < 8; t++) b[t] = c < n && i0 + t < K ? kf[t] * expf(g0[t] - gc[t]) : 0.f;
+                uint4 hi, lo;
+                drp_split8(b, &hi, &lo);
+                *reinterpret_cast<uint4 *>(Bkh + cc * LK + i0) = hi;
+                *reinterpret_cast<uint4 *>(Bkl + cc * LK + i0) = lo;
+            }
+            __syncthreads();
+            if (warp < 4 * nJ) {
+                // tile (Aqk or L, J) and its 8-column half nh; one ldmatrix.x4 gives B's hi and lo
+                const int tile = warp >> 1, nh = warp & 1, isL = tile & 1, J = J0 + (tile >> 1);
+                const bf16 *Ah = isL ? Akh : Aqh, *Al = isL ? Akl : Aql;
+                const int m = lane >> 3;
+                const bf16 *Bp = (m < 2 ? Bkh : Bkl) + (size_t)(16 * (J - J0) + 8 * nh + (lane & 7)) * LK + 8 * (m & 1);
+                float acc[4] = {0.f, 0.f, 0.f, 0.f};
+                for (int kk = 0; kk < KP / 16; kk++) {
+                    uint32_t ah[4], al[4], bb[4];
+                    dr_lda(ah, Ah, LK, 0, kk * 16, lane);
+                    dr_lda(al, Al, LK, 0, kk * 16, lane);
+                    ldsm_x4(bb, Bp + kk * 16);
+                    dr_mma3(acc, ah, al, bb, bb + 2);
+                }
+#pragma unroll
+                for (int u = 0; u < 4; u += 2) {
+                    const int r = 16 * I + gq + (u >= 2 ? 8 : 0), c = 16 * J + nh * 8 + 2 * t4;
+                    if (isL) {
+                        L[r * C + c] = (c < r && r < n) ? bs[r] * acc[u] : 0.f;
+                        L[r * C + c + 1] = (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f;
+                    } else {
+                        uint32_t hi, lo;
+                        drp_split2((c <= r && r < n) ? scale * acc[u] : 0.f,
+                                   (c + 1 <= r && r < n) ? scale * acc[u + 1] : 0.f, &hi, &lo);
+                        *reinterpret_cast<uint32_t *>(Aqk + r * C + c) = hi;
+                        *reinterpret_cast<uint32_t *>(Aqkl + r * C + c) = lo;
+                    }
+                }
+            }
+            __syncthreads();  // A, B are refilled
         }
-        __syncthreads();  // Aq, Ak, Bk are refilled
-    }
+    // v by cp.async, in flight through step 3 (vb does not overlap L, T or X)
+    dr_load_tile(vb, LV, v + ((size_t)tok0 * H + h) * V, (size_t)H * V, C, VP, n, V, tid, DRM_THREADS);
+    cp_async_commit();
 
     // 3. T = (I + L)^-1 in place (docs/delta-rule.md, "Triangular inverse by forward
     // substitution"), L strictly lower, T unit lower (the unit diagonal implicit until the end).
@@ -140,9 +280,8 @@ __global__ void __launch_bounds__(DRM_THREADS)
         }
     }
     __syncthreads();
-    // Block rows: X_J = sum_{J<=M<I} L_IM T_MJ (into the free tile buffer), then
+    // Block rows: X_J = sum_{J<=M<I} L_IM T_MJ (into X), then
     // T_IJ = -T_II X_J = -(X_J + sum_{m<rr} T_II[rr][m] X_J[m]) over L_IJ.
-    float *X = (float *)tiles;
     for (int I = 1; I < 4; I++) {
         for (int e = tid; e < I * 256; e += DRM_THREADS) {
             const int J = e / 256, rr = (e % 256) / 16, c = e % 16, r = 16 * I + rr, cc = 16 * J + c;
@@ -159,38 +298,46 @@ __global__ void __launch_bounds__(DRM_THREADS)
         }
         __syncthreads();
     }
-    // 4. the B tiles k e^Gamma (hi + lo) and v (exact in bf16); T's unit diagonal and zero upper
-    // part (T to the workspace for the backward)
-    for (int e = tid; e < C * C; e += DRM_THREADS) {
-        const int r = e / C, c = e % C;
-        if (c >= r) Tm[e] = r == c ? 1.f : 0.f;
-        if (ws.T) ws.T[sh * C * C + e] = Tm[e];
+    // 4. T's unit diagonal and zero upper part (T to the workspace for the backward); the B tiles
+    // k e^Gamma (hi over k, lo over X: each thread rewrites only the k it read) and v
+    for (int e = tid; e < C * C / 4; e += DRM_THREADS) {
+        const int r = (4 * e) / C, c0 = (4 * e) % C;
+        float4 t = reinterpret_cast<float4 *>(Tm)[e];
+        if (c0 >= r) t.x = c0 == r ? 1.f : 0.f;
+        if (c0 + 1 >= r) t.y = c0 + 1 == r ? 1.f : 0.f;
+        if (c0 + 2 >= r) t.z = c0 + 2 == r ? 1.f : 0.f;
+        if (c0 + 3 >= r) t.w = c0 + 3 == r ? 1.f : 0.f;
+        reinterpret_cast<float4 *>(Tm)[e] = t;
+        if (ws.T) reinterpret_cast<float4 *>(ws.T + sh * C * C)[e] = t;
     }
-    for (int e = tid; e < C * KP; e += DRM_THREADS) {
-        const int c = e / KP, i = e % KP;
-        dr_split((c < n && i < K) ? dr_ld(k + QK_ROW(c) + i) * expf(G[c * KP + i]) : 0.f, kwh + c * LK + i,
-                 kwl + c * LK + i);
+    for (int e = tid; e < C * K8; e += DRM_THREADS) {
+        const int c = e / K8, i0 = (e % K8) * 8;
+        float kf[8], gc[8], w[8];
+        load8(ks + c * LK + i0, kf);
+        drp_lds8f(G + c * KP + i0, gc);
+#pragma unroll
+        for (int t = 0; t < 8; t++) w[t] = c < n && i0 + t < K ? kf[t] * expf(gc[t]) : 0.f;
+        uint4 hi, lo;
+        drp_split8(w, &hi, &lo);
+        *reinterpret_cast<uint4 *>(kwh + c * LK + i0) = hi;
+        *reinterpret_cast<uint4 *>(kwl + c * LK + i0) = lo;
     }
-    for (int e = tid; e < C * VP; e += DRM_THREADS) {
-        const int c = e / VP, j = e % VP;
-        vb[c * LV + j] = (c < n && j < V) ? v[V_ROW(c) + j] : zero;
-    }
+    cp_async_wait<0>();
     __syncthreads();
     {
         // warp: m-tile mt (rows 16 mt..), 16-column pairs p = warp / 4, + 2, ... of W then U;
         // T is lower triangular: k-steps kk <= mt only
-        const int mt = warp & 3, gq = lane >> 2, t4 = lane & 3;
+        const int mt = warp & 3;
         uint32_t ah[4][4], al[4][4];  // A = T diag(beta), fragments by hand (kernels/mma.cuh's layout)
         for (int kk = 0; kk <= mt; kk++)
             for (int u = 0; u < 4; u++) {
                 const int r = mt * 16 + gq + (u & 1) * 8, c = kk * 16 + 2 * t4 + (u >> 1) * 8;
-                bf16 h0, l0, h1, l1;
-                dr_split(Tm[r * C + c] * bs[c], &h0, &l0);
-                dr_split(Tm[r * C + c + 1] * bs[c + 1], &h1, &l1);
-                ah[kk][u] = pack_bf16(__bfloat162float(h0), __bfloat162float(h1));
-                al[kk][u] = pack_bf16(__bfloat162float(l0), __bfloat162float(l1));
+                drp_split2(Tm[r * C + c] * bs[c], Tm[r * C + c + 1] * bs[c + 1], &ah[kk][u], &al[kk][u]);
             }
         const int npk = KP / 16, npv = VP / 16;
+        // pairs of adjacent columns as one 4-byte (W) or 8-byte (U) store where aligned
+        const bool wpair = K % 2 == 0 && ((uintptr_t)Wg & 3) == 0 && ((uintptr_t)Wgl & 3) == 0,
+                   upair = V % 2 == 0 && ((uintptr_t)Ug & 7) == 0;
         for (int p = warp >> 2; p < npk + npv; p += 2) {
             const bool isU = p >= npk;
             const int n0 = (isU ? p - npk : p) * 16, ld = isU ? LV : LK, D = isU ? V : K;
@@ -211,17 +358,32 @@ __global__ void __launch_bounds__(DRM_THREADS)
                 }
             }
             for (int nt = 0; nt < 2; nt++)
-                for (int u = 0; u < 4; u++) {
-                    const int r = mt * 16 + gq + (u >= 2 ? 8 : 0), c = n0 + nt * 8 + 2 * t4 + (u & 1);
-                    if (r < n && c < D) {
-                        if (isU) Ug[(size_t)r * V + c] = acc[nt][u];
-                        else dr_split(acc[nt][u], Wg + (size_t)r * K + c, Wgl + (size_t)r * K + c);
+                for (int u = 0; u < 4; u += 2) {
+                    const int r = mt * 16 + gq + (u >= 2 ? 8 : 0), c = n0 + nt * 8 + 2 * t4;
+                    if (r >= n || c >= D) continue;
+                    const float a0 = acc[nt][u], a1 = acc[nt][u + 1];
+                    if (isU) {
+                        float *d = Ug + (size_t)r * V + c;
+                        if (upair && c + 1 < V) *reinterpret_cast<float2 *>(d) = make_float2(a0, a1);
+                        else {
+                            d[0] = a0;
+                            if (c + 1 < V) d[1] = a1;
+                        }
+                    } else {
+                        bf16 *dh = Wg + (size_t)r * K + c, *dl = Wgl + (size_t)r * K + c;
+                        if (wpair && c + 1 < K) {
+                            uint32_t hi, lo;
+                            drp_split2(a0, a1, &hi, &lo);
+                            *reinterpret_cast<uint32_t *>(dh) = hi;
+                            *reinterpret_cast<uint32_t *>(dl) = lo;
+                        } else {
+                            dr_split(a0, dh, dl);
+                            if (c + 1 < K) dr_split(a1, dh + 1, dl + 1);
+                        }
                     }
                 }
         }
     }
-#undef QK_ROW
-#undef V_ROW
 }
 
 // ---- walk: one block per (sequence, head, V-tile of 64), the chunks in order ------------
@@ -474,6 +636,10 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     const size_t slots = dr_num_slots(B, T, N);
     if (N == 0) return;
     const unsigned vt = (unsigned)((V + DR_MBV - 1) / DR_MBV);
+    // the prep's 16-byte stores of Aqk and T (dr_ws_mma_bind's arrays lie at 256-byte offsets:
+    // a 16-byte aligned workspace, as every caller carves it, is enough)
+    if (!is_aligned16(ws->Aqk) || !is_aligned16(ws->Aqkl) || (ws->T && !is_aligned16(ws->T)))
+        die("delta_chunk: the tensor-core workspace is not 16-byte aligned");
     // (the PROFILE parts: HYBRID_CUDA_PROFILE=1 times each kernel; the backward's recomputation
     // of the forward counts in the same parts)
     if (slots > 0) {

@@ -6,9 +6,16 @@
 // Layout: x, z, y, dy, dx, dz (rows = B*T*H, D = V) bf16; weight w (D) bf16 shared by the
 // heads (NULL = 1); rstd (rows) fp32. One warp per row; dw as per-row-chunk partials added in
 // a fixed order (grad_reduce.cuh).
+// Two paths with the same bits: register kernels for D <= 256 (a lane keeps its elements of the
+// row in registers, act(z) computed once, and for D = 64, 128, 256 loads and stores them as
+// 4-, 8-, 16-byte vectors; the backward writes the dw partials from the same launch, one block
+// per row chunk) and the general kernels (any D; every D under
+// HYBRID_GRN_REF=1), which re-read the row in a second pass and compute dw in a second kernel.
+// The register kernels are not yet measured on a GPU (branch kda-ops).
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
+#include "kernels/delta_rule/row_vec.cuh"
 
 #define GRN_WARPS 8         // rows per block: one warp per row
 #define GRN_DW_THREADS 128  // channels per block of the dw partials
@@ -89,11 +96,197 @@ __global__ void grn_dw_partial_kernel(float *partial, const bf16 *dy, const bf16
     partial[(size_t)blockIdx.x * D + i] = acc;
 }
 
+// ---- Register kernels (D <= GRN_REG_MAX_D) -----------------------------------------------------
+// Each lane keeps its K = ceil(D / 32) elements of the row in registers between the two passes and
+// computes act(z) once per element. Which elements a lane holds:
+// - strided (VEC false, any D <= 256): elements lane, lane + 32, ..., lane + 32 (K - 1) (those < D),
+//   the general kernels' set and order, loaded one bf16 at a time;
+// - contiguous (VEC true, D = 32 K with K = 2, 4, 8 and the tensors 2K-byte aligned): elements
+//   K lane ... K lane + K - 1, loaded and stored K bf16 at a time. Only the row sums depend on
+//   the set: before them row_to_strided (row_vec.cuh) moves the summands (computed by the same
+//   expressions) to the lanes and order of the strided set through K shuffles.
+// Either way each lane's partial sums, the warp_sum and every other fp32 expression are those of
+// the general kernels above, so are the bits.
+#define GRN_REG_MAX_D 256
+
+// element index of a lane's slot k
+template <int K, bool VEC> __device__ __forceinline__ int grn_elem(int lane, int k) {
+    return VEC ? lane * K + k : lane + 32 * k;
+}
+
+template <int K, bool VEC>
+__global__ void grn_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *z, const bf16 *w, size_t rows,
+                                   int D, float eps, int swish) {
+    const size_t row = (size_t)blockIdx.x * GRN_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31;
+    if (row >= rows) return;  // the whole warp
+    const bf16 *xr = x + row * D, *zr = z + row * D;
+    float xv[K], zv[K];
+    if (VEC) {
+        row_load<K>(xv, xr + lane * K);
+        row_load<K>(zv, zr + lane * K);
+    } else {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = lane + 32 * k;
+            xv[k] = i < D ? __bfloat162float(xr[i]) : 0.f;
+            zv[k] = i < D ? __bfloat162float(zr[i]) : 0.f;
+        }
+    }
+    float xs[K];  // the strided set
+    row_strided<K, VEC>(xs, xv);
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        if (lane + 32 * k < D) ss += xs[k] * xs[k];
+    const float r = rsqrtf(warp_sum(ss) / D + eps);
+    float yv[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = grn_elem<K, VEC>(lane, k);
+        if (i >= D) break;
+        float a, da;
+        grn_act(zv[k], swish, &a, &da);
+        yv[k] = xv[k] * r * (w ? __bfloat162float(w[i]) : 1.f) * a;
+        if (!VEC) y[row * D + i] = __float2bfloat16(yv[k]);
+    }
+    if (VEC) row_store<K>(y + row * D + lane * K, yv);
+    if (lane == 0) rstd[row] = r;
+}
+
+// One block of GRN_WARPS warps per chunk of rows_per_chunk rows, one warp per row, GRN_WARPS rows
+// at a time. DW: the dw partial of the chunk as grn_dw_partial_kernel adds it (acc over the
+// chunk's rows in order of the same fp32 expression), from the per-element products d a x in
+// shared memory; thread i < D holds channel i's sum.
+template <int K, bool DW, bool VEC>
+__global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf16 *dy, const bf16 *x, const bf16 *z,
+                                   const bf16 *w, const float *rstd, size_t rows, int rows_per_chunk, int D,
+                                   int swish) {
+    __shared__ float pt[DW ? GRN_WARPS : 1][DW ? GRN_REG_MAX_D : 1];
+    __shared__ float rs[GRN_WARPS];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const size_t r0 = (size_t)blockIdx.x * rows_per_chunk;
+    const size_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+    float wv[K], ws[K];  // w of the lane's elements, and of the strided set (the sum's)
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = grn_elem<K, VEC>(lane, k), is = lane + 32 * k;
+        wv[k] = w && i < D ? __bfloat162float(w[i]) : 1.f;
+        ws[k] = w && is < D ? __bfloat162float(w[is]) : 1.f;
+    }
+    float acc = 0.f;
+    for (size_t base = r0; base < r1; base += GRN_WARPS) {
+        const size_t row = base + warp;
+        if (row < r1) {
+            const float r = rstd[row];
+            float a[K], da[K], xv[K], d[K], zv[K];
+            if (VEC) {
+                row_load<K>(xv, x + row * D + lane * K);
+                row_load<K>(d, dy + row * D + lane * K);
+                row_load<K>(zv, z + row * D + lane * K);
+            } else {
+#pragma unroll
+                for (int k = 0; k < K; k++) {
+                    const int i = lane + 32 * k;
+                    const size_t idx = row * D + i;
+                    xv[k] = i < D ? __bfloat162float(x[idx]) : 0.f;
+                    d[k] = i < D ? __bfloat162float(dy[idx]) : 0.f;
+                    zv[k] = i < D ? __bfloat162float(z[idx]) : 0.f;
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < K; k++) grn_act(zv[k], swish, &a[k], &da[k]);
+            float dzv[K], p[K] = {};
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int i = grn_elem<K, VEC>(lane, k);
+                if (i >= D) break;
+                const float wi = wv[k], xh = xv[k] * r;
+                dzv[k] = d[k] * xh * wi * da[k];
+                if (!VEC) dz[row * D + i] = __float2bfloat16(dzv[k]);
+                p[k] = xh * d[k] * a[k];
+                if (DW) pt[warp][i] = d[k] * a[k] * xv[k];
+            }
+            if (VEC) row_store<K>(dz + row * D + lane * K, dzv);
+            float ps[K];  // p of the strided set
+            row_strided<K, VEC>(ps, p);
+            float m = 0.f;
+#pragma unroll
+            for (int k = 0; k < K; k++)
+                if (lane + 32 * k < D) m += ps[k] * ws[k];
+            m = warp_sum(m) / D;
+            float dxv[K];
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int i = grn_elem<K, VEC>(lane, k);
+                if (i >= D) break;
+                const float wi = wv[k], xh = xv[k] * r;
+                dxv[k] = r * (d[k] * a[k] * wi - xh * m);
+                if (!VEC) dx[row * D + i] = __float2bfloat16(dxv[k]);
+            }
+            if (VEC) row_store<K>(dx + row * D + lane * K, dxv);
+            if (DW && lane == 0) rs[warp] = r;
+        }
+        if (DW) {
+            __syncthreads();
+            const size_t nr = r1 - base < GRN_WARPS ? r1 - base : GRN_WARPS;
+            if ((int)threadIdx.x < D)
+                for (size_t j = 0; j < nr; j++) acc += pt[j][threadIdx.x] * rs[j];
+            __syncthreads();
+        }
+    }
+    if (DW && (int)threadIdx.x < D) partial[(size_t)blockIdx.x * D + threadIdx.x] = acc;
+}
+
+// HYBRID_GRN_REF=1: the general kernels for every D (read at each call, so a test can switch)
+static int grn_use_ref(void) {
+    const char *e = getenv("HYBRID_GRN_REF");
+    return e && e[0] == '1';
+}
+
+template <int K>
+static void grn_fwd_launch(bool vec, bf16 *y, float *rstd, const bf16 *x, const bf16 *z, const bf16 *w, size_t rows,
+                           int D, float eps, int swish) {
+    constexpr bool V = K == 2 || K == 4 || K == 8;
+    const dim3 grid((unsigned)((rows + GRN_WARPS - 1) / GRN_WARPS)), block(32 * GRN_WARPS);
+    if (V && vec)
+        launch_kernel(grn_fwd_reg_kernel<K, V>, grid, block, 0, y, rstd, x, z, w, rows, D, eps, swish);
+    else
+        launch_kernel(grn_fwd_reg_kernel<K, false>, grid, block, 0, y, rstd, x, z, w, rows, D, eps, swish);
+}
+
+template <int K, bool DW>
+static void grn_bwd_launch(bool vec, int chunks, bf16 *dx, bf16 *dz, float *partial, const bf16 *dy, const bf16 *x,
+                           const bf16 *z, const bf16 *w, const float *rstd, size_t rows, int per, int D, int swish) {
+    constexpr bool V = K == 2 || K == 4 || K == 8;
+    const dim3 grid((unsigned)chunks), block(32 * GRN_WARPS);
+    if (V && vec)
+        launch_kernel(grn_bwd_reg_kernel<K, DW, V>, grid, block, 0, dx, dz, partial, dy, x, z, w, rstd, rows, per, D,
+                      swish);
+    else
+        launch_kernel(grn_bwd_reg_kernel<K, DW, false>, grid, block, 0, dx, dz, partial, dy, x, z, w, rstd, rows, per,
+                      D, swish);
+}
+
+#define GRN_REG_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8)
+
 extern "C" void cuda_gated_rmsnorm_forward(real *y, real *rstd, const real *x, const real *z, const real *w,
                                            size_t rows, int D, real eps, int swish) {
     PROFILE("gated_rmsnorm_fwd");
     if (D < 1) die("cuda_gated_rmsnorm_forward: bad D=%d", D);
     if (rows == 0) return;
+    if (D <= GRN_REG_MAX_D && !grn_use_ref()) {
+        const bool vec = row_vec_ok(D, y, x, z, w);
+        switch ((D + 31) / 32) {
+#define GRN_FWD_CASE(K)                                                                                           \
+    case K:                                                                                                       \
+        grn_fwd_launch<K>(vec, (bf16 *)y, (float *)rstd, (const bf16 *)x, (const bf16 *)z, (const bf16 *)w, rows, D, \
+                          (float)eps, swish);                                                                     \
+        return;
+            GRN_REG_CASES(GRN_FWD_CASE)
+#undef GRN_FWD_CASE
+        }
+    }
     launch_kernel(grn_fwd_kernel, dim3((unsigned)((rows + GRN_WARPS - 1) / GRN_WARPS)), dim3(32 * GRN_WARPS), 0,
                   (bf16 *)y, (float *)rstd, (const bf16 *)x, (const bf16 *)z, (const bf16 *)w, rows, D, (float)eps,
                   swish);
@@ -105,6 +298,31 @@ extern "C" void cuda_gated_rmsnorm_backward(real *dx, real *dz, real *dw, const 
     PROFILE("gated_rmsnorm_bwd");
     if (D < 1) die("cuda_gated_rmsnorm_backward: bad D=%d", D);
     if (rows == 0) return;
+    if (D <= GRN_REG_MAX_D && !grn_use_ref()) {
+        // with dw: one block per dw chunk (the chunks of grn_dw_partial_kernel); else GRN_WARPS rows
+        int chunks = (int)((rows + GRN_WARPS - 1) / GRN_WARPS), per = GRN_WARPS;
+        float *partial = NULL;
+        if (dw) {
+            per = grad_row_chunks(rows, &chunks);
+            partial = (float *)scratch_get((size_t)chunks * D * sizeof(float));
+        }
+        const bool vec = row_vec_ok(D, dx, dz, dy, x, z, w);
+        switch ((D + 31) / 32) {
+#define GRN_BWD_CASE(K)                                                                                             \
+    case K:                                                                                                         \
+        if (dw)                                                                                                     \
+            grn_bwd_launch<K, true>(vec, chunks, (bf16 *)dx, (bf16 *)dz, partial, (const bf16 *)dy, (const bf16 *)x, \
+                                    (const bf16 *)z, (const bf16 *)w, (const float *)rstd, rows, per, D, swish);     \
+        else                                                                                                        \
+            grn_bwd_launch<K, false>(vec, chunks, (bf16 *)dx, (bf16 *)dz, partial, (const bf16 *)dy, (const bf16 *)x, \
+                                     (const bf16 *)z, (const bf16 *)w, (const float *)rstd, rows, per, D, swish);    \
+        break;
+            GRN_REG_CASES(GRN_BWD_CASE)
+#undef GRN_BWD_CASE
+        }
+        if (dw) grad_reduce_add((bf16 *)dw, partial, chunks, D, (size_t)D);
+        return;
+    }
     launch_kernel(grn_bwd_kernel, dim3((unsigned)((rows + GRN_WARPS - 1) / GRN_WARPS)), dim3(32 * GRN_WARPS), 0,
                   (bf16 *)dx, (bf16 *)dz, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)z, (const bf16 *)w,
                   (const float *)rstd, rows, D, swish);

@@ -5,9 +5,12 @@
 //
 // Layout: rows of D contiguous bf16 values (rows = B*T*H); rstd (rows) fp32; the gate's x, g,
 // dg, dx (N, H, K) bf16 (GDN: K = 1), A_log (H) and dt_bias (H*K) bf16.
+// The L2 norm has vector kernels for D = 64, 128, 256 (row_vec.cuh) with the general kernels'
+// bits (HYBRID_L2NORM_REF=1 selects the general ones); not yet measured on a GPU (branch kda-ops).
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
+#include "kernels/delta_rule/row_vec.cuh"
 
 #define ROW_WARPS 8  // rows per block of the per-row kernels: one warp per row
 #define ELEM_THREADS 256
@@ -44,10 +47,65 @@ __global__ void l2norm_bwd_kernel(bf16 *dx, const bf16 *dy, const bf16 *y, const
         dx[row * D + i] = __float2bfloat16(rs * (__bfloat162float(dyr[i]) - dyy * __bfloat162float(yr[i])));
 }
 
+// The same for D = 32 K, K = 2, 4, 8, with aligned tensors: a lane loads and stores its K contiguous
+// elements as one vector and keeps them in registers; the row sums run over the strided set in
+// its order (row_vec.cuh), the general kernels' summands and order, so the bits are theirs.
+template <int K>
+__global__ void l2norm_fwd_vec_kernel(bf16 *y, float *rstd, const bf16 *x, size_t rows, float eps) {
+    const size_t row = (size_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, D = 32 * K;
+    if (row >= rows) return;
+    float xv[K], xs[K], yv[K];
+    row_load<K>(xv, x + row * D + lane * K);
+    row_to_strided<K>(xs, xv);
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; k++) ss += xs[k] * xs[k];
+    const float rs = rsqrtf(warp_sum(ss) + eps);
+#pragma unroll
+    for (int k = 0; k < K; k++) yv[k] = xv[k] * rs;
+    row_store<K>(y + row * D + lane * K, yv);
+    if (lane == 0) rstd[row] = rs;
+}
+
+template <int K>
+__global__ void l2norm_bwd_vec_kernel(bf16 *dx, const bf16 *dy, const bf16 *y, const float *rstd, size_t rows) {
+    const size_t row = (size_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
+    const int lane = threadIdx.x & 31, D = 32 * K;
+    if (row >= rows) return;
+    float dv[K], yv[K], ds[K], ys[K], dxv[K];
+    row_load<K>(dv, dy + row * D + lane * K);
+    row_load<K>(yv, y + row * D + lane * K);
+    row_to_strided<K>(ds, dv);
+    row_to_strided<K>(ys, yv);
+    float s = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; k++) s += ds[k] * ys[k];
+    const float dyy = warp_sum(s), rs = rstd[row];
+#pragma unroll
+    for (int k = 0; k < K; k++) dxv[k] = rs * (dv[k] - dyy * yv[k]);
+    row_store<K>(dx + row * D + lane * K, dxv);
+}
+
+// the vector kernels apply, unless HYBRID_L2NORM_REF=1 (the general kernels for every D; read at
+// each call, so a test can switch)
+static bool l2norm_vec(int D, const void *a, const void *b, const void *c = NULL) {
+    const char *e = getenv("HYBRID_L2NORM_REF");
+    return !(e && e[0] == '1') && row_vec_ok(D, a, b, c);
+}
+
 extern "C" void cuda_l2norm_forward(real *y, real *rstd, const real *x, size_t rows, int D, real eps) {
     PROFILE("l2norm_fwd");
     if (D < 1) die("cuda_l2norm_forward: bad D=%d", D);
     if (rows == 0) return;
+    if (l2norm_vec(D, y, x)) {
+        auto kern = D == 64    ? l2norm_fwd_vec_kernel<2>
+                    : D == 128 ? l2norm_fwd_vec_kernel<4>
+                               : l2norm_fwd_vec_kernel<8>;
+        launch_kernel(kern, dim3(row_blocks(rows)), dim3(32 * ROW_WARPS), 0, (bf16 *)y, (float *)rstd,
+                      (const bf16 *)x, rows, (float)eps);
+        return;
+    }
     launch_kernel(l2norm_fwd_kernel, dim3(row_blocks(rows)), dim3(32 * ROW_WARPS), 0, (bf16 *)y, (float *)rstd,
                   (const bf16 *)x, rows, D, (float)eps);
 }
@@ -56,6 +114,14 @@ extern "C" void cuda_l2norm_backward(real *dx, const real *dy, const real *y, co
     PROFILE("l2norm_bwd");
     if (D < 1) die("cuda_l2norm_backward: bad D=%d", D);
     if (rows == 0) return;
+    if (l2norm_vec(D, dx, dy, y)) {
+        auto kern = D == 64    ? l2norm_bwd_vec_kernel<2>
+                    : D == 128 ? l2norm_bwd_vec_kernel<4>
+                               : l2norm_bwd_vec_kernel<8>;
+        launch_kernel(kern, dim3(row_blocks(rows)), dim3(32 * ROW_WARPS), 0, (bf16 *)dx, (const bf16 *)dy,
+                      (const bf16 *)y, (const float *)rstd, rows);
+        return;
+    }
     launch_kernel(l2norm_bwd_kernel, dim3(row_blocks(rows)), dim3(32 * ROW_WARPS), 0, (bf16 *)dx, (const bf16 *)dy,
                   (const bf16 *)y, (const float *)rstd, rows, D);
 }

@@ -148,6 +148,15 @@ static void *gpu_ws(const Prob *p, int backward) {
     return G->alloc(b ? b : 16);
 }
 
+// two device bf16 tensors hold the same bits (the number of differing elements is 0)
+static void same_bits_bf16(const char *what, const void *a, const void *b, size_t n) {
+    float *x = get_bf16(a, n), *y = get_bf16(b, n);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += memcmp(x + i, y + i, sizeof(float)) != 0;
+    expect(what, (double)diff, 0);
+    free(x), free(y);
+}
+
 // forward o and hT, then backward dq dk dv dg dbeta dh0; with_h0 / with_dhT: NULL or given
 static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     printf("%s chunk B=%d T=%d H=%d K=%d V=%d%s h0=%s dhT=%s [%s]\n", kind_name(p->kind), p->B, p->T, p->H, p->K,
@@ -201,6 +210,23 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     if (dgd) cmp_bf16("backward dg", dgd, dg, p->ng, TOL_GB);
     cmp_bf16("backward dbeta", dbd, db, p->nb, TOL_GB);
     cmp_f32("backward dh0 (fp32)", dh0d, dh0, p->ns, TOL_F32);
+    if (P == &PATHS[0]) {  // the split gradient kernels against the single one (HYBRID_DR_GRAD_REF=1): the same bits
+        void *rq = dev_bf16(NULL, p->nq), *rk = dev_bf16(NULL, p->nq), *rv = dev_bf16(NULL, p->nv),
+             *rg = p->g ? dev_bf16(NULL, p->ng) : NULL, *rb = dev_bf16(NULL, p->nb);
+        poison_bf16(rq, p->nq), poison_bf16(rk, p->nq), poison_bf16(rv, p->nv), poison_bf16(rb, p->nb);
+        if (rg) poison_bf16(rg, p->ng);
+        setenv("HYBRID_DR_GRAD_REF", "1", 1);
+        P->bwd(p->kind, rq, rk, rv, rg, rb, NULL, d.dout, (const real *)ddhT, d.q, d.k, d.v, d.g, d.beta,
+               (const real *)dh0p, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
+        unsetenv("HYBRID_DR_GRAD_REF");
+        same_bits_bf16("backward dq, split = single kernel", dqd, rq, p->nq);
+        same_bits_bf16("backward dk, split = single kernel", dkd, rk, p->nq);
+        same_bits_bf16("backward dv, split = single kernel", dvd, rv, p->nv);
+        if (rg) same_bits_bf16("backward dg, split = single kernel", dgd, rg, p->ng);
+        same_bits_bf16("backward dbeta, split = single kernel", dbd, rb, p->nb);
+        G->free(rq), G->free(rk), G->free(rv), G->free(rb);
+        if (rg) G->free(rg);
+    }
     G->free(wg);
     G->free(od), G->free(hTd), G->free(dqd), G->free(dkd), G->free(dvd), G->free(dbd), G->free(dh0d);
     if (dgd) G->free(dgd);
@@ -338,6 +364,7 @@ int main(void) {
         run_fixed(kd, 2, 65, 2, 32, 32, 1);
         run_fixed(kd, 2, 130, 2, 32, 32, 1);
         run_fixed(kd, 2, 130, 2, 16, 32, 0);  // H*K != V
+        run_fixed(kd, 2, 70, 2, 20, 13, 0);   // K, V not multiples of 8: padding, the unvectorised paths
         run_varlen(kd, off_small, nseq_small, 2, 16, 32);
         Prob ps = make_prob(kd, 2, 70, 2, 16, 32, NULL, 0);
         test_step(&ps);

@@ -188,6 +188,22 @@ static void test_l2norm(size_t rows, int Dd) {
     poison_bf16(ddx, n);
     D->l2norm_backward(ddx, ddy, ysaved, (real *)rsaved, rows, Dd);
     cmp_bf16("backward dx", ddx, gx, n, TOL_GRAD);
+    // the vector kernels (D = 64, 128, 256) against the general ones (HYBRID_L2NORM_REF=1): the same bits
+    if (Dd == 64 || Dd == 128 || Dd == 256) {
+        void *ry = dev_bf16(NULL, n), *rdx = dev_bf16(NULL, n);
+        float *rr = dev_f32(NULL, rows);
+        poison_bf16(ry, n);
+        poison_f32(rr, rows);
+        poison_bf16(rdx, n);
+        setenv("HYBRID_L2NORM_REF", "1", 1);
+        D->l2norm_forward(ry, (real *)rr, dx_, rows, Dd, 1e-6f);
+        D->l2norm_backward(rdx, ddy, ysaved, (real *)rsaved, rows, Dd);
+        unsetenv("HYBRID_L2NORM_REF");
+        same_bits_bf16("forward y, vector = general", dy_, ry, n);
+        same_bits_f32("forward rstd, vector = general", drstd, rr, rows);
+        same_bits_bf16("backward dx, vector = general", ddx, rdx, n);
+        G->free(ry), G->free(rdx), G->free(rr);
+    }
     G->free(dx_), G->free(dy_), G->free(drstd), G->free(ysaved), G->free(ddy), G->free(ddx), G->free(rsaved);
     free(x), free(y), free(rstd), free(dy), free(gx);
 }
@@ -272,6 +288,30 @@ static void test_gated_rmsnorm(size_t rows, int Dd, int swish, int with_w) {
     cmp_bf16("backward dx", dgx, gx, n, TOL_GRAD);
     cmp_bf16("backward dz", dgz, gz, n, TOL_GRAD);
     if (with_w) cmp_bf16("backward dw (x2, accumulated)", dgw, gw, Dd, TOL_GRAD);
+
+    // the register kernels (D <= 256) against the general ones (HYBRID_GRN_REF=1): the same bits
+    if (Dd <= 256) {
+        void *ry = dev_bf16(NULL, n), *rgx = dev_bf16(NULL, n), *rgz = dev_bf16(NULL, n), *rgw = dev_bf16(NULL, Dd);
+        float *rr = dev_f32(NULL, rows);
+        poison_bf16(ry, n);
+        poison_f32(rr, rows);
+        G->zero(rgw, Dd);
+        setenv("HYBRID_GRN_REF", "1", 1);
+        D->gated_rmsnorm_forward(ry, (real *)rr, dx_, dz_, dw_, rows, Dd, 1e-5f, swish);
+        for (int rep = 0; rep < 2; rep++) {
+            poison_bf16(rgx, n);
+            poison_bf16(rgz, n);
+            D->gated_rmsnorm_backward(rgx, rgz, with_w ? rgw : NULL, ddy, dx_, dz_, dw_, (real *)rsaved, rows, Dd,
+                                      swish);
+        }
+        unsetenv("HYBRID_GRN_REF");
+        same_bits_bf16("forward y, register = general", dy_, ry, n);
+        same_bits_f32("forward rstd, register = general", drstd, rr, rows);
+        same_bits_bf16("backward dx, register = general", dgx, rgx, n);
+        same_bits_bf16("backward dz, register = general", dgz, rgz, n);
+        if (with_w) same_bits_bf16("backward dw, register = general", dgw, rgw, Dd);
+        G->free(ry), G->free(rgx), G->free(rgz), G->free(rgw), G->free(rr);
+    }
     void *bufs[] = {dx_, dz_, dw_, dy_, drstd, ddy, dgx, dgz, dgw, rsaved};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) G->free(bufs[i]);
@@ -393,6 +433,9 @@ int main(void) {
     test_l2norm(300, 16);
     test_l2norm(200, 32);
     test_l2norm(150, 128);
+    test_l2norm(100, 64);
+    test_l2norm(60, 256);
+    test_l2norm(50, 96);  // the general kernels only
 
     test_gate(150, 3, 16, 0.f, 1, 1);     // KDA softplus form
     test_gate(150, 3, 16, -5.f, 1, 1);    // lower-bound form
@@ -406,6 +449,10 @@ int main(void) {
     test_gated_rmsnorm(200, 64, 1, 1);
     test_gated_rmsnorm(200, 64, 0, 1);
     test_gated_rmsnorm(100, 40, 1, 0);
+    test_gated_rmsnorm(150, 128, 1, 1);  // the layers' D
+    test_gated_rmsnorm(70, 96, 0, 1);    // K = 3 values a lane
+    test_gated_rmsnorm(60, 256, 0, 1);   // K = 8, 16-byte vectors
+    test_gated_rmsnorm(30, 300, 1, 1);   // D > 256: the general kernels only
 
     // linear attention: T = 1, 63, 64, 65, 130, varlen; states given and NULL
     for (int normalize = 0; normalize < 2; normalize++) {
