@@ -221,7 +221,7 @@ static size_t grad_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 
 // grad1: the B1 / B3 tiles (10 of [64][40] bf16) are its largest use of the tile region
 static size_t grad1_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 10 * DR_BT * 40 * 2; }
 // grad2: G [64][K], bs, db, dbp [4][64], att [64], gend [K] fp32; 4 tiles [64][72] + 6 [64][40] bf16
-static size_t grad2_tiles_off(int K) { return ((size_t)DR_BT * K + 7 * DR_BT + (size_t)K + 7) & ~(size_t)7; }
+static size_t grad2_tiles_off(int K) { return ((size_t)DR_BT * K + 15 * DR_BT + (size_t)K + 7) & ~(size_t)7; }
 static size_t grad2_mma_smem(int K) { return grad2_tiles_off(K) * sizeof(float) + (4 * DR_BT * 72 + 6 * DR_BT * 40) * 2; }
 
 #define ROWQK(r) (((size_t)(tok0 + (r)) * H + h) * K)
@@ -488,6 +488,76 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
 }
 
 
+// Stage B4 inside the diagonal blocks, exactly (docs/delta-rule.md, "Stage B4: intra-chunk
+// decay gradients" and "Stable decay exponents"): the pairs 16B <= c < r < 16B + 16 of each
+// block B, whose factored form (exp(Gamma_ref - Gamma_c) with c past the reference row) would
+// overflow once the gate passes ~6 nats a token. Task (block B, channel i): the block's q, k and
+// Gamma of channel i in registers, each pair's E = exp(Gamma_r - Gamma_c) (exponent <= 0) once:
+//   w = dA[r][c] q_r + dL[r][c] beta_r k_r;   dq_r += dA[r][c] k_c E;   rho_r += dL[r][c] k_c E;
+//   col_c += w E;   x = w k_c E: dGamma_r += x, dGamma_c -= x (one x for both roles);
+// then dk_r += beta_r rho_r, dk_c += col_c, and dbeta_r += rho_r . k_r over the channels (a
+// warp sum per 32 channels into dbd[r][i / 32], added to db in channel-group order). dA, dL:
+// [64][64] (their strict lower parts read); G: Gamma [64][K]; dbd: [64][8] scratch (K <= 256).
+// Called by the whole block after a barrier that completes dQ, dK, dG and db; ends after one.
+__device__ void dr_b4_diag(const float *dA, const float *dL, const float *G, const float *bs, const bf16 *q,
+                           const bf16 *k, float *dQ, float *dK, float *dG, float *db, float *dbd, int n, int tok0,
+                           int H, int h, int K) {
+    const int tid = threadIdx.x, lane = tid & 31, C = DR_BT, KC = (K + 31) & ~31;
+    for (int e = tid; e < 4 * KC; e += DR_THREADS) {  // KC, DR_THREADS multiples of 32: a warp shares B
+        const int t0 = 16 * (e / KC), i = e % KC;
+        const bool live = i < K;
+        float qv[16], kv[16], gv[16], col[16], dgc[16];
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const int t = t0 + j;
+            const bool in = live && t < n;
+            const size_t row = ((size_t)(tok0 + t) * H + h) * K;
+            qv[j] = in ? dr_ld(q + row + i) : 0.f;
+            kv[j] = in ? dr_ld(k + row + i) : 0.f;
+            gv[j] = live ? G[t * K + i] : 0.f;
+            col[j] = dgc[j] = 0.f;
+        }
+        if (lane == 0 && t0 < n) dbd[t0 * 8 + i / 32] = 0.f;  // row 16B: no pair
+#pragma unroll
+        for (int r = 1; r < 16; r++) {
+            const int t = t0 + r;
+            if (t >= n) break;  // the same for the whole warp
+            const float br = bs[t];
+            float dq = 0.f, rho = 0.f, xr = 0.f;
+#pragma unroll
+            for (int c = 0; c < r; c++) {
+                const float E = expf(gv[r] - gv[c]), a = dA[t * C + t0 + c], l = dL[t * C + t0 + c];
+                const float kcE = kv[c] * E, w = a * qv[r] + l * br * kv[r], x = w * kcE;
+                dq += a * kcE;
+                rho += l * kcE;
+                col[c] += w * E;
+                xr += x;
+                dgc[c] -= x;
+            }
+            if (live) {
+                dQ[t * K + i] += dq;
+                dK[t * K + i] += br * rho;
+                dG[t * K + i] += xr;
+            }
+            const float pb = warp_sum(rho * kv[r]);
+            if (lane == 0) dbd[t * 8 + i / 32] = pb;
+        }
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+            if (live && t0 + j < n) {
+                dK[(t0 + j) * K + i] += col[j];
+                dG[(t0 + j) * K + i] += dgc[j];
+            }
+    }
+    __syncthreads();
+    if (tid < n) {
+        float acc = 0.f;
+        for (int g8 = 0; g8 < KC / 32; g8++) acc += dbd[tid * 8 + g8];
+        db[tid] += acc;
+    }
+    __syncthreads();
+}
+
 // the single kernel (the reference, HYBRID_DR_GRAD_REF=1): dr_grad_front, then B4 and B6
 __global__ void __launch_bounds__(DR_THREADS)
     dr_grad_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta, const bf16 *dout, const bf16 *q,
@@ -507,12 +577,14 @@ __global__ void __launch_bounds__(DR_THREADS)
     const float *dL = dT;
 
     // B4 on tensor cores (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients"), by blocks
-    // B of 16 rows / columns and K tiles of 64, with dAs, dLs the strictly lower parts of dA, dL:
-    //   rows t of block B, ref = Gamma_{16B}: Kr_c = k_c e^(ref - Gamma_c) (c < 16B + 16),
+    // B of 16 rows / columns and K tiles of 64, with dAs, dLs the strictly lower parts of dA, dL
+    // outside the diagonal blocks:
+    //   rows t of block B, ref = Gamma_{16B}: Kr_c = k_c e^(ref - Gamma_c) (c < 16B),
     //     dqoff = e^(Gamma_t - ref) (dAs Kr)_t,  rho = e^(Gamma_t - ref) (dLs Kr)_t;
     //   columns t of block B, ref' = Gamma_{16B+15}: Qr_r = q_r e^(Gamma_r - ref'),
-    //     Kbr_r = beta_r k_r e^(Gamma_r - ref') (r >= 16B),  dgm = e^(ref' - Gamma_t) (dAs^T Qr + dLs^T Kbr)_t;
-    // every exponent <= 0 but within a diagonal block (at most 15 tokens of decay), as in the prep.
+    //     Kbr_r = beta_r k_r e^(Gamma_r - ref') (r >= 16B + 16),  dgm = e^(ref' - Gamma_t) (dAs^T Qr + dLs^T Kbr)_t;
+    // every exponent <= 0; the pairs inside a diagonal block, where a factor would grow by up
+    // to 15 tokens of decay and overflow with a strong gate, come after, exactly (dr_b4_diag).
     //   dq += dqoff + dA_tt k_t;  dk += dA_tt q_t + dgm + beta_t rho;
     //   dGamma += q_t dqoff + beta_t k_t rho - k_t dgm;  dbeta_t += rho . k_t
     // Warp w: 16 columns 16 (w % 4).. of the K tile; w < 4 the row terms, w >= 4 the column terms.
@@ -535,8 +607,8 @@ __global__ void __launch_bounds__(DR_THREADS)
                     const bool in = r < n && i < K;
                     const float kr = in ? KK(r, i) : 0.f;
                     float a = 0.f, b = 0.f, c = 0.f;
-                    if (in && r < t0 + 16) a = kr * expf(G[t0 * K + i] - G[r * K + i]);
-                    if (in && r >= t0) {
+                    if (in && r < t0) a = kr * expf(G[t0 * K + i] - G[r * K + i]);
+                    if (in && r >= t0 + 16) {
                         const float ex = expf(G[r * K + i] - G[(t0 + 15) * K + i]);
                         b = Q(r, i) * ex;
                         c = bs[r] * kr * ex;
@@ -548,7 +620,7 @@ __global__ void __launch_bounds__(DR_THREADS)
                 __syncthreads();
                 float x0[2][4] = {}, x1[2][4] = {};
                 if (task == 0) {
-                    for (int kk = 0; kk <= Bk; kk++) {
+                    for (int kk = 0; kk < Bk; kk++) {
                         uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
                         dr_lda(ah, Ah_, LT, t0, kk * 16, lane);
                         dr_lda(al, Al_, LT, t0, kk * 16, lane);
@@ -562,7 +634,7 @@ __global__ void __launch_bounds__(DR_THREADS)
                         }
                     }
                 } else {
-                    for (int kk = Bk; kk < 4; kk++) {
+                    for (int kk = Bk + 1; kk < 4; kk++) {
                         uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
                         dr_lda_t(ah, Ah_, LT, t0, kk * 16, lane);
                         dr_lda_t(al, Al_, LT, t0, kk * 16, lane);
@@ -618,6 +690,7 @@ __global__ void __launch_bounds__(DR_THREADS)
         if (tid < C) db[tid] += dbp[tid] + dbp[C + tid] + dbp[2 * C + tid] + dbp[3 * C + tid];
     }
     __syncthreads();
+    dr_b4_diag(dA, dL, G, bs, q, k, dQ, dK, dG, db, tmp + 4 * C, n, tok0, H, h, K);  // tmp's [4][64] dbp are spent
 
     // B6 and the stores (chunk.cuh)
     dr_grad_finish(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);
@@ -661,8 +734,9 @@ __global__ void __launch_bounds__(DR_THREADS)
     const int lane = tid & 31, warp = tid >> 5;
     float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K;
     const float *dAg = ws.dA + sh * C * C, *dLg = ws.dL + sh * C * C;
-    float *G = sm, *bs = G + C * K, *db = bs + C, *dbp = db + C, *att = dbp + 4 * C, *gend = att + C;
-    bf16 *tiles = (bf16 *)(sm + ((C * K + 7 * C + K + 7) & ~7));  // grad2_tiles_off
+    float *G = sm, *bs = G + C * K, *db = bs + C, *dbp = db + C, *att = dbp + 4 * C, *gend = att + C,
+          *dbd = gend + K;
+    bf16 *tiles = (bf16 *)(sm + ((C * K + 15 * C + K + 7) & ~7));  // grad2_tiles_off
     for (int i = tid; i < K; i += DR_THREADS) {  // Gamma, recomputed (as dr_grad_front)
         float acc = 0.f;
         for (int r = 0; r < C; r++) {
@@ -698,8 +772,8 @@ __global__ void __launch_bounds__(DR_THREADS)
                         const bool in = r < n && i < K;
                         const float kr = in ? KK(r, i) : 0.f;
                         float a = 0.f, b = 0.f, c = 0.f;
-                        if (in && r < t0 + 16) a = kr * expf(G[t0 * K + i] - G[r * K + i]);
-                        if (in && r >= t0) {
+                        if (in && r < t0) a = kr * expf(G[t0 * K + i] - G[r * K + i]);
+                        if (in && r >= t0 + 16) {
                             const float ex = expf(G[r * K + i] - G[(t0 + 15) * K + i]);
                             b = Q(r, i) * ex;
                             c = bs[r] * kr * ex;
@@ -711,7 +785,7 @@ __global__ void __launch_bounds__(DR_THREADS)
                     __syncthreads();
                     float x0[4] = {}, x1[4] = {};
                     if (task == 0) {
-                        for (int kk = 0; kk <= Bk; kk++) {
+                        for (int kk = 0; kk < Bk; kk++) {
                             uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
                             dr_lda(ah, Ah_, LT, t0, kk * 16, lane);
                             dr_lda(al, Al_, LT, t0, kk * 16, lane);
@@ -725,7 +799,7 @@ __global__ void __launch_bounds__(DR_THREADS)
                             dr_mma3(x1, lh, ll, h2, l2);
                         }
                     } else {
-                        for (int kk = Bk; kk < 4; kk++) {
+                        for (int kk = Bk + 1; kk < 4; kk++) {
                             uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
                             dr_lda_t(ah, Ah_, LT, t0, kk * 16, lane);
                             dr_lda_t(al, Al_, LT, t0, kk * 16, lane);
@@ -782,6 +856,7 @@ __global__ void __launch_bounds__(DR_THREADS)
         if (tid < C) db[tid] += dbp[tid] + dbp[C + tid] + dbp[2 * C + tid] + dbp[3 * C + tid];
     }
     __syncthreads();
+    dr_b4_diag(dAg, dLg, G, bs, q, k, dQ, dK, dG, db, dbd, n, tok0, H, h, K);
 
     // B6 and the stores (chunk.cuh)
     dr_grad_finish(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);

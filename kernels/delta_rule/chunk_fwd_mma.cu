@@ -20,15 +20,16 @@
 //    q of row block 0 into registers.
 // 1. Gamma, a thread per channel down the 64 rows in shared memory (fp32, the scalar version's
 //    summation order: the same rounding); exp(Gamma_end) to the workspace.
-// 2. Aqk and L by row blocks I of 16: with the reference Gamma_ref = Gamma at row 16I, the A
-//    operand is q (resp. k) ⊙ exp(Gamma_r - Gamma_ref) (exponent <= 0) and the B operand
-//    k_c ⊙ exp(Gamma_ref - Gamma_c) for c < 16I + 16 (exponent <= 0 for c <= 16I; within the
-//    diagonal block at most 15 tokens of decay, and the entries c > r are masked after the
-//    product): no exponential of a whole chunk's decay (docs/delta-rule.md, "Stable decay
-//    exponents"). The pass that fills block I's A operands also writes its rows of Qg and Ke
-//    to the workspace (the same q and k in registers). The B tile holds two column blocks J,
-//    so block row I takes ceil((I + 1) / 2) passes (6 in all, 160 B rows as before); warp u of
-//    a pass computes one 16x8 half of a 16x16 tile (Aqk or L) over K.
+// 2. Aqk and L by row blocks I of 16: below the diagonal block, with the reference Gamma_ref =
+//    Gamma at row 16I, the A operand is q (resp. k) ⊙ exp(Gamma_r - Gamma_ref) and the B operand
+//    k_c ⊙ exp(Gamma_ref - Gamma_c) for c < 16I (both exponents <= 0); the diagonal block,
+//    where a factor would hold up to 15 tokens of growth and overflow with a strong gate, in
+//    fp32 SIMT with each pair's exponent taken as a difference (dr_prep_diag_block; docs/
+//    delta-rule.md, "Stable decay exponents"). The pass that fills block I's A operands also
+//    writes its rows of Qg and Ke to the workspace (the same q and k in registers) and its q
+//    rows to shared memory for the diagonal block. The B tile holds two column blocks J, so
+//    block row I takes ceil((I + 1) / 2) passes (6 in all, 96 B rows); warp u of a pass
+//    computes one 16x8 half of a 16x16 tile (Aqk or L) over K.
 // 3. T = (I + L)^-1, fp32 SIMT, blockwise in place over L: the four 16x16 diagonal blocks by
 //    forward substitution (a warp each, 15 warp-synchronous rows), then block rows I = 1..3:
 //    T_IJ = -T_II sum_{J<=M<I} L_IM T_MJ (two barriers a block row instead of one a row).
@@ -38,13 +39,13 @@
 // Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8): G fp32 [64][KP] | L, then T,
 // fp32 [64][64] | beta, GDN gate fp32 [64] each | k bf16 [64][LK] (step 4: k e^Gamma hi) |
 // tiles bf16: step 1 g [64][LK]; step 2 A of q and of k, hi + lo, 16 rows each, and B hi + lo,
-// 32 rows each (128 x LK); steps 3-4 v [64][LV], then k e^Gamma lo [64][LK] (step 3's fp32
-// scratch X there). K = V = 128: 99.5 KiB, 2 blocks an SM (the previous layout: 99.25 KiB).
+// 32 rows each, and the 16 q rows of the diagonal block (144 x LK); steps 3-4 v [64][LV], then
+// k e^Gamma lo [64][LK] (step 3's fp32 scratch X there). K = V = 128: 103.75 KiB, 2 blocks an SM.
 #define DRP_BROWS 32  // rows of step 2's B tile (two column blocks)
 
 static size_t prep_mma_smem(int K, int V) {
     const size_t KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD;
-    const size_t s2 = (4 * 16 + 2 * DRP_BROWS) * LK, s4 = DR_BT * (LK + LV), tiles = s2 > s4 ? s2 : s4;
+    const size_t s2 = (5 * 16 + 2 * DRP_BROWS) * LK, s4 = DR_BT * (LK + LV), tiles = s2 > s4 ? s2 : s4;
     return DR_BT * KP * 4 + DR_BT * DR_BT * 4 + 2 * DR_BT * 4 + DR_BT * LK * 2 + tiles * 2;
 }
 
@@ -102,6 +103,46 @@ __device__ __forceinline__ void drp_stg8(bf16 *ph, bf16 *pl, const float x[8], i
     }
 }
 
+// Step 2's diagonal block I of Aqk and L, in fp32 SIMT: for 16I <= c <= r < 16I + 16,
+//   Aqk[r][c] = scale sum_i q_r[i] k_c[i] exp(Gamma_r[i] - Gamma_c[i]),
+//   L[r][c]   = beta_r sum_i k_r[i] k_c[i] exp(Gamma_r[i] - Gamma_c[i])   (c < r),
+// the difference exponentiated, never factored: a factor exp(Gamma_ref - Gamma_c) with c past
+// the reference row overflows once the gate passes ~6 nats a token (KDA's softplus gate is
+// unbounded; docs/delta-rule.md, "Stable decay exponents"), and inf times an underflowed 0 is
+// NaN. Warp w: rows w and 15 - w of the block (17 pairs either way), lanes over channels, two
+// warp sums a pair. Writes the whole 16 x 16 block of Aqk (hi + lo; 0 above the diagonal and
+// past n) and L's entries c < r < n (L is 0 elsewhere already). qd: the block's 16 q rows.
+__device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float *L, const bf16 *qd, const bf16 *ks,
+                                                   const float *G, const float *bs, float scale, int I, int n, int K,
+                                                   int KP, int LK) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, C = DR_BT;
+    {  // the entries no pair computes: above the diagonal, and the rows past n
+        const int rr = tid / 16, cc = tid % 16, r = 16 * I + rr, c = 16 * I + cc;
+        if (cc > rr || r >= n) {
+            Aqk[r * C + c] = __float2bfloat16(0.f);
+            Aqkl[r * C + c] = __float2bfloat16(0.f);
+        }
+    }
+    for (int side = 0; side < 2; side++) {
+        const int rr = side ? 15 - warp : warp, r = 16 * I + rr;
+        if (r >= n) continue;
+        for (int c = 16 * I; c <= r; c++) {
+            float sq = 0.f, sk = 0.f;
+            for (int i = lane; i < K; i += 32) {
+                const float e = expf(G[r * KP + i] - G[c * KP + i]), kc = __bfloat162float(ks[c * LK + i]) * e;
+                sq += __bfloat162float(qd[rr * LK + i]) * kc;
+                sk += __bfloat162float(ks[r * LK + i]) * kc;
+            }
+            sq = warp_sum(sq);
+            sk = warp_sum(sk);
+            if (lane == 0) {
+                dr_split(scale * sq, Aqk + r * C + c, Aqkl + r * C + c);
+                if (c < r) L[r * C + c] = bs[r] * sk;
+            }
+        }
+    }
+}
+
 __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_prep_mma_kernel(DrWsMma ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
                        int gate, float scale, int Tlen, int H, int K, int V, const int *offsets, int N) {
@@ -116,7 +157,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     bf16 *ks = (bf16 *)(gh + C), *tiles = ks + C * LK;
     bf16 *gs = tiles;                                                          // step 1 (KDA)
     bf16 *Aqh = tiles, *Aql = Aqh + 16 * LK, *Akh = Aql + 16 * LK, *Akl = Akh + 16 * LK, *Bkh = Akl + 16 * LK,
-         *Bkl = Bkh + DRP_BROWS * LK;                                          // step 2
+         *Bkl = Bkh + DRP_BROWS * LK, *qd = Bkl + DRP_BROWS * LK;                // step 2
     bf16 *vb = tiles, *kwh = ks, *kwl = vb + C * LV;                           // steps 3-4
     float *X = (float *)kwl;                                                   // step 3
     bf16 *Qg = ws.Qg + sh * C * K, *Qgl = ws.Qgl + sh * C * K, *Ke = ws.Ke + sh * C * K, *Kel = ws.Kel + sh * C * K,
@@ -184,6 +225,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     const int rr = e / K8, i0 = (e % K8) * 8, r = 16 * I + rr;
                     float qf[8], kf[8], gr[8], g0[8], ge[8], a[8], b[8], qg[8], ke[8];
                     drp_unpack8(qv[j], qf);
+                    *reinterpret_cast<uint4 *>(qd + rr * LK + i0) = qv[j];  // q itself, for the diagonal block
                     load8(ks + r * LK + i0, kf);
                     drp_lds8f(G + r * KP + i0, gr);
                     drp_lds8f(G + 16 * I * KP + i0, g0);
@@ -211,8 +253,9 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 }
                 if (I < 3) load_q(I + 1);  // in flight through this block row's passes
             }
-            // B rows c = 16 J0 .. 16 (J0 + nJ) - 1: k_c ⊙ exp(Gamma_ref - Gamma_c)
-            for (int e = tid; e < 16 * nJ * K8; e += DRM_THREADS) {
+            // B rows c = 16 J0 .. 16 (J0 + nJ) - 1 below the diagonal block: k_c ⊙ exp(Gamma_ref - Gamma_c)
+            const int nB = (J0 + nJ - 1 == I ? nJ - 1 : nJ);  // column blocks J < I of this pass
+            for (int e = tid; e < 16 * nB * K8; e += DRM_THREADS) {
                 const int cc = e / K8, i0 = (e % K8) * 8, c = 16 * J0 + cc;
                 float kf[8], gc[8], g0[8], b[8];
                 load8(ks + c * LK + i0, kf);
@@ -226,7 +269,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 *reinterpret_cast<uint4 *>(Bkl + cc * LK + i0) = lo;
             }
             __syncthreads();
-            if (warp < 4 * nJ) {
+            if (warp < 4 * nB) {
                 // tile (Aqk or L, J) and its 8-column half nh; one ldmatrix.x4 gives B's hi and lo
                 const int tile = warp >> 1, nh = warp & 1, isL = tile & 1, J = J0 + (tile >> 1);
                 const bf16 *Ah = isL ? Akh : Aqh, *Al = isL ? Akl : Aql;
@@ -255,6 +298,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     }
                 }
             }
+            if (J0 == 0) dr_prep_diag_block(Aqk, Aqkl, L, qd, ks, G, bs, scale, I, n, K, KP, LK);
             __syncthreads();  // A, B are refilled
         }
     // v by cp.async, in flight through step 3 (vb does not overlap L, T or X)
