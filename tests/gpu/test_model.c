@@ -100,10 +100,17 @@ static long routing_differences(const Model *mc, const Model *mg, int N, long *s
 // One forward and backward of the same bf16-representable weights and batch on the CPU (float)
 // and CUDA (bf16) backends: loss within TOL_OUT, logits and all gradients together within tol,
 // the worst single gradient tensor within 1.5 * tol, except tensors of at most FEW values: those
-// (the delta-rule layers' per-head gate vectors, A_log and GDN's dt_bias) within 3 * tol. Each
-// of their values is a sum over every token (and channel) of products whose signs cancel, so its
-// relative error is the per-element bf16 error times that cancellation: measured 4.8e-2 on the
-// H200 (KDA's A_log, 4 heads, KL-XS widths), where every larger tensor stays below 1.8e-2.
+// (the delta-rule layers' per-head gate vectors, A_log and GDN's dt_bias) within
+// max(3 tol, 4 delta). Each of their values is a sum over every token (and channel) of products
+// whose signs cancel, so its relative error is the per-element bf16 error times that
+// cancellation: measured 4.8e-2 on the H200 (KDA's A_log, 4 heads, KL-XS widths), where every
+// larger tensor stays below 1.8e-2, and 6.4e-2 in the emulator (GDN's dt_bias, 2 heads). delta
+// measures that cancellation for the tensor at hand: the relative change of its CPU gradient
+// when every weight moves by a random relative amount up to 2^-8 (the scale of bf16's rounding;
+// printed for every tensor). A wrong gradient term is O(1) relative, far above either bound. A
+// tensor with delta above 0.1 (its gradient at this batch is mostly cancellation: 0.31 for
+// GDN's dt_bias in the tiny KGDLAM model) cannot be checked at bf16 precision; it is named and
+// left out of that check (every larger tensor and all tensors together still cover its layer).
 // A model with MoE layers runs twice. First with the routing forced: the (selection-only,
 // untrained) router bias set to e for expert e, far above the score differences, so every token
 // picks the same top-k experts on both backends and no routing decision can differ; every tensor
@@ -164,20 +171,34 @@ static void model_step_compare(const char *name, const Config *cfg, double tol, 
     float *gc = xmalloc(sizeof(float) * np), *gg = xmalloc(sizeof(float) * np);
     model_get_grads(&mc, gc);
     model_get_grads(&mg, gg);
-    double worst = 0, worst_few = -1;
+    // each tensor's conditioning: the CPU gradient again with the weights moved (own stream)
+    float *wp = xmalloc(sizeof(float) * np), *gp = xmalloc(sizeof(float) * np);
+    Rng pr;
+    rng_seed(&pr, 77);
+    for (size_t i = 0; i < np; i++) wp[i] = w[i] * (float)(1.0 + 0x1p-8 * (2.0 * rng_uniform(&pr) - 1.0));
+    model_set_params(&mc, wp);
+    model_zero_grad(&mc);
+    model_forward(&mc, in, tg, B, T);
+    model_backward(&mc, 1.0f);
+    model_get_grads(&mc, gp);
+    double worst = 0, worst_few = -1, few_bound = 3 * tol;
     const char *worst_name = "", *few_name = "";
     for (int i = 0; i < mc.table.count; i++) {
         const ParamInfo *p = &mc.table.items[i];
-        double e = rel_rms(gg + p->offset, gc + p->offset, p->numel);
-        printf("    grad %-34s %.3e\n", p->name, e);
-        if (p->numel <= FEW && e > worst_few) worst_few = e, few_name = p->name;
+        double e = rel_rms(gg + p->offset, gc + p->offset, p->numel), d = rel_rms(gp + p->offset, gc + p->offset, p->numel);
+        printf("    grad %-34s %.3e  (delta %.1e)%s\n", p->name, e, d,
+               p->numel <= FEW && d > 0.1 ? "  not checked alone: delta above 0.1" : "");
+        const double b = fmax(3 * tol, 4 * d);
+        if (p->numel <= FEW && d <= 0.1 && (worst_few < 0 || e / b > worst_few / few_bound))
+            worst_few = e, few_name = p->name, few_bound = b;
         if (p->numel > FEW && e > worst) worst = e, worst_name = p->name;
     }
+    free(wp), free(gp);
     printf("  worst tensor: %s; of at most %d values: %s\n", worst_name, FEW, worst_few >= 0 ? few_name : "(none)");
     if (checked) {
         expect("gradients, all tensors together", rel_rms(gg, gc, np), tol);
         expect("gradients, worst single tensor", worst, 1.5 * tol);
-        if (worst_few >= 0) expect("gradients, worst tensor of at most 64 values", worst_few, 3 * tol);
+        if (worst_few >= 0) expect("gradients, worst tensor of at most 64 values", worst_few, few_bound);
     } else {
         printf("  gradients: all %.3e, worst tensor %.3e; not checked (routing differs; the forced run checks each)\n",
                rel_rms(gg, gc, np), worst);
