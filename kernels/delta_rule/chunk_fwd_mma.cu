@@ -24,8 +24,8 @@
 //    Gamma at row 16I, the A operand is q (resp. k) ⊙ exp(Gamma_r - Gamma_ref) and the B operand
 //    k_c ⊙ exp(Gamma_ref - Gamma_c) for c < 16I (both exponents <= 0); the diagonal block,
 //    where a factor would hold up to 15 tokens of growth and overflow with a strong gate, in
-//    fp32 SIMT with each pair's exponent taken as a difference (dr_prep_diag_block; docs/
-//    delta-rule.md, "Stable decay exponents"). The pass that fills block I's A operands also
+//    fp32 SIMT with each pair's exponent taken as a difference (dr_prep_diag_block;
+//    docs/delta-rule.md, "Stable decay exponents"). The pass that fills block I's A operands also
 //    writes its rows of Qg and Ke to the workspace (the same q and k in registers) and its q
 //    rows to shared memory for the diagonal block. The B tile holds two column blocks J, so
 //    block row I takes ceil((I + 1) / 2) passes (6 in all, 96 B rows); warp u of a pass
