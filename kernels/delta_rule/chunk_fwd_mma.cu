@@ -15,7 +15,8 @@
 // block ahead of its use; the SIMT passes work on 8 consecutive channels a thread (16-byte
 // shared-memory accesses, 16-byte workspace stores). The exponentials are the same
 // expressions of the same fp32 operands as in the scalar version before (32d9b1a; about 6.5
-// an element), so the outputs are bit-identical to its (the emulated test cases).
+// an element), so the outputs are bit-identical to its (the emulated test cases), except for
+// the diagonal blocks of Aqk and L (step 2: products of per-token factors, other sums).
 // 0. cp.async k, g; beta and GDN's per-head gate; L = 0, Aqk's blocks above the diagonal = 0;
 //    q of row block 0 into registers.
 // 1. Gamma, a thread per channel down the 64 rows in shared memory (fp32, the scalar version's
@@ -24,12 +25,13 @@
 //    Gamma at row 16I, the A operand is q (resp. k) ⊙ exp(Gamma_r - Gamma_ref) and the B operand
 //    k_c ⊙ exp(Gamma_ref - Gamma_c) for c < 16I (both exponents <= 0); the diagonal block,
 //    where a factor would hold up to 15 tokens of growth and overflow with a strong gate, in
-//    fp32 SIMT with each pair's exponent taken as a difference (dr_prep_diag_block;
+//    fp32 SIMT, the decay exp(Gamma_r - Gamma_c) a running product of the per-token factors
+//    exp(Gamma_t - Gamma_{t-1}) (every exponent a gate; dr_prep_diag_block;
 //    docs/delta-rule.md, "Stable decay exponents"). The pass that fills block I's A operands also
-//    writes its rows of Qg and Ke to the workspace (the same q and k in registers) and its q
-//    rows to shared memory for the diagonal block. The B tile holds two column blocks J, so
-//    block row I takes ceil((I + 1) / 2) passes (6 in all, 96 B rows); warp u of a pass
-//    computes one 16x8 half of a 16x16 tile (Aqk or L) over K.
+//    writes its rows of Qg and Ke to the workspace (the same q and k in registers), and its q
+//    rows and those 15 x K factors to shared memory for the diagonal block. The B tile holds
+//    two column blocks J < I, so block row I takes max(1, ceil(I / 2)) passes (5 in all, 96 B
+//    rows); warp u of a pass computes one 16x8 half of a 16x16 tile (Aqk or L) over K.
 // 3. T = (I + L)^-1, fp32 SIMT, blockwise in place over L: the four 16x16 diagonal blocks by
 //    forward substitution (a warp each, 15 warp-synchronous rows), then block rows I = 1..3:
 //    T_IJ = -T_II sum_{J<=M<I} L_IM T_MJ (two barriers a block row instead of one a row).
@@ -39,13 +41,14 @@
 // Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8): G fp32 [64][KP] | L, then T,
 // fp32 [64][64] | beta, GDN gate fp32 [64] each | k bf16 [64][LK] (step 4: k e^Gamma hi) |
 // tiles bf16: step 1 g [64][LK]; step 2 A of q and of k, hi + lo, 16 rows each, and B hi + lo,
-// 32 rows each, and the 16 q rows of the diagonal block (144 x LK); steps 3-4 v [64][LV], then
-// k e^Gamma lo [64][LK] (step 3's fp32 scratch X there). K = V = 128: 103.75 KiB, 2 blocks an SM.
+// 32 rows each, and the 16 q rows of the diagonal block (144 x LK), then its decay factors fp32
+// [15][KP]; steps 3-4 v [64][LV], then k e^Gamma lo [64][LK] (step 3's fp32 scratch X there).
+// K = V = 128: 111.25 KiB, 2 blocks an SM (at most 113 KiB each).
 #define DRP_BROWS 32  // rows of step 2's B tile (two column blocks)
 
 static size_t prep_mma_smem(int K, int V) {
     const size_t KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD;
-    const size_t s2 = (5 * 16 + 2 * DRP_BROWS) * LK, s4 = DR_BT * (LK + LV), tiles = s2 > s4 ? s2 : s4;
+    const size_t s2 = (5 * 16 + 2 * DRP_BROWS) * LK + 2 * 15 * KP, s4 = DR_BT * (LK + LV), tiles = s2 > s4 ? s2 : s4;
     return DR_BT * KP * 4 + DR_BT * DR_BT * 4 + 2 * DR_BT * 4 + DR_BT * LK * 2 + tiles * 2;
 }
 
@@ -103,43 +106,113 @@ __device__ __forceinline__ void drp_stg8(bf16 *ph, bf16 *pl, const float x[8], i
     }
 }
 
+// 4 fp32 from shared memory (16-byte aligned)
+__device__ __forceinline__ void drp_lds4f(const float *p, float f[4]) {
+    const float4 a = *reinterpret_cast<const float4 *>(p);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w;
+}
+// 4 bf16 of shared memory (8-byte aligned) as fp32
+__device__ __forceinline__ void drp_lds4(const bf16 *p, float f[4]) {
+    const uint2 u = *reinterpret_cast<const uint2 *>(p);
+    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x)),
+                 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+}
+
+// One step of a warp reduce-scatter of 2H slots v[0..2H-1]: a lane keeps the half that its lane
+// bit H selects and adds the partner's copy of it; after H = 16, 8, .. 1 lane l holds the
+// warp's total of slot l of 32 (a fixed tree: deterministic)
+template <int H> __device__ __forceinline__ void drp_rs_step(float v[32], int lane) {
+    const bool up = lane & H;
+#pragma unroll
+    for (int j = 0; j < H; j++) {
+        const float send = up ? v[j] : v[j + H], keep = up ? v[j + H] : v[j];
+        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, H);
+    }
+}
+
+// The start of a column c of the diagonal block, 4 channels: kd = k_c, q_c . k_c into sd
+__device__ __forceinline__ void drp_diag_col(float kd[4], float &sd, const bf16 *kc, const bf16 *qc) {
+    float qf[4];
+    drp_lds4(kc, kd);
+    drp_lds4(qc, qf);
+#pragma unroll
+    for (int t = 0; t < 4; t++) sd += qf[t] * kd[t];
+}
+// A row r of the diagonal block's running product, 4 channels: kd = k_c ⊙ exp(Gamma_{r-1} -
+// Gamma_c) times dec = exp(Gamma_r - Gamma_{r-1}); q_r . kd into sq, k_r . kd into sk
+__device__ __forceinline__ void drp_diag_row(float kd[4], float &sq, float &sk, const float *dec, const bf16 *qr,
+                                             const bf16 *kr) {
+    float a[4], qf[4], kf[4];
+    drp_lds4f(dec, a);
+    drp_lds4(qr, qf);
+    drp_lds4(kr, kf);
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        kd[t] *= a[t];
+        sq += qf[t] * kd[t];
+        sk += kf[t] * kd[t];
+    }
+}
+
 // Step 2's diagonal block I of Aqk and L, in fp32 SIMT: for 16I <= c <= r < 16I + 16,
 //   Aqk[r][c] = scale sum_i q_r[i] k_c[i] exp(Gamma_r[i] - Gamma_c[i]),
 //   L[r][c]   = beta_r sum_i k_r[i] k_c[i] exp(Gamma_r[i] - Gamma_c[i])   (c < r),
-// the difference exponentiated, never factored: a factor exp(Gamma_ref - Gamma_c) with c past
-// the reference row overflows once the gate passes ~6 nats a token (KDA's softplus gate is
-// unbounded; docs/delta-rule.md, "Stable decay exponents"), and inf times an underflowed 0 is
-// NaN. Warp w: rows w and 15 - w of the block (17 pairs either way), lanes over channels, two
-// warp sums a pair. Writes the whole 16 x 16 block of Aqk (hi + lo; 0 above the diagonal and
-// past n) and L's entries c < r < n (L is 0 elsewhere already). qd: the block's 16 q rows.
+// never through a factor exp(Gamma_ref - Gamma_c) with c past the reference row: that one
+// overflows once the gate passes ~6 nats a token (KDA's softplus gate is unbounded), and inf
+// times an underflowed 0 is NaN; docs/delta-rule.md, "Stable decay exponents". Instead the decay
+// is a running product down the rows of the per-token factors Dec[t] = exp(Gamma_{t+1} -
+// Gamma_t) (local rows t; every exponent a gate, <= 0): k_c ⊙ exp(Gamma_r - Gamma_c) for r =
+// c, c + 1, .. costs a multiply a channel and row, and the 15 x K exponentials of the block
+// are shared (Dec, filled by the caller) instead of one a pair and channel (136 x K).
+// Warp w owns the columns c0 = w (rows c0..15) and c1 = 15 - w (rows c1..15): 17 rows either
+// way; lane l the channels 4l..4l+3 (+ 128 j). Each lane sums its channels into 32 slots, one
+// warp reduce-scatter (31 shuffles) leaves slot l's total on lane l: slot s < 16 an Aqk entry,
+// 16 + s the L entry of the same pair; s = 0 (and 16 for Aqk) the diagonal of c0 (c1), s > w
+// the row s of column c0, 1 <= s <= w the row c1 + s of column c1. Writes the whole 16 x 16
+// block of Aqk (hi + lo; 0 above the diagonal and past n) and L's entries c < r < n (L is 0
+// elsewhere already). qd: the block's 16 q rows; Dec: [15][KP].
 __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float *L, const bf16 *qd, const bf16 *ks,
-                                                   const float *G, const float *bs, float scale, int I, int n, int K,
+                                                   const float *Dec, const float *bs, float scale, int I, int n,
                                                    int KP, int LK) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, C = DR_BT;
+    const int tid = threadIdx.x, lane = tid & 31, w = tid >> 5, C = DR_BT, o = 16 * I, c0 = w, c1 = 15 - w;
     {  // the entries no pair computes: above the diagonal, and the rows past n
-        const int rr = tid / 16, cc = tid % 16, r = 16 * I + rr, c = 16 * I + cc;
+        const int rr = tid / 16, cc = tid % 16, r = o + rr, c = o + cc;
         if (cc > rr || r >= n) {
             Aqk[r * C + c] = __float2bfloat16(0.f);
             Aqkl[r * C + c] = __float2bfloat16(0.f);
         }
     }
-    for (int side = 0; side < 2; side++) {
-        const int rr = side ? 15 - warp : warp, r = 16 * I + rr;
-        if (r >= n) continue;
-        for (int c = 16 * I; c <= r; c++) {
-            float sq = 0.f, sk = 0.f;
-            for (int i = lane; i < K; i += 32) {
-                const float e = expf(G[r * KP + i] - G[c * KP + i]), kc = __bfloat162float(ks[c * LK + i]) * e;
-                sq += __bfloat162float(qd[rr * LK + i]) * kc;
-                sk += __bfloat162float(ks[r * LK + i]) * kc;
+    float v[32];
+#pragma unroll
+    for (int s = 0; s < 32; s++) v[s] = 0.f;
+    for (int i = 4 * lane; i < KP; i += 128) {
+        float kd[4];
+        // column c0: its diagonal into slot 0, row r > c0 into slot r
+        drp_diag_col(kd, v[0], ks + (o + c0) * LK + i, qd + c0 * LK + i);
+#pragma unroll
+        for (int r = 1; r < 16; r++)
+            if (r > c0)
+                drp_diag_row(kd, v[r], v[16 + r], Dec + (r - 1) * KP + i, qd + r * LK + i, ks + (o + r) * LK + i);
+        // column c1: its diagonal into slot 16, row c1 + s (1 <= s <= w) into slot s
+        drp_diag_col(kd, v[16], ks + (o + c1) * LK + i, qd + c1 * LK + i);
+#pragma unroll
+        for (int s = 1; s < 8; s++)
+            if (s <= w) {
+                const int r = c1 + s;
+                drp_diag_row(kd, v[s], v[16 + s], Dec + (r - 1) * KP + i, qd + r * LK + i, ks + (o + r) * LK + i);
             }
-            sq = warp_sum(sq);
-            sk = warp_sum(sk);
-            if (lane == 0) {
-                dr_split(scale * sq, Aqk + r * C + c, Aqkl + r * C + c);
-                if (c < r) L[r * C + c] = bs[r] * sk;
-            }
-        }
+    }
+    drp_rs_step<16>(v, lane);
+    drp_rs_step<8>(v, lane);
+    drp_rs_step<4>(v, lane);
+    drp_rs_step<2>(v, lane);
+    drp_rs_step<1>(v, lane);
+    const int s = lane & 15, isL = lane >= 16 && s > 0;
+    const int c = s == 0 ? (lane ? c1 : c0) : (s > w ? c0 : c1), r = o + (s == 0 ? c : s > w ? s : c1 + s);
+    if (r < n) {
+        if (isL) L[r * C + o + c] = bs[r] * v[0];
+        else dr_split(scale * v[0], Aqk + r * C + o + c, Aqkl + r * C + o + c);
     }
 }
 
@@ -158,6 +231,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     bf16 *gs = tiles;                                                          // step 1 (KDA)
     bf16 *Aqh = tiles, *Aql = Aqh + 16 * LK, *Akh = Aql + 16 * LK, *Akl = Akh + 16 * LK, *Bkh = Akl + 16 * LK,
          *Bkl = Bkh + DRP_BROWS * LK, *qd = Bkl + DRP_BROWS * LK;                // step 2
+    float *Dec = (float *)(qd + 16 * LK);                                       // step 2
     bf16 *vb = tiles, *kwh = ks, *kwl = vb + C * LV;                           // steps 3-4
     float *X = (float *)kwl;                                                   // step 3
     bf16 *Qg = ws.Qg + sh * C * K, *Qgl = ws.Qgl + sh * C * K, *Ke = ws.Ke + sh * C * K, *Kel = ws.Kel + sh * C * K,
@@ -215,8 +289,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 
     // 2. Aqk and L: row block I, column blocks J0, J0 + 1 a pass
     for (int I = 0; I < 4; I++)
-        for (int J0 = 0; J0 <= I; J0 += 2) {
-            const int nJ = J0 < I ? 2 : 1;
+        for (int J0 = 0; J0 == 0 || J0 < I; J0 += 2) {
+            const int nB = min(2, I - J0);  // column blocks J0.. < I of this pass (0: block 0, its diagonal only)
             if (J0 == 0) {  // block I's A operands; its rows of Qg and Ke
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
@@ -252,9 +326,19 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     }
                 }
                 if (I < 3) load_q(I + 1);  // in flight through this block row's passes
+                // the diagonal block's decay factors Dec[t] = exp(Gamma_{16I+t+1} - Gamma_{16I+t}) (a gate: <= 0)
+                for (int e = tid; e < 15 * (KP / 4); e += DRM_THREADS) {
+                    const int t = e / (KP / 4), i = (e % (KP / 4)) * 4, r = 16 * I + t;
+                    float g1[4], g0[4];
+                    drp_lds4f(G + (r + 1) * KP + i, g1);
+                    drp_lds4f(G + r * KP + i, g0);
+                    float4 d;
+                    d.x = expf(g1[0] - g0[0]), d.y = expf(g1[1] - g0[1]), d.z = expf(g1[2] - g0[2]),
+                    d.w = expf(g1[3] - g0[3]);
+                    *reinterpret_cast<float4 *>(Dec + t * KP + i) = d;
+                }
             }
-            // B rows c = 16 J0 .. 16 (J0 + nJ) - 1 below the diagonal block: k_c ⊙ exp(Gamma_ref - Gamma_c)
-            const int nB = (J0 + nJ - 1 == I ? nJ - 1 : nJ);  // column blocks J < I of this pass
+            // B rows c = 16 J0 .. 16 (J0 + nB) - 1: k_c ⊙ exp(Gamma_ref - Gamma_c)
             for (int e = tid; e < 16 * nB * K8; e += DRM_THREADS) {
                 const int cc = e / K8, i0 = (e % K8) * 8, c = 16 * J0 + cc;
                 float kf[8], gc[8], g0[8], b[8];
@@ -298,7 +382,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     }
                 }
             }
-            if (J0 == 0) dr_prep_diag_block(Aqk, Aqkl, L, qd, ks, G, bs, scale, I, n, K, KP, LK);
+            if (J0 == 0) dr_prep_diag_block(Aqk, Aqkl, L, qd, ks, Dec, bs, scale, I, n, KP, LK);
             __syncthreads();  // A, B are refilled
         }
     // v by cp.async, in flight through step 3 (vb does not overlap L, T or X)
