@@ -177,21 +177,43 @@ __device__ __forceinline__ void dr_grad_finish(bf16 *dq, bf16 *dk, bf16 *dg, bf1
                                                float *dG, const float *db, const float *gend, int gate, int n,
                                                int tok0, int H, int h, int K) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NW = DR_THREADS / 32;
-    for (int i = tid; i < K; i += DR_THREADS) {
-        dG[(n - 1) * K + i] += gend[i];
+    // Both passes load a batch before they store it: a load after a store to a possibly
+    // aliasing address waits for that store (a global round trip per element otherwise).
+    for (int i = tid; i < K; i += DR_THREADS) {  // the reverse cumsum by batches of 16 rows
         float acc = 0.f;
-        for (int r = n - 1; r >= 0; r--) {
-            acc += dG[r * K + i];
-            dG[r * K + i] = acc;
+        for (int r1 = n - 1; r1 >= 0; r1 -= 16) {  // rows r1, r1 - 1, .., r1 - 15
+            float v[16];
+#pragma unroll
+            for (int u = 0; u < 16; u++) v[u] = r1 - u >= 0 ? dG[(r1 - u) * K + i] : 0.f;
+            if (r1 == n - 1) v[0] += gend[i];
+#pragma unroll
+            for (int u = 0; u < 16; u++)
+                if (r1 - u >= 0) {
+                    acc += v[u];
+                    dG[(r1 - u) * K + i] = acc;
+                }
         }
     }
     __syncthreads();
-    for (int e = tid; e < n * K; e += DR_THREADS) {
-        const int r = e / K, i = e % K;
-        const size_t row = ((size_t)(tok0 + r) * H + h) * K;
-        dr_st(dq + row + i, dQ[e]);
-        dr_st(dk + row + i, dK[e]);
-        if (gate == DRG_CHANNEL && dg) dr_st(dg + row + i, dG[e]);
+    const int chan = gate == DRG_CHANNEL && dg;
+    for (int e0 = tid; e0 < n * K; e0 += 4 * DR_THREADS) {  // 4 elements a thread a batch
+        float vq[4], vk[4], vg[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * DR_THREADS;
+            vq[u] = e < n * K ? dQ[e] : 0.f;
+            vk[u] = e < n * K ? dK[e] : 0.f;
+            vg[u] = chan && e < n * K ? dG[e] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = e0 + u * DR_THREADS, r = e / K, i = e % K;
+            if (e >= n * K) break;
+            const size_t row = ((size_t)(tok0 + r) * H + h) * K;
+            dr_st(dq + row + i, vq[u]);
+            dr_st(dk + row + i, vk[u]);
+            if (chan) dr_st(dg + row + i, vg[u]);
+        }
     }
     if (gate == DRG_HEAD && dg)  // GDN: the per-head gradient is the sum over K (a warp per row)
         for (int r = warp; r < n; r += NW) {

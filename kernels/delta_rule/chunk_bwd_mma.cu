@@ -210,9 +210,9 @@ __global__ void __launch_bounds__(DR_THREADS)
 //   grad1 (dr_grad1_mma_kernel): B1, B3, the dGamma_end extras, dT's K part, Wbar / Ubar (dv)
 //     and the triangular-inverse gradient (dr_grad_front); writes dA, dL ([64][64] fp32), the
 //     partial dbeta (db) and gend to the workspace. 147 KiB of shared memory at K = 128.
-//   grad2 (dr_grad2_mma_kernel): B4 and B6 (dr_grad_finish), with Gamma recomputed, the dA /
-//     dL hi + lo tiles and the Kr / Qr / Kb tiles by K halves of 32 columns: 100 KiB at K = 128,
-//     two blocks an SM.
+//   grad2 (dr_grad2_mma_kernel): B4 and B6 (dr_grad_finish), with Gamma recomputed (from g
+//     staged in the tile region), the dA / dL hi + lo tiles and the Kr / Qr / Kb tiles by K
+//     halves of 32 columns: 100 KiB at K = 128, two blocks an SM (128 registers).
 // The single kernel (dr_grad_mma_kernel, 191 KiB: one block an SM) stays as the reference,
 // run under HYBRID_DR_GRAD_REF=1 (read at each call; tests/gpu/test_delta_rule.c checks the
 // bits of both).
@@ -221,6 +221,7 @@ static size_t grad_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 
 // grad1: the B1 / B3 tiles (10 of [64][40] bf16) are its largest use of the tile region
 static size_t grad1_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 10 * DR_BT * 40 * 2; }
 // grad2: G [64][K], bs, db, dbp [4][64], att [64], gend [K] fp32; 4 tiles [64][72] + 6 [64][40] bf16
+// (before the tiles, the tile region holds g: at most [64][264] bf16, K = 256)
 static size_t grad2_tiles_off(int K) { return ((size_t)DR_BT * K + 15 * DR_BT + (size_t)K + 7) & ~(size_t)7; }
 static size_t grad2_mma_smem(int K) { return grad2_tiles_off(K) * sizeof(float) + (4 * DR_BT * 72 + 6 * DR_BT * 40) * 2; }
 
@@ -723,7 +724,15 @@ __global__ void __launch_bounds__(DR_THREADS)
 // i0 holds the columns i0 + 16 w + 8 hf + (0..7), w = 0..3, so warp w (w % 4 of each task)
 // takes the 8 columns the single kernel's warp w took as its n-tile u = hf, and every thread
 // adds its dbeta partials in the same order (i0, then hf = u, then the element).
-__global__ void __launch_bounds__(DR_THREADS)
+// Memory: the kernel was latency-bound on chains of dependent global round trips (a load
+// after a store to a possibly aliasing address waits for it), so each pass loads all its
+// operands first, then computes and stores: g staged by cp.async for the Gamma cumsum; the
+// fill's k and q (only the rows the MMAs read: Kr rows < t0, Qr / Kb rows >= t0 + 16) at
+// once; the row terms' q, k, dQ, dK, dG before the fill of their (Bk, i0, hf), so they arrive
+// during the fill and the MMAs (no other pass touches those elements in between); the column
+// terms' dK, dG (just written by the row terms) as one batch. Every element keeps its
+// operations and their order, so the bits are the reference's. 128 registers (2 blocks an SM).
+__global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_grad2_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, const bf16 *q, const bf16 *k,
                         const bf16 *g, const bf16 *beta, int gate, int Tlen, int H, int K, const int *offsets, int N) {
     const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT;
@@ -737,50 +746,109 @@ __global__ void __launch_bounds__(DR_THREADS)
     float *G = sm, *bs = G + C * K, *db = bs + C, *dbp = db + C, *att = dbp + 4 * C, *gend = att + C,
           *dbd = gend + K;
     bf16 *tiles = (bf16 *)(sm + ((C * K + 15 * C + K + 7) & ~7));  // grad2_tiles_off
-    for (int i = tid; i < K; i += DR_THREADS) {  // Gamma, recomputed (as dr_grad_front)
-        float acc = 0.f;
-        for (int r = 0; r < C; r++) {
-            if (r < n) acc += dr_gate(g, gate, (size_t)(tok0 + r), h, i, H, K);
-            G[r * K + i] = acc;
-        }
-        gend[i] = ws.gend[sh * K + i];
+    // g staged in the tile region (free until the dA / dL tiles): [64][KP + 8] bf16 of the
+    // chunk's rows (per-channel gate; rows >= n zero) or its [64] per-head gates
+    const int LG = dr_pad16(K) + DR_PAD;
+    bf16 *gs = tiles;
+    if (gate == DRG_CHANNEL)
+        dr_load_tile(gs, LG, g + ((size_t)tok0 * H + h) * K, (size_t)H * K, C, dr_pad16(K), n, K, tid, DR_THREADS);
+    else if (gate == DRG_HEAD && tid < C)
+        gs[tid] = tid < n ? g[(size_t)(tok0 + tid) * H + h] : __float2bfloat16(0.f);
+    cp_async_commit();
+    // the strictly lower dA, dL ([64][64] fp32, row-major) into registers while g arrives
+    constexpr int NE = DR_BT * DR_BT / DR_THREADS;
+    float av[NE], lv[NE];
+#pragma unroll
+    for (int u = 0; u < NE; u++) {
+        const int e = tid + u * DR_THREADS, r = e / C, c = e % C;
+        av[u] = c < r ? dAg[e] : 0.f;
+        lv[u] = c < r ? dLg[e] : 0.f;
     }
     for (int r = tid; r < C; r += DR_THREADS) {
         bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
         db[r] = ws.db[sh * C + r];
         att[r] = dAg[r * C + r];
     }
+    for (int i = tid; i < K; i += DR_THREADS) gend[i] = ws.gend[sh * K + i];
+    cp_async_wait<0>();
     __syncthreads();
+    for (int i = tid; i < K; i += DR_THREADS) {  // Gamma, recomputed (as dr_grad_front: the same sums)
+        float acc = 0.f;
+        for (int r = 0; r < C; r++) {
+            if (r < n)
+                acc += gate == DRG_CHANNEL ? __bfloat162float(gs[r * LG + i])
+                       : gate == DRG_HEAD  ? __bfloat162float(gs[r])
+                                           : 0.f;
+            G[r * K + i] = acc;
+        }
+    }
+    __syncthreads();  // G complete, gs spent
     // Warp w: 8 columns 8 (w % 4).. of the K half-tile; w < 4 the row terms, w >= 4 the column terms.
     {
         const int w4 = warp & 3, task = warp >> 2, gq = lane >> 2, t4 = lane & 3, LT = 72, LN = 40;
         const int nb = 16 * (w4 >> 1), odd = w4 & 1;  // the x4 B load at columns nb.., this warp's half
         bf16 *Ah_ = tiles, *Al_ = Ah_ + C * LT, *Lh = Al_ + C * LT, *Ll = Lh + C * LT, *Krh = Ll + C * LT,
              *Krl = Krh + C * LN, *Qrh = Krl + C * LN, *Qrl = Qrh + C * LN, *Kbh = Qrl + C * LN, *Kbl = Kbh + C * LN;
-        for (int e = tid; e < C * C; e += DR_THREADS) {
-            const int r = e / C, c = e % C;
-            dr_split(c < r ? dAg[e] : 0.f, Ah_ + r * LT + c, Al_ + r * LT + c);
-            dr_split(c < r ? dLg[e] : 0.f, Lh + r * LT + c, Ll + r * LT + c);
+#pragma unroll
+        for (int u = 0; u < NE; u++) {
+            const int e = tid + u * DR_THREADS, r = e / C, c = e % C;
+            dr_split(av[u], Ah_ + r * LT + c, Al_ + r * LT + c);
+            dr_split(lv[u], Lh + r * LT + c, Ll + r * LT + c);
         }
-        float part[2] = {0.f, 0.f};
+        float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the row block
         for (int Bk = 0; Bk < 4; Bk++) {
             const int t0 = 16 * Bk;
             for (int i0 = 0; i0 < K; i0 += 64)
                 for (int hf = 0; hf < 2; hf++) {
-                    for (int e = tid; e < C * 32; e += DR_THREADS) {
-                        const int r = e / 32, ii = e % 32, i = i0 + 16 * (ii >> 3) + 8 * hf + (ii & 7);
-                        const bool in = r < n && i < K;
-                        const float kr = in ? KK(r, i) : 0.f;
-                        float a = 0.f, b = 0.f, c = 0.f;
-                        if (in && r < t0) a = kr * expf(G[t0 * K + i] - G[r * K + i]);
-                        if (in && r >= t0 + 16) {
-                            const float ex = expf(G[r * K + i] - G[(t0 + 15) * K + i]);
-                            b = Q(r, i) * ex;
-                            c = bs[r] * kr * ex;
+                    // the fill: rows warp + 8 j of column fi of the half-tile, its k and q (the
+                    // rows that need them) loaded first
+                    const int fi = i0 + 16 * (lane >> 3) + 8 * hf + (lane & 7);
+                    const bool fin = fi < K;
+                    float fk[8], fq[8];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const int r = warp + 8 * j;
+                        const bool in = r < n && fin && (r < t0 || r >= t0 + 16);
+                        fk[j] = in ? KK(r, fi) : 0.f;
+                        fq[j] = in && r >= t0 + 16 ? Q(r, fi) : 0.f;
+                    }
+                    // this thread's epilogue elements: rows t0 + gq (+ 8), columns ei (+ 1)
+                    const int ei = i0 + 16 * w4 + 8 * hf + 2 * t4;
+                    // the epilogue's global operands, in flight during the fill and the MMAs (this
+                    // (i0, hf, Bk) is the only one that touches these elements)
+                    float ek[4], eq[4] = {}, edq[4] = {}, edk[4] = {}, edg[4] = {};
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int t = t0 + gq + (e >= 2 ? 8 : 0), i = ei + (e & 1);
+                        const bool in = t < n && i < K;
+                        ek[e] = in ? KK(t, i) : 0.f;
+                        if (task == 0 && in) {
+                            eq[e] = Q(t, i);
+                            edq[e] = dQ[t * K + i];
+                            edk[e] = dK[t * K + i];
+                            edg[e] = dG[t * K + i];
                         }
-                        dr_split(a, Krh + r * LN + ii, Krl + r * LN + ii);
-                        dr_split(b, Qrh + r * LN + ii, Qrl + r * LN + ii);
-                        dr_split(c, Kbh + r * LN + ii, Kbl + r * LN + ii);
+                    }
+                    // Kr rows < t0 (task 0's k-steps), Qr / Kb rows >= t0 + 16 (task 1's); the
+                    // other rows are never read
+                    const float g0 = fin ? G[t0 * K + fi] : 0.f, g15 = fin ? G[(t0 + 15) * K + fi] : 0.f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const int r = warp + 8 * j, ii = lane;
+                        const bool in = r < n && fin;
+                        if (r < t0) {
+                            const float a = in ? fk[j] * expf(g0 - G[r * K + fi]) : 0.f;
+                            dr_split(a, Krh + r * LN + ii, Krl + r * LN + ii);
+                        } else if (r >= t0 + 16) {
+                            float b = 0.f, c = 0.f;
+                            if (in) {
+                                const float ex = expf(G[r * K + fi] - g15);
+                                b = fq[j] * ex;
+                                c = bs[r] * fk[j] * ex;
+                            }
+                            dr_split(b, Qrh + r * LN + ii, Qrl + r * LN + ii);
+                            dr_split(c, Kbh + r * LN + ii, Kbl + r * LN + ii);
+                        }
                     }
                     __syncthreads();
                     float x0[4] = {}, x1[4] = {};
@@ -818,28 +886,41 @@ __global__ void __launch_bounds__(DR_THREADS)
                         }
                     }
                     if (task == 0)
+#pragma unroll
                         for (int e = 0; e < 4; e++) {
-                            const int t = t0 + gq + (e >= 2 ? 8 : 0), i = i0 + 16 * w4 + 8 * hf + 2 * t4 + (e & 1);
+                            const int t = t0 + gq + (e >= 2 ? 8 : 0), i = ei + (e & 1);
                             if (t < n && i < K) {
                                 const float ex = expf(G[t * K + i] - G[t0 * K + i]), dqoff = ex * x0[e],
-                                            rho = ex * x1[e], qt = Q(t, i), kt = KK(t, i), at = att[t], bt = bs[t];
-                                dQ[t * K + i] += dqoff + at * kt;
-                                dK[t * K + i] += at * qt + bt * rho;
-                                dG[t * K + i] += qt * dqoff + bt * kt * rho;
+                                            rho = ex * x1[e], qt = eq[e], kt = ek[e], at = att[t], bt = bs[t];
+                                dQ[t * K + i] = edq[e] + (dqoff + at * kt);
+                                dK[t * K + i] = edk[e] + (at * qt + bt * rho);
+                                dG[t * K + i] = edg[e] + (qt * dqoff + bt * kt * rho);
                                 part[e >> 1] += rho * kt;
                             }
                         }
-                    __syncthreads();  // the row terms are in (each element gets both terms)
-                    if (task == 1)
+                    // the row terms are in (each element gets both terms); with this barrier the
+                    // MMAs are done, so the next fill may overwrite the tiles without another
+                    __syncthreads();
+                    if (task == 1) {
+                        float cdk[4] = {}, cdg[4] = {};
+#pragma unroll
                         for (int e = 0; e < 4; e++) {
-                            const int t = t0 + gq + (e >= 2 ? 8 : 0), i = i0 + 16 * w4 + 8 * hf + 2 * t4 + (e & 1);
+                            const int t = t0 + gq + (e >= 2 ? 8 : 0), i = ei + (e & 1);
                             if (t < n && i < K) {
-                                const float dgm = expf(G[(t0 + 15) * K + i] - G[t * K + i]) * x0[e];
-                                dK[t * K + i] += dgm;
-                                dG[t * K + i] -= KK(t, i) * dgm;
+                                cdk[e] = dK[t * K + i];
+                                cdg[e] = dG[t * K + i];
                             }
                         }
-                    __syncthreads();  // the tiles are refilled
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int t = t0 + gq + (e >= 2 ? 8 : 0), i = ei + (e & 1);
+                            if (t < n && i < K) {
+                                const float dgm = expf(G[(t0 + 15) * K + i] - G[t * K + i]) * x0[e];
+                                dK[t * K + i] = cdk[e] + dgm;
+                                dG[t * K + i] = cdg[e] - ek[e] * dgm;
+                            }
+                        }
+                    }
                 }
             // this block's dbeta rows (the row-term warps), then the partials restart
             for (int u = 0; u < 2; u++) {
