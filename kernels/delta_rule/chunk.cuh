@@ -135,34 +135,85 @@ __device__ __forceinline__ float dr_gate(const T *g, int gate, size_t tok, int h
 // inverse"), block-wide on [64][64] fp32 tiles in shared memory, for both gradient kernels:
 // tmp = P_sl(dT) T^T, tmp[m][c] = sum_{p<=min(c,m-1)} dT[m][p] T[c][p]; then
 // dL = -P_sl(T^T tmp), dL[r][c] = -sum_{m>=r} T[m][r] tmp[m][c] for c < r < n, written over dT.
-// The 32 lanes of a warp take 32 consecutive c of one row m, so reading T[c][p] straight from
-// Tm would put all 32 lanes on one bank (a row is 64 floats): a 32-way conflict on every term.
-// A caller with 16 KiB of shared memory to spare passes TmT, which first receives T^T
-// (TmT[p][c] = T[c][p]: the lanes then read consecutive words); the sums are the same, in the
-// same order. Ends after a barrier.
+// Without TmT (the SIMT kernel): a thread an entry, the 32 lanes of a warp 32 consecutive c of
+// one row m; reading T[c][p] straight from Tm puts all 32 lanes on one bank (a row is 64
+// floats), a 32-way conflict on every term. A caller with 16.25 KiB of shared memory to spare
+// passes TmT ([64][65] fp32), which first receives T^T (TmT[p][c] = T[c][p]; the row stride 65
+// keeps both the transposing stores and the row reads conflict-free), and each thread then
+// takes a 2x2 block, rows m, m + 1 and columns c, c + 32 (c = lane): four loads for four terms
+// instead of eight. Every entry's sum has the same terms in the same order (p, m ascending; a
+// term outside an entry's range is skipped, not added as zero), so dL is bit-identical either
+// way. Row pairs k (rows 2k, 2k + 1) cost ~2k + 2 (tmp) and ~64 - 2k (dL) terms; warp w takes
+// the pairs w, 15 - w, 16 + w, 31 - w, the same total for every warp. Ends after a barrier.
 __device__ __forceinline__ void dr_tri_inverse_grad(float *dT, const float *Tm, float *tmp, int n,
                                                     float *TmT = NULL) {
     const int tid = threadIdx.x, C = DR_BT;
-    if (TmT) {
-        for (int e = tid; e < C * C; e += DR_THREADS) TmT[e] = Tm[(e % C) * C + e / C];
-        __syncthreads();
-    }
-    for (int e = tid; e < C * C; e += DR_THREADS) {
-        const int m = e / C, c = e % C, pmax = c < m - 1 ? c : m - 1;
-        float acc = 0.f;
-        if (TmT)
-            for (int p = 0; p <= pmax; p++) acc += dT[m * C + p] * TmT[p * C + c];
-        else
+    if (!TmT) {
+        for (int e = tid; e < C * C; e += DR_THREADS) {
+            const int m = e / C, c = e % C, pmax = c < m - 1 ? c : m - 1;
+            float acc = 0.f;
             for (int p = 0; p <= pmax; p++) acc += dT[m * C + p] * Tm[c * C + p];
-        tmp[e] = acc;
+            tmp[e] = acc;
+        }
+        __syncthreads();
+        for (int e = tid; e < C * C; e += DR_THREADS) {
+            const int r = e / C, c = e % C;
+            float acc = 0.f;
+            if (c < r && r < n)
+                for (int m = r; m < n; m++) acc += Tm[m * C + r] * tmp[m * C + c];
+            dT[e] = -acc;
+        }
+        __syncthreads();
+        return;
+    }
+    static_assert(DR_THREADS == 256 && DR_BT == 64, "2x2 blocks: 8 warps of 4 row pairs, 32 lanes of 2 columns");
+    const int LT = C + 1, lane = tid & 31, warp = tid >> 5;
+    for (int e = tid; e < C * C; e += DR_THREADS) TmT[(e % C) * LT + e / C] = Tm[e];
+    __syncthreads();
+    const int c0 = lane, c1 = lane + 32;
+#pragma unroll 1
+    for (int u = 0; u < 4; u++) {
+        const int k = u == 0 ? warp : u == 1 ? 15 - warp : u == 2 ? 16 + warp : 31 - warp, m = 2 * k;
+        // last p of each entry: min(c, row - 1)
+        const int p00 = c0 < m - 1 ? c0 : m - 1, p01 = c1 < m - 1 ? c1 : m - 1, p10 = c0 < m ? c0 : m,
+                  p11 = c1 < m ? c1 : m;
+        float a00 = 0.f, a01 = 0.f, a10 = 0.f, a11 = 0.f;
+        for (int p = 0; p <= p11; p++) {
+            const float d0 = dT[m * C + p], d1 = dT[(m + 1) * C + p], t0 = TmT[p * LT + c0], t1 = TmT[p * LT + c1];
+            if (p <= p00) a00 += d0 * t0;
+            if (p <= p01) a01 += d0 * t1;
+            if (p <= p10) a10 += d1 * t0;
+            a11 += d1 * t1;
+        }
+        tmp[m * C + c0] = a00;
+        tmp[m * C + c1] = a01;
+        tmp[(m + 1) * C + c0] = a10;
+        tmp[(m + 1) * C + c1] = a11;
     }
     __syncthreads();
-    for (int e = tid; e < C * C; e += DR_THREADS) {
-        const int r = e / C, c = e % C;
-        float acc = 0.f;
-        if (c < r && r < n)
-            for (int m = r; m < n; m++) acc += Tm[m * C + r] * tmp[m * C + c];
-        dT[e] = -acc;
+#pragma unroll 1
+    for (int u = 0; u < 4; u++) {
+        const int k = u == 0 ? warp : u == 1 ? 15 - warp : u == 2 ? 16 + warp : 31 - warp, r = 2 * k;
+        // entry (row, c) live for c < row < n; row r's sum starts at m = r, row r + 1's at r + 1
+        const bool l00 = c0 < r && r < n, l01 = c1 < r && r < n, l10 = c0 < r + 1 && r + 1 < n,
+                   l11 = c1 < r + 1 && r + 1 < n;
+        float a00 = 0.f, a01 = 0.f, a10 = 0.f, a11 = 0.f;
+        if (r < n) {
+            const float t0 = Tm[r * C + r], x0 = tmp[r * C + c0], x1 = tmp[r * C + c1];
+            if (l00) a00 += t0 * x0;
+            if (l01) a01 += t0 * x1;
+        }
+        for (int m = r + 1; m < n; m++) {
+            const float t0 = Tm[m * C + r], t1 = Tm[m * C + r + 1], x0 = tmp[m * C + c0], x1 = tmp[m * C + c1];
+            if (l00) a00 += t0 * x0;
+            if (l01) a01 += t0 * x1;
+            if (l10) a10 += t1 * x0;
+            if (l11) a11 += t1 * x1;
+        }
+        dT[r * C + c0] = -a00;
+        dT[r * C + c1] = -a01;
+        dT[(r + 1) * C + c0] = -a10;
+        dT[(r + 1) * C + c1] = -a11;
     }
     __syncthreads();
 }

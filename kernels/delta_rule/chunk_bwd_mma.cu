@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(DR_THREADS)
 // the same order, so the gradients are bit-identical to the single kernel):
 //   grad1 (dr_grad1_mma_kernel): B1, B3, the dGamma_end extras, dT's K part, Wbar / Ubar (dv)
 //     and the triangular-inverse gradient (dr_grad_front); writes dA, dL ([64][64] fp32), the
-//     partial dbeta (db) and gend to the workspace. 147 KiB of shared memory at K = 128.
+//     partial dbeta (db) and gend to the workspace. 165 KiB of shared memory at K = 128.
 //   grad2 (dr_grad2_mma_kernel): B4 and B6 (dr_grad_finish), with Gamma recomputed (from g
 //     staged in the tile region), the dA / dL hi + lo tiles and the Kr / Qr / Kb tiles by K
 //     halves of 32 columns: 100 KiB at K = 128, two blocks an SM (128 registers).
@@ -218,8 +218,9 @@ __global__ void __launch_bounds__(DR_THREADS)
 // bits of both).
 static size_t grad_tiles_off(int K) { return (4 * DR_BT * DR_BT + 2 * DR_BT + (size_t)K + (size_t)DR_BT * K + 7) & ~(size_t)7; }
 static size_t grad_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 10 * DR_BT * 72 * 2; }
-// grad1: the B1 / B3 tiles (10 of [64][40] bf16) are its largest use of the tile region
-static size_t grad1_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 10 * DR_BT * 40 * 2; }
+// grad1: B1's tiles (10 of [64][40] bf16 and its q, k columns, 2 of [64][72]) are its largest
+// use of the tile region (B3: 5 of [64][72]; the g tile [64][K8] bf16; T^T [64][65] fp32)
+static size_t grad1_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + (10 * DR_BT * 40 + 2 * DR_BT * 72) * 2; }
 // grad2: G [64][K], bs, db, dbp [4][64], att [64], gend [K] fp32; 4 tiles [64][72] + 6 [64][40] bf16
 // (before the tiles, the tile region holds g: at most [64][264] bf16, K = 256)
 static size_t grad2_tiles_off(int K) { return ((size_t)DR_BT * K + 15 * DR_BT + (size_t)K + 7) & ~(size_t)7; }
@@ -231,8 +232,6 @@ static size_t grad2_mma_smem(int K) { return grad2_tiles_off(K) * sizeof(float) 
 #define KK(r, i) dr_ld(k + ROWQK(r) + (i))
 #define VV(r, j) dr_ld(v + ROWV(r) + (j))
 #define DO(r, j) dr_ld(dout + ROWV(r) + (j))
-#define HN(i, j) (__bfloat162float(Hh[(size_t)(i) * V + (j)]) + __bfloat162float(Hl[(size_t)(i) * V + (j)]))
-#define DHN(i, j) (__bfloat162float(dHh[(size_t)(i) * V + (j)]) + __bfloat162float(dHl[(size_t)(i) * V + (j)]))
 
 // B1 through the triangular-inverse gradient, for one (chunk, head): tok0, n the chunk's rows,
 // sh its workspace index, sm the grad_tiles_off layout (dA, Tm, dT, tmp, bs, db, gend, G, then
@@ -251,14 +250,25 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
     bf16 *tiles = (bf16 *)(sm + ((4 * C * C + 2 * C + K + C * K + 7) & ~7));  // grad_tiles_off
 
     const float *Gend = G + (size_t)(n - 1) * K;
-    for (int i = tid; i < K; i += DR_THREADS) {  // Gamma, recomputed
+    // Gamma, recomputed: KDA's g rows first to the (still free) tiles by cp.async, [64][K8] bf16
+    // (K8 = K rounded up to 8; 32 KiB at K = 256), so the serial sums read shared memory
+    // instead of waiting on 64 dependent-latency global rows; the same sums in the same order.
+    const int K8 = (K + 7) & ~7;
+    if (gate == DRG_CHANNEL) {
+        dr_load_tile(tiles, K8, g + ((size_t)tok0 * H + h) * K, (size_t)H * K, C, K8, n, K, tid, DR_THREADS);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+    }
+    for (int i = tid; i < K; i += DR_THREADS) {
         float acc = 0.f;
         for (int r = 0; r < C; r++) {
-            if (r < n) acc += dr_gate(g, gate, (size_t)(tok0 + r), h, i, H, K);
+            if (r < n) acc += gate == DRG_CHANNEL ? __bfloat162float(tiles[r * K8 + i])
+                                                  : dr_gate(g, gate, (size_t)(tok0 + r), h, i, H, K);
             G[r * K + i] = acc;
         }
     }
-    __syncthreads();
+    __syncthreads();  // G written; the g tile is spent
 
     for (int e = tid; e < C * C; e += DR_THREADS) Tm[e] = Tg[e];
     for (int r = tid; r < C; r += DR_THREADS) {
@@ -271,14 +281,24 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
     //   HD = dO h[n]^T -> dq = scale e^Gamma HD;   DK = Delta dH'^T -> dk = e^(Gamma_end - Gamma) DK;
     //   dGamma = q dq - k dk;  dW = -dDelta h[n]^T;
     //   and with the first K tile: dA = scale dO Delta^T (c <= r), dT's V part dDelta V^T.
+    // The same h[n], dH' tiles give the first part of the dGamma_end extras, <h[n]_i, dH'_i>
+    // (below). The K tile's q and k columns ([64][72] bf16 each, after the ten [64][40] tiles)
+    // load with the first V tile, so the epilogue reads them from shared memory.
     {
-        const int mt = warp & 3, c0 = (warp >> 2) * 32, gq = lane >> 2, t4 = lane & 3, LB = 40;
+        const int mt = warp & 3, c0 = (warp >> 2) * 32, gq = lane >> 2, t4 = lane & 3, LB = 40, LQ = 72;
         const int nkt = (dr_pad16(K) + 63) / 64;
         bf16 *dOt = tiles, *Dh = dOt + C * LB, *Dl = Dh + C * LB, *dDh = Dl + C * LB, *dDl = dDh + C * LB,
-             *vt = dDl + C * LB, *hh = vt + C * LB, *hl = hh + C * LB, *gh = hl + C * LB, *gl = gh + C * LB;
+             *vt = dDl + C * LB, *hh = vt + C * LB, *hl = hh + C * LB, *gh = hl + C * LB, *gl = gh + C * LB,
+             *qs = gl + C * LB, *ks = qs + C * LQ;
         for (int kt = 0; kt < nkt; kt++) {
             const int i0 = kt * 64;
             float aq[4][4] = {}, ak[4][4] = {}, aw[4][4] = {}, aa[4][4] = {}, at[4][4] = {};
+            // gend's dot over V, as a warp per row i (the loop after B1 before): lane l of warp w
+            // sums the columns j = l mod 32 in ascending j of rows i0 + w + 8 u, one per V tile
+            float hd[8] = {};
+            if (kt > 0) __syncthreads();  // the previous epilogue has read qs, ks
+            dr_load_tile(qs, LQ, q + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+            dr_load_tile(ks, LQ, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
             for (int j0 = 0; j0 < V; j0 += 32) {
                 dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
                 if (kt == 0) dr_load_tile(vt, LB, v + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
@@ -331,7 +351,20 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                         }
                     }
                 }
+                if (j0 + lane < V)
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        const int x = (warp + 8 * u) * LB + lane;
+                        hd[u] += (__bfloat162float(hh[x]) + __bfloat162float(hl[x])) *
+                                 (__bfloat162float(gh[x]) + __bfloat162float(gl[x]));
+                    }
                 __syncthreads();  // the tiles are reloaded
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int i = i0 + warp + 8 * u;
+                const float acc = warp_sum(hd[u]);
+                if (lane == 0 && i < K) gend[i] = acc * expf(Gend[i]);
             }
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
@@ -343,7 +376,7 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                                     dkv = ak[nt][e] * expf(Gend[i] - gr);
                         dQ[r * K + i] = dqv;
                         dK[r * K + i] = dkv;
-                        dG[r * K + i] = Q(r, i) * dqv - KK(r, i) * dkv;
+                        dG[r * K + i] = __bfloat162float(qs[r * LQ + cc]) * dqv - __bfloat162float(ks[r * LQ + cc]) * dkv;
                         dW[r * K + i] = -aw[nt][e];
                     }
                     if (kt == 0) {
@@ -355,16 +388,8 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
     }
     __syncthreads();
 
-    // dGamma_end extras: e^Gamma_end <h[n]_i, dH'_i> + sum_r k_r[i] dk_r[i] (the B3 dk). The dot
-    // over V takes a warp per row i (lanes over j: coalesced reads of the row-major h and dH'),
-    // then a thread per channel adds the sum over the chunk's rows.
-    for (int i = warp; i < K; i += DR_THREADS / 32) {
-        float acc = 0.f;
-        for (int j = lane; j < V; j += 32) acc += HN(i, j) * DHN(i, j);
-        acc = warp_sum(acc);
-        if (lane == 0) gend[i] = acc * expf(Gend[i]);
-    }
-    __syncthreads();
+    // dGamma_end extras: e^Gamma_end <h[n]_i, dH'_i> (B1 above, from its tiles) + sum_r k_r[i]
+    // dk_r[i] (the B3 dk), a thread per channel adding the chunk's rows.
     for (int i = tid; i < K; i += DR_THREADS) {
         float acc = gend[i];
         for (int r = 0; r < n; r++) acc += KK(r, i) * dK[r * K + i];
@@ -380,7 +405,8 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
     //   dv_r = beta_r Ubar_r, dbeta_r += Ubar_r.v_r
     {
         const int mt = warp & 3, half = warp >> 2, c0 = half * 32, gq = lane >> 2, t4 = lane & 3, LT = 72;
-        bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Bl = Bh + C * LT;
+        // Xs: k (B3) or v (Ubar) columns of the tile, exact bf16, for the epilogues
+        bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Bl = Bh + C * LT, *Xs = Bl + C * LT;
         float *dbp = tmp;  // [2][64] dbeta partials of the two column halves (tmp is free until below)
         // A = T^T (rows r, k = m): T^T[r][m] = T[m][r], nonzero for m >= r: k-steps kk >= mt
         uint32_t th[4][4] = {}, tl[4][4] = {};  // (constant indices only: the loops unrolled, kk < mt skipped)
@@ -399,12 +425,15 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
         float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the m-tile
         float dtk[4][4] = {};
         for (int i0 = 0; i0 < K; i0 += 64) {
+            dr_load_tile(Xs, LT, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+            cp_async_commit();
             for (int e = tid; e < C * 64; e += DR_THREADS) {
                 const int r = e / 64, ii = e % 64, i = i0 + ii;
                 const bool in = r < n && i < K;
                 dr_split(in ? dW[r * K + i] : 0.f, Xh + r * LT + ii, Xl + r * LT + ii);
                 dr_split(in ? KK(r, i) * expf(G[r * K + i]) : 0.f, Bh + r * LT + ii, Bl + r * LT + ii);
             }
+            cp_async_wait<0>();
             __syncthreads();
             float wb[4][4] = {};
 #pragma unroll
@@ -428,14 +457,29 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                         dr_mma3(wb[2 * p + 1], th[kk], tl[kk], bh + 2, bl + 2);
                     }
             }
+            // the thread's dK, dG entries into registers first: loads behind stores that may
+            // alias them would each wait a full global round trip
+            float ok[4][4], og[4][4];
+#pragma unroll
             for (int nt = 0; nt < 4; nt++)
+#pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), i = i0 + c0 + nt * 8 + 2 * t4 + (e & 1);
+                    const bool in = r < n && i < K;
+                    ok[nt][e] = in ? dK[r * K + i] : 0.f;
+                    og[nt][e] = in ? dG[r * K + i] : 0.f;
+                }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), ii = c0 + nt * 8 + 2 * t4 + (e & 1), i = i0 + ii;
                     if (r < n && i < K) {
-                        const float eg = expf(G[r * K + i]), kb = KK(r, i) * eg, w = wb[nt][e];
+                        const float eg = expf(G[r * K + i]), kb = __bfloat162float(Xs[r * LT + ii]) * eg,
+                                    w = wb[nt][e];
                         part[e >> 1] += w * kb;
-                        dK[r * K + i] += bs[r] * w * eg;
-                        dG[r * K + i] += bs[r] * w * kb;
+                        dK[r * K + i] = ok[nt][e] + bs[r] * w * eg;
+                        dG[r * K + i] = og[nt][e] + bs[r] * w * kb;
                     }
                 }
             __syncthreads();  // the tiles are refilled
@@ -446,10 +490,13 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                 dT[r * C + c] = (c < r && r < n) ? bs[c] * (dT[r * C + c] + dtk[nt][e]) : 0.f;
             }
         for (int j0 = 0; j0 < V; j0 += 64) {
+            dr_load_tile(Xs, LT, v + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
+            cp_async_commit();
             for (int e = tid; e < C * 64; e += DR_THREADS) {
                 const int r = e / 64, jj = e % 64;
                 dr_split(r < n && j0 + jj < V ? dD[r * V + j0 + jj] : 0.f, Xh + r * LT + jj, Xl + r * LT + jj);
             }
+            cp_async_wait<0>();
             __syncthreads();
             float ub[4][4] = {};
 #pragma unroll
@@ -465,10 +512,10 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                 }
             for (int nt = 0; nt < 4; nt++)
                 for (int e = 0; e < 4; e++) {
-                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), j = j0 + c0 + nt * 8 + 2 * t4 + (e & 1);
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1), j = j0 + jj;
                     if (r < n && j < V) {
                         dr_st(dv + ROWV(r) + j, bs[r] * ub[nt][e]);
-                        part[e >> 1] += ub[nt][e] * VV(r, j);
+                        part[e >> 1] += ub[nt][e] * __bfloat162float(Xs[r * LT + jj]);
                     }
                 }
             __syncthreads();  // the tile is refilled
@@ -949,8 +996,6 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 #undef KK
 #undef VV
 #undef DO
-#undef HN
-#undef DHN
 
 // HYBRID_DR_GRAD_REF=1: the single gradient kernel (read at each call, so a test can switch)
 static int dr_grad_ref(void) {
