@@ -17,6 +17,8 @@
 #   OUT              default out/real-run-hybrid
 #   BUILD            1: `make -j hybrid` first (default when ./hybrid is missing)
 #   INSTALL_DOCS     1: copy OUT/docs/ into the repository's docs/ at the end
+#   PLOT             0: no PNG and no matplotlib check (the device machine has no matplotlib);
+#                    the run prints the command that draws it later from OUT/docs/real-run/
 # Writes OUT/run/{3-1,gpt2}/ (the runs), OUT/{hybrid,gpt2}.conf, OUT/models.tsv,
 # OUT/summary.md and, for the docs, OUT/docs/img/real-run-kl-xs-3-1.png and
 # OUT/docs/real-run/kl-xs-3-1/ (summary.md, both metrics.jsonl, both logs, run.log): after a
@@ -49,8 +51,9 @@ mkdir -p "$OUT"
 say() { echo "[real-run-hybrid $(($(date +%s) - START))s] $*" | tee -a "$OUT/run.log"; }
 ls out/data/"$CORPUS"_train_*.bin out/data/"$CORPUS"_val_*.bin > /dev/null 2>&1 ||
     { say "no $CORPUS shards under out/data: run \`make data$([ "$CORPUS" = brown ] || echo " CORPUS=$CORPUS")\` first (the device machine cannot)"; exit 1; }
-"$PY" -c "import matplotlib" 2>/dev/null ||
-    { say "the loss-curve PNG needs matplotlib for $PY (apt-get install python3-matplotlib)"; exit 1; }
+PLOT=${PLOT:-1}
+[ "$PLOT" = 0 ] || "$PY" -c "import matplotlib" 2>/dev/null ||
+    { say "the loss-curve PNG needs matplotlib for $PY (apt-get install python3-matplotlib, or PLOT=0)"; exit 1; }
 if [ "${BUILD:-0}" = 1 ] || [ ! -x "$HYBRID" ]; then
     say "building"
     make -j"$(nproc 2>/dev/null || echo 2)" hybrid > "$OUT/build.log" 2>&1 || { tail -n 20 "$OUT/build.log"; exit 1; }
@@ -133,15 +136,21 @@ train "$G" gpt2 $((BUDGET * 3 / 2 + 60))
     "KL-XS 3:1 (dense) next to GPT-2 of matched active parameters, $STEPS steps x $tps tokens of $CORPUS ($DEVICE)"
 docs=$OUT/docs/real-run/kl-xs-3-1
 mkdir -p "$docs" "$OUT/docs/img"
-"$PY" scripts/plot_losses.py --out "$OUT/docs/img/real-run-kl-xs-3-1.png" --diff \
-    --title "KL-XS 3:1 dense vs GPT-2, same tokens ($CORPUS)" \
-    "KL-XS 3:1=$OUT/run/3-1/metrics.jsonl" "GPT-2 (${l}L d$d)=$OUT/run/gpt2/metrics.jsonl"
+png=$OUT/docs/img/real-run-kl-xs-3-1.png title="KL-XS 3:1 dense vs GPT-2, same tokens ($CORPUS)"
+curves_h="KL-XS 3:1=$docs/hybrid_metrics.jsonl" curves_g="GPT-2 (${l}L d$d)=$docs/gpt2_metrics.jsonl"
 cp "$OUT/summary.md" "$OUT/hybrid.conf" "$OUT/gpt2.conf" "$docs/"
 cp "$OUT/run/3-1/metrics.jsonl" "$docs/hybrid_metrics.jsonl"
 cp "$OUT/run/gpt2/metrics.jsonl" "$docs/gpt2_metrics.jsonl"
 cp "$OUT/3-1.log" "$docs/hybrid.log"
 cp "$OUT/gpt2.log" "$docs/gpt2.log"
+if [ "$PLOT" = 0 ]; then
+    png="(none: PLOT=0)"
+    say "PLOT=0: no PNG; draw it where matplotlib is, from the repository root (paths as here):"
+    say "  python3 scripts/plot_losses.py --out docs/img/real-run-kl-xs-3-1.png --diff --title \"$title\" \"$curves_h\" \"$curves_g\""
+else
+    "$PY" scripts/plot_losses.py --out "$png" --diff --title "$title" "$curves_h" "$curves_g"
+fi
 cat "$OUT/summary.md"
-say "done: $OUT/summary.md, $OUT/docs/img/real-run-kl-xs-3-1.png"
+say "done: $OUT/summary.md, $png"
 cp "$OUT/run.log" "$docs/run.log"
 if [ "${INSTALL_DOCS:-0}" = 1 ]; then cp -r "$OUT/docs/." docs/; fi
