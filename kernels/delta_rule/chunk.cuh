@@ -131,6 +131,20 @@ __device__ __forceinline__ float dr_gate(const T *g, int gate, size_t tok, int h
     return 0.f;
 }
 
+// One step of a warp reduce-scatter of 2H slots v[0..2H-1]: a lane keeps the half that its lane
+// bit H selects and adds the partner's copy of it; after H = 16, 8, .. 1 lane l holds the
+// warp's total of slot l of 32 (a fixed tree: deterministic); from H = 8 down, of slot l % 16
+// of 16 over the 16 lanes of its half (one more xor-16 shuffle adds the other half). A
+// template a step: with a runtime loop over H, nvcc left v in local memory.
+template <int H> __device__ __forceinline__ void dr_rs_step(float *v, int lane) {
+    const bool up = lane & H;
+#pragma unroll
+    for (int j = 0; j < H; j++) {
+        const float send = up ? v[j] : v[j + H], keep = up ? v[j + H] : v[j];
+        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, H);
+    }
+}
+
 // Gradient of the triangular inverse (docs/delta-rule.md, "Gradient of the triangular
 // inverse"), block-wide on [64][64] fp32 tiles in shared memory, for both gradient kernels:
 // tmp = P_sl(dT) T^T, tmp[m][c] = sum_{p<=min(c,m-1)} dT[m][p] T[c][p]; then

@@ -222,7 +222,8 @@ static size_t grad_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 
 // use of the tile region (B3: 5 of [64][72]; the g tile [64][K8] bf16; T^T [64][65] fp32)
 static size_t grad1_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + (10 * DR_BT * 40 + 2 * DR_BT * 72) * 2; }
 // grad2: G [64][K], bs, db, dbp [4][64], att [64], gend [K] fp32; 4 tiles [64][72] + 6 [64][40] bf16
-// (before the tiles, the tile region holds g: at most [64][264] bf16, K = 256)
+// (before the tiles, the tile region holds g: at most [64][264] bf16, K = 256; after them,
+// dr_b4_diag's copy of dA, dL's diagonal blocks: 8 KiB)
 static size_t grad2_tiles_off(int K) { return ((size_t)DR_BT * K + 15 * DR_BT + (size_t)K + 7) & ~(size_t)7; }
 static size_t grad2_mma_smem(int K) { return grad2_tiles_off(K) * sizeof(float) + (4 * DR_BT * 72 + 6 * DR_BT * 40) * 2; }
 
@@ -540,62 +541,105 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
 // decay gradients" and "Stable decay exponents"): the pairs 16B <= c < r < 16B + 16 of each
 // block B, whose factored form (exp(Gamma_ref - Gamma_c) with c past the reference row) would
 // overflow once the gate passes ~6 nats a token. Task (block B, channel i): the block's q, k and
-// Gamma of channel i in registers, each pair's E = exp(Gamma_r - Gamma_c) (exponent <= 0) once:
+// the 15 per-token factors f_t = exp(Gamma_t - Gamma_{t-1}) of channel i in registers (every
+// exponent a gate, <= 0: fp32's running sum of gates <= 0 never rises), each pair's decay
+// E = exp(Gamma_r - Gamma_c) the running product f_r f_{r-1} .. f_{c+1} down c = r-1..0 (a
+// multiply a pair instead of an exponential, as the forward's dr_prep_diag_block):
 //   w = dA[r][c] q_r + dL[r][c] beta_r k_r;   dq_r += dA[r][c] k_c E;   rho_r += dL[r][c] k_c E;
 //   col_c += w E;   x = w k_c E: dGamma_r += x, dGamma_c -= x (one x for both roles);
-// then dk_r += beta_r rho_r, dk_c += col_c, and dbeta_r += rho_r . k_r over the channels (a
-// warp sum per 32 channels into dbd[r][i / 32], added to db in channel-group order). dA, dL:
-// [64][64] (their strict lower parts read); G: Gamma [64][K]; dbd: [64][8] scratch (K <= 256).
-// Called by the whole block after a barrier that completes dQ, dK, dG and db; ends after one.
+// then dk_r += beta_r rho_r, dk_c += col_c, and dbeta_r += rho_r . k_r over the channels (one
+// warp reduce-scatter of the block's 16 rows per 32 channels into dbd[r][i / 32], added to db
+// in channel-group order). The rows go from the last up, so row r's column sums are complete
+// when its row terms are: each element of dQ, dK, dG is loaded once, a row ahead of its one
+// store (a load issued after a store to a possibly aliasing address would wait for it). dA, dL:
+// [64][64] (the diagonal blocks' strict lower parts read, once, into ds); G: Gamma [64][K];
+// dbd: [64][8] scratch (K <= 256); ds: [2][4][16][16] fp32 shared scratch (16-byte aligned),
+// so the inner loop reads broadcast 16-byte shared loads whether dA, dL are in global memory
+// (grad2) or shared (the single kernel). Called by the whole block after a barrier that
+// completes dQ, dK, dG and db; ends after one.
 __device__ void dr_b4_diag(const float *dA, const float *dL, const float *G, const float *bs, const bf16 *q,
-                           const bf16 *k, float *dQ, float *dK, float *dG, float *db, float *dbd, int n, int tok0,
-                           int H, int h, int K) {
+                           const bf16 *k, float *dQ, float *dK, float *dG, float *db, float *dbd, float *ds, int n,
+                           int tok0, int H, int h, int K) {
     const int tid = threadIdx.x, lane = tid & 31, C = DR_BT, KC = (K + 31) & ~31;
+    for (int e = tid; e < 2 * 4 * 256; e += DR_THREADS) {  // ds[m][B][r][c] = (m ? dL : dA)[16B + r][16B + c]
+        const int m = e >> 10, B = (e >> 8) & 3, r = (e >> 4) & 15, c = e & 15, o = (16 * B + r) * C + 16 * B + c;
+        ds[e] = m ? dL[o] : dA[o];
+    }
+    __syncthreads();
     for (int e = tid; e < 4 * KC; e += DR_THREADS) {  // KC, DR_THREADS multiples of 32: a warp shares B
-        const int t0 = 16 * (e / KC), i = e % KC;
+        const int B = e / KC, t0 = 16 * B, i = e % KC;
         const bool live = i < K;
-        float qv[16], kv[16], gv[16], col[16], dgc[16];
+        float kv[16], f[16], col[16], dgc[16], p[16];
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             const int t = t0 + j;
             const bool in = live && t < n;
             const size_t row = ((size_t)(tok0 + t) * H + h) * K;
-            qv[j] = in ? dr_ld(q + row + i) : 0.f;
             kv[j] = in ? dr_ld(k + row + i) : 0.f;
-            gv[j] = live ? G[t * K + i] : 0.f;
-            col[j] = dgc[j] = 0.f;
+            f[j] = in ? G[t * K + i] : 0.f;  // Gamma for now
+            col[j] = dgc[j] = p[j] = 0.f;
         }
-        if (lane == 0 && t0 < n) dbd[t0 * 8 + i / 32] = 0.f;  // row 16B: no pair
+        // row 15's q and accumulators, in flight with k
+        float qr = 0.f, oq = 0.f, ok = 0.f, og = 0.f;
+        if (live && t0 + 15 < n) {
+            const int x = (t0 + 15) * K + i;
+            qr = dr_ld(q + ((size_t)(tok0 + t0 + 15) * H + h) * K + i), oq = dQ[x], ok = dK[x], og = dG[x];
+        }
 #pragma unroll
-        for (int r = 1; r < 16; r++) {
+        for (int j = 15; j >= 1; j--) f[j] = t0 + j < n ? expf(f[j] - f[j - 1]) : 0.f;
+        const float4 *a4 = (const float4 *)(ds + 256 * B), *l4 = (const float4 *)(ds + 1024 + 256 * B);
+#pragma unroll
+        for (int r = 15; r >= 0; r--) {
             const int t = t0 + r;
-            if (t >= n) break;  // the same for the whole warp
-            const float br = bs[t];
-            float dq = 0.f, rho = 0.f, xr = 0.f;
+            float nqr = 0.f, nq = 0.f, nk = 0.f, ng = 0.f;  // row r - 1's, loaded before row r's stores
+            if (r > 0 && live && t - 1 < n) {
+                const int x = (t - 1) * K + i;
+                nqr = dr_ld(q + ((size_t)(tok0 + t - 1) * H + h) * K + i), nq = dQ[x], nk = dK[x], ng = dG[x];
+            }
+            if (t < n) {  // the same for the whole warp
+                if (r > 0) {
+                    float a[16], l[16];
 #pragma unroll
-            for (int c = 0; c < r; c++) {
-                const float E = expf(gv[r] - gv[c]), a = dA[t * C + t0 + c], l = dL[t * C + t0 + c];
-                const float kcE = kv[c] * E, w = a * qv[r] + l * br * kv[r], x = w * kcE;
-                dq += a * kcE;
-                rho += l * kcE;
-                col[c] += w * E;
-                xr += x;
-                dgc[c] -= x;
+                    for (int u = 0; u < 4; u++)
+                        if (4 * u < r) {
+                            const float4 av = a4[4 * r + u], lv = l4[4 * r + u];
+                            a[4 * u] = av.x, a[4 * u + 1] = av.y, a[4 * u + 2] = av.z, a[4 * u + 3] = av.w;
+                            l[4 * u] = lv.x, l[4 * u + 1] = lv.y, l[4 * u + 2] = lv.z, l[4 * u + 3] = lv.w;
+                        }
+                    const float br = bs[t], bk = br * kv[r];
+                    float dq = 0.f, rho = 0.f, xr = 0.f, E = 1.f;
+#pragma unroll
+                    for (int c = r - 1; c >= 0; c--) {
+                        E *= f[c + 1];
+                        const float kcE = kv[c] * E, w = a[c] * qr + l[c] * bk, x = w * kcE;
+                        dq += a[c] * kcE;
+                        rho += l[c] * kcE;
+                        col[c] += w * E;
+                        xr += x;
+                        dgc[c] -= x;
+                    }
+                    oq += dq;
+                    ok += br * rho;
+                    og += xr;
+                    p[r] = rho * kv[r];
+                }
+                if (live) {
+                    const int x = t * K + i;
+                    if (r > 0) dQ[x] = oq;
+                    dK[x] = ok + col[r];
+                    dG[x] = og + dgc[r];
+                }
             }
-            if (live) {
-                dQ[t * K + i] += dq;
-                dK[t * K + i] += br * rho;
-                dG[t * K + i] += xr;
-            }
-            const float pb = warp_sum(rho * kv[r]);
-            if (lane == 0) dbd[t * 8 + i / 32] = pb;
+            qr = nqr, oq = nq, ok = nk, og = ng;
         }
-#pragma unroll
-        for (int j = 0; j < 16; j++)
-            if (live && t0 + j < n) {
-                dK[(t0 + j) * K + i] += col[j];
-                dG[(t0 + j) * K + i] += dgc[j];
-            }
+        // dbeta: reduce-scatter the 16 rows' partials over the warp (16 shuffles, not 15 warp
+        // sums); lane l ends with row l % 16's sum over the 32 channels
+        dr_rs_step<8>(p, lane);
+        dr_rs_step<4>(p, lane);
+        dr_rs_step<2>(p, lane);
+        dr_rs_step<1>(p, lane);
+        p[0] += __shfl_xor_sync(0xffffffffu, p[0], 16);
+        if (lane < 16) dbd[(t0 + lane) * 8 + i / 32] = p[0];
     }
     __syncthreads();
     if (tid < n) {
@@ -738,7 +782,8 @@ __global__ void __launch_bounds__(DR_THREADS)
         if (tid < C) db[tid] += dbp[tid] + dbp[C + tid] + dbp[2 * C + tid] + dbp[3 * C + tid];
     }
     __syncthreads();
-    dr_b4_diag(dA, dL, G, bs, q, k, dQ, dK, dG, db, tmp + 4 * C, n, tok0, H, h, K);  // tmp's [4][64] dbp are spent
+    // tmp's [4][64] dbp are spent, and the tiles (dr_b4_diag's dA, dL blocks there)
+    dr_b4_diag(dA, dL, G, bs, q, k, dQ, dK, dG, db, tmp + 4 * C, (float *)tiles, n, tok0, H, h, K);
 
     // B6 and the stores (chunk.cuh)
     dr_grad_finish(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);
@@ -777,8 +822,10 @@ __global__ void __launch_bounds__(DR_THREADS)
 // fill's k and q (only the rows the MMAs read: Kr rows < t0, Qr / Kb rows >= t0 + 16) at
 // once; the row terms' q, k, dQ, dK, dG before the fill of their (Bk, i0, hf), so they arrive
 // during the fill and the MMAs (no other pass touches those elements in between); the column
-// terms' dK, dG (just written by the row terms) as one batch. Every element keeps its
-// operations and their order, so the bits are the reference's. 128 registers (2 blocks an SM).
+// terms' dK, dG (just written by the row terms) as one batch; in the diagonal blocks
+// (dr_b4_diag), dA and dL's blocks copied once into the spent tiles, and each dQ, dK, dG
+// element loaded a row ahead of its one store. Every element keeps its operations and their
+// order, so the bits are the reference's. 128 registers (2 blocks an SM).
 __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_grad2_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, const bf16 *q, const bf16 *k,
                         const bf16 *g, const bf16 *beta, int gate, int Tlen, int H, int K, const int *offsets, int N) {
@@ -984,7 +1031,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         if (tid < C) db[tid] += dbp[tid] + dbp[C + tid] + dbp[2 * C + tid] + dbp[3 * C + tid];
     }
     __syncthreads();
-    dr_b4_diag(dAg, dLg, G, bs, q, k, dQ, dK, dG, db, dbd, n, tok0, H, h, K);
+    dr_b4_diag(dAg, dLg, G, bs, q, k, dQ, dK, dG, db, dbd, (float *)tiles, n, tok0, H, h, K);  // the tiles are spent
 
     // B6 and the stores (chunk.cuh)
     dr_grad_finish(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);

@@ -119,18 +119,6 @@ __device__ __forceinline__ void drp_lds4(const bf16 *p, float f[4]) {
     f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
 }
 
-// One step of a warp reduce-scatter of 2H slots v[0..2H-1]: a lane keeps the half that its lane
-// bit H selects and adds the partner's copy of it; after H = 16, 8, .. 1 lane l holds the
-// warp's total of slot l of 32 (a fixed tree: deterministic)
-template <int H> __device__ __forceinline__ void drp_rs_step(float v[32], int lane) {
-    const bool up = lane & H;
-#pragma unroll
-    for (int j = 0; j < H; j++) {
-        const float send = up ? v[j] : v[j + H], keep = up ? v[j + H] : v[j];
-        v[j] = keep + __shfl_xor_sync(0xffffffffu, send, H);
-    }
-}
-
 // The start of a column c of the diagonal block, 4 channels: kd = k_c, q_c . k_c into sd
 __device__ __forceinline__ void drp_diag_col(float kd[4], float &sd, const bf16 *kc, const bf16 *qc) {
     float qf[4];
@@ -203,11 +191,11 @@ __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float 
                 drp_diag_row(kd, v[s], v[16 + s], Dec + (r - 1) * KP + i, qd + r * LK + i, ks + (o + r) * LK + i);
             }
     }
-    drp_rs_step<16>(v, lane);
-    drp_rs_step<8>(v, lane);
-    drp_rs_step<4>(v, lane);
-    drp_rs_step<2>(v, lane);
-    drp_rs_step<1>(v, lane);
+    dr_rs_step<16>(v, lane);
+    dr_rs_step<8>(v, lane);
+    dr_rs_step<4>(v, lane);
+    dr_rs_step<2>(v, lane);
+    dr_rs_step<1>(v, lane);
     const int s = lane & 15, isL = lane >= 16 && s > 0;
     const int c = s == 0 ? (lane ? c1 : c0) : (s > w ? c0 : c1), r = o + (s == 0 ? c : s > w ? s : c1 + s);
     if (r < n) {
