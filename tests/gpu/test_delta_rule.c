@@ -382,6 +382,15 @@ int main(void) {
         Prob pf = make_prob(kd, 2, 130, 2, 32, 32, NULL, 0);
         test_f32io(&pf);
         free_prob(&pf);
+        // the real models' head sizes at a short length, so that the emulator (make test) also
+        // runs the full-width tile paths (16-byte vector groups, K / 32 channel groups) that
+        // K <= 32 never reaches: K = V = 128, and K = 256 with strong gates
+        if (kd != LINEAR_DELTANET) {
+            run_fixed(kd, 1, 130, 1, 128, 128, 0);
+            strong_decay = 1;
+            run_fixed(kd, 1, 70, 1, 256, 64, 0);
+            strong_decay = 0;
+        }
 #ifndef HYBRID_CUDA_EMU
         // GPU sizes: fla's head dims, a sequence of 1000, and many documents of mixed lengths
         run_fixed(kd, 2, 1000, 4, 128, 128, 0);
