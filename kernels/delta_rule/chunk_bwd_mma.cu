@@ -537,6 +537,25 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
 }
 
 
+// B4's A fragments at row block t0, k-step kk: dA and dL (hi + lo), as stored for the row
+// terms, transposed (dr_lda_t) for the column terms; the same loads in both gradient kernels.
+template <bool TRANS>
+__device__ __forceinline__ void dr_b4_frag_a(uint32_t ah[4], uint32_t al[4], uint32_t lh[4], uint32_t ll[4],
+                                             const bf16 *Ah, const bf16 *Al, const bf16 *Lh, const bf16 *Ll, int LT,
+                                             int t0, int kk, int lane) {
+    if (TRANS) {
+        dr_lda_t(ah, Ah, LT, t0, kk * 16, lane);
+        dr_lda_t(al, Al, LT, t0, kk * 16, lane);
+        dr_lda_t(lh, Lh, LT, t0, kk * 16, lane);
+        dr_lda_t(ll, Ll, LT, t0, kk * 16, lane);
+    } else {
+        dr_lda(ah, Ah, LT, t0, kk * 16, lane);
+        dr_lda(al, Al, LT, t0, kk * 16, lane);
+        dr_lda(lh, Lh, LT, t0, kk * 16, lane);
+        dr_lda(ll, Ll, LT, t0, kk * 16, lane);
+    }
+}
+
 // Stage B4 inside the diagonal blocks, exactly (docs/delta-rule.md, "Stage B4: intra-chunk
 // decay gradients" and "Stable decay exponents"): the pairs 16B <= c < r < 16B + 16 of each
 // block B, whose factored form (exp(Gamma_ref - Gamma_c) with c past the reference row) would
@@ -714,10 +733,7 @@ __global__ void __launch_bounds__(DR_THREADS)
                 if (task == 0) {
                     for (int kk = 0; kk < Bk; kk++) {
                         uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
-                        dr_lda(ah, Ah_, LT, t0, kk * 16, lane);
-                        dr_lda(al, Al_, LT, t0, kk * 16, lane);
-                        dr_lda(lh, Lh, LT, t0, kk * 16, lane);
-                        dr_lda(ll, Ll, LT, t0, kk * 16, lane);
+                        dr_b4_frag_a<false>(ah, al, lh, ll, Ah_, Al_, Lh, Ll, LT, t0, kk, lane);
                         dr_ldb_kn(bh, Krh, LT, kk * 16, pc, lane);
                         dr_ldb_kn(bl, Krl, LT, kk * 16, pc, lane);
                         for (int u = 0; u < 2; u++) {
@@ -728,10 +744,7 @@ __global__ void __launch_bounds__(DR_THREADS)
                 } else {
                     for (int kk = Bk + 1; kk < 4; kk++) {
                         uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
-                        dr_lda_t(ah, Ah_, LT, t0, kk * 16, lane);
-                        dr_lda_t(al, Al_, LT, t0, kk * 16, lane);
-                        dr_lda_t(lh, Lh, LT, t0, kk * 16, lane);
-                        dr_lda_t(ll, Ll, LT, t0, kk * 16, lane);
+                        dr_b4_frag_a<true>(ah, al, lh, ll, Ah_, Al_, Lh, Ll, LT, t0, kk, lane);
                         dr_ldb_kn(bh, Qrh, LT, kk * 16, pc, lane);
                         dr_ldb_kn(bl, Qrl, LT, kk * 16, pc, lane);
                         for (int u = 0; u < 2; u++) dr_mma3(x0[u], ah, al, bh + 2 * u, bl + 2 * u);
@@ -949,10 +962,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     if (task == 0) {
                         for (int kk = 0; kk < Bk; kk++) {
                             uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
-                            dr_lda(ah, Ah_, LT, t0, kk * 16, lane);
-                            dr_lda(al, Al_, LT, t0, kk * 16, lane);
-                            dr_lda(lh, Lh, LT, t0, kk * 16, lane);
-                            dr_lda(ll, Ll, LT, t0, kk * 16, lane);
+                            dr_b4_frag_a<false>(ah, al, lh, ll, Ah_, Al_, Lh, Ll, LT, t0, kk, lane);
                             dr_ldb_kn(bh, Krh, LN, kk * 16, nb, lane);
                             dr_ldb_kn(bl, Krl, LN, kk * 16, nb, lane);
                             const uint32_t h2[2] = {odd ? bh[2] : bh[0], odd ? bh[3] : bh[1]},
@@ -963,10 +973,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     } else {
                         for (int kk = Bk + 1; kk < 4; kk++) {
                             uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
-                            dr_lda_t(ah, Ah_, LT, t0, kk * 16, lane);
-                            dr_lda_t(al, Al_, LT, t0, kk * 16, lane);
-                            dr_lda_t(lh, Lh, LT, t0, kk * 16, lane);
-                            dr_lda_t(ll, Ll, LT, t0, kk * 16, lane);
+                            dr_b4_frag_a<true>(ah, al, lh, ll, Ah_, Al_, Lh, Ll, LT, t0, kk, lane);
                             dr_ldb_kn(bh, Qrh, LN, kk * 16, nb, lane);
                             dr_ldb_kn(bl, Qrl, LN, kk * 16, nb, lane);
                             const uint32_t qh2[2] = {odd ? bh[2] : bh[0], odd ? bh[3] : bh[1]},
