@@ -492,10 +492,11 @@ worker() {  # INDEX COUNT FILE
         [ $((i % $2)) = "$1" ] || { i=$((i + 1)); continue; }
         i=$((i + 1))
         [ "$lr" != "?" ] || continue
-        set +e
-        run_job "$task" "$tag" "$lr" "$seed" < /dev/null
-        rc=$?
-        set -e
+        # not `set +e; run_job; rc=$?`: run_job turns errexit back on after its training
+        # command, so its `return 2` (stopped by the budget) would end the whole script
+        # before the tables and the EXPORT copy; on the left of `||` errexit does not apply
+        rc=0
+        run_job "$task" "$tag" "$lr" "$seed" < /dev/null || rc=$?
         if [ $rc = 3 ]; then touch "$OUT/.refused"; exit 3; fi
         if [ $rc = 2 ]; then touch "$OUT/.stopped"; break; fi
     done < "$3"

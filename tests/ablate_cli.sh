@@ -174,4 +174,17 @@ small STEPS=5 && fail "a run folder of 4 steps was accepted for STEPS=5"
 grep -q "was made with another config or options" "$tmp/small.log" || { cat "$tmp/small.log"; fail "STEPS=5: no refusal"; }
 [ "$(calls train)" = 0 ] || fail "STEPS=5 trained"
 echo "identity: a run folder of other settings is refused"
+
+# a budget that ends mid-run (the device machine's case): the run stops at a checkpoint, the
+# invocation still writes its tables and EXPORT's copy (without checkpoints) and exits 0
+sed 's/^steps = .*/steps = 100000/; s/^checkpoint_every = .*/checkpoint_every = 20/' "$tmp/lm.conf" > "$tmp/lm_long.conf"
+small OUT="$tmp/cut" LM_CONF="$tmp/lm_long.conf" BUDGET=3 EXPORT="$tmp/export" ||
+    { cat "$tmp/small.log"; fail "a budget that ended a run exited with an error"; }
+grep -q "stopped by the budget at step [0-9]*; the next invocation resumes it" "$tmp/small.log" ||
+    { cat "$tmp/small.log"; fail "BUDGET=3: the run was not stopped mid-way"; }
+grep -q "the budget ended the invocation" "$tmp/small.log" || fail "BUDGET=3: no message"
+[ -f "$tmp/export/cut/results.md" ] || { cat "$tmp/small.log"; fail "BUDGET=3: EXPORT has no results.md"; }
+[ -z "$(find "$tmp/export" -name checkpoints)" ] || fail "EXPORT copied checkpoints"
+ls -d "$tmp"/cut/0-1/lm/*/checkpoints/step_* > /dev/null 2>&1 || fail "BUDGET=3: the stopped run left no checkpoint to resume"
+echo "budget mid-run: the run stops at a checkpoint, the tables and the EXPORT copy are still written"
 echo "ablate_cli: ok"
