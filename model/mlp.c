@@ -15,11 +15,17 @@ void mlp_params(const ModelConfig *c, ParamTable *t, int l, MlpParams *p) {
     p->down_b = c->bias ? params_vector(t, GROUP_BIAS, INIT_ZERO, C, "blocks.%d.mlp.down.bias", l) : -1;
 }
 
+// Saved: the input (the norm's output, owned by the block), h = [gate | up] or the GELU's
+// input, and act = f(h), the down projection's input. With recompute_mlp, act lives in the
+// blocks' shared scratch instead: the forward writes it there for its own down projection
+// and the backward recomputes it from h before it needs it (ddown_w = dout^T act). The
+// recomputation is the forward's own op on the same h, so the numbers do not change; the
+// saving is N x mlp_hidden values a layer (the 3:1 hybrid at B64 T1024: 0.25 GiB a layer).
 void mlp_layout(const Model *m, Carver *cv, Carver *scratch, MlpActs *a) {
     const ModelConfig *c = &m->cfg;
     const size_t N = (size_t)m->max_B * m->max_T, H = c->mlp_hidden, up = is_glu(c) ? 2 * H : H;
     a->h = carve(cv, N * up);
-    a->act = carve(cv, N * H);
+    a->act = carve(c->recompute_mlp ? scratch : cv, N * H);
     a->dh = carve(scratch, N * up);
     a->dact = carve(scratch, N * H);
 }
@@ -38,7 +44,10 @@ void mlp_forward(Model *m, int l, real *out, const real *in, int B, int T) {
                         model_glu_act(c));
         return;
     }
-    if (be->core->matmul_gelu_forward) {  // optional fused op: the GELU in the GEMM epilogue
+    // optional fused op: the GELU in the GEMM epilogue. Not with recompute_mlp: the epilogue
+    // takes the GELU of the fp32 accumulator, the backward's recomputation that of the stored
+    // bf16 h, so the two acts would differ in rounding; unfused, they are the same op on the same h.
+    if (be->core->matmul_gelu_forward && !c->recompute_mlp) {
         be->core->matmul_gelu_forward(a->act, a->h, in, up_w, up_b, N, C, H);
     } else {
         be->core->matmul_forward(a->h, in, up_w, up_b, N, C, H);
@@ -56,6 +65,10 @@ void mlp_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const real *up_w = model_tensor(m, m->params, p->up_w), *down_w = model_tensor(m, m->params, p->down_w);
     real *dup_w = model_tensor(m, m->grads, p->up_w), *dup_b = model_tensor(m, m->grads, p->up_b);
     real *ddown_w = model_tensor(m, m->grads, p->down_w), *ddown_b = model_tensor(m, m->grads, p->down_b);
+    if (c->recompute_mlp) {  // act = f(h) again (mlp_layout): the forward's op on the same h
+        if (is_glu(c)) be->norm_glu->glu_forward(a->act, a->h, N, H, model_glu_act(c));
+        else be->core->gelu_forward(a->act, a->h, (size_t)N * H);
+    }
     if (is_glu(c)) {
         glu_mlp_backward(be->core, be->norm_glu, din, dup_w, dup_b, ddown_w, ddown_b, a->dh, a->dact, dout, a->in,
                          a->h, a->act, up_w, down_w, N, C, H, model_glu_act(c));

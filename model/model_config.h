@@ -58,6 +58,8 @@ typedef struct {
     int dense_first;                  // the first N layers use the dense MLP
     // ---- Block AttnRes (docs/hybrid.md, "Block Attention Residuals") ----
     int attn_res_block;               // block size S in decoder layers (0 = plain residuals)
+    int recompute_mlp;                // dense MLPs save only h (pre-activation); the backward
+                                      // recomputes act = f(h) into scratch (model/mlp.c)
     // ---- linear-attention mixers K, G, D, L (docs/kda.md; docs/delta-rule.md, "Layers") ----
     int linear_heads;                 // heads H (0 = n_head)
     int linear_head_dim;              // key head dim K (0 = d_model / linear_heads)

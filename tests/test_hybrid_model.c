@@ -252,6 +252,58 @@ static void test_determinism(void) {
 }
 
 // ---------------------------------------------------------------------------------------
+// recompute_mlp: the dense MLPs keep only h and recompute act = f(h) in the backward. The same
+// op on the same h, so the loss and every gradient are the same bits as without it, for each
+// activation; and the saved activations shrink by N x mlp_hidden a dense layer.
+static void recompute_run(const char *mlp, const char *moe, const char *recompute, double *loss, real *grads,
+                          size_t *act_bytes) {
+    Config c = tiny_hybrid("d_model", "16", "n_head", "2", "mlp", mlp, "mlp_hidden", "12", "moe_experts", moe,
+                           "recompute_mlp", recompute, NULL);
+    Model m;
+    model_create(&m, &c.model, backend_cpu(), 2, 5);
+    tiny_hybrid_params(&m, 21, 0.2);
+    int in[10], tg[10];
+    fill_tokens(in, 10, 11, 22);
+    fill_tokens(tg, 10, 11, 23);
+    model_zero_grad(&m);
+    *loss = model_forward(&m, in, tg, 2, 5);
+    model_backward(&m, 1.0f);
+    memcpy(grads, m.grads, sizeof(real) * m.table.total);
+    *act_bytes = m.act_bytes;
+    model_destroy(&m);
+}
+
+static void test_recompute_mlp(void) {
+    const char *mlps[] = {"gelu", "swiglu", "situ"}, *moes[] = {"0", "4"};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++) {
+            if (i == 0 && j == 1) continue;  // MoE experts are gated MLPs: no GELU with MoE
+            Config c = tiny_hybrid("d_model", "16", "n_head", "2", "mlp", mlps[i], "mlp_hidden", "12", "moe_experts",
+                                   moes[j], NULL);
+            ParamTable t;
+            ModelParams mp;
+            params_build(&c.model, &t, &mp);
+            const size_t n = t.total;
+            params_free(&t, &mp);
+            const int dense = moes[j][0] == '0' ? c.model.n_layer : c.model.dense_first;
+            real *g0 = xmalloc(sizeof(real) * n), *g1 = xmalloc(sizeof(real) * n);
+            double l0, l1;
+            size_t b0, b1;
+            recompute_run(mlps[i], moes[j], "false", &l0, g0, &b0);
+            recompute_run(mlps[i], moes[j], "true", &l1, g1, &b1);
+            CHECK(l0 == l1 && !memcmp(g0, g1, sizeof(real) * n), "recompute_mlp (mlp %s, moe_experts %s): loss %.17g "
+                  "against %.17g, or the gradients differ", mlps[i], moes[j], l1, l0);
+            // N x mlp_hidden a dense layer, as carve.h rounds every buffer (256 bytes)
+            const size_t saved = (size_t)dense * ((2 * 5 * 12 * sizeof(real) + 255) / 256 * 256);
+            CHECK(b0 - b1 == saved, "recompute_mlp (mlp %s, moe_experts %s): saved activations %zu -> %zu bytes, "
+                  "expected %zu less", mlps[i], moes[j], b0, b1, saved);
+            free(g0), free(g1);
+        }
+    printf("recompute_mlp: gelu, swiglu and situ, dense (and MoE for the gated ones): the same loss and gradients, bit for bit, "
+           "N x mlp_hidden fewer saved values a dense layer\n");
+}
+
+// ---------------------------------------------------------------------------------------
 typedef struct {
     const char *file, *override_key, *override_value;
     double total, active_ne, mflops, tol_m;  // millions, as docs/hybrid.md rounds them
@@ -389,6 +441,7 @@ int main(void) {
     test_router_model();
     test_balance_step();
     test_determinism();
+    test_recompute_mlp();
     test_family_counts();
     test_config_errors();
     TEST_MAIN_END();

@@ -50,6 +50,8 @@ static const Key KEYS[] = {
     KM(situ_linear_beta, T_REAL, "25.0", NULL, 1, "SiTU up-branch cap (K3: 25; 0 = no cap)"),
     KM(bias, T_BOOL, "true", NULL, 1, "biases in linear layers and norms"),
     KM(tie_embeddings, T_BOOL, "true", NULL, 1, "lm_head shares the token embedding"),
+    KM(recompute_mlp, T_BOOL, "false", NULL, 0,
+       "keep only the MLP's pre-activation and recompute its activation in the backward (less memory, same numbers)"),
     KM(init_std, T_REAL, "0.02", NULL, 0, "std of the normal init; residual projections get std/sqrt(2*n_layer)"),
     // MLA, MoE, AttnRes (docs/hybrid.md, "MLA token mixer (M)", "MoE channel mixer" and
     // "Block Attention Residuals")

@@ -457,6 +457,14 @@ int main(void) {
     test_model_step_of("KKKM hybrid tiny (4 layers, d 64, MoE, AttnRes)", &c, TOL_MODEL);
     tiny_config(&c, "configs/hybrid-tiny.conf", "KGDLAM", 2, 128);
     test_model_step_of("every mixer tiny: KGDLAM (d 64, MoE, AttnRes)", &c, TOL_MODEL);
+    // recompute_mlp (model/mlp.c): the activation recomputed into scratch in the backward;
+    // the GELU unfused then (no fused epilogue), the GLU through the norm_glu op
+    tiny_config(&c, "configs/gpt2-tiny.conf", "A x2", 2, 64);
+    c.model.recompute_mlp = 1;  // no other key derives from it
+    test_model_step_of("GPT-2 tiny, recompute_mlp", &c, TOL_MODEL);
+    tiny_config(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128);
+    c.model.recompute_mlp = 1;
+    test_model_step_of("KKKM hybrid tiny, recompute_mlp", &c, TOL_MODEL);
     gpu_test_summary();
     TEST_MAIN_END();
     }
@@ -473,6 +481,9 @@ int main(void) {
     test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes)", &c, TOL_MODEL);
     cut_config(&c, "configs/kl-xs-3-1.conf", "KGDLAM", 1, 2, 256);
     test_model_step_of("every mixer: KGDLAM (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
+    cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
+    c.model.recompute_mlp = 1;  // model/mlp.c; no other key derives from it
+    test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes), recompute_mlp", &c, TOL_MODEL);
     small_config(&c, "configs/gpt2-tiny.conf", "A x2", 0);
     test_small_training("small GPT-2 (2 layers, d 256, 4 heads)", &c, 10, TOL_OUT, 0);
     small_config(&c, "configs/gpt2-tiny.conf", "A x2", 1);
