@@ -4,7 +4,7 @@
 // (rows, C); hp, dhp (rows, 2M) rows [gate | up]; ap, dap (rows, M); w13 (E, 2M, C);
 // w2 (E, C, M); rows = offsets[E], expert e owns sorted rows [offsets[e], offsets[e+1]).
 // The row counts live on the device only (the plan is never read back): the row GEMMs run a
-// fixed grid (gg_grid_rows: the blocks resident at once) whose blocks walk the list of (row
+// fixed grid (gg_resident_blocks: the blocks resident at once) whose blocks walk the list of (row
 // tile, column tile) pairs (row tiles expert by expert, GG_BM rows each, the last one of an
 // expert partial) with a stride of the grid, each tile computed by one block. The weight
 // gradients run one block per (expert, tile of the gradient, split of the expert's rows):
@@ -179,17 +179,32 @@ __global__ void experts_glu_backward_kernel(bf16 *dhp, const bf16 *dap, const bf
     }
 }
 
-// the row GEMMs' grid: the blocks that are resident at once (GG_BLOCKS_PER_SM per SM), each
-// walking the tiles with a stride of the grid. (Not rounded to whole column tiles per block:
-// ceil(264 / 16) = 17 blocks per column tile at n_out 2048 gave 272 blocks for 264 slots, and
-// the 8 left over ran their whole share after the others.) Under the emulator, 5 blocks: the
-// emulated shapes then have more tiles than blocks, and 5 is prime to their column tile
-// counts, so each block walks several rows and columns (the walk is what the emulated test checks).
-static unsigned gg_grid_rows(void) {
+// The blocks of KERNEL (GG_THREADS threads, GG_SMEM_BYTES) resident at once on the GPU, asked
+// once per kernel: the occupancy API's blocks per SM (2 by design: __launch_bounds__ and 2 x
+// 109 KiB of shared memory; the largest shared-memory carveout is requested, a hint the
+// driver should not need) times the SMs. The row GEMMs launch exactly this many blocks, each
+// walking the tiles with a stride of the grid: a block that did not fit would run its whole
+// share after the others (the earlier grid, ceil(2 x 132 / column tiles) blocks per column
+// tile, was 272 blocks for 264 slots at n_out 2048). Which block computes a tile does not
+// change its bits. Under the emulator, 5 blocks: the emulated shapes then have more tiles
+// than blocks, and 5 is prime to their column tile counts, so each block walks several rows
+// and columns (the walk is what the emulated test checks).
+template <auto KERNEL>
+static unsigned gg_resident_blocks(void) {
 #ifdef HYBRID_CUDA_EMU
     return 5;
+#else
+    static unsigned n;
+    if (!n) {
+        cuda_allow_dynamic_smem((const void *)KERNEL, GG_SMEM_BYTES);
+        CUDA_CHECK(cudaFuncSetAttribute((const void *)KERNEL, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+        int per_sm = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, GG_THREADS, GG_SMEM_BYTES));
+        n = (unsigned)((per_sm < 1 ? 1 : per_sm) * g_cuda.sm_count);
+    }
+    return n;
 #endif
-    return (unsigned)(GG_BLOCKS_PER_SM * g_cuda.sm_count);
 }
 
 // the 16-byte paths' conditions (grouped_gemm.cuh, "VEC"): pointers 16-byte aligned, every
@@ -203,13 +218,12 @@ static int gg_vec_ok(const void *a, const void *b, const void *c, int d0, int d1
 template <bool W_T>
 static void rows_gemm(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
     if (n_out <= 0) return;
-    const dim3 grid(gg_grid_rows());
     if (gg_vec_ok(Y, X, W, n_out, kd))
-        launch_kernel(rows_gemm_kernel<W_T, true>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out,
-                      kd);
+        launch_kernel(rows_gemm_kernel<W_T, true>, dim3(gg_resident_blocks<rows_gemm_kernel<W_T, true>>()),
+                      dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out, kd);
     else
-        launch_kernel(rows_gemm_kernel<W_T, false>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out,
-                      kd);
+        launch_kernel(rows_gemm_kernel<W_T, false>, dim3(gg_resident_blocks<rows_gemm_kernel<W_T, false>>()),
+                      dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out, kd);
 }
 
 // The split count of a weight gradient (wgrad_kernel) from its shape alone: tiles = E ceil(P/128)
@@ -243,10 +257,13 @@ static void wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, in
     const bool vec = gg_vec_ok(dW, G, X, P, Q);
     float *ws = S > 1 ? (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q) : NULL;
     const dim3 grid((Q + GG_BN - 1) / GG_BN, (P + GG_BM - 1) / GG_BM, E * S);
-    if (vec)
+    if (vec) {
+        gg_resident_blocks<wgrad_kernel<true>>();  // (the carveout hint, once)
         launch_kernel(wgrad_kernel<true>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, dW, ws, G, X, offsets, P, Q, S);
-    else
+    } else {
+        gg_resident_blocks<wgrad_kernel<false>>();
         launch_kernel(wgrad_kernel<false>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, dW, ws, G, X, offsets, P, Q, S);
+    }
     if (S == 1) return;
     PROFILE("moe_experts/wgrad_reduce");  // (inside its gemm_wgrad part: shown, not counted twice)
     const long PQ = (long)P * Q;
