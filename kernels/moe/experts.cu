@@ -4,57 +4,129 @@
 // (rows, C); hp, dhp (rows, 2M) rows [gate | up]; ap, dap (rows, M); w13 (E, 2M, C);
 // w2 (E, C, M); rows = offsets[E], expert e owns sorted rows [offsets[e], offsets[e+1]).
 // The row counts live on the device only (the plan is never read back): the row GEMMs run a
-// fixed grid (x: gg_grid_x blocks, y: column tiles) whose blocks walk the list of row
-// tiles (expert by expert, GG_BM rows each, the last one of an expert partial) with a
-// stride of gridDim.x, each tile computed by one block; the weight gradients run one block
-// per (expert, tile of the gradient) that reduces over all the expert's rows in order and
-// adds once into the bf16 gradient (fp32 sum, then one rounding): no atomics, deterministic.
-// An expert with no rows writes nothing. The GLU runs as a separate elementwise pass (the
-// equations of model/ops/norm_glu/glu.c, in fp32 as kernels/norm_glu/glu.cu).
+// fixed grid (gg_resident_blocks: the blocks resident at once) whose blocks walk the list of (row
+// tile, column tile) pairs (row tiles expert by expert, GG_BM rows each, the last one of an
+// expert partial) with a stride of the grid, each tile computed by one block. The weight
+// gradients run one block per (expert, tile of the gradient, split of the expert's rows):
+// with one split (many experts or wide weights) the block reduces over all the expert's rows
+// in order and adds once into the bf16 gradient; with S > 1 splits (wgrad_splits: few
+// experts, where one block per tile would leave SMs idle) each block writes its split's fp32
+// partial to scratch and wgrad_reduce_kernel sums the partials in split order and adds once
+// into the gradient (fp32 sum, then one rounding). S depends on the shape only. No atomics
+// anywhere: the results are the same bits run to run. An expert with no rows writes nothing.
+// The GLU runs as a separate elementwise pass (the equations of model/ops/norm_glu/glu.c, in
+// fp32 as kernels/norm_glu/glu.cu).
 #include "kernels/common.cuh"
 #include "kernels/moe/grouped_gemm.cuh"
 
 // Y (rows, n_out) = X (rows, kd) W_e^T, W_e stored (n_out, kd) (W_T = false) or (kd, n_out)
-// (W_T = true); blockIdx.y = the column tile.
+// (W_T = true). The tiles, linearly: tile L = (row tile L / ny, column tile L % ny), ny =
+// ceil(n_out / GG_BN), the row tiles expert by expert (GG_BM rows each, an expert's last one
+// partial); block b computes tiles b, b + gridDim.x, ... (the grid is what fits on the GPU at
+// once, so no block waits for a slot: every block is resident from the start and the tiles
+// spread over all of them to within one; consecutive blocks share a row tile, whose A rows
+// are then read from L2).
 template <bool W_T, bool VEC>
 __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
     rows_gemm_kernel(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
     DYNAMIC_SMEM(bf16, smem);  // GG_SMEM_BYTES: the tile's ring, then its epilogue
-    const int n0 = blockIdx.y * GG_BN, n_lim = min(GG_BN, n_out - n0);
-    for (int tile = blockIdx.x;; tile += gridDim.x) {
-        // this tile's expert and rows (the same in every thread: the loop exit is uniform)
-        int e = 0, base = 0, r0 = 0, m_lim = 0;
-        for (; e < E; e++) {
-            const int c = offsets[e + 1] - offsets[e], nt = (c + GG_BM - 1) / GG_BM;
-            if (tile < base + nt) {
-                r0 = offsets[e] + (tile - base) * GG_BM;
-                m_lim = min(GG_BM, offsets[e + 1] - r0);
-                break;
-            }
+    const int ny = (n_out + GG_BN - 1) / GG_BN;
+    // the expert of the current row tile and the row tiles before it (the same in every
+    // thread: the loop exit is uniform); row tiles only increase along the walk
+    int e = 0, base = 0, nt = (offsets[1] - offsets[0] + GG_BM - 1) / GG_BM;
+    for (long L = blockIdx.x;; L += gridDim.x) {
+        const int tile = (int)(L / ny), n0 = (int)(L % ny) * GG_BN;
+        while (tile >= base + nt) {
             base += nt;
+            if (++e == E) return;
+            nt = (offsets[e + 1] - offsets[e] + GG_BM - 1) / GG_BM;
         }
-        if (e == E) return;
+        const int r0 = offsets[e] + (tile - base) * GG_BM, m_lim = min(GG_BM, offsets[e + 1] - r0);
+        const int n_lim = min(GG_BN, n_out - n0);
         const bf16 *We = W + (size_t)e * n_out * kd;
         const bf16 *B = W_T ? We + n0 : We + (size_t)n0 * kd;
         float acc[GG_MI][GG_NI][4];
         gg_tile<false, W_T, VEC>(acc, smem, X + (size_t)r0 * kd, kd, B, W_T ? n_out : kd, m_lim, n_lim, kd);
-        gg_epilogue<false, VEC>(acc, smem, Y + (size_t)r0 * n_out + n0, n_out, m_lim, n_lim);
+        gg_epilogue<GG_STORE, VEC>(acc, smem, Y + (size_t)r0 * n_out + n0, n_out, m_lim, n_lim);
     }
 }
 
+// The rows of split s of an expert with `rows` rows cut into S splits: [s ch, min(rows, (s + 1) ch))
+// with ch = ceil(rows / S) rounded up to whole k-steps (so a split is empty iff s ch >= rows;
+// the trailing splits of a small expert can be).
+__device__ __forceinline__ int wgrad_split_rows(int rows, int S) {
+    const int ch = (rows + S - 1) / S;
+    return (ch + GG_BK - 1) / GG_BK * GG_BK;
+}
+
 // dW_e (P, Q) += G_e^T X_e over the expert's rows: G (rows, P), X (rows, Q), both read
-// transposed (the reduction runs along their rows); grid (Q tiles, P tiles, E)
+// transposed (the reduction runs along their rows); grid (Q tiles, P tiles, E S).
+// S == 1: the block reduces over all the expert's rows and adds into dW (bf16).
+// S > 1: block (., ., e S + s) reduces over split s's rows and stores the fp32 partial at
+//   ws + (e S + s) P Q (ws: (E, S, P, Q) fp32, row-major); an empty split stores nothing
+//   (wgrad_reduce_kernel reads only the non-empty ones).
 template <bool VEC>
 __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
-    wgrad_kernel(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q) {
+    wgrad_kernel(bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q, int S) {
     DYNAMIC_SMEM(bf16, smem);
-    const int e = blockIdx.z, r0 = offsets[e], rows = offsets[e + 1] - r0;
-    if (rows <= 0) return;  // exactly nothing added
+    const int e = blockIdx.z / S, s = blockIdx.z % S;
+    int r0 = offsets[e], rows = offsets[e + 1] - r0;
+    if (S > 1) {
+        const int ch = wgrad_split_rows(rows, S);
+        r0 += s * ch;
+        rows = min(ch, rows - s * ch);
+    }
+    if (rows <= 0) return;  // exactly nothing added (an empty expert; an empty split)
     const int m0 = blockIdx.y * GG_BM, n0 = blockIdx.x * GG_BN;
     const int m_lim = min(GG_BM, P - m0), n_lim = min(GG_BN, Q - n0);
     float acc[GG_MI][GG_NI][4];
     gg_tile<true, true, VEC>(acc, smem, G + (size_t)r0 * P + m0, P, X + (size_t)r0 * Q + n0, Q, m_lim, n_lim, rows);
-    gg_epilogue<true, VEC>(acc, smem, dW + (size_t)e * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
+    if (S == 1)
+        gg_epilogue<GG_ADD, VEC>(acc, smem, dW + (size_t)e * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
+    else
+        gg_epilogue<GG_F32, VEC>(acc, smem, ws + (size_t)blockIdx.z * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
+}
+
+// dW_e = bf16(dW_e + ((p_0 + p_1) + ... + p_{n-1})) over the n non-empty splits of each expert
+// with rows (ws as wgrad_kernel's, PQ = P Q); an expert with no rows is left untouched. VEC:
+// 8 consecutive elements a thread (PQ % 8 == 0, dW 16-byte aligned), else one.
+template <bool VEC>
+__global__ void wgrad_reduce_kernel(bf16 *dW, const float *ws, const int *offsets, int E, int S, long PQ) {
+    constexpr int W = VEC ? 8 : 1;
+    const long per_e = PQ / W, n = (long)E * per_e;
+    for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
+        const int e = (int)(i / per_e);
+        const long j = (i % per_e) * W;
+        const int rows = offsets[e + 1] - offsets[e];
+        if (rows <= 0) continue;
+        const int ch = wgrad_split_rows(rows, S), ns = (rows + ch - 1) / ch;
+        const float *p = ws + (size_t)e * S * PQ + j;
+        float v[W], q[W];
+        auto load = [&](float *r, const float *a) {  // W floats (VEC: two 16-byte loads)
+            if (VEC) {
+                *reinterpret_cast<float4 *>(r) = *reinterpret_cast<const float4 *>(a);
+                *reinterpret_cast<float4 *>(r + W / 2) = *reinterpret_cast<const float4 *>(a + W / 2);
+            } else {
+                r[0] = a[0];
+            }
+        };
+        load(v, p);
+        for (int s = 1; s < ns; s++) {
+            load(q, p + (size_t)s * PQ);
+#pragma unroll
+            for (int k = 0; k < W; k++) v[k] += q[k];
+        }
+        bf16 *d = dW + (size_t)e * PQ + j;
+        if (VEC) {
+            float old[8];
+            load8(d, old);
+#pragma unroll
+            for (int k = 0; k < W; k++) v[k] += old[k];
+            store8(d, v);
+        } else {
+            d[0] = __float2bfloat16(__bfloat162float(d[0]) + v[0]);
+        }
+    }
 }
 
 __device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + __expf(-x)); }
@@ -107,18 +179,32 @@ __global__ void experts_glu_backward_kernel(bf16 *dhp, const bf16 *dap, const bf
     }
 }
 
-// the row GEMMs' fixed grid.x: enough blocks to fill the GPU (GG_BLOCKS_PER_SM per SM) with
-// the column tiles. Under the emulator, 3 blocks: the emulated shapes then have more row
-// tiles than blocks, so the tile walk (a block taking tiles x, x + 3, ...) is what the
-// emulated test checks.
-static unsigned gg_grid_x(int n_out) {
+// The blocks of KERNEL (GG_THREADS threads, GG_SMEM_BYTES) resident at once on the GPU, asked
+// once per kernel: the occupancy API's blocks per SM (2 by design: __launch_bounds__ and 2 x
+// 109 KiB of shared memory; the largest shared-memory carveout is requested, a hint the
+// driver should not need) times the SMs. The row GEMMs launch exactly this many blocks, each
+// walking the tiles with a stride of the grid: a block that did not fit would run its whole
+// share after the others (the earlier grid, ceil(2 x 132 / column tiles) blocks per column
+// tile, was 272 blocks for 264 slots at n_out 2048). Which block computes a tile does not
+// change its bits. Under the emulator, 5 blocks: the emulated shapes then have more tiles
+// than blocks, and 5 is prime to their column tile counts, so each block walks several rows
+// and columns (the walk is what the emulated test checks).
+template <auto KERNEL>
+static unsigned gg_resident_blocks(void) {
 #ifdef HYBRID_CUDA_EMU
-    (void)n_out;
-    return 3;
+    return 5;
+#else
+    static unsigned n;
+    if (!n) {
+        cuda_allow_dynamic_smem((const void *)KERNEL, GG_SMEM_BYTES);
+        CUDA_CHECK(cudaFuncSetAttribute((const void *)KERNEL, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
+        int per_sm = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, GG_THREADS, GG_SMEM_BYTES));
+        n = (unsigned)((per_sm < 1 ? 1 : per_sm) * g_cuda.sm_count);
+    }
+    return n;
 #endif
-    int ny = (n_out + GG_BN - 1) / GG_BN;
-    int gx = (GG_BLOCKS_PER_SM * g_cuda.sm_count + ny - 1) / ny;
-    return (unsigned)(gx < 1 ? 1 : gx);
 }
 
 // the 16-byte paths' conditions (grouped_gemm.cuh, "VEC"): pointers 16-byte aligned, every
@@ -132,29 +218,61 @@ static int gg_vec_ok(const void *a, const void *b, const void *c, int d0, int d1
 template <bool W_T>
 static void rows_gemm(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
     if (n_out <= 0) return;
-    const dim3 grid(gg_grid_x(n_out), (n_out + GG_BN - 1) / GG_BN);
     if (gg_vec_ok(Y, X, W, n_out, kd))
-        launch_kernel(rows_gemm_kernel<W_T, true>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out,
-                      kd);
+        launch_kernel(rows_gemm_kernel<W_T, true>, dim3(gg_resident_blocks<rows_gemm_kernel<W_T, true>>()),
+                      dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out, kd);
     else
-        launch_kernel(rows_gemm_kernel<W_T, false>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out,
-                      kd);
+        launch_kernel(rows_gemm_kernel<W_T, false>, dim3(gg_resident_blocks<rows_gemm_kernel<W_T, false>>()),
+                      dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out, kd);
 }
 
-// One block per (expert, gradient tile), reducing over all the expert's rows: the sum order
-// is fixed and the gradient is read and written once, with no atomics and no partial-sum
-// buffer. Parallelism: E ceil(P/128) ceil(Q/128) blocks, 384 (dW13) and 192 (dW2) at KL-S
-// (E 16, C 768, M 256), thousands at the large shape, against 2 x 132 block slots on an
-// H200; each block streams c_e / 32 k-steps (about 256 at KL-S), so the fill is the only
-// loss (dW2 at KL-S: 192 blocks on 264 slots). Splitting the rows (split-k into fp32 partials,
-// then a fixed-order sum) would fill it, at the price of a second pass; not done until measured.
+// The split count of a weight gradient (wgrad_kernel) from its shape alone: tiles = E ceil(P/128)
+// ceil(Q/128) blocks of one split each fill GG_REF_SLOTS = 2 x 132 block slots (an H100/H200's SMs
+// at two blocks each) in ceil(tiles S / slots) waves; S is the smallest count whose last wave is
+// at least 90% full on average (tiles S / (slots waves) >= 0.9), at most 8. A constant, not the
+// device's SM count: the split decides the fp32 sum order, so the gradient's bits are the same on
+// every GPU. KL-S (E 16, C 768, M 256): dW2 192 tiles, 73% with one split -> S 4 (768 blocks,
+// 97%); dW13 384 tiles -> S 2 (768, 97%). Large (E 64, C 2048, M 1024): 8192 and 16384 tiles,
+// S 1. Each split > 1 costs scratch (E S P Q floats) and one more pass over it (the reduction).
+#define GG_REF_SLOTS (2 * 132)
+static int wgrad_split_force;  // tests: > 0 forces the split count (cuda_moe_set_wgrad_split)
+extern "C" void cuda_moe_set_wgrad_split(int s) { wgrad_split_force = s > 0 ? s : 0; }
+
+static int wgrad_splits(int E, int P, int Q) {
+    if (wgrad_split_force) return wgrad_split_force;
+    const long tiles = (long)E * ((P + GG_BM - 1) / GG_BM) * ((Q + GG_BN - 1) / GG_BN);
+    int S = 1;
+    for (; S < 8; S++) {
+        const long blocks = tiles * S, waves = (blocks + GG_REF_SLOTS - 1) / GG_REF_SLOTS;
+        if (blocks * 10 >= waves * GG_REF_SLOTS * 9) break;
+    }
+    return S;
+}
+
+// dW_e += G_e^T X_e for every expert with rows: one launch of wgrad_kernel (E S blocks along z),
+// then, with S > 1, the ordered reduction of the partials (in the same profiled part).
 static void wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q) {
     if (P <= 0 || Q <= 0) return;
-    const dim3 grid((Q + GG_BN - 1) / GG_BN, (P + GG_BM - 1) / GG_BM, E);
-    if (gg_vec_ok(dW, G, X, P, Q))
-        launch_kernel(wgrad_kernel<true>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, dW, G, X, offsets, P, Q);
+    const int S = wgrad_splits(E, P, Q);
+    const bool vec = gg_vec_ok(dW, G, X, P, Q);
+    float *ws = S > 1 ? (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q) : NULL;
+    const dim3 grid((Q + GG_BN - 1) / GG_BN, (P + GG_BM - 1) / GG_BM, E * S);
+    if (vec) {
+        gg_resident_blocks<wgrad_kernel<true>>();  // (the carveout hint, once)
+        launch_kernel(wgrad_kernel<true>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, dW, ws, G, X, offsets, P, Q, S);
+    } else {
+        gg_resident_blocks<wgrad_kernel<false>>();
+        launch_kernel(wgrad_kernel<false>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, dW, ws, G, X, offsets, P, Q, S);
+    }
+    if (S == 1) return;
+    PROFILE("moe_experts/wgrad_reduce");  // (inside its gemm_wgrad part: shown, not counted twice)
+    const long PQ = (long)P * Q;
+    if (vec)
+        launch_kernel(wgrad_reduce_kernel<true>, dim3(grid_for((size_t)E * PQ / 8, 256, 8)), dim3(256), 0, dW,
+                      (const float *)ws, offsets, E, S, PQ);
     else
-        launch_kernel(wgrad_kernel<false>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, dW, G, X, offsets, P, Q);
+        launch_kernel(wgrad_reduce_kernel<false>, dim3(grid_for((size_t)E * PQ, 256, 8)), dim3(256), 0, dW,
+                      (const float *)ws, offsets, E, S, PQ);
 }
 
 static int act_kind(GluAct act) {

@@ -1,8 +1,9 @@
 // The grouped GEMM tile of the MoE experts (experts.cu) on tensor cores (kernels/mma.cuh:
-// mma.m16n8k16 bf16 -> fp32, ldmatrix, cp.async). One block of 8 warps computes a
+// mma.m16n8k16 bf16 -> fp32, ldmatrix, cp.async). One block of 4 warps computes a
 // GG_BM x GG_BN tile of A (m, k) B^T, B given as (n, k), with fp32 accumulators in registers,
 // k in increasing order (deterministic), and hands the tile to gg_epilogue, which writes it
-// (Y = tile) or adds it once into a bf16 gradient (dW = bf16(dW + tile)).
+// (Y = tile), adds it once into a bf16 gradient (dW = bf16(dW + tile)) or stores it as fp32
+// (a split-k partial of a weight gradient, experts.cu).
 //
 // Global operands (bf16, row-major) may be stored either way round:
 //   A_T = false: A[m][k] = A[m lda + k] (k contiguous)   A_T = true: A[m][k] = A[k lda + m]
@@ -10,25 +11,31 @@
 // Entries outside (m_lim, n_lim, k_lim) load as zero, so partial tiles need no masks in the
 // MMA loop and the epilogue masks only its stores.
 //
-// Pipeline: the k range runs in steps of GG_BK through a ring of GG_STAGES stages in dynamic
-// shared memory (GG_SMEM_BYTES, above the default 48 KiB: launch_kernel opts in). Step kt
-// waits for its stage (cp.async groups: at most GG_STAGES - 2 younger ones in flight), passes
-// one barrier (every warp is done with step kt - 1, whose stage is the next to refill), issues
-// the 16-byte cp.async copies of step kt + GG_STAGES - 1 into that stage and multiplies step kt.
-// One commit per step, empty or not, keeps the group count equal to the step count.
+// Pipeline: the k range runs in steps of GG_BK = 64 through a ring of GG_STAGES = 3 stages in
+// dynamic shared memory (GG_SMEM_BYTES = 108 KiB, above the default 48 KiB: launch_kernel opts
+// in; two blocks fill 216 of an H100/H200 SM's 228 KiB). Step kt waits for its stage (cp.async
+// groups: at most GG_STAGES - 2 younger ones in flight), passes one barrier (every warp is done
+// with step kt - 1, whose stage is the next to refill), issues the 16-byte cp.async copies of
+// step kt + GG_STAGES - 1 into that stage and multiplies step kt (4 k16 sub-steps, 128 MMAs a
+// warp between two barriers). One commit per step, empty or not, keeps the group count equal
+// to the step count.
 //
 // Shared layout of one stage (bf16 elements): A's operand, then B's, GG_OPERAND each.
-//   not transposed: S[mn][k], GG_BM (GG_BN) rows of GG_LDK = GG_BK + 8. A row is 80 bytes, so
-//     the 8 row addresses of one ldmatrix phase (8 rows, same k) fall 80 bytes apart: 0, 80,
-//     160, ... mod 128 are 8 distinct 16-byte bank groups (no conflict). Fragments: ldmatrix.
+//   not transposed: S[mn][k], GG_BM (GG_BN) rows of GG_LDK = GG_BK + 8. A row is 144 bytes, so
+//     the 8 row addresses of one ldmatrix phase (8 rows, same k) fall 144 bytes apart: 0, 144,
+//     288, ... mod 128 are 8 distinct 16-byte bank groups (no conflict); a warp's 32 cp.async
+//     chunks (4 rows x 8) land 4 to a bank group, the minimum for 512 bytes. Fragments: ldmatrix.
 //   transposed: S[k][mn], GG_BK rows of GG_LDMN = 128 + 8 (a global row segment of 8 mn is one
 //     16-byte copy; 8 consecutive copies fill one contiguous 128-byte shared line). Rows are 272
 //     bytes apart, 272 mod 128 = 16: again 8 distinct bank groups. Fragments: ldmatrix.trans,
 //     which hands each lane two adjacent k of one mn, the same registers as the k-contiguous case.
-// Warps: 2 (m) x 4 (n), warp (wm, wn) owns the 64 x 32 sub-tile at rows 64 wm, columns 32 wn
-// = GG_MI x GG_NI = 4 x 4 MMA tiles: 64 fp32 accumulators per thread, 16 + 8 fragment
-// registers per k16 step; __launch_bounds__(256, 2) keeps it under 128 registers so that two
-// blocks (2 x 80 KiB of shared memory) share an SM.
+// Warps: 2 (m) x 2 (n), warp (wm, wn) owns the 64 x 64 sub-tile at rows 64 wm, columns 64 wn
+// = GG_MI x GG_NI = 4 x 8 MMA tiles: 128 fp32 accumulators per thread. Per k16 sub-step a warp
+// issues 8 ldmatrix.x4 (4 for A, 4 for B) for 32 MMAs: shared-memory reads per FLOP are 1/64 +
+// 1/64 byte (1/BN + 1/BM for the cp.async fills besides), against 1/32 + 1/64 for the earlier
+// 64 x 32 warp tile of 8 warps, whose ldmatrix traffic, not the tensor cores, bounded it.
+// __launch_bounds__(GG_THREADS, 2): up to 255 registers, two blocks (8 warps) per SM, so one
+// block's prologue, barriers and epilogue overlap the other's MMAs.
 //
 // VEC: the 16-byte paths (cp.async loads, 16-byte epilogue loads and stores). They need every
 // pointer 16-byte aligned, every leading dimension a multiple of 8 and the limits along the
@@ -41,23 +48,26 @@
 
 #define GG_BM 128
 #define GG_BN 128
-#define GG_BK 32
-#define GG_STAGES 4
-#define GG_THREADS 256
+#define GG_BK 64
+#define GG_STAGES 3
+#define GG_WARPS_N 2                   // warps along n (GG_BM / GG_WM along m)
+#define GG_WM 64                       // warp tile rows
+#define GG_WN 64                       // warp tile columns
+#define GG_THREADS (32 * (GG_BM / GG_WM) * GG_WARPS_N)  // 128
 #define GG_BLOCKS_PER_SM 2             // (__launch_bounds__ minimum; the smem allows 2)
-#define GG_WM (GG_BM / 2)              // warp tile rows (2 warps along m)
-#define GG_WN (GG_BN / 4)              // warp tile columns (4 warps along n)
 #define GG_MI (GG_WM / 16)
 #define GG_NI (GG_WN / 8)
 #define GG_LDK (GG_BK + 8)             // row stride of a k-contiguous operand tile
 #define GG_LDMN (128 + 8)              // row stride of a transposed operand tile (BM, BN <= 128)
 #define GG_OPERAND (128 * GG_LDK)      // elements of one operand in one stage (>= GG_BK * GG_LDMN)
 #define GG_STAGE (2 * GG_OPERAND)
-#define GG_SMEM_BYTES (GG_STAGES * GG_STAGE * (int)sizeof(bf16))  // 81920
+#define GG_SMEM_BYTES (GG_STAGES * GG_STAGE * (int)sizeof(bf16))  // 110592
 #define GG_LDC (GG_BN + 8)             // row stride of the epilogue's fp32 tile (see gg_epilogue)
 static_assert(GG_BM <= 128 && GG_BN <= 128 && GG_BK % 16 == 0 && GG_NI % 2 == 0, "grouped GEMM tile shape");
+static_assert(GG_BN == GG_WARPS_N * GG_WN && GG_BM % GG_WM == 0, "the warps cover the tile");
 static_assert(GG_BK * GG_LDMN <= GG_OPERAND, "a transposed operand tile fits its stage slot");
 static_assert(GG_BM * GG_LDC * (int)sizeof(float) <= GG_SMEM_BYTES, "the epilogue tile fits the ring");
+static_assert(GG_BLOCKS_PER_SM * (GG_SMEM_BYTES + 1024) <= 228 * 1024, "two blocks' shared memory fit an SM");
 
 // One operand's k-step [k0, k0 + GG_BK) into its stage slot S (ROWS = GG_BM or GG_BN rows of
 // the tile; P = the operand at the tile's first row/column, ld its leading dimension).
@@ -102,7 +112,7 @@ __device__ __forceinline__ const bf16 *gg_frag_addr(const bf16 *S, int mn, int k
 template <bool A_T, bool B_T, bool VEC>
 __device__ __forceinline__ void gg_tile(float acc[GG_MI][GG_NI][4], bf16 *smem, const bf16 *A, long lda,
                                         const bf16 *B, long ldb, int m_lim, int n_lim, int k_lim) {
-    const int warp = threadIdx.x >> 5, wm = (warp >> 2) * GG_WM, wn = (warp & 3) * GG_WN;
+    const int warp = threadIdx.x >> 5, wm = (warp / GG_WARPS_N) * GG_WM, wn = (warp % GG_WARPS_N) * GG_WN;
 #pragma unroll
     for (int mi = 0; mi < GG_MI; mi++)
 #pragma unroll
@@ -153,18 +163,23 @@ __device__ __forceinline__ void gg_tile(float acc[GG_MI][GG_NI][4], bf16 *smem, 
     __syncthreads();     // every warp is done with the ring: the epilogue may reuse it
 }
 
-// The tile to D (row-major, leading dimension ldd, at the tile's corner), rows < m_lim and
-// columns < n_lim only: ADD = false: D = bf16(acc); ADD = true: D = bf16(D + acc) (one rounding
-// of the fp32 sum). The accumulators go through shared memory first (fp32 [GG_BM][GG_LDC] over
-// the ring: each thread writes float2 pairs; GG_LDC = GG_BN + 8 puts the 16 lanes of a
-// half-warp's 8-byte stores, rows g and columns 2t, on 16 distinct bank pairs), then each
-// thread moves 8 consecutive columns of a row at a time: 16-byte global loads and stores.
-template <bool ADD, bool VEC>
-__device__ __forceinline__ void gg_epilogue(const float acc[GG_MI][GG_NI][4], bf16 *smem, bf16 *D, long ldd,
+// What gg_epilogue does with the tile: GG_STORE: D = bf16(acc); GG_ADD: D = bf16(D + acc) (one
+// rounding of the fp32 sum); GG_F32: D = acc as fp32 (a split-k partial; D is float *).
+enum { GG_STORE = 0, GG_ADD = 1, GG_F32 = 2 };
+
+// The tile to D (row-major, leading dimension ldd in elements of D's type, at the tile's
+// corner), rows < m_lim and columns < n_lim only, as MODE says. The accumulators go through
+// shared memory first (fp32 [GG_BM][GG_LDC] over the ring: each thread writes float2 pairs;
+// GG_LDC = GG_BN + 8 puts the 16 lanes of a half-warp's 8-byte stores, rows g and columns 2t,
+// on 16 distinct bank pairs), then each thread moves 8 consecutive columns of a row at a time:
+// 16-byte global loads and stores (two 16-byte stores for fp32).
+template <int MODE, bool VEC, typename TD>
+__device__ __forceinline__ void gg_epilogue(const float acc[GG_MI][GG_NI][4], bf16 *smem, TD *D, long ldd,
                                             int m_lim, int n_lim) {
+    static_assert((MODE == GG_F32) == (sizeof(TD) == 4), "GG_F32 writes float, the others bf16");
     float *Cs = reinterpret_cast<float *>(smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int wm = (warp >> 2) * GG_WM, wn = (warp & 3) * GG_WN, g = lane >> 2, t = lane & 3;
+    const int wm = (warp / GG_WARPS_N) * GG_WM, wn = (warp % GG_WARPS_N) * GG_WN, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < GG_MI; mi++)
 #pragma unroll
@@ -179,20 +194,28 @@ __device__ __forceinline__ void gg_epilogue(const float acc[GG_MI][GG_NI][4], bf
         const int row = c / per_row, col = (c % per_row) * 8;
         if (row >= m_lim || col >= n_lim) continue;
         const float *s = Cs + row * GG_LDC + col;
-        bf16 *d = D + (long)row * ldd + col;
+        TD *d = D + (long)row * ldd + col;
         if (VEC) {
-            float v[8], old[8];
+            float v[8];
             *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(s);
             *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(s + 4);
-            if (ADD) {
-                load8(d, old);
+            if constexpr (MODE == GG_F32) {
+                *reinterpret_cast<float4 *>(d) = *reinterpret_cast<const float4 *>(v);
+                *reinterpret_cast<float4 *>(d + 4) = *reinterpret_cast<const float4 *>(v + 4);
+            } else {
+                if (MODE == GG_ADD) {
+                    float old[8];
+                    load8(d, old);
 #pragma unroll
-                for (int j = 0; j < 8; j++) v[j] += old[j];
+                    for (int j = 0; j < 8; j++) v[j] += old[j];
+                }
+                store8(d, v);
             }
-            store8(d, v);
         } else {
-            for (int j = 0; j < 8 && col + j < n_lim; j++)
-                d[j] = __float2bfloat16(ADD ? __bfloat162float(d[j]) + s[j] : s[j]);
+            for (int j = 0; j < 8 && col + j < n_lim; j++) {
+                if constexpr (MODE == GG_F32) d[j] = s[j];
+                else d[j] = __float2bfloat16(MODE == GG_ADD ? __bfloat162float(d[j]) + s[j] : s[j]);
+            }
         }
     }
     __syncthreads();  // the shared tile is read: the next gg_tile may refill the ring

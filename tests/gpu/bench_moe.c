@@ -38,7 +38,9 @@
 // Grouped-GEMM efficiency = dense_fwdbwd median / the grouped GEMM kernels' time per
 // forward+backward (profiled), i.e. the fraction of cuBLAS's throughput at the same FLOPs
 // (target >= 0.7); the op-level ratio dense_fwdbwd / experts_fwdbwd (GLU pass included) is
-// printed beside it.
+// printed beside it. Then each grouped GEMM alone (profiled part moe_experts/gemm_*): ms, GFLOP
+// and TFLOP/s, and that rate as a share of the dense fwd+bwd's (JSON: "gemm_tflops"); the
+// weight gradients' parts include their split-k reduction (moe_experts/wgrad_reduce).
 //
 // Inputs (scripts/bench_torch_moe.py makes the same distributions): x = randn (N, C) (the
 // layer reads the RMSNorm output, unit RMS); dout = randn (N, C); weights by the table's
@@ -284,6 +286,39 @@ static void profile_layer(Case *c, int reps, double router_ms, Profile *pr) {
     pr->cat_ms[CAT_DENSE] -= r;
 }
 
+// ---- the grouped GEMMs one by one (profiled parts moe_experts/gemm_*, kernels/moe/experts.cu) ----
+// FLOPs per call in units of R De m (R = N K routed rows, De the expert input width, m the
+// expert hidden width): the forward H13 = X W13^T (R, 2m) and Y = A W2^T; the backward dA = dY
+// W2, dW2 += dY^T A, dX = dH13 W13, dW13 += dH13^T X. Each runs once per forward+backward.
+static const struct {
+    const char *part;
+    double units;  // FLOPs / (R De m)
+} gemm_parts[] = {{"moe_experts/gemm_fwd13", 4},   {"moe_experts/gemm_fwd2", 2},  {"moe_experts/gemm_dgrad2", 2},
+                  {"moe_experts/gemm_wgrad2", 2},  {"moe_experts/gemm_dgrad13", 4}, {"moe_experts/gemm_wgrad13", 4}};
+#define NGEMM ((int)(sizeof gemm_parts / sizeof gemm_parts[0]))
+
+// the profiled ms of part `name` per forward+backward (-1: not in the profile)
+static double part_ms(const Profile *pr, const char *name) {
+    for (int i = 0; i < pr->n; i++)
+        if (!strcmp(pr->names[i], name)) return pr->ms[i];
+    return -1;
+}
+
+// one line per grouped GEMM: ms, GFLOP, TFLOP/s (the split-k reduction of a weight gradient
+// is inside its part; moe_experts/wgrad_reduce shows its share); tflops[] for the JSON
+static void print_gemms(const Profile *pr, double R, int De, int M, double dense_tflops, double tflops[]) {
+    if (pr->reps < 1) return;
+    printf("%-26s %9s %9s %9s %12s\n", "grouped GEMM (profiled)", "ms", "GFLOP", "TFLOP/s", "of dense");
+    for (int g = 0; g < NGEMM; g++) {
+        const double ms = part_ms(pr, gemm_parts[g].part), gf = gemm_parts[g].units * R * De * M / 1e9;
+        tflops[g] = ms > 0 ? gf / ms : 0;  // GFLOP / ms = TFLOP/s
+        printf("%-26s %9.3f %9.2f %9.1f %11.0f%%\n", gemm_parts[g].part + strlen("moe_experts/"), ms, gf, tflops[g],
+               dense_tflops > 0 ? 100 * tflops[g] / dense_tflops : 0);
+    }
+    const double red = part_ms(pr, "moe_experts/wgrad_reduce");
+    if (red > 0) printf("  (of which the weight gradients' split-k reductions: %.3f ms)\n", red);
+}
+
 // ---- output ----
 static FILE *json_open(const char *path, int reps, int warmup, int profile_reps, const char *config) {
     FILE *f = xfopen(path, "w");
@@ -309,6 +344,7 @@ typedef struct {
     double load_max, load_min, flops_fwd;
     Profile prof;
     double gemm_eff, op_eff;
+    double gemm_tflops[NGEMM];  // per grouped GEMM (gemm_parts' order), profiled
 } ShapeInfo;
 
 static void write_json(const char *path, const Record *rec, int nrec, const ShapeInfo *si, int nsi, int reps,
@@ -333,6 +369,10 @@ static void write_json(const char *path, const Record *rec, int nrec, const Shap
                 x->latent, x->load_max, x->load_min, x->flops_fwd, 3 * x->flops_fwd, x->prof.reps, x->prof.gemm_ms,
                 x->prof.glu_ms, x->gemm_eff, x->op_eff);
         for (int k = 0; k < NCAT; k++) fprintf(f, "%s\"%s\": %.4f", k ? ", " : "", cat_names[k], x->prof.cat_ms[k]);
+        fprintf(f, "}, \"gemm_tflops\": {");
+        for (int g = 0; g < NGEMM; g++)
+            fprintf(f, "%s\"%s\": %.2f", g ? ", " : "", gemm_parts[g].part + strlen("moe_experts/"),
+                    x->gemm_tflops[g]);
         fprintf(f, "}, \"ops_ms\": {");
         for (int k = 0; k < x->prof.n; k++)
             fprintf(f, "%s\"%s\": %.4f", k ? ", " : "", x->prof.names[k], x->prof.ms[k]);
@@ -585,6 +625,7 @@ int main(int argc, char **argv) {
                    x->gemm_eff >= 0.7 ? "met" : "NOT met",
 #endif
                    x->prof.glu_ms);
+            print_gemms(&x->prof, R, c.De, c.M, 3 * x->flops_fwd / (med[P_DFWDBWD] * 1e9), x->gemm_tflops);
             printf("breakdown per forward+backward (profiled):");
             for (int k = 0; k < NCAT; k++) printf(" %s %.3f ms%s", cat_names[k], x->prof.cat_ms[k], k + 1 < NCAT ? "," : "");
             printf("\n  (router: its ops + the logits matmul timed alone, %.3f ms; dense: the other matmuls, "

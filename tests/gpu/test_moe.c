@@ -22,6 +22,7 @@
 #include "tests/gpu/harness.h"
 
 const MoeOps *cuda_moe_ops(void);  // kernels/moe/table.cu
+void cuda_moe_set_wgrad_split(int s);  // kernels/moe/experts.cu: > 0 forces the wgrad split count
 static const MoeOps *X;
 
 static float *host_alloc(size_t n) { return xmalloc(sizeof(float) * (n ? n : 1)); }
@@ -209,12 +210,15 @@ typedef struct {
     int stride;   // only experts e % stride == 0 get tokens (the others are empty)
     int one;      // every token's first choice is expert 0
     GluAct act;
+    int split;    // the weight gradients' split count (0: experts.cu's rule; 1: no split)
 } DispatchCase;
 
 static void test_dispatch(DispatchCase q) {
     const int N = q.N, K = q.K, E = q.E, C = q.C, M = q.M;
-    printf("dispatch + experts N=%d K=%d E=%d C=%d M=%d%s%s %s\n", N, K, E, C, M, q.stride > 1 ? " empty-experts" : "",
-           q.one ? " all-to-one" : "", q.act.kind == GLU_SITU ? "situ" : "swiglu");
+    printf("dispatch + experts N=%d K=%d E=%d C=%d M=%d%s%s %s, wgrad split ", N, K, E, C, M,
+           q.stride > 1 ? " empty-experts" : "", q.one ? " all-to-one" : "", q.act.kind == GLU_SITU ? "situ" : "swiglu");
+    if (q.split) printf("%d (forced)\n", q.split);
+    else printf("by the rule\n");
     const size_t nk = (size_t)N * K;
     int *sel = rand_sel(N, K, E, q.stride);
     if (q.one)
@@ -281,6 +285,7 @@ static void test_dispatch(DispatchCase q) {
     void *dgyp = dev_bf16(gyp, nk * C), *dgxpe = dev_bf16(NULL, nk * C), *dg13 = dev_bf16(NULL, n13),
          *dg2 = dev_bf16(NULL, n2), *dsh = dev_bf16(NULL, nk * 2 * M), *dsa = dev_bf16(NULL, nk * M);
     void *f_dx = NULL, *f_13 = NULL, *f_2 = NULL;
+    cuda_moe_set_wgrad_split(q.split);
     for (int round = 0; round < 2; round++) {  // round 1: the same again, bit-identical
         poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
         G->zero(dg13, n13), G->zero(dg2, n2);
@@ -307,6 +312,7 @@ static void test_dispatch(DispatchCase q) {
             expect_same("dw2 rerun", dg2, f_2, n2 * 2);
         }
     }
+    cuda_moe_set_wgrad_split(0);
     // combine
     float *wt = host_rand(nk, 0.5f, 0.5f), *out = host_alloc((size_t)N * C);
     float *ypg = get_bf16(dyp, nk * C);
@@ -354,18 +360,26 @@ int main(void) {
     test_aux(32, 8, 8, 32);
     test_balance(300, 2, 16, 3);
     test_balance(64, 8, 8, 1);
-    test_dispatch((DispatchCase){48, 2, 4, 72, 40, 1, 0, SWIGLU});
-    test_dispatch((DispatchCase){40, 2, 6, 64, 48, 2, 0, SITU});   // empty experts 1, 3, 5
-    test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU});  // top-1, all to expert 0
-    test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU});    // top-8 = E
-    test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU});  // several plan chunks
-    // the grouped GEMM tile (128 x 128 x 32, 4 stages): ~200 rows per expert (2 row tiles, the
-    // second partial; more row tiles than the 3 emulated blocks), experts 1, 3, 5 empty; K dims
-    // 264, 136, 272 = 8 odd multiples, 9 and 5 k-steps (the 4-stage ring wraps) with a partial
-    // last one; n_out 272, 264, 136 (a partial column tile); wgrad: ~200 rows = 7 k-steps
-    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU});
-    // C, M not multiples of 8: the element-by-element path of the same tile
-    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SITU});
+    test_dispatch((DispatchCase){48, 2, 4, 72, 40, 1, 0, SWIGLU, 0});
+    test_dispatch((DispatchCase){40, 2, 6, 64, 48, 2, 0, SITU, 0});   // empty experts 1, 3, 5
+    test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU, 0});  // top-1, all to expert 0
+    test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU, 0});    // top-8 = E
+    test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU, 0});  // several plan chunks
+    // the grouped GEMM tile (128 x 128 x 64, 3 stages, 4 warps of 64 x 64): ~200 rows per expert
+    // (2 row tiles, the second partial; the row GEMMs' 5 emulated blocks walk 2 x 3 tiles per
+    // expert), experts 1, 3, 5 empty; K dims 264, 136, 272 = 8 odd multiples, 5, 3 and 5 k-steps
+    // (the 3-stage ring wraps) with a partial last one; n_out 272, 264, 136 (a partial column
+    // tile). The weight gradients: split 1 forced (each block adds its ~200 rows = 4 k-steps
+    // into dW: the ring wraps), the rule's split (8 under the emulator: the tiles are few; 64-row
+    // splits, so splits 4..7 of a ~200-row expert are empty), and 3 forced (splits of 128, ~72
+    // and none)
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 1});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 0});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SITU, 3});
+    // C, M not multiples of 8: the element-by-element path of the same tile (and of the split
+    // reduction), with and without splits
+    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SITU, 0});
+    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SWIGLU, 1});
 #else
     // GPU: the KL-S configs (d_model 768, 16 experts, top-2, expert hidden 256; variant B: 384 / 512)
     test_router(16 * 1024, 16, 2, ROUTER_SIGMOID, 1, 1.0, BIAS_RAND);
@@ -373,10 +387,12 @@ int main(void) {
     test_router(4096, 16, 1, ROUTER_SIGMOID, 1, 1.0, BIAS_ONE);
     test_aux(16 * 1024, 16, 2, 1024);
     test_balance(64 * 1024, 2, 16, 1);
-    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU});
-    test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU});
-    test_dispatch((DispatchCase){2048, 8, 64, 768, 256, 3, 0, SWIGLU});
-    test_dispatch((DispatchCase){4096, 2, 16, 768, 256, 1, 1, SWIGLU});
+    // (the wgrad splits by the rule: 4 (dW2) and 2 (dW13) at the first; then split 1 forced)
+    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 0});
+    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 1});
+    test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU, 0});
+    test_dispatch((DispatchCase){2048, 8, 64, 768, 256, 3, 0, SWIGLU, 0});
+    test_dispatch((DispatchCase){4096, 2, 16, 768, 256, 1, 1, SWIGLU, 0});
 #endif
     gpu_test_summary();
     TEST_MAIN_END();
