@@ -81,6 +81,11 @@ static inline real *backend_offset(const Backend *be, const real *ptr, size_t n)
     return (real *)((char *)ptr + n * be->elem_size);
 }
 
+// ptr advanced by n statistics elements (stat_size each: the per-row losses, norm statistics)
+static inline real *backend_stat_offset(const Backend *be, const real *ptr, size_t n) {
+    return (real *)((char *)ptr + n * be->stat_size);
+}
+
 // The CPU reference backend (model/ops/cpu_backend.c): every family.
 const Backend *backend_cpu(void);
 

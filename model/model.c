@@ -7,6 +7,14 @@
 
 #include "base/util.h"
 
+// Model.head_grad: what the classifier's backward has done for the last forward
+enum {
+    HEAD_GRAD_NONE,     // nothing: the logits of the last forward can be made (model_logits)
+    HEAD_GRAD_PENDING,  // model_forward_train: the lm_head gradient accumulated, d(final norm
+                        // output) in acts.dbranch, for dlogits_scale; model_backward goes on from there
+    HEAD_GRAD_DONE,     // model_backward ran
+};
+
 // Saved activations (cv) and backward scratch shared by all blocks (scratch: each
 // block's layout starts at the same offset; the region is as large as the largest).
 static void layout(Model *m, Carver *cv, Carver *scratch) {
@@ -52,7 +60,7 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
         a->ar_work = carve_stat(cv, N * po.n_sources);  // the output op has the most sources
     }
     norm_layout(m, cv, &a->normf);
-    a->logits = carve(cv, N * Vp);
+    a->logits = carve(cv, (size_t)m->logits_rows * Vp);  // one chunk of rows (classifier_rows)
     a->losses = carve_stat(cv, N);
     a->dresid = carve(cv, N * C);
     a->dtmp = carve(cv, N * C);
@@ -84,6 +92,23 @@ void model_create(Model *m, const ModelConfig *c, const Backend *be, int B, int 
 
 size_t model_buffer_elems(const Model *m) { return m->buffer_elems; }
 
+// The classifier's chunk (rows of acts.logits): classifier_chunk, or else as many rows as fit
+// in CLASSIFIER_CHUNK_BYTES, rounded down to a multiple of 128; never more than the N tokens of
+// a micro-batch (a chunk of N rows is the unchunked classifier, bit for bit). 256 MiB is about
+// 0.5% of an H200 training run's peak (the 3:1 hybrid at B64 T1024: ~52 GiB, 6.1 GiB of it the
+// full logits before chunking) and at GPT-2's padded vocabulary (50304) gives chunks of 2560
+// rows in bf16 on CUDA, whose matmuls (2560 x 768 x 50304) are still large ones; in float on
+// the CPU 1280 rows, more than the tiny configs' 1024 tokens, whose step thus stays unchunked.
+#define CLASSIFIER_CHUNK_BYTES ((size_t)256 << 20)
+static int classifier_rows(const ModelConfig *c, const Backend *be, size_t N) {
+    size_t rows = (size_t)c->classifier_chunk;
+    if (!rows) {
+        rows = CLASSIFIER_CHUNK_BYTES / ((size_t)c->padded_vocab_size * be->elem_size) / 128 * 128;
+        if (rows < 128) rows = 128;
+    }
+    return (int)(rows < N ? rows : N);
+}
+
 size_t model_block_offset(const Model *m, int l) {
     int idx = m->mp.block_first[l];
     return idx < m->table.count ? m->table.items[idx].local_offset : m->table.local_total;
@@ -102,6 +127,7 @@ void model_create_padded(Model *m, const ModelConfig *c, const Backend *be, int 
     check_backend(m);
     if (multiple < 1) multiple = 1;
     m->buffer_multiple = multiple;
+    m->logits_rows = classifier_rows(c, be, (size_t)B * T);
     model_alloc_buffers(m);
     m->acts.blocks = xcalloc((size_t)c->n_layer, sizeof(BlockActs));
     for (int l = 0; l < c->n_layer; l++) m->acts.blocks[l].mixer = xcalloc(1, mixer_of(c, l)->acts_size);
@@ -220,7 +246,7 @@ static void ar_grads(real **dsrc, real *const *dB, const AttnResPlan *pl, real *
 }
 
 // The graph on the uploaded tokens, rows b*T + t at positions pos0 + t: embeddings, the
-// blocks, the final norm and the logits. Block l, with P the block input:
+// blocks and the final norm (the classifier runs apart, below). Block l, with P the block input:
 //   plain residuals: P_mid = P + mixer(norm1(P));  P_out = P_mid + channel(norm2(P_mid))
 //   Block AttnRes (docs/hybrid.md, "Block AttnRes layer algorithm"): the mixer reads
 //   norm1(AttnRes(blocks, P)); at a block boundary (l % S == 0) P is sealed as a block
@@ -290,12 +316,61 @@ static void run_graph(Model *m, int B, int T, int pos0) {
         h = a->ar_out.out;
     }
     if (!normed) norm_forward(m, &mp->normf, &a->normf, h, N);
-    be->core->matmul_forward(a->logits, a->normf.out, P(mp->lm_head), NULL, N, C, c->padded_vocab_size);
-    m->logits_are_grad = 0;
+    m->logits_count = 0;  // the logits of this forward are made on demand (model_logits)
+    m->head_grad = HEAD_GRAD_NONE;
 }
 
 // d(loss_scale * mean loss)/d(loss_i) = loss_scale / count for the rows that count
 static real loss_grad(int count, float loss_scale) { return count ? (real)loss_scale / (real)count : 0; }
+
+// ---- The classifier ----
+// logits = x W^T (x = the final norm's output normf.out (N, C), W = the lm_head (Vp, C), the
+// token embedding when tied), then the softmax cross-entropy, over the N rows of the last
+// forward in chunks of at most logits_rows rows through one (logits_rows, Vp) buffer, so that
+// the (N, Vp) logits never exist (the largest activation otherwise: 6.1 GiB in bf16 at 64k
+// tokens). For the chunk of rows [r, r + n):
+//   logits_c = x_c W^T                                   (matmul_forward, into acts.logits)
+//   CLS_LOSS:  losses_c                                  (crossentropy_forward)
+//   CLS_TRAIN: losses_c and dlogits_c in place           (crossentropy_forward_backward)
+//   CLS_GRAD:  dlogits_c in place                        (crossentropy_backward)
+//   with dlogits: dW += dlogits_c^T x_c, dx_c = dlogits_c W  (matmul_backward: rows r.. of
+//              acts.dbranch, the gradient into the final norm's output)
+// Every row is independent; only dW sums over them, a chunk at a time (its rounding is that
+// of one sum over all N rows only when one chunk covers them: logits_rows >= N).
+typedef enum { CLS_LOSS, CLS_TRAIN, CLS_GRAD } ClassifierPass;
+
+static void classifier(Model *m, int N, ClassifierPass pass, real dloss) {
+    const Backend *be = m->be;
+    const CoreOps *op = be->core;
+    const ModelParams *mp = &m->mp;
+    Acts *a = &m->acts;
+    const int C = m->cfg.d_model, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
+    for (int r = 0; r < N; r += m->logits_rows) {
+        const int n = N - r < m->logits_rows ? N - r : m->logits_rows;
+        const real *x = backend_offset(be, a->normf.out, (size_t)r * C);
+        real *losses = backend_stat_offset(be, a->losses, (size_t)r);
+        const int *tg = a->targets + r;
+        op->matmul_forward(a->logits, x, P(mp->lm_head), NULL, n, C, Vp);
+        if (pass == CLS_LOSS) {
+            op->crossentropy_forward(losses, a->logits, tg, n, V, Vp);
+            m->logits_from = r, m->logits_count = n;  // model_logits may reuse them
+            continue;
+        }
+        if (pass == CLS_TRAIN) op->crossentropy_forward_backward(losses, a->logits, a->logits, tg, dloss, n, V, Vp);
+        else op->crossentropy_backward(a->logits, a->logits, tg, dloss, n, V, Vp);
+        m->logits_count = 0;
+        op->matmul_backward(backend_offset(be, a->dbranch, (size_t)r * C), G(mp->lm_head), NULL, a->logits, x,
+                            P(mp->lm_head), n, C, Vp);
+    }
+}
+
+// Every forward starts here: the one after model_forward_train must be its model_backward.
+static void check_no_pending_head(const Model *m, const char *who) {
+    if (m->head_grad == HEAD_GRAD_PENDING)
+        die("%s: the last model_forward_train already accumulated the classifier's gradient; its model_backward "
+            "must run before another forward",
+            who);
+}
 
 // model_forward; train: model_forward_train (the cross-entropy gradient for loss_scale too)
 static double forward(Model *m, const int *inputs, const int *targets, int B, int T, int train, float loss_scale) {
@@ -305,9 +380,10 @@ static double forward(Model *m, const int *inputs, const int *targets, int B, in
     Acts *a = &m->acts;
     if (B > m->max_B || T > m->max_T)
         die("model_forward: batch %dx%d exceeds the allocated %dx%d", B, T, m->max_B, m->max_T);
-    const int N = B * T, V = c->vocab_size, Vp = c->padded_vocab_size;
+    const int N = B * T, V = c->vocab_size;
     for (int i = 0; i < N; i++)
         if (inputs[i] < 0 || inputs[i] >= V) die("model_forward: token id %d at position %d is outside [0, %d)", inputs[i], i, V);
+    check_no_pending_head(m, "model_forward");
     m->last_B = B;
     m->last_T = T;
     m->last_has_targets = targets != NULL;
@@ -327,13 +403,12 @@ static double forward(Model *m, const int *inputs, const int *targets, int B, in
     }
     m->last_count = count;
     be->upload_tokens(a->targets, targets, (size_t)N);
-    if (train) {  // in place: the logits become dlogits (only the backward reads them now)
-        be->core->crossentropy_forward_backward(a->losses, a->logits, a->logits, a->targets,
-                                                loss_grad(count, loss_scale), N, V, Vp);
-        m->logits_are_grad = 1;
+    if (train) {  // the classifier's backward too: its dlogits need nothing later
+        classifier(m, N, CLS_TRAIN, loss_grad(count, loss_scale));
+        m->head_grad = HEAD_GRAD_PENDING;
         m->dlogits_scale = loss_scale;
     } else {
-        be->core->crossentropy_forward(a->losses, a->logits, a->targets, N, V, Vp);
+        classifier(m, N, CLS_LOSS, 0);
     }
     // ignored rows have loss 0, so the mean is the sum over the rows that count
     return count ? be->core->sum(a->losses, (size_t)N) / count : 0.0;
@@ -355,20 +430,19 @@ void model_backward(Model *m, float loss_scale) {
     Acts *a = &m->acts;
     if (!m->last_has_targets) die("model_backward: the last forward had no targets");
     const int B = m->last_B, T = m->last_T, N = B * T, C = c->d_model;
-    const int V = c->vocab_size, Vp = c->padded_vocab_size;
 
     m->backward_scale = loss_scale;  // the MoE balance loss enters with weight loss_scale
-    if (!m->logits_are_grad) {  // in place: the logits become dlogits (they are not needed after this)
-        be->core->crossentropy_backward(a->logits, a->logits, a->targets, loss_grad(m->last_count, loss_scale), N, V,
-                                        Vp);
-        m->logits_are_grad = 1;
+    if (m->head_grad == HEAD_GRAD_DONE)
+        die("model_backward: the backward of the last forward already ran (one backward per forward)");
+    if (m->head_grad == HEAD_GRAD_NONE) {  // after model_forward: the classifier's backward, chunk by chunk
+        classifier(m, N, CLS_GRAD, loss_grad(m->last_count, loss_scale));
         m->dlogits_scale = loss_scale;
     } else if (loss_scale != m->dlogits_scale) {
-        die("model_backward: loss_scale %g, but the logits already hold the gradient for %g (model_forward_train or "
-            "an earlier model_backward)",
+        die("model_backward: loss_scale %g, but the classifier's gradients already hold the gradient for %g "
+            "(model_forward_train ran its backward for that loss_scale)",
             (double)loss_scale, (double)m->dlogits_scale);
     }
-    be->core->matmul_backward(a->dbranch, G(mp->lm_head), NULL, a->logits, a->normf.out, P(mp->lm_head), N, C, Vp);
+    m->head_grad = HEAD_GRAD_DONE;  // a->dbranch: d(final norm output)
     const int S = c->attn_res_block, L = c->n_layer;
     const size_t nc = (size_t)N * C;
     // dP: the gradient of the current residual stream / AttnRes partial; with AttnRes one
@@ -472,6 +546,7 @@ void model_forward_cached(Model *m, const int *tokens, int n) {
     for (int i = 0; i < n; i++)
         if (tokens[i] < 0 || tokens[i] >= c->vocab_size)
             die("model_forward_cached: token id %d is outside [0, %d)", tokens[i], c->vocab_size);
+    check_no_pending_head(m, "model_forward_cached");
     m->last_B = 1;
     m->last_T = n;
     m->last_has_targets = 0;  // no backward after a cached forward
@@ -483,10 +558,30 @@ void model_forward_cached(Model *m, const int *tokens, int n) {
     m->cache_pos += n;
 }
 
-void model_logits_row(const Model *m, int b, int t, float *out) {
-    if (m->logits_are_grad)
-        die("model_logits_row: the logits were turned into their gradient (model_forward_train or model_backward)");
-    const size_t Vp = (size_t)m->cfg.padded_vocab_size;
-    const real *row = backend_offset(m->be, m->acts.logits, ((size_t)b * m->last_T + t) * Vp);
-    m->be->download(out, row, Vp);
+static const real *logits_of(Model *m, int row, int n, const char *who) {
+    const Backend *be = m->be;
+    if (m->head_grad != HEAD_GRAD_NONE)
+        die("%s: the logits of the last forward were turned into their gradient (model_forward_train or "
+            "model_backward); model_forward makes them again",
+            who);
+    const int N = m->last_B * m->last_T, Vp = m->cfg.padded_vocab_size;
+    if (n < 1 || n > m->logits_rows || row < 0 || row > N - n)
+        die("%s: rows %d..%d of a forward of %d rows (at most %d at once)", who, row, row + n - 1, N, m->logits_rows);
+    if (row < m->logits_from || row + n > m->logits_from + m->logits_count) {
+        int from = row / m->logits_rows * m->logits_rows;  // the chunk of row, for the next calls
+        if (row + n > from + m->logits_rows) from = row;
+        m->logits_count = N - from < m->logits_rows ? N - from : m->logits_rows;
+        m->logits_from = from;
+        be->core->matmul_forward(m->acts.logits, backend_offset(be, m->acts.normf.out, (size_t)from * m->cfg.d_model),
+                                 model_tensor(m, m->params, m->mp.lm_head), NULL, m->logits_count, m->cfg.d_model, Vp);
+    }
+    return backend_offset(be, m->acts.logits, (size_t)(row - m->logits_from) * Vp);
+}
+
+const real *model_logits(Model *m, int row, int n) { return logits_of(m, row, n, "model_logits"); }
+
+void model_logits_row(Model *m, int b, int t, float *out) {
+    if (b < 0 || b >= m->last_B || t < 0 || t >= m->last_T)
+        die("model_logits_row: row (%d, %d) of a forward of %d x %d", b, t, m->last_B, m->last_T);
+    m->be->download(out, logits_of(m, b * m->last_T + t, 1, "model_logits_row"), (size_t)m->cfg.padded_vocab_size);
 }

@@ -42,9 +42,11 @@ typedef struct {
     real **ar_dblocks;                 // backward: one gradient accumulator per block (N,C)
     real *ar_work;                     // backward: AttnRes scratch, N * (max sources)
     int ar_nblocks;                    // blocks the stack seals
-    real *logits;                      // (N,Vp); dlogits in place after model_forward_train / the backward
+    real *logits;                      // (logits_rows, Vp): one chunk of the classifier's logits
+                                       // (dlogits in place while it trains), never all N rows
     real *losses;                      // (N)
-    // backward scratch
+    // backward scratch; dbranch also carries d(final norm output) from the classifier's
+    // backward (model_forward_train) to model_backward
     real *dresid, *dtmp, *dbranch;     // (N,C)
     int *tokens, *targets;             // (N)
     DocSegments seg;                   // document boundaries (reset_at_eot)
@@ -65,8 +67,12 @@ typedef struct Model {
     int last_B, last_T;                // shape of the last forward
     int last_has_targets;
     int last_count;                    // rows of the last forward whose target counts
-    int logits_are_grad;               // acts.logits holds dlogits (for dlogits_scale), not logits
-    float dlogits_scale;               // the loss_scale those dlogits are the gradient for
+    int logits_rows;                   // rows of acts.logits: the classifier's chunk
+    int logits_from, logits_count;     // the rows of the last forward whose logits acts.logits
+                                       // holds now (count 0: none)
+    int head_grad;                     // HEAD_GRAD_*: what the classifier's backward has done
+                                       // for the last forward (model.c, "The classifier")
+    float dlogits_scale;               // the loss_scale that backward ran for
     double moe_aux_loss;               // sum over MoE layers of the last forward's balance loss
     float backward_scale;              // loss_scale of the running backward (aux-loss gradient)
     // Distributed runs (docs/distributed.md, dist/): the collectives (NULL: one process) and
@@ -115,22 +121,35 @@ void model_get_grads(const Model *m, float *host);
 // per-row losses and returns their mean over rows whose target is >= 0; without
 // (targets NULL) it stops at the logits and returns 0.
 double model_forward(Model *m, const int *inputs, const int *targets, int B, int T);
+// The logits are never all there at once: the classifier (lm_head, then the cross-entropy)
+// runs over chunks of at most m->logits_rows rows (config key classifier_chunk) in one
+// (logits_rows, Vp) buffer; model_forward keeps the final norm's output, from which
+// model_logits_row / model_logits compute the rows asked for.
+//
 // The training forward: model_forward with targets (the same loss), which also runs the
-// backward's first step, since its upstream gradient is known now: the logits become
-// d(loss_scale * mean loss)/dlogits in place, in the same pass over them where the backend
-// fuses it (crossentropy_forward_backward). model_backward(m, loss_scale) must follow, with
-// the same loss_scale; the logits are gone (model_logits_row dies). Evaluation and
-// sampling, which need no gradient or the logits, use model_forward.
+// classifier's backward, since its upstream gradient is known now: chunk by chunk the
+// logits become d(loss_scale * mean loss)/dlogits in place (crossentropy_forward_backward),
+// which are accumulated into the lm_head's gradient in m->grads (the token embedding's when
+// tied) and turned into d(final norm output), kept for model_backward. model_backward(m,
+// loss_scale) must follow, with the same loss_scale, before any other forward (which dies);
+// model_logits_row dies until the next model_forward. Evaluation and sampling, which need no
+// gradient, use model_forward.
 double model_forward_train(Model *m, const int *inputs, const int *targets, int B, int T, float loss_scale);
 // Backward of the last forward (which must have had targets): accumulates into
-// m->grads the gradient of loss_scale * mean loss. After model_forward it first turns
-// the logits into their gradient in place; after model_forward_train they are already.
+// m->grads the gradient of loss_scale * mean loss. After model_forward it first runs the
+// classifier's backward (the logits again, chunk by chunk); after model_forward_train that
+// is done. Once per forward: a second call dies.
 void model_backward(Model *m, float loss_scale);
 void model_zero_grad(Model *m);
-// Host copy of the logits of row (b, t) of the last forward, padded vocab wide (valid
-// until model_backward; dies after it or after model_forward_train, which turn the
-// logits into their gradient in place).
-void model_logits_row(const Model *m, int b, int t, float *out);
+// Host copy of the logits of row (b, t) of the last forward (model_forward or
+// model_forward_cached), padded vocab wide. Dies after model_forward_train or
+// model_backward (the classifier then made gradients of them).
+void model_logits_row(Model *m, int b, int t, float *out);
+// The logits of rows row .. row + n - 1 (row = b * T + t) of the last forward, in backend
+// memory (the classifier's buffer; n <= m->logits_rows), valid until the next call into the
+// model. The same conditions as model_logits_row. Consecutive rows of one chunk are
+// computed once.
+const real *model_logits(Model *m, int row, int n);
 
 // Pointer to tensor `index` of the table inside buf (m->params or m->grads); NULL for -1.
 real *model_tensor(const Model *m, real *buf, int index);

@@ -99,6 +99,8 @@ const char *model_config_finalize(ModelConfig *c, ConfigOriginFn origin, const c
     if (c->context_length < 1) return bad(key, "context_length", "context_length must be positive");
     if (c->norm_eps <= 0) return bad(key, "norm_eps", "norm_eps must be positive");
     if (c->init_std <= 0) return bad(key, "init_std", "init_std must be positive");
+    if (c->classifier_chunk < 0)
+        return bad(key, "classifier_chunk", "classifier_chunk must not be negative (0 = derived from a byte budget)");
     // every registered mixer derives and checks its keys (only the checks that need the
     // mixer to be used are skipped when no layer has its letter)
     for (const MixerOps *const *mx = mixer_all(); *mx; mx++)

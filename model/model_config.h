@@ -74,6 +74,10 @@ typedef struct {
     int gate_rank;                    // rank of KDA's low-rank gate / output gate (0 = linear_value_dim)
     int reset_at_eot;                 // linear-mixer states restart after every eot_token
     int eot_token;                    // id of end-of-text
+    // ---- the classifier (lm_head and cross-entropy; model/model.c, "The classifier") ----
+    int classifier_chunk;             // rows (tokens) of its logits buffer: the logits exist a
+                                      // chunk of rows at a time, never (B*T, Vp); 0 = derived
+                                      // (model.c, classifier_rows). Not a shape: changes no formula
 } ModelConfig;
 
 // Where a config key was last set ("file:line", "command line --key" or "default"), for

@@ -63,9 +63,9 @@ static void tokens_with_eot(int *t, int n, int V, unsigned long seed) {
 }
 
 // the double logits of rows [0, n) of the last forward (CPU backend: host memory)
-static void logits_rows(const Model *m, int n, double *out) {
+static void logits_rows(Model *m, int n, double *out) {
     const size_t Vp = (size_t)m->cfg.padded_vocab_size;
-    memcpy(out, m->acts.logits, sizeof(double) * n * Vp);
+    memcpy(out, model_logits(m, 0, n), sizeof(double) * n * Vp);
 }
 
 // max over positions and real vocabulary columns |a - b| / max |a|

@@ -86,6 +86,7 @@ static const Key KEYS[] = {
     KM(gate_rank, T_INT, "0", NULL, 1, "rank of KDA's low-rank decay gate and output gate (0 = linear_value_dim)"),
     KM(reset_at_eot, T_BOOL, "false", NULL, 1, "K/G/D/L states restart after every eot_token (softmax attention is not masked)"),
     KM(eot_token, T_INT, "50256", NULL, 1, "end-of-text token id (GPT-2: 50256)"),
+    KM(classifier_chunk, T_INT, "0", NULL, 0, "tokens per chunk of the classifier (lm_head + cross-entropy): only a chunk's logits exist at once (0 = as many as fit in 256 MiB, a multiple of 128)"),
     // training
     K(batch_size, T_INT, "4", NULL, 0, "micro-batch rows per rank"),
     K(seq_len, T_INT, "1024", NULL, 0, "tokens per row"),
