@@ -207,9 +207,12 @@ __global__ void __launch_bounds__(DR_THREADS)
 // kernel), reading the tensor-core workspace: Gamma recomputed from g; T, Delta (ws.U), h
 // (hi + lo), dH' (hi + lo), dDelta. Two kernels (branch dr-grad; the split keeps every sum in
 // the same order, so the gradients are bit-identical to the single kernel):
-//   grad1 (dr_grad1_mma_kernel): B1, B3, the dGamma_end extras, dT's K part, Wbar / Ubar (dv)
-//     and the triangular-inverse gradient (dr_grad_front); writes dA, dL ([64][64] fp32), the
-//     partial dbeta (db) and gend to the workspace. 165 KiB of shared memory at K = 128.
+//   grad1: B1, B3, the dGamma_end extras, dT's K part, Wbar / Ubar (dv) and the
+//     triangular-inverse gradient; writes dA, dL ([64][64] fp32), the partial dbeta (db) and
+//     gend to the workspace. Two versions with the same bits: dr_grad1_mma_kernel (the default;
+//     112.5 KiB at K = V = 128, 128 registers, two blocks an SM) and dr_grad1_wide_mma_kernel
+//     (dr_grad_front: 165 KiB, 195 registers, one block an SM), run under
+//     HYBRID_DR_GRAD1_WIDE=1.
 //   grad2 (dr_grad2_mma_kernel): B4 and B6 (dr_grad_finish), with Gamma recomputed (from g
 //     staged in the tile region), the dA / dL hi + lo tiles and the Kr / Qr / Kb tiles by K
 //     halves of 32 columns: 100 KiB at K = 128, two blocks an SM (128 registers).
@@ -802,9 +805,10 @@ __global__ void __launch_bounds__(DR_THREADS)
     dr_grad_finish(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);
 }
 
-// grad1: dr_grad_front, then dA, dL, db and gend to the workspace for grad2
+// grad1, one block an SM (HYBRID_DR_GRAD1_WIDE=1; the default is dr_grad1_mma_kernel below):
+// dr_grad_front, then dA, dL, db and gend to the workspace for grad2
 __global__ void __launch_bounds__(DR_THREADS)
-    dr_grad1_mma_kernel(DrWsMma ws, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
+    dr_grad1_wide_mma_kernel(DrWsMma ws, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
                         const bf16 *g, const bf16 *beta, int gate, float scale, int Tlen, int H, int K, int V,
                         const int *offsets, int N) {
     const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT;
@@ -819,6 +823,435 @@ __global__ void __launch_bounds__(DR_THREADS)
         dAg[e] = dA[e];
         dLg[e] = dL[e];
     }
+    for (int r = tid; r < C; r += DR_THREADS) ws.db[sh * C + r] = db[r];
+    for (int i = tid; i < K; i += DR_THREADS) ws.gend[sh * K + i] = gend[i];
+}
+
+// ---- grad1, two blocks an SM (the default; HYBRID_DR_GRAD1_WIDE=1 runs the one above) ----
+// The same stages, products and sums as dr_grad_front + dr_grad1_wide_mma_kernel (every element
+// keeps its operations and their order, so ws.dA, dL, db, gend, dQ, dK, dG, dW and dv hold the
+// same bits; tests/gpu/test_delta_rule.c checks the final gradients against the single kernel),
+// reordered so that at most 128 registers and 112.5 KiB of shared memory (K = V = 128) are live,
+// two blocks (16 warps) an SM where the wide kernel ran one (8 warps, latency-bound on its
+// global round trips with nothing to overlap them). ptxas (sm_90): 128 registers, 32 bytes
+// spilled (stage 3, where the Delta / dDelta loads of a V tile are in flight next to the 56
+// accumulators). The price: stage 2 reads dO, Delta, dDelta and v once more, and T is read
+// twice (688 KiB read a (chunk, head) at K = V = 128, the wide kernel 592; writes the same
+// 241 KiB), and 41 barriers a chunk instead of 34 (stage 2's 8).
+//   1. Gamma (cumsum of a cp.async-staged g tile), beta.
+//   2. dA = scale dO Delta^T (c <= r) straight to ws.dA, dT's V part dDelta V^T to shared memory:
+//      their own pass over V tiles of 32 (the wide kernel's first K tile carried these 32
+//      accumulators next to the 48 of B1 / B3: 195 registers).
+//   3. B1, B3 by K tiles of 64, V tiles of 32: HD, DK, dW, <h_i, dH'_i> (48 + 8 accumulators).
+//   4. the dGamma_end extras (k . dk over the rows, 16 rows' loads a batch).
+//   5. dT's K part and Wbar, 6. Ubar: T^T split hi + lo once into two [64][72] bf16 tiles read by
+//      ldmatrix (the wide kernel held them as 32 registers through both passes); dW and k (5),
+//      dDelta (2, 3, 6), Delta (2, 3) arrive as 16-byte loads, all of a thread's issued before
+//      the first is split (one global round trip a tile).
+//   7. the triangular-inverse gradient, T reloaded (cp.async) into the spent tiles.
+// Shared memory (fp32 words): G [64][K], dT [64][64], bs [64], db [64], dbp [2][64], gend [K],
+// then the tile region: max(3: nine [64][40] + q, k [64][72] bf16; 5: seven [64][72] bf16; 7:
+// T, tmp [64][64] + T^T [64][65] fp32; 1: g [64][K8] bf16) = 63 KiB for K <= 256.
+__host__ __device__ __forceinline__ size_t grad1n_tiles_off(int K) {
+    return ((size_t)DR_BT * K + DR_BT * DR_BT + 4 * DR_BT + (size_t)K + 7) & ~(size_t)7;
+}
+static size_t grad1n_mma_smem(int K) {
+    const size_t b3 = (9 * DR_BT * 40 + 2 * DR_BT * 72) * 2, b5 = 7 * DR_BT * 72 * 2,
+                 b7 = (2 * DR_BT * DR_BT + DR_BT * (DR_BT + 1)) * 4, bg = (size_t)DR_BT * ((K + 7) & ~7) * 2;
+    size_t t = b3 > b5 ? b3 : b5;
+    t = t > b7 ? t : b7;
+    t = t > bg ? t : bg;
+    return grad1n_tiles_off(K) * sizeof(float) + t;
+}
+
+// x as hi + lo bf16 at hi[0..3], lo[0..3] (dr_split each; 8-byte aligned)
+__device__ __forceinline__ void dr_split4(float4 x, bf16 *hi, bf16 *lo) {
+    bf16 h[4], l[4];
+    dr_split(x.x, &h[0], &l[0]);
+    dr_split(x.y, &h[1], &l[1]);
+    dr_split(x.z, &h[2], &l[2]);
+    dr_split(x.w, &h[3], &l[3]);
+    __nv_bfloat162 *H2 = (__nv_bfloat162 *)hi, *L2 = (__nv_bfloat162 *)lo;
+    H2[0].x = h[0], H2[0].y = h[1], H2[1].x = h[2], H2[1].y = h[3];
+    L2[0].x = l[0], L2[0].y = l[1], L2[1].x = l[2], L2[1].y = l[3];
+}
+// p[0..3] (fp32) with entries at column c + u >= ncols, or when !in, zero: one 16-byte load
+// where vec (the row stride and base a multiple of 4 floats) and the 4 columns are in range
+__device__ __forceinline__ float4 dr_ld4f(const float *p, bool in, int c, int ncols, bool vec) {
+    if (in && vec && c + 4 <= ncols) return *(const float4 *)p;
+    float4 x;
+    x.x = in && c < ncols ? p[0] : 0.f;
+    x.y = in && c + 1 < ncols ? p[1] : 0.f;
+    x.z = in && c + 2 < ncols ? p[2] : 0.f;
+    x.w = in && c + 3 < ncols ? p[3] : 0.f;
+    return x;
+}
+// The thread's part of an fp32 tile [64][W] (row stride ld, rows >= n and columns >= ncols zero)
+// split hi + lo into bf16 tiles of row stride lds: its W / 16 16-byte loads all issued first.
+template <int W>
+__device__ __forceinline__ void dr_split_tile(bf16 *Xh, bf16 *Xl, int lds, const float *src, size_t ld, int n,
+                                              int ncols, int tid) {
+    constexpr int Q = W / 4, PER = DR_BT * Q / DR_THREADS;
+    const bool vec = ld % 4 == 0 && ((uintptr_t)src & 15) == 0;
+    float4 x[PER];
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int e = tid + u * DR_THREADS, r = e / Q, c = (e % Q) * 4;
+        x[u] = dr_ld4f(src + (size_t)r * ld + c, r < n, c, ncols, vec);
+    }
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int e = tid + u * DR_THREADS, r = e / Q, c = (e % Q) * 4;
+        dr_split4(x[u], Xh + r * lds + c, Xl + r * lds + c);
+    }
+}
+
+__global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
+    dr_grad1_mma_kernel(DrWsMma ws, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
+                        const bf16 *g, const bf16 *beta, int gate, float scale, int Tlen, int H, int K, int V,
+                        const int *offsets, int N) {
+    const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5;
+    int s = 0, tok0 = 0, n = 0;
+    if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
+    const size_t sh = (size_t)x * H + h;
+    DYNAMIC_SMEM(float, sm);
+    const float *Tg = ws.T + sh * C * C, *D = ws.U + sh * C * V, *dD = ws.dD + sh * C * V;
+    const bf16 *Hh = ws.h + sh * K * V, *Hl = ws.hl + sh * K * V, *dHh = ws.dh + sh * K * V, *dHl = ws.dhl + sh * K * V;
+    float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K, *dW = ws.dW + sh * C * K;
+    float *dAg = ws.dA + sh * C * C, *dLg = ws.dL + sh * C * C;
+    float *G = sm, *dT = G + C * K, *bs = dT + C * C, *db = bs + C, *dbp = db + C, *gend = dbp + 2 * C;
+    bf16 *tiles = (bf16 *)(sm + grad1n_tiles_off(K));
+    const float *Gend = G + (size_t)(n - 1) * K;
+    const int mt = warp & 3, half = warp >> 2, c0 = half * 32, gq = lane >> 2, t4 = lane & 3;
+
+    // 1. Gamma (as dr_grad_front: the same sums in the same order), beta
+    const int K8 = (K + 7) & ~7;
+    if (gate == DRG_CHANNEL) {
+        dr_load_tile(tiles, K8, g + ((size_t)tok0 * H + h) * K, (size_t)H * K, C, K8, n, K, tid, DR_THREADS);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+    }
+    for (int i = tid; i < K; i += DR_THREADS) {
+        float acc = 0.f;
+        for (int r = 0; r < C; r++) {
+            if (r < n) acc += gate == DRG_CHANNEL ? __bfloat162float(tiles[r * K8 + i])
+                                                  : dr_gate(g, gate, (size_t)(tok0 + r), h, i, H, K);
+            G[r * K + i] = acc;
+        }
+    }
+    for (int r = tid; r < C; r += DR_THREADS) {
+        bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
+        db[r] = 0.f;
+    }
+    __syncthreads();  // G written; the g tile is spent
+
+    // 2. dA = scale dO Delta^T (c <= r, to ws.dA), dT = dDelta V^T (V part, to shared memory), by
+    // V tiles of 32; warp: rows 16 (w % 4).., columns 32 (w / 4)..; per element the MMAs of the
+    // wide kernel's first K tile in its order
+    {
+        const int LB = 40;
+        bf16 *dOt = tiles, *Dh = dOt + C * LB, *Dl = Dh + C * LB, *dDh = Dl + C * LB, *dDl = dDh + C * LB,
+             *vt = dDl + C * LB;
+        float aa[4][4] = {}, at[4][4] = {};
+        for (int j0 = 0; j0 < V; j0 += 32) {
+            dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+            dr_load_tile(vt, LB, v + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+            cp_async_commit();
+            dr_split_tile<32>(Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+            dr_split_tile<32>(dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+            cp_async_wait<0>();
+            __syncthreads();
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                uint32_t ao[4], agh[4], agl[4];
+                dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
+                dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
+                dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    const int n0 = c0 + p * 16;
+                    uint32_t bh[4], bl[4], bv[4];
+                    dr_ldb_nk(bh, Dh, LB, kk * 16, n0, lane);
+                    dr_ldb_nk(bl, Dl, LB, kk * 16, n0, lane);
+                    dr_ldb_nk(bv, vt, LB, kk * 16, n0, lane);
+                    for (int u = 0; u < 2; u++) {
+                        mma16816(aa[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
+                        mma16816(aa[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
+                        mma16816(at[2 * p + u], agl, bv[2 * u], bv[2 * u + 1]);
+                        mma16816(at[2 * p + u], agh, bv[2 * u], bv[2 * u + 1]);
+                    }
+                }
+            }
+            __syncthreads();  // the tiles are reloaded
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), cc = c0 + nt * 8 + 2 * t4 + (e & 1);
+                dAg[r * C + cc] = (cc <= r && r < n) ? scale * aa[nt][e] : 0.f;
+                dT[r * C + cc] = at[nt][e];
+            }
+    }
+
+    // 3. B1 and B3 (dr_grad_front's, without the first K tile's dA, dT): HD, DK, dW and <h_i, dH'_i>
+    {
+        const int LB = 40, LQ = 72, nkt = (dr_pad16(K) + 63) / 64;
+        bf16 *dOt = tiles, *Dh = dOt + C * LB, *Dl = Dh + C * LB, *dDh = Dl + C * LB, *dDl = dDh + C * LB,
+             *hh = dDl + C * LB, *hl = hh + C * LB, *gh = hl + C * LB, *gl = gh + C * LB, *qs = gl + C * LB,
+             *ks = qs + C * LQ;
+        for (int kt = 0; kt < nkt; kt++) {
+            const int i0 = kt * 64;
+            float aq[4][4] = {}, ak[4][4] = {}, aw[4][4] = {};
+            float hd[8] = {};
+            if (kt > 0) __syncthreads();  // the previous epilogue has read qs, ks
+            dr_load_tile(qs, LQ, q + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+            dr_load_tile(ks, LQ, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+            for (int j0 = 0; j0 < V; j0 += 32) {
+                dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+                dr_load_tile(hh, LB, Hh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                cp_async_commit();
+                dr_split_tile<32>(Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                dr_split_tile<32>(dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+                cp_async_wait<0>();
+                __syncthreads();
+#pragma unroll
+                for (int kk = 0; kk < 2; kk++) {
+                    uint32_t ao[4], adh[4], adl[4], agh[4], agl[4];
+                    dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
+                    dr_lda(adh, Dh, LB, mt * 16, kk * 16, lane);
+                    dr_lda(adl, Dl, LB, mt * 16, kk * 16, lane);
+                    dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
+                    dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
+#pragma unroll
+                    for (int p = 0; p < 2; p++) {
+                        const int n0 = c0 + p * 16;
+                        uint32_t bh[4], bl[4];
+                        dr_ldb_nk(bh, hh, LB, kk * 16, n0, lane);
+                        dr_ldb_nk(bl, hl, LB, kk * 16, n0, lane);
+                        for (int u = 0; u < 2; u++) {  // dO exact: two MMAs
+                            mma16816(aq[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
+                            mma16816(aq[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
+                            dr_mma3(aw[2 * p + u], agh, agl, bh + 2 * u, bl + 2 * u);
+                        }
+                        dr_ldb_nk(bh, gh, LB, kk * 16, n0, lane);
+                        dr_ldb_nk(bl, gl, LB, kk * 16, n0, lane);
+                        for (int u = 0; u < 2; u++) dr_mma3(ak[2 * p + u], adh, adl, bh + 2 * u, bl + 2 * u);
+                    }
+                }
+                if (j0 + lane < V)
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        const int xx = (warp + 8 * u) * LB + lane;
+                        hd[u] += (__bfloat162float(hh[xx]) + __bfloat162float(hl[xx])) *
+                                 (__bfloat162float(gh[xx]) + __bfloat162float(gl[xx]));
+                    }
+                __syncthreads();  // the tiles are reloaded
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int i = i0 + warp + 8 * u;
+                const float acc = warp_sum(hd[u]);
+                if (lane == 0 && i < K) gend[i] = acc * expf(Gend[i]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), cc = c0 + nt * 8 + 2 * t4 + (e & 1), i = i0 + cc;
+                    if (r < n && i < K) {
+                        const float gr = G[r * K + i], dqv = scale * expf(gr) * aq[nt][e],
+                                    dkv = ak[nt][e] * expf(Gend[i] - gr);
+                        dQ[r * K + i] = dqv;
+                        dK[r * K + i] = dkv;
+                        dG[r * K + i] = __bfloat162float(qs[r * LQ + cc]) * dqv - __bfloat162float(ks[r * LQ + cc]) * dkv;
+                        dW[r * K + i] = -aw[nt][e];
+                    }
+                }
+        }
+    }
+    __syncthreads();
+
+    // 4. the dGamma_end extras: e^Gamma_end <h[n]_i, dH'_i> + sum_r k_r[i] dk_r[i], the rows in
+    // order, each batch of 16 rows' loads issued before its sums
+    for (int i = tid; i < K; i += DR_THREADS) {
+        float acc = gend[i];
+        for (int r0 = 0; r0 < n; r0 += 16) {
+            float kv[16], dkv[16];
+#pragma unroll
+            for (int u = 0; u < 16; u++) {
+                const bool in = r0 + u < n;
+                kv[u] = in ? KK(r0 + u, i) : 0.f;
+                dkv[u] = in ? dK[(r0 + u) * K + i] : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < 16; u++)
+                if (r0 + u < n) acc += kv[u] * dkv[u];
+        }
+        gend[i] = acc;
+    }
+
+    // 5, 6. dT's K part and Wbar = T^T dW by K tiles of 64, then Ubar = T^T dU by V tiles of 64
+    // (dr_grad_front's, the A operand T^T from the Th, Tl tiles); warp: rows 16 (w % 4)..,
+    // columns 32 (w / 4)..
+    {
+        const int LT = 72;
+        bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Bl = Bh + C * LT, *Xs = Bl + C * LT,
+             *Th = Xs + C * LT, *Tl = Th + C * LT;
+        // T ([64][64] fp32, row-major) as Th + Tl, row-major (A = T^T by the transposed load)
+        dr_split_tile<64>(Th, Tl, LT, Tg, C, C, C, tid);
+        float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the m-tile
+        float dtk[4][4] = {};
+        const bool kvec = K % 4 == 0 && ((uintptr_t)k & 7) == 0;
+        for (int i0 = 0; i0 < K; i0 += 64) {
+            __syncthreads();  // the previous pass (or 4.) is done with the tiles (and dK, dG)
+            dr_load_tile(Xs, LT, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+            cp_async_commit();
+            // dW (Xh, Xl) and Kb = k e^Gamma (Bh, Bl): the thread's 4 x 4 columns, loads first
+            float4 wv[4];
+            float kq[4][4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int e = tid + u * DR_THREADS, r = e / 16, c = (e % 16) * 4, i = i0 + c;
+                const bool in = r < n;
+                wv[u] = dr_ld4f(dW + (size_t)r * K + i, in, i, K, K % 4 == 0);
+                const bf16 *kp = k + ROWQK(r) + i;
+                if (in && kvec && i + 4 <= K) {
+                    const uint2 w2 = *(const uint2 *)kp;
+                    const __nv_bfloat162 a = *(const __nv_bfloat162 *)&w2.x, b = *(const __nv_bfloat162 *)&w2.y;
+                    kq[u][0] = __low2float(a), kq[u][1] = __high2float(a), kq[u][2] = __low2float(b),
+                    kq[u][3] = __high2float(b);
+                } else
+#pragma unroll
+                    for (int z = 0; z < 4; z++) kq[u][z] = in && i + z < K ? dr_ld(kp + z) : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int e = tid + u * DR_THREADS, r = e / 16, c = (e % 16) * 4, i = i0 + c;
+                dr_split4(wv[u], Xh + r * LT + c, Xl + r * LT + c);
+                float4 kb;
+                kb.x = r < n && i < K ? kq[u][0] * expf(G[r * K + i]) : 0.f;
+                kb.y = r < n && i + 1 < K ? kq[u][1] * expf(G[r * K + i + 1]) : 0.f;
+                kb.z = r < n && i + 2 < K ? kq[u][2] * expf(G[r * K + i + 2]) : 0.f;
+                kb.w = r < n && i + 3 < K ? kq[u][3] * expf(G[r * K + i + 3]) : 0.f;
+                dr_split4(kb, Bh + r * LT + c, Bl + r * LT + c);
+            }
+            cp_async_wait<0>();
+            __syncthreads();
+            float wb[4][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t ah[4], al[4];
+                dr_lda(ah, Xh, LT, mt * 16, kk * 16, lane);  // dW: rows r, k = i
+                dr_lda(al, Xl, LT, mt * 16, kk * 16, lane);
+                for (int p = 0; p < 2; p++) {
+                    uint32_t bh[4], bl[4];
+                    dr_ldb_nk(bh, Bh, LT, kk * 16, c0 + p * 16, lane);  // B[k = i][n = c] = Kb[c][i]
+                    dr_ldb_nk(bl, Bl, LT, kk * 16, c0 + p * 16, lane);
+                    dr_mma3(dtk[2 * p], ah, al, bh, bl);
+                    dr_mma3(dtk[2 * p + 1], ah, al, bh + 2, bl + 2);
+                }
+                if (kk >= mt) {  // Wbar: A = T^T (k = m), B[k = m][n = i] = dW[m][i]
+                    uint32_t th[4], tl[4];
+                    dr_lda_t(th, Th, LT, mt * 16, kk * 16, lane);
+                    dr_lda_t(tl, Tl, LT, mt * 16, kk * 16, lane);
+                    for (int p = 0; p < 2; p++) {
+                        uint32_t bh[4], bl[4];
+                        dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
+                        dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
+                        dr_mma3(wb[2 * p], th, tl, bh, bl);
+                        dr_mma3(wb[2 * p + 1], th, tl, bh + 2, bl + 2);
+                    }
+                }
+            }
+            float ok[4][4], og[4][4];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), i = i0 + c0 + nt * 8 + 2 * t4 + (e & 1);
+                    const bool in = r < n && i < K;
+                    ok[nt][e] = in ? dK[r * K + i] : 0.f;
+                    og[nt][e] = in ? dG[r * K + i] : 0.f;
+                }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), ii = c0 + nt * 8 + 2 * t4 + (e & 1), i = i0 + ii;
+                    if (r < n && i < K) {
+                        const float eg = expf(G[r * K + i]), kb = __bfloat162float(Xs[r * LT + ii]) * eg,
+                                    w = wb[nt][e];
+                        part[e >> 1] += w * kb;
+                        dK[r * K + i] = ok[nt][e] + bs[r] * w * eg;
+                        dG[r * K + i] = og[nt][e] + bs[r] * w * kb;
+                    }
+                }
+        }
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), c = c0 + nt * 8 + 2 * t4 + (e & 1);
+                dT[r * C + c] = (c < r && r < n) ? bs[c] * (dT[r * C + c] + dtk[nt][e]) : 0.f;
+            }
+        for (int j0 = 0; j0 < V; j0 += 64) {
+            __syncthreads();  // the tiles are refilled
+            dr_load_tile(Xs, LT, v + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
+            cp_async_commit();
+            dr_split_tile<64>(Xh, Xl, LT, dD + j0, V, n, V - j0, tid);
+            cp_async_wait<0>();
+            __syncthreads();
+            float ub[4][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                if (kk < mt) continue;
+                uint32_t th[4], tl[4];
+                dr_lda_t(th, Th, LT, mt * 16, kk * 16, lane);
+                dr_lda_t(tl, Tl, LT, mt * 16, kk * 16, lane);
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    uint32_t bh[4], bl[4];
+                    dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
+                    dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
+                    dr_mma3(ub[2 * p], th, tl, bh, bl);
+                    dr_mma3(ub[2 * p + 1], th, tl, bh + 2, bl + 2);
+                }
+            }
+            for (int nt = 0; nt < 4; nt++)
+                for (int e = 0; e < 4; e++) {
+                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1), j = j0 + jj;
+                    if (r < n && j < V) {
+                        dr_st(dv + ROWV(r) + j, bs[r] * ub[nt][e]);
+                        part[e >> 1] += ub[nt][e] * __bfloat162float(Xs[r * LT + jj]);
+                    }
+                }
+        }
+        for (int u = 0; u < 2; u++) {
+            part[u] += __shfl_xor_sync(0xffffffffu, part[u], 1);
+            part[u] += __shfl_xor_sync(0xffffffffu, part[u], 2);
+        }
+        if (t4 == 0) {
+            dbp[half * C + mt * 16 + gq] = part[0];
+            dbp[half * C + mt * 16 + gq + 8] = part[1];
+        }
+        __syncthreads();  // dbp and dT written, the tiles spent
+        if (tid < C) db[tid] += dbp[tid] + dbp[C + tid];
+    }
+
+    // 7. the triangular-inverse gradient (dT becomes dL), T back from the workspace into the tiles
+    {
+        float *Tm = (float *)tiles, *tmp = Tm + C * C, *TmT = tmp + C * C;
+        for (int e = tid; e < C * C / 4; e += DR_THREADS)
+            cp_async16((bf16 *)(Tm + 4 * e), (const bf16 *)(Tg + 4 * e), true);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        dr_tri_inverse_grad(dT, Tm, tmp, n, TmT);
+    }
+    for (int e = tid; e < C * C / 4; e += DR_THREADS) ((float4 *)dLg)[e] = ((const float4 *)dT)[e];
     for (int r = tid; r < C; r += DR_THREADS) ws.db[sh * C + r] = db[r];
     for (int i = tid; i < K; i += DR_THREADS) ws.gend[sh * K + i] = gend[i];
 }
@@ -1051,11 +1484,13 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 #undef VV
 #undef DO
 
-// HYBRID_DR_GRAD_REF=1: the single gradient kernel (read at each call, so a test can switch)
-static int dr_grad_ref(void) {
-    const char *e = getenv("HYBRID_DR_GRAD_REF");
+// HYBRID_DR_GRAD_REF=1: the single gradient kernel; HYBRID_DR_GRAD1_WIDE=1: the one-block-an-SM
+// grad1 (read at each call, so a test can switch)
+static int dr_env_on(const char *name) {
+    const char *e = getenv(name);
     return e && e[0] == '1';
 }
+static int dr_grad_ref(void) { return dr_env_on("HYBRID_DR_GRAD_REF"); }
 
 extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, real *dv, real *dg, real *dbeta,
                                           real *dh0, const real *dout, const real *dhT, const real *q, const real *k,
@@ -1085,9 +1520,14 @@ extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, r
                           (const bf16 *)k, (const bf16 *)v, (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V,
                           offsets, N);
         else if (slots > 0) {
-            launch_kernel(dr_grad1_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad1_mma_smem(K), ws,
-                          (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                          (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
+            if (dr_env_on("HYBRID_DR_GRAD1_WIDE"))
+                launch_kernel(dr_grad1_wide_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad1_mma_smem(K),
+                              ws, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
+                              (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
+            else
+                launch_kernel(dr_grad1_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), ws,
+                              (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
+                              (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
             launch_kernel(dr_grad2_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad2_mma_smem(K), ws,
                           (bf16 *)dq, (bf16 *)dk, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)q, (const bf16 *)k,
                           (const bf16 *)g, (const bf16 *)beta, gate, T, H, K, offsets, N);

@@ -217,20 +217,33 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     if (dgd) cmp_bf16("backward dg", dgd, dg, p->ng, TOL_GB);
     cmp_bf16("backward dbeta", dbd, db, p->nb, TOL_GB);
     cmp_f32("backward dh0 (fp32)", dh0d, dh0, p->ns, TOL_F32);
-    if (P == &PATHS[0]) {  // the split gradient kernels against the single one (HYBRID_DR_GRAD_REF=1): the same bits
+    // the split gradient kernels against the single one (HYBRID_DR_GRAD_REF=1) on every case, and
+    // the default grad1 (two blocks an SM) against the wide one (HYBRID_DR_GRAD1_WIDE=1, its code
+    // unchanged) on the unaligned, varlen and K = 128 / 256 cases (each check is a backward more
+    // of emulator time): the same bits
+    static const char *const ALT[2][2] = {{"HYBRID_DR_GRAD_REF", "split = single kernel"},
+                                          {"HYBRID_DR_GRAD1_WIDE", "grad1 = grad1 wide"}};
+    const int wide = p->K % 16 || p->V % 16 || p->offsets || p->K >= 128;
+    for (int a = 0; a < 1 + wide && P == &PATHS[0]; a++) {
         void *rq = dev_bf16(NULL, p->nq), *rk = dev_bf16(NULL, p->nq), *rv = dev_bf16(NULL, p->nv),
              *rg = p->g ? dev_bf16(NULL, p->ng) : NULL, *rb = dev_bf16(NULL, p->nb);
         poison_bf16(rq, p->nq), poison_bf16(rk, p->nq), poison_bf16(rv, p->nv), poison_bf16(rb, p->nb);
         if (rg) poison_bf16(rg, p->ng);
-        setenv("HYBRID_DR_GRAD_REF", "1", 1);
+        setenv(ALT[a][0], "1", 1);
         P->bwd(p->kind, rq, rk, rv, rg, rb, NULL, d.dout, (const real *)ddhT, d.q, d.k, d.v, d.g, d.beta,
                (const real *)dh0p, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
-        unsetenv("HYBRID_DR_GRAD_REF");
-        same_bits_bf16("backward dq, split = single kernel", dqd, rq, p->nq);
-        same_bits_bf16("backward dk, split = single kernel", dkd, rk, p->nq);
-        same_bits_bf16("backward dv, split = single kernel", dvd, rv, p->nv);
-        if (rg) same_bits_bf16("backward dg, split = single kernel", dgd, rg, p->ng);
-        same_bits_bf16("backward dbeta, split = single kernel", dbd, rb, p->nb);
+        unsetenv(ALT[a][0]);
+        char what[96];
+        snprintf(what, sizeof what, "backward dq, %s", ALT[a][1]);
+        same_bits_bf16(what, dqd, rq, p->nq);
+        snprintf(what, sizeof what, "backward dk, %s", ALT[a][1]);
+        same_bits_bf16(what, dkd, rk, p->nq);
+        snprintf(what, sizeof what, "backward dv, %s", ALT[a][1]);
+        same_bits_bf16(what, dvd, rv, p->nv);
+        snprintf(what, sizeof what, "backward dg, %s", ALT[a][1]);
+        if (rg) same_bits_bf16(what, dgd, rg, p->ng);
+        snprintf(what, sizeof what, "backward dbeta, %s", ALT[a][1]);
+        same_bits_bf16(what, dbd, rb, p->nb);
         G->free(rq), G->free(rk), G->free(rv), G->free(rb);
         if (rg) G->free(rg);
     }
