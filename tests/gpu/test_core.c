@@ -463,7 +463,8 @@ int main(void) {
     test_matmul(N, C, 3 * C, 1);
     test_matmul(N, 4 * C, C, 1);
     test_matmul(64, C, Vp, 0);
-    test_matmul(30, 100, 36, 1);  // odd shapes
+    test_matmul(30, 100, 36, 1);   // odd shapes
+    test_matmul(2100, 64, 72, 1);  // dbias: three row chunks, a partial column block
     test_matmul_many_shapes();
     test_matmul_gelu(N, C, 4 * C);
     test_attention_impls(B, T, C, NH);
@@ -488,7 +489,8 @@ int main(void) {
     test_matmul(N, C, 3 * C, 1);
     test_matmul(N, 4 * C, C, 1);
     test_matmul(1024, C, Vp, 0);
-    test_matmul(300, 100, 36, 1);  // odd shapes
+    test_matmul(300, 100, 36, 1);   // odd shapes
+    test_matmul(2100, 64, 72, 1);  // dbias: three row chunks, a partial column block
     test_matmul_many_shapes();
     test_matmul_gelu(N, C, 4 * C);
     test_attention_impls(B, T, C, NH);
