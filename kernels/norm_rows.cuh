@@ -7,7 +7,8 @@
 //   backward  g = dy * w,  dx = rstd * (g - mean(g) - xhat * mean(g * xhat))   (RMS: no mean(g))
 //             dw += sum_rows dy * xhat,  db += sum_rows dy
 // One warp per row. Fast path when C is a multiple of 256 up to 1024 (8 channels per
-// lane per 256, kept in registers); otherwise a generic strided path.
+// lane per 256; the backward keeps its running column sums in shared memory); otherwise a
+// generic strided path.
 // dw/db are deterministic: fixed row chunks per block (depending on N only), partial
 // sums in fixed order per warp, warps added in order, then chunks added in order.
 #ifndef HYBRID_KERNELS_NORM_ROWS_CUH
@@ -15,7 +16,7 @@
 
 #include "kernels/common.cuh"
 
-#define NORM_ROWS_PER_CHUNK 64  // 4 warps of 16 rows: ~155 registers, 3 blocks per SM at C = 768
+#define NORM_ROWS_PER_CHUNK 128  // 4 warps of 32 rows; N = 65536: 512 blocks, one wave at 4 blocks per SM
 #define NORM_MAX_CHUNKS 1024
 
 // ADD: the input is res = inp + inp2, written (bf16) and normalized as rounded.
@@ -102,69 +103,108 @@ __global__ void norm_fwd_generic_kernel(bf16 *out, float *mean, float *rstd, con
     }
 }
 
-// Input gradient (written) and this chunk's dw/db partial sums: partial[chunk][0..C) = dw,
-// [C..2C) = db. Warps take the chunk's rows round-robin, each in order.
-// ACC: dinp += the input gradient (rounded once, after the add)
-template <int NV, bool RMS, bool ACC = false>
-__global__ void norm_bwd_vec_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *w,
-                                    const float *mean, const float *rstd, int N, int C, int rows_per_chunk) {
-    DYNAMIC_SMEM(float, sh);  // 2C
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int row0 = blockIdx.x * rows_per_chunk, row1 = min(row0 + rows_per_chunk, N);
-    float wv[NV][8], dwa[NV][8], dba[NV][8];
+// bf16 x 8 in a uint4 (as loaded) -> fp32
+__device__ __forceinline__ void unpack8(uint4 v, float f[8]) {
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&v);
 #pragma unroll
-    for (int j = 0; j < NV; j++) {
-        load8(w + (j * 32 + lane) * 8, wv[j]);
-#pragma unroll
-        for (int k = 0; k < 8; k++) dwa[j][k] = dba[j][k] = 0.f;
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
     }
+}
+
+// acc[0..3] += v[0..3] (a lane-private float4 slot of shared memory)
+__device__ __forceinline__ void add4(float4 *acc, const float *v) {
+    float4 a = *acc;
+    a.x += v[0], a.y += v[1], a.z += v[2], a.w += v[3];
+    *acc = a;
+}
+
+// Input gradient (written; ACC: added into dinp, rounded once after the add) and this
+// chunk's column partial sums: partial[chunk][0..C) = dw, [C..2C) = db and, with SUM,
+// [2C..3C) = the column sums of dinp as stored (bf16, after the add): the bias gradient
+// of the linear layer that reads dinp as its dout next (layernorm_backward_add's dsum).
+// Warps take the chunk's rows round-robin, each in order. A lane keeps its running sums
+// not in registers but in its own float4 slots of shared memory (a warp's slice: Q x C
+// floats, slot (q, j, h) of lane l at ((q * NV + j) * 2 + h) * 32 + l, which a warp
+// reads and writes without bank conflicts); no other lane touches them until the end,
+// when the warps' slices are added in warp order. The row's dinp (ACC) is loaded with
+// dy and x, raw, so one memory latency per row. ~100 registers: 4 blocks of 4 warps an SM.
+template <int NV, bool RMS, bool ACC = false, bool SUM = false>
+__global__ void __launch_bounds__(128, 4)
+norm_bwd_vec_kernel(bf16 *dinp, float *partial, const bf16 *dout, const bf16 *inp, const bf16 *w,
+                    const float *mean, const float *rstd, int N, int C, int rows_per_chunk) {
+    constexpr int Q = SUM ? 3 : 2;
+    DYNAMIC_SMEM(float4, sh);  // nw x Q x C floats
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int row0 = blockIdx.x * rows_per_chunk, row1 = min(row0 + rows_per_chunk, N);
+    float4 *mine = sh + (size_t)warp * Q * NV * 64 + lane;  // slot s at mine[s * 32]
+#pragma unroll
+    for (int s = 0; s < Q * NV * 2; s++) mine[s * 32] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int row = row0 + warp; row < row1; row += nw) {
-        float dy[NV][8], xh[NV][8];
+        float dy[NV][8];
+        uint4 xr[NV], pr[NV];
         const bf16 *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
-        float mu = RMS ? 0.f : mean[row], r = rstd[row];
+        bf16 *dx = dinp + (size_t)row * C;
+        const float mu = RMS ? 0.f : mean[row], r = rstd[row];
 #pragma unroll
         for (int j = 0; j < NV; j++) {
             load8(d + (j * 32 + lane) * 8, dy[j]);
-            load8(x + (j * 32 + lane) * 8, xh[j]);
+            xr[j] = *reinterpret_cast<const uint4 *>(x + (j * 32 + lane) * 8);
+            if (ACC) pr[j] = *reinterpret_cast<const uint4 *>(dx + (j * 32 + lane) * 8);
         }
+        // dw += dy * xhat, db += dy; dy becomes g = dy * w
         float sg = 0.f, sgx = 0.f;
 #pragma unroll
-        for (int j = 0; j < NV; j++)
+        for (int j = 0; j < NV; j++) {
+            float xh[8], wv[8], dwv[8];
+            unpack8(xr[j], xh);
+            load8(w + (j * 32 + lane) * 8, wv);
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                xh[j][k] = (xh[j][k] - mu) * r;
-                float g = dy[j][k] * wv[j][k];
-                sg += g;
-                sgx += g * xh[j][k];
-                dwa[j][k] += dy[j][k] * xh[j][k];
-                dba[j][k] += dy[j][k];
+                xh[k] = (xh[k] - mu) * r;
+                dwv[k] = dy[j][k] * xh[k];
             }
-        float mg = RMS ? 0.f : warp_sum(sg) / C, mgx = warp_sum(sgx) / C;
-        bf16 *dx = dinp + (size_t)row * C;
+            add4(&mine[(j * 2 + 0) * 32], dwv);
+            add4(&mine[(j * 2 + 1) * 32], dwv + 4);
+            add4(&mine[((NV + j) * 2 + 0) * 32], dy[j]);
+            add4(&mine[((NV + j) * 2 + 1) * 32], dy[j] + 4);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                float g = dy[j][k] * wv[k];
+                sg += g;
+                sgx += g * xh[k];
+                dy[j][k] = g;
+            }
+        }
+        const float mg = RMS ? 0.f : warp_sum(sg) / C, mgx = warp_sum(sgx) / C;
 #pragma unroll
         for (int j = 0; j < NV; j++) {
-            float o[8], prev[8];
-            if (ACC) load8(dx + (j * 32 + lane) * 8, prev);
+            float xh[8], o[8], prev[8];
+            unpack8(xr[j], xh);
+            if (ACC) unpack8(pr[j], prev);
 #pragma unroll
-            for (int k = 0; k < 8; k++) o[k] = r * (dy[j][k] * wv[j][k] - mg - xh[j][k] * mgx) + (ACC ? prev[k] : 0.f);
+            for (int k = 0; k < 8; k++) o[k] = r * (dy[j][k] - mg - (xh[k] - mu) * r * mgx) + (ACC ? prev[k] : 0.f);
             store8(dx + (j * 32 + lane) * 8, o);
+            if (SUM) {  // the stored (rounded) values
+#pragma unroll
+                for (int k = 0; k < 8; k++) o[k] = __bfloat162float(__float2bfloat16(o[k]));
+                add4(&mine[((2 * NV + j) * 2 + 0) * 32], o);
+                add4(&mine[((2 * NV + j) * 2 + 1) * 32], o + 4);
+            }
         }
     }
-    // add the warps' partials in warp order
-    for (int wi = 0; wi < nw; wi++) {
-        if (warp == wi) {
-#pragma unroll
-            for (int j = 0; j < NV; j++)
-#pragma unroll
-                for (int k = 0; k < 8; k++) {
-                    int c = (j * 32 + lane) * 8 + k;
-                    sh[c] = wi ? sh[c] + dwa[j][k] : dwa[j][k];
-                    sh[C + c] = wi ? sh[C + c] + dba[j][k] : dba[j][k];
-                }
-        }
-        __syncthreads();
+    __syncthreads();
+    // channel c = (j * 32 + l) * 8 + h * 4 + e of quantity q: float ((q * NV + j) * 2 + h) * 128 + l * 4 + e
+    const float *shf = reinterpret_cast<const float *>(sh);
+    for (int i = threadIdx.x; i < Q * C; i += blockDim.x) {
+        const int q = i / C, c = i - q * C, j = c >> 8, l = (c >> 3) & 31, h = (c >> 2) & 1, e = c & 3;
+        const int idx = ((q * NV + j) * 2 + h) * 128 + l * 4 + e;
+        float s = 0.f;
+        for (int wi = 0; wi < nw; wi++) s += shf[(size_t)wi * Q * C + idx];
+        partial[(size_t)blockIdx.x * Q * C + i] = s;
     }
-    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) partial[(size_t)blockIdx.x * 2 * C + i] = sh[i];
 }
 
 // Generic input gradient: one warp per row, strided.
@@ -190,37 +230,42 @@ __global__ void norm_bwd_dx_generic_kernel(bf16 *dinp, const bf16 *dout, const b
     }
 }
 
-// Generic dw/db partials: one thread per channel, the chunk's rows in order.
+// Generic dw/db partials: one thread per channel, the chunk's rows in order (partial rows of
+// Q x C floats; with Q = 3 the third part is the column sums of dsrc, the stored input gradient).
 template <bool RMS>
 __global__ void norm_bwd_dw_generic_kernel(float *partial, const bf16 *dout, const bf16 *inp, const float *mean,
-                                           const float *rstd, int N, int C, int rows_per_chunk) {
+                                           const float *rstd, int N, int C, int rows_per_chunk, int Q,
+                                           const bf16 *dsrc) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     int row0 = blockIdx.y * rows_per_chunk, row1 = min(row0 + rows_per_chunk, N);
-    float sw = 0.f, sb = 0.f;
+    float sw = 0.f, sb = 0.f, ss = 0.f;
     for (int row = row0; row < row1; row++) {
         float dy = __bfloat162float(dout[(size_t)row * C + c]);
         float mu = RMS ? 0.f : mean[row];
         sw += dy * (__bfloat162float(inp[(size_t)row * C + c]) - mu) * rstd[row];
         sb += dy;
+        if (Q == 3) ss += __bfloat162float(dsrc[(size_t)row * C + c]);
     }
-    partial[(size_t)blockIdx.y * 2 * C + c] = sw;
-    partial[(size_t)blockIdx.y * 2 * C + C + c] = sb;
+    partial[(size_t)blockIdx.y * Q * C + c] = sw;
+    partial[(size_t)blockIdx.y * Q * C + C + c] = sb;
+    if (Q == 3) partial[(size_t)blockIdx.y * Q * C + 2 * C + c] = ss;
 }
 
-// dw[c] += sum over chunks of partial[chunk][c]; db likewise (db may be NULL).
-// Block (32, 8): 32 columns; row lane y adds chunks y, y + 8, ... in order, then the 8
-// lane sums are added in order (a fixed order: deterministic).
-static __global__ void norm_dw_reduce_kernel(bf16 *dw, bf16 *db, const float *partial, int chunks, int C) {
+// dw[c] += sum over chunks of partial[chunk][c]; db likewise (db may be NULL), and with
+// Q = 3 dsum from the third part. Block (32, 8): 32 columns; row lane y adds chunks y,
+// y + 8, ... in order, then the 8 lane sums are added in order (a fixed order: deterministic).
+static __global__ void norm_dw_reduce_kernel(bf16 *dw, bf16 *db, bf16 *dsum, const float *partial, int chunks,
+                                             int C, int Q) {
     __shared__ float sh[8][33];
     int i = blockIdx.x * 32 + threadIdx.x;
     float s = 0.f;
-    if (i < 2 * C)
-        for (int k = threadIdx.y; k < chunks; k += 8) s += partial[(size_t)k * 2 * C + i];
+    if (i < Q * C)
+        for (int k = threadIdx.y; k < chunks; k += 8) s += partial[(size_t)k * Q * C + i];
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
-    if (threadIdx.y || i >= 2 * C) return;
-    bf16 *dst = i < C ? dw + i : (db ? db + (i - C) : NULL);
+    if (threadIdx.y || i >= Q * C) return;
+    bf16 *dst = i < C ? dw + i : i < 2 * C ? (db ? db + (i - C) : NULL) : dsum + (i - 2 * C);
     if (!dst) return;
     s = 0.f;
     for (int y = 0; y < 8; y++) s += sh[y][threadIdx.x];
@@ -247,34 +292,47 @@ static void norm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, c
     }
 }
 
+// dsum (ACC only, may be NULL): dsum += the column sums of dinp after the add, as stored.
 template <bool RMS, bool ACC = false>
 static void norm_backward(bf16 *dinp, bf16 *dw, bf16 *db, const bf16 *dout, const bf16 *inp, const bf16 *w,
-                          const float *mean, const float *rstd, int N, int C) {
+                          const float *mean, const float *rstd, int N, int C, bf16 *dsum = NULL) {
     if (N <= 0) return;
+    const int Q = dsum ? 3 : 2;
     int chunks = (N + NORM_ROWS_PER_CHUNK - 1) / NORM_ROWS_PER_CHUNK;
     if (chunks > NORM_MAX_CHUNKS) chunks = NORM_MAX_CHUNKS;
     int rows_per_chunk = (N + chunks - 1) / chunks;
     chunks = (N + rows_per_chunk - 1) / rows_per_chunk;
-    float *partial = (float *)scratch_get((size_t)chunks * 2 * C * sizeof(float));
+    float *partial = (float *)scratch_get((size_t)chunks * Q * C * sizeof(float));
     int vec = C % 256 == 0 && C <= 1024 && is_aligned16(dinp) && is_aligned16(dout) && is_aligned16(inp) &&
               is_aligned16(w);
     if (vec) {
         const int threads = 128;
-        size_t smem = (size_t)2 * C * sizeof(float);
-        switch (C / 256) {
-        case 1: launch_kernel(norm_bwd_vec_kernel<1, RMS, ACC>, chunks, threads, smem, dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
-        case 2: launch_kernel(norm_bwd_vec_kernel<2, RMS, ACC>, chunks, threads, smem, dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
-        case 3: launch_kernel(norm_bwd_vec_kernel<3, RMS, ACC>, chunks, threads, smem, dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
-        default: launch_kernel(norm_bwd_vec_kernel<4, RMS, ACC>, chunks, threads, smem, dinp, partial, dout, inp, w, mean, rstd, N, C, rows_per_chunk); break;
+        size_t smem = (size_t)(threads / 32) * Q * C * sizeof(float);
+#define NORM_BWD_LAUNCH(NV, SUM) \
+    launch_kernel(norm_bwd_vec_kernel<NV, RMS, ACC, SUM>, chunks, threads, smem, dinp, partial, dout, inp, w, mean, \
+                  rstd, N, C, rows_per_chunk)
+#define NORM_BWD_CASES(SUM)                          \
+    switch (C / 256) {                               \
+    case 1: NORM_BWD_LAUNCH(1, SUM); break;          \
+    case 2: NORM_BWD_LAUNCH(2, SUM); break;          \
+    case 3: NORM_BWD_LAUNCH(3, SUM); break;          \
+    default: NORM_BWD_LAUNCH(4, SUM); break;         \
+    }
+        if (ACC && dsum) {
+            NORM_BWD_CASES(ACC)  // SUM = ACC: true here (no SUM instance without ACC)
+        } else {
+            NORM_BWD_CASES(false)
         }
+#undef NORM_BWD_CASES
+#undef NORM_BWD_LAUNCH
     } else {
         const int threads = 256;
         launch_kernel(norm_bwd_dx_generic_kernel<RMS, ACC>, (N + 7) / 8, threads, 0, dinp, dout, inp, w, mean, rstd, N, C);
         dim3 grid((C + 255) / 256, chunks);
         launch_kernel(norm_bwd_dw_generic_kernel<RMS>, grid, 256, 0, partial, dout, inp, mean, rstd, N, C,
-            rows_per_chunk);
+            rows_per_chunk, Q, (const bf16 *)dinp);
     }
-    launch_kernel(norm_dw_reduce_kernel, (2 * C + 31) / 32, dim3(32, 8), 0, dw, db, partial, chunks, C);
+    launch_kernel(norm_dw_reduce_kernel, (Q * C + 31) / 32, dim3(32, 8), 0, dw, db, dsum, partial, chunks, C, Q);
 }
 
 #endif

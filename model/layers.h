@@ -37,6 +37,9 @@ void mlp_params(const ModelConfig *c, ParamTable *t, int layer, MlpParams *p);
 void mlp_layout(const struct Model *m, Carver *cv, Carver *scratch, MlpActs *a);
 void mlp_forward(struct Model *m, int layer, real *out, const real *in, int B, int T);
 void mlp_backward(struct Model *m, int layer, real *din, const real *dout, int B, int T);
+// The gradient of the down projection's bias (out = ... + b: its gradient is the column sums
+// of dout), or NULL without biases (Model.dout_bias_summed)
+real *mlp_out_bias_grad(struct Model *m, int layer);
 
 // ---- MoE channel mixer (docs/hybrid.md, "MoE channel mixer"), model/moe.c ----
 typedef struct {
@@ -96,8 +99,11 @@ void norm_backward(struct Model *m, const NormParams *p, const NormActs *a, real
 void norm_forward_add(struct Model *m, const NormParams *p, NormActs *a, real *res, const real *x, const real *y,
                       int N);
 // dres += d(norm input): one op where the backend has layernorm_backward_add
-// (LayerNorm), else norm_backward into tmp (N*C) then add_inplace
-void norm_backward_add(struct Model *m, const NormParams *p, const NormActs *a, real *dres, const real *dout,
-                       const real *in, int N, real *tmp);
+// (LayerNorm), else norm_backward into tmp (N*C) then add_inplace. dsum (may be NULL): the
+// gradient of the bias of the layer that reads dres next; where the fused op runs, it also
+// adds the column sums of the updated dres into dsum, and norm_backward_add returns 1
+// (0: dsum untouched; that layer sums its dout itself)
+int norm_backward_add(struct Model *m, const NormParams *p, const NormActs *a, real *dres, const real *dout,
+                      const real *in, int N, real *tmp, real *dsum);
 
 #endif

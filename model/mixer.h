@@ -46,6 +46,10 @@ typedef struct MixerOps {
     void (*forward)(struct Model *m, int layer, real *out, const real *in, int B, int T);
     // din written, parameter gradients accumulated
     void (*backward)(struct Model *m, int layer, real *din, const real *dout, int B, int T);
+    // Optional (NULL: none): the gradient of the bias added last to out (out = ... + b, so
+    // its gradient is the column sums of dout), or NULL. The graph may sum it where dout is
+    // made; then it sets m->dout_bias_summed for the backward, which must leave it alone.
+    real *(*out_bias_grad)(struct Model *m, int layer);
     // Training FLOPs per token of the mixing that is not a parameter matmul (forward +
     // backward) for sequences of T tokens (inspect, MFU).
     double (*flops)(const ModelConfig *c, int T);

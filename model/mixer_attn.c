@@ -68,9 +68,15 @@ static void attn_backward(Model *m, int l, real *din, const real *dout, int B, i
     const AttnParams *p = m->mp.blocks[l].mixer;
     AttnActs *a = m->acts.blocks[l].mixer;
     const int N = B * T, C = m->cfg.d_model;
-    be->core->matmul_backward(a->dy, G(p->out_w), G(p->out_b), dout, a->y, P(p->out_w), N, C, C);
+    real *dout_b = m->dout_bias_summed ? NULL : G(p->out_b);  // NULL: summed already (Model.dout_bias_summed)
+    be->core->matmul_backward(a->dy, G(p->out_w), dout_b, dout, a->y, P(p->out_w), N, C, C);
     be->core->attention_backward(a->dqkv, a->dy, a->qkv, a->y, a->lse, B, T, C, m->cfg.n_head);
     be->core->matmul_backward(din, G(p->qkv_w), G(p->qkv_b), a->dqkv, a->in, P(p->qkv_w), N, C, 3 * C);
+}
+
+static real *attn_out_bias_grad(Model *m, int l) {
+    const AttnParams *p = m->mp.blocks[l].mixer;
+    return G(p->out_b);
 }
 
 // causal: each query attends to half the keys on average; 12 C T / 2 per token, fwd + bwd
@@ -117,6 +123,7 @@ const MixerOps mixer_softmax_attention = {
     .layout = attn_layout,
     .forward = attn_forward,
     .backward = attn_backward,
+    .out_bias_grad = attn_out_bias_grad,
     .flops = attn_flops,
     .cache_init = attn_cache_init,
     .cache_free = attn_cache_free,

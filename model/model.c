@@ -231,6 +231,16 @@ static void channel_backward(Model *m, int l, real *din, const real *dout, int B
     else mlp_backward(m, l, din, dout, B, T);
 }
 
+// The gradients of the biases whose gradient is the column sums of the module's dout
+// (Model.dout_bias_summed), or NULL
+static real *channel_out_bias_grad(Model *m, int l) {
+    return m->mp.blocks[l].moe_layer ? NULL : mlp_out_bias_grad(m, l);
+}
+static real *mixer_out_bias_grad(Model *m, int l) {
+    const MixerOps *mx = mixer_of(&m->cfg, l);
+    return mx->out_bias_grad ? mx->out_bias_grad(m, l) : NULL;
+}
+
 // AttnRes sources (docs/hybrid.md, "Block AttnRes layer algorithm"): sealed blocks
 // b_0 .. b_{n_blocks-1}, then the partial P (if any).
 static void ar_sources(const real **src, const real *const *blocks, const AttnResPlan *pl, const real *P) {
@@ -460,25 +470,33 @@ void model_backward(Model *m, float loss_scale) {
         norm_backward(m, &mp->normf, &a->normf, dP, a->dbranch, L ? a->blocks[L - 1].res_out : a->encoded, N);
     }
     if (m->grads_ready) m->grads_ready(m, L, m->grads_ready_ctx);  // the tensors after the blocks are final
-    // walk the blocks backwards; dP holds d(block output) = d(P_out)
+    // walk the blocks backwards; dP holds d(block output) = d(P_out). Where the backend has
+    // the fused norm backward-add, it also sums the columns of the dP it makes into the
+    // output bias gradient of the module that reads dP next (the mixer's, then the previous
+    // block's channel mixer's); m->dout_bias_summed tells that module's backward.
+    m->dout_bias_summed = 0;
     for (int l = L - 1; l >= 0; l--) {
         if (l < L - 1 && m->grads_ready) m->grads_ready(m, l + 1, m->grads_ready_ctx);  // block l+1 is final
         const BlockParams *p = &mp->blocks[l];
         BlockActs *b = &a->blocks[l];
         // P_out = P_mid + channel(norm2(x_f)), x_f = P_mid or AttnRes(blocks, P_mid)
         channel_backward(m, l, a->dbranch, dP, B, T);
+        m->dout_bias_summed = 0;
         if (S) {
             norm_backward(m, &p->norm2, &b->norm2, a->dtmp, a->dbranch, b->xf_in, N);
             AttnResPlan pf = attnres_plan(ATTNRES_FFN, l, S, L);
             ar_grads(dsrc, dB, &pf, dP);
             attnres_backward(m, &p->ar_ffn, &b->ar_ffn, dsrc, a->dtmp, N);
         } else {
-            norm_backward_add(m, &p->norm2, &b->norm2, dP, a->dbranch, b->xf_in, N, a->dtmp);
+            m->dout_bias_summed = norm_backward_add(m, &p->norm2, &b->norm2, dP, a->dbranch, b->xf_in, N, a->dtmp,
+                                                    mixer_out_bias_grad(m, l));
         }
         // dP = d(P_mid); P_mid = (P_in or empty) + mixer(norm1(x_a))
         mixer_of(c, l)->backward(m, l, a->dbranch, dP, B, T);
-        if (!S) {
-            norm_backward_add(m, &p->norm1, &b->norm1, dP, a->dbranch, b->xa_in, N, a->dtmp);  // d(block input)
+        m->dout_bias_summed = 0;
+        if (!S) {  // d(block input) = the dout of block l - 1's channel mixer
+            m->dout_bias_summed = norm_backward_add(m, &p->norm1, &b->norm1, dP, a->dbranch, b->xa_in, N, a->dtmp,
+                                                    l ? channel_out_bias_grad(m, l - 1) : NULL);
             continue;
         }
         norm_backward(m, &p->norm1, &b->norm1, a->dtmp, a->dbranch, b->xa_in, N);
@@ -498,6 +516,7 @@ void model_backward(Model *m, float loss_scale) {
             attnres_backward(m, &p->ar_attn, &b->ar_attn, dsrc, a->dtmp, N);
         }
     }
+    m->dout_bias_summed = 0;
     be->core->embed_backward(G(mp->tok_embed), G(mp->pos_embed), dP, a->tokens, B, T, C);
     if (m->grads_ready) m->grads_ready(m, -1, m->grads_ready_ctx);  // every gradient is final
 }

@@ -75,6 +75,11 @@ typedef struct Model {
     float dlogits_scale;               // the loss_scale that backward ran for
     double moe_aux_loss;               // sum over MoE layers of the last forward's balance loss
     float backward_scale;              // loss_scale of the running backward (aux-loss gradient)
+    // Set by model_backward around one module's backward: the column sums of that module's
+    // dout were already added to the gradient of its output bias (the bias its out_bias_grad
+    // names), by the fused norm backward that wrote dout (layernorm_backward_add's dsum), so
+    // the module's backward leaves that gradient alone. 0 everywhere else.
+    int dout_bias_summed;
     // Distributed runs (docs/distributed.md, dist/): the collectives (NULL: one process) and
     // the expert-parallel group size (1: every rank runs every expert; >1: model/moe.c
     // dispatches tokens to the ranks of the COMM_EP group that own their experts; set it

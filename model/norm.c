@@ -53,15 +53,16 @@ void norm_forward_add(Model *m, const NormParams *p, NormActs *a, real *res, con
     norm_forward(m, p, a, res, N);
 }
 
-void norm_backward_add(Model *m, const NormParams *p, const NormActs *a, real *dres, const real *dout, const real *in,
-                       int N, real *tmp) {
+int norm_backward_add(Model *m, const NormParams *p, const NormActs *a, real *dres, const real *dout, const real *in,
+                      int N, real *tmp, real *dsum) {
     const int C = m->cfg.d_model;
     if (m->cfg.norm == NORM_LAYERNORM && m->be->core->layernorm_backward_add) {
         real *w = model_tensor(m, m->params, p->w);
         real *dw = model_tensor(m, m->grads, p->w), *db = model_tensor(m, m->grads, p->b);
-        m->be->core->layernorm_backward_add(dres, dw, db, dout, in, w, a->mean, a->rstd, N, C);
-        return;
+        m->be->core->layernorm_backward_add(dres, dw, db, dsum, dout, in, w, a->mean, a->rstd, N, C);
+        return dsum != NULL;
     }
     norm_backward(m, p, a, tmp, dout, in, N);
     m->be->core->add_inplace(dres, tmp, (size_t)N * C);
+    return 0;
 }

@@ -43,11 +43,12 @@ void cuda_add_layernorm_forward(real *res, real *out, real *mean, real *rstd, co
     }
 }
 
-// layernorm_backward with the input gradient added into dres (dres += dinp)
-void cuda_layernorm_backward_add(real *dres, real *dw, real *db, const real *dout, const real *inp, const real *w,
-                                 const real *mean, const real *rstd, int N, int C) {
+// layernorm_backward with the input gradient added into dres (dres += dinp); dsum (may be
+// NULL) += the column sums of dres as stored after the add, in the same pass
+void cuda_layernorm_backward_add(real *dres, real *dw, real *db, real *dsum, const real *dout, const real *inp,
+                                 const real *w, const real *mean, const real *rstd, int N, int C) {
     PROFILE("layernorm_bwd_add");
     ce_lse_invalidate(dres, (size_t)N * C * sizeof(bf16));
     norm_backward<false, true>((bf16 *)dres, (bf16 *)dw, (bf16 *)db, (const bf16 *)dout, (const bf16 *)inp,
-                               (const bf16 *)w, (const float *)mean, (const float *)rstd, N, C);
+                               (const bf16 *)w, (const float *)mean, (const float *)rstd, N, C, (bf16 *)dsum);
 }

@@ -86,13 +86,14 @@ static void test_layernorm(int N, int C) {
 }
 
 // the optional fused ops: residual add + LayerNorm forward, LayerNorm backward into the
-// residual gradient, against add + layernorm on the CPU
-static void test_add_norm(int N, int C) {
+// residual gradient, against add + layernorm on the CPU; with_sum: the backward also sums
+// the updated residual gradient's columns into dsum (the next linear layer's dbias)
+static void test_add_norm(int N, int C, int with_sum) {
     if (!G->core->add_layernorm_forward || !G->core->layernorm_backward_add) {
         printf("add+layernorm: fused ops not in the table (HYBRID_CUDA_NO_FUSE)\n");
         return;
     }
-    printf("add+layernorm fused N=%d C=%d\n", N, C);
+    printf("add+layernorm fused N=%d C=%d%s\n", N, C, with_sum ? " +dsum" : "");
     size_t n = (size_t)N * C;
     float *x = host_rand(n, 2, 0.3f), *y = host_rand(n, 1, 0), *w = host_rand(C, 0.5f, 1), *b = host_rand(C, 0.5f, 0);
     float *res = xmalloc(sizeof(float) * n), *out = xmalloc(sizeof(float) * n);
@@ -113,14 +114,18 @@ static void test_add_norm(int N, int C) {
     cmp_f32("forward mean (fp32)", dmean, mean, N, TOL_F32);
     cmp_f32("forward rstd (fp32)", drstd, rstd, N, TOL_F32);
 
-    // backward: dres (random start) += dinp, twice; dw, db accumulated twice from zero
+    // backward: dres (random start) += dinp, twice; dw, db (and dsum) accumulated twice from zero
     float *gout = host_rand(n, 1, 0), *g0 = host_rand(n, 1, 0), *dinp = xmalloc(sizeof(float) * n);
     float *acc = host_dup(g0, n), *gw = calloc(C, sizeof(float)), *gb = calloc(C, sizeof(float));
+    float *gs = calloc(C, sizeof(float));
     void *dgout = dev_bf16(gout, n), *dacc = dev_bf16(g0, n), *dgw = dev_bf16(NULL, C), *dgb = dev_bf16(NULL, C);
+    void *dgs = with_sum ? dev_bf16(NULL, C) : NULL;
     for (int rep = 0; rep < 2; rep++) {
         cpu_layernorm_backward(dinp, gw, gb, gout, res, w, mean, rstd, N, C);
         cpu_add_inplace(acc, dinp, n);
-        G->core->layernorm_backward_add(dacc, dgw, dgb, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
+        for (int i = 0; i < N; i++)  // dsum += sum_rows of the updated dres
+            for (int c = 0; c < C; c++) gs[c] += acc[(size_t)i * C + c];
+        G->core->layernorm_backward_add(dacc, dgw, dgb, dgs, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
     }
     for (size_t i = 0; i < n; i++) acc[i] -= g0[i];  // compare the part the op added
     float *got = get_bf16(dacc, n);
@@ -128,10 +133,33 @@ static void test_add_norm(int N, int C) {
     expect("backward dres += dinp (x2)", rel_rms(got, acc, n), TOL_GRAD);
     cmp_bf16("backward dw (x2, accumulated)", dgw, gw, C, TOL_GRAD);
     cmp_bf16("backward db (x2, accumulated)", dgb, gb, C, TOL_GRAD);
+    if (with_sum) {
+        cmp_bf16("backward dsum = column sums of dres (x2, accumulated)", dgs, gs, C, TOL_GRAD);
+        // deterministic: the same call from the same state gives the same bits, and the
+        // residual gradient is the one the call without dsum makes
+        float *r0 = get_bf16(dacc, n), *w0 = get_bf16(dgw, C), *b0 = get_bf16(dgb, C), *s0 = get_bf16(dgs, C);
+        void *acc2 = dev_bf16(r0, n), *gw2 = dev_bf16(w0, C), *gb2 = dev_bf16(b0, C), *gs2 = dev_bf16(s0, C);
+        void *acc3 = dev_bf16(r0, n);
+        G->core->layernorm_backward_add(dacc, dgw, dgb, dgs, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
+        G->core->layernorm_backward_add(acc2, gw2, gb2, gs2, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
+        float *r1 = get_bf16(dacc, n), *r2 = get_bf16(acc2, n);
+        float *w1 = get_bf16(dgw, C), *b1 = get_bf16(dgb, C), *s1 = get_bf16(dgs, C);
+        float *w2 = get_bf16(gw2, C), *b2 = get_bf16(gb2, C), *s2 = get_bf16(gs2, C);
+        CHECK(!memcmp(r1, r2, sizeof(float) * n) && !memcmp(w1, w2, sizeof(float) * C) &&
+                  !memcmp(b1, b2, sizeof(float) * C) && !memcmp(s1, s2, sizeof(float) * C),
+              "layernorm_backward_add with dsum: two identical calls gave different bits");
+        G->core->layernorm_backward_add(acc3, gw2, gb2, NULL, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
+        float *r3 = get_bf16(acc3, n);
+        CHECK(!memcmp(r1, r3, sizeof(float) * n), "layernorm_backward_add: dres differs with and without dsum");
+        G->free(acc2), G->free(gw2), G->free(gb2), G->free(gs2), G->free(acc3);
+        free(r0), free(w0), free(b0), free(s0), free(r1), free(r2), free(r3), free(w1), free(b1), free(s1), free(s2);
+        free(w2), free(b2);
+        G->free(dgs);
+    }
     G->free(dx), G->free(dy), G->free(dw), G->free(db), G->free(dres), G->free(dout), G->free(dmean);
     G->free(drstd), G->free(dgout), G->free(dacc), G->free(dgw), G->free(dgb);
     free(x), free(y), free(w), free(b), free(res), free(out), free(mean), free(rstd), free(gout), free(g0);
-    free(dinp), free(acc), free(gw), free(gb), free(got);
+    free(dinp), free(acc), free(gw), free(gb), free(gs), free(got);
 }
 
 static void test_matmul(int N, int C, int OC, int with_bias) {
@@ -458,12 +486,15 @@ int main(void) {
     test_embed(B, T, C, V, Vp);
     test_layernorm(64, 256);
     test_layernorm(50, 200);  // generic path
-    test_add_norm(64, 256);
-    test_add_norm(50, 200);  // generic path (separate ops)
+    test_add_norm(64, 256, 0);
+    test_add_norm(300, 256, 1);  // three row chunks, the last one partial
+    test_add_norm(200, 768, 1);  // GPT-2's width (three 256-column groups a lane)
+    test_add_norm(50, 200, 1);   // generic path (separate kernels)
     test_matmul(N, C, 3 * C, 1);
     test_matmul(N, 4 * C, C, 1);
     test_matmul(64, C, Vp, 0);
-    test_matmul(30, 100, 36, 1);  // odd shapes
+    test_matmul(30, 100, 36, 1);   // odd shapes
+    test_matmul(2100, 64, 72, 1);  // dbias: three row chunks, a partial column block
     test_matmul_many_shapes();
     test_matmul_gelu(N, C, 4 * C);
     test_attention_impls(B, T, C, NH);
@@ -483,12 +514,14 @@ int main(void) {
     test_embed(B, T, C, V, Vp);
     test_layernorm(N, C);
     test_layernorm(1000, 200);  // generic path
-    test_add_norm(N, C);
-    test_add_norm(1000, 200);  // generic path (separate ops)
+    test_add_norm(N, C, 0);
+    test_add_norm(N, C, 1);
+    test_add_norm(1000, 200, 1);  // generic path (separate kernels)
     test_matmul(N, C, 3 * C, 1);
     test_matmul(N, 4 * C, C, 1);
     test_matmul(1024, C, Vp, 0);
-    test_matmul(300, 100, 36, 1);  // odd shapes
+    test_matmul(300, 100, 36, 1);   // odd shapes
+    test_matmul(2100, 64, 72, 1);  // dbias: three row chunks, a partial column block
     test_matmul_many_shapes();
     test_matmul_gelu(N, C, 4 * C);
     test_attention_impls(B, T, C, NH);

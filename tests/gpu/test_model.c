@@ -55,12 +55,13 @@ static void cut_config(Config *c, const char *file, const char *layers, int moe_
 // The CPU emulator (tests/cuda_emu/): a config file's model cut down to `layers` at d_model 64
 // (one head of 64: the tensor-core attention path), a 500-token vocabulary padded to 512, the
 // last token the end-of-text one.
-static void tiny_config(Config *c, const char *file, const char *layers, int B, int T) {
+static void tiny_config_d(Config *c, const char *file, const char *layers, int B, int T, const char *d,
+                          const char *nh) {
     config_defaults(c);
     config_load_file(c, file);
     config_set_override(c, "layers", layers);
-    config_set_override(c, "d_model", "64");
-    config_set_override(c, "n_head", "1");
+    config_set_override(c, "d_model", d);
+    config_set_override(c, "n_head", nh);
     config_set_override(c, "vocab_size", "500");
     config_set_override(c, "padded_vocab_size", "512");
     config_set_override(c, "eot_token", "499");  // (inside the vocabulary: kda-tiny resets at EOT)
@@ -68,6 +69,9 @@ static void tiny_config(Config *c, const char *file, const char *layers, int B, 
     c->batch_size = B;
     c->seq_len = T;
     config_finalize(c);
+}
+static void tiny_config(Config *c, const char *file, const char *layers, int B, int T) {
+    tiny_config_d(c, file, layers, B, T, "64", "1");
 }
 #endif
 
@@ -457,6 +461,10 @@ int main(void) {
     test_model_step_of("GPT-2 tiny (2 layers, d 64)", &c, TOL_MODEL);
     c.model.classifier_chunk = 37;  // the logits in chunks of 37 of the 128 rows (tied lm_head)
     test_model_step_of("GPT-2 tiny, classifier chunks of 37 rows", &c, TOL_MODEL);
+    // d 256: the vectorized LayerNorm backward, which sums the output projections' dbias
+    // (model.c, Model.dout_bias_summed)
+    tiny_config_d(&c, "configs/gpt2-tiny.conf", "A x2", 2, 64, "256", "4");
+    test_model_step_of("GPT-2 tiny (2 layers, d 256)", &c, TOL_MODEL);
     tiny_config(&c, "configs/kda-tiny.conf", "K x2", 2, 128);
     test_model_step_of("KDA tiny (2 layers, d 64)", &c, TOL_MODEL);
     tiny_config(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128);

@@ -96,9 +96,12 @@ typedef struct CoreOps {
     void (*add_layernorm_forward)(real *res, real *out, real *mean, real *rstd, const real *a, const real *b,
                                   const real *w, const real *bias, int N, int C, real eps);
     // layernorm_backward with the input gradient ACCUMULATED into dres (the residual
-    // stream's gradient): dres += dinp; dw, db accumulated as layernorm_backward
-    void (*layernorm_backward_add)(real *dres, real *dw, real *db, const real *dout, const real *inp, const real *w,
-                                   const real *mean, const real *rstd, int N, int C);
+    // stream's gradient): dres += dinp; dw, db accumulated as layernorm_backward; and,
+    // when dsum is given, dsum (C) += sum_rows dres as updated: the bias gradient of the
+    // linear layer that reads dres as its dout next, summed where dres is made (the graph
+    // then passes that layer no dbias; model.h, Model.dout_bias_summed)
+    void (*layernorm_backward_add)(real *dres, real *dw, real *db, real *dsum, const real *dout, const real *inp,
+                                   const real *w, const real *mean, const real *rstd, int N, int C);
 } CoreOps;
 
 // The required members (op_table.h).
