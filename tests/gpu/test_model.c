@@ -53,10 +53,13 @@ static void cut_config(Config *c, const char *file, const char *layers, int moe_
 // The CPU emulator (tests/cuda_emu/): a config file's model cut down to `layers` at d_model 64
 // (one head of 64: the tensor-core attention path), a 500-token vocabulary padded to 512, the
 // last token the end-of-text one.
-static void tiny_config(Config *c, const char *file, const char *layers, int B, int T) {
+// key = value: one more override (key NULL: none)
+static void tiny_config_set(Config *c, const char *file, const char *layers, int B, int T, const char *key,
+                            const char *value) {
     config_defaults(c);
     config_load_file(c, file);
     config_set_override(c, "layers", layers);
+    if (key) config_set_override(c, key, value);
     config_set_override(c, "d_model", "64");
     config_set_override(c, "n_head", "1");
     config_set_override(c, "vocab_size", "500");
@@ -66,6 +69,9 @@ static void tiny_config(Config *c, const char *file, const char *layers, int B, 
     c->batch_size = B;
     c->seq_len = T;
     config_finalize(c);
+}
+static void tiny_config(Config *c, const char *file, const char *layers, int B, int T) {
+    tiny_config_set(c, file, layers, B, T, NULL, NULL);
 }
 #endif
 
@@ -455,6 +461,11 @@ int main(void) {
     test_model_step_of("KDA tiny (2 layers, d 64)", &c, TOL_MODEL);
     tiny_config(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128);
     test_model_step_of("KKKM hybrid tiny (4 layers, d 64, MoE, AttnRes)", &c, TOL_MODEL);
+    // plain residuals: every residual add through the fused add + RMSNorm ops
+    // (norm_forward_add / norm_backward_add), the mixers' input gradients through
+    // matmul_backward_acc (KDA's projections, MLA's, the MoE router's)
+    tiny_config_set(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128, "attn_res_block", "0");
+    test_model_step_of("KKKM hybrid tiny (4 layers, d 64, MoE, RMSNorm, no AttnRes)", &c, TOL_MODEL);
     tiny_config(&c, "configs/hybrid-tiny.conf", "KGDLAM", 2, 128);
     test_model_step_of("every mixer tiny: KGDLAM (d 64, MoE, AttnRes)", &c, TOL_MODEL);
     // recompute_mlp (model/mlp.c): the activation recomputed into scratch in the backward;
