@@ -292,6 +292,29 @@ static void norm_forward(bf16 *out, float *mean, float *rstd, const bf16 *inp, c
     }
 }
 
+// res = a + b (bf16, written), then the norm of res as stored: one pass where the
+// vectorized kernel applies, else the separate add and norm (the same results).
+template <bool RMS>
+static void norm_add_forward(bf16 *res, bf16 *out, float *mean, float *rstd, const bf16 *a, const bf16 *b,
+                             const bf16 *w, const bf16 *bias, int N, int C, float eps) {
+    if (N <= 0) return;
+    const int vec = C % 256 == 0 && C <= 1024 && is_aligned16(out) && is_aligned16(a) && is_aligned16(b) &&
+                    is_aligned16(res) && is_aligned16(w) && (!bias || is_aligned16(bias));
+    if (!vec) {  // the separate ops
+        cuda_add_forward((real *)res, (const real *)a, (const real *)b, (size_t)N * C);
+        norm_forward<RMS>(out, mean, rstd, res, w, bias, N, C, eps);
+        return;
+    }
+    const int threads = 256, rows_per_block = threads / 32;
+    unsigned grid = (unsigned)((N + rows_per_block - 1) / rows_per_block);
+    switch (C / 256) {
+    case 1: launch_kernel(norm_fwd_vec_kernel<1, RMS, true>, grid, threads, 0, out, mean, rstd, a, w, bias, N, C, eps, b, res); break;
+    case 2: launch_kernel(norm_fwd_vec_kernel<2, RMS, true>, grid, threads, 0, out, mean, rstd, a, w, bias, N, C, eps, b, res); break;
+    case 3: launch_kernel(norm_fwd_vec_kernel<3, RMS, true>, grid, threads, 0, out, mean, rstd, a, w, bias, N, C, eps, b, res); break;
+    default: launch_kernel(norm_fwd_vec_kernel<4, RMS, true>, grid, threads, 0, out, mean, rstd, a, w, bias, N, C, eps, b, res); break;
+    }
+}
+
 // dsum (ACC only, may be NULL): dsum += the column sums of dinp after the add, as stored.
 template <bool RMS, bool ACC = false>
 static void norm_backward(bf16 *dinp, bf16 *dw, bf16 *db, const bf16 *dout, const bf16 *inp, const bf16 *w,

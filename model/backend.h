@@ -11,7 +11,10 @@
 //  - `X_forward` writes its outputs and whatever its backward needs (named in the
 //    signature); it allocates nothing.
 //  - `X_backward` ACCUMULATES (+=) into parameter gradients and WRITES (=) input
-//    gradients, unless the comment says otherwise.
+//    gradients, unless the comment says otherwise. The named exceptions are optional fused
+//    ops that ACCUMULATE an input gradient too, to save the separate add_inplace:
+//    layernorm_backward_add, rmsnorm_backward_add (dres += d(norm input)) and
+//    matmul_backward_acc (dinp += dout @ w); their plain forms still write.
 //  - Pointers are backend memory. The graph never indexes them; it offsets them only
 //    through backend_offset() so that a backend may store another element type
 //    (the CUDA backend keeps bf16 activations). On the CPU every element is a `real`.

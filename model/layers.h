@@ -27,6 +27,20 @@ static inline GluAct model_glu_act(const ModelConfig *c) {
     return a;
 }
 
+// din += dout @ w, for an input gradient that already holds another contribution (the
+// several projections that read one input); dw (and dbias, may be NULL) accumulated as
+// matmul_backward. One op where the backend has matmul_backward_acc, else matmul_backward
+// into tmp (N*C) then add_inplace.
+static inline void matmul_backward_add(const Backend *be, real *din, real *dw, real *dbias, const real *dout,
+                                       const real *inp, const real *w, int N, int C, int OC, real *tmp) {
+    if (be->core->matmul_backward_acc) {
+        be->core->matmul_backward_acc(din, dw, dbias, dout, inp, w, N, C, OC);
+        return;
+    }
+    be->core->matmul_backward(tmp, dw, dbias, dout, inp, w, N, C, OC);
+    be->core->add_inplace(din, tmp, (size_t)N * C);
+}
+
 // ---- dense channel mixer: GELU MLP (up, GELU, down) or GLU MLP (w13, SwiGLU/SiTU, down) ----
 typedef struct {
     real *in;
@@ -95,14 +109,16 @@ void norm_forward(struct Model *m, const NormParams *p, NormActs *a, const real 
 void norm_backward(struct Model *m, const NormParams *p, const NormActs *a, real *din, const real *dout,
                    const real *in, int N);
 // res = x + y (N*C, written), then norm_forward of res: one op where the backend has the
-// fused add_layernorm_forward (LayerNorm), else add_forward then norm_forward
+// fused add_layernorm_forward (LayerNorm) or add_rmsnorm_forward (RMSNorm), else
+// add_forward then norm_forward
 void norm_forward_add(struct Model *m, const NormParams *p, NormActs *a, real *res, const real *x, const real *y,
                       int N);
 // dres += d(norm input): one op where the backend has layernorm_backward_add
-// (LayerNorm), else norm_backward into tmp (N*C) then add_inplace. dsum (may be NULL): the
-// gradient of the bias of the layer that reads dres next; where the fused op runs, it also
-// adds the column sums of the updated dres into dsum, and norm_backward_add returns 1
-// (0: dsum untouched; that layer sums its dout itself)
+// (LayerNorm) or rmsnorm_backward_add (RMSNorm), else norm_backward into tmp (N*C) then
+// add_inplace. dsum (may be NULL): the gradient of the bias of the layer that reads dres
+// next; where the fused LayerNorm op runs, it also adds the column sums of the updated dres
+// into dsum, and norm_backward_add returns 1 (0: dsum untouched; that layer sums its dout
+// itself)
 int norm_backward_add(struct Model *m, const NormParams *p, const NormActs *a, real *dres, const real *dout,
                       const real *in, int N, real *tmp, real *dsum);
 

@@ -155,9 +155,8 @@ static void linear_forward(Model *m, int l, real *out, const real *in, int B, in
 // din (first contribution written, later ones added) from one input projection
 static void proj_backward(Model *m, LinearActs *a, real *din, int *first, int w, const real *dout, int N, int OC) {
     const int C = m->cfg.d_model;
-    real *dst = *first ? din : a->dx;
-    m->be->core->matmul_backward(dst, G(w), NULL, dout, a->in, P(w), N, C, OC);
-    if (!*first) m->be->core->add_inplace(din, a->dx, (size_t)N * C);
+    if (*first) m->be->core->matmul_backward(din, G(w), NULL, dout, a->in, P(w), N, C, OC);
+    else matmul_backward_add(m->be, din, G(w), NULL, dout, a->in, P(w), N, C, OC, a->dx);
     *first = 0;
 }
 

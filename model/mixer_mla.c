@@ -287,18 +287,17 @@ static void mla_backward(Model *m, int l, real *din, const real *dout, int B, in
     be->core->matmul_backward(a->dc_n, GRD(p->kv_b_w), NULL, a->de, a->c_n, PRM(p->kv_b_w), N, d.r, d.H * d.de);
     be->norm_glu->rmsnorm_backward(a->dc, GRD(p->kv_a_norm), a->dc_n, a->c, PRM(p->kv_a_norm), a->rstd_c, N, d.r);
     be->mla->mla_split_kv_backward(a->dkv, a->dc, a->dkr, N, d.r, d.dr);
-    be->core->matmul_backward(dx_written ? a->dx : din, GRD(p->kv_a_w), NULL, a->dkv, a->in, PRM(p->kv_a_w), N, d.C,
-                        d.r + d.dr);
-    if (dx_written) be->core->add_inplace(din, a->dx, (size_t)N * d.C);
+    if (dx_written)
+        matmul_backward_add(be, din, GRD(p->kv_a_w), NULL, a->dkv, a->in, PRM(p->kv_a_w), N, d.C, d.r + d.dr, a->dx);
+    else be->core->matmul_backward(din, GRD(p->kv_a_w), NULL, a->dkv, a->in, PRM(p->kv_a_w), N, d.C, d.r + d.dr);
     // 8. query path
     if (d.rq) {
         be->core->matmul_backward(a->daq_n, GRD(p->q_b_w), NULL, a->dq, a->aq_n, PRM(p->q_b_w), N, d.rq, d.H * d.dqk);
         be->norm_glu->rmsnorm_backward(a->daq, GRD(p->q_a_norm), a->daq_n, a->aq, PRM(p->q_a_norm), a->rstd_q, N, d.rq);
-        be->core->matmul_backward(a->dx, GRD(p->q_a_w), NULL, a->daq, a->in, PRM(p->q_a_w), N, d.C, d.rq);
+        matmul_backward_add(be, din, GRD(p->q_a_w), NULL, a->daq, a->in, PRM(p->q_a_w), N, d.C, d.rq, a->dx);
     } else {
-        be->core->matmul_backward(a->dx, GRD(p->q_w), NULL, a->dq, a->in, PRM(p->q_w), N, d.C, d.H * d.dqk);
+        matmul_backward_add(be, din, GRD(p->q_w), NULL, a->dq, a->in, PRM(p->q_w), N, d.C, d.H * d.dqk, a->dx);
     }
-    be->core->add_inplace(din, a->dx, (size_t)N * d.C);
 }
 
 const MixerOps mixer_mla = {

@@ -237,8 +237,8 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     }
     be->moe->moe_gather_backward(a->dxin, a->dxp, a->pos, N, d.K, d.De);
     if (d.l) {
-        be->core->matmul_backward(a->dx, GRD(p->latent_down), NULL, a->dxin, a->in, PRM(p->latent_down), N, d.C, d.l);
-        be->core->add_inplace(din, a->dx, nc);
+        matmul_backward_add(be, din, GRD(p->latent_down), NULL, a->dxin, a->in, PRM(p->latent_down), N, d.C, d.l,
+                            a->dx);
     } else {
         be->core->add_inplace(din, a->dxin, nc);
     }
@@ -249,8 +249,7 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
         be->moe->moe_aux_loss_backward(a->dscores, a->scores, a->sel, N, d.E, d.K, T, c->moe_aux_loss_coef,
                                   m->backward_scale);
     be->moe->router_scores_backward(a->dlogits, a->dscores, a->scores, N, d.E, (RouterScoreFn)c->moe_router);
-    be->core->matmul_backward(a->dx, GRD(p->router_w), NULL, a->dlogits, a->in, PRM(p->router_w), N, d.C, d.E);
-    be->core->add_inplace(din, a->dx, nc);
+    matmul_backward_add(be, din, GRD(p->router_w), NULL, a->dlogits, a->in, PRM(p->router_w), N, d.C, d.E, a->dx);
     // the step's expert loads for the bias update (docs/hybrid.md, "Aux-loss-free bias
     // balancing"): training micro-batches only
     be->moe->moe_count(a->counts, a->sel, N, d.K, d.E);

@@ -44,9 +44,15 @@ void norm_backward(Model *m, const NormParams *p, const NormActs *a, real *din, 
 
 void norm_forward_add(Model *m, const NormParams *p, NormActs *a, real *res, const real *x, const real *y, int N) {
     const int C = m->cfg.d_model;
+    const real eps = (real)m->cfg.norm_eps;
+    real *w = model_tensor(m, m->params, p->w);
     if (m->cfg.norm == NORM_LAYERNORM && m->be->core->add_layernorm_forward) {
-        real *w = model_tensor(m, m->params, p->w), *b = model_tensor(m, m->params, p->b);
-        m->be->core->add_layernorm_forward(res, a->out, a->mean, a->rstd, x, y, w, b, N, C, (real)m->cfg.norm_eps);
+        real *b = model_tensor(m, m->params, p->b);
+        m->be->core->add_layernorm_forward(res, a->out, a->mean, a->rstd, x, y, w, b, N, C, eps);
+        return;
+    }
+    if (m->cfg.norm == NORM_RMSNORM && m->be->norm_glu->add_rmsnorm_forward) {
+        m->be->norm_glu->add_rmsnorm_forward(res, a->out, a->rstd, x, y, w, N, C, eps);
         return;
     }
     m->be->core->add_forward(res, x, y, (size_t)N * C);
@@ -56,11 +62,15 @@ void norm_forward_add(Model *m, const NormParams *p, NormActs *a, real *res, con
 int norm_backward_add(Model *m, const NormParams *p, const NormActs *a, real *dres, const real *dout, const real *in,
                       int N, real *tmp, real *dsum) {
     const int C = m->cfg.d_model;
+    real *w = model_tensor(m, m->params, p->w), *dw = model_tensor(m, m->grads, p->w);
     if (m->cfg.norm == NORM_LAYERNORM && m->be->core->layernorm_backward_add) {
-        real *w = model_tensor(m, m->params, p->w);
-        real *dw = model_tensor(m, m->grads, p->w), *db = model_tensor(m, m->grads, p->b);
+        real *db = model_tensor(m, m->grads, p->b);
         m->be->core->layernorm_backward_add(dres, dw, db, dsum, dout, in, w, a->mean, a->rstd, N, C);
         return dsum != NULL;
+    }
+    if (m->cfg.norm == NORM_RMSNORM && m->be->norm_glu->rmsnorm_backward_add) {
+        m->be->norm_glu->rmsnorm_backward_add(dres, dw, dout, in, w, a->rstd, N, C);
+        return 0;  // no dsum here: the layer that reads dres sums its own dbias
     }
     norm_backward(m, p, a, tmp, dout, in, N);
     m->be->core->add_inplace(dres, tmp, (size_t)N * C);

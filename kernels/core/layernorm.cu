@@ -21,26 +21,8 @@ void cuda_add_layernorm_forward(real *res, real *out, real *mean, real *rstd, co
                                 const real *w, const real *bias, int N, int C, float eps) {
     PROFILE("add_layernorm_fwd");
     ce_lse_invalidate(res, (size_t)N * C * sizeof(bf16));
-    if (N <= 0) return;
-    const int vec = C % 256 == 0 && C <= 1024 && is_aligned16(out) && is_aligned16(a) && is_aligned16(b) &&
-                    is_aligned16(res) && is_aligned16(w) && (!bias || is_aligned16(bias));
-    if (!vec) {  // the separate ops
-        cuda_add_forward(res, a, b, (size_t)N * C);
-        norm_forward<false>((bf16 *)out, (float *)mean, (float *)rstd, (const bf16 *)res, (const bf16 *)w,
-                            (const bf16 *)bias, N, C, eps);
-        return;
-    }
-    const int threads = 256, rows_per_block = threads / 32;
-    unsigned grid = (unsigned)((N + rows_per_block - 1) / rows_per_block);
-    bf16 *o = (bf16 *)out, *r = (bf16 *)res;
-    const bf16 *x = (const bf16 *)a, *y = (const bf16 *)b, *wv = (const bf16 *)w, *bv = (const bf16 *)bias;
-    float *mu = (float *)mean, *rs = (float *)rstd;
-    switch (C / 256) {
-    case 1: launch_kernel(norm_fwd_vec_kernel<1, false, true>, grid, threads, 0, o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
-    case 2: launch_kernel(norm_fwd_vec_kernel<2, false, true>, grid, threads, 0, o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
-    case 3: launch_kernel(norm_fwd_vec_kernel<3, false, true>, grid, threads, 0, o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
-    default: launch_kernel(norm_fwd_vec_kernel<4, false, true>, grid, threads, 0, o, mu, rs, x, wv, bv, N, C, eps, y, r); break;
-    }
+    norm_add_forward<false>((bf16 *)res, (bf16 *)out, (float *)mean, (float *)rstd, (const bf16 *)a, (const bf16 *)b,
+                            (const bf16 *)w, (const bf16 *)bias, N, C, eps);
 }
 
 // layernorm_backward with the input gradient added into dres (dres += dinp); dsum (may be

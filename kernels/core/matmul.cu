@@ -374,6 +374,19 @@ void cuda_matmul_backward(real *dinp, real *dw, real *dbias, const real *dout, c
     dw_and_dbias((bf16 *)dw, (bf16 *)dbias, (const bf16 *)dout, (const bf16 *)inp, N, C, OC);
 }
 
+// Optional fused op (model/ops/core/core.h): matmul_backward with the input gradient
+// accumulated, dinp += dout w: the same GEMM with beta = 1 and C = D = dinp (in place),
+// instead of a GEMM into scratch and an add_inplace. dw and dbias as matmul_backward.
+void cuda_matmul_backward_acc(real *dinp, real *dw, real *dbias, const real *dout, const real *inp, const real *w,
+                              int N, int C, int OC) {
+    PROFILE("matmul_bwd_acc");
+    PROFILE_SHAPE("matmul_bwd_acc", N, C, OC);
+    ce_lse_invalidate(dinp, (size_t)N * C * sizeof(bf16));
+    gemm_bf16(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, (const bf16 *)dinp, (bf16 *)dinp, C,
+              0, 1.f, 1.f, NULL, 1);
+    dw_and_dbias((bf16 *)dw, (bf16 *)dbias, (const bf16 *)dout, (const bf16 *)inp, N, C, OC);
+}
+
 // Optional fused ops (model/backend.h): the GELU of the MLP in the GEMM epilogues.
 // Forward: act = gelu(pre), pre = inp w^T + bias, both written by one GEMM.
 void cuda_matmul_gelu_forward(real *act, real *pre, const real *inp, const real *w, const real *bias, int N, int C,

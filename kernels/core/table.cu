@@ -15,6 +15,7 @@ extern "C" const CoreOps *cuda_core_ops(void) {
         t.matmul_backward_gelu = cuda_matmul_backward_gelu;
         t.add_layernorm_forward = cuda_add_layernorm_forward;
         t.layernorm_backward_add = cuda_layernorm_backward_add;
+        t.matmul_backward_acc = cuda_matmul_backward_acc;
     }
     filled = 1;
     return &t;

@@ -128,6 +128,31 @@ double err_bf16(const void *dev, const float *ref, size_t n) {
     return e;
 }
 
+void *dev_clone_bf16(const void *p, size_t n) {
+    float *h = get_bf16(p, n);
+    void *d = dev_bf16(h, n);  // exact: h holds bf16 values
+    free(h);
+    return d;
+}
+
+int same_bf16(const void *a, const void *b, size_t n) {
+    float *x = get_bf16(a, n), *y = get_bf16(b, n);
+    int same = !memcmp(x, y, sizeof(float) * n);
+    free(x), free(y);
+    return same;
+}
+
+double err_bf16_added(const void *dev, const float *base, const float *ref, size_t n) {
+    float *g = get_bf16(dev, n), *r = xmalloc(sizeof(float) * n);
+    for (size_t i = 0; i < n; i++) {
+        g[i] -= base[i];
+        r[i] = ref[i] - base[i];
+    }
+    double e = rel_rms(g, r, n);
+    free(g), free(r);
+    return e;
+}
+
 double err_f32(const float *dev, const float *ref, size_t n) {
     float *g = get_f32(dev, n);
     double e = rel_rms(g, ref, n);

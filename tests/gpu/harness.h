@@ -61,12 +61,17 @@ void poison_bf16(void *p, size_t n);   // all-ones bits: NaN in bf16
 void poison_f32(float *p, size_t n);   // and in fp32
 float *get_bf16(const void *p, size_t n);  // downloaded to a new host array
 float *get_f32(const float *p, size_t n);
+void *dev_clone_bf16(const void *p, size_t n);               // a new device copy of n bf16 elements
+int same_bf16(const void *a, const void *b, size_t n);       // two device tensors hold the same bits
 
 // ---- comparison ----
 // ||got - ref|| / ||ref|| (||got - ref|| if ref is 0); +inf if got holds a non-finite value
 double rel_rms(const float *got, const float *ref, size_t n);
 double err_bf16(const void *dev, const float *ref, size_t n);  // rel_rms of a device tensor
 double err_f32(const float *dev, const float *ref, size_t n);
+// an accumulator (+=): the device tensor started as base (host) and the op added its result;
+// rel_rms of the part added, (got - base) against (ref - base)
+double err_bf16_added(const void *dev, const float *base, const float *ref, size_t n);
 // prints "  what  err  (tol)  ok|FAIL"; returns err <= tol (false for NaN)
 int report(const char *what, double err, double tol);
 

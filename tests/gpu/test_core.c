@@ -5,8 +5,8 @@
 // parameter gradients accumulated twice from zero, RMS relative error). Tolerances:
 // bf16 outputs TOL_OUT 5e-3, bf16 gradients TOL_GRAD 8e-3, fp32 statistics, losses and
 // sums TOL_F32 1e-4. Checked: embed, layernorm, the fused add + layernorm, matmul (and
-// the plan cache over 300 shapes, and bit-identical repeated backwards), the fused
-// matmul + GELU, attention forward/backward (bit-identical repeated backwards; our kernels,
+// the plan cache over 300 shapes, and bit-identical repeated backwards), the
+// input-gradient-accumulating matmul_backward_acc, the fused matmul + GELU, attention forward/backward (bit-identical repeated backwards; our kernels,
 // then cuDNN's where the build has it), attention_cached (decode) against the CPU
 // and against the CUDA full forward's rows, GELU, add, scale, sum, sum_squares,
 // cross-entropy, separate and fused (crossentropy_forward_backward).
@@ -127,10 +127,7 @@ static void test_add_norm(int N, int C, int with_sum) {
             for (int c = 0; c < C; c++) gs[c] += acc[(size_t)i * C + c];
         G->core->layernorm_backward_add(dacc, dgw, dgb, dgs, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
     }
-    for (size_t i = 0; i < n; i++) acc[i] -= g0[i];  // compare the part the op added
-    float *got = get_bf16(dacc, n);
-    for (size_t i = 0; i < n; i++) got[i] -= g0[i];
-    expect("backward dres += dinp (x2)", rel_rms(got, acc, n), TOL_GRAD);
+    expect("backward dres += dinp (x2)", err_bf16_added(dacc, g0, acc, n), TOL_GRAD);  // the part the op added
     cmp_bf16("backward dw (x2, accumulated)", dgw, gw, C, TOL_GRAD);
     cmp_bf16("backward db (x2, accumulated)", dgb, gb, C, TOL_GRAD);
     if (with_sum) {
@@ -159,7 +156,7 @@ static void test_add_norm(int N, int C, int with_sum) {
     G->free(dx), G->free(dy), G->free(dw), G->free(db), G->free(dres), G->free(dout), G->free(dmean);
     G->free(drstd), G->free(dgout), G->free(dacc), G->free(dgw), G->free(dgb);
     free(x), free(y), free(w), free(b), free(res), free(out), free(mean), free(rstd), free(gout), free(g0);
-    free(dinp), free(acc), free(gw), free(gb), free(gs), free(got);
+    free(dinp), free(acc), free(gw), free(gb), free(gs);
 }
 
 static void test_matmul(int N, int C, int OC, int with_bias) {
@@ -186,18 +183,51 @@ static void test_matmul(int N, int C, int OC, int with_bias) {
     if (with_bias) {
         cmp_bf16("backward dbias (x2, accumulated)", dgb, gb, OC, TOL_GRAD);
         // deterministic: the same call from the same state gives the same bits
-        float *b1 = get_bf16(dgb, OC), *w1 = get_bf16(dgw, nw);
-        void *sgb = dev_bf16(b1, OC), *sgw = dev_bf16(w1, nw);
+        void *sgb = dev_clone_bf16(dgb, OC), *sgw = dev_clone_bf16(dgw, nw);
         G->core->matmul_backward(ddinp, dgw, dgb, ddy, dx, dw, N, C, OC);
         G->core->matmul_backward(ddinp, sgw, sgb, ddy, dx, dw, N, C, OC);
-        float *b2 = get_bf16(dgb, OC), *b3 = get_bf16(sgb, OC), *w2 = get_bf16(dgw, nw), *w3 = get_bf16(sgw, nw);
-        CHECK(!memcmp(b2, b3, sizeof(float) * OC) && !memcmp(w2, w3, sizeof(float) * nw),
+        CHECK(same_bf16(dgb, sgb, OC) && same_bf16(dgw, sgw, nw),
               "matmul backward: two identical calls gave different dw/dbias bits");
         G->free(sgb), G->free(sgw);
-        free(b1), free(w1), free(b2), free(b3), free(w2), free(w3);
     }
     G->free(dx), G->free(dw), G->free(dbias), G->free(dout), G->free(ddy), G->free(ddinp), G->free(dgw), G->free(dgb);
     free(x), free(w), free(bias), free(out), free(dy), free(dinp), free(gw), free(gb);
+}
+
+// the optional fused op matmul_backward_acc: dinp += dout @ w (dinp starting from random
+// values), dw and dbias accumulated onto random values too, twice, against matmul_backward
+// + add_inplace on the CPU; then the same bits from the same state
+static void test_matmul_acc(int N, int C, int OC, int with_bias) {
+    if (!G->core->matmul_backward_acc) {
+        printf("matmul_backward_acc: fused op not in the table (HYBRID_CUDA_NO_FUSE)\n");
+        return;
+    }
+    printf("matmul_backward_acc N=%d C=%d OC=%d%s\n", N, C, OC, with_bias ? " +bias" : "");
+    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    // w scaled by the backward's fan-in (OC) and the starting dinp by half, so that what the
+    // op adds is as large as what was there whatever OC (else the bf16 rounding of the
+    // accumulator, not the op, would dominate the error of the part added)
+    float *x = host_rand(ni, 1, 0), *w = host_rand(nw, 1.f / sqrtf((float)OC), 0), *dy = host_rand(no, 1, 0);
+    float *g0 = host_rand(ni, 0.5f, 0), *gw0 = host_rand(nw, 1, 0), *gb0 = host_rand(OC, 1, 0);
+    float *acc = host_dup(g0, ni), *gw = host_dup(gw0, nw), *gb = host_dup(gb0, OC), *dinp = xmalloc(sizeof(float) * ni);
+    void *dx = dev_bf16(x, ni), *dw = dev_bf16(w, nw), *ddy = dev_bf16(dy, no);
+    void *dacc = dev_bf16(g0, ni), *dgw = dev_bf16(gw0, nw), *dgb = dev_bf16(gb0, OC);
+    for (int rep = 0; rep < 2; rep++) {
+        cpu_matmul_backward(dinp, gw, with_bias ? gb : NULL, dy, x, w, N, C, OC);
+        cpu_add_inplace(acc, dinp, ni);
+        G->core->matmul_backward_acc(dacc, dgw, with_bias ? dgb : NULL, ddy, dx, dw, N, C, OC);
+    }
+    expect("backward dinp += dout w (x2)", err_bf16_added(dacc, g0, acc, ni), TOL_GRAD);
+    expect("backward dw (x2, accumulated)", err_bf16_added(dgw, gw0, gw, nw), TOL_GRAD);
+    if (with_bias) expect("backward dbias (x2, accumulated)", err_bf16_added(dgb, gb0, gb, OC), TOL_GRAD);
+    // deterministic: the same call from the same state gives the same bits
+    void *sacc = dev_clone_bf16(dacc, ni), *sgw = dev_clone_bf16(dgw, nw);
+    G->core->matmul_backward_acc(dacc, dgw, NULL, ddy, dx, dw, N, C, OC);
+    G->core->matmul_backward_acc(sacc, sgw, NULL, ddy, dx, dw, N, C, OC);
+    CHECK(same_bf16(dacc, sacc, ni) && same_bf16(dgw, sgw, nw),
+          "matmul_backward_acc: two identical calls gave different dinp/dw bits");
+    G->free(dx), G->free(dw), G->free(ddy), G->free(dacc), G->free(dgw), G->free(dgb), G->free(sacc), G->free(sgw);
+    free(x), free(w), free(dy), free(g0), free(gw0), free(gb0), free(acc), free(gw), free(gb), free(dinp);
 }
 
 // More GEMM shapes than the plan cache holds (sampling through full forwards makes one per
@@ -496,6 +526,9 @@ int main(void) {
     test_matmul(30, 100, 36, 1);   // odd shapes
     test_matmul(2100, 64, 72, 1);  // dbias: three row chunks, a partial column block
     test_matmul_many_shapes();
+    test_matmul_acc(N, C, 3 * C, 1);
+    test_matmul_acc(N, C, 2, 0);      // a narrow projection (KDA's beta: OC = heads)
+    test_matmul_acc(30, 100, 36, 1);  // odd shapes
     test_matmul_gelu(N, C, 4 * C);
     test_attention_impls(B, T, C, NH);
     test_attention_impls(1, 100, 128, 2);  // T not a multiple of the tile
@@ -523,6 +556,9 @@ int main(void) {
     test_matmul(300, 100, 36, 1);   // odd shapes
     test_matmul(2100, 64, 72, 1);  // dbias: three row chunks, a partial column block
     test_matmul_many_shapes();
+    test_matmul_acc(N, C, 3 * C, 1);
+    test_matmul_acc(N, C, 12, 0);      // a narrow projection (KDA's beta: OC = heads)
+    test_matmul_acc(300, 100, 36, 1);  // odd shapes
     test_matmul_gelu(N, C, 4 * C);
     test_attention_impls(B, T, C, NH);
     test_attention_impls(2, 200, 256, 4);  // T not a multiple of the tile

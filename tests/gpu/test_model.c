@@ -55,11 +55,13 @@ static void cut_config(Config *c, const char *file, const char *layers, int moe_
 // The CPU emulator (tests/cuda_emu/): a config file's model cut down to `layers` at d_model 64
 // (one head of 64: the tensor-core attention path), a 500-token vocabulary padded to 512, the
 // last token the end-of-text one.
-static void tiny_config_d(Config *c, const char *file, const char *layers, int B, int T, const char *d,
-                          const char *nh) {
+// d, nh: d_model and n_head; key = value: one more override (key NULL: none)
+static void tiny_config_full(Config *c, const char *file, const char *layers, int B, int T, const char *d,
+                             const char *nh, const char *key, const char *value) {
     config_defaults(c);
     config_load_file(c, file);
     config_set_override(c, "layers", layers);
+    if (key) config_set_override(c, key, value);
     config_set_override(c, "d_model", d);
     config_set_override(c, "n_head", nh);
     config_set_override(c, "vocab_size", "500");
@@ -71,7 +73,15 @@ static void tiny_config_d(Config *c, const char *file, const char *layers, int B
     config_finalize(c);
 }
 static void tiny_config(Config *c, const char *file, const char *layers, int B, int T) {
-    tiny_config_d(c, file, layers, B, T, "64", "1");
+    tiny_config_full(c, file, layers, B, T, "64", "1", NULL, NULL);
+}
+static void tiny_config_d(Config *c, const char *file, const char *layers, int B, int T, const char *d,
+                          const char *nh) {
+    tiny_config_full(c, file, layers, B, T, d, nh, NULL, NULL);
+}
+static void tiny_config_set(Config *c, const char *file, const char *layers, int B, int T, const char *key,
+                            const char *value) {
+    tiny_config_full(c, file, layers, B, T, "64", "1", key, value);
 }
 #endif
 
@@ -469,6 +479,11 @@ int main(void) {
     test_model_step_of("KDA tiny (2 layers, d 64)", &c, TOL_MODEL);
     tiny_config(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128);
     test_model_step_of("KKKM hybrid tiny (4 layers, d 64, MoE, AttnRes)", &c, TOL_MODEL);
+    // plain residuals: every residual add through the fused add + RMSNorm ops
+    // (norm_forward_add / norm_backward_add), the mixers' input gradients through
+    // matmul_backward_acc (KDA's projections, MLA's, the MoE router's)
+    tiny_config_set(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128, "attn_res_block", "0");
+    test_model_step_of("KKKM hybrid tiny (4 layers, d 64, MoE, RMSNorm, no AttnRes)", &c, TOL_MODEL);
     tiny_config(&c, "configs/hybrid-tiny.conf", "KGDLAM", 2, 128);
     test_model_step_of("every mixer tiny: KGDLAM (d 64, MoE, AttnRes)", &c, TOL_MODEL);
     // recompute_mlp (model/mlp.c): the activation recomputed into scratch in the backward;

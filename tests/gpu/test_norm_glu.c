@@ -1,5 +1,6 @@
 // GPU parity tests of the norm_glu family (model/ops/norm_glu/norm_glu.h; kernels/norm_glu/):
-// RMSNorm forward/backward and the gated linear units (SwiGLU, SiTU) against the float CPU
+// RMSNorm forward/backward, its fused forms with the residual add (add_rmsnorm_forward,
+// rmsnorm_backward_add) and the gated linear units (SwiGLU, SiTU) against the float CPU
 // reference on fresh random inputs at GPT-2 124M sizes (N = 4096 rows, C = 768, H = 1024).
 // Method and helpers: tests/gpu/harness.h (bf16-rounded inputs, NaN-poisoned outputs,
 // parameter gradients accumulated twice from zero, RMS relative error). Tolerances: bf16
@@ -39,6 +40,54 @@ static void test_rmsnorm(int N, int C) {
     free(x), free(w), free(out), free(rstd), free(dy), free(dinp), free(gw);
 }
 
+// the optional fused ops: residual add + RMSNorm forward, RMSNorm backward into the
+// residual gradient, against add + rmsnorm on the CPU. Outputs poisoned; dres and dw start
+// from random values (+=), twice; then the same bits from the same state.
+static void test_add_rmsnorm(int N, int C) {
+    if (!G->norm_glu->add_rmsnorm_forward || !G->norm_glu->rmsnorm_backward_add) {
+        printf("add+rmsnorm: fused ops not in the table (HYBRID_CUDA_NO_FUSE)\n");
+        return;
+    }
+    printf("add+rmsnorm fused N=%d C=%d\n", N, C);
+    size_t n = (size_t)N * C;
+    float *x = host_rand(n, 2, 0.3f), *y = host_rand(n, 1, 0), *w = host_rand(C, 0.5f, 1);
+    float *res = xmalloc(sizeof(float) * n), *out = xmalloc(sizeof(float) * n), *rstd = xmalloc(sizeof(float) * N);
+    cpu_add_forward(res, x, y, n);
+    for (size_t i = 0; i < n; i++) res[i] = bf16_round(res[i]);  // the stored (bf16) sum is what is normalized
+    cpu_rmsnorm_forward(out, rstd, res, w, N, C, 1e-5f);
+    void *dx = dev_bf16(x, n), *dy = dev_bf16(y, n), *dw = dev_bf16(w, C), *dres = dev_bf16(NULL, n);
+    void *dout = dev_bf16(NULL, n);
+    float *drstd = dev_f32(NULL, N);
+    poison_bf16(dres, n);
+    poison_bf16(dout, n);
+    poison_f32(drstd, N);
+    G->norm_glu->add_rmsnorm_forward(dres, dout, (real *)drstd, dx, dy, dw, N, C, 1e-5f);
+    cmp_bf16("forward residual (a + b)", dres, res, n, TOL_OUT);
+    cmp_bf16("forward out", dout, out, n, TOL_OUT);
+    cmp_f32("forward rstd (fp32)", drstd, rstd, N, TOL_F32);
+
+    float *gout = host_rand(n, 1, 0), *g0 = host_rand(n, 1, 0), *gw0 = host_rand(C, 1, 0);
+    float *dinp = xmalloc(sizeof(float) * n), *acc = host_dup(g0, n), *gw = host_dup(gw0, C);
+    void *dgout = dev_bf16(gout, n), *dacc = dev_bf16(g0, n), *dgw = dev_bf16(gw0, C);
+    for (int rep = 0; rep < 2; rep++) {
+        cpu_rmsnorm_backward(dinp, gw, gout, res, w, rstd, N, C);
+        cpu_add_inplace(acc, dinp, n);
+        G->norm_glu->rmsnorm_backward_add(dacc, dgw, dgout, dres, dw, (real *)drstd, N, C);
+    }
+    expect("backward dres += dinp (x2)", err_bf16_added(dacc, g0, acc, n), TOL_GRAD);
+    expect("backward dw (x2, accumulated)", err_bf16_added(dgw, gw0, gw, C), TOL_GRAD);
+    // deterministic (dw's fixed-order reduction included)
+    void *sacc = dev_clone_bf16(dacc, n), *sgw = dev_clone_bf16(dgw, C);
+    G->norm_glu->rmsnorm_backward_add(dacc, dgw, dgout, dres, dw, (real *)drstd, N, C);
+    G->norm_glu->rmsnorm_backward_add(sacc, sgw, dgout, dres, dw, (real *)drstd, N, C);
+    CHECK(same_bf16(dacc, sacc, n) && same_bf16(dgw, sgw, C),
+          "rmsnorm_backward_add: two identical calls gave different dres/dw bits");
+    G->free(dx), G->free(dy), G->free(dw), G->free(dres), G->free(dout), G->free(drstd), G->free(dgout);
+    G->free(dacc), G->free(dgw), G->free(sacc), G->free(sgw);
+    free(x), free(y), free(w), free(res), free(out), free(rstd), free(gout), free(g0), free(gw0), free(dinp);
+    free(acc), free(gw);
+}
+
 static void test_glu(int N, int H, int kind) {
     printf("glu kind=%d N=%d H=%d\n", kind, N, H);
     size_t ni = (size_t)N * 2 * H, no = (size_t)N * H;
@@ -64,11 +113,15 @@ int main(void) {
     // the CPU emulator (tests/cuda_emu/): small shapes (C 256: the vectorized kernels)
     test_rmsnorm(64, 256);
     test_rmsnorm(50, 200);  // generic path
+    test_add_rmsnorm(64, 256);
+    test_add_rmsnorm(50, 200);  // generic path (the separate add, then the norm)
     test_glu(64, 128, 0);
     test_glu(64, 100, 1);
 #else
     const int N = 4 * 1024, C = 768;
     test_rmsnorm(N, C);
+    test_add_rmsnorm(N, C);
+    test_add_rmsnorm(1000, 200);  // generic path (the separate add, then the norm)
     test_glu(N, 1024, 0);
     test_glu(N, 1024, 1);
 #endif

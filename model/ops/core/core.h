@@ -102,6 +102,12 @@ typedef struct CoreOps {
     // then passes that layer no dbias; model.h, Model.dout_bias_summed)
     void (*layernorm_backward_add)(real *dres, real *dw, real *db, real *dsum, const real *dout, const real *inp,
                                    const real *w, const real *mean, const real *rstd, int N, int C);
+    // matmul_backward with the input gradient ACCUMULATED: dinp += dout @ w (an input
+    // gradient that already holds another branch's contribution, e.g. the several
+    // projections that read one normed input); dw += dout^T @ inp, dbias += sum_rows dout
+    // (dbias may be NULL) as matmul_backward
+    void (*matmul_backward_acc)(real *dinp, real *dw, real *dbias, const real *dout, const real *inp, const real *w,
+                                int N, int C, int OC);
 } CoreOps;
 
 // The required members (op_table.h).

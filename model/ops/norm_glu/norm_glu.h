@@ -36,6 +36,17 @@ typedef struct NormGluOps {
     void (*glu_forward)(real *out, const real *inp, int N, int H, GluAct act);
     // dinp (N, 2H) written
     void (*glu_backward)(real *dinp, const real *dout, const real *inp, int N, int H, GluAct act);
+
+    // ---- optional fused ops (not in NORM_GLU_OPS): NULL means the graph runs the separate ops ----
+    // (the RMSNorm forms of core.h's add_layernorm_forward / layernorm_backward_add)
+    // res = a + b (written, n = N*C), then rmsnorm_forward(out, rstd, res, w) in one pass
+    // (the norm sees res as stored)
+    void (*add_rmsnorm_forward)(real *res, real *out, real *rstd, const real *a, const real *b, const real *w, int N,
+                                int C, real eps);
+    // rmsnorm_backward with the input gradient ACCUMULATED into dres (the residual stream's
+    // gradient): dres += dinp; dw accumulated as rmsnorm_backward
+    void (*rmsnorm_backward_add)(real *dres, real *dw, const real *dout, const real *inp, const real *w,
+                                 const real *rstd, int N, int C);
 } NormGluOps;
 
 #define NORM_GLU_OPS(X) X(rmsnorm_forward) X(rmsnorm_backward) X(glu_forward) X(glu_backward)
