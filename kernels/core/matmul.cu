@@ -26,9 +26,9 @@ enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU, EPI_BGRADB, EPI_BGRADB16 };  // + bias
 #ifdef HYBRID_CUDA_EMU
 // The CPU emulator has no cuBLASLt: the same GEMM and epilogue as a plain loop over bf16
 // inputs with fp32 accumulation (tests/cuda_emu/cuda_emu.h, emu_lt_matmul).
-static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
-                   const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
-                   float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
+static int gemm_run(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
+                    const bf16 *B, int ldb, long long strideB, const void *C, void *D, int cd_f32, int ldc,
+                    long long strideC, float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
     if (m <= 0 || n <= 0) return 1;
     if (k <= 0) die("gemm_bf16: k = %d", k);
     if (beta == 0.f) C = D;
@@ -37,13 +37,14 @@ static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, i
                   : epi == EPI_BGRADB ? EMU_EPI_BGRADB_F32
                   : epi == EPI_BGRADB16 ? EMU_EPI_BGRADB_BF16
                                         : EMU_EPI_NONE;
-    emu_lt_matmul(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, D, ldc, strideC,
+    emu_lt_matmul(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, D, cd_f32, ldc, strideC,
                   batch < 1 ? 1 : batch, e, (void *)bias, (bf16 *)aux);
     return 1;
 }
 #else
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldc, batch, bias, beta_zero, c_is_d, epi;
+    int cd_f32;  // C and D fp32 (A and B bf16): an fp32 accumulator (gemm_bf16_f32)
     long long sa, sb, sc;
     int align;  // min alignment (bytes, up to 256) of the pointers
 } GemmKey;
@@ -115,8 +116,9 @@ static GemmPlan *get_plan(const GemmKey *key) {
     int br = key->transb ? key->n : key->k, bc = key->transb ? key->k : key->n;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, ar, ac, key->lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, br, bc, key->ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_16BF, key->m, key->n, key->ldc));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, CUDA_R_16BF, key->m, key->n, key->ldc));
+    const cudaDataType_t cd = key->cd_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, cd, key->m, key->n, key->ldc));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, cd, key->m, key->n, key->ldc));
     set_layout_batch(p->la, key->batch, key->sa);
     set_layout_batch(p->lb, key->batch, key->sb);
     set_layout_batch(p->lc, key->batch, key->sc);
@@ -151,8 +153,9 @@ static GemmPlan *get_plan(const GemmKey *key) {
         return NULL;
     }
     if (found < 1)
-        die("cuBLASLt: no algorithm for the GEMM m=%d n=%d k=%d (trans %d%d, bias %d, batch %d, align %d)", key->m,
-            key->n, key->k, key->transa, key->transb, key->bias, key->batch, key->align);
+        die("cuBLASLt: no algorithm for the GEMM m=%d n=%d k=%d (trans %d%d, bias %d, batch %d, align %d, C/D %s)",
+            key->m, key->n, key->k, key->transa, key->transb, key->bias, key->batch, key->align,
+            key->cd_f32 ? "fp32" : "bf16");
     p->algo = res.algo;
     GemmPlan *slot = &g_plans[g_nplans];
     if (g_nplans == MAX_PLANS) {  // full: destroy the least recently used plan and reuse its slot
@@ -172,10 +175,11 @@ static GemmPlan *get_plan(const GemmKey *key) {
 }
 
 // Returns 0 (nothing launched) only when epi is EPI_BGRADB(16) and no algorithm supports
-// it. For EPI_BGRADB, bias is an fp32 output (n floats); EPI_BGRADB16: bf16.
-static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
-                   const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
-                   float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
+// it. For EPI_BGRADB, bias is an fp32 output (n floats); EPI_BGRADB16: bf16. cd_f32: C and
+// D are fp32 (else bf16).
+static int gemm_run(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
+                    const bf16 *B, int ldb, long long strideB, const void *C, void *D, int cd_f32, int ldc,
+                    long long strideC, float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
     if (m <= 0 || n <= 0) return 1;
     if (k <= 0) die("gemm_bf16: k = %d", k);
     if (beta == 0.f) C = D;
@@ -197,6 +201,7 @@ static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, i
     key.beta_zero = beta == 0.f;
     key.c_is_d = C == D;
     key.epi = epi;
+    key.cd_f32 = cd_f32;
     int al = ptr_align(A);
     if (aux && ptr_align(aux) < al) al = ptr_align(aux);
     if (ptr_align(B) < al) al = ptr_align(B);
@@ -217,6 +222,23 @@ static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, i
     return 1;
 }
 #endif
+
+// bf16 C and D (every GEMM but gemm_bf16_f32's)
+static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
+                   const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
+                   float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
+    return gemm_run(transa, transb, m, n, k, A, lda, strideA, B, ldb, strideB, C, D, 0, ldc, strideC, alpha, beta,
+                    bias, batch, epi, aux);
+}
+
+// bf16 A and B, fp32 C and D, no epilogue, one batch: D = alpha op(A) op(B) + beta C with
+// the fp32 accumulation never rounded to bf16 (C may be D: an fp32 accumulator, beta = 1).
+// cuBLASLt supports this type combination (compute 32F, scale 32F) for every shape the bf16
+// one takes; a shape it had no algorithm for would die in get_plan, naming it (C/D fp32).
+static void gemm_bf16_f32(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, const bf16 *B, int ldb,
+                          const float *C, float *D, int ldc, float alpha, float beta) {
+    gemm_run(transa, transb, m, n, k, A, lda, 0, B, ldb, 0, C, D, 1, ldc, 0, alpha, beta, NULL, 1, EPI_NONE, NULL);
+}
 
 void gemm_bf16(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
                const bf16 *B, int ldb, long long strideB, const bf16 *C, bf16 *D, int ldc, long long strideC,
@@ -408,4 +430,46 @@ void cuda_matmul_backward_gelu(real *dpre, real *dw, real *dbias, const real *do
     gemm_ex(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, NULL, (bf16 *)dpre, C, 0, 1.f, 0.f, NULL,
             1, EPI_DGELU, (const bf16 *)pre);
     dw_and_dbias((bf16 *)dw, (bf16 *)dbias, (const bf16 *)dout, (const bf16 *)act, N, C, OC);
+}
+
+// dw[i] += acc[i] (fp32), rounded to bf16 once; 8 elements a thread (16-byte bf16 and
+// 2 x 16-byte fp32 accesses) where n, dw and acc allow, else one
+__global__ void add_f32_to_bf16_vec_kernel(bf16 *dw, const float *acc, size_t n8) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
+        float d[8];
+        load8(dw + 8 * i, d);
+        const float4 a0 = reinterpret_cast<const float4 *>(acc)[2 * i], a1 = reinterpret_cast<const float4 *>(acc)[2 * i + 1];
+        d[0] += a0.x, d[1] += a0.y, d[2] += a0.z, d[3] += a0.w;
+        d[4] += a1.x, d[5] += a1.y, d[6] += a1.z, d[7] += a1.w;
+        store8(dw + 8 * i, d);
+    }
+}
+__global__ void add_f32_to_bf16_kernel(bf16 *dw, const float *acc, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dw[i] = __float2bfloat16(__bfloat162float(dw[i]) + acc[i]);
+}
+
+// Optional op (model/ops/core/core.h): matmul_backward with dw summed in fp32 over calls.
+// dinp = dout w as matmul_backward; dw_acc (fp32, (OC, C)) += dout^T inp by the dw GEMM with
+// fp32 C = D = dw_acc and beta = 1 (the GEMM's fp32 sum added to the fp32 accumulator, no
+// bf16 rounding); with dw (the last call), dw = bf16(dw + dw_acc): one rounding for every
+// call's dW together. The classifier's chunks (model.c): 26 roundings of the lm_head
+// gradient become one at B64 T1024; the cost is the fp32 C of the dW GEMMs (2 x 155 MB a
+// chunk at GPT-2's size, read and written, against 2 x 77 MB in bf16) and one pass over dw.
+void cuda_matmul_backward_dw_wide(real *dinp, real *dw, real *dw_acc, const real *dout, const real *inp,
+                                  const real *w, int N, int C, int OC) {
+    PROFILE("matmul_bwd_dw_wide");
+    PROFILE_SHAPE("matmul_bwd_dw_wide", N, C, OC);
+    const size_t nw = (size_t)OC * C;
+    ce_lse_invalidate(dinp, (size_t)N * C * sizeof(bf16));
+    ce_lse_invalidate(dw_acc, nw * sizeof(float));
+    gemm_bf16(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, NULL, (bf16 *)dinp, C, 0, 1.f, 0.f,
+              NULL, 1);
+    float *acc = (float *)dw_acc;
+    gemm_bf16_f32(0, 1, C, OC, N, (const bf16 *)inp, C, (const bf16 *)dout, OC, acc, acc, C, 1.f, 1.f);
+    if (!dw || !nw) return;
+    if (nw % 8 == 0 && is_aligned16(dw) && is_aligned16(acc))
+        launch_kernel(add_f32_to_bf16_vec_kernel, grid_for(nw / 8, 256), 256, 0, (bf16 *)dw, (const float *)acc, nw / 8);
+    else
+        launch_kernel(add_f32_to_bf16_kernel, grid_for(nw, 256), 256, 0, (bf16 *)dw, (const float *)acc, nw);
 }

@@ -414,14 +414,18 @@ float gelu_grad(float x) {
 }  // namespace
 
 void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, const bf16 *A, int lda, long long strideA,
-                   const bf16 *B, int ldb, long long strideB, float beta, const bf16 *C, bf16 *D, int ldc,
+                   const bf16 *B, int ldb, long long strideB, float beta, const void *C, void *D, int cd_f32, int ldc,
                    long long strideC, int batch, int epi, void *bias, bf16 *aux) {
     if (batch < 1) batch = 1;
     if (batch > 1 && (epi != EMU_EPI_NONE || bias)) emu_die("a batched GEMM with an epilogue: not emulated");
+    if (cd_f32 && (epi != EMU_EPI_NONE || bias)) emu_die("an fp32-output GEMM with an epilogue: not emulated");
     std::vector<float> a((size_t)m * k), b((size_t)k * n);  // op(A) row-major (m, k); op(B) column by column (n, k)
     for (int bi = 0; bi < batch; bi++) {
-        const bf16 *Ab = A + bi * strideA, *Bb = B + bi * strideB, *Cb = C ? C + bi * strideC : nullptr;
-        bf16 *Db = D + bi * strideC;
+        const bf16 *Ab = A + bi * strideA, *Bb = B + bi * strideB;
+        const bf16 *Cb = C && !cd_f32 ? (const bf16 *)C + bi * strideC : nullptr;
+        const float *Cf = C && cd_f32 ? (const float *)C + bi * strideC : nullptr;
+        bf16 *Db = cd_f32 ? nullptr : (bf16 *)D + bi * strideC;
+        float *Df = cd_f32 ? (float *)D + bi * strideC : nullptr;
         for (int i = 0; i < m; i++)
             for (int p = 0; p < k; p++)
                 a[(size_t)i * k + p] = (float)(transa ? Ab[p + (size_t)i * lda] : Ab[i + (size_t)p * lda]);
@@ -435,7 +439,11 @@ void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, con
                 for (int p = 0; p < k; p++) acc += ar[p] * bc[p];
                 size_t at = i + (size_t)j * ldc;
                 float x = alpha * acc;
-                if (beta != 0.f) x += beta * (float)Cb[at];  // (read before D is written: C may be D)
+                if (beta != 0.f) x += beta * (cd_f32 ? Cf[at] : (float)Cb[at]);  // (read before D is written: C may be D)
+                if (cd_f32) {
+                    Df[at] = x;
+                    continue;
+                }
                 if (bias && (epi == EMU_EPI_NONE || epi == EMU_EPI_GELU_AUX)) x += (float)((const bf16 *)bias)[i];
                 if (epi == EMU_EPI_GELU_AUX) {
                     aux[at] = bf16(x);

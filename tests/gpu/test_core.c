@@ -6,7 +6,8 @@
 // bf16 outputs TOL_OUT 5e-3, bf16 gradients TOL_GRAD 8e-3, fp32 statistics, losses and
 // sums TOL_F32 1e-4. Checked: embed, layernorm, the fused add + layernorm, matmul (and
 // the plan cache over 300 shapes, and bit-identical repeated backwards), the
-// input-gradient-accumulating matmul_backward_acc, the fused matmul + GELU, attention forward/backward (bit-identical repeated backwards; our kernels,
+// input-gradient-accumulating matmul_backward_acc, matmul_backward_dw_wide (dW summed in fp32
+// over calls, then into the bf16 gradient once), the fused matmul + GELU, attention forward/backward (bit-identical repeated backwards; our kernels,
 // then cuDNN's where the build has it), attention_cached (decode) against the CPU
 // and against the CUDA full forward's rows, GELU, add, scale, sum, sum_squares,
 // cross-entropy, separate and fused (crossentropy_forward_backward).
@@ -228,6 +229,70 @@ static void test_matmul_acc(int N, int C, int OC, int with_bias) {
           "matmul_backward_acc: two identical calls gave different dinp/dw bits");
     G->free(dx), G->free(dw), G->free(ddy), G->free(dacc), G->free(dgw), G->free(dgb), G->free(sacc), G->free(sgw);
     free(x), free(w), free(dy), free(g0), free(gw0), free(gb0), free(acc), free(gw), free(gb), free(dinp);
+}
+
+// the optional op matmul_backward_dw_wide: dinp = dout @ w (written, poisoned first),
+// dw_acc (fp32) += dout^T @ inp from random values, over two calls (two row chunks of N:
+// rows 0..n0-1, then the rest); the second call also folds it into dw (bf16, random start):
+// dw += dw_acc. Against the CPU's matmul_backward on each chunk. Then the same bits from the
+// same state.
+static const real *bf16_at(const void *p, size_t n) { return (const real *)((const char *)p + 2 * n); }
+static void test_matmul_dw_wide(int N, int C, int OC) {
+    if (!G->core->matmul_backward_dw_wide) {
+        printf("matmul_backward_dw_wide: not in the table (HYBRID_CUDA_DW_BF16)\n");
+        return;
+    }
+    const int n0 = N / 3, n1 = N - n0;
+    printf("matmul_backward_dw_wide N=%d (%d + %d) C=%d OC=%d\n", N, n0, n1, C, OC);
+    size_t ni = (size_t)N * C, no = (size_t)N * OC, nw = (size_t)OC * C;
+    float *x = host_rand(ni, 1, 0), *w = host_rand(nw, 1.f / sqrtf((float)OC), 0), *dy = host_rand(no, 1, 0);
+    // the accumulator starts random at the scale of what a call adds (~sqrt(rows)), dw likewise
+    float *a0 = host_rand(nw, sqrtf((float)N), 0), *gw0 = host_rand(nw, sqrtf((float)N), 0);
+    float *acc = host_dup(a0, nw), *dinp = xmalloc(sizeof(float) * ni), *part = calloc(nw, sizeof(float));
+    void *dx = dev_bf16(x, ni), *dw = dev_bf16(w, nw), *ddy = dev_bf16(dy, no), *ddinp = dev_bf16(NULL, ni);
+    void *dgw = dev_bf16(gw0, nw);
+    float *dacc = dev_f32(a0, nw);
+    poison_bf16(ddinp, ni);
+    // first chunk: no dw; the accumulator only
+    cpu_matmul_backward(dinp, part, NULL, dy, x, w, n0, C, OC);  // part = the first chunk's dW (from 0)
+    cpu_add_inplace(acc, part, nw);
+    G->core->matmul_backward_dw_wide(ddinp, NULL, (real *)dacc, ddy, dx, dw, n0, C, OC);
+    cmp_bf16("chunk 1: dinp (written)", ddinp, dinp, (size_t)n0 * C, TOL_GRAD);
+    cmp_f32("chunk 1: dw_acc += dout^T inp (fp32)", dacc, acc, nw, TOL_F32);
+    float *gw = get_bf16(dgw, nw);
+    CHECK(!memcmp(gw, gw0, sizeof(float) * nw), "matmul_backward_dw_wide wrote dw without dw");
+    free(gw);
+    // second chunk: the accumulator, then dw += it
+    const size_t o = (size_t)n0;
+    void *ddinp1 = dev_bf16(NULL, (size_t)n1 * C);
+    poison_bf16(ddinp1, (size_t)n1 * C);
+    memset(part, 0, sizeof(float) * nw);
+    cpu_matmul_backward(dinp, part, NULL, dy + o * OC, x + o * C, w, n1, C, OC);
+    cpu_add_inplace(acc, part, nw);
+    float *ref = host_dup(gw0, nw);
+    cpu_add_inplace(ref, acc, nw);
+    G->core->matmul_backward_dw_wide(ddinp1, dgw, (real *)dacc, bf16_at(ddy, o * OC), bf16_at(dx, o * C), dw,
+                                     n1, C, OC);
+    cmp_bf16("chunk 2: dinp (written)", ddinp1, dinp, (size_t)n1 * C, TOL_GRAD);
+    cmp_f32("chunk 2: dw_acc += dout^T inp (fp32)", dacc, acc, nw, TOL_F32);
+    // dw gains the accumulator rounded once: within half a bf16 ulp of gw0 + acc (plus the
+    // accumulator's own fp32 error); the part added is checked as the other accumulators are
+    expect("chunk 2: dw += dw_acc (bf16)", err_bf16_added(dgw, gw0, ref, nw), TOL_GRAD);
+    cmp_bf16("chunk 2: dw (bf16, rounded once)", dgw, ref, nw, TOL_OUT);
+    // deterministic: the same call from the same state gives the same bits
+    void *sgw = dev_clone_bf16(dgw, nw), *sinp = dev_bf16(NULL, (size_t)n1 * C);
+    float *hacc = get_f32(dacc, nw), *sacc = dev_f32(hacc, nw);
+    G->core->matmul_backward_dw_wide(ddinp1, dgw, (real *)dacc, bf16_at(ddy, o * OC), bf16_at(dx, o * C), dw,
+                                     n1, C, OC);
+    G->core->matmul_backward_dw_wide(sinp, sgw, (real *)sacc, bf16_at(ddy, o * OC), bf16_at(dx, o * C), dw,
+                                     n1, C, OC);
+    float *h1 = get_f32(dacc, nw), *h2 = get_f32(sacc, nw);
+    CHECK(same_bf16(dgw, sgw, nw) && same_bf16(ddinp1, sinp, (size_t)n1 * C) && !memcmp(h1, h2, sizeof(float) * nw),
+          "matmul_backward_dw_wide: two identical calls gave different bits");
+    G->free(dx), G->free(dw), G->free(ddy), G->free(ddinp), G->free(ddinp1), G->free(dgw), G->free(dacc);
+    G->free(sgw), G->free(sinp), G->free(sacc);
+    free(x), free(w), free(dy), free(a0), free(gw0), free(acc), free(dinp), free(part), free(ref), free(hacc);
+    free(h1), free(h2);
 }
 
 // More GEMM shapes than the plan cache holds (sampling through full forwards makes one per
@@ -529,6 +594,8 @@ int main(void) {
     test_matmul_acc(N, C, 3 * C, 1);
     test_matmul_acc(N, C, 2, 0);      // a narrow projection (KDA's beta: OC = heads)
     test_matmul_acc(30, 100, 36, 1);  // odd shapes
+    test_matmul_dw_wide(N, C, Vp);
+    test_matmul_dw_wide(37, 100, 101);  // odd shapes: the scalar fold, unaligned rows
     test_matmul_gelu(N, C, 4 * C);
     test_attention_impls(B, T, C, NH);
     test_attention_impls(1, 100, 128, 2);  // T not a multiple of the tile
@@ -559,6 +626,8 @@ int main(void) {
     test_matmul_acc(N, C, 3 * C, 1);
     test_matmul_acc(N, C, 12, 0);      // a narrow projection (KDA's beta: OC = heads)
     test_matmul_acc(300, 100, 36, 1);  // odd shapes
+    test_matmul_dw_wide(2560, C, Vp);  // the classifier's chunk at GPT-2's size
+    test_matmul_dw_wide(300, 100, 101);  // odd shapes: the scalar fold, unaligned rows
     test_matmul_gelu(N, C, 4 * C);
     test_attention_impls(B, T, C, NH);
     test_attention_impls(2, 200, 256, 4);  // T not a multiple of the tile

@@ -242,6 +242,71 @@ static void test_model_step_of(const char *name, const Config *cfg, double tol) 
     model_step_compare(name, cfg, tol, ROUTE_NATURAL);
 }
 
+// The lm_head gradient (the token embedding's, tied) when the classifier runs in many chunks
+// (model.c, classifier): with matmul_backward_dw_wide the chunks' dW add up in fp32 and meet
+// the bf16 gradient once, so many chunks are as close to the CPU as one chunk; each chunk
+// adding into the bf16 gradient (the backend without the op: the old path) rounds it once a
+// chunk, and its error grows with the chunk count. One training step (model_forward_train,
+// model_backward) from zero gradients on the CPU (float), then on the GPU with one chunk of
+// all N rows, with chunks of `chunk` rows, and with those chunks through the old path.
+// Checked: the many-chunk error within 10% of the one-chunk one, the many-chunk gradient
+// within 1e-3 of the one-chunk GPU gradient, and (that the check can see the difference) the
+// old path's error above old_margin x the one-chunk one (emulator: 1.1; GPT-2 124M on the
+// GPU: 1, its twelve layers of bf16 activations dominating the error). Measured in the
+// emulator (GPT-2 tiny, 16 chunks of 8 rows): against the CPU 5.118e-3 (one chunk), 5.118e-3
+// (16, fp32 sum), 6.297e-3 (16, old); against the one-chunk GPU gradient 2.8e-7 (fp32 sum),
+// 4.3e-3 (old).
+static void test_head_grad_chunks(const char *name, const Config *cfg, int chunk, double old_margin) {
+    const int B = cfg->batch_size, T = cfg->seq_len, N = B * T;
+    printf("%s: lm_head gradient, one classifier chunk vs %d chunks of %d rows, B=%d T=%d\n", name,
+           (N + chunk - 1) / chunk, chunk, B, T);
+    Backend old = *G;  // the CUDA backend less matmul_backward_dw_wide: every chunk into the bf16 gradient
+    CoreOps old_core = *G->core;
+    old_core.matmul_backward_dw_wide = NULL;
+    old.core = &old_core;
+    const Backend *bes[4] = {backend_cpu(), G, G, &old};
+    const int chunks[4] = {0, N, chunk, chunk};
+    int *in = rand_tokens((size_t)N, cfg->model.vocab_size, 0), *tg = rand_tokens((size_t)N, cfg->model.vocab_size, 0);
+    float *w = NULL, *g[4] = {NULL};
+    size_t off = 0, numel = 0, np = 0;
+    for (int k = 0; k < 4; k++) {
+        Config c = *cfg;
+        c.model.classifier_chunk = chunks[k];
+        Model m;
+        model_create(&m, &c.model, bes[k], B, T);
+        if (!w) {
+            np = m.table.total;
+            w = xmalloc(sizeof(float) * np);
+            params_init(&m.table, w, 4321);
+            for (size_t i = 0; i < np; i++) w[i] = bf16_round(w[i]);
+            off = m.table.items[m.mp.lm_head].offset, numel = m.table.items[m.mp.lm_head].numel;
+        }
+        if (k == 2) CHECK(m.acts.dw_wide != NULL, "%d chunks on the GPU: no fp32 dW accumulator", (N + chunk - 1) / chunk);
+        if (k == 1 || k == 3) CHECK(m.acts.dw_wide == NULL, "an fp32 dW accumulator where it is not used");
+        model_set_params(&m, w);
+        model_zero_grad(&m);
+        model_forward_train(&m, in, tg, B, T, 1.0f);
+        model_backward(&m, 1.0f);
+        g[k] = xmalloc(sizeof(float) * np);
+        model_get_grads(&m, g[k]);
+        model_destroy(&m);
+    }
+    const double e1 = rel_rms(g[1] + off, g[0] + off, numel), en = rel_rms(g[2] + off, g[0] + off, numel);
+    const double eo = rel_rms(g[3] + off, g[0] + off, numel);
+    printf("  lm_head gradient against the CPU: one chunk %.3e, %d chunks %.3e (fp32 sum), %.3e (old: bf16 each chunk)\n",
+           e1, (N + chunk - 1) / chunk, en, eo);
+    const double dn = rel_rms(g[2] + off, g[1] + off, numel), dold = rel_rms(g[3] + off, g[1] + off, numel);
+    printf("  against the one-chunk GPU gradient: %.3e (fp32 sum), %.3e (old)\n", dn, dold);
+    expect("lm_head gradient, many chunks: error / one chunk's - 1", en / e1 - 1, 0.1);
+    // the same sum in another order, rounded to bf16 once: a rounding flips only where the
+    // fp32 sums straddle a rounding boundary (a bf16 rounding a chunk: ~4e-3 here)
+    expect("lm_head gradient, many chunks against one chunk (GPU)", dn, 1e-3);
+    CHECK(eo > old_margin * e1, "the old path's error %.3e is not %g x the one-chunk error %.3e: the check sees nothing",
+          eo, old_margin, e1);
+    for (int k = 0; k < 4; k++) free(g[k]);
+    free(w), free(in), free(tg);
+}
+
 static void test_model_step(int B, int T) {
     Config c;
     gpt2_config(&c, B, T);
@@ -469,8 +534,12 @@ int main(void) {
     Config c;
     tiny_config(&c, "configs/gpt2-tiny.conf", "A x2", 2, 64);
     test_model_step_of("GPT-2 tiny (2 layers, d 64)", &c, TOL_MODEL);
-    c.model.classifier_chunk = 37;  // the logits in chunks of 37 of the 128 rows (tied lm_head)
+    // the logits in chunks of 37 of the 128 rows (tied lm_head; its gradient summed in fp32 over
+    // the four chunks, matmul_backward_dw_wide: test_head_grad_chunks checks that it is)
+    c.model.classifier_chunk = 37;
     test_model_step_of("GPT-2 tiny, classifier chunks of 37 rows", &c, TOL_MODEL);
+    c.model.classifier_chunk = 0;
+    test_head_grad_chunks("GPT-2 tiny", &c, 8, 1.1);  // 16 chunks of the 128 rows
     // d 256: the vectorized LayerNorm backward, which sums the output projections' dbias
     // (model.c, Model.dout_bias_summed)
     tiny_config_d(&c, "configs/gpt2-tiny.conf", "A x2", 2, 64, "256", "4");
@@ -500,6 +569,8 @@ int main(void) {
 #endif
     test_model_step(2, 256);
     Config c;
+    gpt2_config(&c, 2, 256);
+    test_head_grad_chunks("GPT-2 124M", &c, 32, 1.0);  // 16 chunks of the 512 rows
     // The hybrids (docs/hybrid.md, "On the GPU"): KL-XS's widths (d 512; MLA 4 heads of
     // qk 128 + 64, v 128, q and kv ranks 256, output gate; MoE 16 experts top-2 plus a shared
     // one after a dense first layer; Block AttnRes every 2 layers) cut to 4 layers, with MoE and
