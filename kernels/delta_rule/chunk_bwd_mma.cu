@@ -209,10 +209,10 @@ __global__ void __launch_bounds__(DR_THREADS)
 // the same order, so the gradients are bit-identical to the single kernel):
 //   grad1: B1, B3, the dGamma_end extras, dT's K part, Wbar / Ubar (dv) and the
 //     triangular-inverse gradient; writes dA, dL ([64][64] fp32), the partial dbeta (db) and
-//     gend to the workspace. Two versions with the same bits: dr_grad1_mma_kernel (the default;
-//     112.5 KiB at K = V = 128, 128 registers, two blocks an SM) and dr_grad1_wide_mma_kernel
-//     (dr_grad_front: 165 KiB, 195 registers, one block an SM), run under
-//     HYBRID_DR_GRAD1_WIDE=1.
+//     gend to the workspace: dr_grad1_mma_kernel, 112.5 KiB at K = V = 128, 128 registers,
+//     two blocks an SM. (A one-block version built on dr_grad_front, 165 KiB and 195
+//     registers, gave the same bits and measured 9.87 against 8.72 ms for the pair at B8
+//     T4096 H16 on the H200, docs/delta-rule.md: removed.)
 //   grad2 (dr_grad2_mma_kernel): B4 and B6 (dr_grad_finish), with Gamma recomputed (from g
 //     staged in the tile region), the dA / dL hi + lo tiles and the Kr / Qr / Kb tiles by K
 //     halves of 32 columns: 100 KiB at K = 128, two blocks an SM (128 registers).
@@ -223,7 +223,6 @@ static size_t grad_tiles_off(int K) { return (4 * DR_BT * DR_BT + 2 * DR_BT + (s
 static size_t grad_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 10 * DR_BT * 72 * 2; }
 // grad1: B1's tiles (10 of [64][40] bf16 and its q, k columns, 2 of [64][72]) are its largest
 // use of the tile region (B3: 5 of [64][72]; the g tile [64][K8] bf16; T^T [64][65] fp32)
-static size_t grad1_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + (10 * DR_BT * 40 + 2 * DR_BT * 72) * 2; }
 // grad2: G [64][K], bs, db, dbp [4][64], att [64], gend [K] fp32; 4 tiles [64][72] + 6 [64][40] bf16
 // (before the tiles, the tile region holds g: at most [64][264] bf16, K = 256; after them,
 // dr_b4_diag's copy of dA, dL's diagonal blocks: 8 KiB)
@@ -805,47 +804,25 @@ __global__ void __launch_bounds__(DR_THREADS)
     dr_grad_finish(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);
 }
 
-// grad1, one block an SM (HYBRID_DR_GRAD1_WIDE=1; the default is dr_grad1_mma_kernel below):
-// dr_grad_front, then dA, dL, db and gend to the workspace for grad2
-__global__ void __launch_bounds__(DR_THREADS)
-    dr_grad1_wide_mma_kernel(DrWsMma ws, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
-                        const bf16 *g, const bf16 *beta, int gate, float scale, int Tlen, int H, int K, int V,
-                        const int *offsets, int N) {
-    const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT;
-    int s = 0, tok0 = 0, n = 0;
-    if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
-    const size_t sh = (size_t)x * H + h;
-    DYNAMIC_SMEM(float, sm);
-    dr_grad_front(ws, dv, dout, q, k, v, g, beta, gate, scale, H, h, K, V, tok0, n, sh, sm);
-    const float *dA = sm, *dL = dA + 2 * C * C, *db = dL + 2 * C * C + C, *gend = db + C;  // grad_tiles_off's layout
-    float *dAg = ws.dA + sh * C * C, *dLg = ws.dL + sh * C * C;
-    for (int e = tid; e < C * C; e += DR_THREADS) {
-        dAg[e] = dA[e];
-        dLg[e] = dL[e];
-    }
-    for (int r = tid; r < C; r += DR_THREADS) ws.db[sh * C + r] = db[r];
-    for (int i = tid; i < K; i += DR_THREADS) ws.gend[sh * K + i] = gend[i];
-}
-
-// ---- grad1, two blocks an SM (the default; HYBRID_DR_GRAD1_WIDE=1 runs the one above) ----
-// The same stages, products and sums as dr_grad_front + dr_grad1_wide_mma_kernel (every element
+// ---- grad1, two blocks an SM ----
+// The same stages, products and sums as dr_grad_front in the single kernel (every element
 // keeps its operations and their order, so ws.dA, dL, db, gend, dQ, dK, dG, dW and dv hold the
 // same bits; tests/gpu/test_delta_rule.c checks the final gradients against the single kernel),
 // reordered so that at most 128 registers and 112.5 KiB of shared memory (K = V = 128) are live,
-// two blocks (16 warps) an SM where the wide kernel ran one (8 warps, latency-bound on its
+// two blocks (16 warps) an SM where the earlier one-block version ran one (8 warps, latency-bound on its
 // global round trips with nothing to overlap them). ptxas (sm_90): 128 registers, 32 bytes
 // spilled (stage 3, where the Delta / dDelta loads of a V tile are in flight next to the 56
 // accumulators). The price: stage 2 reads dO, Delta, dDelta and v once more, and T is read
-// twice (688 KiB read a (chunk, head) at K = V = 128, the wide kernel 592; writes the same
+// twice (688 KiB read a (chunk, head) at K = V = 128, the one-block version 592; writes the same
 // 241 KiB), and 41 barriers a chunk instead of 34 (stage 2's 8).
 //   1. Gamma (cumsum of a cp.async-staged g tile), beta.
 //   2. dA = scale dO Delta^T (c <= r) straight to ws.dA, dT's V part dDelta V^T to shared memory:
-//      their own pass over V tiles of 32 (the wide kernel's first K tile carried these 32
+//      their own pass over V tiles of 32 (the one-block version's first K tile carried these 32
 //      accumulators next to the 48 of B1 / B3: 195 registers).
 //   3. B1, B3 by K tiles of 64, V tiles of 32: HD, DK, dW, <h_i, dH'_i> (48 + 8 accumulators).
 //   4. the dGamma_end extras (k . dk over the rows, 16 rows' loads a batch).
 //   5. dT's K part and Wbar, 6. Ubar: T^T split hi + lo once into two [64][72] bf16 tiles read by
-//      ldmatrix (the wide kernel held them as 32 registers through both passes); dW and k (5),
+//      ldmatrix (the one-block version held them as 32 registers through both passes); dW and k (5),
 //      dDelta (2, 3, 6), Delta (2, 3) arrive as 16-byte loads, all of a thread's issued before
 //      the first is split (one global round trip a tile).
 //   7. the triangular-inverse gradient, T reloaded (cp.async) into the spent tiles.
@@ -948,7 +925,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 
     // 2. dA = scale dO Delta^T (c <= r, to ws.dA), dT = dDelta V^T (V part, to shared memory), by
     // V tiles of 32; warp: rows 16 (w % 4).., columns 32 (w / 4)..; per element the MMAs of the
-    // wide kernel's first K tile in its order
+    // one-block version's first K tile in its order
     {
         const int LB = 40;
         bf16 *dOt = tiles, *Dh = dOt + C * LB, *Dl = Dh + C * LB, *dDh = Dl + C * LB, *dDl = dDh + C * LB,
@@ -1484,8 +1461,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 #undef VV
 #undef DO
 
-// HYBRID_DR_GRAD_REF=1: the single gradient kernel; HYBRID_DR_GRAD1_WIDE=1: the one-block-an-SM
-// grad1 (read at each call, so a test can switch)
+// HYBRID_DR_GRAD_REF=1: the single gradient kernel (read at each call, so a test can switch)
 static int dr_env_on(const char *name) {
     const char *e = getenv(name);
     return e && e[0] == '1';
@@ -1520,14 +1496,9 @@ extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, r
                           (const bf16 *)k, (const bf16 *)v, (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V,
                           offsets, N);
         else if (slots > 0) {
-            if (dr_env_on("HYBRID_DR_GRAD1_WIDE"))
-                launch_kernel(dr_grad1_wide_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad1_mma_smem(K),
-                              ws, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                              (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
-            else
-                launch_kernel(dr_grad1_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), ws,
-                              (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                              (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
+            launch_kernel(dr_grad1_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), ws,
+                          (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
+                          (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
             launch_kernel(dr_grad2_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad2_mma_smem(K), ws,
                           (bf16 *)dq, (bf16 *)dk, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)q, (const bf16 *)k,
                           (const bf16 *)g, (const bf16 *)beta, gate, T, H, K, offsets, N);
