@@ -218,13 +218,15 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     cmp_bf16("backward dbeta", dbd, db, p->nb, TOL_GB);
     cmp_f32("backward dh0 (fp32)", dh0d, dh0, p->ns, TOL_F32);
     // the split gradient kernels against the single one (HYBRID_DR_GRAD_REF=1) on every case, and
-    // the default grad1 (two blocks an SM) against the wide one (HYBRID_DR_GRAD1_WIDE=1, its code
-    // unchanged) on the unaligned, varlen and K = 128 / 256 cases (each check is a backward more
-    // of emulator time): the same bits
-    static const char *const ALT[2][2] = {{"HYBRID_DR_GRAD_REF", "split = single kernel"},
-                                          {"HYBRID_DR_GRAD1_WIDE", "grad1 = grad1 wide"}};
+    // on the unaligned, varlen and K = 128 / 256 cases the default grad1 (two blocks an SM)
+    // against the wide one (HYBRID_DR_GRAD1_WIDE=1) and Delta, dDelta stored
+    // as hi + lo pairs against fp32 (HYBRID_DR_DELTA_F32=1, the previous layout) (each check is a
+    // backward more of emulator time): the same bits
+    static const char *const ALT[3][2] = {{"HYBRID_DR_GRAD_REF", "split = single kernel"},
+                                          {"HYBRID_DR_GRAD1_WIDE", "grad1 = grad1 wide"},
+                                          {"HYBRID_DR_DELTA_F32", "Delta pairs = Delta fp32"}};
     const int wide = p->K % 16 || p->V % 16 || p->offsets || p->K >= 128;
-    for (int a = 0; a < 1 + wide && P == &PATHS[0]; a++) {
+    for (int a = 0; a < (wide ? 3 : 1) && P == &PATHS[0]; a++) {
         void *rq = dev_bf16(NULL, p->nq), *rk = dev_bf16(NULL, p->nq), *rv = dev_bf16(NULL, p->nv),
              *rg = p->g ? dev_bf16(NULL, p->ng) : NULL, *rb = dev_bf16(NULL, p->nb);
         poison_bf16(rq, p->nq), poison_bf16(rk, p->nq), poison_bf16(rv, p->nv), poison_bf16(rb, p->nb);
