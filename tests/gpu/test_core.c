@@ -6,11 +6,13 @@
 // bf16 outputs TOL_OUT 5e-3, bf16 gradients TOL_GRAD 8e-3, fp32 statistics, losses and
 // sums TOL_F32 1e-4. Checked: embed, layernorm, the fused add + layernorm, matmul (and
 // the plan cache over 300 shapes, and bit-identical repeated backwards), the
-// input-gradient-accumulating matmul_backward_acc, matmul_backward_dw_wide (dW summed in fp32
-// over calls, then into the bf16 gradient once), the fused matmul + GELU, attention forward/backward (bit-identical repeated backwards; our kernels,
-// then cuDNN's where the build has it), attention_cached (decode) against the CPU
-// and against the CUDA full forward's rows, GELU, add, scale, sum, sum_squares,
-// cross-entropy, separate and fused (crossentropy_forward_backward).
+// input-gradient-accumulating matmul_backward_acc, matmul_backward_dw_wide (dW summed in
+// fp32 over calls, then into the bf16 gradient once), the fused matmul + GELU (the up
+// projection's bias gradient both ways: column-sum kernel and DGELU_BGRAD epilogue),
+// attention forward/backward (bit-identical repeated backwards; our kernels, then cuDNN's
+// where the build has it), attention_cached (decode) against the CPU and against the CUDA
+// full forward's rows, GELU, add, scale, sum, sum_squares, cross-entropy, separate and
+// fused (crossentropy_forward_backward).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
