@@ -10,6 +10,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/cuda_backend.h"
+#include "kernels/moe/experts_cublas.h"
 
 CudaState g_cuda;
 
@@ -269,6 +270,7 @@ static void cu_free(void *p) {
     for (size_t i = 0; i < g_allocs.size(); i++)
         if (g_allocs[i].first == p) {
             g_cuda.live_bytes -= g_allocs[i].second;
+            moe_cublas_forget(p, g_allocs[i].second);  // (the MoE GEMMs' host copies of offsets in it)
             g_allocs[i] = g_allocs.back();
             g_allocs.pop_back();
             break;

@@ -60,6 +60,16 @@ void cuda_crossentropy_set_fused(int on);
 void cuda_matmul_set_dgelu_bgrad(int on);
 int cuda_matmul_dgelu_bgrad_path(void);
 
+// The MoE expert GEMMs (kernels/moe/experts.cu): mode 0 our grouped kernels, 1 cuBLAS's
+// grouped batched GEMM (kernels/moe/experts_cublas.cu), -1 as HYBRID_MOE_GEMM says (the
+// default; unset = own). cuda_moe_gemm_name: "cublas" or "own", what a call of 1 to 512 experts
+// runs now. The counters (since the start): grouped GEMM calls that ran on cuBLAS, and the
+// copies of the offsets to the host (one stream synchronization each) that path made.
+void cuda_moe_set_gemm(int mode);
+const char *cuda_moe_gemm_name(void);
+long cuda_moe_cublas_calls(void);
+long cuda_moe_offsets_copies(void);
+
 #ifdef __cplusplus
 }
 #endif

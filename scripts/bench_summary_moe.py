@@ -81,6 +81,8 @@ def main():
     for name, m in (("hybrid.c", om), ("PyTorch", tm)):
         if m:
             print(f"{name}: {m.get('reps')} timed repetitions after {m.get('warmup')} warm-up, config {m.get('config')}")
+    if om:
+        print(f"hybrid.c expert GEMMs: {om.get('moe_gemm', 'own')} (HYBRID_MOE_GEMM)")
     shapes = []
     for k in list(ours) + list(torch):
         if k[:6] not in shapes:

@@ -16,7 +16,11 @@
 // anywhere: the results are the same bits run to run. An expert with no rows writes nothing.
 // The GLU runs as a separate elementwise pass (the equations of model/ops/norm_glu/glu.c, in
 // fp32 as kernels/norm_glu/glu.cu).
+// HYBRID_MOE_GEMM=cublas runs the six GEMMs on cuBLAS's grouped batched GEMM instead
+// (experts_cublas.h: the forward then copies the offsets to the host once, one stream
+// synchronization, and its backward reuses the copy); the GLU passes are the same.
 #include "kernels/common.cuh"
+#include "kernels/moe/experts_cublas.h"
 #include "kernels/moe/grouped_gemm.cuh"
 
 // Y (rows, n_out) = X (rows, kd) W_e^T, W_e stored (n_out, kd) (W_T = false) or (kd, n_out)
@@ -286,10 +290,19 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     const int kind = act_kind(act);
     if (E <= 0) return;
     // (the PROFILE parts: HYBRID_CUDA_PROFILE=1 times each kernel; "moe_experts/gemm_*" are the
-    // grouped GEMMs that tests/gpu/bench_moe.c compares with dense cuBLAS GEMMs of the same FLOPs)
+    // grouped GEMMs, on either path, that tests/gpu/bench_moe.c compares with dense cuBLAS GEMMs
+    // of the same FLOPs)
+    // hoff: the host copy of the offsets on the cuBLAS path (NULL: our kernels); a GEMM whose
+    // operands do not suit cuBLAS (experts_cublas.h) runs our kernel
+    const int *hoff = NULL;
+    if (moe_cublas_on(E)) {
+        PROFILE("moe_experts/offsets_to_host");
+        hoff = moe_cublas_offsets(offsets, E, 1);
+    }
     {
         PROFILE("moe_experts/gemm_fwd13");
-        rows_gemm<false>((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, offsets, E, 2 * M, C);
+        if (!hoff || !moe_cublas_rows((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, hoff, offsets, E, 2 * M, C, 0))
+            rows_gemm<false>((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, offsets, E, 2 * M, C);
     }
     {
         PROFILE("moe_experts/glu_fwd");
@@ -298,7 +311,8 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     }
     {
         PROFILE("moe_experts/gemm_fwd2");
-        rows_gemm<false>((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, offsets, E, C, M);
+        if (!hoff || !moe_cublas_rows((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, hoff, offsets, E, C, M, 0))
+            rows_gemm<false>((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, offsets, E, C, M);
     }
 }
 
@@ -308,13 +322,22 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
     PROFILE("moe_experts_bwd");
     const int kind = act_kind(act);
     if (E <= 0) return;
-    {
-        PROFILE("moe_experts/gemm_dgrad2");
-        rows_gemm<true>((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, offsets, E, M, C);  // dap = dyp W2_e
+    // the cuBLAS path: the forward's host copy of these offsets (no synchronization; a backward
+    // whose forward did not run at this offsets pointer copies them itself, in this part)
+    const int *hoff = NULL;
+    if (moe_cublas_on(E)) {
+        PROFILE("moe_experts/offsets_to_host");
+        hoff = moe_cublas_offsets(offsets, E, 0);
     }
     {
-        PROFILE("moe_experts/gemm_wgrad2");
-        wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, offsets, E, C, M);  // dW2_e += dyp^T ap
+        PROFILE("moe_experts/gemm_dgrad2");  // dap = dyp W2_e
+        if (!hoff || !moe_cublas_rows((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, hoff, offsets, E, M, C, 1))
+            rows_gemm<true>((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, offsets, E, M, C);
+    }
+    {
+        PROFILE("moe_experts/gemm_wgrad2");  // dW2_e += dyp^T ap
+        if (!hoff || !moe_cublas_wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, hoff, offsets, E, C, M))
+            wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, offsets, E, C, M);
     }
     {
         PROFILE("moe_experts/glu_bwd");
@@ -323,11 +346,13 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
                       (float)act.linear_beta);
     }
     {
-        PROFILE("moe_experts/gemm_dgrad13");
-        rows_gemm<true>((bf16 *)dxp, (const bf16 *)dhp, (const bf16 *)w13, offsets, E, C, 2 * M);  // dxp = dhp W13_e
+        PROFILE("moe_experts/gemm_dgrad13");  // dxp = dhp W13_e
+        if (!hoff || !moe_cublas_rows((bf16 *)dxp, (const bf16 *)dhp, (const bf16 *)w13, hoff, offsets, E, C, 2 * M, 1))
+            rows_gemm<true>((bf16 *)dxp, (const bf16 *)dhp, (const bf16 *)w13, offsets, E, C, 2 * M);
     }
     {
-        PROFILE("moe_experts/gemm_wgrad13");
-        wgrad((bf16 *)dw13, (const bf16 *)dhp, (const bf16 *)xp, offsets, E, 2 * M, C);  // dW13_e += dhp^T xp
+        PROFILE("moe_experts/gemm_wgrad13");  // dW13_e += dhp^T xp
+        if (!hoff || !moe_cublas_wgrad((bf16 *)dw13, (const bf16 *)dhp, (const bf16 *)xp, hoff, offsets, E, 2 * M, C))
+            wgrad((bf16 *)dw13, (const bf16 *)dhp, (const bf16 *)xp, offsets, E, 2 * M, C);
     }
 }

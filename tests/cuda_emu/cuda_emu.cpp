@@ -402,6 +402,79 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t stop)
     return cudaSuccess;
 }
 
+void emu_trap(void) {
+    emu_die("__trap() in a kernel");
+    abort();  // (emu_die exits)
+}
+
+// ---- cuBLAS's grouped batched GEMM (cuda_emu.h says what it checks and computes) ----
+
+struct EmuCublas {
+    int token;
+};
+cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    static EmuCublas one;
+    *h = &one;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetWorkspace(cublasHandle_t, void *, size_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t, cublasMath_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetAtomicsMode(cublasHandle_t, cublasAtomicsMode_t) { return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t mode) {
+    return mode == CUBLAS_POINTER_MODE_HOST ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t transa_array[],
+                                          const cublasOperation_t transb_array[], const int m_array[],
+                                          const int n_array[], const int k_array[], const void *alpha_array,
+                                          const void *const Aarray[], cudaDataType_t Atype, const int lda_array[],
+                                          const void *const Barray[], cudaDataType_t Btype, const int ldb_array[],
+                                          const void *beta_array, void *const Carray[], cudaDataType_t Ctype,
+                                          const int ldc_array[], int group_count, const int group_size[],
+                                          cublasComputeType_t computeType) {
+    if (!h || !transa_array || !transb_array || !m_array || !n_array || !k_array || !alpha_array || !lda_array ||
+        !ldb_array || !beta_array || !ldc_array || !group_size || group_count < 0)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (Atype != CUDA_R_16BF || Btype != CUDA_R_16BF || Ctype != CUDA_R_16BF || computeType != CUBLAS_COMPUTE_32F)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    long problems = 0;
+    for (int i = 0; i < group_count; i++) {
+        const int m = m_array[i], n = n_array[i], k = k_array[i];
+        const cublasOperation_t ta = transa_array[i], tb = transb_array[i];
+        if (m < 0 || n < 0 || k < 0 || group_size[i] < 0) return CUBLAS_STATUS_INVALID_VALUE;
+        if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T && ta != CUBLAS_OP_C) ||
+            (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T && tb != CUBLAS_OP_C))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        if (lda_array[i] < std::max(1, ta == CUBLAS_OP_N ? m : k) || ldb_array[i] < std::max(1, tb == CUBLAS_OP_N ? k : n) ||
+            ldc_array[i] < std::max(1, m))
+            return CUBLAS_STATUS_INVALID_VALUE;
+        problems += group_size[i];
+    }
+    if (problems > 0 && (!Aarray || !Barray || !Carray)) return CUBLAS_STATUS_INVALID_VALUE;
+    // the documented alignment of bf16 operands: 16 bytes where k * 2 is a multiple of 16, else 4
+    // bytes where it is a multiple of 4 (on the GPU: a misaligned-address fault)
+    long idx = 0;
+    for (int i = 0; i < group_count; i++)
+        for (int j = 0; j < group_size[i]; j++, idx++) {
+            const int k2 = k_array[i] * 2, need = k2 % 16 == 0 ? 16 : k2 % 4 == 0 ? 4 : 2;
+            const void *p[3] = {Aarray[idx], Barray[idx], Carray[idx]};
+            for (int q = 0; q < 3; q++)
+                if ((uintptr_t)p[q] % (uintptr_t)need)
+                    emu_die("cublasGemmGroupedBatchedEx: problem %ld's %c pointer is not %d-byte aligned", idx,
+                            "ABC"[q], need);
+        }
+    const float *alpha = (const float *)alpha_array, *beta = (const float *)beta_array;
+    idx = 0;
+    for (int i = 0; i < group_count; i++)
+        for (int j = 0; j < group_size[i]; j++, idx++)
+            emu_lt_matmul(transa_array[i] != CUBLAS_OP_N, transb_array[i] != CUBLAS_OP_N, m_array[i], n_array[i],
+                          k_array[i], alpha[i], (const bf16 *)Aarray[idx], lda_array[i], 0, (const bf16 *)Barray[idx],
+                          ldb_array[i], 0, beta[i], Carray[idx], Carray[idx], 0, ldc_array[i], 0, 1, EMU_EPI_NONE,
+                          nullptr, nullptr);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 // ---- cuBLASLt's GEMM (cuda_emu.h says what it computes) ----
 
 namespace {

@@ -219,7 +219,7 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t stop)
 
 // ---- cuBLASLt: the handle is a token; the GEMM is emu_lt_matmul below ----
 typedef int cublasStatus_t;
-enum { CUBLAS_STATUS_SUCCESS = 0 };
+enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_INVALID_VALUE = 7, CUBLAS_STATUS_NOT_SUPPORTED = 15 };
 static inline const char *cublasGetStatusString(cublasStatus_t) { return "emulated cuBLAS error"; }
 static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
     *h = (cublasLtHandle_t)1;
@@ -250,6 +250,41 @@ void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, con
                    long long strideA, const __nv_bfloat16 *B, int ldb, long long strideB, float beta, const void *C,
                    void *D, int cd_f32, int ldc, long long strideC, int batch, int epi, void *bias,
                    __nv_bfloat16 *aux);
+
+// ---- cuBLAS (the v2 API): what kernels/moe/experts_cublas.cu uses ----
+// The handle and its settings are tokens (the emulator has one summation order: emu_lt_matmul's).
+// cublasGemmGroupedBatchedEx checks its arguments as cuBLAS documents them (NULL arrays, negative
+// sizes, leading dimensions below the stored rows, unsupported types, misaligned pointers:
+// CUBLAS_STATUS_INVALID_VALUE / _NOT_SUPPORTED), then runs each problem of each group through
+// emu_lt_matmul: C[idx] = alpha_i op(A[idx]) op(B[idx]) + beta_i C[idx], column-major, fp32
+// accumulation in k order, one bf16 rounding. Only bf16 A, B, C with CUBLAS_COMPUTE_32F (fp32
+// alpha and beta, host arrays) are emulated.
+typedef struct EmuCublas *cublasHandle_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
+typedef enum { CUDA_R_16BF = 14 } cudaDataType_t;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16 } cublasMath_t;
+typedef enum { CUBLAS_ATOMICS_NOT_ALLOWED = 0, CUBLAS_ATOMICS_ALLOWED = 1 } cublasAtomicsMode_t;
+typedef enum { CUBLAS_POINTER_MODE_HOST = 0, CUBLAS_POINTER_MODE_DEVICE = 1 } cublasPointerMode_t;
+cublasStatus_t cublasCreate(cublasHandle_t *h);
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s);
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *workspace, size_t bytes);
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t mode);
+cublasStatus_t cublasSetAtomicsMode(cublasHandle_t h, cublasAtomicsMode_t mode);
+cublasStatus_t cublasSetPointerMode(cublasHandle_t h, cublasPointerMode_t mode);
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t transa_array[],
+                                          const cublasOperation_t transb_array[], const int m_array[],
+                                          const int n_array[], const int k_array[], const void *alpha_array,
+                                          const void *const Aarray[], cudaDataType_t Atype, const int lda_array[],
+                                          const void *const Barray[], cudaDataType_t Btype, const int ldb_array[],
+                                          const void *beta_array, void *const Carray[], cudaDataType_t Ctype,
+                                          const int ldc_array[], int group_count, const int group_size[],
+                                          cublasComputeType_t computeType);
+
+// __trap(): the emulated run stops with an error (on the GPU the kernel aborts and the next
+// CUDA call fails)
+[[noreturn]] void emu_trap(void);
+#define __trap() emu_trap()
 
 // ---- CUB: the one algorithm kernels/core/embed.cu uses ----
 // DeviceRadixSort::SortPairs: a stable sort of (key, value) pairs by key bits [begin_bit,

@@ -41,6 +41,12 @@
 // printed beside it. Then each grouped GEMM alone (profiled part moe_experts/gemm_*): ms, GFLOP
 // and TFLOP/s, and that rate as a share of the dense fwd+bwd's (JSON: "gemm_tflops"); the
 // weight gradients' parts include their split-k reduction (moe_experts/wgrad_reduce).
+// The expert GEMMs run on our grouped kernels or, with HYBRID_MOE_GEMM=cublas in the
+// environment, on cuBLAS's grouped batched GEMM (kernels/moe/experts_cublas.h): the same
+// moe_experts/gemm_* parts (each includes that path's small pointer-array kernel), so the two
+// runs' tables compare line by line; that path's copy of the offsets to the host (one stream
+// synchronization per forward) is the part moe_experts/offsets_to_host, inside the experts op
+// and the layer times, not in the GEMMs'. Printed at the start and in the JSON ("moe_gemm").
 //
 // Inputs (scripts/bench_torch_moe.py makes the same distributions): x = randn (N, C) (the
 // layer reads the RMSNorm output, unit RMS); dout = randn (N, C); weights by the table's
@@ -241,6 +247,8 @@ typedef struct {
     double ms[MAX_OPS];  // per forward+backward
     long calls[MAX_OPS];
     double cat_ms[NCAT], gemm_ms, glu_ms, matmul_ms;  // per forward+backward
+    double copy_ms;  // the cuBLAS path's copy of the offsets to the host (moe_experts/offsets_to_host)
+    double cublas_calls;  // grouped GEMMs that ran on cuBLAS per forward+backward (6 on that path)
 } Profile;
 
 static int starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
@@ -261,8 +269,10 @@ static void profile_layer(Case *c, int reps, double router_ms, Profile *pr) {
     be->synchronize();
     cuda_profile_set(1);
     cuda_profile_reset();
+    const long calls0 = cuda_moe_cublas_calls();
     for (int i = 0; i < reps; i++) run_fwdbwd(c);  // (the gradients accumulate: no zeroing op in the table)
     be->synchronize();
+    pr->cublas_calls = (double)(cuda_moe_cublas_calls() - calls0) / reps;
     pr->n = cuda_profile_read(pr->names, pr->ms, pr->calls, MAX_OPS);
     printf("the MoE layer's forward+backward, by op (%d profiled repetitions, events around every op: not the "
            "timed runs):\n",
@@ -275,6 +285,7 @@ static void profile_layer(Case *c, int reps, double router_ms, Profile *pr) {
         if (strchr(op, '/')) {  // a part, already inside its op
             if (starts(op, "moe_experts/gemm_")) pr->gemm_ms += pr->ms[i];
             else if (starts(op, "moe_experts/glu_")) pr->glu_ms += pr->ms[i];
+            else if (!strcmp(op, "moe_experts/offsets_to_host")) pr->copy_ms += pr->ms[i];
             continue;
         }
         if (starts(op, "matmul_")) pr->matmul_ms += pr->ms[i];
@@ -323,13 +334,13 @@ static void print_gemms(const Profile *pr, double R, int De, int M, double dense
 static FILE *json_open(const char *path, int reps, int warmup, int profile_reps, const char *config) {
     FILE *f = xfopen(path, "w");
     fprintf(f, "{\"impl\": \"hybrid.c\", \"emulated\": %s, \"reps\": %d, \"warmup\": %d, \"profile_reps\": %d, "
-               "\"config\": \"%s\", \"records\": [\n",
+               "\"config\": \"%s\", \"moe_gemm\": \"%s\", \"records\": [\n",
 #ifdef HYBRID_CUDA_EMU
             "true",
 #else
             "false",
 #endif
-            reps, warmup, profile_reps, config);
+            reps, warmup, profile_reps, config, cuda_moe_gemm_name());
     return f;
 }
 
@@ -365,9 +376,10 @@ static void write_json(const char *path, const Record *rec, int nrec, const Shap
         fprintf(f, ", \"latent\": %d, \"load_max_over_mean\": %.4f, \"load_min_over_mean\": %.4f, "
                    "\"routed_gemm_flops_fwd\": %.6g, \"routed_gemm_flops_fwdbwd\": %.6g, \"profile_reps\": %d, "
                    "\"grouped_gemm_ms\": %.4f, \"experts_glu_ms\": %.4f, \"grouped_gemm_efficiency\": %.4f, "
-                   "\"experts_op_efficiency\": %.4f, \"breakdown_ms\": {",
+                   "\"experts_op_efficiency\": %.4f, \"offsets_to_host_ms\": %.4f, \"cublas_calls\": %.2f, "
+                   "\"breakdown_ms\": {",
                 x->latent, x->load_max, x->load_min, x->flops_fwd, 3 * x->flops_fwd, x->prof.reps, x->prof.gemm_ms,
-                x->prof.glu_ms, x->gemm_eff, x->op_eff);
+                x->prof.glu_ms, x->gemm_eff, x->op_eff, x->prof.copy_ms, x->prof.cublas_calls);
         for (int k = 0; k < NCAT; k++) fprintf(f, "%s\"%s\": %.4f", k ? ", " : "", cat_names[k], x->prof.cat_ms[k]);
         fprintf(f, "}, \"gemm_tflops\": {");
         for (int g = 0; g < NGEMM; g++)
@@ -498,6 +510,9 @@ int main(int argc, char **argv) {
            "CUDA events on the backend's stream",
 #endif
            (unsigned long long)seed);
+    printf("expert GEMMs: %s (HYBRID_MOE_GEMM=own: our grouped kernels, the default; =cublas: cuBLAS's grouped "
+           "batched GEMM, which copies the offsets to the host once per forward)\n",
+           cuda_moe_gemm_name());
     printf("inputs: x, dout randn (N, C); weights by the init rules (random router, natural load)\n");
 
     Record *rec = xmalloc(sizeof(Record) * (size_t)nshapes * NPASS);
@@ -616,15 +631,18 @@ int main(int argc, char **argv) {
                "TFLOP/s)\n",
                3 * x->flops_fwd / 1e9, med[P_DFWDBWD], 3 * x->flops_fwd / (med[P_DFWDBWD] * 1e9));
         if (x->prof.reps > 0) {
-            printf("grouped GEMM kernels (profiled) %.3f ms (%.1f TFLOP/s): efficiency %.2f of dense (target >= "
-                   "0.70: %s); the GLU passes %.3f ms\n",
-                   x->prof.gemm_ms, x->prof.gemm_ms > 0 ? 3 * x->flops_fwd / (x->prof.gemm_ms * 1e9) : 0, x->gemm_eff,
+            printf("grouped GEMMs (%s, profiled) %.3f ms (%.1f TFLOP/s): efficiency %.2f of dense (target >= "
+                   "0.70: %s); the GLU passes %.3f ms; the offsets' copy to the host %.3f ms\n",
+                   cuda_moe_gemm_name(), x->prof.gemm_ms, x->prof.gemm_ms > 0 ? 3 * x->flops_fwd / (x->prof.gemm_ms * 1e9) : 0, x->gemm_eff,
 #ifdef HYBRID_CUDA_EMU
                    "no verdict under the emulator",
 #else
                    x->gemm_eff >= 0.7 ? "met" : "NOT met",
 #endif
-                   x->prof.glu_ms);
+                   x->prof.glu_ms, x->prof.copy_ms);
+            if (strcmp(cuda_moe_gemm_name(), "own"))  // (a GEMM whose operands do not suit cuBLAS runs ours)
+                printf("grouped GEMM calls on cuBLAS per forward+backward: %.1f of 6%s\n", x->prof.cublas_calls,
+                       x->prof.cublas_calls < 6 ? " (the others ran our kernels: see kernels/moe/experts_cublas.h)" : "");
             print_gemms(&x->prof, R, c.De, c.M, 3 * x->flops_fwd / (med[P_DFWDBWD] * 1e9), x->gemm_tflops);
             printf("breakdown per forward+backward (profiled):");
             for (int k = 0; k < NCAT; k++) printf(" %s %.3f ms%s", cat_names[k], x->prof.cat_ms[k], k + 1 < NCAT ? "," : "");

@@ -237,8 +237,19 @@ static void model_step_compare(const char *name, const Config *cfg, double tol, 
     free(w), free(in), free(tg), free(zc), free(zg), free(gc), free(gg);
 }
 
+// (a MoE model's forced-routing step runs on both expert GEMM paths, kernels/moe/experts.cu: our
+// grouped kernels and cuBLAS's grouped batched GEMM, HYBRID_MOE_GEMM=cublas; the natural-routing
+// step on the one the environment selects)
 static void test_model_step_of(const char *name, const Config *cfg, double tol) {
-    if (cfg->model.moe_experts > 0) model_step_compare(name, cfg, tol, ROUTE_FORCED);
+    if (cfg->model.moe_experts > 0) {
+        char named[256];
+        for (int path = 0; path < 2; path++) {
+            cuda_moe_set_gemm(path);
+            snprintf(named, sizeof named, "%s, expert GEMMs %s", name, cuda_moe_gemm_name());
+            model_step_compare(named, cfg, tol, ROUTE_FORCED);
+        }
+        cuda_moe_set_gemm(-1);
+    }
     model_step_compare(name, cfg, tol, ROUTE_NATURAL);
 }
 

@@ -8,6 +8,10 @@
 // every backward (and the plan) runs a second time and must be bit-identical (determinism).
 // Routing cases: top-k 1, 2 and 8, empty experts, all tokens to one expert (a large bias),
 // tied scores (the lower index wins), sigmoid and softmax, SwiGLU and SiTU experts.
+// The expert op runs on both GEMM paths (kernels/moe/experts.cu): our grouped kernels and cuBLAS's
+// grouped batched GEMM (HYBRID_MOE_GEMM=cublas; under the emulator cuBLAS is tests/cuda_emu's
+// loop of column-major GEMMs, so the path's plumbing and argument mapping are checked there
+// too), each against the CPU reference and bit-identical run to run (test_experts).
 // The kernels are not handed to the backend yet (docs/cuda.md, "The CPU emulator"): the
 // table comes from cuda_moe_ops() directly.
 #include <math.h>
@@ -20,6 +24,7 @@
 #include "model/ops/moe/moe.h"
 #include "tests/testing.h"
 #include "tests/gpu/harness.h"
+#include "kernels/cuda_backend.h"  // cuda_moe_set_gemm and its counters
 
 const MoeOps *cuda_moe_ops(void);  // kernels/moe/table.cu
 void cuda_moe_set_wgrad_split(int s);  // kernels/moe/experts.cu: > 0 forces the wgrad split count
@@ -213,6 +218,106 @@ typedef struct {
     int split;    // the weight gradients' split count (0: experts.cu's rule; 1: no split)
 } DispatchCase;
 
+// The grouped expert op on GEMM path `path` (0: our grouped kernels; 1: cuBLAS's grouped batched
+// GEMM, HYBRID_MOE_GEMM=cublas; cuda_moe_set_gemm) on the plan's sorted rows xp (host) / dxp
+// (device) and offsets off (host) / doff (device). Forward against the CPU and rerun bit-identical;
+// backward on the CUDA forward's hp, ap (and xp: exact copies) against the CPU, the parameter
+// gradients accumulated twice from zero; the whole backward again, bit-identical; then once more
+// on a copy of the offsets that no forward saw (the cuBLAS path copies them itself there),
+// bit-identical too. The cuBLAS path also counts its work: both forward GEMMs and all four
+// backward ones on cuBLAS where the widths suit it (multiples of 8), else none; one copy of the
+// offsets to the host per forward, none per backward of a forward's offsets. The forward's
+// outputs stay in dyp (the combine checks read them).
+static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, const int *off, const int *doff,
+                         void *dyp) {
+    const int N = q.N, K = q.K, E = q.E, C = q.C, M = q.M;
+    const size_t nk = (size_t)N * K;
+    cuda_moe_set_gemm(path);
+    const int on_cublas = path == 1 && C % 8 == 0 && M % 8 == 0;  // (every buffer here is 16-byte aligned)
+    printf("  experts on %s (%s)%s\n", path ? "cuBLAS's grouped batched GEMM" : "our grouped kernels",
+           cuda_moe_gemm_name(), path && !on_cublas ? ": widths not multiples of 8, so our kernels run" : "");
+    const long calls0 = cuda_moe_cublas_calls(), copies0 = cuda_moe_offsets_copies();
+    const size_t n13 = (size_t)E * 2 * M * C, n2 = (size_t)E * C * M;
+    float *w13 = host_rand(n13, 1.f / sqrtf((float)C), 0.f), *w2 = host_rand(n2, 1.f / sqrtf((float)M), 0.f);
+    float *yp = host_alloc(nk * C), *hp = host_alloc(nk * 2 * M), *ap = host_alloc(nk * M);
+    cpu_moe_experts_forward(yp, hp, ap, xp, w13, w2, off, E, C, M, q.act);
+    void *dw13 = dev_bf16(w13, n13), *dw2 = dev_bf16(w2, n2), *dhp = dev_bf16(NULL, nk * 2 * M),
+         *dap = dev_bf16(NULL, nk * M);
+    void *f_y = NULL, *f_h = NULL, *f_a = NULL;
+    for (int rep = 0; rep < 2; rep++) {  // rep 1: the same forward again, bit-identical
+        poison_bf16(dyp, nk * C), poison_bf16(dhp, nk * 2 * M), poison_bf16(dap, nk * M);
+        X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
+        if (!rep) {
+            cmp_bf16("hp (experts)", dhp, hp, nk * 2 * M, TOL_OUT);
+            cmp_bf16("ap (experts)", dap, ap, nk * M, TOL_OUT);
+            cmp_bf16("yp (experts)", dyp, yp, nk * C, TOL_OUT);
+            f_y = get_bytes(dyp, nk * C * 2), f_h = get_bytes(dhp, nk * 2 * M * 2), f_a = get_bytes(dap, nk * M * 2);
+        } else {
+            expect_same("hp rerun", dhp, f_h, nk * 2 * M * 2);
+            expect_same("ap rerun", dap, f_a, nk * M * 2);
+            expect_same("yp rerun", dyp, f_y, nk * C * 2);
+        }
+    }
+    long calls = cuda_moe_cublas_calls() - calls0, copies = cuda_moe_offsets_copies() - copies0;
+    printf("  %-28s %ld grouped cuBLAS calls, %ld copies of the offsets to the host\n", "forward (twice)", calls,
+           copies);
+    CHECK(calls == (on_cublas ? 4 : 0) && copies == (path ? 2 : 0),
+          "two forwards: %ld cuBLAS calls (expected %d), %ld offsets copies (expected %d)", calls, on_cublas ? 4 : 0,
+          copies, path ? 2 : 0);
+    // backward
+    float *hpg = get_bf16(dhp, nk * 2 * M), *apg = get_bf16(dap, nk * M);
+    float *gyp = host_rand(nk * C, 1.f, 0.f), *gxpe = host_alloc(nk * C), *g13 = calloc(n13, sizeof(float)),
+          *g2 = calloc(n2, sizeof(float)), *sh = host_alloc(nk * 2 * M), *sa = host_alloc(nk * M);
+    for (int rep = 0; rep < 2; rep++)
+        cpu_moe_experts_backward(gxpe, g13, g2, sh, sa, gyp, xp, hpg, apg, w13, w2, off, E, C, M, q.act);
+    void *dgyp = dev_bf16(gyp, nk * C), *dgxpe = dev_bf16(NULL, nk * C), *dg13 = dev_bf16(NULL, n13),
+         *dg2 = dev_bf16(NULL, n2), *dsh = dev_bf16(NULL, nk * 2 * M), *dsa = dev_bf16(NULL, nk * M);
+    int *doff2 = dev_bytes(off, (E + 1) * sizeof(int));  // the offsets again, at an address no forward saw
+    void *f_dx = NULL, *f_13 = NULL, *f_2 = NULL;
+    cuda_moe_set_wgrad_split(q.split);
+    for (int round = 0; round < 3; round++) {  // rounds 1 and 2: the same again, bit-identical
+        const long c0 = cuda_moe_cublas_calls(), k0 = cuda_moe_offsets_copies();
+        poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
+        G->zero(dg13, n13), G->zero(dg2, n2);
+        for (int rep = 0; rep < 2; rep++)
+            X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, round == 2 ? doff2 : doff,
+                                    E, C, M, q.act);
+        calls = cuda_moe_cublas_calls() - c0, copies = cuda_moe_offsets_copies() - k0;
+        const long want_copies = path && round == 2 ? 1 : 0;  // (round 2's second backward reuses the first's)
+        CHECK(calls == (on_cublas ? 8 : 0) && copies == want_copies,
+              "two backwards (round %d): %ld cuBLAS calls (expected %d), %ld offsets copies (expected %ld)", round,
+              calls, on_cublas ? 8 : 0, copies, want_copies);
+        if (!round) {
+            cmp_bf16("dxp (experts)", dgxpe, gxpe, nk * C, TOL_GRAD);
+            cmp_bf16("dw13 (twice, +=)", dg13, g13, n13, TOL_GRAD);
+            cmp_bf16("dw2 (twice, +=)", dg2, g2, n2, TOL_GRAD);
+            f_dx = get_bytes(dgxpe, nk * C * 2), f_13 = get_bytes(dg13, n13 * 2), f_2 = get_bytes(dg2, n2 * 2);
+            // an empty expert's gradients stay exactly zero
+            float *h13 = get_bf16(dg13, n13), *h2 = get_bf16(dg2, n2);
+            size_t nz = 0;
+            for (int e = 0; e < E; e++)
+                if (off[e + 1] == off[e]) {
+                    for (size_t i = 0; i < (size_t)2 * M * C; i++) nz += h13[(size_t)e * 2 * M * C + i] != 0.f;
+                    for (size_t i = 0; i < (size_t)C * M; i++) nz += h2[(size_t)e * C * M + i] != 0.f;
+                }
+            CHECK(nz == 0, "empty experts: %zu nonzero gradient entries", nz);
+            free(h13), free(h2);
+        } else {
+            const char *tag = round == 1 ? "rerun" : "rerun, new offsets";
+            char w[64];
+            snprintf(w, sizeof w, "dxp %s", tag), expect_same(w, dgxpe, f_dx, nk * C * 2);
+            snprintf(w, sizeof w, "dw13 %s", tag), expect_same(w, dg13, f_13, n13 * 2);
+            snprintf(w, sizeof w, "dw2 %s", tag), expect_same(w, dg2, f_2, n2 * 2);
+        }
+    }
+    cuda_moe_set_wgrad_split(0);
+    cuda_moe_set_gemm(-1);
+    void *bufs[] = {dw13, dw2, dhp, dap, dgyp, dgxpe, dg13, dg2, dsh, dsa, doff2};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) G->free(bufs[i]);
+    void *hb[] = {w13, w2, yp, hp, ap, f_y, f_h, f_a, hpg, apg, gyp, gxpe, g13, g2, sh, sa, f_dx, f_13, f_2};
+    for (size_t i = 0; i < sizeof hb / sizeof *hb; i++) free(hb[i]);
+}
+
 static void test_dispatch(DispatchCase q) {
     const int N = q.N, K = q.K, E = q.E, C = q.C, M = q.M;
     printf("dispatch + experts N=%d K=%d E=%d C=%d M=%d%s%s %s, wgrad split ", N, K, E, C, M,
@@ -264,58 +369,12 @@ static void test_dispatch(DispatchCase q) {
     X->moe_gather_backward(dgx, dgxp, dpos, N, K, C);
     expect_same("dx rerun", dgx, first, (size_t)N * C * 2);
     free(first);
-    // experts
-    const size_t n13 = (size_t)E * 2 * M * C, n2 = (size_t)E * C * M;
-    float *w13 = host_rand(n13, 1.f / sqrtf((float)C), 0.f), *w2 = host_rand(n2, 1.f / sqrtf((float)M), 0.f);
-    float *yp = host_alloc(nk * C), *hp = host_alloc(nk * 2 * M), *ap = host_alloc(nk * M);
-    cpu_moe_experts_forward(yp, hp, ap, xp, w13, w2, off, E, C, M, q.act);
-    void *dw13 = dev_bf16(w13, n13), *dw2 = dev_bf16(w2, n2), *dyp = dev_bf16(NULL, nk * C),
-         *dhp = dev_bf16(NULL, nk * 2 * M), *dap = dev_bf16(NULL, nk * M);
-    poison_bf16(dyp, nk * C), poison_bf16(dhp, nk * 2 * M), poison_bf16(dap, nk * M);
-    X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
-    cmp_bf16("hp (experts)", dhp, hp, nk * 2 * M, TOL_OUT);
-    cmp_bf16("ap (experts)", dap, ap, nk * M, TOL_OUT);
-    cmp_bf16("yp (experts)", dyp, yp, nk * C, TOL_OUT);
-    // experts backward on the CUDA forward's hp, ap (and xp: exact copies)
-    float *hpg = get_bf16(dhp, nk * 2 * M), *apg = get_bf16(dap, nk * M);
-    float *gyp = host_rand(nk * C, 1.f, 0.f), *gxpe = host_alloc(nk * C), *g13 = calloc(n13, sizeof(float)),
-          *g2 = calloc(n2, sizeof(float)), *sh = host_alloc(nk * 2 * M), *sa = host_alloc(nk * M);
-    for (int rep = 0; rep < 2; rep++)
-        cpu_moe_experts_backward(gxpe, g13, g2, sh, sa, gyp, xp, hpg, apg, w13, w2, off, E, C, M, q.act);
-    void *dgyp = dev_bf16(gyp, nk * C), *dgxpe = dev_bf16(NULL, nk * C), *dg13 = dev_bf16(NULL, n13),
-         *dg2 = dev_bf16(NULL, n2), *dsh = dev_bf16(NULL, nk * 2 * M), *dsa = dev_bf16(NULL, nk * M);
-    void *f_dx = NULL, *f_13 = NULL, *f_2 = NULL;
-    cuda_moe_set_wgrad_split(q.split);
-    for (int round = 0; round < 2; round++) {  // round 1: the same again, bit-identical
-        poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
-        G->zero(dg13, n13), G->zero(dg2, n2);
-        for (int rep = 0; rep < 2; rep++)
-            X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, doff, E, C, M, q.act);
-        if (!round) {
-            cmp_bf16("dxp (experts)", dgxpe, gxpe, nk * C, TOL_GRAD);
-            cmp_bf16("dw13 (twice, +=)", dg13, g13, n13, TOL_GRAD);
-            cmp_bf16("dw2 (twice, +=)", dg2, g2, n2, TOL_GRAD);
-            f_dx = get_bytes(dgxpe, nk * C * 2), f_13 = get_bytes(dg13, n13 * 2), f_2 = get_bytes(dg2, n2 * 2);
-            // an empty expert's gradients stay exactly zero
-            float *h13 = get_bf16(dg13, n13), *h2 = get_bf16(dg2, n2);
-            size_t nz = 0;
-            for (int e = 0; e < E; e++)
-                if (off[e + 1] == off[e]) {
-                    for (size_t i = 0; i < (size_t)2 * M * C; i++) nz += h13[(size_t)e * 2 * M * C + i] != 0.f;
-                    for (size_t i = 0; i < (size_t)C * M; i++) nz += h2[(size_t)e * C * M + i] != 0.f;
-                }
-            CHECK(nz == 0, "empty experts: %zu nonzero gradient entries", nz);
-            free(h13), free(h2);
-        } else {
-            expect_same("dxp rerun", dgxpe, f_dx, nk * C * 2);
-            expect_same("dw13 rerun", dg13, f_13, n13 * 2);
-            expect_same("dw2 rerun", dg2, f_2, n2 * 2);
-        }
-    }
-    cuda_moe_set_wgrad_split(0);
+    // experts, on each GEMM path (forward outputs left in dyp for the combine below)
+    void *dyp = dev_bf16(NULL, nk * C);
+    for (int path = 0; path < 2; path++) test_experts(q, path, xp, dxp, off, doff, dyp);
+    float *ypg = get_bf16(dyp, nk * C);
     // combine
     float *wt = host_rand(nk, 0.5f, 0.5f), *out = host_alloc((size_t)N * C);
-    float *ypg = get_bf16(dyp, nk * C);
     cpu_moe_combine_forward(out, ypg, wt, pos, N, K, C);
     void *dwt = dev_bf16(wt, nk), *dout = dev_bf16(NULL, (size_t)N * C);
     poison_bf16(dout, (size_t)N * C);
@@ -337,11 +396,9 @@ static void test_dispatch(DispatchCase q) {
             expect_same("dweights rerun", dgw, f_w, nk * 2);
         }
     }
-    void *bufs[] = {dsel, dperm, dpos, doff, dx, dxp, dgxp, dgx, dw13, dw2, dyp, dhp, dap, dgyp, dgxpe, dg13,
-                    dg2, dsh, dsa, dwt, dout, dgout, dgyp2, dgw};
+    void *bufs[] = {dsel, dperm, dpos, doff, dx, dxp, dgxp, dgx, dyp, dwt, dout, dgout, dgyp2, dgw};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) G->free(bufs[i]);
-    void *hb[] = {sel, perm, pos, off, x, xp, gxp, gx, w13, w2, yp, hp, ap, hpg, apg, gyp, gxpe, g13, g2, sh, sa,
-                  f_dx, f_13, f_2, wt, out, ypg, gout, gyp2, gw, f_y, f_w};
+    void *hb[] = {sel, perm, pos, off, x, xp, gxp, gx, wt, out, ypg, gout, gyp2, gw, f_y, f_w};
     for (size_t i = 0; i < sizeof hb / sizeof *hb; i++) free(hb[i]);
 }
 
@@ -393,6 +450,7 @@ int main(void) {
     test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU, 0});
     test_dispatch((DispatchCase){2048, 8, 64, 768, 256, 3, 0, SWIGLU, 0});
     test_dispatch((DispatchCase){4096, 2, 16, 768, 256, 1, 1, SWIGLU, 0});
+    test_dispatch((DispatchCase){4096, 1, 16, 768, 256, 1, 0, SITU, 0});  // top-1
 #endif
     gpu_test_summary();
     TEST_MAIN_END();

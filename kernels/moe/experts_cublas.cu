@@ -1,0 +1,225 @@
+// The grouped expert GEMMs on cuBLAS's grouped batched GEMM (kernels/moe/experts_cublas.h says
+// what and when; docs/hybrid.md, "Dropless permutation and grouped expert FFN").
+//
+// One cublasGemmGroupedBatchedEx call per GEMM kind: one group per expert with rows (group size
+// 1; an expert with no rows is not in the call, so it is neither written nor added to), sizes,
+// leading dimensions, transpositions, alpha and beta in host arrays, the A, B, C pointers in
+// device arrays (cuBLAS reads them on the device). Those pointer arrays are written by a small
+// kernel (moe_cublas_ptrs_kernel) from the host copy of the offsets, passed by value as a kernel
+// parameter: no host buffer has to outlive the call and nothing waits. The same kernel compares
+// the offsets on the device with that copy and traps on a difference (the backward of a layer
+// whose offsets were rewritten since its forward copied them: the sizes would be wrong).
+//
+// Determinism (cuBLAS's documented conditions for bit-wise reproducible results run to run on
+// one GPU model): one stream (the backend's), our own workspace (cublasSetWorkspace: the Lt
+// matmuls' 32 MiB, used in stream order by both, so cuBLAS's per-stream workspace pool is never
+// involved), atomics not allowed, and no reduced-precision split-k reductions (fp32 throughout;
+// a split-k partial sum in bf16 would also round twice). The bits differ from our kernels'
+// (another summation order): the two paths are alternatives, each deterministic.
+//
+// Under the CPU emulator (HYBRID_CUDA_EMU) cublasGemmGroupedBatchedEx is tests/cuda_emu's loop
+// of column-major GEMMs, which checks the arguments as cuBLAS documents them: the emulated tests
+// run this whole path (the host copy, the pointer kernel, the argument mapping) against the CPU
+// reference; only cuBLAS's own kernels are the GPU's.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_backend.h"
+#include "kernels/moe/experts_cublas.h"
+
+// ---- the switch (HYBRID_MOE_GEMM=own|cublas; tests: cuda_moe_set_gemm) ----
+static int g_env_mode = -1, g_forced = -1;
+static long g_calls, g_copies;
+
+static int gemm_mode(void) {
+    if (g_forced >= 0) return g_forced;
+    if (g_env_mode < 0) {
+        const char *v = getenv("HYBRID_MOE_GEMM");
+        if (!v || !*v || !strcmp(v, "own")) g_env_mode = 0;
+        else if (!strcmp(v, "cublas")) g_env_mode = 1;
+        else die("HYBRID_MOE_GEMM=%s: expected own (our grouped kernels, the default) or cublas", v);
+    }
+    return g_env_mode;
+}
+
+extern "C" void cuda_moe_set_gemm(int mode) { g_forced = mode == 0 || mode == 1 ? mode : -1; }
+extern "C" const char *cuda_moe_gemm_name(void) { return gemm_mode() ? "cublas" : "own"; }
+extern "C" long cuda_moe_cublas_calls(void) { return g_calls; }
+extern "C" long cuda_moe_offsets_copies(void) { return g_copies; }
+
+int moe_cublas_on(int E) { return gemm_mode() == 1 && E >= 1 && E <= MOE_CUBLAS_MAX_E; }
+
+// ---- the host copies of the offsets, one per offsets pointer (one per MoE layer) ----
+#define HOST_COPIES 128
+typedef struct {
+    const int *dev;  // the offsets' device pointer (NULL: a free entry)
+    int E;
+    unsigned long long last_use;
+    int off[MOE_CUBLAS_MAX_E + 1];
+} HostCopy;
+static HostCopy g_copy[HOST_COPIES];
+static unsigned long long g_clock;
+
+const int *moe_cublas_offsets(const int *offsets, int E, int forward) {
+    HostCopy *p = NULL, *lru = &g_copy[0];
+    for (int i = 0; i < HOST_COPIES && !p; i++) {
+        if (g_copy[i].dev == offsets && g_copy[i].E == E) p = &g_copy[i];
+        else if (g_copy[i].last_use < lru->last_use) lru = &g_copy[i];  // (free entries have 0)
+    }
+    if (p && !forward) {  // the backward: its forward's copy
+        p->last_use = ++g_clock;
+        return p->off;
+    }
+    if (!p) p = lru;  // a new pointer: the least recently used entry (a free one first)
+    p->dev = offsets, p->E = E, p->last_use = ++g_clock;
+    // The one synchronization of the cuBLAS path: cuBLAS takes the sizes on the host.
+    CUDA_CHECK(cudaMemcpyAsync(p->off, offsets, sizeof(int) * (size_t)(E + 1), cudaMemcpyDeviceToHost, g_cuda.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+    g_copies++;
+    for (int e = 0; e < E; e++)
+        if (p->off[0] < 0 || p->off[e + 1] < p->off[e]) {
+            p->dev = NULL;
+            die("moe experts (cuBLAS path): offsets[%d] = %d, offsets[%d] = %d: not non-decreasing from >= 0", e,
+                p->off[e], e + 1, p->off[e + 1]);
+        }
+    return p->off;
+}
+
+void moe_cublas_forget(const void *p, size_t bytes) {
+    const char *lo = (const char *)p;
+    for (int i = 0; i < HOST_COPIES; i++) {
+        const char *d = (const char *)g_copy[i].dev;
+        if (d && d >= lo && d < lo + bytes) g_copy[i].dev = NULL, g_copy[i].last_use = 0;
+    }
+}
+
+// ---- the device pointer arrays ----
+// What the pointer kernel gets by value (a kernel parameter, 3 KiB: under the 4 KiB limit).
+typedef struct {
+    int E, n;                       // experts; problems = experts with rows
+    int off[MOE_CUBLAS_MAX_E + 1];  // the host copy of the offsets the call was sized from
+    short slot[MOE_CUBLAS_MAX_E];   // expert e's problem index (its group), -1 if it has no rows
+} MoeCallPlan;
+static_assert(sizeof(MoeCallPlan) + 128 <= 4096, "the pointer kernel's parameters fit in 4 KiB");
+
+// The pointer of expert e's operand: base + offsets[e] row + e expert (bytes): a row-indexed
+// activation (row = its row's bytes, expert = 0) or an expert's weight (row = 0).
+typedef struct {
+    const char *base;
+    long long row, expert;
+} MoePtrs;
+
+// ptrs[j], ptrs[n + j], ptrs[2n + j] = the A, B, C pointers of problem j = slot[e]; one thread an
+// expert, thread E checks the last offset. Traps where the offsets on the device are not the
+// host copy (printing the first difference it sees).
+__global__ void moe_cublas_ptrs_kernel(void **ptrs, const int *offsets, MoeCallPlan h, MoePtrs a, MoePtrs b,
+                                       MoePtrs c) {
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e > h.E) return;
+    if (offsets[e] != h.off[e]) {
+        printf("moe experts (cuBLAS path): offsets[%d] is %d on the device but %d in the host copy the GEMM was "
+               "sized from (offsets rewritten between a forward and its backward?)\n",
+               e, offsets[e], h.off[e]);
+        __trap();
+    }
+    if (e == h.E || h.slot[e] < 0) return;
+    const int j = h.slot[e];
+    const long long r0 = h.off[e];
+    ptrs[j] = (void *)(a.base + r0 * a.row + e * a.expert);
+    ptrs[h.n + j] = (void *)(b.base + r0 * b.row + e * b.expert);
+    ptrs[2 * h.n + j] = (void *)(c.base + r0 * c.row + e * c.expert);
+}
+
+// ---- one grouped call ----
+static cublasHandle_t moe_handle(void) {
+    static cublasHandle_t h;
+    if (!h) {
+        CUBLAS_CHECK(cublasCreate(&h));
+        // (cublasSetStream puts the handle back on cuBLAS's own workspace pool: the stream first)
+        CUBLAS_CHECK(cublasSetStream(h, g_cuda.stream));
+        CUBLAS_CHECK(cublasSetWorkspace(h, g_cuda.lt_workspace, g_cuda.lt_workspace_size));
+        CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));  // (alpha, beta: host arrays)
+        CUBLAS_CHECK(cublasSetAtomicsMode(h, CUBLAS_ATOMICS_NOT_ALLOWED));
+        CUBLAS_CHECK(cublasSetMathMode(
+            h, (cublasMath_t)(CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+    }
+    return h;
+}
+
+// The host arrays of one call, one entry a group (= a problem). Static: cuBLAS reads them during
+// the call (host arrays), not after it returns.
+static struct {
+    cublasOperation_t ta[MOE_CUBLAS_MAX_E], tb[MOE_CUBLAS_MAX_E];
+    int m[MOE_CUBLAS_MAX_E], n[MOE_CUBLAS_MAX_E], k[MOE_CUBLAS_MAX_E];
+    int lda[MOE_CUBLAS_MAX_E], ldb[MOE_CUBLAS_MAX_E], ldc[MOE_CUBLAS_MAX_E], size[MOE_CUBLAS_MAX_E];
+    float alpha[MOE_CUBLAS_MAX_E], beta[MOE_CUBLAS_MAX_E];
+} g_arg;
+
+// Every problem: C (m x n, ld ldc) = op(A) (m x k) op(B) (k x n) + beta C, column-major. The
+// experts' rows go in n (rows_n = 1: the row GEMMs) or in k (rows_n = 0: the weight gradients);
+// the other two sizes are fixed.
+static void grouped_call(const int *hoff, const int *offsets, int E, cublasOperation_t ta, cublasOperation_t tb,
+                         int rows_n, int m, int nk_fixed, int lda, int ldb, int ldc, float beta, MoePtrs A, MoePtrs B,
+                         MoePtrs C) {
+    static MoeCallPlan h;  // (static: 3 KiB, copied into the launch)
+    h.E = E, h.n = 0;
+    for (int e = 0; e < E; e++) {
+        const int rows = hoff[e + 1] - hoff[e];
+        h.slot[e] = (short)(rows > 0 ? h.n : -1);
+        if (rows <= 0) continue;
+        const int j = h.n++;
+        g_arg.ta[j] = ta, g_arg.tb[j] = tb;
+        g_arg.m[j] = m;
+        g_arg.n[j] = rows_n ? rows : nk_fixed;
+        g_arg.k[j] = rows_n ? nk_fixed : rows;
+        g_arg.lda[j] = lda, g_arg.ldb[j] = ldb, g_arg.ldc[j] = ldc;
+        g_arg.size[j] = 1;
+        g_arg.alpha[j] = 1.f, g_arg.beta[j] = beta;
+    }
+    memcpy(h.off, hoff, sizeof(int) * (size_t)(E + 1));
+    if (h.n == 0) return;  // no rows at all: nothing to write, nothing to add
+    void **ptrs = (void **)scratch_get(sizeof(void *) * 3 * (size_t)h.n);
+    launch_kernel(moe_cublas_ptrs_kernel, dim3((E + 1 + 127) / 128), dim3(128), 0, ptrs, offsets, h, A, B, C);
+    CUBLAS_CHECK(cublasGemmGroupedBatchedEx(moe_handle(), g_arg.ta, g_arg.tb, g_arg.m, g_arg.n, g_arg.k, g_arg.alpha,
+                                            (const void *const *)ptrs, CUDA_R_16BF, g_arg.lda,
+                                            (const void *const *)(ptrs + h.n), CUDA_R_16BF, g_arg.ldb, g_arg.beta,
+                                            ptrs + 2 * h.n, CUDA_R_16BF, g_arg.ldc, h.n, g_arg.size,
+                                            CUBLAS_COMPUTE_32F));
+    LAUNCH_CHECK();  // (HYBRID_CUDA_SYNC=1: a failing cuBLAS kernel shows here)
+    g_calls++;
+}
+
+// every pointer 16-byte aligned (cuBLAS's rule for bf16 operands whose k is a multiple of 8)
+static int suits(const void *a, const void *b, const void *c, int d0, int d1) {
+    return is_aligned16(a) && is_aligned16(b) && is_aligned16(c) && d0 % 8 == 0 && d1 % 8 == 0;
+}
+
+// cuBLAS is column-major: our row-major (R, K) matrix x is, read column-major, x' (K, R) with
+// leading dimension K (as kernels/core/matmul.cu). Expert e, rows [r0, r0 + r):
+//   Y_e (r, n_out) = X_e (r, kd) W_e^T   is   Y_e' (n_out, r) = op(W_e') (n_out, kd) X_e' (kd, r)
+//   W_e stored (n_out, kd) (w_t = 0: fwd13, fwd2): W_e' is (kd, n_out), ld kd, op T   [TN]
+//   W_e stored (kd, n_out) (w_t = 1: dgrad2, dgrad13): W_e' is (n_out, kd), ld n_out, op N   [NN]
+//   X_e' (kd, r): ld kd, op N;  Y_e' (n_out, r): ld n_out;  m = n_out, n = r, k = kd, beta 0.
+int moe_cublas_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *hoff, const int *offsets, int E, int n_out,
+                    int kd, int w_t) {
+    if (n_out <= 0 || kd <= 0 || !suits(Y, X, W, n_out, kd)) return 0;  // (ours: the empty shapes too)
+    const long long b = sizeof(bf16);
+    grouped_call(hoff, offsets, E, w_t ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, 1, n_out, kd, w_t ? n_out : kd, kd,
+                 n_out, 0.f, MoePtrs{(const char *)W, 0, (long long)n_out * kd * b}, MoePtrs{(const char *)X, kd * b, 0},
+                 MoePtrs{(const char *)Y, n_out * b, 0});
+    return 1;
+}
+
+//   dW_e (P, Q) += G_e^T (P, r) X_e (r, Q)   is   dW_e' (Q, P) += X_e' (Q, r) G_e'^T (r, P)
+//   X_e' (Q, r): ld Q, op N;  G_e' (P, r): ld P, op T;  dW_e' (Q, P): ld Q;
+//   m = Q, n = P, k = r, beta 1 (accumulate: one rounding of dW + the fp32 product)   [NT]
+// (wgrad2: G = dY, X = A, P = C, Q = M; wgrad13: G = dH13, X = X, P = 2M, Q = C)
+int moe_cublas_wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *hoff, const int *offsets, int E, int P,
+                     int Q) {
+    if (P <= 0 || Q <= 0 || !suits(dW, G, X, P, Q)) return 0;
+    const long long b = sizeof(bf16);
+    grouped_call(hoff, offsets, E, CUBLAS_OP_N, CUBLAS_OP_T, 0, Q, P, Q, P, Q, 1.f, MoePtrs{(const char *)X, Q * b, 0},
+                 MoePtrs{(const char *)G, P * b, 0}, MoePtrs{(const char *)dW, 0, (long long)P * Q * b});
+    return 1;
+}

@@ -1,0 +1,57 @@
+// The grouped expert GEMMs of kernels/moe/experts.cu on cuBLAS's grouped batched GEMM
+// (cublasGemmGroupedBatchedEx; kernels/moe/experts_cublas.cu), the alternative to our grouped
+// tensor-core kernels (grouped_gemm.cuh) that HYBRID_MOE_GEMM=cublas selects (docs/hybrid.md,
+// "Dropless permutation and grouped expert FFN"; docs/cuda.md's switch list). Same operands,
+// layouts and contract as experts.cu's rows_gemm and wgrad: bf16 in and out, fp32 compute; a
+// weight gradient is ACCUMULATED (beta 1: dW = bf16(dW + fp32 product), one rounding); an
+// expert with no rows is left out of the call (nothing written, nothing added).
+//
+// cuBLAS takes the per-expert sizes on the host, and the row counts live on the device
+// (offsets, written by moe_dispatch_plan). So the forward copies offsets to the host once
+// (moe_cublas_offsets with forward = 1: one cudaMemcpyAsync + one stream synchronization per
+// forward) and keeps the copy under the offsets pointer; the backward of the same layer reuses
+// it (no synchronization). Every grouped call checks on the device that the offsets it reads
+// are the host copy it was sized from (a mismatch traps: see experts_cublas.cu).
+#ifndef HYBRID_KERNELS_MOE_EXPERTS_CUBLAS_H
+#define HYBRID_KERNELS_MOE_EXPERTS_CUBLAS_H
+
+#include "kernels/common.cuh"
+
+// At most this many experts per call on the cuBLAS path (more: the own kernels run): the host
+// offsets travel to the device as a kernel parameter (4 KiB of parameters at most).
+#define MOE_CUBLAS_MAX_E 512
+
+// 1 when this call's expert GEMMs go through cuBLAS: HYBRID_MOE_GEMM=cublas (or the tests'
+// cuda_moe_set_gemm(1)) and 1 <= E <= MOE_CUBLAS_MAX_E.
+int moe_cublas_on(int E);
+
+// The host copy of offsets (E + 1 ints, device memory). forward = 1: copies them now (one
+// cudaMemcpyAsync and a stream synchronization), checks that they do not decrease, keeps the copy
+// under (offsets, E) and returns it. forward = 0 (the backward): the copy the last forward at
+// this pointer made, or a new copy (one more synchronization) where there is none (a table of the
+// last 128 pointers: one per MoE layer; an entry goes when the backend frees the buffer holding
+// its pointer, moe_cublas_forget). The backward's offsets must be the ones its forward saw (they
+// are part of the forward's saved state, as hp and ap are); the GEMMs trap where they are not.
+// Valid until the next call.
+const int *moe_cublas_offsets(const int *offsets, int E, int forward);
+
+// Forgets the host copies of offsets inside the device buffer [p, p + bytes) (kernels/
+// backend_cuda.cu, as it frees the buffer): an address that a new buffer reuses never meets
+// a copy of the old buffer's offsets.
+void moe_cublas_forget(const void *p, size_t bytes);
+
+// Y (rows, n_out) = X (rows, kd) W_e^T per expert (W_e stored (n_out, kd), or (kd, n_out) with
+// w_t), as experts.cu's rows_gemm. hoff: moe_cublas_offsets' copy of offsets. Returns 0 and does
+// nothing when the operands do not suit cuBLAS (a pointer not 16-byte aligned, or n_out or kd
+// not a multiple of 8): the caller then runs its own kernel.
+int moe_cublas_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *hoff, const int *offsets, int E, int n_out,
+                    int kd, int w_t);
+
+// dW_e (P, Q) += G_e^T X_e over each expert's rows (G (rows, P), X (rows, Q)), as experts.cu's
+// wgrad. Returns 0 and does nothing where moe_cublas_rows would.
+int moe_cublas_wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *hoff, const int *offsets, int E, int P,
+                     int Q);
+
+// (the switch itself and its counters for the tests: kernels/cuda_backend.h, cuda_moe_*)
+
+#endif
