@@ -189,9 +189,10 @@ __global__ void conv_dw_partial_kernel(float *partial, const float *da, const bf
 #define CONV_FAST_W 4         // widths with a fused kernel
 #define CONV_TILE_THREADS 64  // threads per block of the fast kernels, V channels each
 #define CONV_FWD_ROWS 64      // rows per block, fast forward (x staged: 16 KiB at V = 2)
-#define CONV_BWD_TILE 36      // rows of x and dy staged per pass, fast backward: 18 KiB at V = 2,
-                              // so 12 blocks fit an SM, as many as its 76 registers allow (a
-                              // 64-row chunk and its halo in two passes)
+#define CONV_BWD_TILE 34      // rows of x and dy staged per pass, fast backward: 17 KiB at V = 2
+                              // (+1 KiB the SM reserves a block), so 12 blocks of 2 warps fit an
+                              // SM's 228 KiB, as many as the kernel's 76 registers allow (a 64-row
+                              // chunk and its halo in two passes)
 
 // V consecutive channels (V == 2: one aligned bf16x2 access; the caller checks alignment)
 template <int V>
