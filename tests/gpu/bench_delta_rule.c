@@ -282,11 +282,17 @@ static void conv_bwd(ConvCase *c) {
 static void time_conv(ConvCase *c, void (*fn)(ConvCase *), int warmup, int reps, double *med, double *mn) {
     double *t = xmalloc(sizeof(double) * (size_t)reps);
     for (int i = -warmup; i < reps; i++) {
+#ifndef HYBRID_CUDA_EMU
+        if (i == 0 && cuda_profile_enabled()) cuda_profile_reset();  // the timed repetitions only
+#endif
         bench_timer_start(be);
         fn(c);
         double ms = bench_timer_stop_ms(be);
         if (i >= 0) t[i] = ms;
     }
+#ifndef HYBRID_CUDA_EMU
+    if (cuda_profile_enabled()) cuda_profile_print(stdout, reps);  // as time_pass
+#endif
     bench_median_min(t, reps, med, mn);
     free(t);
 }
