@@ -24,14 +24,41 @@ static inline int grad_row_chunks(size_t rows, int *chunks) {
 }
 
 // out[i] (+)= sum_{k < chunks} partial[k * stride + i], i < n: ACC adds into bf16, else
-// writes fp32. One thread per parameter adds the chunks in order (coalesced over i; at most
-// GRAD_MAX_CHUNKS loads each).
+// writes fp32; for each i the chunks are added in order k = 0, 1, ... from 0.f (the fixed order
+// every caller's bits rest on). A block takes GRAD_RED_COLS consecutive i: its GRAD_RED_WARPS
+// warps stage GRAD_RED_TILE chunks at a time into shared memory (each thread GRAD_RED_TILE /
+// GRAD_RED_WARPS independent loads in flight, two buffers), and its first warp adds them in
+// order, one lane per i. (The first version, one thread per i walking its 1,024 chunks with a
+// few loads in flight and 24 blocks for the 3,072 conv weights, was latency-bound: docs/
+// delta-rule.md, "CUDA kernels".)
+#define GRAD_RED_COLS 32   // outputs per block: one lane of the adding warp each
+#define GRAD_RED_WARPS 8   // warps loading
+#define GRAD_RED_TILE 128  // chunks per staged tile (two tiles: 32 KiB)
 template <bool ACC>
 __global__ void grad_reduce_kernel(void *out, const float *partial, int chunks, int n, size_t stride) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+    __shared__ float tile[2][GRAD_RED_TILE][GRAD_RED_COLS];
+    const int lane = threadIdx.x % GRAD_RED_COLS, wp = threadIdx.x / GRAD_RED_COLS;
+    const int i = blockIdx.x * GRAD_RED_COLS + lane;
+    constexpr int PER = GRAD_RED_TILE / GRAD_RED_WARPS;  // loads per thread and tile
     float s = 0.f;
-    for (int k = 0; k < chunks; k++) s += partial[(size_t)k * stride + i];
+    for (int k0 = 0, t = 0; k0 < chunks; k0 += GRAD_RED_TILE, t++) {
+        // buffer t&1 was last read by warp 0 in pass t-2, before it reached pass t-1's barrier
+        float(*buf)[GRAD_RED_COLS] = tile[t & 1];
+        float v[PER];
+#pragma unroll
+        for (int m = 0; m < PER; m++) {
+            const int k = k0 + wp + m * GRAD_RED_WARPS;
+            v[m] = k < chunks && i < n ? partial[(size_t)k * stride + i] : 0.f;
+        }
+#pragma unroll
+        for (int m = 0; m < PER; m++) buf[wp + m * GRAD_RED_WARPS][lane] = v[m];
+        __syncthreads();
+        if (wp == 0) {
+            const int nk = chunks - k0 < GRAD_RED_TILE ? chunks - k0 : GRAD_RED_TILE;
+            for (int kk = 0; kk < nk; kk++) s += buf[kk][lane];
+        }
+    }
+    if (wp != 0 || i >= n) return;
     if (ACC) {
         bf16 *o = (bf16 *)out + i;
         *o = __float2bfloat16(__bfloat162float(*o) + s);
@@ -42,14 +69,14 @@ __global__ void grad_reduce_kernel(void *out, const float *partial, int chunks, 
 
 // dst (bf16, n) += the chunks' partials
 static inline void grad_reduce_add(bf16 *dst, const float *partial, int chunks, int n, size_t stride) {
-    launch_kernel(grad_reduce_kernel<true>, dim3((n + 127) / 128), dim3(128), 0, (void *)dst, partial, chunks, n,
-                  stride);
+    launch_kernel(grad_reduce_kernel<true>, dim3((n + GRAD_RED_COLS - 1) / GRAD_RED_COLS),
+                  dim3(GRAD_RED_COLS * GRAD_RED_WARPS), 0, (void *)dst, partial, chunks, n, stride);
 }
 
 // dst (fp32, n) = the chunks' partials
 static inline void grad_reduce_f32(float *dst, const float *partial, int chunks, int n, size_t stride) {
-    launch_kernel(grad_reduce_kernel<false>, dim3((n + 127) / 128), dim3(128), 0, (void *)dst, partial, chunks, n,
-                  stride);
+    launch_kernel(grad_reduce_kernel<false>, dim3((n + GRAD_RED_COLS - 1) / GRAD_RED_COLS),
+                  dim3(GRAD_RED_COLS * GRAD_RED_WARPS), 0, (void *)dst, partial, chunks, n, stride);
 }
 
 #endif

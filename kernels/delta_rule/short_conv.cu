@@ -10,23 +10,28 @@
 // Two paths with the same bits (every fp32 sum with the same operands in the same order):
 // - Fast, W <= CONV_FAST_W (4; the layers use 4): kernels templated on W and on V channels per
 //   thread (V = 2, bf16x2 accesses, when D is even and the tensors 4-byte aligned), taps
-//   unrolled, the W inputs of a row in registers, the next CONV_PF rows of x (and dy) loaded
-//   ahead. Forward: a thread walks CONV_FWD_ROWS rows. Backward, one fused pass: a thread per
-//   (grad_row_chunks chunk, V channels) recomputes a and da = dy * act'(a) row by row (W-1 halo
-//   rows past the chunk, inside the sequence, to finish dx of its last rows), writes dx and
-//   keeps the dw / dbias partials of its chunk in registers; da never reaches memory;
-//   dstate_in recomputes da of the first W-1 rows of each sequence.
+//   unrolled, the W inputs of a row in registers. A block of CONV_TILE_THREADS threads stages the
+//   rows it walks of its CONV_TILE_THREADS * V channels in shared memory first (16-byte cp.async
+//   copies when D % 8 == 0), so a whole tile of loads is in flight at once. Forward: a block
+//   per CONV_FWD_ROWS rows. Backward, one fused pass: a block per (grad_row_chunks chunk,
+//   channel slab) whose threads recompute a and da = dy * act'(a) row by row (W-1 halo rows past
+//   the chunk, inside the sequence, to finish dx of its last rows), write dx and keep the
+//   dw / dbias partials of the chunk in registers; da never reaches memory; dstate_in
+//   recomputes da of the first W-1 rows of each sequence.
 // - General, any W <= CONV_MAX_W, and every W under HYBRID_CONV_REF=1 (read at each call):
 //   forward: one thread per channel walks CONV_ROWS rows, W loads a row. Backward: da into fp32
 //   scratch, then dx and dstate_in from da, and the dw / dbias partials (a pass per tap).
-// Both add the chunk partials in a fixed order (grad_reduce.cuh). The fast path has passed its
-// bit-for-bit comparison with the general one (tests/gpu/test_delta_rule_layer.c) on the CPU
-// emulator and the H200; there the backward went from 1.20 to 0.45 ms a call at 65,536 x 768
-// (W 4) and the forward from 0.37 to 0.17 ms (BENCHMARKS.md).
+// Both add the chunk partials in a fixed order (grad_reduce.cuh). The fast path is compared bit
+// for bit with the general one (tests/gpu/test_delta_rule_layer.c) on the CPU emulator and the
+// H200. History (docs/delta-rule.md, "CUDA kernels"; BENCHMARKS.md): at 65,536 x 768 (W 4) the
+// first fused backward took the backward from 1.20 to 0.45 ms a call and the register-window
+// forward 0.37 to 0.17 ms; both then kept about one row per thread in flight (a register ring
+// whose shifts waited on its loads), which the staged tiles replace.
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
 #include "kernels/delta_rule/seq_index.cuh"
+#include "kernels/mma.cuh"
 
 #include <type_traits>
 
@@ -53,9 +58,16 @@ __device__ __forceinline__ float conv_pre(const bf16 *x, const bf16 *w, const bf
 
 // the activation of a pre-activation a, and da = g act'(a) for the incoming gradient g: one
 // expression for every kernel below, so the fast and the general paths give the same bits
-__device__ __forceinline__ float conv_act(float a, int silu) { return silu ? a * dr_sigmoid(a) : a; }
+// conv_sigmoid(a) has dr_sigmoid's bits (act.cuh: 1 / (1 + e^-a) for a >= 0, e^a / (1 + e^a)
+// below; -|a| is -a or a exactly and the division is IEEE either way) with one expf and one
+// division: dr_sigmoid's two branches diverge within a warp on mixed signs and run both.
+__device__ __forceinline__ float conv_sigmoid(float a) {
+    const float e = expf(-fabsf(a));
+    return (a >= 0.f ? 1.f : e) / (1.f + e);
+}
+__device__ __forceinline__ float conv_act(float a, int silu) { return silu ? a * conv_sigmoid(a) : a; }
 __device__ __forceinline__ float conv_dact(float a, float g, int silu) {
-    const float sg = dr_sigmoid(a);
+    const float sg = conv_sigmoid(a);
     return silu ? g * sg * (1.f + a * (1.f - sg)) : g;
 }
 
@@ -174,8 +186,13 @@ __global__ void conv_dw_partial_kernel(float *partial, const float *da, const bf
 // order then the outgoing state's term, each dw / dbias partial over its chunk's rows in
 // increasing order), so both paths give the same bits; HYBRID_CONV_REF=1 runs the general
 // kernels for any W (tests/gpu/test_delta_rule_layer.c compares the two bit for bit).
-#define CONV_FAST_W 4     // widths with a fused kernel
-#define CONV_FWD_ROWS 32  // rows per thread, fast forward
+#define CONV_FAST_W 4         // widths with a fused kernel
+#define CONV_TILE_THREADS 64  // threads per block of the fast kernels, V channels each
+#define CONV_FWD_ROWS 64      // rows per block, fast forward (x staged: 16 KiB at V = 2)
+#define CONV_BWD_TILE 34      // rows of x and dy staged per pass, fast backward: 17 KiB at V = 2
+                              // (+1 KiB the SM reserves a block), so 12 blocks of 2 warps fit an
+                              // SM's 228 KiB, as many as the kernel's 76 registers allow (a 64-row
+                              // chunk and its halo in two passes)
 
 // V consecutive channels (V == 2: one aligned bf16x2 access; the caller checks alignment)
 template <int V>
@@ -218,29 +235,28 @@ __device__ __forceinline__ void conv_window(float (*xw)[W], const float *xn, con
     }
 }
 
-// Rows ahead: the raw bf16 (V == 2: bf16x2) of one tensor at rows row+1 .. row+CONV_PF kept in
-// registers, so each thread has CONV_PF+1 rows' loads in flight instead of one (the walk is a
-// serial loop; without this every row waits for its own load). Rows at or past `end` are not read.
-#define CONV_PF 4
-template <int V>
-struct ConvAhead {
-    typedef typename std::conditional<V == 2, __nv_bfloat162, bf16>::type raw;
-    raw r[CONV_PF + 1];
-    __device__ __forceinline__ static raw load(const bf16 *p) { return *reinterpret_cast<const raw *>(p); }
-    // rows row0 .. row0+CONV_PF
-    __device__ __forceinline__ void init(const bf16 *base, size_t row0, size_t end, int c, int D) {
-#pragma unroll
-        for (int k = 0; k <= CONV_PF; k++)
-            if (row0 + k < end) r[k] = load(base + (row0 + k) * D + c);
+// Rows [qa, qa+nr) of channels [c0, c0+cw) of src (rows of D channels) into dst[nr][CB] in
+// shared memory: 16-byte cp.async copies spread over the block when vec16 (D % 8 == 0, src
+// 16-byte aligned; cw is then a multiple of 8), else one bf16 per thread and step. The caller
+// commits, waits and syncs. A whole tile in flight at once is what makes the walks below fast:
+// the first version had a register ring of the next rows per thread, whose shifts waited on
+// the pending loads, so about one row a thread was in flight (docs/delta-rule.md, "CUDA kernels").
+template <int CB>
+__device__ __forceinline__ void conv_tile_load(bf16 *dst, const bf16 *src, size_t qa, int nr, int c0, int cw, int D,
+                                               int vec16) {
+    if (vec16) {
+        const int upr = cw / 8;  // 16-byte units a row
+        for (int u = threadIdx.x; u < nr * upr; u += blockDim.x) {
+            const int r = u / upr, k = u - r * upr;
+            cp_async16(dst + (size_t)r * CB + k * 8, src + (qa + r) * D + c0 + k * 8, true);
+        }
+    } else {
+        for (int e = threadIdx.x; e < nr * cw; e += blockDim.x) {
+            const int r = e / cw, k = e - r * cw;
+            dst[(size_t)r * CB + k] = src[(qa + r) * D + c0 + k];
+        }
     }
-    // the values at `row` (the oldest held), then the ring moves on one row
-    __device__ __forceinline__ void take(float *v, const bf16 *base, size_t row, size_t end, int c, int D) {
-        conv_load<V>(v, reinterpret_cast<const bf16 *>(&r[0]));
-#pragma unroll
-        for (int k = 0; k < CONV_PF; k++) r[k] = r[k + 1];
-        if (row + CONV_PF + 1 < end) r[CONV_PF] = load(base + (row + CONV_PF + 1) * D + c);
-    }
-};
+}
 
 // the window at `row` (local time t in sq's sequence; xn: x at `row`): loaded whole at the
 // thread's first row and at a sequence start, else shifted by one
@@ -269,34 +285,51 @@ __device__ __forceinline__ float conv_pre_win(float b, const float *wv, const fl
     return a;
 }
 
-// Forward: one thread per V channels walks CONV_FWD_ROWS rows, the W inputs of a row kept in
-// registers (one new load per row instead of W).
+// Forward: a block takes CONV_FWD_ROWS rows of CB = CONV_TILE_THREADS * V channels, staged in
+// shared memory (conv_tile_load); each thread walks the rows for its V channels with the W
+// inputs of a row in registers (loaded whole at its first row and at a sequence start, from
+// global memory while the tile is in flight).
 template <int W, int V>
 __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
-                                     size_t rows, int T, int D, const int *offsets, int nseq, int silu) {
-    const int c = (blockIdx.y * CONV_THREADS + threadIdx.x) * V;
+                                     size_t rows, int T, int D, const int *offsets, int nseq, int silu, int vec16) {
+    constexpr int CB = CONV_TILE_THREADS * V;
+    DYNAMIC_SMEM(bf16, xs);  // [CONV_FWD_ROWS][CB]: x at the block's rows
+    const int c0 = blockIdx.y * CB, cw = D - c0 < CB ? D - c0 : CB, lc = threadIdx.x * V, c = c0 + lc;
+    const bool on = lc < cw;
     const size_t row0 = (size_t)blockIdx.x * CONV_FWD_ROWS;
-    if (c >= D) return;
+    const int nr = (int)(rows - row0 < CONV_FWD_ROWS ? rows - row0 : CONV_FWD_ROWS);
     float wv[V][W], b[V], xw[V][W];
 #pragma unroll
     for (int v = 0; v < V; v++) {
-        b[v] = bias ? __bfloat162float(bias[c + v]) : 0.f;
+        b[v] = on && bias ? __bfloat162float(bias[c + v]) : 0.f;
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            wv[v][j] = __bfloat162float(w[(size_t)(c + v) * W + j]);
-            xw[v][j] = 0.f;  // loaded at the first row (conv_slide); this only quiets the host compiler
+            wv[v][j] = on ? __bfloat162float(w[(size_t)(c + v) * W + j]) : 0.f;
+            xw[v][j] = 0.f;
         }
     }
     SeqCursor sq;
     sq.init(offsets, nseq, T, row0);
-    const size_t row1 = row0 + CONV_FWD_ROWS < rows ? row0 + CONV_FWD_ROWS : rows;
-    ConvAhead<V> xa;
-    xa.init(x, row0, row1, c, D);
-    for (size_t row = row0; row < row1; row++) {
+    if (on) {  // the window of the first row but its last input (read from the tile below)
+        const float zero[V] = {};
+        conv_window<W, V>(xw, zero, x, state_in, sq.bos, (int)(row0 - sq.bos), sq.s, c, D);
+    }
+    conv_tile_load<CB>(xs, x, row0, nr, c0, cw, D, vec16);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    if (!on) return;
+    for (int r = 0; r < nr; r++) {
+        const size_t row = row0 + r;
         sq.advance(row);
         float xn[V];
-        xa.take(xn, x, row, row1, c, D);
-        conv_slide<W, V>(xw, xn, x, state_in, sq, row, row == row0, c, D);
+        conv_load<V>(xn, xs + (size_t)r * CB + lc);
+        if (r == 0) {
+#pragma unroll
+            for (int v = 0; v < V; v++) xw[v][W - 1] = xn[v];
+        } else {
+            conv_slide<W, V>(xw, xn, x, state_in, sq, row, false, c, D);
+        }
         float out[V];
 #pragma unroll
         for (int v = 0; v < V; v++) {
@@ -307,94 +340,119 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, cons
     }
 }
 
-// Backward, fused: one thread per (row chunk, V channels), the chunks of grad_row_chunks (the
-// partials' layout and per-row order of conv_dw_partial_kernel). It walks rows q from the
-// chunk's first to W-1 rows past its last (the halo, only inside the last row's sequence),
-// recomputing a and da[q] from a register window of the W inputs (before the sequence start:
-// state_in or 0), keeping da of the last W rows. For a chunk row q: the dw[j] / dbias partials
-// take x[q-(W-1)+j] da[q] / da[q]. dx[p] needs da[p .. min(p+W-1, end)]: it is written at
-// q = p+W-1, or at the sequence's last row for the rows whose window is cut there; the sum is
-// conv_dx_kernel's (taps in j order, the missing ones skipped, then dstate_out). One pass over
-// x and dy, no fp32 da in memory.
+// Backward, fused: a block per (row chunk, CB = CONV_TILE_THREADS * V channels), the chunks of
+// grad_row_chunks (the partials' layout and per-row order of conv_dw_partial_kernel). It stages
+// x and dy at rows q from the chunk's first to W-1 rows past its last (the halo, only inside the
+// last row's sequence) in shared memory, CONV_BWD_TILE rows a pass. Each thread walks those
+// rows for its V channels, recomputing a and da[q] from a register window of the W inputs
+// (before the sequence start: state_in or 0), keeping da of the last W rows. For a chunk row q: the dw[j] / dbias partials take
+// x[q-(W-1)+j] da[q] / da[q]. dx[p] needs da[p .. min(p+W-1, end)]: it is written at q = p+W-1,
+// or at the sequence's last row for the rows whose window is cut there; the sum is
+// conv_dx_kernel's (taps in j order, the missing ones skipped, then dstate_out). One pass over x
+// and dy, no fp32 da in memory; want_db == 0 (no dbias) skips the dbias partials.
 template <int W, int V>
 __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, const float *dstate_out,
                                       const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
                                       size_t rows, int rows_per_chunk, int T, int D, const int *offsets, int nseq,
-                                      int silu) {
-    const int c = (blockIdx.y * CONV_THREADS + threadIdx.x) * V;
-    if (c >= D) return;
+                                      int silu, int vec16, int want_db) {
+    constexpr int CB = CONV_TILE_THREADS * V;
+    DYNAMIC_SMEM(bf16, sm);
+    bf16 *xs = sm, *gs = sm + (size_t)CONV_BWD_TILE * CB;  // [CONV_BWD_TILE][CB] each: x, dy at a pass's rows
+    const int c0 = blockIdx.y * CB, cw = D - c0 < CB ? D - c0 : CB, lc = threadIdx.x * V, c = c0 + lc;
+    const bool on = lc < cw;
     const size_t row0 = (size_t)blockIdx.x * rows_per_chunk;
     const size_t row1 = row0 + rows_per_chunk < rows ? row0 + rows_per_chunk : rows;
-    const size_t qend = row1 + (W - 1) < rows ? row1 + (W - 1) : rows;
+    size_t qend = row1 + (W - 1) < rows ? row1 + (W - 1) : rows;
+    {
+        SeqCursor se;  // the halo stays in the sequence of the chunk's last row
+        se.init(offsets, nseq, T, row1 - 1);
+        if (se.eos < qend) qend = se.eos;
+    }
     float wv[V][W], b[V], xw[V][W], dq[V][W], pw[V][W], pb[V];
 #pragma unroll
     for (int v = 0; v < V; v++) {
-        b[v] = bias ? __bfloat162float(bias[c + v]) : 0.f;
+        b[v] = on && bias ? __bfloat162float(bias[c + v]) : 0.f;
         pb[v] = 0.f;
 #pragma unroll
         for (int j = 0; j < W; j++) {
-            wv[v][j] = __bfloat162float(w[(size_t)(c + v) * W + j]);
+            wv[v][j] = on ? __bfloat162float(w[(size_t)(c + v) * W + j]) : 0.f;
             pw[v][j] = 0.f;
             dq[v][j] = 0.f;
-            xw[v][j] = 0.f;  // loaded at the first row (conv_slide)
+            xw[v][j] = 0.f;
         }
     }
     SeqCursor sq;
     sq.init(offsets, nseq, T, row0);
-    ConvAhead<V> xa, ga;
-    xa.init(x, row0, qend, c, D);
-    ga.init(dy, row0, qend, c, D);
-    for (size_t q = row0; q < qend; q++) {
-        sq.advance(q);
-        const int t = (int)(q - sq.bos);
-        if (q >= row1 && t == 0) break;  // the halo stays in the chunk's last sequence
-        float g[V], xn[V];
-        ga.take(g, dy, q, qend, c, D);
-        xa.take(xn, x, q, qend, c, D);
-        conv_slide<W, V>(xw, xn, x, state_in, sq, q, q == row0, c, D);
+    if (on) {  // the window of the first row but its last input (read from the tile below)
+        const float zero[V] = {};
+        conv_window<W, V>(xw, zero, x, state_in, sq.bos, (int)(row0 - sq.bos), sq.s, c, D);
+    }
+    for (size_t qa = row0; qa < qend; qa += CONV_BWD_TILE) {
+        const int nr = (int)(qend - qa < CONV_BWD_TILE ? qend - qa : CONV_BWD_TILE);
+        if (qa != row0) __syncthreads();  // every thread is done with the previous pass's rows
+        conv_tile_load<CB>(xs, x, qa, nr, c0, cw, D, vec16);
+        conv_tile_load<CB>(gs, dy, qa, nr, c0, cw, D, vec16);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        if (!on) continue;
+        for (int r = 0; r < nr; r++) {
+            const size_t q = qa + r;
+            sq.advance(q);
+            float g[V], xn[V];
+            conv_load<V>(g, gs + (size_t)r * CB + lc);
+            conv_load<V>(xn, xs + (size_t)r * CB + lc);
+            if (q == row0) {
 #pragma unroll
-        for (int v = 0; v < V; v++) {
-            const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
-            const float d = conv_dact(a, g[v], silu);
-#pragma unroll
-            for (int k = W - 1; k > 0; k--) dq[v][k] = dq[v][k - 1];
-            dq[v][0] = d;  // dq[v][k] = da[q-k]
-            if (q < row1) {
-#pragma unroll
-                for (int j = 0; j < W; j++) pw[v][j] += xw[v][j] * d;
-                pb[v] += d;
+                for (int v = 0; v < V; v++) xw[v][W - 1] = xn[v];
+            } else {
+                conv_slide<W, V>(xw, xn, x, state_in, sq, q, false, c, D);
             }
-        }
-        const int len = (int)(sq.eos - sq.bos);
-        const size_t lo = row0 > sq.bos ? row0 : sq.bos;  // dx rows of this chunk and sequence
-        // e: dx row p = q-e, complete now when e == W-1, or when q ends the sequence (then the
-        // taps j < W-1-e reach past it and are skipped, as conv_dx_kernel's tt < len does)
-        const bool last = q + 1 == sq.eos;
-#pragma unroll
-        for (int e = W - 1; e >= 0; e--) {
-            if (e < W - 1 && !last) continue;
-            if (q < lo + (size_t)e) continue;  // p below the chunk or the sequence
-            const size_t p = q - e;
-            if (p >= row1) continue;
-            const int m = (int)(p - sq.bos) - (len - (W - 1));
-            float out[V];
 #pragma unroll
             for (int v = 0; v < V; v++) {
-                float acc = 0.f;
+                const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
+                const float d = conv_dact(a, g[v], silu);
 #pragma unroll
-                for (int j = W - 1 - e; j < W; j++) acc += wv[v][j] * dq[v][j - (W - 1 - e)];
-                if (dstate_out && m >= 0) acc += dstate_out[((size_t)sq.s * D + c + v) * (W - 1) + m];
-                out[v] = acc;
+                for (int k = W - 1; k > 0; k--) dq[v][k] = dq[v][k - 1];
+                dq[v][0] = d;  // dq[v][k] = da[q-k]
+                if (q < row1) {
+#pragma unroll
+                    for (int j = 0; j < W; j++) pw[v][j] += xw[v][j] * d;
+                    pb[v] += d;
+                }
             }
-            conv_store<V>(dx + p * D + c, out);
+            const int len = (int)(sq.eos - sq.bos);
+            const size_t lo = row0 > sq.bos ? row0 : sq.bos;  // dx rows of this chunk and sequence
+            // e: dx row p = q-e, complete now when e == W-1, or when q ends the sequence (then the
+            // taps j < W-1-e reach past it and are skipped, as conv_dx_kernel's tt < len does)
+            const bool last = q + 1 == sq.eos;
+#pragma unroll
+            for (int e = W - 1; e >= 0; e--) {
+                if (e < W - 1 && !last) continue;
+                if (q < lo + (size_t)e) continue;  // p below the chunk or the sequence
+                const size_t p = q - e;
+                if (p >= row1) continue;
+                const int m = (int)(p - sq.bos) - (len - (W - 1));
+                float out[V];
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    float acc = 0.f;
+#pragma unroll
+                    for (int j = W - 1 - e; j < W; j++) acc += wv[v][j] * dq[v][j - (W - 1 - e)];
+                    if (dstate_out && m >= 0) acc += dstate_out[((size_t)sq.s * D + c + v) * (W - 1) + m];
+                    out[v] = acc;
+                }
+                conv_store<V>(dx + p * D + c, out);
+            }
         }
     }
+    if (!on) return;
     float *pp = partial + (size_t)blockIdx.x * (W + 1) * D;
 #pragma unroll
     for (int v = 0; v < V; v++) {
 #pragma unroll
         for (int j = 0; j < W; j++) pp[(size_t)(c + v) * W + j] = pw[v][j];
-        pp[(size_t)D * W + c + v] = pb[v];
+        if (want_db) pp[(size_t)D * W + c + v] = pb[v];
     }
 }
 
@@ -409,24 +467,29 @@ static int conv_vec(int D, const void *a, const void *b, const void *c) {
     return D % 2 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 4 == 0;
 }
 
+// 16-byte tile copies (conv_tile_load): D a multiple of 8, the staged tensors 16-byte aligned
+static int conv_vec16(int D, const void *a, const void *b) {
+    return D % 8 == 0 && ((uintptr_t)a | (uintptr_t)b) % 16 == 0;
+}
+
 template <int W, int V>
 static void conv_fwd_fast(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
                           size_t rows, int T, int D, const int *offsets, int nseq, int silu) {
-    const int lanes = (D + V - 1) / V;
-    const dim3 grid((unsigned)((rows + CONV_FWD_ROWS - 1) / CONV_FWD_ROWS),
-                    (unsigned)((lanes + CONV_THREADS - 1) / CONV_THREADS));
-    launch_kernel(conv_fwd_fast_kernel<W, V>, grid, dim3(CONV_THREADS), 0, y, x, w, bias, state_in, rows, T, D,
-                  offsets, nseq, silu);
+    const int CB = CONV_TILE_THREADS * V;
+    const dim3 grid((unsigned)((rows + CONV_FWD_ROWS - 1) / CONV_FWD_ROWS), (unsigned)((D + CB - 1) / CB));
+    launch_kernel(conv_fwd_fast_kernel<W, V>, grid, dim3(CONV_TILE_THREADS), (size_t)CONV_FWD_ROWS * CB * sizeof(bf16),
+                  y, x, w, bias, state_in, rows, T, D, offsets, nseq, silu, conv_vec16(D, x, x));
 }
 
 template <int W, int V>
 static void conv_bwd_fast(bf16 *dx, float *partial, const bf16 *dy, const float *dstate_out, const bf16 *x,
                           const bf16 *w, const bf16 *bias, const float *state_in, size_t rows, int per, int chunks,
-                          int T, int D, const int *offsets, int nseq, int silu) {
-    const int lanes = (D + V - 1) / V;
-    const dim3 grid((unsigned)chunks, (unsigned)((lanes + CONV_THREADS - 1) / CONV_THREADS));
-    launch_kernel(conv_bwd_fused_kernel<W, V>, grid, dim3(CONV_THREADS), 0, dx, partial, dy, dstate_out, x, w, bias,
-                  state_in, rows, per, T, D, offsets, nseq, silu);
+                          int T, int D, const int *offsets, int nseq, int silu, int want_db) {
+    const int CB = CONV_TILE_THREADS * V;
+    const dim3 grid((unsigned)chunks, (unsigned)((D + CB - 1) / CB));
+    launch_kernel(conv_bwd_fused_kernel<W, V>, grid, dim3(CONV_TILE_THREADS),
+                  (size_t)2 * CONV_BWD_TILE * CB * sizeof(bf16), dx, partial, dy, dstate_out, x, w, bias, state_in,
+                  rows, per, T, D, offsets, nseq, silu, conv_vec16(D, x, dy), want_db);
 }
 
 #define CONV_DISPATCH(fn, W, V, ...)                                  \
@@ -504,7 +567,7 @@ extern "C" void cuda_short_conv_backward(real *dx, real *dw, real *dbias, real *
             const int V = conv_vec(D, x, dy, dx) ? 2 : 1;
             CONV_DISPATCH(conv_bwd_fast, W, V, (bf16 *)dx, partial, (const bf16 *)dy, (const float *)dstate_out,
                           (const bf16 *)x, (const bf16 *)w, (const bf16 *)bias, (const float *)state_in, rows, per,
-                          chunks, T, D, offsets, nseq, silu);
+                          chunks, T, D, offsets, nseq, silu, dbias != NULL);
             grad_reduce_add((bf16 *)dw, partial, chunks, D * W, part_stride);
             if (dbias) grad_reduce_add((bf16 *)dbias, partial + (size_t)D * W, chunks, D, part_stride);
         }

@@ -1,7 +1,7 @@
 // The chunkwise delta rule on the CUDA backend, KDA and GDN, timed for the side-by-side with
 // fla (`make bench-kda`; BENCHMARKS.md, "H200: chunkwise KDA and GDN against fla").
 //   bench_delta_rule [--shape B,T,H,K,V]... [--kinds kda,gdn] [--reps N] [--warmup N]
-//                    [--chunk C] [--seed S] [--json FILE]
+//                    [--chunk C] [--seed S] [--json FILE] [--conv B,T,D,W]...
 // Default shapes (issue 15): 8,4096,16,128,128  2,16384,16,128,128  64,1024,6,128,128 (the
 // training shape); both kinds; 20 timed repetitions after 5 warm-up runs; chunk 64.
 //
@@ -24,6 +24,14 @@
 //
 // --json FILE: one record per kind, shape and pass (median_ms, min_ms, peak_bytes), rewritten
 // after every case so that a run that dies later keeps what it measured.
+//
+// --conv B,T,D,W (repeatable): the short causal convolution with SiLU instead (the KDA layer's
+// q/k/v convolution: model/mixer_linear.c calls it once per tensor, no bias, no states; the 3:1
+// hybrid's shape is --conv 64,1024,768,4): short_conv_forward (fwd) and short_conv_backward
+// (bwd: dx and dw += ...), each timed alone, the median and minimum ms and GB/s of the bytes
+// they must move (fwd: x read, y written, 4 B*T*D bytes; bwd: x, dy read, dx written, 6 B*T*D;
+// the dw partials not counted). With --conv and no --shape only the convolutions run; --json
+// records the chunkwise cases only. HYBRID_CONV_REF=1 times the general kernels instead.
 //
 // Under the CPU emulator (HYBRID_CUDA_EMU; `make out/build/emu/bench_delta_rule`) the same
 // program runs at tiny shapes with a wall clock: it proves the plumbing, its times mean nothing.
@@ -52,12 +60,14 @@ static const char *const pass_names[3] = {"fwd", "bwd", "fwdbwd"};
 
 static const char *usage =
     "usage: bench_delta_rule [--shape B,T,H,K,V]... [--kinds kda,gdn] [--reps N] [--warmup N]\n"
-    "                        [--chunk C] [--seed S] [--json FILE]\n"
+    "                        [--chunk C] [--seed S] [--json FILE] [--conv B,T,D,W]...\n"
     "  --shape   repeatable; default: 8,4096,16,128,128 2,16384,16,128,128 64,1024,6,128,128\n"
     "  --kinds   comma-separated subset of kda,gdn (default kda,gdn)\n"
     "  --reps    timed repetitions per pass (default 20); --warmup untimed runs before (default 5)\n"
     "  --chunk   chunk size (default 64, fla's); --seed the inputs' seed (default 1)\n"
-    "  --json    also write one record per kind, shape and pass (scripts/bench_summary_kda.py reads it)\n";
+    "  --json    also write one record per kind, shape and pass (scripts/bench_summary_kda.py reads it)\n"
+    "  --conv    repeatable: time the short convolution + SiLU forward and backward at B,T,D,W instead\n"
+    "            (with --shape too: both); the 3:1 hybrid's: 64,1024,768,4\n";
 
 static void bad_arg(const char *fmt, const char *what) {
     fprintf(stderr, "bench_delta_rule: ");
@@ -234,8 +244,96 @@ static void write_json(const char *path, const Record *rec, int nrec, int reps, 
 }
 
 static inline double gib(size_t b) { return b / 1073741824.0; }
+
+// ---- the short convolution (--conv) ----
+typedef struct {
+    int B, T, D, W;
+} ConvShape;
+
+static int parse_conv(const char *s, ConvShape *out) {
+    long v[4];
+    char extra;
+    if (sscanf(s, "%ld,%ld,%ld,%ld%c", &v[0], &v[1], &v[2], &v[3], &extra) != 4) return 0;
+    for (int i = 0; i < 4; i++)
+        if (v[i] < 1 || v[i] > (1L << 30)) return 0;
+    if (v[3] > 64 || (double)v[0] * v[1] * v[2] > 4e9) return 0;
+    out->B = (int)v[0], out->T = (int)v[1], out->D = (int)v[2], out->W = (int)v[3];
+    return 1;
+}
+
+typedef struct {
+    const DeltaRuleOps *t;
+    ConvShape s;
+    Buf x, w, y, dy, dx, dw;
+} ConvCase;
+
+static void conv_fwd(ConvCase *c) {
+    const ConvShape *s = &c->s;
+    c->t->short_conv_forward((real *)c->y.p, NULL, (const real *)c->x.p, (const real *)c->w.p, NULL, NULL, s->B, s->T,
+                             s->D, s->W, NULL, 0, 1);
+}
+static void conv_bwd(ConvCase *c) {
+    const ConvShape *s = &c->s;
+    c->t->short_conv_backward((real *)c->dx.p, (real *)c->dw.p, NULL, NULL, (const real *)c->dy.p, NULL,
+                              (const real *)c->x.p, (const real *)c->w.p, NULL, NULL, s->B, s->T, s->D, s->W, NULL, 0,
+                              1);
+}
+
+static void time_conv(ConvCase *c, void (*fn)(ConvCase *), int warmup, int reps, double *med, double *mn) {
+    double *t = xmalloc(sizeof(double) * (size_t)reps);
+    for (int i = -warmup; i < reps; i++) {
+#ifndef HYBRID_CUDA_EMU
+        if (i == 0 && cuda_profile_enabled()) cuda_profile_reset();  // the timed repetitions only
+#endif
+        bench_timer_start(be);
+        fn(c);
+        double ms = bench_timer_stop_ms(be);
+        if (i >= 0) t[i] = ms;
+    }
+#ifndef HYBRID_CUDA_EMU
+    if (cuda_profile_enabled()) cuda_profile_print(stdout, reps);  // as time_pass
+#endif
+    bench_median_min(t, reps, med, mn);
+    free(t);
+}
+
+static void run_conv(const DeltaRuleOps *t, ConvShape s, int warmup, int reps, uint64_t seed) {
+    const size_t n = (size_t)s.B * s.T * s.D, nw = (size_t)s.D * s.W;
+    float *h = xmalloc(sizeof(float) * n);
+    ConvCase c = {0};
+    c.t = t;
+    c.s = s;
+    fill(h, n, DIST_NORMAL, seed * 7919 + 1), c.x = upload_new(h, n);
+    fill(h, n, DIST_NORMAL, seed * 7919 + 2), c.dy = upload_new(h, n);
+    fill(h, nw, DIST_NORMAL, seed * 7919 + 3);
+    for (size_t i = 0; i < nw; i++) h[i] *= 0.5f;
+    c.w = upload_new(h, nw);
+    c.y = balloc(n * be->elem_size), c.dx = balloc(n * be->elem_size), c.dw = balloc(nw * be->elem_size);
+    be->zero((real *)c.dw.p, nw);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%d,%d,%d,%d", s.B, s.T, s.D, s.W);
+    void (*fns[2])(ConvCase *) = {conv_fwd, conv_bwd};
+    const double bytes[2] = {4.0 * n, 6.0 * n};
+    for (int p = 0; p < 2; p++) {
+        double med, mn;
+        time_conv(&c, fns[p], warmup, reps, &med, &mn);
+        printf("conv %-22s %-7s %10.3f %10.3f %9.0f\n", shape, p ? "bwd" : "fwd", med, mn, bytes[p] / (med * 1e6));
+        fflush(stdout);
+    }
+    be->download(h, (const real *)c.y.p, n);
+    size_t bad = count_nonfinite(h, n);
+    be->download(h, (const real *)c.dx.p, n);
+    bad += count_nonfinite(h, n);
+    if (bad) printf("     WARNING: %zu non-finite values in y and dx: these times are of a broken kernel\n", bad);
+    Buf *all[] = {&c.x, &c.w, &c.y, &c.dy, &c.dx, &c.dw};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bfree(all[i]);
+    free(h);
+}
+
 int main(int argc, char **argv) {
     Shape shapes[MAX_SHAPES];
+    ConvShape convs[MAX_SHAPES];
+    int nconvs = 0;
     int nshapes = 0, reps = 20, warmup = 5, chunk = DELTA_DEFAULT_CHUNK, want_kda = 1, want_gdn = 1;
     uint64_t seed = 1;
     const char *json = NULL;
@@ -246,7 +344,7 @@ int main(int argc, char **argv) {
             return 0;
         }
         if (strcmp(a, "--shape") && strcmp(a, "--kinds") && strcmp(a, "--reps") && strcmp(a, "--warmup") &&
-            strcmp(a, "--chunk") && strcmp(a, "--seed") && strcmp(a, "--json"))
+            strcmp(a, "--chunk") && strcmp(a, "--seed") && strcmp(a, "--json") && strcmp(a, "--conv"))
             bad_arg("unknown argument '%s'", a);
         if (!val) bad_arg("%s needs a value", a);
         i++;
@@ -255,6 +353,11 @@ int main(int argc, char **argv) {
             if (!parse_shape(val, &shapes[nshapes]))
                 bad_arg("--shape wants five positive integers B,T,H,K,V (B*T*H*max(K,V) <= 4e9), not '%s'", val);
             nshapes++;
+        } else if (!strcmp(a, "--conv")) {
+            if (nconvs == MAX_SHAPES) bad_arg("at most 16 convolution shapes (%s)", val);
+            if (!parse_conv(val, &convs[nconvs]))
+                bad_arg("--conv wants four positive integers B,T,D,W (W <= 64, B*T*D <= 4e9), not '%s'", val);
+            nconvs++;
         } else if (!strcmp(a, "--kinds")) {
             want_kda = want_gdn = 0;
             char buf[64];
@@ -278,7 +381,7 @@ int main(int argc, char **argv) {
             json = val;
         }
     }
-    if (nshapes == 0) {
+    if (nshapes == 0 && nconvs == 0) {
         nshapes = (int)(sizeof default_shapes / sizeof default_shapes[0]);
         memcpy(shapes, default_shapes, sizeof default_shapes);
     }
@@ -296,6 +399,15 @@ int main(int argc, char **argv) {
     printf("bench_delta_rule: CPU EMULATOR BUILD (HYBRID_CUDA_EMU): wall-clock times of the emulated kernels; "
            "they say nothing about GPU speed. This run checks the program's plumbing only.\n");
 #endif
+    if (nconvs) {
+        printf("hybrid.c short causal convolution + SiLU (CUDA delta-rule table), bf16, no bias, no states; %d timed "
+               "repetitions after %d warm-up, each timed alone%s\n",
+               reps, warmup, getenv("HYBRID_CONV_REF") ? " (HYBRID_CONV_REF set: the general kernels if it is 1)" : "");
+        printf("%-4s %-22s %-7s %10s %10s %9s\n", "op", "B,T,D,W", "pass", "median ms", "min ms", "GB/s");
+        for (int i = 0; i < nconvs; i++) run_conv(t, convs[i], warmup, reps, seed);
+        printf("GB/s: fwd 4 B*T*D bytes (x read, y written), bwd 6 B*T*D (x, dy read, dx written) over the median\n");
+        if (nshapes == 0) return 0;
+    }
     printf("hybrid.c chunkwise delta rule (CUDA delta-rule table), bf16 inputs, chunk %d, no h0/hT; %d timed "
            "repetitions after %d warm-up, each timed alone (%s)\n",
            chunk, reps, warmup,

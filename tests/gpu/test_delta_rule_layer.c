@@ -427,6 +427,13 @@ int main(void) {
     test_short_conv(fixed, 40, 2, 0, 1, 1, 1, 1);
     test_short_conv(var, 40, 6, 1, 1, 1, 1, 1);  // W above the fused kernels': the general path
     test_short_conv(fixed, 24, 6, 0, 0, 1, 1, 1);
+    // the fast kernels' tiles (short_conv.cu): several channel slabs with a partial last one,
+    // with (D % 8 == 0) and without 16-byte tile copies; 71,680 rows: 1,024 chunks of 70 rows,
+    // two staged passes per chunk, sequence ends inside chunks (the halo cut there)
+    test_short_conv(fixed, 264, 4, 1, 1, 1, 1, 1);
+    test_short_conv(var, 300, 4, 0, 1, 1, 1, 1);
+    test_short_conv(seqs_fixed(7, 10240), 16, 4, 1, 1, 1, 1, 1);
+    test_short_conv(seqs_fixed(7, 10240), 6, 3, 0, 1, 0, 0, 0);
     test_short_conv_step(3, 40, 4, 1, 1, 6);
     test_short_conv_step(2, 24, 1, 0, 0, 3);
 
