@@ -673,13 +673,20 @@ __global__ void __launch_bounds__(DRM_THREADS)
 // o = scale Qg h[n] + Aqk Delta (Aqk carries scale): warp w the rows 16w.., all 64 columns;
 // Aqk is lower triangular, so the Delta product takes k-steps kk <= w. Qg h[n]: two MMAs (h[n]
 // one bf16, chunk.cuh); Aqk Delta: three.
-// Shared memory (bf16): Qg hi, lo [64][LK], h [KP][72], Aqk hi, lo and Delta hi, lo [64][72].
+// Shared memory (bf16): Qg hi, lo [64][LK] | h [KP][72] | Aqk hi, lo [64][72]; Delta hi, lo
+// [64][72] take Qg's place once every warp is done with Qg h[n] (Delta's fp32 values are loaded
+// into registers before that product, so the load still overlaps it). K = V = 128: 70 KiB,
+// 3 blocks an SM (88 KiB before, with Delta in a buffer of its own: 2 blocks, 8 warps).
+// o leaves through shared memory: warp w rounds its 16 x 64 accumulators to bf16 into its own
+// rows of Aqk hi (only warp w reads them), then stores them by 16-byte row segments, a 128-byte
+// row of o ([T][H][V], the V-tile's columns contiguous) per 8 lanes; the MMA fragment layout
+// stored 4 bytes a lane, 8 rows an instruction (8 of 32 bytes a sector used).
 static size_t output_mma_smem(int K) {
-    const size_t KP = dr_pad16(K), LK = KP + DR_PAD;
-    return (2 * DR_BT * LK + KP * 72 + 4 * DR_BT * 72) * 2;
+    const size_t KP = dr_pad16(K), LK = KP + DR_PAD, LH = DR_MBV + DR_PAD, q = 2 * DR_BT * LK, d = 2 * DR_BT * LH;
+    return ((q > d ? q : d) + KP * LH + 2 * DR_BT * LH) * 2;
 }
 
-__global__ void __launch_bounds__(DRO_THREADS)
+__global__ void __launch_bounds__(DRO_THREADS, 3)
     dr_output_mma_kernel(DrWsMma ws, bf16 *o, float scale, int Tlen, int H, int K, int V, const int *offsets, int N) {
     // blockIdx.x = slot * V-tiles + V-tile (a chunk's V-tiles side by side: Qg, Aqk through L2)
     const int vt = (V + DR_MBV - 1) / DR_MBV, x = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * DR_MBV;
@@ -690,8 +697,9 @@ __global__ void __launch_bounds__(DRO_THREADS)
     const int bv = V - j0 < DR_MBV ? V - j0 : DR_MBV;
     const size_t sh = (size_t)x * H + h;
     DYNAMIC_SMEM(bf16, sm);
-    bf16 *Qh = sm, *Ql = Qh + C * LK, *Hh = Ql + C * LK, *Ah = Hh + KP * LH, *Al = Ah + C * LH, *Dh = Al + C * LH,
-         *Dl = Dh + C * LH;
+    const int qsz = 2 * C * LK > 2 * C * LH ? 2 * C * LK : 2 * C * LH;
+    bf16 *Qh = sm, *Ql = Qh + C * LK, *Dh = sm, *Dl = Dh + C * LH, *Hh = sm + qsz, *Ah = Hh + KP * LH,
+         *Al = Ah + C * LH;
     dr_load_tile(Qh, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
     dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
     dr_load_tile(Hh, LH, ws.h + sh * K * V + j0, V, KP, DR_MBV, K, bv, tid, DRO_THREADS);
@@ -699,9 +707,12 @@ __global__ void __launch_bounds__(DRO_THREADS)
     dr_load_tile(Al, LH, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
     cp_async_commit();
     const float *Ug = ws.U + sh * C * V + j0;
-    for (int e = tid; e < C * DR_MBV; e += DRO_THREADS) {
-        const int r = e / DR_MBV, jj = e % DR_MBV;
-        dr_split(r < n && jj < bv ? Ug[(size_t)r * V + jj] : 0.f, Dh + r * LH + jj, Dl + r * LH + jj);
+    constexpr int ND = DR_BT * DR_MBV / DRO_THREADS;  // Delta entries a thread
+    float dv[ND];
+#pragma unroll
+    for (int u = 0; u < ND; u++) {
+        const int e = tid + u * DRO_THREADS, r = e / DR_MBV, jj = e % DR_MBV;
+        dv[u] = r < n && jj < bv ? Ug[(size_t)r * V + jj] : 0.f;
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -720,6 +731,13 @@ __global__ void __launch_bounds__(DRO_THREADS)
             mma16816(acc[2 * p + 1], ah, b[2], b[3]);
         }
     }
+    __syncthreads();  // every warp is done with Qg: Delta hi, lo over it
+#pragma unroll
+    for (int u = 0; u < ND; u++) {
+        const int e = tid + u * DRO_THREADS, r = e / DR_MBV, jj = e % DR_MBV;
+        dr_split(dv[u], Dh + r * LH + jj, Dl + r * LH + jj);
+    }
+    __syncthreads();
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -737,13 +755,30 @@ __global__ void __launch_bounds__(DRO_THREADS)
             dr_mma3(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
         }
     }
+    // o: this warp's rows of Aqk hi receive its bf16 tile (row stride 72 bf16 = 36 words: the 8
+    // rows x 4 lanes of a fragment store hit 32 distinct banks), then 16-byte row segments
+    __syncwarp();  // the warp's last ldmatrix of those rows is done
+    bf16 *Os = Ah + (size_t)warp * 16 * LH;
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int r = warp * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
-            if (r < n && jj < bv) o[((size_t)(tok0 + r) * H + h) * V + j0 + jj] = __float2bfloat16(acc[nt][e]);
+        for (int e = 0; e < 4; e += 2) {
+            const int rr = gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4;
+            *reinterpret_cast<uint32_t *>(Os + rr * LH + jj) = pack_bf16(acc[nt][e], acc[nt][e + 1]);
         }
+    __syncwarp();
+    bf16 *og = o + ((size_t)tok0 * H + h) * V + j0;  // row r of the tile at og + r H V
+    const bool ovec = V % 8 == 0 && ((uintptr_t)og & 15) == 0;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {  // 16 rows x 8 segments of 8 columns, 4 a lane
+        const int idx = lane + 32 * u, rr = idx >> 3, c = (idx & 7) * 8, r = warp * 16 + rr;
+        if (r >= n || c >= bv) continue;
+        bf16 *d = og + (size_t)r * H * V + c;
+        const bf16 *sp = Os + rr * LH + c;
+        if (ovec && c + 8 <= bv) *reinterpret_cast<uint4 *>(d) = *reinterpret_cast<const uint4 *>(sp);
+        else
+            for (int j = 0; j < 8 && c + j < bv; j++) d[j] = sp[j];
+    }
 }
 
 void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
