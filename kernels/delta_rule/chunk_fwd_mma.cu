@@ -74,9 +74,19 @@ __device__ __forceinline__ void drp_split8(const float x[8], uint4 *hi, uint4 *l
     drp_split2(x[4], x[5], &hi->z, &lo->z);
     drp_split2(x[6], x[7], &hi->w, &lo->w);
 }
-// 8 fp32 from shared memory (16-byte aligned)
-__device__ __forceinline__ void drp_lds8f(const float *p, float f[8]) {
-    const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+// Gamma's rows in shared memory (G, fp32 [64][KP]) hold channel i at i ^ drp_gsw(i): the two
+// 4-channel halves of every 8-channel group whose channels have bit 5 set are swapped. A thread
+// reads its 8 channels i0.. as two 16-byte loads 32 bytes apart; with lanes on consecutive
+// groups, the 8 lanes of a quarter-warp (one shared-memory wavefront of 16-byte accesses) then
+// covered only 4 of the 8 16-byte bank slots, a 2-way conflict on every load (Nsight Compute:
+// 22% of the prep's shared-load wavefronts were conflicts). drp_lds8g reads the stored-first
+// half first: lanes 0-3 of a quarter the even slots, 4-7 the odd ones. Same values: the outputs
+// keep their bits.
+__device__ __forceinline__ int drp_gsw(int i) { return (i >> 3) & 4; }
+// 8 fp32 channels i0.. (i0 % 8 == 0) of a G row
+__device__ __forceinline__ void drp_lds8g(const float *row, int i0, float f[8]) {
+    const int s = drp_gsw(i0);
+    const float4 a = *reinterpret_cast<const float4 *>(row + i0 + s), b = *reinterpret_cast<const float4 *>(row + i0 + (s ^ 4));
     f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 // the 8 entries i0.. of a global bf16 row as bf16 bits, zero past ncols (in == false: all zero);
@@ -269,7 +279,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         for (int r = 0; r < C; r++) {
             if (gate == DRG_CHANNEL) acc += __bfloat162float(gs[r * LK + i]);
             else if (gate == DRG_HEAD && i < K) acc += gh[r];
-            G[r * KP + i] = acc;
+            G[r * KP + (i ^ drp_gsw(i))] = acc;
         }
         if (i < K) ws.ge[sh * K + i] = expf(acc);
     }
@@ -289,9 +299,9 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     drp_unpack8(qv[j], qf);
                     *reinterpret_cast<uint4 *>(qd + rr * LK + i0) = qv[j];  // q itself, for the diagonal block
                     load8(ks + r * LK + i0, kf);
-                    drp_lds8f(G + r * KP + i0, gr);
-                    drp_lds8f(G + 16 * I * KP + i0, g0);
-                    drp_lds8f(G + (C - 1) * KP + i0, ge);
+                    drp_lds8g(G + r * KP, i0, gr);
+                    drp_lds8g(G + 16 * I * KP, i0, g0);
+                    drp_lds8g(G + (C - 1) * KP, i0, ge);
 #pragma unroll
                     for (int t = 0; t < 8; t++) {
                         const bool in = r < n && i0 + t < K;
@@ -318,8 +328,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 for (int e = tid; e < 15 * (KP / 4); e += DRM_THREADS) {
                     const int t = e / (KP / 4), i = (e % (KP / 4)) * 4, r = 16 * I + t;
                     float g1[4], g0[4];
-                    drp_lds4f(G + (r + 1) * KP + i, g1);
-                    drp_lds4f(G + r * KP + i, g0);
+                    drp_lds4f(G + (r + 1) * KP + (i ^ drp_gsw(i)), g1);  // (4 channels stay together)
+                    drp_lds4f(G + r * KP + (i ^ drp_gsw(i)), g0);
                     float4 d;
                     d.x = expf(g1[0] - g0[0]), d.y = expf(g1[1] - g0[1]), d.z = expf(g1[2] - g0[2]),
                     d.w = expf(g1[3] - g0[3]);
@@ -331,8 +341,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 const int cc = e / K8, i0 = (e % K8) * 8, c = 16 * J0 + cc;
                 float kf[8], gc[8], g0[8], b[8];
                 load8(ks + c * LK + i0, kf);
-                drp_lds8f(G + c * KP + i0, gc);
-                drp_lds8f(G + 16 * I * KP + i0, g0);
+                drp_lds8g(G + c * KP, i0, gc);
+                drp_lds8g(G + 16 * I * KP, i0, g0);
 #pragma unroll
                 for (int t = 0; t < 8; t++) b[t] = c < n && i0 + t < K ? kf[t] * expf(g0[t] - gc[t]) : 0.f;
                 uint4 hi, lo;
@@ -358,9 +368,9 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 #pragma unroll
                 for (int u = 0; u < 4; u += 2) {
                     const int r = 16 * I + gq + (u >= 2 ? 8 : 0), c = 16 * J + nh * 8 + 2 * t4;
-                    if (isL) {
-                        L[r * C + c] = (c < r && r < n) ? bs[r] * acc[u] : 0.f;
-                        L[r * C + c + 1] = (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f;
+                    if (isL) {  // one 8-byte store (rows of 64 fp32: 4-way bank conflict, 8-way as two 4-byte stores)
+                        *reinterpret_cast<float2 *>(L + r * C + c) =
+                            make_float2((c < r && r < n) ? bs[r] * acc[u] : 0.f, (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f);
                     } else {
                         uint32_t hi, lo;
                         drp_split2((c <= r && r < n) ? scale * acc[u] : 0.f,
@@ -430,7 +440,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         const int c = e / K8, i0 = (e % K8) * 8;
         float kf[8], gc[8], w[8];
         load8(ks + c * LK + i0, kf);
-        drp_lds8f(G + c * KP + i0, gc);
+        drp_lds8g(G + c * KP, i0, gc);
 #pragma unroll
         for (int t = 0; t < 8; t++) w[t] = c < n && i0 + t < K ? kf[t] * expf(gc[t]) : 0.f;
         uint4 hi, lo;
@@ -448,15 +458,23 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         for (int kk = 0; kk <= mt; kk++)
             for (int u = 0; u < 4; u++) {
                 const int r = mt * 16 + gq + (u & 1) * 8, c = kk * 16 + 2 * t4 + (u >> 1) * 8;
-                drp_split2(Tm[r * C + c] * bs[c], Tm[r * C + c + 1] * bs[c + 1], &ah[kk][u], &al[kk][u]);
+                const float2 t = *reinterpret_cast<const float2 *>(Tm + r * C + c);  // (8 bytes: half the bank conflicts)
+                drp_split2(t.x * bs[c], t.y * bs[c + 1], &ah[kk][u], &al[kk][u]);
             }
         const int npk = KP / 16, npv = VP / 16;
-        // pairs of adjacent columns as one 4-byte (W) or 8-byte (U) store where aligned
-        const bool wpair = K % 2 == 0 && ((uintptr_t)Wg & 3) == 0 && ((uintptr_t)Wgl & 3) == 0,
+        // U: pairs of adjacent columns as one 8-byte store where aligned (the 4 lanes of a row fill
+        // a 32-byte sector). W hi, lo go through shared memory, a [16][16] bf16 tile each a warp in
+        // T's place (1 KiB a warp; T is in registers now, hence the barrier): a lane's 4-byte
+        // fragment stores used 16 of 32 bytes a sector, two 16-byte stores of a row fill one. In
+        // the tile, row rr's two 16-byte chunks are swapped where rr & 4 (the fragment stores and
+        // the row reads both conflict-free).
+        const bool wvec16 = K % 8 == 0 && ((((uintptr_t)Wg | (uintptr_t)Wgl) & 15) == 0),
                    upair = V % 2 == 0 && ((uintptr_t)Ug & 7) == 0;
+        bf16 *Wst = reinterpret_cast<bf16 *>(Tm) + warp * 512;  // hi [16][16], then lo
+        __syncthreads();
         for (int p = warp >> 2; p < npk + npv; p += 2) {
             const bool isU = p >= npk;
-            const int n0 = (isU ? p - npk : p) * 16, ld = isU ? LV : LK, D = isU ? V : K;
+            const int n0 = (isU ? p - npk : p) * 16, ld = isU ? LV : LK;
             float acc[2][4] = {};
             for (int kk = 0; kk <= mt; kk++) {
                 uint32_t bh[4], bl[4];
@@ -473,31 +491,44 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     dr_mma3(acc[1], ah[kk], al[kk], bh + 2, bl + 2);
                 }
             }
-            for (int nt = 0; nt < 2; nt++)
-                for (int u = 0; u < 4; u += 2) {
-                    const int r = mt * 16 + gq + (u >= 2 ? 8 : 0), c = n0 + nt * 8 + 2 * t4;
-                    if (r >= n || c >= D) continue;
-                    const float a0 = acc[nt][u], a1 = acc[nt][u + 1];
-                    if (isU) {
+            if (isU) {
+                for (int nt = 0; nt < 2; nt++)
+                    for (int u = 0; u < 4; u += 2) {
+                        const int r = mt * 16 + gq + (u >= 2 ? 8 : 0), c = n0 + nt * 8 + 2 * t4;
+                        if (r >= n || c >= V) continue;
+                        const float a0 = acc[nt][u], a1 = acc[nt][u + 1];
                         float *d = Ug + (size_t)r * V + c;
                         if (upair && c + 1 < V) *reinterpret_cast<float2 *>(d) = make_float2(a0, a1);
                         else {
                             d[0] = a0;
                             if (c + 1 < V) d[1] = a1;
                         }
-                    } else {
-                        bf16 *dh = Wg + (size_t)r * K + c, *dl = Wgl + (size_t)r * K + c;
-                        if (wpair && c + 1 < K) {
-                            uint32_t hi, lo;
-                            drp_split2(a0, a1, &hi, &lo);
-                            *reinterpret_cast<uint32_t *>(dh) = hi;
-                            *reinterpret_cast<uint32_t *>(dl) = lo;
-                        } else {
-                            dr_split(a0, dh, dl);
-                            if (c + 1 < K) dr_split(a1, dh + 1, dl + 1);
-                        }
                     }
+                continue;
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int u = 0; u < 4; u += 2) {
+                    const int rr = gq + (u >= 2 ? 8 : 0), sc = ((nt ^ (rr >> 2)) & 1) * 8 + 2 * t4;
+                    uint32_t hi, lo;
+                    drp_split2(acc[nt][u], acc[nt][u + 1], &hi, &lo);
+                    *reinterpret_cast<uint32_t *>(Wst + rr * 16 + sc) = hi;
+                    *reinterpret_cast<uint32_t *>(Wst + 256 + rr * 16 + sc) = lo;
                 }
+            __syncwarp();
+#pragma unroll
+            for (int m = 0; m < 2; m++) {  // hi, then lo: 16 rows x 2 chunks, a 32-byte sector a row
+                const int rr = lane >> 1, ch = lane & 1, r = mt * 16 + rr, c = n0 + ch * 8;
+                if (r < n && c < K) {
+                    const bf16 *sp = Wst + m * 256 + rr * 16 + ((ch ^ (rr >> 2)) & 1) * 8;
+                    bf16 *d = (m ? Wgl : Wg) + (size_t)r * K + c;
+                    if (wvec16 && c + 8 <= K) *reinterpret_cast<uint4 *>(d) = *reinterpret_cast<const uint4 *>(sp);
+                    else
+                        for (int j = 0; j < 8 && c + j < K; j++) d[j] = sp[j];
+                }
+            }
+            __syncwarp();  // the tile is rewritten by the next pair
         }
     }
 }
