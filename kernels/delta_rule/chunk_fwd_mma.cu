@@ -38,18 +38,24 @@
 // 4. W = T diag(beta) (k e^Gamma), U = T diag(beta) v: A = T diag(beta) split hi + lo, built
 //    in registers from the fp32 T; B = k e^Gamma (hi + lo; hi over k in place) and v (exact in
 //    bf16).
-// Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8): G fp32 [64][KP] | L, then T,
-// fp32 [64][64] | beta, GDN gate fp32 [64] each | k bf16 [64][LK] (step 4: k e^Gamma hi) |
+// Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8): G fp32 [64][KP] (drp_gsw) | L, then T,
+// fp32 [64][DRP_LT] | beta, GDN gate fp32 [64] each | k bf16 [64][LK] (step 4: k e^Gamma hi) |
 // tiles bf16: step 1 g [64][LK]; step 2 A of q and of k, hi + lo, 16 rows each, and B hi + lo,
 // 32 rows each, and the 16 q rows of the diagonal block (144 x LK), then its decay factors fp32
 // [15][KP]; steps 3-4 v [64][LV], then k e^Gamma lo [64][LK] (step 3's fp32 scratch X there).
-// K = V = 128: 111.25 KiB, 2 blocks an SM (at most 113 KiB each).
+// K = V = 128: 112.25 KiB, 2 blocks an SM (at most 113 KiB each).
 #define DRP_BROWS 32  // rows of step 2's B tile (two column blocks)
+// Row stride of L and T in shared memory (fp32): 68, not 64. With 64 (a multiple of the 32
+// banks) every access of one column in two rows was a bank conflict: the block rows of step 3
+// read L[r][p] (then T[r][m]) in rows r, r + 1 of a warp (2-way), step 2's L stores and step 4's
+// fragment loads of T touch 8 rows of 4 lanes each (4-way as 8-byte accesses). At 68, rows r and
+// r + 1 fall 4 banks apart: step 3's loads are conflict-free, the 8-byte accesses 2-way.
+#define DRP_LT 68
 
 static size_t prep_mma_smem(int K, int V) {
     const size_t KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD;
     const size_t s2 = (5 * 16 + 2 * DRP_BROWS) * LK + 2 * 15 * KP, s4 = DR_BT * (LK + LV), tiles = s2 > s4 ? s2 : s4;
-    return DR_BT * KP * 4 + DR_BT * DR_BT * 4 + 2 * DR_BT * 4 + DR_BT * LK * 2 + tiles * 2;
+    return DR_BT * KP * 4 + DR_BT * DRP_LT * 4 + 2 * DR_BT * 4 + DR_BT * LK * 2 + tiles * 2;
 }
 
 // bf16 bits <-> fp32 for the 8-channel groups of the prep (bf16 -> fp32 is exact)
@@ -209,7 +215,7 @@ __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float 
     const int s = lane & 15, isL = lane >= 16 && s > 0;
     const int c = s == 0 ? (lane ? c1 : c0) : (s > w ? c0 : c1), r = o + (s == 0 ? c : s > w ? s : c1 + s);
     if (r < n) {
-        if (isL) L[r * C + o + c] = bs[r] * v[0];
+        if (isL) L[r * DRP_LT + o + c] = bs[r] * v[0];
         else dr_split(scale * v[0], Aqk + r * C + o + c, Aqkl + r * C + o + c);
     }
 }
@@ -224,7 +230,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     const int C = DR_BT, KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD, K8 = KP / 8;
     const size_t sh = (size_t)x * H + h, ldk = (size_t)H * K;
     DYNAMIC_SMEM(float, sm);
-    float *G = sm, *L = G + C * KP, *Tm = L, *bs = L + C * C, *gh = bs + C;  // T overwrites L
+    float *G = sm, *L = G + C * KP, *Tm = L, *bs = L + C * DRP_LT, *gh = bs + C;  // T overwrites L
+    const int LT = DRP_LT;
     bf16 *ks = (bf16 *)(gh + C), *tiles = ks + C * LK;
     bf16 *gs = tiles;                                                          // step 1 (KDA)
     bf16 *Aqh = tiles, *Aql = Aqh + 16 * LK, *Akh = Aql + 16 * LK, *Akl = Akh + 16 * LK, *Bkh = Akl + 16 * LK,
@@ -259,7 +266,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
         gh[r] = gate == DRG_HEAD && r < n ? dr_ld(g + (size_t)(tok0 + r) * H + h) : 0.f;
     }
-    for (int e = tid; e < C * C / 4; e += DRM_THREADS) reinterpret_cast<float4 *>(L)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int e = tid; e < C * LT / 4; e += DRM_THREADS) reinterpret_cast<float4 *>(L)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int e = tid; e < C * C / 8; e += DRM_THREADS) {
         const int r = e / 8, c = (e % 8) * 8;
         if (c / 16 > r / 16) {
@@ -369,7 +376,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 for (int u = 0; u < 4; u += 2) {
                     const int r = 16 * I + gq + (u >= 2 ? 8 : 0), c = 16 * J + nh * 8 + 2 * t4;
                     if (isL) {  // one 8-byte store (rows of 64 fp32: 4-way bank conflict, 8-way as two 4-byte stores)
-                        *reinterpret_cast<float2 *>(L + r * C + c) =
+                        *reinterpret_cast<float2 *>(L + r * LT + c) =
                             make_float2((c < r && r < n) ? bs[r] * acc[u] : 0.f, (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f);
                     } else {
                         uint32_t hi, lo;
@@ -397,11 +404,11 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
             const int r = o + rr;
             float acc = 0.f;
             if (c < rr) {
-                acc = -L[r * C + o + c];
-                for (int m = c + 1; m < rr; m++) acc -= L[r * C + o + m] * Tm[(o + m) * C + o + c];
+                acc = -L[r * LT + o + c];
+                for (int m = c + 1; m < rr; m++) acc -= L[r * LT + o + m] * Tm[(o + m) * LT + o + c];
             }
             __syncwarp();
-            if (c < rr && lane < 16) Tm[r * C + o + c] = acc;
+            if (c < rr && lane < 16) Tm[r * LT + o + c] = acc;
             __syncwarp();
         }
     }
@@ -411,16 +418,16 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     for (int I = 1; I < 4; I++) {
         for (int e = tid; e < I * 256; e += DRM_THREADS) {
             const int J = e / 256, rr = (e % 256) / 16, c = e % 16, r = 16 * I + rr, cc = 16 * J + c;
-            float acc = L[r * C + cc];  // M = J: L_IJ T_JJ, T_JJ's unit diagonal
-            for (int p = cc + 1; p < 16 * I; p++) acc += L[r * C + p] * Tm[p * C + cc];
+            float acc = L[r * LT + cc];  // M = J: L_IJ T_JJ, T_JJ's unit diagonal
+            for (int p = cc + 1; p < 16 * I; p++) acc += L[r * LT + p] * Tm[p * LT + cc];
             X[e] = acc;
         }
         __syncthreads();
         for (int e = tid; e < I * 256; e += DRM_THREADS) {
             const int J = e / 256, rr = (e % 256) / 16, c = e % 16, r = 16 * I + rr;
             float acc = X[e];
-            for (int m = 0; m < rr; m++) acc += Tm[r * C + 16 * I + m] * X[J * 256 + m * 16 + c];
-            Tm[r * C + 16 * J + c] = -acc;
+            for (int m = 0; m < rr; m++) acc += Tm[r * LT + 16 * I + m] * X[J * 256 + m * 16 + c];
+            Tm[r * LT + 16 * J + c] = -acc;
         }
         __syncthreads();
     }
@@ -428,12 +435,12 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     // k e^Gamma (hi over k, lo over X: each thread rewrites only the k it read) and v
     for (int e = tid; e < C * C / 4; e += DRM_THREADS) {
         const int r = (4 * e) / C, c0 = (4 * e) % C;
-        float4 t = reinterpret_cast<float4 *>(Tm)[e];
+        float4 &tr = *reinterpret_cast<float4 *>(Tm + r * LT + c0), t = tr;
         if (c0 >= r) t.x = c0 == r ? 1.f : 0.f;
         if (c0 + 1 >= r) t.y = c0 + 1 == r ? 1.f : 0.f;
         if (c0 + 2 >= r) t.z = c0 + 2 == r ? 1.f : 0.f;
         if (c0 + 3 >= r) t.w = c0 + 3 == r ? 1.f : 0.f;
-        reinterpret_cast<float4 *>(Tm)[e] = t;
+        tr = t;
         if (ws.T) reinterpret_cast<float4 *>(ws.T + sh * C * C)[e] = t;
     }
     for (int e = tid; e < C * K8; e += DRM_THREADS) {
@@ -458,7 +465,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         for (int kk = 0; kk <= mt; kk++)
             for (int u = 0; u < 4; u++) {
                 const int r = mt * 16 + gq + (u & 1) * 8, c = kk * 16 + 2 * t4 + (u >> 1) * 8;
-                const float2 t = *reinterpret_cast<const float2 *>(Tm + r * C + c);  // (8 bytes: half the bank conflicts)
+                const float2 t = *reinterpret_cast<const float2 *>(Tm + r * LT + c);  // (8 bytes: 2-way conflicts, DRP_LT)
                 drp_split2(t.x * bs[c], t.y * bs[c + 1], &ah[kk][u], &al[kk][u]);
             }
         const int npk = KP / 16, npv = VP / 16;
