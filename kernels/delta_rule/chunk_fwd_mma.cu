@@ -38,18 +38,24 @@
 // 4. W = T diag(beta) (k e^Gamma), U = T diag(beta) v: A = T diag(beta) split hi + lo, built
 //    in registers from the fp32 T; B = k e^Gamma (hi + lo; hi over k in place) and v (exact in
 //    bf16).
-// Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8): G fp32 [64][KP] | L, then T,
-// fp32 [64][64] | beta, GDN gate fp32 [64] each | k bf16 [64][LK] (step 4: k e^Gamma hi) |
+// Shared memory (K, V padded: KP, VP; LK = KP + 8, LV = VP + 8): G fp32 [64][KP] (drp_gsw) | L, then T,
+// fp32 [64][DRP_LT] | beta, GDN gate fp32 [64] each | k bf16 [64][LK] (step 4: k e^Gamma hi) |
 // tiles bf16: step 1 g [64][LK]; step 2 A of q and of k, hi + lo, 16 rows each, and B hi + lo,
 // 32 rows each, and the 16 q rows of the diagonal block (144 x LK), then its decay factors fp32
 // [15][KP]; steps 3-4 v [64][LV], then k e^Gamma lo [64][LK] (step 3's fp32 scratch X there).
-// K = V = 128: 111.25 KiB, 2 blocks an SM (at most 113 KiB each).
+// K = V = 128: 112.25 KiB, 2 blocks an SM (at most 113 KiB each).
 #define DRP_BROWS 32  // rows of step 2's B tile (two column blocks)
+// Row stride of L and T in shared memory (fp32): 68, not 64. With 64 (a multiple of the 32
+// banks) every access of one column in two rows was a bank conflict: the block rows of step 3
+// read L[r][p] (then T[r][m]) in rows r, r + 1 of a warp (2-way), step 2's L stores and step 4's
+// fragment loads of T touch 8 rows of 4 lanes each (4-way as 8-byte accesses). At 68, rows r and
+// r + 1 fall 4 banks apart: step 3's loads are conflict-free, the 8-byte accesses 2-way.
+#define DRP_LT 68
 
 static size_t prep_mma_smem(int K, int V) {
     const size_t KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD;
     const size_t s2 = (5 * 16 + 2 * DRP_BROWS) * LK + 2 * 15 * KP, s4 = DR_BT * (LK + LV), tiles = s2 > s4 ? s2 : s4;
-    return DR_BT * KP * 4 + DR_BT * DR_BT * 4 + 2 * DR_BT * 4 + DR_BT * LK * 2 + tiles * 2;
+    return DR_BT * KP * 4 + DR_BT * DRP_LT * 4 + 2 * DR_BT * 4 + DR_BT * LK * 2 + tiles * 2;
 }
 
 // bf16 bits <-> fp32 for the 8-channel groups of the prep (bf16 -> fp32 is exact)
@@ -74,9 +80,19 @@ __device__ __forceinline__ void drp_split8(const float x[8], uint4 *hi, uint4 *l
     drp_split2(x[4], x[5], &hi->z, &lo->z);
     drp_split2(x[6], x[7], &hi->w, &lo->w);
 }
-// 8 fp32 from shared memory (16-byte aligned)
-__device__ __forceinline__ void drp_lds8f(const float *p, float f[8]) {
-    const float4 a = reinterpret_cast<const float4 *>(p)[0], b = reinterpret_cast<const float4 *>(p)[1];
+// Gamma's rows in shared memory (G, fp32 [64][KP]) hold channel i at i ^ drp_gsw(i): the two
+// 4-channel halves of every 8-channel group whose channels have bit 5 set are swapped. A thread
+// reads its 8 channels i0.. as two 16-byte loads 32 bytes apart; with lanes on consecutive
+// groups, the 8 lanes of a quarter-warp (one shared-memory wavefront of 16-byte accesses) then
+// covered only 4 of the 8 16-byte bank slots, a 2-way conflict on every load (Nsight Compute:
+// 22% of the prep's shared-load wavefronts were conflicts). drp_lds8g reads the stored-first
+// half first: lanes 0-3 of a quarter the even slots, 4-7 the odd ones. Same values: the outputs
+// keep their bits.
+__device__ __forceinline__ int drp_gsw(int i) { return (i >> 3) & 4; }
+// 8 fp32 channels i0.. (i0 % 8 == 0) of a G row
+__device__ __forceinline__ void drp_lds8g(const float *row, int i0, float f[8]) {
+    const int s = drp_gsw(i0);
+    const float4 a = *reinterpret_cast<const float4 *>(row + i0 + s), b = *reinterpret_cast<const float4 *>(row + i0 + (s ^ 4));
     f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 // the 8 entries i0.. of a global bf16 row as bf16 bits, zero past ncols (in == false: all zero);
@@ -199,7 +215,7 @@ __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float 
     const int s = lane & 15, isL = lane >= 16 && s > 0;
     const int c = s == 0 ? (lane ? c1 : c0) : (s > w ? c0 : c1), r = o + (s == 0 ? c : s > w ? s : c1 + s);
     if (r < n) {
-        if (isL) L[r * C + o + c] = bs[r] * v[0];
+        if (isL) L[r * DRP_LT + o + c] = bs[r] * v[0];
         else dr_split(scale * v[0], Aqk + r * C + o + c, Aqkl + r * C + o + c);
     }
 }
@@ -214,7 +230,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     const int C = DR_BT, KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD, K8 = KP / 8;
     const size_t sh = (size_t)x * H + h, ldk = (size_t)H * K;
     DYNAMIC_SMEM(float, sm);
-    float *G = sm, *L = G + C * KP, *Tm = L, *bs = L + C * C, *gh = bs + C;  // T overwrites L
+    float *G = sm, *L = G + C * KP, *Tm = L, *bs = L + C * DRP_LT, *gh = bs + C;  // T overwrites L
+    const int LT = DRP_LT;
     bf16 *ks = (bf16 *)(gh + C), *tiles = ks + C * LK;
     bf16 *gs = tiles;                                                          // step 1 (KDA)
     bf16 *Aqh = tiles, *Aql = Aqh + 16 * LK, *Akh = Aql + 16 * LK, *Akl = Akh + 16 * LK, *Bkh = Akl + 16 * LK,
@@ -249,7 +266,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
         gh[r] = gate == DRG_HEAD && r < n ? dr_ld(g + (size_t)(tok0 + r) * H + h) : 0.f;
     }
-    for (int e = tid; e < C * C / 4; e += DRM_THREADS) reinterpret_cast<float4 *>(L)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int e = tid; e < C * LT / 4; e += DRM_THREADS) reinterpret_cast<float4 *>(L)[e] = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int e = tid; e < C * C / 8; e += DRM_THREADS) {
         const int r = e / 8, c = (e % 8) * 8;
         if (c / 16 > r / 16) {
@@ -269,7 +286,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         for (int r = 0; r < C; r++) {
             if (gate == DRG_CHANNEL) acc += __bfloat162float(gs[r * LK + i]);
             else if (gate == DRG_HEAD && i < K) acc += gh[r];
-            G[r * KP + i] = acc;
+            G[r * KP + (i ^ drp_gsw(i))] = acc;
         }
         if (i < K) ws.ge[sh * K + i] = expf(acc);
     }
@@ -289,9 +306,9 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     drp_unpack8(qv[j], qf);
                     *reinterpret_cast<uint4 *>(qd + rr * LK + i0) = qv[j];  // q itself, for the diagonal block
                     load8(ks + r * LK + i0, kf);
-                    drp_lds8f(G + r * KP + i0, gr);
-                    drp_lds8f(G + 16 * I * KP + i0, g0);
-                    drp_lds8f(G + (C - 1) * KP + i0, ge);
+                    drp_lds8g(G + r * KP, i0, gr);
+                    drp_lds8g(G + 16 * I * KP, i0, g0);
+                    drp_lds8g(G + (C - 1) * KP, i0, ge);
 #pragma unroll
                     for (int t = 0; t < 8; t++) {
                         const bool in = r < n && i0 + t < K;
@@ -318,8 +335,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 for (int e = tid; e < 15 * (KP / 4); e += DRM_THREADS) {
                     const int t = e / (KP / 4), i = (e % (KP / 4)) * 4, r = 16 * I + t;
                     float g1[4], g0[4];
-                    drp_lds4f(G + (r + 1) * KP + i, g1);
-                    drp_lds4f(G + r * KP + i, g0);
+                    drp_lds4f(G + (r + 1) * KP + (i ^ drp_gsw(i)), g1);  // (4 channels stay together)
+                    drp_lds4f(G + r * KP + (i ^ drp_gsw(i)), g0);
                     float4 d;
                     d.x = expf(g1[0] - g0[0]), d.y = expf(g1[1] - g0[1]), d.z = expf(g1[2] - g0[2]),
                     d.w = expf(g1[3] - g0[3]);
@@ -331,8 +348,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 const int cc = e / K8, i0 = (e % K8) * 8, c = 16 * J0 + cc;
                 float kf[8], gc[8], g0[8], b[8];
                 load8(ks + c * LK + i0, kf);
-                drp_lds8f(G + c * KP + i0, gc);
-                drp_lds8f(G + 16 * I * KP + i0, g0);
+                drp_lds8g(G + c * KP, i0, gc);
+                drp_lds8g(G + 16 * I * KP, i0, g0);
 #pragma unroll
                 for (int t = 0; t < 8; t++) b[t] = c < n && i0 + t < K ? kf[t] * expf(g0[t] - gc[t]) : 0.f;
                 uint4 hi, lo;
@@ -358,9 +375,9 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 #pragma unroll
                 for (int u = 0; u < 4; u += 2) {
                     const int r = 16 * I + gq + (u >= 2 ? 8 : 0), c = 16 * J + nh * 8 + 2 * t4;
-                    if (isL) {
-                        L[r * C + c] = (c < r && r < n) ? bs[r] * acc[u] : 0.f;
-                        L[r * C + c + 1] = (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f;
+                    if (isL) {  // one 8-byte store (rows of 64 fp32: 4-way bank conflict, 8-way as two 4-byte stores)
+                        *reinterpret_cast<float2 *>(L + r * LT + c) =
+                            make_float2((c < r && r < n) ? bs[r] * acc[u] : 0.f, (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f);
                     } else {
                         uint32_t hi, lo;
                         drp_split2((c <= r && r < n) ? scale * acc[u] : 0.f,
@@ -387,11 +404,11 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
             const int r = o + rr;
             float acc = 0.f;
             if (c < rr) {
-                acc = -L[r * C + o + c];
-                for (int m = c + 1; m < rr; m++) acc -= L[r * C + o + m] * Tm[(o + m) * C + o + c];
+                acc = -L[r * LT + o + c];
+                for (int m = c + 1; m < rr; m++) acc -= L[r * LT + o + m] * Tm[(o + m) * LT + o + c];
             }
             __syncwarp();
-            if (c < rr && lane < 16) Tm[r * C + o + c] = acc;
+            if (c < rr && lane < 16) Tm[r * LT + o + c] = acc;
             __syncwarp();
         }
     }
@@ -401,16 +418,16 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     for (int I = 1; I < 4; I++) {
         for (int e = tid; e < I * 256; e += DRM_THREADS) {
             const int J = e / 256, rr = (e % 256) / 16, c = e % 16, r = 16 * I + rr, cc = 16 * J + c;
-            float acc = L[r * C + cc];  // M = J: L_IJ T_JJ, T_JJ's unit diagonal
-            for (int p = cc + 1; p < 16 * I; p++) acc += L[r * C + p] * Tm[p * C + cc];
+            float acc = L[r * LT + cc];  // M = J: L_IJ T_JJ, T_JJ's unit diagonal
+            for (int p = cc + 1; p < 16 * I; p++) acc += L[r * LT + p] * Tm[p * LT + cc];
             X[e] = acc;
         }
         __syncthreads();
         for (int e = tid; e < I * 256; e += DRM_THREADS) {
             const int J = e / 256, rr = (e % 256) / 16, c = e % 16, r = 16 * I + rr;
             float acc = X[e];
-            for (int m = 0; m < rr; m++) acc += Tm[r * C + 16 * I + m] * X[J * 256 + m * 16 + c];
-            Tm[r * C + 16 * J + c] = -acc;
+            for (int m = 0; m < rr; m++) acc += Tm[r * LT + 16 * I + m] * X[J * 256 + m * 16 + c];
+            Tm[r * LT + 16 * J + c] = -acc;
         }
         __syncthreads();
     }
@@ -418,19 +435,19 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     // k e^Gamma (hi over k, lo over X: each thread rewrites only the k it read) and v
     for (int e = tid; e < C * C / 4; e += DRM_THREADS) {
         const int r = (4 * e) / C, c0 = (4 * e) % C;
-        float4 t = reinterpret_cast<float4 *>(Tm)[e];
+        float4 &tr = *reinterpret_cast<float4 *>(Tm + r * LT + c0), t = tr;
         if (c0 >= r) t.x = c0 == r ? 1.f : 0.f;
         if (c0 + 1 >= r) t.y = c0 + 1 == r ? 1.f : 0.f;
         if (c0 + 2 >= r) t.z = c0 + 2 == r ? 1.f : 0.f;
         if (c0 + 3 >= r) t.w = c0 + 3 == r ? 1.f : 0.f;
-        reinterpret_cast<float4 *>(Tm)[e] = t;
+        tr = t;
         if (ws.T) reinterpret_cast<float4 *>(ws.T + sh * C * C)[e] = t;
     }
     for (int e = tid; e < C * K8; e += DRM_THREADS) {
         const int c = e / K8, i0 = (e % K8) * 8;
         float kf[8], gc[8], w[8];
         load8(ks + c * LK + i0, kf);
-        drp_lds8f(G + c * KP + i0, gc);
+        drp_lds8g(G + c * KP, i0, gc);
 #pragma unroll
         for (int t = 0; t < 8; t++) w[t] = c < n && i0 + t < K ? kf[t] * expf(gc[t]) : 0.f;
         uint4 hi, lo;
@@ -448,15 +465,23 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         for (int kk = 0; kk <= mt; kk++)
             for (int u = 0; u < 4; u++) {
                 const int r = mt * 16 + gq + (u & 1) * 8, c = kk * 16 + 2 * t4 + (u >> 1) * 8;
-                drp_split2(Tm[r * C + c] * bs[c], Tm[r * C + c + 1] * bs[c + 1], &ah[kk][u], &al[kk][u]);
+                const float2 t = *reinterpret_cast<const float2 *>(Tm + r * LT + c);  // (8 bytes: 2-way conflicts, DRP_LT)
+                drp_split2(t.x * bs[c], t.y * bs[c + 1], &ah[kk][u], &al[kk][u]);
             }
         const int npk = KP / 16, npv = VP / 16;
-        // pairs of adjacent columns as one 4-byte (W) or 8-byte (U) store where aligned
-        const bool wpair = K % 2 == 0 && ((uintptr_t)Wg & 3) == 0 && ((uintptr_t)Wgl & 3) == 0,
+        // U: pairs of adjacent columns as one 8-byte store where aligned (the 4 lanes of a row fill
+        // a 32-byte sector). W hi, lo go through shared memory, a [16][16] bf16 tile each a warp in
+        // T's place (1 KiB a warp; T is in registers now, hence the barrier): a lane's 4-byte
+        // fragment stores used 16 of 32 bytes a sector, two 16-byte stores of a row fill one. In
+        // the tile, row rr's two 16-byte chunks are swapped where rr & 4 (the fragment stores and
+        // the row reads both conflict-free).
+        const bool wvec16 = K % 8 == 0 && ((((uintptr_t)Wg | (uintptr_t)Wgl) & 15) == 0),
                    upair = V % 2 == 0 && ((uintptr_t)Ug & 7) == 0;
+        bf16 *Wst = reinterpret_cast<bf16 *>(Tm) + warp * 512;  // hi [16][16], then lo
+        __syncthreads();
         for (int p = warp >> 2; p < npk + npv; p += 2) {
             const bool isU = p >= npk;
-            const int n0 = (isU ? p - npk : p) * 16, ld = isU ? LV : LK, D = isU ? V : K;
+            const int n0 = (isU ? p - npk : p) * 16, ld = isU ? LV : LK;
             float acc[2][4] = {};
             for (int kk = 0; kk <= mt; kk++) {
                 uint32_t bh[4], bl[4];
@@ -473,31 +498,44 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     dr_mma3(acc[1], ah[kk], al[kk], bh + 2, bl + 2);
                 }
             }
-            for (int nt = 0; nt < 2; nt++)
-                for (int u = 0; u < 4; u += 2) {
-                    const int r = mt * 16 + gq + (u >= 2 ? 8 : 0), c = n0 + nt * 8 + 2 * t4;
-                    if (r >= n || c >= D) continue;
-                    const float a0 = acc[nt][u], a1 = acc[nt][u + 1];
-                    if (isU) {
+            if (isU) {
+                for (int nt = 0; nt < 2; nt++)
+                    for (int u = 0; u < 4; u += 2) {
+                        const int r = mt * 16 + gq + (u >= 2 ? 8 : 0), c = n0 + nt * 8 + 2 * t4;
+                        if (r >= n || c >= V) continue;
+                        const float a0 = acc[nt][u], a1 = acc[nt][u + 1];
                         float *d = Ug + (size_t)r * V + c;
                         if (upair && c + 1 < V) *reinterpret_cast<float2 *>(d) = make_float2(a0, a1);
                         else {
                             d[0] = a0;
                             if (c + 1 < V) d[1] = a1;
                         }
-                    } else {
-                        bf16 *dh = Wg + (size_t)r * K + c, *dl = Wgl + (size_t)r * K + c;
-                        if (wpair && c + 1 < K) {
-                            uint32_t hi, lo;
-                            drp_split2(a0, a1, &hi, &lo);
-                            *reinterpret_cast<uint32_t *>(dh) = hi;
-                            *reinterpret_cast<uint32_t *>(dl) = lo;
-                        } else {
-                            dr_split(a0, dh, dl);
-                            if (c + 1 < K) dr_split(a1, dh + 1, dl + 1);
-                        }
                     }
+                continue;
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int u = 0; u < 4; u += 2) {
+                    const int rr = gq + (u >= 2 ? 8 : 0), sc = ((nt ^ (rr >> 2)) & 1) * 8 + 2 * t4;
+                    uint32_t hi, lo;
+                    drp_split2(acc[nt][u], acc[nt][u + 1], &hi, &lo);
+                    *reinterpret_cast<uint32_t *>(Wst + rr * 16 + sc) = hi;
+                    *reinterpret_cast<uint32_t *>(Wst + 256 + rr * 16 + sc) = lo;
                 }
+            __syncwarp();
+#pragma unroll
+            for (int m = 0; m < 2; m++) {  // hi, then lo: 16 rows x 2 chunks, a 32-byte sector a row
+                const int rr = lane >> 1, ch = lane & 1, r = mt * 16 + rr, c = n0 + ch * 8;
+                if (r < n && c < K) {
+                    const bf16 *sp = Wst + m * 256 + rr * 16 + ((ch ^ (rr >> 2)) & 1) * 8;
+                    bf16 *d = (m ? Wgl : Wg) + (size_t)r * K + c;
+                    if (wvec16 && c + 8 <= K) *reinterpret_cast<uint4 *>(d) = *reinterpret_cast<const uint4 *>(sp);
+                    else
+                        for (int j = 0; j < 8 && c + j < K; j++) d[j] = sp[j];
+                }
+            }
+            __syncwarp();  // the tile is rewritten by the next pair
         }
     }
 }
@@ -672,13 +710,21 @@ __global__ void __launch_bounds__(DRM_THREADS)
 // o = scale Qg h[n] + Aqk Delta (Aqk carries scale): warp w the rows 16w.., all 64 columns;
 // Aqk is lower triangular, so the Delta product takes k-steps kk <= w. Qg h[n]: two MMAs (h[n]
 // one bf16, chunk.cuh); Aqk Delta: three.
-// Shared memory (bf16): Qg hi, lo [64][LK], h [KP][72], Aqk hi, lo and Delta hi, lo [64][72].
+// Shared memory (bf16): Qg hi, lo [64][LK] | h [KP][72] | Aqk hi, lo [64][72]; Delta hi, lo
+// [64][72] take Qg's place once every warp is done with Qg h[n] (Delta's fp32 values are loaded
+// into registers before that product, so the load still overlaps it). K = V = 128: 70 KiB,
+// 3 blocks an SM (88 KiB before, with Delta in a buffer of its own: 2 blocks, 8 warps).
+// o leaves through shared memory: warp w rounds its 16 x 64 accumulators to bf16 into its own
+// rows of Aqk hi (only warp w reads them), then stores them by 16-byte row segments, a 128-byte
+// row of o ([T][H][V], the V-tile's columns contiguous) per 8 lanes; the MMA fragment layout
+// stored 4 bytes a lane, 8 rows an instruction (8 of 32 bytes a sector used).
 static size_t output_mma_smem(int K) {
-    const size_t KP = dr_pad16(K), LK = KP + DR_PAD;
-    return (2 * DR_BT * LK + KP * 72 + 4 * DR_BT * 72) * 2;
+    const size_t KP = dr_pad16(K), LK = KP + DR_PAD, LH = DR_MBV + DR_PAD, q = 2 * DR_BT * LK, d = 2 * DR_BT * LH;
+    return ((q > d ? q : d) + KP * LH + 2 * DR_BT * LH) * 2;
 }
 
-__global__ void __launch_bounds__(DRO_THREADS)
+template <bool SPLIT>  // Delta as hi + lo pairs (ws.dsplit), else fp32
+__global__ void __launch_bounds__(DRO_THREADS, 3)
     dr_output_mma_kernel(DrWsMma ws, bf16 *o, float scale, int Tlen, int H, int K, int V, const int *offsets, int N) {
     // blockIdx.x = slot * V-tiles + V-tile (a chunk's V-tiles side by side: Qg, Aqk through L2)
     const int vt = (V + DR_MBV - 1) / DR_MBV, x = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * DR_MBV;
@@ -689,22 +735,33 @@ __global__ void __launch_bounds__(DRO_THREADS)
     const int bv = V - j0 < DR_MBV ? V - j0 : DR_MBV;
     const size_t sh = (size_t)x * H + h;
     DYNAMIC_SMEM(bf16, sm);
-    bf16 *Qh = sm, *Ql = Qh + C * LK, *Hh = Ql + C * LK, *Ah = Hh + KP * LH, *Al = Ah + C * LH, *Dh = Al + C * LH,
-         *Dl = Dh + C * LH;
+    const int qsz = 2 * C * LK > 2 * C * LH ? 2 * C * LK : 2 * C * LH;
+    bf16 *Qh = sm, *Ql = Qh + C * LK, *Dh = sm, *Dl = Dh + C * LH, *Hh = sm + qsz, *Ah = Hh + KP * LH,
+         *Al = Ah + C * LH;
     dr_load_tile(Qh, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
     dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
     dr_load_tile(Hh, LH, ws.h + sh * K * V + j0, V, KP, DR_MBV, K, bv, tid, DRO_THREADS);
     dr_load_tile(Ah, LH, ws.Aqk + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
     dr_load_tile(Al, LH, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
     cp_async_commit();
-    if (ws.dsplit)  // Delta's hi + lo tiles straight from the workspace pairs
-        dr_load_split_tile<DR_MBV, DRO_THREADS>(Dh, Dl, LH, (const bf16 *)(ws.U + sh * C * V), V, j0, n, tid);
-    cp_async_commit();
-    if (!ws.dsplit) {
-        const float *Ug = ws.U + sh * C * V + j0;
-        for (int e = tid; e < C * DR_MBV; e += DRO_THREADS) {
-            const int r = e / DR_MBV, jj = e % DR_MBV;
-            dr_split(r < n && jj < bv ? Ug[(size_t)r * V + jj] : 0.f, Dh + r * LH + jj, Dl + r * LH + jj);
+    // Delta (ws.U once the walk has run) into registers now, into shared memory over Qg once
+    // every warp is done with Qg h[n], so its load overlaps that product. SPLIT (ws.dsplit): the
+    // workspace holds its hi + lo pairs (chunk.cuh, dr_st_split2: groups of 8 columns, 8 hi then
+    // 8 lo), read as they are; else fp32, split after the barrier (the same bits either way).
+    constexpr int ND = DR_BT * DR_MBV / DRO_THREADS;  // Delta entries a thread
+    float dv[SPLIT ? 1 : ND];
+    __nv_bfloat162 dp[SPLIT ? ND : 1];  // x = hi, y = lo
+#pragma unroll
+    for (int u = 0; u < ND; u++) {
+        const int e = tid + u * DRO_THREADS, r = e / DR_MBV, jj = e % DR_MBV;
+        const bool in = r < n && jj < bv;
+        if constexpr (SPLIT) {
+            const int j = j0 + jj, g8 = j & ~7, w = V - g8 < 8 ? V - g8 : 8;
+            const bf16 *src = (const bf16 *)(ws.U + sh * C * V) + (size_t)r * 2 * V + 2 * g8 + (j & 7);
+            dp[u].x = in ? src[0] : __float2bfloat16(0.f);
+            dp[u].y = in ? src[w] : __float2bfloat16(0.f);
+        } else {
+            dv[u] = in ? ws.U[sh * C * V + (size_t)r * V + j0 + jj] : 0.f;
         }
     }
     cp_async_wait<0>();
@@ -724,6 +781,14 @@ __global__ void __launch_bounds__(DRO_THREADS)
             mma16816(acc[2 * p + 1], ah, b[2], b[3]);
         }
     }
+    __syncthreads();  // every warp is done with Qg: Delta hi, lo over it
+#pragma unroll
+    for (int u = 0; u < ND; u++) {
+        const int e = tid + u * DRO_THREADS, r = e / DR_MBV, jj = e % DR_MBV;
+        if constexpr (SPLIT) Dh[r * LH + jj] = dp[u].x, Dl[r * LH + jj] = dp[u].y;
+        else dr_split(dv[u], Dh + r * LH + jj, Dl + r * LH + jj);
+    }
+    __syncthreads();
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
@@ -741,13 +806,30 @@ __global__ void __launch_bounds__(DRO_THREADS)
             dr_mma3(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
         }
     }
+    // o: this warp's rows of Aqk hi receive its bf16 tile (row stride 72 bf16 = 36 words: the 8
+    // rows x 4 lanes of a fragment store hit 32 distinct banks), then 16-byte row segments
+    __syncwarp();  // the warp's last ldmatrix of those rows is done
+    bf16 *Os = Ah + (size_t)warp * 16 * LH;
 #pragma unroll
     for (int nt = 0; nt < 8; nt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int r = warp * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
-            if (r < n && jj < bv) o[((size_t)(tok0 + r) * H + h) * V + j0 + jj] = __float2bfloat16(acc[nt][e]);
+        for (int e = 0; e < 4; e += 2) {
+            const int rr = gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4;
+            *reinterpret_cast<uint32_t *>(Os + rr * LH + jj) = pack_bf16(acc[nt][e], acc[nt][e + 1]);
         }
+    __syncwarp();
+    bf16 *og = o + ((size_t)tok0 * H + h) * V + j0;  // row r of the tile at og + r H V
+    const bool ovec = V % 8 == 0 && ((uintptr_t)og & 15) == 0;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {  // 16 rows x 8 segments of 8 columns, 4 a lane
+        const int idx = lane + 32 * u, rr = idx >> 3, c = (idx & 7) * 8, r = warp * 16 + rr;
+        if (r >= n || c >= bv) continue;
+        bf16 *d = og + (size_t)r * H * V + c;
+        const bf16 *sp = Os + rr * LH + c;
+        if (ovec && c + 8 <= bv) *reinterpret_cast<uint4 *>(d) = *reinterpret_cast<const uint4 *>(sp);
+        else
+            for (int j = 0; j < 8 && c + j < bv; j++) d[j] = sp[j];
+    }
 }
 
 void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
@@ -774,7 +856,8 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     }
     if (slots > 0 && o) {
         PROFILE("delta_chunk/output");
-        launch_kernel(dr_output_mma_kernel, dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws,
-                      o, scale, T, H, K, V, offsets, N);
+        launch_kernel(ws->dsplit ? dr_output_mma_kernel<true> : dr_output_mma_kernel<false>,
+                      dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws, o, scale, T, H, K,
+                      V, offsets, N);
     }
 }
