@@ -52,6 +52,14 @@ int cuda_attention_cudnn_probe(const AttnLayout *L, int backward, char *msg, siz
 // says (HYBRID_CUDA_FUSED_CE; kernels/core/crossentropy.cu)
 void cuda_crossentropy_set_fused(int on);
 
+// matmul_backward_gelu's dpre_bias (the GELU MLP's up-projection bias gradient): 1 from cuBLASLt's
+// DGELU_BGRAD epilogue, 0 the column-sum kernel, -1 as the environment says
+// (HYBRID_CUDA_DGELU_BGRAD; kernels/core/matmul.cu); and the path the last call with a dpre_bias
+// took: 0 the column-sum kernel, 1 the epilogue with an fp32 sum, 2 with a bf16 sum (no plan
+// with fp32), -1 no such call yet
+void cuda_matmul_set_dgelu_bgrad(int on);
+int cuda_matmul_dgelu_bgrad_path(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -78,7 +78,11 @@ void mlp_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
         return;
     }
     if (be->core->matmul_backward_gelu) {  // optional fused op: dGELU in the GEMM epilogue
-        be->core->matmul_backward_gelu(a->dh, ddown_w, ddown_b, dout, a->act, down_w, a->h, N, H, C);
+        // it also sums dh's columns into the up projection's bias gradient (on CUDA in the
+        // same GEMM's epilogue where HYBRID_CUDA_DGELU_BGRAD is set, docs/cuda.md), so the up
+        // projection's backward below gets no dbias
+        be->core->matmul_backward_gelu(a->dh, ddown_w, ddown_b, dup_b, dout, a->act, down_w, a->h, N, H, C);
+        dup_b = NULL;
     } else {
         be->core->matmul_backward(a->dact, ddown_w, ddown_b, dout, a->act, down_w, N, H, C);
         be->core->gelu_backward(a->dh, a->h, a->dact, (size_t)N * H);

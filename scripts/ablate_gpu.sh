@@ -7,6 +7,6 @@
 # scripts/ablate_ratio.sh still applies (BUDGET, PLAN, GPUS, OUT, ...).
 #
 # usage: [PLAN=1] [BUDGET=seconds] scripts/ablate_gpu.sh [BASE.conf] [--key value ...]
-# On the device machine, which sets its own $OUT, name OUT (and EXPORT=$OUT first); the
+# On the device machine, which sets its own $OUT, name OUT (and EXPORT=$OUT/<name>.tgz first); the
 # commands and the budget: docs/ablation.md, "Commands".
 PRESET=gpu exec sh "$(dirname "$0")/ablate_ratio.sh" "$@"

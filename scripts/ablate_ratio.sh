@@ -45,7 +45,9 @@
 #   KEEP_CKPT   0: delete a run's checkpoints once it is finished (and evaluated) [0]; default 1
 #   RETRY_FAILED 1: retry runs marked failed (a diverged lr is marked failed, not retried)
 #   EXPORT      a folder to copy OUT into at the end, without checkpoints (what another machine
-#               needs to skip the finished runs: the device's $OUT)
+#               needs to skip the finished runs), or a file name ending in .tgz: one gzipped tar
+#               of the same (the device's $OUT returns at most 8 files, two folders deep: use
+#               EXPORT=$OUT/<name>.tgz there)
 #   OUT         output folder, out/ablation/<base name> [out/ablation/$FAMILY-dense|-moe]
 #   HYBRID      the CLI, default ./hybrid (built with `make` if missing)
 #   PLOT        0 skips the PNGs (and the matplotlib check)
@@ -515,9 +517,17 @@ fi
 if [ "$PLOT" = 0 ]; then "$PY" scripts/ablate_summary.py table "$OUT" --no-plot; else "$PY" scripts/ablate_summary.py table "$OUT"; fi
 cat "$OUT/results.md"
 if [ -n "${EXPORT:-}" ]; then
-    mkdir -p "$EXPORT"
-    (cd "$(dirname "$OUT")" && tar --exclude=checkpoints -cf - "$(basename "$OUT")") | tar -C "$EXPORT" -xf -
-    say "copied $OUT without checkpoints to $EXPORT/$(basename "$OUT")"
+    case "$EXPORT" in
+    *.tgz)
+        mkdir -p "$(dirname "$EXPORT")"
+        (cd "$(dirname "$OUT")" && tar --exclude=checkpoints -czf - "$(basename "$OUT")") > "$EXPORT.part"
+        mv "$EXPORT.part" "$EXPORT"
+        say "archived $OUT without checkpoints as $EXPORT ($(wc -c < "$EXPORT") bytes)" ;;
+    *)
+        mkdir -p "$EXPORT"
+        (cd "$(dirname "$OUT")" && tar --exclude=checkpoints -cf - "$(basename "$OUT")") | tar -C "$EXPORT" -xf -
+        say "copied $OUT without checkpoints to $EXPORT/$(basename "$OUT")" ;;
+    esac
 fi
 if [ -f "$OUT/.stopped" ]; then
     say "the budget ended the invocation: run the same command again to continue"

@@ -187,4 +187,13 @@ grep -q "the budget ended the invocation" "$tmp/small.log" || fail "BUDGET=3: no
 [ -z "$(find "$tmp/export" -name checkpoints)" ] || fail "EXPORT copied checkpoints"
 ls -d "$tmp"/cut/0-1/lm/*/checkpoints/step_* > /dev/null 2>&1 || fail "BUDGET=3: the stopped run left no checkpoint to resume"
 echo "budget mid-run: the run stops at a checkpoint, the tables and the EXPORT copy are still written"
+
+# EXPORT=<file>.tgz: one archive (the device returns at most 8 files): the same content
+small OUT="$tmp/cut" LM_CONF="$tmp/lm_long.conf" BUDGET=3 EXPORT="$tmp/arch/cut.tgz" ||
+    { cat "$tmp/small.log"; fail "EXPORT=.tgz: exited with an error"; }
+[ -f "$tmp/arch/cut.tgz" ] && [ ! -e "$tmp/arch/cut.tgz.part" ] || { cat "$tmp/small.log"; fail "EXPORT=.tgz: no archive"; }
+tar tzf "$tmp/arch/cut.tgz" > "$tmp/arch.list" || fail "EXPORT=.tgz: not a gzipped tar"
+grep -qx "cut/results.md" "$tmp/arch.list" || fail "EXPORT=.tgz: no cut/results.md in the archive"
+! grep -q checkpoints "$tmp/arch.list" || fail "EXPORT=.tgz archived checkpoints"
+echo "EXPORT=<file>.tgz: one archive of the same, without checkpoints"
 echo "ablate_cli: ok"

@@ -32,6 +32,8 @@
 #ifndef HYBRID_KERNELS_DELTA_RULE_CHUNK_CUH
 #define HYBRID_KERNELS_DELTA_RULE_CHUNK_CUH
 
+#include <stdlib.h>
+
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/seq_index.cuh"
 #include "kernels/mma.cuh"
@@ -343,6 +345,11 @@ __device__ __forceinline__ void dr_split(float x, bf16 *hi, bf16 *lo) {
     *hi = h;
     *lo = __float2bfloat16(x - __bfloat162float(h));
 }
+// dr_split into registers (the same two roundings)
+__device__ __forceinline__ void dr_split_r(float x, bf16 &hi, bf16 &lo) {
+    hi = __float2bfloat16(x);
+    lo = __float2bfloat16(x - __bfloat162float(hi));
+}
 __device__ __forceinline__ void dr_mma3(float c[4], const uint32_t ah[4], const uint32_t al[4], const uint32_t bh[2],
                                         const uint32_t bl[2]) {
     mma16816(c, al, bh[0], bh[1]);
@@ -371,13 +378,82 @@ __device__ __forceinline__ void dr_load_tile(bf16 *s, int lds, const bf16 *src, 
     }
 }
 
+// Delta (ws.U once the walk has run) and dDelta (ws.dD) as their dr_split pairs, the same 4
+// bytes an element (ws.dsplit; HYBRID_DR_DELTA_F32=1 keeps them fp32, split by each reader):
+// row r of a (chunk, head) block is 2V bf16 where the fp32 row was V floats; the columns go by
+// groups of 8, group g (width w = min(8, V - 8g)) at 16g: its w hi parts, then its w lo parts.
+// A group covers the bytes of its own 8 fp32 columns, so the walk overwrites U with Delta in
+// place with no other V tile's columns touched, and a reader takes hi and lo tiles with two
+// 16-byte cp.async a group (bit for bit what dr_split of the fp32 value gave).
+// Columns j, j + 1 (j even) of row `row` (P + 2 V r): hi h0, h1 and lo l0, l1, each if in
+__device__ __forceinline__ void dr_st_split2(bf16 *row, int V, int j, bf16 h0, bf16 l0, bf16 h1, bf16 l1, bool in0,
+                                             bool in1) {
+    const int g8 = j & ~7, w = V - g8 < 8 ? V - g8 : 8;
+    bf16 *ph = row + 2 * g8 + (j & 7), *pl = ph + w;
+    if (in0 && in1 && w == 8) {
+        __nv_bfloat162 hh, ll;
+        hh.x = h0, hh.y = h1, ll.x = l0, ll.y = l1;
+        *(__nv_bfloat162 *)ph = hh;
+        *(__nv_bfloat162 *)pl = ll;
+    } else {
+        if (in0) ph[0] = h0, pl[0] = l0;
+        if (in1) ph[1] = h1, pl[1] = l1;
+    }
+}
+// The walks' store of Delta / dDelta columns j, j + 1 of row r (d0, d1; zero where not in): the
+// hi + lo split to the shared tiles at sh[si], sl[si] (and si + 1) and to the workspace block
+// blk (pairs when split, else fp32)
+__device__ __forceinline__ void dr_put_delta2(float d0, float d1, bf16 *sh, bf16 *sl, int si, float *blk, int V,
+                                              int r, int j, bool in0, bool in1, int split) {
+    bf16 h0, l0, h1, l1;
+    dr_split_r(d0, h0, l0);
+    dr_split_r(d1, h1, l1);
+    sh[si] = h0, sl[si] = l0, sh[si + 1] = h1, sl[si + 1] = l1;
+    if (split)
+        dr_st_split2((bf16 *)blk + (size_t)r * 2 * V, V, j, h0, l0, h1, l1, in0, in1);
+    else {
+        if (in0) blk[(size_t)r * V + j] = d0;
+        if (in1) blk[(size_t)r * V + j + 1] = d1;
+    }
+}
+// The hi and lo tiles [64][cols_p] (row stride lds) of columns j0.. (j0 a multiple of 8) of a
+// split block P: rows >= nrows and columns >= V zero (as dr_split of the zero the fp32 readers
+// substituted). 16-byte cp.async where the group is full and rows are 16-byte aligned (V % 4 ==
+// 0), else plain copies; the caller commits, waits and syncs.
+template <int COLS, int NTHREADS>
+__device__ __forceinline__ void dr_load_split_tile(bf16 *Xh, bf16 *Xl, int lds, const bf16 *P, int V, int j0,
+                                                   int nrows, int tid) {
+    constexpr int c8 = COLS / 8;
+    static_assert(DR_BT * c8 % NTHREADS == 0, "whole passes");
+    const bool vec = V % 4 == 0 && ((uintptr_t)P & 15) == 0;
+#pragma unroll
+    for (int u8 = 0; u8 < DR_BT * c8 / NTHREADS; u8++) {
+        const int e = tid + u8 * NTHREADS, r = e / c8, c = (e % c8) * 8, j = j0 + c;
+        bf16 *dh = Xh + (size_t)r * lds + c, *dl = Xl + (size_t)r * lds + c;
+        const bool in = r < nrows && j < V;
+        const bf16 *src = P + (size_t)r * 2 * V + 2 * j;
+        if (vec && (!in || j + 8 <= V)) {
+            cp_async16(dh, in ? src : P, in);
+            cp_async16(dl, in ? src + 8 : P, in);
+        } else {
+            const int w = V - j < 8 ? V - j : 8;
+            for (int u = 0; u < 8; u++) {
+                const bool ok = in && u < w;
+                dh[u] = ok ? src[u] : __float2bfloat16(0.f);
+                dl[u] = ok ? src[w + u] : __float2bfloat16(0.f);
+            }
+        }
+    }
+}
+
 // Workspace of the tensor-core forward (per (slot, head) blocks). The MMA operands are kept
 // as bf16 pairs hi + lo (dr_split; *l arrays), the rest fp32:
 //   Qg, Qgl [64][K]  q ⊙ exp(Gamma)                 (the output kernel's A operand)
 //   Ke, Kel [64][K]  k ⊙ exp(Gamma_end - Gamma)     (the walk's h update, A^T)
 //   W, Wl   [64][K]  T diag(beta) (k ⊙ exp(Gamma))  (the walk's Delta, A)
 //   U       [64][V]  T diag(beta) V, fp32           (the walk reads it and overwrites it with
-//                                                    Delta = U - W h[n] for the output kernel)
+//                                                    Delta = U - W h[n] for the output kernel,
+//                                                    as hi + lo pairs: dr_load_split_tile)
 //   Aqk, Aqkl [64][64] scale q_r.(k_c ⊙ exp(Gamma_r - Gamma_c)), c <= r, 0 above
 //   h       [K][V]   h[n] (its hi part only: the output kernel's B operand, one bf16; o's
 //                    error grows from 1.9e-3 to 2.1e-3 on the emulated cases, all of it
@@ -389,7 +465,8 @@ __device__ __forceinline__ void dr_load_tile(bf16 *s, int lds, const bf16 *src, 
 //   hl       [K][V]   h[n]'s lo part (the gradient kernel's products keep fp32 accuracy)
 //   T        [64][64] T = (I + L)^-1, fp32 (the prep writes it when the array is bound)
 //   dh, dhl  [K][V]   dL/dh[n+1], the state gradient leaving the chunk
-//   dD       [64][V]  the complete dDelta, fp32
+//   dD       [64][V]  the complete dDelta, hi + lo pairs (dr_load_split_tile; fp32 under
+//                     HYBRID_DR_DELTA_F32=1)
 //   dQ, dK, dG, dW [64][K]  the gradient kernels' fp32 accumulators
 //   dA, dL  [64][64] grad1's dA and dL (the triangular-inverse gradient) for grad2, fp32
 //   db [64], gend [K]  grad1's partial dbeta and dGamma_end extras for grad2, fp32
@@ -407,6 +484,7 @@ struct DrWsMma {
     bf16 *dh, *dhl;
     float *dD, *dQ, *dK, *dG, *dW;
     float *dA, *dL, *db, *gend;
+    int dsplit;  // Delta (U after the walk) and dD stored as dr_split pairs (dr_load_split_tile)
 };
 static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t slots_heads, int K, int V) {
     const size_t C = DR_BT, ck = C * K * 2, cc = C * C * 2, kv = (size_t)K * V * 2;
@@ -418,6 +496,8 @@ static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t
                        (void **)&w->ge, (void **)&w->hl, (void **)&w->T, (void **)&w->dh, (void **)&w->dhl,
                        (void **)&w->dD, (void **)&w->dQ, (void **)&w->dK, (void **)&w->dG, (void **)&w->dW,
                        (void **)&w->dA, (void **)&w->dL, (void **)&w->db, (void **)&w->gend};
+    const char *f32 = getenv("HYBRID_DR_DELTA_F32");  // 1: Delta, dDelta fp32 (the previous layout)
+    w->dsplit = !(f32 && f32[0] == '1');
     const int count = backward ? 24 : 11;
     size_t off = 0;
     for (int a = 0; a < 24; a++) {

@@ -13,7 +13,8 @@
 //   a. dH' to shared memory (hi + lo) and to the workspace (ws.dh, ws.dhl);
 //   b. dDelta = Aqk^T dO + Ke dH' (B1's local part and B2; warp: m-tile w % 4, the 16-column
 //      groups w / 4 + (NW / 4) g; Aqk^T upper triangular: k-steps kk >= m-tile); after a
-//      barrier (every warp has read dH') to ws.dD (fp32) and over dH' in shared memory;
+//      barrier (every warp has read dH') over dH' in shared memory and to ws.dD as its hi + lo
+//      pairs (chunk.cuh, dr_st_split2; fp32 under HYBRID_DR_DELTA_F32=1);
 //   c. dh[n] = diag(e^Gamma_end) dH' + scale Qg^T dO - W^T dDelta.
 // Tiles: region B {Aqk, Ke} (step b), region C {Qg, W} (step c), all hi + lo, dO (exact bf16,
 // one buffer a chunk parity). Where both regions fit (K <= 128 or so), C loads during step b
@@ -156,24 +157,28 @@ __global__ void __launch_bounds__(NW * 32, 1)
             }
             __syncthreads();  // every warp has read dH': dDelta takes its buffer
 #pragma unroll
-            for (int e2 = 0; e2 < 2; e2++) {  // rows r, columns j + 16 (NW / 4) g + 8 nt (+1)
-                const int r = mt * 16 + gq + 8 * e2, j = (warp >> 2) * 16 + 2 * t4;
-                float *dr = dDg + (size_t)r * V + j0 + j;
+            for (int g = 0; g < GPW; g++)
 #pragma unroll
-                for (int g = 0; g < GPW; g++)
+                for (int nt = 0; nt < 2; nt++)
 #pragma unroll
-                    for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                        for (int e1 = 0; e1 < 2; e1++) {
-                            const int c = (NW / 4) * g * 16 + nt * 8 + e1, jj = j + c;
-                            const bool in = r < n && jj < bv;
-                            const float d = in ? acc[g][nt][2 * e2 + e1] : 0.f;
-                            dr_split(d, dDh + r * LB + jj, dDl + r * LB + jj);
-                            if (in) dr[c] = d;
+                    for (int e2 = 0; e2 < 4; e2 += 2) {  // columns jj, jj + 1 of row r
+                        const int r = mt * 16 + gq + (e2 ? 8 : 0), jj = ((warp >> 2) + (NW / 4) * g) * 16 + nt * 8 + 2 * t4;
+                        const bool in0 = r < n && jj < bv, in1 = r < n && jj + 1 < bv;
+                        const float d0 = in0 ? acc[g][nt][e2] : 0.f, d1 = in1 ? acc[g][nt][e2 + 1] : 0.f;
+                        bf16 h0, l0, h1, l1;
+                        dr_split_r(d0, h0, l0);
+                        dr_split_r(d1, h1, l1);
+                        dDh[r * LB + jj] = h0, dDl[r * LB + jj] = l0, dDh[r * LB + jj + 1] = h1, dDl[r * LB + jj + 1] = l1;
+                        if (!ws.dsplit) {  // the fp32 layout (HYBRID_DR_DELTA_F32=1); pairs: below
+                            if (in0) dDg[(size_t)r * V + j0 + jj] = d0;
+                            if (in1) dDg[(size_t)r * V + j0 + jj + 1] = d1;
                         }
-            }
+                    }
         }
         __syncthreads();  // region B read, dDelta written
+        // dDelta's hi + lo pairs (chunk.cuh, dr_st_split2's layout) copied from the shared tiles
+        // by 16-byte groups: from the fragments (2-byte stores) the 16-warp build spilled 232 bytes
+        if (ws.dsplit) dr_walk_store_split_tile((bf16 *)dDg, V, j0, dDh, dDl, LB, n, bv, BV, tid, NTH);
         if (alias) issue_c(ci);
         else if (ci > 0) issue_b(ci - 1);
         if (!alias && ci > 0) cp_async_wait<1>();  // region C (the previous chunk's B may stay in flight)
@@ -355,13 +360,18 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                 dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                 dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                 dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                cp_async_commit();
-                for (int e = tid; e < C * 32; e += DR_THREADS) {
-                    const int r = e / 32, jj = e % 32;
-                    const bool in = r < n && j0 + jj < V;
-                    dr_split(in ? D[r * V + j0 + jj] : 0.f, Dh + r * LB + jj, Dl + r * LB + jj);
-                    dr_split(in ? dD[r * V + j0 + jj] : 0.f, dDh + r * LB + jj, dDl + r * LB + jj);
+                if (ws.dsplit) {
+                    dr_load_split_tile<32, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                    dr_load_split_tile<32, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
                 }
+                cp_async_commit();
+                if (!ws.dsplit)
+                    for (int e = tid; e < C * 32; e += DR_THREADS) {
+                        const int r = e / 32, jj = e % 32;
+                        const bool in = r < n && j0 + jj < V;
+                        dr_split(in ? D[r * V + j0 + jj] : 0.f, Dh + r * LB + jj, Dl + r * LB + jj);
+                        dr_split(in ? dD[r * V + j0 + jj] : 0.f, dDh + r * LB + jj, dDl + r * LB + jj);
+                    }
                 cp_async_wait<0>();
                 __syncthreads();
 #pragma unroll
@@ -540,11 +550,13 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
             }
         for (int j0 = 0; j0 < V; j0 += 64) {
             dr_load_tile(Xs, LT, v + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
+            if (ws.dsplit) dr_load_split_tile<64, DR_THREADS>(Xh, Xl, LT, (const bf16 *)dD, V, j0, n, tid);
             cp_async_commit();
-            for (int e = tid; e < C * 64; e += DR_THREADS) {
-                const int r = e / 64, jj = e % 64;
-                dr_split(r < n && j0 + jj < V ? dD[r * V + j0 + jj] : 0.f, Xh + r * LT + jj, Xl + r * LT + jj);
-            }
+            if (!ws.dsplit)
+                for (int e = tid; e < C * 64; e += DR_THREADS) {
+                    const int r = e / 64, jj = e % 64;
+                    dr_split(r < n && j0 + jj < V ? dD[r * V + j0 + jj] : 0.f, Xh + r * LT + jj, Xl + r * LT + jj);
+                }
             cp_async_wait<0>();
             __syncthreads();
             float ub[4][4] = {};
@@ -856,9 +868,10 @@ __global__ void __launch_bounds__(DR_THREADS)
 // same bits; tests/gpu/test_delta_rule.c checks the final gradients against the single kernel),
 // reordered so that at most 128 registers and 112.5 KiB of shared memory (K = V = 128) are live,
 // two blocks (16 warps) an SM where the earlier one-block version ran one (8 warps, latency-bound on its
-// global round trips with nothing to overlap them). ptxas (sm_90): 128 registers, 32 bytes
-// spilled (stage 3, where the Delta / dDelta loads of a V tile are in flight next to the 56
-// accumulators). The price: stage 2 reads dO, Delta, dDelta and v once more, and T is read
+// global round trips with nothing to overlap them). ptxas (sm_90): 128 registers; spilled
+// (stores / loads) 24 / 36 bytes with Delta / dDelta as stored pairs (SPLIT), 32 / 44 with
+// them fp32 (HYBRID_DR_DELTA_F32=1: stage 3's Delta / dDelta loads of a V tile in flight next
+// to the 56 accumulators). The price: stage 2 reads dO, Delta, dDelta and v once more, and T is read
 // twice (688 KiB read a (chunk, head) at K = V = 128, the one-block version 592; writes the same
 // 241 KiB), and 41 barriers a chunk instead of 34 (stage 2's 8).
 //   1. Gamma (cumsum of a cp.async-staged g tile), beta.
@@ -868,9 +881,11 @@ __global__ void __launch_bounds__(DR_THREADS)
 //   3. B1, B3 by K tiles of 64, V tiles of 32: HD, DK, dW, <h_i, dH'_i> (48 + 8 accumulators).
 //   4. the dGamma_end extras (k . dk over the rows, 16 rows' loads a batch).
 //   5. dT's K part and Wbar, 6. Ubar: T^T split hi + lo once into two [64][72] bf16 tiles read by
-//      ldmatrix (the one-block version held them as 32 registers through both passes); dW and k (5),
-//      dDelta (2, 3, 6), Delta (2, 3) arrive as 16-byte loads, all of a thread's issued before
-//      the first is split (one global round trip a tile).
+//      ldmatrix (the one-block version held them as 32 registers through both passes); dW and k
+//      (5) arrive as 16-byte loads, all of a thread's issued before the first is split (one
+//      global round trip a tile); dDelta (2, 3, 6) and Delta (2, 3) as their stored hi + lo
+//      pairs by cp.async in the commit group of the tiles beside them (SPLIT; without it,
+//      HYBRID_DR_DELTA_F32=1, fp32 by 16-byte loads split here, dr_split_tile).
 //   7. the triangular-inverse gradient, T reloaded (cp.async) into the spent tiles.
 // Shared memory (fp32 words): G [64][K], dT [64][64], bs [64], db [64], dbp [2][64], gend [K],
 // then the tile region: max(3: nine [64][40] + q, k [64][72] bf16; 5: seven [64][72] bf16; 7:
@@ -929,6 +944,7 @@ __device__ __forceinline__ void dr_split_tile(bf16 *Xh, bf16 *Xl, int lds, const
     }
 }
 
+template <bool SPLIT>  // Delta, dDelta as hi + lo pairs (ws.dsplit): cp.async; else fp32, split here
 __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_grad1_mma_kernel(DrWsMma ws, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
                         const bf16 *g, const bf16 *beta, int gate, float scale, int Tlen, int H, int K, int V,
@@ -980,9 +996,15 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         for (int j0 = 0; j0 < V; j0 += 32) {
             dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
             dr_load_tile(vt, LB, v + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+            if (SPLIT) {
+                dr_load_split_tile<32, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                dr_load_split_tile<32, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
+            }
             cp_async_commit();
-            dr_split_tile<32>(Dh, Dl, LB, D + j0, V, n, V - j0, tid);
-            dr_split_tile<32>(dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+            if (!SPLIT) {
+                dr_split_tile<32>(Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                dr_split_tile<32>(dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+            }
             cp_async_wait<0>();
             __syncthreads();
 #pragma unroll
@@ -1037,9 +1059,15 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                 dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                 dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                 dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                if (SPLIT) {
+                    dr_load_split_tile<32, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                    dr_load_split_tile<32, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
+                }
                 cp_async_commit();
-                dr_split_tile<32>(Dh, Dl, LB, D + j0, V, n, V - j0, tid);
-                dr_split_tile<32>(dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+                if (!SPLIT) {
+                    dr_split_tile<32>(Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                    dr_split_tile<32>(dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+                }
                 cp_async_wait<0>();
                 __syncthreads();
 #pragma unroll
@@ -1223,8 +1251,9 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         for (int j0 = 0; j0 < V; j0 += 64) {
             __syncthreads();  // the tiles are refilled
             dr_load_tile(Xs, LT, v + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
+            if (SPLIT) dr_load_split_tile<64, DR_THREADS>(Xh, Xl, LT, (const bf16 *)dD, V, j0, n, tid);
             cp_async_commit();
-            dr_split_tile<64>(Xh, Xl, LT, dD + j0, V, n, V - j0, tid);
+            if (!SPLIT) dr_split_tile<64>(Xh, Xl, LT, dD + j0, V, n, V - j0, tid);
             cp_async_wait<0>();
             __syncthreads();
             float ub[4][4] = {};
@@ -1540,9 +1569,10 @@ extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, r
                           (const bf16 *)k, (const bf16 *)v, (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V,
                           offsets, N);
         else if (slots > 0) {
-            launch_kernel(dr_grad1_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), ws,
-                          (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
-                          (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
+            launch_kernel(ws.dsplit ? dr_grad1_mma_kernel<true> : dr_grad1_mma_kernel<false>, dim3((unsigned)slots, H),
+                          dim3(DR_THREADS), grad1n_mma_smem(K), ws, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q,
+                          (const bf16 *)k, (const bf16 *)v, (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V,
+                          offsets, N);
             launch_kernel(dr_grad2_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad2_mma_smem(K), ws,
                           (bf16 *)dq, (bf16 *)dk, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)q, (const bf16 *)k,
                           (const bf16 *)g, (const bf16 *)beta, gate, T, H, K, offsets, N);

@@ -627,12 +627,11 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
 #pragma unroll
             for (int nt = 0; nt < NB; nt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1);
-                    const bool in = r < n && jj < bv;
-                    const float d = in ? uv[nt][e] - acc[nt][e] : 0.f;
-                    dr_split(d, Dh + r * LH + jj, Dl + r * LH + jj);
-                    if (in) Ug[(size_t)r * V + j0 + jj] = d;
+                for (int e2 = 0; e2 < 4; e2 += 2) {  // columns jj, jj + 1 of row r
+                    const int r = mt * 16 + gq + (e2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4;
+                    const bool in0 = r < n && jj < bv, in1 = r < n && jj + 1 < bv;
+                    dr_put_delta2(in0 ? uv[nt][e2] - acc[nt][e2] : 0.f, in1 ? uv[nt][e2 + 1] - acc[nt][e2 + 1] : 0.f, Dh,
+                                  Dl, r * LH + jj, Ug, V, r, j0 + jj, in0, in1, ws.dsplit);
                 }
         }
         cp_async_wait<0>();  // Ke of this chunk
@@ -726,10 +725,15 @@ __global__ void __launch_bounds__(DRO_THREADS)
     dr_load_tile(Ah, LH, ws.Aqk + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
     dr_load_tile(Al, LH, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
     cp_async_commit();
-    const float *Ug = ws.U + sh * C * V + j0;
-    for (int e = tid; e < C * DR_MBV; e += DRO_THREADS) {
-        const int r = e / DR_MBV, jj = e % DR_MBV;
-        dr_split(r < n && jj < bv ? Ug[(size_t)r * V + jj] : 0.f, Dh + r * LH + jj, Dl + r * LH + jj);
+    if (ws.dsplit)  // Delta's hi + lo tiles straight from the workspace pairs
+        dr_load_split_tile<DR_MBV, DRO_THREADS>(Dh, Dl, LH, (const bf16 *)(ws.U + sh * C * V), V, j0, n, tid);
+    cp_async_commit();
+    if (!ws.dsplit) {
+        const float *Ug = ws.U + sh * C * V + j0;
+        for (int e = tid; e < C * DR_MBV; e += DRO_THREADS) {
+            const int r = e / DR_MBV, jj = e % DR_MBV;
+            dr_split(r < n && jj < bv ? Ug[(size_t)r * V + jj] : 0.f, Dh + r * LH + jj, Dl + r * LH + jj);
+        }
     }
     cp_async_wait<0>();
     __syncthreads();

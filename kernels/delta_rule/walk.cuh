@@ -63,9 +63,9 @@ static inline int dr_walk_pick(const DrWalkTile *tiles, int n, size_t pairs, int
 // tile's columns all valid, ldg a multiple of 8 and dst 16-byte aligned; lds a multiple of 8),
 // else one element at a time. The reverse walk stored dH' from the fragments in registers
 // before, one 2-byte store an element and part: 32 (64 at K = 256) scattered stores a thread,
-// whose addresses and predicates the compiler keeps across the chunk loop (the 16-warp build
-// spilled 108 bytes at its 128 registers that way; 32 now). (The forward walk keeps its
-// fragment stores: there the copy loops cost registers instead, 0 -> 28 bytes of spill.)
+// whose addresses and predicates the compiler keeps across the chunk loop (with them and the
+// dDelta pair stores, the 16-warp build spilled 232 bytes at its 128 registers; 56 now). (The
+// forward walk keeps its fragment stores: there the copy loops cost registers instead.)
 __device__ __forceinline__ void dr_walk_store_tile(bf16 *dst, size_t ldg, const bf16 *s, int lds, int nrows,
                                                    int ncols, int width, int tid, int nthreads) {
     const bool vec = ncols == width && ldg % 8 == 0 && ((uintptr_t)dst & 15) == 0;
@@ -79,6 +79,29 @@ __device__ __forceinline__ void dr_walk_store_tile(bf16 *dst, size_t ldg, const 
         for (int e = tid; e < nrows * ncols; e += nthreads) {
             const int r = e / ncols, c = e % ncols;
             dst[(size_t)r * ldg + c] = s[r * lds + c];
+        }
+    }
+}
+
+// The same for a split block (Delta / dDelta as hi + lo pairs, chunk.cuh's dr_st_split2
+// layout: a row of 2 V bf16, each group of 8 columns g8.. its w = min(8, V - g8) hi values
+// then its w lo values): the tile's hi and lo (sh, sl: [64][lds], columns j0.. of the block)
+// rows [0, n) and columns [0, ncols) into row block P; two 16-byte stores a whole group where
+// V % 4 == 0 (16-byte aligned rows), else one element at a time.
+__device__ __forceinline__ void dr_walk_store_split_tile(bf16 *P, int V, int j0, const bf16 *sh, const bf16 *sl,
+                                                         int lds, int n, int ncols, int width, int tid,
+                                                         int nthreads) {
+    const bool vec = V % 4 == 0 && ((uintptr_t)P & 15) == 0;
+    const int w8 = width / 8;
+    for (int e = tid; e < n * w8; e += nthreads) {
+        const int r = e / w8, c = (e % w8) * 8, g8 = j0 + c, w = V - g8 < 8 ? V - g8 : 8;
+        if (c >= ncols) continue;
+        bf16 *ph = P + (size_t)r * 2 * V + 2 * g8, *pl = ph + w;
+        if (vec && w == 8) {
+            *reinterpret_cast<uint4 *>(ph) = *reinterpret_cast<const uint4 *>(sh + r * lds + c);
+            *reinterpret_cast<uint4 *>(pl) = *reinterpret_cast<const uint4 *>(sl + r * lds + c);
+        } else {
+            for (int u = 0; u < w; u++) ph[u] = sh[r * lds + c + u], pl[u] = sl[r * lds + c + u];
         }
     }
 }

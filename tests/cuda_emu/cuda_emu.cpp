@@ -420,6 +420,9 @@ void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, con
     if (batch > 1 && (epi != EMU_EPI_NONE || bias)) emu_die("a batched GEMM with an epilogue: not emulated");
     if (cd_f32 && (epi != EMU_EPI_NONE || bias)) emu_die("an fp32-output GEMM with an epilogue: not emulated");
     std::vector<float> a((size_t)m * k), b((size_t)k * n);  // op(A) row-major (m, k); op(B) column by column (n, k)
+    const int dgelu = epi == EMU_EPI_DGELU || epi == EMU_EPI_DGELU_BGRAD_F32 || epi == EMU_EPI_DGELU_BGRAD_BF16;
+    const int dgelu_bgrad = epi == EMU_EPI_DGELU_BGRAD_F32 || epi == EMU_EPI_DGELU_BGRAD_BF16;
+    std::vector<float> rowsum(dgelu_bgrad ? (size_t)m : 0, 0.f);  // DGELU_BGRAD: sum_j of row i
     for (int bi = 0; bi < batch; bi++) {
         const bf16 *Ab = A + bi * strideA, *Bb = B + bi * strideB;
         const bf16 *Cb = C && !cd_f32 ? (const bf16 *)C + bi * strideC : nullptr;
@@ -448,10 +451,16 @@ void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, con
                 if (epi == EMU_EPI_GELU_AUX) {
                     aux[at] = bf16(x);
                     x = gelu(x);
-                } else if (epi == EMU_EPI_DGELU) {
+                } else if (dgelu) {
                     x *= gelu_grad((float)aux[at]);
+                    if (dgelu_bgrad) rowsum[i] += x;
                 }
                 Db[at] = bf16(x);
+            }
+        if (dgelu_bgrad)
+            for (int i = 0; i < m; i++) {
+                if (epi == EMU_EPI_DGELU_BGRAD_F32) ((float *)bias)[i] = rowsum[i];
+                else ((bf16 *)bias)[i] = bf16(rowsum[i]);
             }
         if (epi == EMU_EPI_BGRADB_F32 || epi == EMU_EPI_BGRADB_BF16)
             for (int j = 0; j < n; j++) {

@@ -2,7 +2,9 @@
 // tokens (no data files needed), bf16, full steps (zero grads, forward, backward,
 // global norm, AdamW with clipping), timed with the host clock after a device
 // synchronize at the end of each step.
-//   bench_gpt2 [B] [T] [steps] [--json FILE]
+//   bench_gpt2 [B] [T] [steps] [--json FILE] [--set KEY VALUE]...
+// --set overrides a key of configs/gpt2-124m.conf as `hybrid train --set` does (e.g.
+// `--set classifier_chunk 8192`: the classifier's rows a chunk, for A/B runs in one call).
 // Prints ms/step (median), tokens/s, MFU (llm.c FLOPs/token convention against
 // 989.4 TFLOP/s dense bf16) and memory; then Muon's optimizer-step time against
 // AdamW's. With HYBRID_CUDA_PROFILE=1 it also prints the time per op family.
@@ -60,17 +62,22 @@ int main(int argc, char **argv) {
     int B = 64, T = 1024, steps = 20;
     const char *json = NULL;
     int pos = 0;
+    Config c;
+    config_defaults(&c);
+    config_load_file(&c, "configs/gpt2-124m.conf");
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--set") && i + 2 < argc) {
+            printf("bench_gpt2: --set %s %s\n", argv[i + 1], argv[i + 2]);
+            config_set_override(&c, argv[i + 1], argv[i + 2]);
+            i += 2;
+        }
         else if (pos == 0) B = atoi(argv[i]), pos++;
         else if (pos == 1) T = atoi(argv[i]), pos++;
         else if (pos == 2) steps = atoi(argv[i]), pos++;
     }
     if (cuda_device_count() < 1) die("bench_gpt2: no CUDA device");
     const Backend *be = backend_cuda();
-    Config c;
-    config_defaults(&c);
-    config_load_file(&c, "configs/gpt2-124m.conf");
     c.batch_size = B;
     c.seq_len = T;
     config_finalize(&c);
@@ -112,7 +119,12 @@ int main(int argc, char **argv) {
            mean, tps / 1e3, 100 * mfu, fpt / 1e6, PEAK_BF16 / 1e12);
     printf("  memory: backend peak %.2f GiB; device in use %.2f of %.2f GiB (context and libraries included)\n",
            peak / 1073741824.0, used / 1073741824.0, total / 1073741824.0);
-    printf("  last loss %.4f\n", loss);
+    printf("  last loss %.4f | classifier chunks of %d rows\n", loss, m.logits_rows);
+    const int bgrad = cuda_matmul_dgelu_bgrad_path();  // HYBRID_CUDA_DGELU_BGRAD: which path ran
+    printf("  MLP up-projection bias gradient: %s\n", bgrad == 1   ? "DGELU_BGRAD epilogue (fp32 sums)"
+                                                     : bgrad == 2 ? "DGELU_BGRAD epilogue (bf16 sums)"
+                                                     : bgrad == 0 ? "column-sum kernel"
+                                                                  : "not computed by matmul_backward_gelu");
     if (cuda_profile_enabled()) {
         printf("time per op family (CUDA events around each op; ms per step):\n");
         cuda_profile_print(stdout, steps);

@@ -6,11 +6,13 @@
 // bf16 outputs TOL_OUT 5e-3, bf16 gradients TOL_GRAD 8e-3, fp32 statistics, losses and
 // sums TOL_F32 1e-4. Checked: embed, layernorm, the fused add + layernorm, matmul (and
 // the plan cache over 300 shapes, and bit-identical repeated backwards), the
-// input-gradient-accumulating matmul_backward_acc, matmul_backward_dw_wide (dW summed in fp32
-// over calls, then into the bf16 gradient once), the fused matmul + GELU, attention forward/backward (bit-identical repeated backwards; our kernels,
-// then cuDNN's where the build has it), attention_cached (decode) against the CPU
-// and against the CUDA full forward's rows, GELU, add, scale, sum, sum_squares,
-// cross-entropy, separate and fused (crossentropy_forward_backward).
+// input-gradient-accumulating matmul_backward_acc, matmul_backward_dw_wide (dW summed in
+// fp32 over calls, then into the bf16 gradient once), the fused matmul + GELU (the up
+// projection's bias gradient both ways: column-sum kernel and DGELU_BGRAD epilogue),
+// attention forward/backward (bit-identical repeated backwards; our kernels, then cuDNN's
+// where the build has it), attention_cached (decode) against the CPU and against the CUDA
+// full forward's rows, GELU, add, scale, sum, sum_squares, cross-entropy, separate and
+// fused (crossentropy_forward_backward).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -323,7 +325,11 @@ static void test_matmul_many_shapes(void) {
     free(x), free(w), free(b), free(out);
 }
 
-// the optional fused ops (GELU in the GEMM epilogues) against matmul + gelu on the CPU
+// the optional fused ops (GELU in the GEMM epilogues) against matmul + gelu on the CPU. The
+// backward also sums dpre's columns into the up projection's bias gradient (dpre_bias), both
+// ways: the column-sum kernel and cuBLASLt's DGELU_BGRAD epilogue (cuda_matmul_set_dgelu_bgrad;
+// HYBRID_CUDA_DGELU_BGRAD in a run); parameter gradients twice from zero each way, then two
+// identical calls from the same state must give the same bits.
 static void test_matmul_gelu(int N, int C, int OC) {
     if (!G->core->matmul_gelu_forward || !G->core->matmul_backward_gelu) {
         printf("matmul+gelu: fused ops not in the table (HYBRID_CUDA_NO_FUSE)\n");
@@ -348,22 +354,57 @@ static void test_matmul_gelu(int N, int C, int OC) {
     float *w2 = host_rand(nw2, 1.f / sqrtf((float)OC), 0), *dy = host_rand(n2, 1, 0);
     float *pre_b = get_bf16(dpre, no), *act_b = get_bf16(dact, no);  // the GPU's own activations
     float *dact_ref = xmalloc(sizeof(float) * no), *dpre_ref = xmalloc(sizeof(float) * no);
-    float *gw2 = calloc(nw2, sizeof(float)), *gb2 = calloc(C2, sizeof(float));
+    float *gw2 = calloc(nw2, sizeof(float)), *gb2 = calloc(C2, sizeof(float)), *gbp = calloc(OC, sizeof(float));
     for (int rep = 0; rep < 2; rep++) cpu_matmul_backward(dact_ref, gw2, gb2, dy, act_b, w2, N, OC, C2);
     cpu_gelu_backward(dpre_ref, pre_b, dact_ref, no);
-    void *dw2 = dev_bf16(w2, nw2), *ddy = dev_bf16(dy, n2), *dgw2 = dev_bf16(NULL, nw2), *dgb2 = dev_bf16(NULL, C2),
-         *ddpre = dev_bf16(NULL, no);
-    for (int rep = 0; rep < 2; rep++) {
-        poison_bf16(ddpre, no);
-        G->core->matmul_backward_gelu(ddpre, dgw2, dgb2, ddy, dact, dw2, dpre, N, OC, C2);
+    // the up projection's bias gradient, twice: cpu_matmul_backward's column sums (double
+    // over the rows in order, added to the gradient once)
+    for (int rep = 0; rep < 2; rep++)
+        for (int o = 0; o < OC; o++) {
+            double sb = 0;
+            for (int i = 0; i < N; i++) sb += dpre_ref[(size_t)i * OC + o];
+            gbp[o] += (float)sb;
+        }
+    void *dw2 = dev_bf16(w2, nw2), *ddy = dev_bf16(dy, n2), *ddpre = dev_bf16(NULL, no);
+    for (int bgrad = 0; bgrad < 2; bgrad++) {
+        cuda_matmul_set_dgelu_bgrad(bgrad);
+        void *dgw2 = dev_bf16(NULL, nw2), *dgb2 = dev_bf16(NULL, C2), *dgbp = dev_bf16(NULL, OC);
+        for (int rep = 0; rep < 2; rep++) {
+            poison_bf16(ddpre, no);
+            G->core->matmul_backward_gelu(ddpre, dgw2, dgb2, dgbp, ddy, dact, dw2, dpre, N, OC, C2);
+        }
+        const int path = cuda_matmul_dgelu_bgrad_path();
+        const char *how = path == 1   ? "DGELU_BGRAD epilogue, fp32 sums"
+                          : path == 2 ? "DGELU_BGRAD epilogue, bf16 sums"
+                                      : "column-sum kernel";
+        printf("  dpre_bias by the %s%s\n", how, bgrad && !path ? " (cuBLASLt has no DGELU_BGRAD plan here)" : "");
+        // switched off: the kernel; on: the epilogue where cuBLASLt has a plan for it (the
+        // emulator always, with fp32 sums)
+        CHECK(bgrad || path == 0, "matmul_backward_gelu: the epilogue ran while switched off");
+        CHECK(path >= 0, "matmul_backward_gelu: no dpre_bias path recorded");
+#ifdef HYBRID_CUDA_EMU
+        CHECK(!bgrad || path == 1, "emulator: DGELU_BGRAD switched on did not take the epilogue's fp32 sums");
+#endif
+        cmp_bf16("backward dpre (dGELU epilogue)", ddpre, dpre_ref, no, TOL_GRAD);
+        cmp_bf16("backward dw (x2, accumulated)", dgw2, gw2, nw2, TOL_GRAD);
+        cmp_bf16("backward dbias (x2, accumulated)", dgb2, gb2, C2, TOL_GRAD);
+        cmp_bf16(bgrad ? "backward dpre_bias (x2, DGELU_BGRAD)"
+                       : "backward dpre_bias (x2, column sums)",
+                 dgbp, gbp, OC, TOL_GRAD);
+        // deterministic: the same call from the same state gives the same bits
+        void *sgbp = dev_clone_bf16(dgbp, OC), *sgw2 = dev_clone_bf16(dgw2, nw2), *sgb2 = dev_clone_bf16(dgb2, C2);
+        void *sdpre = dev_bf16(NULL, no);
+        G->core->matmul_backward_gelu(ddpre, dgw2, dgb2, dgbp, ddy, dact, dw2, dpre, N, OC, C2);
+        G->core->matmul_backward_gelu(sdpre, sgw2, sgb2, sgbp, ddy, dact, dw2, dpre, N, OC, C2);
+        CHECK(same_bf16(dgbp, sgbp, OC) && same_bf16(dgw2, sgw2, nw2) && same_bf16(dgb2, sgb2, C2) &&
+                  same_bf16(ddpre, sdpre, no),
+              "matmul_backward_gelu: two identical calls gave different bits");
+        G->free(dgw2), G->free(dgb2), G->free(dgbp), G->free(sgbp), G->free(sgw2), G->free(sgb2), G->free(sdpre);
     }
-    cmp_bf16("backward dpre (dGELU epilogue)", ddpre, dpre_ref, no, TOL_GRAD);
-    cmp_bf16("backward dw (x2, accumulated)", dgw2, gw2, nw2, TOL_GRAD);
-    cmp_bf16("backward dbias (x2, accumulated)", dgb2, gb2, C2, TOL_GRAD);
-    G->free(dx), G->free(dw), G->free(db), G->free(dpre), G->free(dact), G->free(dw2), G->free(ddy), G->free(dgw2);
-    G->free(dgb2), G->free(ddpre);
+    cuda_matmul_set_dgelu_bgrad(-1);
+    G->free(dx), G->free(dw), G->free(db), G->free(dpre), G->free(dact), G->free(dw2), G->free(ddy), G->free(ddpre);
     free(x), free(w), free(bias), free(pre), free(act), free(w2), free(dy), free(pre_b), free(act_b), free(dact_ref);
-    free(dpre_ref), free(gw2), free(gb2);
+    free(dpre_ref), free(gw2), free(gb2), free(gbp);
 }
 
 static void test_attention(int B, int T, int C, int NH) {

@@ -218,6 +218,30 @@ static void test_walk_tiles(const Prob *p, const DevIn *d, const void *od, const
     }
 }
 
+// Alternatives that must give the same bits, switched by environment variables read at each
+// call (kernels/delta_rule/): 0, the single gradient kernel (HYBRID_DR_GRAD_REF=1); 1, the
+// other Delta / dDelta workspace layout than the run's own (HYBRID_DR_DELTA_F32 flipped, so a
+// run under HYBRID_DR_DELTA_F32=1 compares the fp32 layout with the pairs too). alt_on returns
+// the variable's previous value for alt_off, which puts it back.
+static const char *const ALT[2][2] = {{"HYBRID_DR_GRAD_REF", "split = single kernel"},
+                                      {"HYBRID_DR_DELTA_F32", "Delta pairs = Delta fp32"}};
+static char *alt_on(int a) {
+    const char *cur = getenv(ALT[a][0]);
+    char *saved = cur ? xstrdup(cur) : NULL;
+    setenv(ALT[a][0], a == 1 && cur && cur[0] == '1' ? "0" : "1", 1);
+    return saved;
+}
+static void alt_off(int a, char *saved) {
+    if (saved)
+        setenv(ALT[a][0], saved, 1);
+    else
+        unsetenv(ALT[a][0]);
+    free(saved);
+}
+// the cases that also compare the two Delta layouts: unaligned K / V (the layout's partial
+// groups and plain copies), varlen, and K >= 128 (the full-width tile paths)
+static int layout_case(const Prob *p) { return p->K % 16 || p->V % 16 || p->offsets || p->K >= 128; }
+
 // forward o and hT, then backward dq dk dv dg dbeta dh0; with_h0 / with_dhT: NULL or given
 static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     printf("%s chunk B=%d T=%d H=%d K=%d V=%d%s h0=%s dhT=%s [%s]\n", kind_name(p->kind), p->B, p->T, p->H, p->K,
@@ -245,6 +269,18 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     P->fwd(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, (const real *)dh0p, p->scale, p->B, p->T,
                            p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
     cmp_bf16("forward o (hT NULL)", od, o, p->nv, TOL_OUT);
+    if (layout_case(p) && P == &PATHS[0]) {  // the other Delta layout: the output kernel reads it
+        void *ro = dev_bf16(NULL, p->nv);
+        float *rh = dev_f32(NULL, p->ns);
+        poison_bf16(ro, p->nv), poison_f32(rh, p->ns);
+        char *saved = alt_on(1);
+        P->fwd(p->kind, ro, (real *)rh, d.q, d.k, d.v, d.g, d.beta, (const real *)dh0p, p->scale, p->B, p->T, p->H,
+               p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
+        alt_off(1, saved);
+        same_bits_bf16("forward o, Delta pairs = Delta fp32", od, ro, p->nv);
+        same_bits_f32("forward hT, Delta pairs = Delta fp32", hTd, rh, p->ns);
+        G->free(ro), G->free(rh);
+    }
     G->free(wg);
 
     // backward
@@ -271,18 +307,19 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     if (dgd) cmp_bf16("backward dg", dgd, dg, p->ng, TOL_GB);
     cmp_bf16("backward dbeta", dbd, db, p->nb, TOL_GB);
     cmp_f32("backward dh0 (fp32)", dh0d, dh0, p->ns, TOL_F32);
-    // the split gradient kernels against the single one (HYBRID_DR_GRAD_REF=1) on every case: the
-    // same bits
-    static const char *const ALT[1][2] = {{"HYBRID_DR_GRAD_REF", "split = single kernel"}};
-    for (int a = 0; a < 1 && P == &PATHS[0]; a++) {
+    // the split gradient kernels against the single one (HYBRID_DR_GRAD_REF=1) on every case, and
+    // on the unaligned, varlen and K = 128 / 256 cases the other Delta / dDelta layout (hi + lo
+    // pairs against fp32, HYBRID_DR_DELTA_F32; each check is a backward more of emulator time):
+    // the same bits
+    for (int a = 0; a < (layout_case(p) ? 2 : 1) && P == &PATHS[0]; a++) {
         void *rq = dev_bf16(NULL, p->nq), *rk = dev_bf16(NULL, p->nq), *rv = dev_bf16(NULL, p->nv),
              *rg = p->g ? dev_bf16(NULL, p->ng) : NULL, *rb = dev_bf16(NULL, p->nb);
         poison_bf16(rq, p->nq), poison_bf16(rk, p->nq), poison_bf16(rv, p->nv), poison_bf16(rb, p->nb);
         if (rg) poison_bf16(rg, p->ng);
-        setenv(ALT[a][0], "1", 1);
+        char *saved = alt_on(a);
         P->bwd(p->kind, rq, rk, rv, rg, rb, NULL, d.dout, (const real *)ddhT, d.q, d.k, d.v, d.g, d.beta,
                (const real *)dh0p, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
-        unsetenv(ALT[a][0]);
+        alt_off(a, saved);
         char what[96];
         snprintf(what, sizeof what, "backward dq, %s", ALT[a][1]);
         same_bits_bf16(what, dqd, rq, p->nq);

@@ -88,9 +88,11 @@ typedef struct CoreOps {
     void (*matmul_gelu_forward)(real *act, real *pre, const real *inp, const real *w, const real *bias, int N, int C,
                                 int OC);
     // matmul_backward of a layer whose input is act = gelu(pre), with gelu_backward folded
-    // in: dpre = (dout @ w) * gelu'(pre) (written), dw += dout^T @ act, dbias += sum_rows dout
-    void (*matmul_backward_gelu)(real *dpre, real *dw, real *dbias, const real *dout, const real *act, const real *w,
-                                 const real *pre, int N, int C, int OC);
+    // in: dpre = (dout @ w) * gelu'(pre) (written), dw += dout^T @ act, dbias += sum_rows dout;
+    // and, when dpre_bias is given (C values), dpre_bias += sum_rows dpre: the bias gradient
+    // of the layer that made pre, so that its matmul_backward gets no dbias (the GELU MLP)
+    void (*matmul_backward_gelu)(real *dpre, real *dw, real *dbias, real *dpre_bias, const real *dout,
+                                 const real *act, const real *w, const real *pre, int N, int C, int OC);
     // res = a + b (written, n = N*C), then layernorm_forward(out, mean, rstd, res, w, bias)
     // in one pass (the norm sees res as stored)
     void (*add_layernorm_forward)(real *res, real *out, real *mean, real *rstd, const real *a, const real *b,
