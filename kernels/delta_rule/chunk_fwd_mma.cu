@@ -5,6 +5,7 @@
 // memory), every accumulator, and the state h (registers of the walk; bf16 only as an MMA
 // operand and in the workspace copy that the output kernel multiplies by).
 #include "kernels/delta_rule/chunk.cuh"
+#include "kernels/delta_rule/walk.cuh"
 
 #define DRM_THREADS 256  // prep and walk: 8 warps
 #define DRO_THREADS 128  // output: 4 warps, one 16-row m-tile each
@@ -540,44 +541,53 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     }
 }
 
-// ---- walk: one block per (sequence, head, V-tile of 64), the chunks in order ------------
-// The state tile h [KP][64] lives in registers as fp32 MMA accumulators: warp w owns the
-// 16-row m-tiles w and w + 8 (K <= 256), all 8 column tiles. Per chunk:
+// ---- walk: one block per (sequence, head, V-tile of BV), the chunks in order ------------
+// The state tile h [KP][BV] lives in registers as fp32 MMA accumulators: warp w owns the
+// 16-row m-tiles w + 8u (u < MU: MU = 1 for K <= 128, 2 up to 256), all BV / 8 column tiles.
+// Per chunk:
 //   a. h[n] goes to shared memory as hi + lo (the B operand) and to the workspace; W and Ke of
 //      the chunk (hi + lo) arrive by cp.async, W issued during the previous chunk's step c and
 //      Ke during its last barrier, so each load overlaps a compute step without a second buffer;
-//   b. Delta = U - W h[n]: warp (m-tile w % 4, columns 32 (w / 4)..), A = W, B = h; Delta
-//      overwrites U in the workspace (fp32) and goes to shared memory (hi + lo);
+//   b. Delta = U - W h[n]: warp (m-tile w % 4, columns BV / 2 (w / 4)..), A = W, B = h; after a
+//      barrier (every warp has read h) Delta overwrites U in the workspace (fp32) and h in
+//      shared memory (hi + lo: h is spent until the next chunk's step a);
 //   c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta: A = Ke^T (the transposing ldmatrix), B = Delta.
-// Every product on three MMAs (hi hi + hi lo + lo hi).
-// Shared memory (bf16): W, Wl, Ke, Kel [64][LK]; h, hl [KP][72]; Delta, Deltal [64][72].
-static size_t walk_mma_smem(int K) {
-    const size_t KP = dr_pad16(K), LK = KP + DR_PAD;
-    return (4 * DR_BT * LK + 2 * KP * 72 + 2 * DR_BT * 72) * 2;
+// Every product on three MMAs (hi hi + hi lo + lo hi). Each column's operations and their order
+// are the same for any BV, so the tile (walk.cuh) changes no bit.
+// Shared memory (bf16): W, Wl, Ke, Kel [64][LK]; h, hl (then Delta, Deltal) [max(KP, 64)][BV + 8].
+// K = V = 128, BV = 64: 104 KiB (122 before Delta shared h's buffer), so two blocks an SM with
+// MU = 1's 128 registers; 256 blocks at B8 H16 fit one wave of 264 on the H200's 132 SMs.
+static size_t walk_mma_smem(int K, int BV) {
+    const size_t KP = dr_pad16(K), LK = KP + DR_PAD, HR = KP > DR_BT ? KP : DR_BT;
+    return (4 * DR_BT * LK + 2 * HR * (BV + DR_PAD)) * 2;
 }
 
-__global__ void __launch_bounds__(DRM_THREADS)
+template <int BV, int MU>
+__global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 blocks an SM, <= 128 registers
     dr_walk_mma_kernel(DrWsMma ws, float *hT, const float *h0, int Tlen, int H, int K, int V, const int *offsets) {
+    // NT column tiles of the state, NB of a warp's Delta (BV / 2 columns)
+    constexpr int NT = BV / 8, NB = BV / 16;
+    static_assert(BV % 32 == 0, "step b: pairs of 8-column tiles in each warp's half");
     // blockIdx.x = sequence * V-tiles + V-tile: a sequence's V-tiles run side by side and
     // share W and Ke through L2
-    const int vt = (V + DR_MBV - 1) / DR_MBV, s = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * DR_MBV;
+    const int vt = (V + BV - 1) / BV, s = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * BV;
     const int tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
-    const int KP = dr_pad16(K), LK = KP + DR_PAD, LH = DR_MBV + DR_PAD, nmt = KP / 16;
-    const int bv = V - j0 < DR_MBV ? V - j0 : DR_MBV;
+    const int KP = dr_pad16(K), LK = KP + DR_PAD, LH = BV + DR_PAD, nmt = KP / 16, HR = KP > C ? KP : C;
+    const int bv = V - j0 < BV ? V - j0 : BV;
     DYNAMIC_SMEM(bf16, sm);
-    bf16 *Wh = sm, *Wl = Wh + C * LK, *Kh = Wl + C * LK, *Kl = Kh + C * LK, *hh = Kl + C * LK, *hl = hh + KP * LH,
-         *Dh = hl + KP * LH, *Dl = Dh + C * LH;
+    bf16 *Wh = sm, *Wl = Wh + C * LK, *Kh = Wl + C * LK, *Kl = Kh + C * LK, *hh = Kl + C * LK, *hl = hh + HR * LH,
+         *Dh = hh, *Dl = hl;  // Delta [64][LH] over h (step b)
     int bos, len;
     dr_seq_range(offsets, Tlen, s, &bos, &len);
     const int base = dr_seq_base(bos, s), nch = (len + C - 1) / C;
     const size_t task = (size_t)s * H + h;  // (N, H, K, V) states
 
     // h: hacc[u][nt] is the C fragment of rows 16 (warp + 8u).., columns 8 nt..
-    float hacc[2][8][4];
+    float hacc[MU][NT][4];
 #pragma unroll
-    for (int u = 0; u < 2; u++)
+    for (int u = 0; u < MU; u++)
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++)
+        for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
@@ -608,10 +618,10 @@ __global__ void __launch_bounds__(DRM_THREADS)
         const size_t sh = (size_t)(base + ci) * H + h;
         bf16 *hg = ws.h + sh * K * V, *hgl = ws.hl ? ws.hl + sh * K * V : NULL;  // (lo: the backward's only)
         float *Ug = ws.U + sh * C * V;
-        const int mtb = warp & 3, c0 = (warp >> 2) * 32;
-        float uv[4][4];  // this thread's U entries of step b, loaded early
+        const int mtb = warp & 3, c0 = (warp >> 2) * (BV / 2);
+        float uv[NB][4];  // this thread's U entries of step b, loaded early
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+        for (int nt = 0; nt < NB; nt++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = mtb * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1);
@@ -619,10 +629,10 @@ __global__ void __launch_bounds__(DRM_THREADS)
             }
         // a. h[n] to shared memory and the workspace (while the tiles are in flight)
 #pragma unroll
-        for (int u = 0; u < 2; u++)
+        for (int u = 0; u < MU; u++)
             if (warp + 8 * u < nmt)
 #pragma unroll
-                for (int nt = 0; nt < 8; nt++)
+                for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
@@ -637,13 +647,13 @@ __global__ void __launch_bounds__(DRM_THREADS)
         // b. Delta = U - W h[n]
         {
             const int mt = mtb;
-            float acc[4][4] = {};
+            float acc[NB][4] = {};
             for (int kk = 0; kk < nmt; kk++) {
                 uint32_t ah[4], al[4];
                 dr_lda(ah, Wh, LK, mt * 16, kk * 16, lane);
                 dr_lda(al, Wl, LK, mt * 16, kk * 16, lane);
 #pragma unroll
-                for (int p = 0; p < 2; p++) {
+                for (int p = 0; p < NB / 2; p++) {
                     uint32_t bh[4], bl[4];
                     dr_ldb_kn(bh, hh, LH, kk * 16, c0 + p * 16, lane);
                     dr_ldb_kn(bl, hl, LH, kk * 16, c0 + p * 16, lane);
@@ -651,8 +661,9 @@ __global__ void __launch_bounds__(DRM_THREADS)
                     dr_mma3(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
                 }
             }
+            __syncthreads();  // every warp has read h: Delta takes its buffer
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++)
+            for (int nt = 0; nt < NB; nt++)
 #pragma unroll
                 for (int e2 = 0; e2 < 4; e2 += 2) {  // columns jj, jj + 1 of row r
                     const int r = mt * 16 + gq + (e2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4;
@@ -666,12 +677,12 @@ __global__ void __launch_bounds__(DRM_THREADS)
         if (ci + 1 < nch) issue_w(ci + 1);
         // c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta
 #pragma unroll
-        for (int u = 0; u < 2; u++)
+        for (int u = 0; u < MU; u++)
             if (warp + 8 * u < nmt) {
                 const int m0 = (warp + 8 * u) * 16, i0 = m0 + gq, i1 = i0 + 8;
                 const float e0 = i0 < K ? ws.ge[sh * K + i0] : 0.f, e1 = i1 < K ? ws.ge[sh * K + i1] : 0.f;
 #pragma unroll
-                for (int nt = 0; nt < 8; nt++) {
+                for (int nt = 0; nt < NT; nt++) {
                     hacc[u][nt][0] *= e0, hacc[u][nt][1] *= e0;
                     hacc[u][nt][2] *= e1, hacc[u][nt][3] *= e1;
                 }
@@ -681,7 +692,7 @@ __global__ void __launch_bounds__(DRM_THREADS)
                     dr_lda_t(ah, Kh, LK, m0, kk * 16, lane);
                     dr_lda_t(al, Kl, LK, m0, kk * 16, lane);
 #pragma unroll
-                    for (int p = 0; p < 4; p++) {
+                    for (int p = 0; p < NT / 2; p++) {
                         uint32_t bh[4], bl[4];
                         dr_ldb_kn(bh, Dh, LH, kk * 16, p * 16, lane);
                         dr_ldb_kn(bl, Dl, LH, kk * 16, p * 16, lane);
@@ -695,15 +706,32 @@ __global__ void __launch_bounds__(DRM_THREADS)
     }
     if (hT)
 #pragma unroll
-        for (int u = 0; u < 2; u++)
+        for (int u = 0; u < MU; u++)
             if (warp + 8 * u < nmt)
 #pragma unroll
-                for (int nt = 0; nt < 8; nt++)
+                for (int nt = 0; nt < NT; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
                         const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
                         if (i < K && jj < bv) hT[(task * K + i) * V + j0 + jj] = hacc[u][nt][e];
                     }
+}
+
+// Launches the walk for N sequences at the tile of walk.cuh's choice: BV = 32 or 64,
+// MU = 1 (K <= 128: 2 blocks an SM where the shared memory allows) or 2.
+template <int MU>
+static void dr_walk_launch(const DrWsMma *ws, float *hT, const float *h0, int T, int H, int K, int V,
+                           const int *offsets, int N) {
+    const int rb = MU == 1 ? 2 : 1;
+    const DrWalkTile tiles[2] = {{32, walk_mma_smem(K, 32), rb}, {64, walk_mma_smem(K, 64), rb}};
+    const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_WALK_BV");
+    const unsigned vt = (unsigned)((V + tiles[a].bv - 1) / tiles[a].bv);
+    if (tiles[a].bv == 32)
+        launch_kernel(dr_walk_mma_kernel<32, MU>, dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T,
+                      H, K, V, offsets);
+    else
+        launch_kernel(dr_walk_mma_kernel<64, MU>, dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T,
+                      H, K, V, offsets);
 }
 
 // ---- output: one block per (chunk slot, head, V-tile of 64), 4 warps ---------------------
@@ -851,8 +879,8 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     }
     {
         PROFILE("delta_chunk/walk");
-        launch_kernel(dr_walk_mma_kernel, dim3(N * vt, H), dim3(DRM_THREADS), walk_mma_smem(K), *ws, hT, h0, T, H, K,
-                      V, offsets);
+        if (dr_pad16(K) <= 128) dr_walk_launch<1>(ws, hT, h0, T, H, K, V, offsets, N);
+        else dr_walk_launch<2>(ws, hT, h0, T, H, K, V, offsets, N);
     }
     if (slots > 0 && o) {
         PROFILE("delta_chunk/output");

@@ -173,6 +173,51 @@ static void same_bits_f32(const char *what, const float *a, const float *b, size
     free(x), free(y);
 }
 
+// The walks' V tiles (kernels/delta_rule/walk.cuh): the launch picks one from the shape and
+// the SM count, so every tile must give the same bits. Runs the tensor-core forward and
+// backward with each tile forced (HYBRID_DR_WALK_BV, HYBRID_DR_BWALK_BV; a tile that the shape
+// does not fit falls back to the picked one) and compares every output with the default run's.
+static void test_walk_tiles(const Prob *p, const DevIn *d, const void *od, const float *hTd, const void *dqd,
+                            const void *dkd, const void *dvd, const void *dgd, const void *dbd, const float *dh0d,
+                            int with_h0, int with_dhT) {
+    static const char *const TILES[2][2] = {{"32", "32"}, {"64", "128"}};
+    const float *dh0p = with_h0 ? d->h0 : NULL, *ddhT = with_dhT ? d->dhT : NULL;
+    for (int a = 0; a < 2; a++) {
+        void *o2 = dev_bf16(NULL, p->nv), *wg = gpu_ws(p, 1), *rq = dev_bf16(NULL, p->nq), *rk = dev_bf16(NULL, p->nq),
+             *rv = dev_bf16(NULL, p->nv), *rg = p->g ? dev_bf16(NULL, p->ng) : NULL, *rb = dev_bf16(NULL, p->nb);
+        float *h2 = dev_f32(NULL, p->ns), *r0 = dev_f32(NULL, p->ns);
+        poison_bf16(o2, p->nv), poison_f32(h2, p->ns), poison_f32(r0, p->ns);
+        poison_bf16(rq, p->nq), poison_bf16(rk, p->nq), poison_bf16(rv, p->nv), poison_bf16(rb, p->nb);
+        if (rg) poison_bf16(rg, p->ng);
+        setenv("HYBRID_DR_WALK_BV", TILES[a][0], 1);
+        setenv("HYBRID_DR_BWALK_BV", TILES[a][1], 1);
+        P->fwd(p->kind, o2, (real *)h2, d->q, d->k, d->v, d->g, d->beta, (const real *)dh0p, p->scale, p->B, p->T,
+               p->H, p->K, p->V, d->offsets, p->nseq, CHUNK, wg);
+        P->bwd(p->kind, rq, rk, rv, rg, rb, (real *)r0, d->dout, (const real *)ddhT, d->q, d->k,
+               d->v, d->g, d->beta, (const real *)dh0p, p->scale, p->B, p->T, p->H, p->K, p->V, d->offsets, p->nseq,
+               CHUNK, wg);
+        unsetenv("HYBRID_DR_WALK_BV");
+        unsetenv("HYBRID_DR_BWALK_BV");
+        char what[96];
+#define SAME(kind, name, x, y, n)                                                                  \
+    snprintf(what, sizeof what, "%s, walk tiles %s / %s", name, TILES[a][0], TILES[a][1]); \
+    same_bits_##kind(what, x, y, n)
+        SAME(bf16, "forward o", od, o2, p->nv);
+        SAME(f32, "forward hT", hTd, h2, p->ns);
+        SAME(bf16, "backward dq", dqd, rq, p->nq);
+        SAME(bf16, "backward dk", dkd, rk, p->nq);
+        SAME(bf16, "backward dv", dvd, rv, p->nv);
+        if (rg) {
+            SAME(bf16, "backward dg", dgd, rg, p->ng);
+        }
+        SAME(bf16, "backward dbeta", dbd, rb, p->nb);
+        SAME(f32, "backward dh0", dh0d, r0, p->ns);
+#undef SAME
+        G->free(o2), G->free(wg), G->free(rq), G->free(rk), G->free(rv), G->free(rb), G->free(h2), G->free(r0);
+        if (rg) G->free(rg);
+    }
+}
+
 // Alternatives that must give the same bits, switched by environment variables read at each
 // call (kernels/delta_rule/): 0, the single gradient kernel (HYBRID_DR_GRAD_REF=1); 1, the
 // other Delta / dDelta workspace layout than the run's own (HYBRID_DR_DELTA_F32 flipped, so a
@@ -290,6 +335,8 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
         if (rg) G->free(rg);
     }
     G->free(wg);
+    if (P == &PATHS[0] && with_h0 && with_dhT)  // (once a case: the variants add no tile path)
+        test_walk_tiles(p, &d, od, hTd, dqd, dkd, dvd, dgd, dbd, dh0d, with_h0, with_dhT);
     G->free(od), G->free(hTd), G->free(dqd), G->free(dkd), G->free(dvd), G->free(dbd), G->free(dh0d);
     if (dgd) G->free(dgd);
     free(o), free(hT), free(dq), free(dk), free(dv), free(dg), free(db), free(dh0);
