@@ -29,8 +29,8 @@ static inline int grad_row_chunks(size_t rows, int *chunks) {
 // warps stage GRAD_RED_TILE chunks at a time into shared memory (each thread GRAD_RED_TILE /
 // GRAD_RED_WARPS independent loads in flight, two buffers), and its first warp adds them in
 // order, one lane per i. (The first version, one thread per i walking its 1,024 chunks with a
-// few loads in flight and 24 blocks for the 3,072 conv weights, was latency-bound: docs/
-// delta-rule.md, "CUDA kernels".)
+// few loads in flight and 24 blocks for the 3,072 conv weights, was latency-bound:
+// docs/delta-rule.md, "CUDA kernels".)
 #define GRAD_RED_COLS 32   // outputs per block: one lane of the adding warp each
 #define GRAD_RED_WARPS 8   // warps loading
 #define GRAD_RED_TILE 128  // chunks per staged tile (two tiles: 32 KiB)
