@@ -172,13 +172,15 @@ typedef struct {
     Buf q, k, v, g, beta, o, dout, dq, dk, dv, dg, dbeta, ws;
 } Case;
 
-static void run_fwd(Case *c) {
+static void run_fwd(void *arg) {
+    Case *c = arg;
     const Shape *s = &c->s;
     c->t->delta_chunk_forward(c->kind, (real *)c->o.p, NULL, (const real *)c->q.p, (const real *)c->k.p,
                               (const real *)c->v.p, (const real *)c->g.p, (const real *)c->beta.p, NULL, c->scale,
                               s->B, s->T, s->H, s->K, s->V, NULL, s->B, c->chunk, c->ws.p);
 }
-static void run_bwd(Case *c) {
+static void run_bwd(void *arg) {
+    Case *c = arg;
     const Shape *s = &c->s;
     c->t->delta_chunk_backward(c->kind, (real *)c->dq.p, (real *)c->dk.p, (real *)c->dv.p, (real *)c->dg.p,
                                (real *)c->dbeta.p, NULL, (const real *)c->dout.p, NULL, (const real *)c->q.p,
@@ -186,7 +188,7 @@ static void run_bwd(Case *c) {
                                (const real *)c->beta.p, NULL, c->scale, s->B, s->T, s->H, s->K, s->V, NULL, s->B,
                                c->chunk, c->ws.p);
 }
-static void run_fwdbwd(Case *c) {
+static void run_fwdbwd(void *c) {
     run_fwd(c);
     run_bwd(c);
 }
@@ -199,7 +201,8 @@ typedef struct {
     size_t peak_bytes, device_used_bytes;
 } Record;
 
-static void time_pass(Case *c, void (*fn)(Case *), int warmup, int reps, double *med, double *mn) {
+// One pass (fn on its case c) timed: warmup runs, then reps timed alone; median and min in ms
+static void time_pass(void *c, void (*fn)(void *), int warmup, int reps, double *med, double *mn) {
     double *t = xmalloc(sizeof(double) * (size_t)reps);
     for (int i = -warmup; i < reps; i++) {
 #ifndef HYBRID_CUDA_EMU
@@ -267,34 +270,18 @@ typedef struct {
     Buf x, w, y, dy, dx, dw;
 } ConvCase;
 
-static void conv_fwd(ConvCase *c) {
+static void conv_fwd(void *arg) {
+    ConvCase *c = arg;
     const ConvShape *s = &c->s;
     c->t->short_conv_forward((real *)c->y.p, NULL, (const real *)c->x.p, (const real *)c->w.p, NULL, NULL, s->B, s->T,
                              s->D, s->W, NULL, 0, 1);
 }
-static void conv_bwd(ConvCase *c) {
+static void conv_bwd(void *arg) {
+    ConvCase *c = arg;
     const ConvShape *s = &c->s;
     c->t->short_conv_backward((real *)c->dx.p, (real *)c->dw.p, NULL, NULL, (const real *)c->dy.p, NULL,
                               (const real *)c->x.p, (const real *)c->w.p, NULL, NULL, s->B, s->T, s->D, s->W, NULL, 0,
                               1);
-}
-
-static void time_conv(ConvCase *c, void (*fn)(ConvCase *), int warmup, int reps, double *med, double *mn) {
-    double *t = xmalloc(sizeof(double) * (size_t)reps);
-    for (int i = -warmup; i < reps; i++) {
-#ifndef HYBRID_CUDA_EMU
-        if (i == 0 && cuda_profile_enabled()) cuda_profile_reset();  // the timed repetitions only
-#endif
-        bench_timer_start(be);
-        fn(c);
-        double ms = bench_timer_stop_ms(be);
-        if (i >= 0) t[i] = ms;
-    }
-#ifndef HYBRID_CUDA_EMU
-    if (cuda_profile_enabled()) cuda_profile_print(stdout, reps);  // as time_pass
-#endif
-    bench_median_min(t, reps, med, mn);
-    free(t);
 }
 
 static void run_conv(const DeltaRuleOps *t, ConvShape s, int warmup, int reps, uint64_t seed) {
@@ -312,11 +299,11 @@ static void run_conv(const DeltaRuleOps *t, ConvShape s, int warmup, int reps, u
     be->zero((real *)c.dw.p, nw);
     char shape[64];
     snprintf(shape, sizeof shape, "%d,%d,%d,%d", s.B, s.T, s.D, s.W);
-    void (*fns[2])(ConvCase *) = {conv_fwd, conv_bwd};
+    void (*fns[2])(void *) = {conv_fwd, conv_bwd};
     const double bytes[2] = {4.0 * n, 6.0 * n};
     for (int p = 0; p < 2; p++) {
         double med, mn;
-        time_conv(&c, fns[p], warmup, reps, &med, &mn);
+        time_pass(&c, fns[p], warmup, reps, &med, &mn);
         printf("conv %-22s %-7s %10.3f %10.3f %9.0f\n", shape, p ? "bwd" : "fwd", med, mn, bytes[p] / (med * 1e6));
         fflush(stdout);
     }
@@ -464,7 +451,7 @@ int main(int argc, char **argv) {
             if (live - live0 != g_held)
                 printf("note: the backend holds %zu bytes more than this program allocated\n", live - live0 - g_held);
 #endif
-            void (*fns[3])(Case *) = {run_fwd, run_bwd, run_fwdbwd};
+            void (*fns[3])(void *) = {run_fwd, run_bwd, run_fwdbwd};
             for (int p = 0; p < 3; p++) {
                 Record *r = &rec[nrec++];
                 r->kind = kname;
