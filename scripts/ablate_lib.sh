@@ -47,14 +47,17 @@ inspect_field() {
     esac
 }
 
-# models_row TAG RATIO INSPECT [INSPECT_MQAR]: a line of models.tsv (scripts/ablate_summary.py
-# reads it; models_header is its first line); RATIO "-" for the GPT-2 baseline
-models_header() { printf 'model\tlayers\tparams\tactive\tactive_nonemb\tmflop_lm\tmflop_mqar\tratio\n'; }
+# models_row TAG RATIO INSPECT [INSPECT_MQAR [VARIANT]]: a line of models.tsv
+# (scripts/ablate_summary.py reads it; models_header is its first line); RATIO "-" for the
+# GPT-2 baseline; VARIANT "-" for a model of the family as configured, "rope" for the 0:1 arm
+# with RoPE on its MLA (scripts/ablate_ratio.sh, ROPE_ARM), which shares its ratio with 0:1
+models_header() { printf 'model\tlayers\tparams\tactive\tactive_nonemb\tmflop_lm\tmflop_mqar\tratio\tvariant\n'; }
 models_row() {
     mq=-
     [ -z "${4:-}" ] || [ ! -f "$4" ] || mq=$(inspect_field "$4" mflop)
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$(inspect_field "$3" layers)" "$(inspect_field "$3" params)" \
-        "$(inspect_field "$3" active)" "$(inspect_field "$3" active_nonemb)" "$(inspect_field "$3" mflop)" "$mq" "$2"
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$(inspect_field "$3" layers)" "$(inspect_field "$3" params)" \
+        "$(inspect_field "$3" active)" "$(inspect_field "$3" active_nonemb)" "$(inspect_field "$3" mflop)" "$mq" "$2" \
+        "${5:--}"
 }
 
 # ratio_pattern RATIO LAYERS: "3:1" 16 -> "KKKM x4" (KDA:MLA; the period a+b must divide LAYERS)

@@ -22,6 +22,10 @@
 #   BASELINE    empty: none; gpt2: a GPT-2 (A layers, LayerNorm, learned positions, GELU,
 #               biases) at the family's width whose active non-embedding parameters match the
 #               MATCH ratio's (default 3:1, else the first ratio) [gpt2]
+#   ROPE_ARM    1: with 0:1 among RATIOS, one more model, 0-1-rope ("KDA:MLA 0:1 + RoPE"): the
+#               0:1 model with RoPE on its MLA's decoupled slice (mla_rope = true; the KL
+#               family's MLA is NoPE, so its all-MLA end has no position signal); the same
+#               tasks, lrs, seeds and budget as every model; 0: none; default 0 [1]
 #   LRS         learning rates of the sweep, default the base config's lr [1e-3 2e-3 4e-3]
 #   SEEDS       seeds, default the base config's seed [0 1]
 #   SEED_SWEEP  best: the lr sweep at the first seed, the other seeds at each model's best lr;
@@ -53,7 +57,8 @@
 #   PLOT        0 skips the PNGs (and the matplotlib check)
 # Layout: OUT/<model>/{lm,mqar}.conf (the model's config for each task), inspect*.txt;
 # OUT/<model>/<task>/lr<LR>_s<SEED>/ one run (metrics.jsonl, train.log, checkpoints, a `done`
-# or `failed` marker, mqar_eval.jsonl); <model> is the ratio with '-' (3-1) or gpt2.
+# or `failed` marker, mqar_eval.jsonl); <model> is the ratio with '-' (3-1), 0-1-rope (ROPE_ARM)
+# or gpt2.
 set -eu
 cd "$(dirname "$0")/.."
 . scripts/ablate_lib.sh
@@ -77,6 +82,7 @@ if [ "$PRESET" = gpu ]; then
     LAYERS=${LAYERS:-16}
     MOE=${MOE-0}
     BASELINE=${BASELINE-gpt2}
+    ROPE_ARM=${ROPE_ARM:-1}
     LRS=${LRS:-"1e-3 2e-3 4e-3"}
     SEEDS=${SEEDS:-"0 1"}
     STEPS=${STEPS:-250}
@@ -95,6 +101,7 @@ name=$(basename "$BASE" .conf)
 LAYERS=${LAYERS:-8}
 MOE=${MOE:-}
 BASELINE=${BASELINE:-}
+ROPE_ARM=${ROPE_ARM:-0}
 LRS=${LRS:-$(conf_get "$BASE" lr)}
 LRS=${LRS:-6e-4}
 SEEDS=${SEEDS:-$(conf_get "$BASE" seed)}
@@ -114,6 +121,7 @@ for a in "$@"; do
     esac
 done
 case $SEED_SWEEP in best|all) ;; *) echo "ablate: SEED_SWEEP is best or all, not '$SEED_SWEEP'" >&2; exit 2;; esac
+case $ROPE_ARM in 0|1) ;; *) echo "ablate: ROPE_ARM is 0 or 1, not '$ROPE_ARM'" >&2; exit 2;; esac
 # --device and --threads among the extra options also go to eval-mqar
 EVAL_OPTS=""
 prev=""
@@ -214,19 +222,20 @@ model_conf() {  # TAG TASK -> OUT/TAG/TASK.conf from OUT/TAG/model.conf
 }
 MODELS=""
 models_header > "$OUT/models.tsv"
-add_model() {  # TAG RATIO [extra options]
-    tag=$1 ratio=$2
-    shift 2
+add_model() {  # TAG RATIO VARIANT [extra options]
+    tag=$1 ratio=$2 variant=$3
+    shift 3
     for t in $TASKS; do
         model_conf "$tag" "$t" "$@" || {
             echo "ablate: model $tag ($t) rejected by hybrid inspect:" >&2
             tail -n 3 "$OUT/$tag/inspect_$t.txt" >&2
             grep -q "unknown layer type 'K'" "$OUT/$tag/inspect_$t.txt" &&
                 echo "  (this build has no KDA layers yet: merge the \`layers\` branch)" >&2
+            [ "$variant" != rope ] || echo "  (the RoPE arm needs an even mla_rope_dim >= 2; ROPE_ARM=0 leaves it out)" >&2
             exit 1
         }
     done
-    models_row "$tag" "$ratio" "$OUT/$tag/inspect_lm.txt" "$OUT/$tag/inspect_mqar.txt" >> "$OUT/models.tsv"
+    models_row "$tag" "$ratio" "$OUT/$tag/inspect_lm.txt" "$OUT/$tag/inspect_mqar.txt" "$variant" >> "$OUT/models.tsv"
     MODELS="${MODELS:+$MODELS }$tag"
 }
 match_ratio=${MATCH:-}
@@ -238,7 +247,21 @@ for r in $RATIOS; do
     [ -z "${MODEL_CONF:-}" ] || conf_merge "$OUT/$tag/model.conf" "$MODEL_CONF"
     conf_set "$OUT/$tag/model.conf" layers "$layers"
     [ -z "$MOE" ] || [ "$MOE" != 0 ] || conf_set "$OUT/$tag/model.conf" moe_experts 0
-    add_model "$tag" "$r" "$@"
+    add_model "$tag" "$r" - "$@"
+    # the RoPE arm right after 0:1 (its row next to 0:1's in the tables): the same model.conf
+    # with the MLA's decoupled slice rotated (docs/hybrid.md, "RoPE on the decoupled slice");
+    # (mla_rope adds no parameters and touches no other model's config, so no other run's
+    # identity changes)
+    if [ "$ROPE_ARM" = 1 ] && [ "$r" = 0:1 ]; then
+        if [ "$(conf_get "$OUT/$tag/model.conf" mla_rope)" = true ]; then
+            say "ROPE_ARM: the 0:1 model already has mla_rope = true; no separate RoPE arm"
+        else
+            mkdir -p "$OUT/$tag-rope"
+            cp "$OUT/$tag/model.conf" "$OUT/$tag-rope/model.conf"
+            conf_set "$OUT/$tag-rope/model.conf" mla_rope true
+            add_model "$tag-rope" "$r" rope "$@"
+        fi
+    fi
     [ -n "$match_ratio" ] || match_ratio=$r
     case " $RATIOS " in *" 3:1 "*) [ -n "${MATCH:-}" ] || match_ratio=3:1;; esac
 done
@@ -256,7 +279,7 @@ if [ "$BASELINE" = gpt2 ]; then
     echo "GPT-2 baseline: d_model $d, $l layers, $h heads: $got active non-embedding parameters against $target of KDA:MLA $match_ratio ($(pct "$got" "$target")%)" \
         > "$OUT/match.txt"
     say "$(cat "$OUT/match.txt")"
-    add_model gpt2 - "$@"
+    add_model gpt2 - - "$@"
 elif [ -n "$BASELINE" ]; then
     echo "ablate: unknown BASELINE '$BASELINE' (gpt2, or empty)" >&2; exit 2
 fi
@@ -397,14 +420,23 @@ phase2() {
 # H200 numbers of 2026-11-29/12-01 (BENCHMARKS.md): a 16-layer d768 3:1 KDA:softmax model at
 # 100k tok/s with 973.9 MFLOP/token for any model with K or M layers, GPT-2 124M at 564.3k
 # tok/s with 798.8 MFLOP/token for pure softmax attention; on the CPU 616 tok/s at 43.8.
-est_toks() {  # TAG TASK
+# The RoPE arm (0-1-rope), until it has measured its own, takes 0:1's measured
+# tok/s: the same model, plus a rotation of the q and k rope slices, which is tiny next to the
+# attention (kernels/mla/rope.cu).
+est_toks() {  # TAG TASK: "TOK/S HOW"
     m=""
-    for f in "$OUT/$1/$2"/*/metrics.jsonl; do
-        [ -f "$f" ] || continue
-        m=$(grep -o '"tok_per_s": [0-9.]*' "$f" | awk '{print $2}' | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
+    for from in "$1" "${1%-rope}"; do
+        for f in "$OUT/$from/$2"/*/metrics.jsonl; do
+            [ -f "$f" ] || continue
+            m=$(grep -o '"tok_per_s": [0-9.]*' "$f" | awk '{print $2}' | sort -g | awk '{a[NR]=$1} END {if (NR) print a[int((NR+1)/2)]}')
+            [ -z "$m" ] || break
+        done
         [ -z "$m" ] || break
     done
-    if [ -n "$m" ]; then echo "$m measured"; return; fi
+    if [ -n "$m" ]; then
+        if [ "$from" = "$1" ]; then echo "$m measured"; else echo "$m $from measured"; fi
+        return
+    fi
     f=$(awk -F'\t' -v t="$1" -v c="$([ "$2" = mqar ] && echo 7 || echo 6)" '$1 == t {print $c}' "$OUT/models.tsv")
     dev=$(setting "$OUT/$1/$2.conf" device)
     if [ "$dev" = cuda ]; then
@@ -437,8 +469,10 @@ plan() {
         [ $st = todo ] || [ $st = partial ] || left_tok=0
         # shellcheck disable=SC2046
         set -- $(est_toks "$tag" "$task")
-        est=$(awk -v n="$left_tok" -v r="$1" -v o="$OVERHEAD_S" 'BEGIN { printf "%.0f", (n > 0) ? n / r + o : 0 }')
-        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$task" "$tag" "$lr" "$seed" "$st" "$left_tok" "$1 ($2)" "$est" \
+        rate=$1
+        shift
+        est=$(awk -v n="$left_tok" -v r="$rate" -v o="$OVERHEAD_S" 'BEGIN { printf "%.0f", (n > 0) ? n / r + o : 0 }')
+        printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$task" "$tag" "$lr" "$seed" "$st" "$left_tok" "$rate ($*)" "$est" \
             >> "$OUT/plan.tsv"
     done < "$OUT/plan.jobs"
     {
@@ -447,9 +481,9 @@ plan() {
         [ "$TASKS" = lm ] || echo "  MQAR: $MQAR_PAIRS pairs, $(setting "$OUT/$(echo $MODELS | cut -d' ' -f1)/mqar.conf" steps) steps x $(tokens_per_step "$OUT/$(echo $MODELS | cut -d' ' -f1)/mqar.conf") tokens per run; lrs $MQAR_LRS; eval at pairs $MQAR_EVAL_PAIRS"
         [ ! -s "$OUT/match.txt" ] || echo "  $(cat "$OUT/match.txt")"
         echo
-        printf '%-5s %-6s %-7s %-5s %-8s %14s %22s %8s\n' task model lr seed status tokens_left "tok/s" "est s"
+        printf '%-5s %-8s %-7s %-5s %-8s %14s %24s %8s\n' task model lr seed status tokens_left "tok/s" "est s"
         tail -n +2 "$OUT/plan.tsv" | while IFS="$(printf '\t')" read -r a b c d e f g h; do
-            printf '%-5s %-6s %-7s %-5s %-8s %14s %22s %8s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g" "$h"
+            printf '%-5s %-8s %-7s %-5s %-8s %14s %24s %8s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g" "$h"
         done
         echo
         tail -n +2 "$OUT/plan.tsv" | awk -F'\t' -v call="$CALL_S" -v g="$(echo "$GPUS" | wc -w)" '

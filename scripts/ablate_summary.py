@@ -9,8 +9,10 @@ usage: scripts/ablate_summary.py table OUT [--no-plot]
 OUT/<model>/<task>/lr<LR>_s<SEED>/ (metrics.jsonl, mqar_eval.jsonl, the done/failed marker) and
 writes OUT/results.md, OUT/results.tsv (one row per model), OUT/runs.tsv (one row per run) and,
 unless --no-plot, the PNGs loss_curves.png (through scripts/plot_losses.py), val_vs_ratio.png
-and mqar_vs_ratio.png (matplotlib). `best` prints the best lr of one model and task (nothing
-while a run of its sweep is still to do), the runner's rule for its second phase. `runs`
+and mqar_vs_ratio.png (matplotlib; a variant of a ratio, the 0:1 + RoPE arm, is a row of its
+own and its own marker there, not a point of the family's line). `best` prints the best lr of
+one model and task (nothing while a run of its sweep is still to do), the runner's rule for its
+second phase. `runs`
 (scripts/real_run_hybrid.sh) writes OUT/summary.md: one row per model of OUT/models.tsv for
 its single run in OUT/run/<model>/, titled TITLE.
 
@@ -153,7 +155,11 @@ def ratio_x(ratio):
 
 
 def label(m):
-    return "GPT-2" if m["ratio"] == "-" else f"KDA:MLA {m['ratio']}"
+    if m["ratio"] == "-":
+        return "GPT-2"
+    # a variant of a ratio's model (models.tsv's `variant`; older folders have no such column):
+    # "rope", the 0:1 arm with RoPE on its MLA (scripts/ablate_ratio.sh, ROPE_ARM)
+    return f"KDA:MLA {m['ratio']}" + {"-": "", "rope": " + RoPE"}.get(m.get("variant", "-"), f" ({m['variant']})")
 
 
 def table(out, plot):
@@ -163,7 +169,8 @@ def table(out, plot):
     for m in sw.models:
         tag = m["model"]
         row = {"model": label(m), "layers": m["layers"], "params": m["params"], "active": m["active"],
-               "active_nonemb": m["active_nonemb"], "mflop_per_token": m["mflop_lm"], "ratio": m["ratio"]}
+               "active_nonemb": m["active_nonemb"], "mflop_per_token": m["mflop_lm"], "ratio": m["ratio"],
+               "variant": m.get("variant", "-")}
         runs = [r for k, r in sw.runs.items() if k[1] == tag]
         row["runs_done"] = sum(r.status == "done" for r in runs)
         row["runs_failed"] = sum(r.status == "failed" for r in runs)
@@ -222,7 +229,9 @@ def table(out, plot):
     md = [f"# KDA:MLA ablation of `{s['base']}` ({ {'0': 'dense', '1': 'MoE'}.get(s.get('moe'), 'MoE as the config sets it') })",
           "",
           f"Every model: the same config and tokens; only `layers` changes between ratios"
-          + (" (and the GPT-2 baseline's model keys)" if any(m["ratio"] == "-" for m in sw.models) else "") + ".",
+          + (" (and the GPT-2 baseline's model keys)" if any(m["ratio"] == "-" for m in sw.models) else "")
+          + ("; the 0:1 + RoPE arm is the 0:1 model with `mla_rope = true` (RoPE on its MLA's decoupled slice)"
+             if any(m.get("variant") == "rope" for m in sw.models) else "") + ".",
           f"Learning rates {s['lrs']}" + (f" (MQAR: {s['mqar_lrs']})" if "mqar" in sw.tasks else "")
           + f", seeds {s['seeds']} ({'lr sweep at the first seed, the others at the best lr' if sw.seed_sweep == 'best' else 'every lr at every seed'})."
           + (f" Extra options: `{s['options']}`." if s.get("options") else "")]
@@ -289,20 +298,33 @@ def plots(out, sw, rows, curves):
                         os.path.join(out, "loss_curves.png"), "--title",
                         f"KDA:MLA ablation, best lr, seed {sw.seeds[0]}"] + curves, check=True)
         written.append("loss_curves.png")
-    fam = [r for r in rows if r["ratio"] != "-"]
+    # the family's line: one model per ratio as configured; a variant of a ratio (the 0:1 RoPE
+    # arm) is its own series, markers without a line, so that it is not a second point of the line
+    fam = [r for r in rows if r["ratio"] != "-" and r["variant"] == "-"]
+    arms = [r for r in rows if r["ratio"] != "-" and r["variant"] != "-"]
     base = [r for r in rows if r["ratio"] == "-"]
-    ticks = sorted({ratio_x(r["ratio"]) for r in fam})
-    names = {ratio_x(r["ratio"]): r["ratio"] for r in fam}
+    ticks = sorted({ratio_x(r["ratio"]) for r in fam + arms})
+    names = {ratio_x(r["ratio"]): r["ratio"] for r in fam + arms}
 
-    def errbar(ax, rs, key, colour, lab, digits_scale=1.0):
-        pts = [(ratio_x(r["ratio"]), float(r[f"{key}_mean"]), float(r[f"{key}_min"]), float(r[f"{key}_max"]))
+    def errbar(ax, rs, key, colour, lab, arm=False):
+        # an arm's marker sits a little left of its ratio so that its range does not hide the
+        # family's point there
+        dx = -0.025 if arm else 0.0
+        pts = [(ratio_x(r["ratio"]) + dx, float(r[f"{key}_mean"]), float(r[f"{key}_min"]), float(r[f"{key}_max"]))
                for r in rs if r.get(f"{key}_mean", "-") != "-"]
         if not pts:
             return False
         x, y, lo, hi = zip(*pts)
+        style = dict(marker="D", linestyle="none", markerfacecolor="white") if arm else dict(marker="o")
         ax.errorbar(x, y, yerr=[[a - b for a, b in zip(y, lo)], [b - a for a, b in zip(y, hi)]], color=colour,
-                    marker="o", capsize=4, label=lab)
+                    capsize=4, label=lab, **style)
         return True
+
+    def arm_errbars(ax, key, colour, suffix=""):
+        drawn = False
+        for r in arms:
+            drawn |= errbar(ax, [r], key, colour, r["model"] + suffix, arm=True)
+        return drawn
 
     def baseline(ax, key, colour, lab):
         for r in base:
@@ -311,7 +333,9 @@ def plots(out, sw, rows, curves):
                 ax.axhspan(float(r[f"{key}_min"]), float(r[f"{key}_max"]), color=colour, alpha=0.12)
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    if errbar(ax, fam, "lm_val", "C0", "KDA:MLA family (mean, range over seeds)"):
+    drawn = errbar(ax, fam, "lm_val", "C0", "KDA:MLA family (mean, range over seeds)")
+    drawn |= arm_errbars(ax, "lm_val", "C2")
+    if drawn:
         baseline(ax, "lm_val", "C3", "GPT-2, matched active params")
         ax.set_xticks(ticks, [names[t] for t in ticks])
         ax.set_xlabel("KDA:MLA ratio")
@@ -327,7 +351,9 @@ def plots(out, sw, rows, curves):
         fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
         any_pts = False
         for i, p in enumerate(sw.eval_pairs):
-            if errbar(ax, fam, f"mqar_acc_{p}", f"C{i}", f"{p} pairs"):
+            drawn = errbar(ax, fam, f"mqar_acc_{p}", f"C{i}", f"{p} pairs")
+            drawn |= arm_errbars(ax, f"mqar_acc_{p}", f"C{i}", f", {p} pairs")
+            if drawn:
                 any_pts = True
                 baseline(ax, f"mqar_acc_{p}", f"C{i}", f"GPT-2, {p} pairs")
         if any_pts:

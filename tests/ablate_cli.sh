@@ -2,8 +2,9 @@
 # The ratio-ablation runner (scripts/ablate_ratio.sh, docs/ablation.md) end to end on the CPU at
 # toy sizes: three KDA:MLA ratios over 2 layers of width 64 (MoE) and the matched GPT-2, a
 # two-lr sweep and two seeds, on synthetic shards and on MQAR with evaluations at three pair
-# counts; then the table's rows, the plan, that a second invocation trains nothing, that a run
-# killed after a checkpoint resumes to the same numbers, and that BUDGET stops launching runs.
+# counts; then the table's rows, the plan, that a second invocation with the 0:1 RoPE arm
+# added (ROPE_ARM=1) trains only the arm's runs and leaves the other rows as they were, that a
+# run killed after a checkpoint resumes to the same numbers, and that BUDGET stops launching runs.
 # Run from the repository root after ./hybrid is built (HYBRID=path overrides).
 set -u
 hybrid=${HYBRID:-./hybrid}
@@ -29,10 +30,11 @@ write_shard "$tmp/data/t_train_000000.bin" 20000 1
 write_shard "$tmp/data/t_val_000000.bin" 3000 2
 [ "$(od -An -tu4 -N12 "$tmp/data/t_train_000000.bin" | tr -s ' ')" = " 20240520 1 20000" ] || fail "shard header"
 
-# every call of the CLI, logged: "train" or "eval-mqar" lines show what an invocation did
+# every call of the CLI, logged with its arguments: "train ..." or "eval-mqar ..." lines show
+# what an invocation did
 cat > "$tmp/hybrid" <<EOF
 #!/bin/sh
-echo "\$1" >> "$tmp/calls"
+echo "\$*" >> "$tmp/calls"
 exec "$hybrid" "\$@"
 EOF
 chmod +x "$tmp/hybrid"
@@ -91,7 +93,7 @@ ablate() {  # OUT [VAR=value ...]: the full toy sweep into OUT, console in OUT.l
         MQAR_EVAL_PAIRS="2 4 8" MQAR_EVAL_SEQUENCES=16 PLOT=$plot "$@" \
         sh scripts/ablate_ratio.sh configs/kl-xs-3-1.conf --threads 1 > "$o.log" 2>&1
 }
-calls() { grep -c "^$1\$" "$tmp/calls" 2>/dev/null || true; }
+calls() { grep -c "^$1 " "$tmp/calls" 2>/dev/null || true; }
 out=$tmp/sweep
 
 # the plan: every run listed, nothing trained
@@ -127,13 +129,46 @@ if [ $plot = 1 ]; then
 fi
 echo "sweep: 24 runs, 36 MQAR evaluations, results.tsv/md with 4 models$([ $plot = 1 ] && echo ", 3 PNGs")"
 
-# again: every run is finished, nothing is trained and the table is the same
+# again, now with the 0:1 RoPE arm (ROPE_ARM=1, the GPU preset's default; off by default here,
+# as above: the 0:1 model with mla_rope = true, one more model of the same sweep): the plan and
+# the invocation see the 24 finished runs as done, and only the arm's own runs are trained and
+# evaluated; no run folder is refused, and the other rows and the GPT-2 match (to 0:1 here,
+# the first ratio) stay as they were
 cp "$tsv" "$tmp/first.tsv"
+cp "$out/match.txt" "$tmp/match.txt"
+rm -f "$out/val_vs_ratio.png" "$out/mqar_vs_ratio.png"
 : > "$tmp/calls"
-ablate "$out" || { tail -n 30 "$out.log"; fail "the second invocation exited with an error"; }
-[ "$(calls train)" = 0 ] && [ "$(calls eval-mqar)" = 0 ] || fail "the second invocation trained or evaluated again"
-cmp -s "$tsv" "$tmp/first.tsv" || fail "the second invocation changed results.tsv"
-echo "resume: a second invocation skips all 24 runs"
+ablate "$out" ROPE_ARM=1 PLAN=1 || { cat "$out.log"; fail "ROPE_ARM=1 PLAN=1 exited with an error"; }
+grep -q "^runs: 30 (24 done, 0 failed, 6 to run)" "$out.log" || { cat "$out.log"; fail "ROPE_ARM=1: plan totals"; }
+ablate "$out" ROPE_ARM=1 || { tail -n 30 "$out.log"; fail "ROPE_ARM=1 exited with an error"; }
+[ "$(calls train)" = 6 ] || fail "ROPE_ARM=1 trained $(calls train) runs, not the arm's 6 (2 lrs + 1 seed, 2 tasks)"
+[ "$(calls eval-mqar)" = 9 ] || fail "ROPE_ARM=1: $(calls eval-mqar) MQAR evaluations, not 3 runs x 3 pair counts"
+[ "$(grep '^train \|^eval-mqar ' "$tmp/calls" | grep -vc '/0-1-rope/')" = 0 ] ||
+    fail "the second invocation trained or evaluated a finished run again"
+grep -q "^mla_rope = true$" "$out/0-1-rope/lm.conf" || fail "the RoPE arm's config has no mla_rope = true"
+grep -q "^mla_rope *= *false" "$out/0-1/lm.conf" || fail "ROPE_ARM=1 changed the 0:1 model's mla_rope"
+for t in lm mqar; do
+    [ -z "$(diff "$out/0-1/$t.conf" "$out/0-1-rope/$t.conf" | grep '^[<>]' | grep -v '^. *\(mla_rope\|out_dir\) *=')" ] ||
+        fail "the RoPE arm's $t.conf differs from 0:1's in more than mla_rope (and out_dir)"
+done
+# the same init and batches, so only the rotation can make the first losses differ
+first_loss() { sed -n '1s/.*"loss": \([0-9.]*\),.*/\1/p' "$out/$1/lm/lr2e-3_s0/metrics.jsonl"; }
+[ -n "$(first_loss 0-1-rope)" ] && [ "$(first_loss 0-1-rope)" != "$(first_loss 0-1)" ] ||
+    fail "the RoPE arm's first loss $(first_loss 0-1-rope) is 0:1's $(first_loss 0-1): mla_rope had no effect"
+cmp -s "$out/match.txt" "$tmp/match.txt" || fail "ROPE_ARM=1 changed the GPT-2 match: $(cat "$out/match.txt")"
+[ "$(cut -f1 "$tsv" | tr '\n' ,)" = "model,KDA:MLA 0:1,KDA:MLA 0:1 + RoPE,KDA:MLA 1:1,KDA:MLA 1:0,GPT-2," ] ||
+    fail "ROPE_ARM=1: results.tsv rows: $(cut -f1 "$tsv")"
+grep -v "RoPE" "$tsv" | cmp -s - "$tmp/first.tsv" ||
+    { diff "$tmp/first.tsv" "$tsv"; fail "the second invocation changed the other models' rows of results.tsv"; }
+awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i }
+    $1 ~ /RoPE/ { n++; if ($c["ratio"] != "0:1" || $c["runs_done"] != 6 || $c["lm_seeds"] != 2 ||
+                            $c["lm_val_mean"] !~ /^[0-9]+\.[0-9]+$/ || $c["mqar_acc_4_mean"] !~ /^[01]\.[0-9]+$/) exit 1 }
+    END { if (n != 1) exit 1 }' "$tsv" || fail "results.tsv: the RoPE row: $(grep RoPE "$tsv")"
+[ "$(grep -c '^| KDA:MLA 0:1 + RoPE ' "$out/results.md")" = 3 ] || fail "results.md: the RoPE arm is not a row of its 3 tables"
+if [ $plot = 1 ]; then
+    for p in val_vs_ratio mqar_vs_ratio; do [ -s "$out/$p.png" ] || fail "ROPE_ARM=1: no $p.png"; done
+fi
+echo "resume: a second invocation skips all 24 runs; with ROPE_ARM=1 it trains the RoPE arm's 6 only, its own row"
 
 # a run killed after its step-2 checkpoint (in step 4: its last step, final checkpoint and
 # marker gone) resumes from step 2 and ends with the same numbers (resume is bit-exact)
