@@ -580,6 +580,11 @@ int main(void) {
     tiny_config(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128);
     c.model.recompute_mlp = 1;
     test_model_step_of("KKKM hybrid tiny, recompute_mlp", &c, TOL_MODEL);
+    // all-MLA with the decoupled slice rotated (mla_rope: the ablation's 0:1 RoPE arm,
+    // docs/ablation.md; no other key derives from it)
+    tiny_config(&c, "configs/hybrid-tiny.conf", "M x2", 2, 128);
+    c.model.mla_rope = 1;
+    test_model_step_of("MLA tiny with RoPE: M x2 (d 64, MoE, AttnRes)", &c, TOL_MODEL);
     gpu_test_summary();
     TEST_MAIN_END();
     }
@@ -601,6 +606,9 @@ int main(void) {
     cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
     c.model.recompute_mlp = 1;  // model/mlp.c; no other key derives from it
     test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes), recompute_mlp", &c, TOL_MODEL);
+    cut_config(&c, "configs/kl-xs-3-1.conf", "M x2", 1, 2, 256);
+    c.model.mla_rope = 1;  // the ablation's 0:1 RoPE arm (docs/ablation.md)
+    test_model_step_of("MLA with RoPE: M x2 (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
     small_config(&c, "configs/gpt2-tiny.conf", "A x2", 0);
     test_small_training("small GPT-2 (2 layers, d 256, 4 heads)", &c, 10, TOL_OUT, 0);
     small_config(&c, "configs/gpt2-tiny.conf", "A x2", 1);
