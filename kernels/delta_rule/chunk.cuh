@@ -292,6 +292,74 @@ __device__ __forceinline__ void dr_grad_finish(bf16 *dq, bf16 *dk, bf16 *dg, bf1
     for (int r = tid; r < n; r += DR_THREADS) dr_st(dbeta + (size_t)(tok0 + r) * H + h, db[r]);
 }
 
+// dr_grad_finish with the stores of dq, dk and (KDA) dg by 8 columns a thread: two 16-byte
+// loads of each of dQ, dK, dG and one 16-byte store of each output (store8 rounds as dr_st),
+// so a warp reads and writes whole rows of 32-byte sectors where the scalar loop stored 2
+// bytes a lane. Needs K % 8 == 0 and dq, dk, dg 16-byte aligned (dQ, dK, dG are workspace
+// arrays, 256-byte aligned); otherwise it is dr_grad_finish. The same values in the same
+// operations: the same bits.
+__device__ __forceinline__ void dr_grad_finish_v(bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, float *dQ, float *dK,
+                                                 float *dG, const float *db, const float *gend, int gate, int n,
+                                                 int tok0, int H, int h, int K) {
+    if (K % 8 || (((uintptr_t)dq | (uintptr_t)dk | (uintptr_t)dg) & 15)) {
+        dr_grad_finish(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);
+        return;
+    }
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NW = DR_THREADS / 32;
+    for (int i = tid; i < K; i += DR_THREADS) {  // the reverse cumsum, as dr_grad_finish's
+        float acc = 0.f;
+        for (int r1 = n - 1; r1 >= 0; r1 -= 16) {
+            float v[16];
+#pragma unroll
+            for (int u = 0; u < 16; u++) v[u] = r1 - u >= 0 ? dG[(r1 - u) * K + i] : 0.f;
+            if (r1 == n - 1) v[0] += gend[i];
+#pragma unroll
+            for (int u = 0; u < 16; u++)
+                if (r1 - u >= 0) {
+                    acc += v[u];
+                    dG[(r1 - u) * K + i] = acc;
+                }
+        }
+    }
+    __syncthreads();
+    const int chan = gate == DRG_CHANNEL && dg, K8 = K / 8, ng = n * K8;
+    for (int g0 = tid; g0 < ng; g0 += 2 * DR_THREADS) {  // 2 groups of 8 a thread a batch, loads first
+        float vq[2][8], vk[2][8], vg[2][8];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int x = g0 + u * DR_THREADS, o = (x / K8) * K + (x % K8) * 8;
+            const bool in = x < ng;
+#pragma unroll
+            for (int hlf = 0; hlf < 2; hlf++) {
+                const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+                const float4 a = in ? *(const float4 *)(dQ + o + 4 * hlf) : zero,
+                             b = in ? *(const float4 *)(dK + o + 4 * hlf) : zero,
+                             c = in && chan ? *(const float4 *)(dG + o + 4 * hlf) : zero;
+                vq[u][4 * hlf] = a.x, vq[u][4 * hlf + 1] = a.y, vq[u][4 * hlf + 2] = a.z, vq[u][4 * hlf + 3] = a.w;
+                vk[u][4 * hlf] = b.x, vk[u][4 * hlf + 1] = b.y, vk[u][4 * hlf + 2] = b.z, vk[u][4 * hlf + 3] = b.w;
+                vg[u][4 * hlf] = c.x, vg[u][4 * hlf + 1] = c.y, vg[u][4 * hlf + 2] = c.z, vg[u][4 * hlf + 3] = c.w;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int x = g0 + u * DR_THREADS, r = x / K8, i = (x % K8) * 8;
+            if (x >= ng) break;
+            const size_t row = ((size_t)(tok0 + r) * H + h) * K;
+            store8(dq + row + i, vq[u]);
+            store8(dk + row + i, vk[u]);
+            if (chan) store8(dg + row + i, vg[u]);
+        }
+    }
+    if (gate == DRG_HEAD && dg)  // GDN: the per-head gradient is the sum over K (a warp per row)
+        for (int r = warp; r < n; r += NW) {
+            float acc = 0.f;
+            for (int i = lane; i < K; i += 32) acc += dG[r * K + i];
+            acc = warp_sum(acc);
+            if (lane == 0) dr_st(dg + (size_t)(tok0 + r) * H + h, acc);
+        }
+    for (int r = tid; r < n; r += DR_THREADS) dr_st(dbeta + (size_t)(tok0 + r) * H + h, db[r]);
+}
+
 // ---- host side ----
 // Checks the arguments common to the forward and the backward (dies on what the kernels refuse).
 void dr_check_args(const char *op, LinearKind kind, int B, int T, int H, int K, int V, const int *offsets, int nseq,

@@ -474,6 +474,7 @@ int main(void) {
         run_fixed(kd, 2, 130, 2, 32, 32, 1);
         run_fixed(kd, 2, 130, 2, 16, 32, 0);  // H*K != V
         run_fixed(kd, 2, 70, 2, 20, 13, 0);   // K, V not multiples of 8: padding, the unvectorised paths
+        run_fixed(kd, 2, 70, 2, 13, 16, 0);   // K odd: grad2's single-element epilogue accesses
         run_varlen(kd, off_small, nseq_small, 2, 16, 32);
         strong_decay = 1;
         run_fixed(kd, 2, 130, 2, 32, 32, 1);
