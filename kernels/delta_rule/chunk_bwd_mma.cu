@@ -107,16 +107,16 @@ __global__ void __launch_bounds__(NW * 32, 1)
         const bf16 *dO = dOs + (ci & 1) * C * LB;
         bf16 *dhg = ws.dh + sh * K * V, *dhgl = ws.dhl + sh * K * V;
         float *dDg = ws.dD + sh * C * V;
-        // a. dH' to shared memory and the workspace
+        // a. dH' to shared memory (hi + lo, a column pair a 4-byte store) and to the workspace
 #pragma unroll
         for (int u = 0; u < MU; u++)
             if (wg + WG * u < nmt)
 #pragma unroll
                 for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int i = (wg + WG * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = cb + nt * 8 + 2 * t4 + (e & 1);
-                        dr_split(dacc[u][nt][e], dHh + i * LB + jj, dHl + i * LB + jj);
+                    for (int e2 = 0; e2 < 4; e2 += 2) {
+                        const int i = (wg + WG * u) * 16 + gq + (e2 ? 8 : 0), jj = cb + nt * 8 + 2 * t4;
+                        dr_walk_split2(dacc[u][nt][e2], dacc[u][nt][e2 + 1], dHh, dHl, i * LB + jj);
                     }
         cp_async_wait<0>();  // this chunk's region B and dO
         __syncthreads();
@@ -165,10 +165,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
                         const int r = mt * 16 + gq + (e2 ? 8 : 0), jj = ((warp >> 2) + (NW / 4) * g) * 16 + nt * 8 + 2 * t4;
                         const bool in0 = r < n && jj < bv, in1 = r < n && jj + 1 < bv;
                         const float d0 = in0 ? acc[g][nt][e2] : 0.f, d1 = in1 ? acc[g][nt][e2 + 1] : 0.f;
-                        bf16 h0, l0, h1, l1;
-                        dr_split_r(d0, h0, l0);
-                        dr_split_r(d1, h1, l1);
-                        dDh[r * LB + jj] = h0, dDl[r * LB + jj] = l0, dDh[r * LB + jj + 1] = h1, dDl[r * LB + jj + 1] = l1;
+                        dr_walk_split2(d0, d1, dDh, dDl, r * LB + jj);
                         if (!ws.dsplit) {  // the fp32 layout (HYBRID_DR_DELTA_F32=1); pairs: below
                             if (in0) dDg[(size_t)r * V + j0 + jj] = d0;
                             if (in1) dDg[(size_t)r * V + j0 + jj + 1] = d1;

@@ -545,12 +545,16 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 // The state tile h [KP][BV] lives in registers as fp32 MMA accumulators: warp w owns the
 // 16-row m-tiles w + 8u (u < MU: MU = 1 for K <= 128, 2 up to 256), all BV / 8 column tiles.
 // Per chunk:
-//   a. h[n] goes to shared memory as hi + lo (the B operand) and to the workspace; W and Ke of
-//      the chunk (hi + lo) arrive by cp.async, W issued during the previous chunk's step c and
-//      Ke during its last barrier, so each load overlaps a compute step without a second buffer;
-//   b. Delta = U - W h[n]: warp (m-tile w % 4, columns BV / 2 (w / 4)..), A = W, B = h; after a
-//      barrier (every warp has read h) Delta overwrites U in the workspace (fp32) and h in
-//      shared memory (hi + lo: h is spent until the next chunk's step a);
+//   a. h[n] goes to shared memory as hi + lo (the B operand; a fragment's column pair a 4-byte
+//      store) and, after the barrier, from there to the workspace by 16-byte row segments (h,
+//      and the backward's hl); W and Ke of the chunk (hi + lo) arrive by cp.async, W issued
+//      during the previous chunk's step c and Ke during its last barrier, so each load overlaps
+//      a compute step without a second buffer;
+//   b. Delta = U - W h[n]: warp (m-tile w % 4, columns BV / 2 (w / 4)..), A = W, B = h (U read
+//      at the chunk's start, 8 bytes a lane); after a barrier (every warp has read h) Delta
+//      overwrites h in shared memory (hi + lo: h is spent until the next chunk's step a), and
+//      after the next barrier U in the workspace, as pairs by 16-byte groups from those tiles
+//      (fp32 from the fragments under HYBRID_DR_DELTA_F32=1);
 //   c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta: A = Ke^T (the transposing ldmatrix), B = Delta.
 // Every product on three MMAs (hi hi + hi lo + lo hi). Each column's operations and their order
 // are the same for any BV, so the tile (walk.cuh) changes no bit.
@@ -619,31 +623,46 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
         bf16 *hg = ws.h + sh * K * V, *hgl = ws.hl ? ws.hl + sh * K * V : NULL;  // (lo: the backward's only)
         float *Ug = ws.U + sh * C * V;
         const int mtb = warp & 3, c0 = (warp >> 2) * (BV / 2);
-        float uv[NB][4];  // this thread's U entries of step b, loaded early
+        // this thread's U entries of step b and e^Gamma_end rows of step c, loaded early; U by
+        // column pairs (8 bytes: a row's 4 lanes fill a 32-byte sector) where V is even (then
+        // so is bv, and jj < bv covers jj + 1)
+        float uv[NB][4], ge[MU][2];
 #pragma unroll
         for (int nt = 0; nt < NB; nt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int r = mtb * 16 + gq + (e >= 2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4 + (e & 1);
-                uv[nt][e] = r < n && jj < bv ? Ug[(size_t)r * V + j0 + jj] : 0.f;
+            for (int e2 = 0; e2 < 4; e2 += 2) {
+                const int r = mtb * 16 + gq + (e2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4;
+                const float *pu = Ug + (size_t)r * V + j0 + jj;
+                if (V % 2 == 0) {
+                    const float2 x = r < n && jj < bv ? *reinterpret_cast<const float2 *>(pu) : make_float2(0.f, 0.f);
+                    uv[nt][e2] = x.x, uv[nt][e2 + 1] = x.y;
+                } else {
+                    uv[nt][e2] = r < n && jj < bv ? pu[0] : 0.f;
+                    uv[nt][e2 + 1] = r < n && jj + 1 < bv ? pu[1] : 0.f;
+                }
             }
-        // a. h[n] to shared memory and the workspace (while the tiles are in flight)
+#pragma unroll
+        for (int u = 0; u < MU; u++) {
+            const int i0 = (warp + 8 * u) * 16 + gq, i1 = i0 + 8;
+            ge[u][0] = i0 < K ? ws.ge[sh * K + i0] : 0.f;
+            ge[u][1] = i1 < K ? ws.ge[sh * K + i1] : 0.f;
+        }
+        // a. h[n] to shared memory (hi + lo, a column pair a 4-byte store) while the tiles are in
+        // flight; to the workspace after the barrier, by 16-byte row segments
 #pragma unroll
         for (int u = 0; u < MU; u++)
             if (warp + 8 * u < nmt)
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int i = (warp + 8 * u) * 16 + gq + (e >= 2 ? 8 : 0), jj = nt * 8 + 2 * t4 + (e & 1);
-                        dr_split(hacc[u][nt][e], hh + i * LH + jj, hl + i * LH + jj);
-                        if (i < K && jj < bv) {
-                            hg[(size_t)i * V + j0 + jj] = hh[i * LH + jj];
-                            if (hgl) hgl[(size_t)i * V + j0 + jj] = hl[i * LH + jj];
-                        }
+                    for (int e2 = 0; e2 < 4; e2 += 2) {
+                        const int i = (warp + 8 * u) * 16 + gq + (e2 ? 8 : 0), jj = nt * 8 + 2 * t4;
+                        dr_walk_split2(hacc[u][nt][e2], hacc[u][nt][e2 + 1], hh, hl, i * LH + jj);
                     }
         cp_async_wait<1>();  // W of this chunk (its Ke may still be in flight)
         __syncthreads();
+        dr_walk_store_tile(hg + j0, V, hh, LH, K, bv, BV, tid, DRM_THREADS);  // (before step b's barrier)
+        if (hgl) dr_walk_store_tile(hgl + j0, V, hl, LH, K, bv, BV, tid, DRM_THREADS);
         // b. Delta = U - W h[n]
         {
             const int mt = mtb;
@@ -668,19 +687,27 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
                 for (int e2 = 0; e2 < 4; e2 += 2) {  // columns jj, jj + 1 of row r
                     const int r = mt * 16 + gq + (e2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4;
                     const bool in0 = r < n && jj < bv, in1 = r < n && jj + 1 < bv;
-                    dr_put_delta2(in0 ? uv[nt][e2] - acc[nt][e2] : 0.f, in1 ? uv[nt][e2 + 1] - acc[nt][e2 + 1] : 0.f, Dh,
-                                  Dl, r * LH + jj, Ug, V, r, j0 + jj, in0, in1, ws.dsplit);
+                    const float d0 = in0 ? uv[nt][e2] - acc[nt][e2] : 0.f, d1 = in1 ? uv[nt][e2 + 1] - acc[nt][e2 + 1] : 0.f;
+                    dr_walk_split2(d0, d1, Dh, Dl, r * LH + jj);
+                    if (!ws.dsplit) {  // the fp32 layout (HYBRID_DR_DELTA_F32=1); pairs: after the barrier
+                        if (in0) Ug[(size_t)r * V + j0 + jj] = d0;
+                        if (in1) Ug[(size_t)r * V + j0 + jj + 1] = d1;
+                    }
                 }
         }
         cp_async_wait<0>();  // Ke of this chunk
         __syncthreads();
         if (ci + 1 < nch) issue_w(ci + 1);
+        // Delta's hi + lo pairs over U (chunk.cuh, dr_st_split2's layout) from the shared tiles by
+        // 16-byte groups. Every thread's U loads of this chunk have completed (their values are
+        // in Delta, before the barrier), so the copy may write entries that other threads read.
+        if (ws.dsplit) dr_walk_store_split_tile((bf16 *)Ug, V, j0, Dh, Dl, LH, n, bv, BV, tid, DRM_THREADS);
         // c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta
 #pragma unroll
         for (int u = 0; u < MU; u++)
             if (warp + 8 * u < nmt) {
-                const int m0 = (warp + 8 * u) * 16, i0 = m0 + gq, i1 = i0 + 8;
-                const float e0 = i0 < K ? ws.ge[sh * K + i0] : 0.f, e1 = i1 < K ? ws.ge[sh * K + i1] : 0.f;
+                const int m0 = (warp + 8 * u) * 16;
+                const float e0 = ge[u][0], e1 = ge[u][1];
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
                     hacc[u][nt][0] *= e0, hacc[u][nt][1] *= e0;

@@ -57,23 +57,41 @@ static inline int dr_walk_pick(const DrWalkTile *tiles, int n, size_t pairs, int
     return best;
 }
 
+// The copy passes below give the lanes of a warp whole row segments of 16-byte groups (every
+// global store fills its 32-byte sectors), element e (the thread, then + nthreads) at row
+// e / w8, group e % w8 of a tile of w8 groups a row. A 16-byte shared access is served a
+// quarter warp (8 lanes) at a time: at w8 >= 8 those 8 lanes read one row (128 contiguous
+// bytes: conflict-free); at w8 == 4 (32-column tiles, row stride lds = 40 bf16, 20 banks) two
+// rows, and rows r, r + 1 overlap in 4 banks, so there a warp's 8 rows go to the quarter warps
+// as (0, 4), (1, 5), (2, 6), (3, 7) (rows 4 apart lie 80 words, 16 banks, apart): element e
+// (nthreads a multiple of 32) -> row *r, group column *c.
+__device__ __forceinline__ void dr_walk_copy_rc4(int e, int *r, int *c) {
+    const int l = e & 31;
+    *r = (e >> 5) * 8 + ((l >> 2) & 1) * 4 + (l >> 3);
+    *c = (l & 3) * 8;
+}
+
 // The state tile (rows [0, nrows), columns [0, ncols) of a bf16 shared-memory tile of
 // `width` columns, row stride lds) to the workspace at dst (row stride ldg), by the block's
 // nthreads threads after the barrier that completes the tile: 16-byte copies where vec (the
 // tile's columns all valid, ldg a multiple of 8 and dst 16-byte aligned; lds a multiple of 8),
-// else one element at a time. The reverse walk stored dH' from the fragments in registers
-// before, one 2-byte store an element and part: 32 (64 at K = 256) scattered stores a thread,
-// whose addresses and predicates the compiler keeps across the chunk loop (with them and the
-// dDelta pair stores, the 16-warp build spilled 232 bytes at its 128 registers; 56 now). (The
-// forward walk keeps its fragment stores: there the copy loops cost registers instead.)
+// else one element at a time. Both walks stored their state from the fragments in registers
+// before, one 2-byte store an element and part: a warp's store then touched 8 rows, 8 of 32
+// bytes of each sector (Nsight Compute on the H200: 10.7 of 32 bytes a store sector used in the
+// forward walk, 9.6 in the backward's recompute, which also stores h's lo part), and the
+// compiler kept the addresses and predicates across the chunk loop (the 16-warp reverse walk
+// spilled 232 bytes at its 128 registers).
 __device__ __forceinline__ void dr_walk_store_tile(bf16 *dst, size_t ldg, const bf16 *s, int lds, int nrows,
                                                    int ncols, int width, int tid, int nthreads) {
     const bool vec = ncols == width && ldg % 8 == 0 && ((uintptr_t)dst & 15) == 0;
     if (vec) {
-        const int w8 = width / 8;
-        for (int e = tid; e < nrows * w8; e += nthreads) {
-            const int r = e / w8, c = (e % w8) * 8;
-            *reinterpret_cast<uint4 *>(dst + (size_t)r * ldg + c) = *reinterpret_cast<const uint4 *>(s + r * lds + c);
+        const int w8 = width / 8, total = w8 == 4 ? (nrows + 7) / 8 * 32 : nrows * w8;
+        for (int e = tid; e < total; e += nthreads) {
+            int r = e / w8, c = (e % w8) * 8;
+            if (w8 == 4) dr_walk_copy_rc4(e, &r, &c);
+            if (w8 != 4 || r < nrows)  // (at w8 == 4 a warp's 8 rows may pass nrows)
+                *reinterpret_cast<uint4 *>(dst + (size_t)r * ldg + c) =
+                    *reinterpret_cast<const uint4 *>(s + r * lds + c);
         }
     } else {
         for (int e = tid; e < nrows * ncols; e += nthreads) {
@@ -87,15 +105,18 @@ __device__ __forceinline__ void dr_walk_store_tile(bf16 *dst, size_t ldg, const 
 // layout: a row of 2 V bf16, each group of 8 columns g8.. its w = min(8, V - g8) hi values
 // then its w lo values): the tile's hi and lo (sh, sl: [64][lds], columns j0.. of the block)
 // rows [0, n) and columns [0, ncols) into row block P; two 16-byte stores a whole group where
-// V % 4 == 0 (16-byte aligned rows), else one element at a time.
+// V % 4 == 0 (16-byte aligned rows), else one element at a time. (The forward walk stored
+// Delta from the fragments before: two 4-byte stores a lane and column pair, 8 rows a store.)
 __device__ __forceinline__ void dr_walk_store_split_tile(bf16 *P, int V, int j0, const bf16 *sh, const bf16 *sl,
                                                          int lds, int n, int ncols, int width, int tid,
                                                          int nthreads) {
     const bool vec = V % 4 == 0 && ((uintptr_t)P & 15) == 0;
-    const int w8 = width / 8;
-    for (int e = tid; e < n * w8; e += nthreads) {
-        const int r = e / w8, c = (e % w8) * 8, g8 = j0 + c, w = V - g8 < 8 ? V - g8 : 8;
-        if (c >= ncols) continue;
+    const int w8 = width / 8, total = w8 == 4 ? (n + 7) / 8 * 32 : n * w8;
+    for (int e = tid; e < total; e += nthreads) {
+        int r = e / w8, c = (e % w8) * 8;
+        if (w8 == 4) dr_walk_copy_rc4(e, &r, &c);
+        const int g8 = j0 + c, w = V - g8 < 8 ? V - g8 : 8;
+        if ((w8 == 4 && r >= n) || c >= ncols) continue;  // (at w8 == 4 a warp's 8 rows may pass n)
         bf16 *ph = P + (size_t)r * 2 * V + 2 * g8, *pl = ph + w;
         if (vec && w == 8) {
             *reinterpret_cast<uint4 *>(ph) = *reinterpret_cast<const uint4 *>(sh + r * lds + c);
@@ -104,6 +125,25 @@ __device__ __forceinline__ void dr_walk_store_split_tile(bf16 *P, int V, int j0,
             for (int u = 0; u < w; u++) ph[u] = sh[r * lds + c + u], pl[u] = sl[r * lds + c + u];
         }
     }
+}
+
+// Two adjacent columns (a C fragment's pair) of a bf16 shared-memory tile as one 4-byte store
+// (p 4-byte aligned: an even column of a tile with an even row stride). The walks split their
+// fp32 fragments hi + lo into shared memory this way, where one 2-byte store an element took
+// twice the store instructions (Nsight Compute on the H200 also counted 1.5 wavefronts a
+// request on those 2-byte stores, though no two lanes of one store share a bank).
+__device__ __forceinline__ void dr_walk_sts2(bf16 *p, bf16 a, bf16 b) {
+    __nv_bfloat162 v;
+    v.x = a, v.y = b;
+    *reinterpret_cast<__nv_bfloat162 *>(p) = v;
+}
+// fragment values x0, x1 (columns jj, jj + 1) split hi + lo into the tiles Xh, Xl at offset o
+__device__ __forceinline__ void dr_walk_split2(float x0, float x1, bf16 *Xh, bf16 *Xl, int o) {
+    bf16 h0, l0, h1, l1;
+    dr_split_r(x0, h0, l0);
+    dr_split_r(x1, h1, l1);
+    dr_walk_sts2(Xh + o, h0, h1);
+    dr_walk_sts2(Xl + o, l0, l1);
 }
 
 #endif
