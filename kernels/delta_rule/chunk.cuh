@@ -468,22 +468,6 @@ __device__ __forceinline__ void dr_st_split2(bf16 *row, int V, int j, bf16 h0, b
         if (in1) ph[1] = h1, pl[1] = l1;
     }
 }
-// The walks' store of Delta / dDelta columns j, j + 1 of row r (d0, d1; zero where not in): the
-// hi + lo split to the shared tiles at sh[si], sl[si] (and si + 1) and to the workspace block
-// blk (pairs when split, else fp32)
-__device__ __forceinline__ void dr_put_delta2(float d0, float d1, bf16 *sh, bf16 *sl, int si, float *blk, int V,
-                                              int r, int j, bool in0, bool in1, int split) {
-    bf16 h0, l0, h1, l1;
-    dr_split_r(d0, h0, l0);
-    dr_split_r(d1, h1, l1);
-    sh[si] = h0, sl[si] = l0, sh[si + 1] = h1, sl[si + 1] = l1;
-    if (split)
-        dr_st_split2((bf16 *)blk + (size_t)r * 2 * V, V, j, h0, l0, h1, l1, in0, in1);
-    else {
-        if (in0) blk[(size_t)r * V + j] = d0;
-        if (in1) blk[(size_t)r * V + j + 1] = d1;
-    }
-}
 // The hi and lo tiles [64][cols_p] (row stride lds) of columns j0.. (j0 a multiple of 8) of a
 // split block P: rows >= nrows and columns >= V zero (as dr_split of the zero the fp32 readers
 // substituted). 16-byte cp.async where the group is full and rows are 16-byte aligned (V % 4 ==
