@@ -446,28 +446,16 @@ __device__ __forceinline__ void dr_load_tile(bf16 *s, int lds, const bf16 *src, 
     }
 }
 
-// Delta (ws.U once the walk has run) and dDelta (ws.dD) as their dr_split pairs, the same 4
-// bytes an element (ws.dsplit; HYBRID_DR_DELTA_F32=1 keeps them fp32, split by each reader):
+// The Delta pair layout. Delta (ws.U once the walk has run) and dDelta (ws.dD) as their
+// dr_split pairs, the same 4 bytes an element (ws.dsplit; HYBRID_DR_DELTA_F32=1 keeps them
+// fp32, split by each reader):
 // row r of a (chunk, head) block is 2V bf16 where the fp32 row was V floats; the columns go by
 // groups of 8, group g (width w = min(8, V - 8g)) at 16g: its w hi parts, then its w lo parts.
 // A group covers the bytes of its own 8 fp32 columns, so the walk overwrites U with Delta in
 // place with no other V tile's columns touched, and a reader takes hi and lo tiles with two
-// 16-byte cp.async a group (bit for bit what dr_split of the fp32 value gave).
-// Columns j, j + 1 (j even) of row `row` (P + 2 V r): hi h0, h1 and lo l0, l1, each if in
-__device__ __forceinline__ void dr_st_split2(bf16 *row, int V, int j, bf16 h0, bf16 l0, bf16 h1, bf16 l1, bool in0,
-                                             bool in1) {
-    const int g8 = j & ~7, w = V - g8 < 8 ? V - g8 : 8;
-    bf16 *ph = row + 2 * g8 + (j & 7), *pl = ph + w;
-    if (in0 && in1 && w == 8) {
-        __nv_bfloat162 hh, ll;
-        hh.x = h0, hh.y = h1, ll.x = l0, ll.y = l1;
-        *(__nv_bfloat162 *)ph = hh;
-        *(__nv_bfloat162 *)pl = ll;
-    } else {
-        if (in0) ph[0] = h0, pl[0] = l0;
-        if (in1) ph[1] = h1, pl[1] = l1;
-    }
-}
+// 16-byte cp.async a group (bit for bit what dr_split of the fp32 value gave). The walks write
+// it from their shared hi and lo tiles (walk.cuh).
+//
 // The hi and lo tiles [64][cols_p] (row stride lds) of columns j0.. (j0 a multiple of 8) of a
 // split block P: rows >= nrows and columns >= V zero (as dr_split of the zero the fp32 readers
 // substituted). 16-byte cp.async where the group is full and rows are 16-byte aligned (V % 4 ==

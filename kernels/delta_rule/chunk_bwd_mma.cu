@@ -14,7 +14,7 @@
 //   b. dDelta = Aqk^T dO + Ke dH' (B1's local part and B2; warp: m-tile w % 4, the 16-column
 //      groups w / 4 + (NW / 4) g; Aqk^T upper triangular: k-steps kk >= m-tile); after a
 //      barrier (every warp has read dH') over dH' in shared memory and to ws.dD as its hi + lo
-//      pairs (chunk.cuh, dr_st_split2; fp32 under HYBRID_DR_DELTA_F32=1);
+//      pairs (chunk.cuh, the Delta pair layout; fp32 under HYBRID_DR_DELTA_F32=1);
 //   c. dh[n] = diag(e^Gamma_end) dH' + scale Qg^T dO - W^T dDelta.
 // Tiles: region B {Aqk, Ke} (step b), region C {Qg, W} (step c), all hi + lo, dO (exact bf16,
 // one buffer a chunk parity). Where both regions fit (K <= 128 or so), C loads during step b
@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
                     }
         }
         __syncthreads();  // region B read, dDelta written
-        // dDelta's hi + lo pairs (chunk.cuh, dr_st_split2's layout) copied from the shared tiles
+        // dDelta's hi + lo pairs (chunk.cuh, the Delta pair layout) copied from the shared tiles
         // by 16-byte groups: from the fragments (2-byte stores) the 16-warp build spilled 232 bytes
         if (ws.dsplit) dr_walk_store_split_tile((bf16 *)dDg, V, j0, dDh, dDl, LB, n, bv, BV, tid, NTH);
         if (alias) issue_c(ci);

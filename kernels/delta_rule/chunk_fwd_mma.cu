@@ -698,7 +698,7 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
         cp_async_wait<0>();  // Ke of this chunk
         __syncthreads();
         if (ci + 1 < nch) issue_w(ci + 1);
-        // Delta's hi + lo pairs over U (chunk.cuh, dr_st_split2's layout) from the shared tiles by
+        // Delta's hi + lo pairs over U (chunk.cuh, the Delta pair layout) from the shared tiles by
         // 16-byte groups. Every thread's U loads of this chunk have completed (their values are
         // in Delta, before the barrier), so the copy may write entries that other threads read.
         if (ws.dsplit) dr_walk_store_split_tile((bf16 *)Ug, V, j0, Dh, Dl, LH, n, bv, BV, tid, DRM_THREADS);
@@ -801,7 +801,7 @@ __global__ void __launch_bounds__(DRO_THREADS, 3)
     cp_async_commit();
     // Delta (ws.U once the walk has run) into registers now, into shared memory over Qg once
     // every warp is done with Qg h[n], so its load overlaps that product. SPLIT (ws.dsplit): the
-    // workspace holds its hi + lo pairs (chunk.cuh, dr_st_split2: groups of 8 columns, 8 hi then
+    // workspace holds its hi + lo pairs (chunk.cuh, the Delta pair layout: groups of 8 columns, 8 hi then
     // 8 lo), read as they are; else fp32, split after the barrier (the same bits either way).
     constexpr int ND = DR_BT * DR_MBV / DRO_THREADS;  // Delta entries a thread
     float dv[SPLIT ? 1 : ND];

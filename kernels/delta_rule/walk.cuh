@@ -101,7 +101,7 @@ __device__ __forceinline__ void dr_walk_store_tile(bf16 *dst, size_t ldg, const 
     }
 }
 
-// The same for a split block (Delta / dDelta as hi + lo pairs, chunk.cuh's dr_st_split2
+// The same for a split block (Delta / dDelta as hi + lo pairs, chunk.cuh's the Delta pair layout
 // layout: a row of 2 V bf16, each group of 8 columns g8.. its w = min(8, V - g8) hi values
 // then its w lo values): the tile's hi and lo (sh, sl: [64][lds], columns j0.. of the block)
 // rows [0, n) and columns [0, ncols) into row block P; two 16-byte stores a whole group where
