@@ -398,6 +398,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpy
     if (in_pinned(dst, bytes) && !in_pinned(src, bytes)) {  // device -> pinned host: lands at a sync
         const char *s = (const char *)src;
         g_pending.push_back(PendingCopy{(char *)dst, std::vector<char>(s, s + bytes), ++g_copy_seq});
+        memset(dst, 0xff, bytes);  // (until it lands the host must not read it: a read sees 0xff bytes)
         return cudaSuccess;
     }
     memmove(dst, src, bytes);

@@ -198,8 +198,10 @@ cudaError_t cudaDeviceSynchronize(void);
 // modelled: the source is read when the copy is issued (stream order: what the kernels before it
 // wrote), but the host memory changes only at a synchronization that covers the copy
 // (cudaStreamSynchronize, cudaDeviceSynchronize, or cudaEventSynchronize of an event recorded
-// after it), the latest moment a GPU may deliver it. Host code that reads the copy without
-// waiting reads what was there before (the allocation starts as 0xff bytes, as cudaMalloc's).
+// after it), the latest moment a GPU may deliver it. Until then the destination reads as 0xff
+// bytes (set when the copy is issued; the allocation starts so too, as cudaMalloc's): host code
+// that reads the copy without waiting reads garbage, even where an earlier copy left the same
+// values there.
 enum { cudaHostAllocDefault = 0 };
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
 cudaError_t cudaFreeHost(void *p);
