@@ -18,7 +18,9 @@
 // fp32 as kernels/norm_glu/glu.cu).
 // HYBRID_MOE_GEMM=cublas runs the six GEMMs on cuBLAS's grouped batched GEMM instead
 // (experts_cublas.h: the forward then copies the offsets to the host once, one stream
-// synchronization, and its backward reuses the copy); the GLU passes are the same.
+// synchronization, and its backward reuses the copy); HYBRID_MOE_GEMM=mixed runs the forward's
+// two on ours and the backward's on cuBLAS where gemm_on_cublas says (the forward only issues
+// the copy; the backward waits for it); the GLU passes are the same.
 #include "kernels/common.cuh"
 #include "kernels/moe/experts_cublas.h"
 #include "kernels/moe/grouped_gemm.cuh"
@@ -242,9 +244,12 @@ static void rows_gemm(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets,
 static int wgrad_split_force;  // tests: > 0 forces the split count (cuda_moe_set_wgrad_split)
 extern "C" void cuda_moe_set_wgrad_split(int s) { wgrad_split_force = s > 0 ? s : 0; }
 
+// the 128 x 128 output tiles of a weight gradient dW (E, P, Q)
+static long wgrad_tiles(int E, int P, int Q) { return (long)E * ((P + GG_BM - 1) / GG_BM) * ((Q + GG_BN - 1) / GG_BN); }
+
 static int wgrad_splits(int E, int P, int Q) {
     if (wgrad_split_force) return wgrad_split_force;
-    const long tiles = (long)E * ((P + GG_BM - 1) / GG_BM) * ((Q + GG_BN - 1) / GG_BN);
+    const long tiles = wgrad_tiles(E, P, Q);
     int S = 1;
     for (; S < 8; S++) {
         const long blocks = tiles * S, waves = (blocks + GG_REF_SLOTS - 1) / GG_REF_SLOTS;
@@ -279,6 +284,49 @@ static void wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, in
                       (const float *)ws, offsets, E, S, PQ);
 }
 
+// ---- HYBRID_MOE_GEMM=mixed: which GEMM runs where ----
+// Measured on the H200 (2026-12-02, bench_moe, both paths; docs/hybrid.md, "Dropless permutation
+// and grouped expert FFN"): cuBLAS's grouped GEMM loses to ours on the forward's row GEMMs
+// (fwd13 0.451 vs 0.423 ms KL-S, 3.946 vs 3.712 large; fwd2 likewise) and wins the dgrads a
+// little (dgrad2 0.219 vs 0.240, 1.917 vs 2.041; dgrad13 0.450 vs 0.483, 3.733 vs 4.017) and the
+// weight gradients clearly (large: wgrad2 1.133 vs 2.111, wgrad13 1.923 vs 4.148; KL-S wgrad13
+// 0.319 vs 0.439), except KL-S's wgrad2 (0.300 vs 0.245 ms). That one is the only weight gradient
+// with fewer tiles than one wave of our block slots (E 16, 768 x 256: 192 tiles < GG_REF_SLOTS =
+// 264), where our kernel cuts each expert's rows into splits (4 there) to fill the GPU and cuBLAS
+// (27% of dense on it, against 51% on KL-S's wgrad13 of 384 tiles) apparently does not. So:
+//   fwd13, fwd2: ours (the forward then never waits for the host copy of the offsets);
+//   dgrad2, dgrad13: cuBLAS;
+//   wgrad2, wgrad13: cuBLAS, unless the gradient has fewer than GG_REF_SLOTS tiles: ours.
+// The rule reads the shape alone (a constant slot count, as wgrad_splits), so which path, and
+// so which bits, a GEMM gets does not depend on the GPU or the run. Expected from the same table
+// (the better path per GEMM): KL-S 1.93 ms of GEMMs (own 2.11, cublas 2.04), large 14.4 (18.0,
+// 14.8).
+static int mixed_wgrad_force = -1;  // tests: 0 or 1 forces the weight gradients' path (cuda_moe_set_mixed_wgrad)
+extern "C" void cuda_moe_set_mixed_wgrad(int mode) { mixed_wgrad_force = mode == 0 || mode == 1 ? mode : -1; }
+
+static int mixed_wgrad_on_cublas(int E, int P, int Q) {
+    if (mixed_wgrad_force >= 0) return mixed_wgrad_force;
+    return wgrad_tiles(E, P, Q) >= GG_REF_SLOTS;
+}
+
+enum { G_FWD13, G_FWD2, G_DGRAD2, G_WGRAD2, G_DGRAD13, G_WGRAD13 };
+
+// 1: GEMM g of the expert op (E, C, M) goes to cuBLAS in mode `mode` (moe_gemm_mode), operands
+// aside (one that does not suit cuBLAS runs ours: moe_cublas_rows / moe_cublas_wgrad return 0)
+static int gemm_on_cublas(int mode, int g, int E, int C, int M) {
+    if (mode == MOE_GEMM_CUBLAS) return 1;
+    if (mode != MOE_GEMM_MIXED) return 0;
+    switch (g) {
+    case G_DGRAD2:
+    case G_DGRAD13: return 1;
+    case G_WGRAD2: return mixed_wgrad_on_cublas(E, C, M);  // dW2 (E, C, M)
+    case G_WGRAD13: return mixed_wgrad_on_cublas(E, 2 * M, C);  // dW13 (E, 2M, C)
+    default: return 0;  // the forward's
+    }
+}
+
+extern "C" int cuda_moe_gemm_on_cublas(int g, int E, int C, int M) { return gemm_on_cublas(moe_gemm_mode(E), g, E, C, M); }
+
 static int act_kind(GluAct act) {
     if (act.kind != GLU_SWIGLU && act.kind != GLU_SITU) die("moe experts: unknown activation kind %d", (int)act.kind);
     return (int)act.kind;
@@ -293,15 +341,21 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     // grouped GEMMs, on either path, that tests/gpu/bench_moe.c compares with dense cuBLAS GEMMs
     // of the same FLOPs)
     // hoff: the host copy of the offsets on the cuBLAS path (NULL: our kernels); a GEMM whose
-    // operands do not suit cuBLAS (experts_cublas.h) runs our kernel
+    // operands do not suit cuBLAS (experts_cublas.h) runs our kernel. The mixed mode runs both
+    // GEMMs on ours and only issues the copy for its backward (pinned memory: nothing waits).
+    const int mode = moe_gemm_mode(E);
     const int *hoff = NULL;
-    if (moe_cublas_on(E)) {
+    if (mode == MOE_GEMM_CUBLAS) {
         PROFILE("moe_experts/offsets_to_host");
         hoff = moe_cublas_offsets(offsets, E, 1);
+    } else if (mode == MOE_GEMM_MIXED) {
+        PROFILE("moe_experts/offsets_to_host");
+        moe_cublas_offsets_async(offsets, E);
     }
     {
         PROFILE("moe_experts/gemm_fwd13");
-        if (!hoff || !moe_cublas_rows((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, hoff, offsets, E, 2 * M, C, 0))
+        if (!hoff || !gemm_on_cublas(mode, G_FWD13, E, C, M) ||
+            !moe_cublas_rows((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, hoff, offsets, E, 2 * M, C, 0))
             rows_gemm<false>((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, offsets, E, 2 * M, C);
     }
     {
@@ -311,7 +365,8 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     }
     {
         PROFILE("moe_experts/gemm_fwd2");
-        if (!hoff || !moe_cublas_rows((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, hoff, offsets, E, C, M, 0))
+        if (!hoff || !gemm_on_cublas(mode, G_FWD2, E, C, M) ||
+            !moe_cublas_rows((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, hoff, offsets, E, C, M, 0))
             rows_gemm<false>((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, offsets, E, C, M);
     }
 }
@@ -322,21 +377,30 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
     PROFILE("moe_experts_bwd");
     const int kind = act_kind(act);
     if (E <= 0) return;
-    // the cuBLAS path: the forward's host copy of these offsets (no synchronization; a backward
-    // whose forward did not run at this offsets pointer copies them itself, in this part)
+    // which of the four run on cuBLAS (the mode's rule, and operands that suit it)
+    const int mode = moe_gemm_mode(E);
+    const bool c_dgrad2 = gemm_on_cublas(mode, G_DGRAD2, E, C, M) && moe_cublas_suits(dap, dyp, w2, M, C),
+               c_wgrad2 = gemm_on_cublas(mode, G_WGRAD2, E, C, M) && moe_cublas_suits(dw2, dyp, ap, C, M),
+               c_dgrad13 = gemm_on_cublas(mode, G_DGRAD13, E, C, M) && moe_cublas_suits(dxp, dhp, w13, C, 2 * M),
+               c_wgrad13 = gemm_on_cublas(mode, G_WGRAD13, E, C, M) && moe_cublas_suits(dw13, dhp, xp, 2 * M, C);
+    // the forward's host copy of these offsets: cublas, no synchronization (the forward waited);
+    // mixed, one event synchronization on the copy the forward issued (done long ago: the rest of
+    // the forward ran since), and none where no GEMM here runs on cuBLAS. A backward whose forward
+    // did not run at this offsets pointer copies them itself, in this part. (Fetched before the
+    // first GEMM's part, so the GEMM parts time GEMMs only.)
     const int *hoff = NULL;
-    if (moe_cublas_on(E)) {
+    if (mode == MOE_GEMM_CUBLAS || c_dgrad2 || c_wgrad2 || c_dgrad13 || c_wgrad13) {
         PROFILE("moe_experts/offsets_to_host");
         hoff = moe_cublas_offsets(offsets, E, 0);
     }
     {
         PROFILE("moe_experts/gemm_dgrad2");  // dap = dyp W2_e
-        if (!hoff || !moe_cublas_rows((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, hoff, offsets, E, M, C, 1))
+        if (!c_dgrad2 || !moe_cublas_rows((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, hoff, offsets, E, M, C, 1))
             rows_gemm<true>((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, offsets, E, M, C);
     }
     {
         PROFILE("moe_experts/gemm_wgrad2");  // dW2_e += dyp^T ap
-        if (!hoff || !moe_cublas_wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, hoff, offsets, E, C, M))
+        if (!c_wgrad2 || !moe_cublas_wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, hoff, offsets, E, C, M))
             wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, offsets, E, C, M);
     }
     {
@@ -347,12 +411,14 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
     }
     {
         PROFILE("moe_experts/gemm_dgrad13");  // dxp = dhp W13_e
-        if (!hoff || !moe_cublas_rows((bf16 *)dxp, (const bf16 *)dhp, (const bf16 *)w13, hoff, offsets, E, C, 2 * M, 1))
+        if (!c_dgrad13 ||
+            !moe_cublas_rows((bf16 *)dxp, (const bf16 *)dhp, (const bf16 *)w13, hoff, offsets, E, C, 2 * M, 1))
             rows_gemm<true>((bf16 *)dxp, (const bf16 *)dhp, (const bf16 *)w13, offsets, E, C, 2 * M);
     }
     {
         PROFILE("moe_experts/gemm_wgrad13");  // dW13_e += dhp^T xp
-        if (!hoff || !moe_cublas_wgrad((bf16 *)dw13, (const bf16 *)dhp, (const bf16 *)xp, hoff, offsets, E, 2 * M, C))
+        if (!c_wgrad13 ||
+            !moe_cublas_wgrad((bf16 *)dw13, (const bf16 *)dhp, (const bf16 *)xp, hoff, offsets, E, 2 * M, C))
             wgrad((bf16 *)dw13, (const bf16 *)dhp, (const bf16 *)xp, offsets, E, 2 * M, C);
     }
 }

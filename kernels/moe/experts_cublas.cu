@@ -15,12 +15,17 @@
 // matmuls' 32 MiB, used in stream order by both, so cuBLAS's per-stream workspace pool is never
 // involved), atomics not allowed, and no reduced-precision split-k reductions (fp32 throughout;
 // a split-k partial sum in bf16 would also round twice). The bits differ from our kernels'
-// (another summation order): the two paths are alternatives, each deterministic.
+// (another summation order): the two paths are alternatives, each deterministic. The mixed mode
+// runs some GEMMs on each (which ones depends on the shape only, experts.cu's gemm_on_cublas), so
+// its bits are, GEMM by GEMM, those of the path that ran it.
 //
 // Under the CPU emulator (HYBRID_CUDA_EMU) cublasGemmGroupedBatchedEx is tests/cuda_emu's loop
 // of column-major GEMMs, which checks the arguments as cuBLAS documents them: the emulated tests
 // run this whole path (the host copy, the pointer kernel, the argument mapping) against the CPU
-// reference; only cuBLAS's own kernels are the GPU's.
+// reference; only cuBLAS's own kernels are the GPU's. Its pinned copies land only at the wait
+// that covers them and read as 0xff bytes until then (docs/cuda.md, "The CPU emulator"), so a
+// backward that read the mixed mode's copy without waiting would see offsets of -1 (check_copy
+// dies, or the GEMMs find no rows and the test's parity fails).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,69 +33,129 @@
 #include "kernels/cuda_backend.h"
 #include "kernels/moe/experts_cublas.h"
 
-// ---- the switch (HYBRID_MOE_GEMM=own|cublas; tests: cuda_moe_set_gemm) ----
+// ---- the switch (HYBRID_MOE_GEMM=own|cublas|mixed; tests: cuda_moe_set_gemm) ----
 static int g_env_mode = -1, g_forced = -1;
-static long g_calls, g_copies;
+static long g_calls, g_copies, g_waits;
 
 static int gemm_mode(void) {
     if (g_forced >= 0) return g_forced;
     if (g_env_mode < 0) {
         const char *v = getenv("HYBRID_MOE_GEMM");
-        if (!v || !*v || !strcmp(v, "own")) g_env_mode = 0;
-        else if (!strcmp(v, "cublas")) g_env_mode = 1;
-        else die("HYBRID_MOE_GEMM=%s: expected own (our grouped kernels, the default) or cublas", v);
+        if (!v || !*v || !strcmp(v, "own")) g_env_mode = MOE_GEMM_OWN;
+        else if (!strcmp(v, "cublas")) g_env_mode = MOE_GEMM_CUBLAS;
+        else if (!strcmp(v, "mixed")) g_env_mode = MOE_GEMM_MIXED;
+        else
+            die("HYBRID_MOE_GEMM=%s: expected own (our grouped kernels, the default), cublas (cuBLAS's grouped "
+                "batched GEMM) or mixed (the forward on ours, the backward on cuBLAS by kernels/moe/experts.cu's rule)",
+                v);
     }
     return g_env_mode;
 }
 
-extern "C" void cuda_moe_set_gemm(int mode) { g_forced = mode == 0 || mode == 1 ? mode : -1; }
-extern "C" const char *cuda_moe_gemm_name(void) { return gemm_mode() ? "cublas" : "own"; }
+extern "C" void cuda_moe_set_gemm(int mode) { g_forced = mode >= MOE_GEMM_OWN && mode <= MOE_GEMM_MIXED ? mode : -1; }
+extern "C" const char *cuda_moe_gemm_name(void) {
+    static const char *const names[] = {"own", "cublas", "mixed"};
+    return names[gemm_mode()];
+}
 extern "C" long cuda_moe_cublas_calls(void) { return g_calls; }
 extern "C" long cuda_moe_offsets_copies(void) { return g_copies; }
+extern "C" long cuda_moe_offsets_waits(void) { return g_waits; }
 
-int moe_cublas_on(int E) { return gemm_mode() == 1 && E >= 1 && E <= MOE_CUBLAS_MAX_E; }
+int moe_gemm_mode(int E) { return E >= 1 && E <= MOE_CUBLAS_MAX_E ? gemm_mode() : MOE_GEMM_OWN; }
 
 // ---- the host copies of the offsets, one per offsets pointer (one per MoE layer) ----
+// Each entry's ints are a slot of one pinned host block (cudaHostAlloc, allocated at the first
+// copy and kept for the process): a device-to-host cudaMemcpyAsync into pinned memory returns at
+// once and the copy engine writes the slot in stream order, so the mixed mode's forward does not
+// wait (into pageable memory the call would return only once the copy was done). The host reads a
+// slot only after a wait that covers its last copy: the stream synchronization right after it
+// (forward = 1), or the entry's event (pending: moe_cublas_offsets_async issued it, nobody has
+// waited yet). A new copy into a slot whose copy is still pending is in stream order after it,
+// so the slot ends up holding the newer offsets.
 #define HOST_COPIES 128
 typedef struct {
     const int *dev;  // the offsets' device pointer (NULL: a free entry)
     int E;
     unsigned long long last_use;
-    int off[MOE_CUBLAS_MAX_E + 1];
+    int *off;          // its slot of g_pinned (MOE_CUBLAS_MAX_E + 1 ints)
+    cudaEvent_t done;  // recorded after the slot's asynchronous copy
+    int pending;       // 1: an asynchronous copy was issued into off and not yet waited for
 } HostCopy;
 static HostCopy g_copy[HOST_COPIES];
+static int *g_pinned;
 static unsigned long long g_clock;
 
-const int *moe_cublas_offsets(const int *offsets, int E, int forward) {
+static void host_copies_init(void) {
+    if (g_pinned) return;
+    CUDA_CHECK(cudaHostAlloc((void **)&g_pinned, sizeof(int) * (size_t)HOST_COPIES * (MOE_CUBLAS_MAX_E + 1),
+                             cudaHostAllocDefault));
+    for (int i = 0; i < HOST_COPIES; i++) {
+        g_copy[i].off = g_pinned + (size_t)i * (MOE_CUBLAS_MAX_E + 1);
+        CUDA_CHECK(cudaEventCreateWithFlags(&g_copy[i].done, cudaEventDisableTiming));
+    }
+}
+
+// the entry of (offsets, E), or (found = 0) the one to reuse: the least recently used (a free
+// one first), now holding (offsets, E)
+static HostCopy *host_entry(const int *offsets, int E, int *found) {
+    host_copies_init();
     HostCopy *p = NULL, *lru = &g_copy[0];
     for (int i = 0; i < HOST_COPIES && !p; i++) {
         if (g_copy[i].dev == offsets && g_copy[i].E == E) p = &g_copy[i];
         else if (g_copy[i].last_use < lru->last_use) lru = &g_copy[i];  // (free entries have 0)
     }
-    if (p && !forward) {  // the backward: its forward's copy
-        p->last_use = ++g_clock;
-        return p->off;
-    }
-    if (!p) p = lru;  // a new pointer: the least recently used entry (a free one first)
-    p->dev = offsets, p->E = E, p->last_use = ++g_clock;
-    // The one synchronization of the cuBLAS path: cuBLAS takes the sizes on the host.
-    CUDA_CHECK(cudaMemcpyAsync(p->off, offsets, sizeof(int) * (size_t)(E + 1), cudaMemcpyDeviceToHost, g_cuda.stream));
-    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
-    g_copies++;
-    for (int e = 0; e < E; e++)
+    *found = p != NULL;
+    if (!p) p = lru, p->dev = offsets, p->E = E;
+    p->last_use = ++g_clock;
+    return p;
+}
+
+// offsets must not decrease from >= 0 (checked on the host copy once it is there)
+static void check_copy(HostCopy *p) {
+    for (int e = 0; e < p->E; e++)
         if (p->off[0] < 0 || p->off[e + 1] < p->off[e]) {
-            p->dev = NULL;
+            p->dev = NULL, p->last_use = 0;
             die("moe experts (cuBLAS path): offsets[%d] = %d, offsets[%d] = %d: not non-decreasing from >= 0", e,
                 p->off[e], e + 1, p->off[e + 1]);
         }
+}
+
+const int *moe_cublas_offsets(const int *offsets, int E, int forward) {
+    int found;
+    HostCopy *p = host_entry(offsets, E, &found);
+    if (found && !forward) {  // the backward: its forward's copy
+        if (p->pending) {     // (the mixed mode's forward issued it: wait for its event, once)
+            CUDA_CHECK(cudaEventSynchronize(p->done));
+            p->pending = 0;
+            g_waits++;
+            check_copy(p);
+        }
+        return p->off;
+    }
+    // The one synchronization of the cuBLAS path: cuBLAS takes the sizes on the host.
+    CUDA_CHECK(cudaMemcpyAsync(p->off, offsets, sizeof(int) * (size_t)(E + 1), cudaMemcpyDeviceToHost, g_cuda.stream));
+    CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+    p->pending = 0;
+    g_copies++;
+    check_copy(p);
     return p->off;
+}
+
+void moe_cublas_offsets_async(const int *offsets, int E) {
+    int found;
+    HostCopy *p = host_entry(offsets, E, &found);
+    CUDA_CHECK(cudaMemcpyAsync(p->off, offsets, sizeof(int) * (size_t)(E + 1), cudaMemcpyDeviceToHost, g_cuda.stream));
+    CUDA_CHECK(cudaEventRecord(p->done, g_cuda.stream));
+    p->pending = 1;
+    g_copies++;
 }
 
 void moe_cublas_forget(const void *p, size_t bytes) {
     const char *lo = (const char *)p;
     for (int i = 0; i < HOST_COPIES; i++) {
         const char *d = (const char *)g_copy[i].dev;
-        if (d && d >= lo && d < lo + bytes) g_copy[i].dev = NULL, g_copy[i].last_use = 0;
+        // (a pending copy has landed: the backend synchronized the stream before freeing)
+        if (d && d >= lo && d < lo + bytes) g_copy[i].dev = NULL, g_copy[i].last_use = 0, g_copy[i].pending = 0;
     }
 }
 
@@ -191,7 +256,7 @@ static void grouped_call(const int *hoff, const int *offsets, int E, cublasOpera
 }
 
 // every pointer 16-byte aligned (cuBLAS's rule for bf16 operands whose k is a multiple of 8)
-static int suits(const void *a, const void *b, const void *c, int d0, int d1) {
+int moe_cublas_suits(const void *a, const void *b, const void *c, int d0, int d1) {
     return is_aligned16(a) && is_aligned16(b) && is_aligned16(c) && d0 % 8 == 0 && d1 % 8 == 0;
 }
 
@@ -203,7 +268,7 @@ static int suits(const void *a, const void *b, const void *c, int d0, int d1) {
 //   X_e' (kd, r): ld kd, op N;  Y_e' (n_out, r): ld n_out;  m = n_out, n = r, k = kd, beta 0.
 int moe_cublas_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *hoff, const int *offsets, int E, int n_out,
                     int kd, int w_t) {
-    if (n_out <= 0 || kd <= 0 || !suits(Y, X, W, n_out, kd)) return 0;  // (ours: the empty shapes too)
+    if (n_out <= 0 || kd <= 0 || !moe_cublas_suits(Y, X, W, n_out, kd)) return 0;  // (ours: the empty shapes too)
     const long long b = sizeof(bf16);
     grouped_call(hoff, offsets, E, w_t ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, 1, n_out, kd, w_t ? n_out : kd, kd,
                  n_out, 0.f, MoePtrs{(const char *)W, 0, (long long)n_out * kd * b}, MoePtrs{(const char *)X, kd * b, 0},
@@ -217,7 +282,7 @@ int moe_cublas_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *hoff, cons
 // (wgrad2: G = dY, X = A, P = C, Q = M; wgrad13: G = dH13, X = X, P = 2M, Q = C)
 int moe_cublas_wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *hoff, const int *offsets, int E, int P,
                      int Q) {
-    if (P <= 0 || Q <= 0 || !suits(dW, G, X, P, Q)) return 0;
+    if (P <= 0 || Q <= 0 || !moe_cublas_suits(dW, G, X, P, Q)) return 0;
     const long long b = sizeof(bf16);
     grouped_call(hoff, offsets, E, CUBLAS_OP_N, CUBLAS_OP_T, 0, Q, P, Q, P, Q, 1.f, MoePtrs{(const char *)X, Q * b, 0},
                  MoePtrs{(const char *)G, P * b, 0}, MoePtrs{(const char *)dW, 0, (long long)P * Q * b});

@@ -17,6 +17,7 @@
 #include <ucontext.h>
 
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "kernels/common.cuh"
@@ -342,7 +343,64 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind)
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
+// Pinned host memory and the copies into it that have not landed yet (cuda_emu.h, "Pinned host
+// memory"): each pending copy holds the source bytes as they were when it was issued and its
+// sequence number; an event records the last number issued before it.
+namespace {
+struct PinnedBlock {
+    char *p;
+    size_t bytes;
+};
+struct PendingCopy {
+    char *dst;
+    std::vector<char> data;
+    unsigned long long seq;
+};
+std::vector<PinnedBlock> g_pinned;
+std::vector<PendingCopy> g_pending;
+unsigned long long g_copy_seq;
+
+bool in_pinned(const void *p, size_t bytes) {
+    const char *c = (const char *)p;
+    for (const PinnedBlock &b : g_pinned)
+        if (c >= b.p && c + bytes <= b.p + b.bytes) return true;
+    return false;
+}
+// writes the pending copies numbered <= upto into host memory, in issue order
+void land_copies(unsigned long long upto) {
+    size_t kept = 0;
+    for (size_t i = 0; i < g_pending.size(); i++) {
+        if (g_pending[i].seq <= upto) memcpy(g_pending[i].dst, g_pending[i].data.data(), g_pending[i].data.size());
+        else g_pending[kept++] = std::move(g_pending[i]);
+    }
+    g_pending.resize(kept);
+}
+}  // namespace
+
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned) {
+    *p = malloc(bytes ? bytes : 1);
+    if (!*p) return cudaErrorInvalidValue;
+    memset(*p, 0xff, bytes);
+    g_pinned.push_back(PinnedBlock{(char *)*p, bytes});
+    return cudaSuccess;
+}
+cudaError_t cudaFreeHost(void *p) {
+    for (size_t i = 0; i < g_pinned.size(); i++)
+        if (g_pinned[i].p == (char *)p) {
+            land_copies(g_copy_seq);  // (the real call synchronizes the device first)
+            g_pinned.erase(g_pinned.begin() + (long)i);
+            free(p);
+            return cudaSuccess;
+        }
+    return cudaErrorInvalidValue;
+}
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+    if (in_pinned(dst, bytes) && !in_pinned(src, bytes)) {  // device -> pinned host: lands at a sync
+        const char *s = (const char *)src;
+        g_pending.push_back(PendingCopy{(char *)dst, std::vector<char>(s, s + bytes), ++g_copy_seq});
+        memset(dst, 0xff, bytes);  // (until it lands the host must not read it: a read sees 0xff bytes)
+        return cudaSuccess;
+    }
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -354,8 +412,14 @@ cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t) {
     memset(p, value, bytes);
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    land_copies(g_copy_seq);
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) {
+    land_copies(g_copy_seq);
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceCount(int *n) {
     *n = 1;
@@ -385,18 +449,24 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
 }
 struct EmuEvent {
     double t;
+    unsigned long long copies;  // the pending copies issued before it was recorded (g_copy_seq)
 };
 cudaError_t cudaEventCreate(cudaEvent_t *e) {
-    *e = new EmuEvent{0};
+    *e = new EmuEvent{0, 0};
     return cudaSuccess;
 }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { return cudaEventCreate(e); }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     e->t = ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+    e->copies = g_copy_seq;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    land_copies(e->copies);
+    return cudaSuccess;
+}
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t stop) {
     *ms = (float)(stop->t - start->t);
     return cudaSuccess;

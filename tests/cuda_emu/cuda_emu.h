@@ -193,12 +193,25 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes);
 cudaError_t cudaMemsetAsync(void *p, int value, size_t bytes, cudaStream_t s = 0);
 cudaError_t cudaStreamSynchronize(cudaStream_t s);
 cudaError_t cudaDeviceSynchronize(void);
+// Pinned host memory (cudaHostAlloc; kernels/moe/experts_cublas.cu copies offsets into it
+// asynchronously). A cudaMemcpyAsync into it from the device is the one asynchronous thing
+// modelled: the source is read when the copy is issued (stream order: what the kernels before it
+// wrote), but the host memory changes only at a synchronization that covers the copy
+// (cudaStreamSynchronize, cudaDeviceSynchronize, or cudaEventSynchronize of an event recorded
+// after it), the latest moment a GPU may deliver it. Until then the destination reads as 0xff
+// bytes (set when the copy is issued; the allocation starts so too, as cudaMalloc's): host code
+// that reads the copy without waiting reads garbage, even where an earlier copy left the same
+// values there.
+enum { cudaHostAllocDefault = 0 };
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags);
+cudaError_t cudaFreeHost(void *p);
 template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 template <typename T> static inline cudaError_t cudaMalloc(T **p, size_t bytes) { return cudaMalloc((void **)p, bytes); }
 
 // What kernels/backend_cuda.cu and kernels/device.cu ask of the runtime: one device shaped as
 // an H200 (132 SMs, compute capability 9.0, so grid_for sizes grids as there), a stream and
-// events that are tokens (everything runs when it is launched), events timed by the host clock.
+// events that are tokens (everything runs when it is launched; only a copy into pinned host
+// memory lands later, above), events timed by the host clock.
 enum { cudaErrorNoDevice = 100, cudaErrorInsufficientDriver = 35 };
 enum { cudaStreamNonBlocking = 1 };
 struct cudaDeviceProp {
@@ -212,7 +225,9 @@ cudaError_t cudaSetDevice(int d);
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+enum { cudaEventDefault = 0, cudaEventDisableTiming = 2 };
 cudaError_t cudaEventCreate(cudaEvent_t *e);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags);
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = 0);
 cudaError_t cudaEventSynchronize(cudaEvent_t e);
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t stop);

@@ -4,6 +4,7 @@
 // move the right lanes' values; block_sum and warp_sum of kernels/common.cuh reduce; every
 // block of a 3-D grid runs once with its coordinates; dynamic shared memory arrives NaN-filled;
 // the tensor-core MMA and ldmatrix of kernels/mma.cuh multiply from their fragment layouts;
+// a copy into pinned host memory lands only at the wait that covers it (0xff bytes until then);
 // and the errors the emulator reports (a barrier in divergent code, a bad launch) stop the
 // program with a message instead of hanging.
 #include "kernels/common.cuh"
@@ -184,6 +185,36 @@ int main(void) {
         CHECK(bad[0] == 0, "mma with A and B (k-major) by ldmatrix: %d of 256 wrong", bad[0]);
         CHECK(bad[1] == 0, "mma with B (n-major) by ldmatrix: %d of 256 wrong", bad[1]);
         CHECK(bad[2] == 0, "mma with hand-built fragments: %d of 256 wrong", bad[2]);
+    }
+    {
+        // a copy from the device into pinned host memory lands at the synchronization that
+        // covers it, not before: what host code that forgets to wait would read
+        int *dev = NULL, *host = NULL;
+        cudaEvent_t e1, e2;
+        CUDA_CHECK(cudaMalloc(&dev, 8 * sizeof(int)));
+        CUDA_CHECK(cudaHostAlloc((void **)&host, 8 * sizeof(int), cudaHostAllocDefault));
+        CUDA_CHECK(cudaEventCreateWithFlags(&e1, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&e2, cudaEventDisableTiming));
+        for (int i = 0; i < 8; i++) dev[i] = i, host[i] = 7;  // (emulated device memory is host memory)
+        CUDA_CHECK(cudaMemcpyAsync(host, dev, 4 * sizeof(int), cudaMemcpyDeviceToHost, g_cuda.stream));
+        CUDA_CHECK(cudaEventRecord(e1, g_cuda.stream));
+        for (int i = 0; i < 8; i++) dev[i] = 100 + i;  // after the first copy was issued
+        CUDA_CHECK(cudaMemcpyAsync(host + 4, dev + 4, 4 * sizeof(int), cudaMemcpyDeviceToHost, g_cuda.stream));
+        CUDA_CHECK(cudaEventRecord(e2, g_cuda.stream));
+        int early = 0;
+        for (int i = 0; i < 8; i++) early += host[i] == -1;
+        CUDA_CHECK(cudaEventSynchronize(e1));
+        int first = 0, second = 0;
+        for (int i = 0; i < 4; i++) first += host[i] == i;
+        for (int i = 4; i < 8; i++) second += host[i] == -1;
+        CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
+        for (int i = 4; i < 8; i++) second += host[i] == 100 + i;
+        CHECK(early == 8, "pinned copies before any wait: %d of 8 entries read as 0xff bytes", early);
+        CHECK(first == 4, "the copy before event 1, after waiting for it: %d of 4 (the source as issued)", first);
+        CHECK(second == 8, "the copy after event 1: %d of 8 (not landed at event 1, landed at the stream sync)",
+              second);
+        CUDA_CHECK(cudaFreeHost(host));
+        CUDA_CHECK(cudaFree(dev));
     }
     CHECK(expect_death_within(20, run_divergent, NULL, "divergent __syncthreads", "different __syncthreads"),
           "a barrier in divergent code is reported");

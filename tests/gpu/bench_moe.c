@@ -42,11 +42,14 @@
 // and TFLOP/s, and that rate as a share of the dense fwd+bwd's (JSON: "gemm_tflops"); the
 // weight gradients' parts include their split-k reduction (moe_experts/wgrad_reduce).
 // The expert GEMMs run on our grouped kernels or, with HYBRID_MOE_GEMM=cublas in the
-// environment, on cuBLAS's grouped batched GEMM (kernels/moe/experts_cublas.h): the same
-// moe_experts/gemm_* parts (each includes that path's small pointer-array kernel), so the two
-// runs' tables compare line by line; that path's copy of the offsets to the host (one stream
-// synchronization per forward) is the part moe_experts/offsets_to_host, inside the experts op
-// and the layer times, not in the GEMMs'. Printed at the start and in the JSON ("moe_gemm").
+// environment, on cuBLAS's grouped batched GEMM (kernels/moe/experts_cublas.h), or with
+// HYBRID_MOE_GEMM=mixed the forward's on ours and the backward's on cuBLAS by experts.cu's rule
+// (the table's "path" column says which ran where): the same moe_experts/gemm_* parts (each
+// includes the cuBLAS path's small pointer-array kernel), so the runs' tables compare line by
+// line; the copy of the offsets to the host (cublas: one stream synchronization per forward;
+// mixed: issued by the forward, waited for by the backward) is the part
+// moe_experts/offsets_to_host, inside the experts op and the layer times, not in the GEMMs'.
+// The mode is printed at the start and in the JSON ("moe_gemm").
 //
 // Inputs (scripts/bench_torch_moe.py makes the same distributions): x = randn (N, C) (the
 // layer reads the RMSNorm output, unit RMS); dout = randn (N, C); weights by the table's
@@ -317,14 +320,17 @@ static double part_ms(const Profile *pr, const char *name) {
 
 // one line per grouped GEMM: ms, GFLOP, TFLOP/s (the split-k reduction of a weight gradient
 // is inside its part; moe_experts/wgrad_reduce shows its share); tflops[] for the JSON
-static void print_gemms(const Profile *pr, double R, int De, int M, double dense_tflops, double tflops[]) {
+// path: where the mode sends the GEMM (cuda_moe_gemm_on_cublas, whose GEMM numbering is
+// gemm_parts' order); operands that do not suit cuBLAS would run ours regardless
+static void print_gemms(const Profile *pr, double R, int E, int De, int M, double dense_tflops, double tflops[]) {
     if (pr->reps < 1) return;
-    printf("%-26s %9s %9s %9s %12s\n", "grouped GEMM (profiled)", "ms", "GFLOP", "TFLOP/s", "of dense");
+    printf("%-26s %9s %9s %9s %12s %7s\n", "grouped GEMM (profiled)", "ms", "GFLOP", "TFLOP/s", "of dense", "path");
     for (int g = 0; g < NGEMM; g++) {
         const double ms = part_ms(pr, gemm_parts[g].part), gf = gemm_parts[g].units * R * De * M / 1e9;
         tflops[g] = ms > 0 ? gf / ms : 0;  // GFLOP / ms = TFLOP/s
-        printf("%-26s %9.3f %9.2f %9.1f %11.0f%%\n", gemm_parts[g].part + strlen("moe_experts/"), ms, gf, tflops[g],
-               dense_tflops > 0 ? 100 * tflops[g] / dense_tflops : 0);
+        printf("%-26s %9.3f %9.2f %9.1f %11.0f%% %7s\n", gemm_parts[g].part + strlen("moe_experts/"), ms, gf,
+               tflops[g], dense_tflops > 0 ? 100 * tflops[g] / dense_tflops : 0,
+               cuda_moe_gemm_on_cublas(g, E, De, M) ? "cublas" : "own");
     }
     const double red = part_ms(pr, "moe_experts/wgrad_reduce");
     if (red > 0) printf("  (of which the weight gradients' split-k reductions: %.3f ms)\n", red);
@@ -511,7 +517,9 @@ int main(int argc, char **argv) {
 #endif
            (unsigned long long)seed);
     printf("expert GEMMs: %s (HYBRID_MOE_GEMM=own: our grouped kernels, the default; =cublas: cuBLAS's grouped "
-           "batched GEMM, which copies the offsets to the host once per forward)\n",
+           "batched GEMM, which copies the offsets to the host once per forward; =mixed: the forward on ours, the "
+           "backward on cuBLAS by kernels/moe/experts.cu's rule, the offsets' copy issued by the forward and waited "
+           "for by the backward)\n",
            cuda_moe_gemm_name());
     printf("inputs: x, dout randn (N, C); weights by the init rules (random router, natural load)\n");
 
@@ -640,10 +648,15 @@ int main(int argc, char **argv) {
                    x->gemm_eff >= 0.7 ? "met" : "NOT met",
 #endif
                    x->prof.glu_ms, x->prof.copy_ms);
-            if (strcmp(cuda_moe_gemm_name(), "own"))  // (a GEMM whose operands do not suit cuBLAS runs ours)
-                printf("grouped GEMM calls on cuBLAS per forward+backward: %.1f of 6%s\n", x->prof.cublas_calls,
-                       x->prof.cublas_calls < 6 ? " (the others ran our kernels: see kernels/moe/experts_cublas.h)" : "");
-            print_gemms(&x->prof, R, c.De, c.M, 3 * x->flops_fwd / (med[P_DFWDBWD] * 1e9), x->gemm_tflops);
+            if (strcmp(cuda_moe_gemm_name(), "own")) {  // (a GEMM whose operands do not suit cuBLAS runs ours)
+                int want = 0;
+                for (int g = 0; g < NGEMM; g++) want += cuda_moe_gemm_on_cublas(g, c.E, c.De, c.M);
+                printf("grouped GEMM calls on cuBLAS per forward+backward: %.1f of 6, the mode sends %d there%s\n",
+                       x->prof.cublas_calls, want,
+                       x->prof.cublas_calls < want ? " (the others ran our kernels: see kernels/moe/experts_cublas.h)"
+                                                   : "");
+            }
+            print_gemms(&x->prof, R, c.E, c.De, c.M, 3 * x->flops_fwd / (med[P_DFWDBWD] * 1e9), x->gemm_tflops);
             printf("breakdown per forward+backward (profiled):");
             for (int k = 0; k < NCAT; k++) printf(" %s %.3f ms%s", cat_names[k], x->prof.cat_ms[k], k + 1 < NCAT ? "," : "");
             printf("\n  (router: its ops + the logits matmul timed alone, %.3f ms; dense: the other matmuls, "

@@ -8,10 +8,13 @@
 // every backward (and the plan) runs a second time and must be bit-identical (determinism).
 // Routing cases: top-k 1, 2 and 8, empty experts, all tokens to one expert (a large bias),
 // tied scores (the lower index wins), sigmoid and softmax, SwiGLU and SiTU experts.
-// The expert op runs on both GEMM paths (kernels/moe/experts.cu): our grouped kernels and cuBLAS's
+// The expert op runs in every GEMM mode (kernels/moe/experts.cu): our grouped kernels, cuBLAS's
 // grouped batched GEMM (HYBRID_MOE_GEMM=cublas; under the emulator cuBLAS is tests/cuda_emu's
 // loop of column-major GEMMs, so the path's plumbing and argument mapping are checked there
-// too), each against the CPU reference and bit-identical run to run (test_experts).
+// too) and the mix of the two (HYBRID_MOE_GEMM=mixed: the forward on ours, the backward on
+// cuBLAS by experts.cu's rule, the offsets' copy asynchronous; under the emulator that copy
+// reads as 0xff bytes until waited for), each against the CPU reference and bit-identical run
+// to run (test_experts).
 // The kernels are not handed to the backend yet (docs/cuda.md, "The CPU emulator"): the
 // table comes from cuda_moe_ops() directly.
 #include <math.h>
@@ -216,27 +219,62 @@ typedef struct {
     int one;      // every token's first choice is expert 0
     GluAct act;
     int split;    // the weight gradients' split count (0: experts.cu's rule; 1: no split)
+    int mixed_wgrad_cublas;  // mixed mode: 1 forces both weight gradients onto cuBLAS (0: the rule)
 } DispatchCase;
 
-// The grouped expert op on GEMM path `path` (0: our grouped kernels; 1: cuBLAS's grouped batched
-// GEMM, HYBRID_MOE_GEMM=cublas; cuda_moe_set_gemm) on the plan's sorted rows xp (host) / dxp
-// (device) and offsets off (host) / doff (device). Forward against the CPU and rerun bit-identical;
-// backward on the CUDA forward's hp, ap (and xp: exact copies) against the CPU, the parameter
-// gradients accumulated twice from zero; the whole backward again, bit-identical; then once more
-// on a copy of the offsets that no forward saw (the cuBLAS path copies them itself there),
-// bit-identical too. The cuBLAS path also counts its work: both forward GEMMs and all four
-// backward ones on cuBLAS where the widths suit it (multiples of 8), else none; one copy of the
-// offsets to the host per forward, none per backward of a forward's offsets. The forward's
-// outputs stay in dyp (the combine checks read them).
+enum { PATH_OWN, PATH_CUBLAS, PATH_MIXED, NPATH };
+static const char *const path_desc[NPATH] = {"our grouped kernels", "cuBLAS's grouped batched GEMM",
+                                             "the forward on ours, the backward on cuBLAS by the rule"};
+
+// The mixed mode's rule for a weight gradient dW (E, P, Q), written out again from experts.cu
+// (mixed_wgrad_on_cublas): cuBLAS unless its 128 x 128 tiles are fewer than 2 x 132 (one wave
+// of our kernels' block slots on an H200). A change of the rule must change this copy too.
+static int mixed_wgrad_rule(int E, int P, int Q) {
+    return (long)E * ((P + 127) / 128) * ((Q + 127) / 128) >= 2 * 132;
+}
+
+// The grouped expert op in GEMM mode `path` (PATH_OWN: our grouped kernels; PATH_CUBLAS:
+// cuBLAS's grouped batched GEMM, HYBRID_MOE_GEMM=cublas; PATH_MIXED: HYBRID_MOE_GEMM=mixed;
+// cuda_moe_set_gemm) on the plan's sorted rows xp (host) / dxp (device) and offsets off (host) /
+// doff (device). Forward against the CPU and rerun bit-identical; backward on the CUDA forward's
+// hp, ap (and xp: exact copies) against the CPU, the parameter gradients accumulated twice from
+// zero; the whole backward again, bit-identical; then once more on a copy of the offsets that no
+// forward saw (the cuBLAS GEMMs copy them themselves there), bit-identical too; then a forward
+// and the backward right after it, with no synchronization between, bit-identical. The modes also
+// count their work, where the widths suit cuBLAS (multiples of 8; else every GEMM runs ours):
+// cublas, both forward GEMMs and all four backward ones on cuBLAS, one synchronous copy of the
+// offsets per forward, none per backward of a forward's offsets; mixed, no cuBLAS call in the
+// forward, one asynchronous copy per forward, the backward's two dgrads and the weight gradients
+// the rule (or the case) puts there on cuBLAS, and one wait for the copy in the first backward
+// after a forward, none in the next (it reuses the copy). The forward's outputs stay in dyp (the
+// combine checks read them).
 static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, const int *off, const int *doff,
                          void *dyp) {
     const int N = q.N, K = q.K, E = q.E, C = q.C, M = q.M;
     const size_t nk = (size_t)N * K;
     cuda_moe_set_gemm(path);
-    const int on_cublas = path == 1 && C % 8 == 0 && M % 8 == 0;  // (every buffer here is 16-byte aligned)
-    printf("  experts on %s (%s)%s\n", path ? "cuBLAS's grouped batched GEMM" : "our grouped kernels",
-           cuda_moe_gemm_name(), path && !on_cublas ? ": widths not multiples of 8, so our kernels run" : "");
-    const long calls0 = cuda_moe_cublas_calls(), copies0 = cuda_moe_offsets_copies();
+    cuda_moe_set_mixed_wgrad(q.mixed_wgrad_cublas ? 1 : -1);
+    const int suits = C % 8 == 0 && M % 8 == 0;  // (every buffer here is 16-byte aligned)
+    // cuBLAS calls per forward and per backward; the mixed backward's weight gradients
+    const int w2c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, C, M),
+              w13c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, 2 * M, C);
+    const int fwd_calls = suits && path == PATH_CUBLAS ? 2 : 0,
+              bwd_calls = !suits ? 0 : path == PATH_CUBLAS ? 4 : path == PATH_MIXED ? 2 + w2c + w13c : 0;
+    printf("  experts on %s (%s)%s", path_desc[path], cuda_moe_gemm_name(),
+           path && !suits ? ": widths not multiples of 8, so our kernels run" : "");
+    if (path == PATH_MIXED && suits)
+        printf(": dW2 on %s, dW13 on %s%s", w2c ? "cuBLAS" : "ours", w13c ? "cuBLAS" : "ours",
+               q.mixed_wgrad_cublas ? " (forced)" : " (the rule)");
+    printf("\n");
+    // the library's own view of the split agrees with the rule's copy above
+    const int paths_ok = cuda_moe_gemm_on_cublas(0, E, C, M) == (path == PATH_CUBLAS) &&
+                         cuda_moe_gemm_on_cublas(1, E, C, M) == (path == PATH_CUBLAS) &&
+                         cuda_moe_gemm_on_cublas(2, E, C, M) == (path != PATH_OWN) &&
+                         cuda_moe_gemm_on_cublas(3, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && w2c)) &&
+                         cuda_moe_gemm_on_cublas(4, E, C, M) == (path != PATH_OWN) &&
+                         cuda_moe_gemm_on_cublas(5, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && w13c));
+    CHECK(paths_ok, "cuda_moe_gemm_on_cublas disagrees with the mode's rule (path %d)", path);
+    const long calls0 = cuda_moe_cublas_calls(), copies0 = cuda_moe_offsets_copies(), waits0 = cuda_moe_offsets_waits();
     const size_t n13 = (size_t)E * 2 * M * C, n2 = (size_t)E * C * M;
     float *w13 = host_rand(n13, 1.f / sqrtf((float)C), 0.f), *w2 = host_rand(n2, 1.f / sqrtf((float)M), 0.f);
     float *yp = host_alloc(nk * C), *hp = host_alloc(nk * 2 * M), *ap = host_alloc(nk * M);
@@ -258,12 +296,13 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
             expect_same("yp rerun", dyp, f_y, nk * C * 2);
         }
     }
-    long calls = cuda_moe_cublas_calls() - calls0, copies = cuda_moe_offsets_copies() - copies0;
-    printf("  %-28s %ld grouped cuBLAS calls, %ld copies of the offsets to the host\n", "forward (twice)", calls,
-           copies);
-    CHECK(calls == (on_cublas ? 4 : 0) && copies == (path ? 2 : 0),
-          "two forwards: %ld cuBLAS calls (expected %d), %ld offsets copies (expected %d)", calls, on_cublas ? 4 : 0,
-          copies, path ? 2 : 0);
+    long calls = cuda_moe_cublas_calls() - calls0, copies = cuda_moe_offsets_copies() - copies0,
+         waits = cuda_moe_offsets_waits() - waits0;
+    printf("  %-28s %ld grouped cuBLAS calls, %ld copies of the offsets to the host, %ld waits\n",
+           "forward (twice)", calls, copies, waits);
+    CHECK(calls == 2 * fwd_calls && copies == (path ? 2 : 0) && waits == 0,
+          "two forwards: %ld cuBLAS calls (expected %d), %ld offsets copies (expected %d), %ld waits (expected 0)",
+          calls, 2 * fwd_calls, copies, path ? 2 : 0, waits);
     // backward
     float *hpg = get_bf16(dhp, nk * 2 * M), *apg = get_bf16(dap, nk * M);
     float *gyp = host_rand(nk * C, 1.f, 0.f), *gxpe = host_alloc(nk * C), *g13 = calloc(n13, sizeof(float)),
@@ -275,18 +314,34 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     int *doff2 = dev_bytes(off, (E + 1) * sizeof(int));  // the offsets again, at an address no forward saw
     void *f_dx = NULL, *f_13 = NULL, *f_2 = NULL;
     cuda_moe_set_wgrad_split(q.split);
-    for (int round = 0; round < 3; round++) {  // rounds 1 and 2: the same again, bit-identical
-        const long c0 = cuda_moe_cublas_calls(), k0 = cuda_moe_offsets_copies();
+    // rounds 1 to 3: the same again, bit-identical. Round 3 runs the forward again right before
+    // the backwards, with no synchronization between them (the others read the forward's outputs
+    // back first, which waits for everything): the mixed mode's backward must wait for the copy
+    // its forward issued (under the emulator the copy reads as 0xff bytes until then).
+    for (int round = 0; round < 4; round++) {
+        const long c0 = cuda_moe_cublas_calls(), k0 = cuda_moe_offsets_copies(), w0 = cuda_moe_offsets_waits();
         poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
-        G->zero(dg13, n13), G->zero(dg2, n2);
+        G->zero(dg13, n13), G->zero(dg2, n2);  // (stream-ordered, no synchronization)
+        if (round == 3) X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
         for (int rep = 0; rep < 2; rep++)
             X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, round == 2 ? doff2 : doff,
                                     E, C, M, q.act);
-        calls = cuda_moe_cublas_calls() - c0, copies = cuda_moe_offsets_copies() - k0;
-        const long want_copies = path && round == 2 ? 1 : 0;  // (round 2's second backward reuses the first's)
-        CHECK(calls == (on_cublas ? 8 : 0) && copies == want_copies,
-              "two backwards (round %d): %ld cuBLAS calls (expected %d), %ld offsets copies (expected %ld)", round,
-              calls, on_cublas ? 8 : 0, copies, want_copies);
+        calls = cuda_moe_cublas_calls() - c0, copies = cuda_moe_offsets_copies() - k0,
+        waits = cuda_moe_offsets_waits() - w0;
+        // round 2 (offsets no forward saw): one synchronous copy where a GEMM needs it (cublas
+        // always), the second backward reusing it; round 3: the forward's copy and calls; rounds 0
+        // and 3: mixed waits once for the forward's copy
+        const long want_calls = 2 * bwd_calls + (round == 3 ? fwd_calls : 0),
+                   want_copies = (round == 2 && (path == PATH_CUBLAS || bwd_calls > 0)) || (round == 3 && path) ? 1 : 0,
+                   want_waits = (round == 0 || round == 3) && path == PATH_MIXED && bwd_calls > 0 ? 1 : 0;
+        static const char *const what[4] = {"backward (twice)", "backward (twice, again)", "backward (new offsets)",
+                                            "forward + backward (twice)"};
+        printf("  %-28s %ld grouped cuBLAS calls, %ld copies of the offsets, %ld waits\n", what[round], calls, copies,
+               waits);
+        CHECK(calls == want_calls && copies == want_copies && waits == want_waits,
+              "two backwards (round %d): %ld cuBLAS calls (expected %ld), %ld offsets copies (expected %ld), %ld "
+              "waits (expected %ld)",
+              round, calls, want_calls, copies, want_copies, waits, want_waits);
         if (!round) {
             cmp_bf16("dxp (experts)", dgxpe, gxpe, nk * C, TOL_GRAD);
             cmp_bf16("dw13 (twice, +=)", dg13, g13, n13, TOL_GRAD);
@@ -303,7 +358,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
             CHECK(nz == 0, "empty experts: %zu nonzero gradient entries", nz);
             free(h13), free(h2);
         } else {
-            const char *tag = round == 1 ? "rerun" : "rerun, new offsets";
+            const char *tag = round == 1 ? "rerun" : round == 2 ? "rerun, new offsets" : "rerun after a forward";
             char w[64];
             snprintf(w, sizeof w, "dxp %s", tag), expect_same(w, dgxpe, f_dx, nk * C * 2);
             snprintf(w, sizeof w, "dw13 %s", tag), expect_same(w, dg13, f_13, n13 * 2);
@@ -312,6 +367,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     }
     cuda_moe_set_wgrad_split(0);
     cuda_moe_set_gemm(-1);
+    cuda_moe_set_mixed_wgrad(-1);
     void *bufs[] = {dw13, dw2, dhp, dap, dgyp, dgxpe, dg13, dg2, dsh, dsa, doff2};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) G->free(bufs[i]);
     void *hb[] = {w13, w2, yp, hp, ap, f_y, f_h, f_a, hpg, apg, gyp, gxpe, g13, g2, sh, sa, f_dx, f_13, f_2};
@@ -371,7 +427,7 @@ static void test_dispatch(DispatchCase q) {
     free(first);
     // experts, on each GEMM path (forward outputs left in dyp for the combine below)
     void *dyp = dev_bf16(NULL, nk * C);
-    for (int path = 0; path < 2; path++) test_experts(q, path, xp, dxp, off, doff, dyp);
+    for (int path = 0; path < NPATH; path++) test_experts(q, path, xp, dxp, off, doff, dyp);
     float *ypg = get_bf16(dyp, nk * C);
     // combine
     float *wt = host_rand(nk, 0.5f, 0.5f), *out = host_alloc((size_t)N * C);
@@ -417,11 +473,13 @@ int main(void) {
     test_aux(32, 8, 8, 32);
     test_balance(300, 2, 16, 3);
     test_balance(64, 8, 8, 1);
-    test_dispatch((DispatchCase){48, 2, 4, 72, 40, 1, 0, SWIGLU, 0});
-    test_dispatch((DispatchCase){40, 2, 6, 64, 48, 2, 0, SITU, 0});   // empty experts 1, 3, 5
-    test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU, 0});  // top-1, all to expert 0
-    test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU, 0});    // top-8 = E
-    test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU, 0});  // several plan chunks
+    test_dispatch((DispatchCase){48, 2, 4, 72, 40, 1, 0, SWIGLU, 0, 0});
+    // (mixed: the rule puts every emulated weight gradient on ours, its tiles being few; the
+    // cases with a trailing 1 force them onto cuBLAS)
+    test_dispatch((DispatchCase){40, 2, 6, 64, 48, 2, 0, SITU, 0, 1});   // empty experts 1, 3, 5
+    test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU, 0, 1});  // top-1, all to expert 0
+    test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU, 0, 0});    // top-8 = E
+    test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU, 0, 0});  // several plan chunks
     // the grouped GEMM tile (128 x 128 x 64, 3 stages, 4 warps of 64 x 64): ~200 rows per expert
     // (2 row tiles, the second partial; the row GEMMs' 5 emulated blocks walk 2 x 3 tiles per
     // expert), experts 1, 3, 5 empty; K dims 264, 136, 272 = 8 odd multiples, 5, 3 and 5 k-steps
@@ -430,13 +488,13 @@ int main(void) {
     // into dW: the ring wraps), the rule's split (8 under the emulator: the tiles are few; 64-row
     // splits, so splits 4..7 of a ~200-row expert are empty), and 3 forced (splits of 128, ~72
     // and none)
-    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 1});
-    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 0});
-    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SITU, 3});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 1, 0});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 0, 1});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SITU, 3, 0});
     // C, M not multiples of 8: the element-by-element path of the same tile (and of the split
     // reduction), with and without splits
-    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SITU, 0});
-    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SWIGLU, 1});
+    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SITU, 0, 0});
+    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SWIGLU, 1, 0});
 #else
     // GPU: the KL-S configs (d_model 768, 16 experts, top-2, expert hidden 256; variant B: 384 / 512)
     test_router(16 * 1024, 16, 2, ROUTER_SIGMOID, 1, 1.0, BIAS_RAND);
@@ -444,13 +502,15 @@ int main(void) {
     test_router(4096, 16, 1, ROUTER_SIGMOID, 1, 1.0, BIAS_ONE);
     test_aux(16 * 1024, 16, 2, 1024);
     test_balance(64 * 1024, 2, 16, 1);
-    // (the wgrad splits by the rule: 4 (dW2) and 2 (dW13) at the first; then split 1 forced)
-    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 0});
-    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 1});
-    test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU, 0});
-    test_dispatch((DispatchCase){2048, 8, 64, 768, 256, 3, 0, SWIGLU, 0});
-    test_dispatch((DispatchCase){4096, 2, 16, 768, 256, 1, 1, SWIGLU, 0});
-    test_dispatch((DispatchCase){4096, 1, 16, 768, 256, 1, 0, SITU, 0});  // top-1
+    // (the wgrad splits by the rule: 4 (dW2) and 2 (dW13) at the first; then split 1 forced.
+    // Mixed by its rule: dW2 on ours and dW13 on cuBLAS at E 16 (192 and 384 tiles), both on
+    // cuBLAS at E 64; the all-to-one case forces both onto cuBLAS)
+    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 0, 0});
+    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 1, 0});
+    test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU, 0, 0});
+    test_dispatch((DispatchCase){2048, 8, 64, 768, 256, 3, 0, SWIGLU, 0, 0});
+    test_dispatch((DispatchCase){4096, 2, 16, 768, 256, 1, 1, SWIGLU, 0, 1});
+    test_dispatch((DispatchCase){4096, 1, 16, 768, 256, 1, 0, SITU, 0, 0});  // top-1
 #endif
     gpu_test_summary();
     TEST_MAIN_END();
