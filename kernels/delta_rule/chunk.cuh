@@ -240,13 +240,11 @@ __device__ __forceinline__ void dr_tri_inverse_grad(float *dT, const float *Tm, 
 // then the chunk's dq, dk, dg (KDA per channel; GDN per head, the sum over K a warp per row)
 // and dbeta are stored. dQ, dK, dG are the chunk's [n][K] fp32 accumulators, db [n]. Called by
 // the whole block (DR_THREADS threads) after a barrier that completes dQ, dK, dG and db.
-__device__ __forceinline__ void dr_grad_finish(bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, float *dQ, float *dK,
-                                               float *dG, const float *db, const float *gend, int gate, int n,
-                                               int tok0, int H, int h, int K) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NW = DR_THREADS / 32;
-    // Both passes load a batch before they store it: a load after a store to a possibly
-    // aliasing address waits for that store (a global round trip per element otherwise).
-    for (int i = tid; i < K; i += DR_THREADS) {  // the reverse cumsum by batches of 16 rows
+// B6's reverse in-chunk cumsum of dGamma [n][K] in place, the dGamma_end extras (gend) added to
+// the last row first; a thread a channel, rows by batches of 16 loaded before they are stored.
+// The caller syncs after it.
+__device__ __forceinline__ void dr_grad_cumsum(float *dG, const float *gend, int n, int K) {
+    for (int i = threadIdx.x; i < K; i += DR_THREADS) {
         float acc = 0.f;
         for (int r1 = n - 1; r1 >= 0; r1 -= 16) {  // rows r1, r1 - 1, .., r1 - 15
             float v[16];
@@ -261,6 +259,28 @@ __device__ __forceinline__ void dr_grad_finish(bf16 *dq, bf16 *dk, bf16 *dg, bf1
                 }
         }
     }
+}
+// The last stores of B6: GDN's per-head dg (the sum over K of dGamma, a warp per row) and dbeta.
+__device__ __forceinline__ void dr_grad_store_head_beta(bf16 *dg, bf16 *dbeta, const float *dG, const float *db,
+                                                        int gate, int n, int tok0, int H, int h, int K) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NW = DR_THREADS / 32;
+    if (gate == DRG_HEAD && dg)
+        for (int r = warp; r < n; r += NW) {
+            float acc = 0.f;
+            for (int i = lane; i < K; i += 32) acc += dG[r * K + i];
+            acc = warp_sum(acc);
+            if (lane == 0) dr_st(dg + (size_t)(tok0 + r) * H + h, acc);
+        }
+    for (int r = tid; r < n; r += DR_THREADS) dr_st(dbeta + (size_t)(tok0 + r) * H + h, db[r]);
+}
+
+__device__ __forceinline__ void dr_grad_finish(bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, float *dQ, float *dK,
+                                               float *dG, const float *db, const float *gend, int gate, int n,
+                                               int tok0, int H, int h, int K) {
+    const int tid = threadIdx.x;
+    // Both passes load a batch before they store it: a load after a store to a possibly
+    // aliasing address waits for that store (a global round trip per element otherwise).
+    dr_grad_cumsum(dG, gend, n, K);
     __syncthreads();
     const int chan = gate == DRG_CHANNEL && dg;
     for (int e0 = tid; e0 < n * K; e0 += 4 * DR_THREADS) {  // 4 elements a thread a batch
@@ -282,14 +302,7 @@ __device__ __forceinline__ void dr_grad_finish(bf16 *dq, bf16 *dk, bf16 *dg, bf1
             if (chan) dr_st(dg + row + i, vg[u]);
         }
     }
-    if (gate == DRG_HEAD && dg)  // GDN: the per-head gradient is the sum over K (a warp per row)
-        for (int r = warp; r < n; r += NW) {
-            float acc = 0.f;
-            for (int i = lane; i < K; i += 32) acc += dG[r * K + i];
-            acc = warp_sum(acc);
-            if (lane == 0) dr_st(dg + (size_t)(tok0 + r) * H + h, acc);
-        }
-    for (int r = tid; r < n; r += DR_THREADS) dr_st(dbeta + (size_t)(tok0 + r) * H + h, db[r]);
+    dr_grad_store_head_beta(dg, dbeta, dG, db, gate, n, tok0, H, h, K);
 }
 
 // dr_grad_finish with the stores of dq, dk and (KDA) dg by 8 columns a thread: two 16-byte
@@ -305,22 +318,8 @@ __device__ __forceinline__ void dr_grad_finish_v(bf16 *dq, bf16 *dk, bf16 *dg, b
         dr_grad_finish(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);
         return;
     }
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, NW = DR_THREADS / 32;
-    for (int i = tid; i < K; i += DR_THREADS) {  // the reverse cumsum, as dr_grad_finish's
-        float acc = 0.f;
-        for (int r1 = n - 1; r1 >= 0; r1 -= 16) {
-            float v[16];
-#pragma unroll
-            for (int u = 0; u < 16; u++) v[u] = r1 - u >= 0 ? dG[(r1 - u) * K + i] : 0.f;
-            if (r1 == n - 1) v[0] += gend[i];
-#pragma unroll
-            for (int u = 0; u < 16; u++)
-                if (r1 - u >= 0) {
-                    acc += v[u];
-                    dG[(r1 - u) * K + i] = acc;
-                }
-        }
-    }
+    const int tid = threadIdx.x;
+    dr_grad_cumsum(dG, gend, n, K);
     __syncthreads();
     const int chan = gate == DRG_CHANNEL && dg, K8 = K / 8, ng = n * K8;
     for (int g0 = tid; g0 < ng; g0 += 2 * DR_THREADS) {  // 2 groups of 8 a thread a batch, loads first
@@ -350,14 +349,7 @@ __device__ __forceinline__ void dr_grad_finish_v(bf16 *dq, bf16 *dk, bf16 *dg, b
             if (chan) store8(dg + row + i, vg[u]);
         }
     }
-    if (gate == DRG_HEAD && dg)  // GDN: the per-head gradient is the sum over K (a warp per row)
-        for (int r = warp; r < n; r += NW) {
-            float acc = 0.f;
-            for (int i = lane; i < K; i += 32) acc += dG[r * K + i];
-            acc = warp_sum(acc);
-            if (lane == 0) dr_st(dg + (size_t)(tok0 + r) * H + h, acc);
-        }
-    for (int r = tid; r < n; r += DR_THREADS) dr_st(dbeta + (size_t)(tok0 + r) * H + h, db[r]);
+    dr_grad_store_head_beta(dg, dbeta, dG, db, gate, n, tok0, H, h, K);
 }
 
 // ---- host side ----
