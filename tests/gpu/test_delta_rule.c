@@ -155,22 +155,19 @@ static void *gpu_ws(const Prob *p, int backward) {
     return G->alloc(b ? b : 16);
 }
 
-// two device bf16 tensors hold the same bits (the number of differing elements is 0)
-static void same_bits_bf16(const char *what, const void *a, const void *b, size_t n) {
-    float *x = get_bf16(a, n), *y = get_bf16(b, n);
+// two host copies of device tensors hold the same bits (the number of differing elements is
+// 0); frees both
+static void same_bits(const char *what, float *x, float *y, size_t n) {
     size_t diff = 0;
     for (size_t i = 0; i < n; i++) diff += memcmp(x + i, y + i, sizeof(float)) != 0;
     expect(what, (double)diff, 0);
     free(x), free(y);
 }
-
-// two device fp32 tensors hold the same bits
+static void same_bits_bf16(const char *what, const void *a, const void *b, size_t n) {
+    same_bits(what, get_bf16(a, n), get_bf16(b, n), n);
+}
 static void same_bits_f32(const char *what, const float *a, const float *b, size_t n) {
-    float *x = get_f32(a, n), *y = get_f32(b, n);
-    size_t diff = 0;
-    for (size_t i = 0; i < n; i++) diff += memcmp(x + i, y + i, sizeof(float)) != 0;
-    expect(what, (double)diff, 0);
-    free(x), free(y);
+    same_bits(what, get_f32(a, n), get_f32(b, n), n);
 }
 
 // The walks' V tiles (kernels/delta_rule/walk.cuh): the launch picks one from the shape and
