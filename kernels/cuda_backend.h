@@ -63,7 +63,7 @@ int cuda_matmul_dgelu_bgrad_path(void);
 // The MoE expert GEMMs (kernels/moe/experts.cu): mode 0 our grouped kernels, 1 cuBLAS's
 // grouped batched GEMM (kernels/moe/experts_cublas.cu), 2 mixed (the forward's GEMMs on ours,
 // the backward's on cuBLAS by experts.cu's rule), -1 as HYBRID_MOE_GEMM says (the default;
-// unset = own). cuda_moe_gemm_name: "own", "cublas" or "mixed", what a call of 1 to 512 experts
+// unset = mixed). cuda_moe_gemm_name: "own", "cublas" or "mixed", what a call of 1 to 512 experts
 // runs now. cuda_moe_gemm_on_cublas: 1 when GEMM g (0 fwd13, 1 fwd2, 2 dgrad2, 3 wgrad2,
 // 4 dgrad13, 5 wgrad13) of shape (E, C, M) goes to cuBLAS in the current mode (operands that do
 // not suit cuBLAS aside: those run ours). cuda_moe_set_mixed_wgrad (tests): the mixed mode's

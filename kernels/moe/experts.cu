@@ -16,11 +16,12 @@
 // anywhere: the results are the same bits run to run. An expert with no rows writes nothing.
 // The GLU runs as a separate elementwise pass (the equations of model/ops/norm_glu/glu.c, in
 // fp32 as kernels/norm_glu/glu.cu).
-// HYBRID_MOE_GEMM=cublas runs the six GEMMs on cuBLAS's grouped batched GEMM instead
-// (experts_cublas.h: the forward then copies the offsets to the host once, one stream
-// synchronization, and its backward reuses the copy); HYBRID_MOE_GEMM=mixed runs the forward's
-// two on ours and the backward's on cuBLAS where gemm_on_cublas says (the forward only issues
-// the copy; the backward waits for it); the GLU passes are the same.
+// The default mode (HYBRID_MOE_GEMM=mixed) runs the forward's two GEMMs on ours and the
+// backward's on cuBLAS's grouped batched GEMM where gemm_on_cublas says (experts_cublas.h: the
+// forward only issues the offsets' copy to the host; the backward waits for it);
+// HYBRID_MOE_GEMM=own runs all six on ours, HYBRID_MOE_GEMM=cublas all six on cuBLAS (the
+// forward then copies the offsets once, one stream synchronization, and its backward reuses
+// the copy); the GLU passes are the same.
 #include "kernels/common.cuh"
 #include "kernels/moe/experts_cublas.h"
 #include "kernels/moe/grouped_gemm.cuh"

@@ -41,9 +41,9 @@
 // printed beside it. Then each grouped GEMM alone (profiled part moe_experts/gemm_*): ms, GFLOP
 // and TFLOP/s, and that rate as a share of the dense fwd+bwd's (JSON: "gemm_tflops"); the
 // weight gradients' parts include their split-k reduction (moe_experts/wgrad_reduce).
-// The expert GEMMs run on our grouped kernels or, with HYBRID_MOE_GEMM=cublas in the
-// environment, on cuBLAS's grouped batched GEMM (kernels/moe/experts_cublas.h), or with
-// HYBRID_MOE_GEMM=mixed the forward's on ours and the backward's on cuBLAS by experts.cu's rule
+// The expert GEMMs run by default (HYBRID_MOE_GEMM=mixed) the forward's on our grouped kernels
+// and the backward's on cuBLAS by experts.cu's rule, with HYBRID_MOE_GEMM=own all on ours, with
+// HYBRID_MOE_GEMM=cublas all on cuBLAS's grouped batched GEMM (kernels/moe/experts_cublas.h)
 // (the table's "path" column says which ran where): the same moe_experts/gemm_* parts (each
 // includes the cuBLAS path's small pointer-array kernel), so the runs' tables compare line by
 // line; the copy of the offsets to the host (cublas: one stream synchronization per forward;
@@ -516,10 +516,10 @@ int main(int argc, char **argv) {
            "CUDA events on the backend's stream",
 #endif
            (unsigned long long)seed);
-    printf("expert GEMMs: %s (HYBRID_MOE_GEMM=own: our grouped kernels, the default; =cublas: cuBLAS's grouped "
-           "batched GEMM, which copies the offsets to the host once per forward; =mixed: the forward on ours, the "
-           "backward on cuBLAS by kernels/moe/experts.cu's rule, the offsets' copy issued by the forward and waited "
-           "for by the backward)\n",
+    printf("expert GEMMs: %s (HYBRID_MOE_GEMM=mixed, the default: the forward on ours, the backward on cuBLAS by "
+           "kernels/moe/experts.cu's rule, the offsets' copy issued by the forward and waited for by the backward; "
+           "=own: our grouped kernels; =cublas: cuBLAS's grouped batched GEMM, which copies the offsets to the host "
+           "once per forward)\n",
            cuda_moe_gemm_name());
     printf("inputs: x, dout randn (N, C); weights by the init rules (random router, natural load)\n");
 
