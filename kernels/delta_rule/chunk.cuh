@@ -1,6 +1,7 @@
 // The chunkwise delta rule on CUDA (KDA, GDN, DeltaNet; docs/delta-rule.md, "Chunkwise
 // forward" and "Chunkwise backward"): shared constants, the workspace layouts, device helpers
-// and the host entry points shared by chunk_fwd*.cu and chunk_bwd*.cu.
+// and the host entry points shared by chunk_fwd*.cu, chunk_bwd*.cu, chunk_bwalk_mma.cu and
+// chunk_grad*.cu.
 //
 // Decomposition (fla's): chunk-local work runs chunk-parallel, one block per (chunk, head);
 // only the inter-chunk state recurrence is sequential, one block per (sequence, head, V-tile)
@@ -15,8 +16,10 @@
 // Chunk size 64 only; K, V <= 256.
 //
 // Two implementations of that decomposition:
-//  - tensor cores (chunk_fwd_mma.cu, chunk_bwd_mma.cu; the table's members): every product as
-//    bf16 mma.m16n8k16 with fp32 accumulation (kernels/mma.cuh), tiles in shared memory padded
+//  - tensor cores (chunk_fwd_mma.cu; chunk_bwd_mma.cu, the backward's entry, with its reverse
+//    walk chunk_bwalk_mma.cu and gradient kernels chunk_grad_mma.cu, chunk_grad_ref_mma.cu and
+//    chunk_grad.cuh; the table's members): every product as bf16 mma.m16n8k16 with fp32
+//    accumulation (kernels/mma.cuh), tiles in shared memory padded
 //    to 16 in K and V and by 8 bf16 a row (ldmatrix without bank conflicts), global -> shared
 //    by cp.async. Accuracy: an operand that is not exact in bf16 is split hi + lo (dr_split) and
 //    a product of two such is three MMAs (dr_mma3: hi hi + hi lo + lo hi, ~16 mantissa bits),
@@ -543,6 +546,20 @@ static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t
 void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
                     const bf16 *beta, const float *h0, float scale, int B, int T, int H, int K, int V,
                     const int *offsets, int N, const DrWsMma *ws);
+// the tensor-core backward's kernels after that recompute (cuda_delta_chunk_backward,
+// chunk_bwd_mma.cu, runs them in this order): the reverse walk (chunk_bwalk_mma.cu; dH',
+// dDelta into ws, dh0 fp32, may be NULL), then the gradients over the slots x H (chunk slot,
+// head) blocks, by the grad1 / grad2 pair (chunk_grad_mma.cu) or the single reference kernel
+// (chunk_grad_ref_mma.cu, HYBRID_DR_GRAD_REF=1)
+void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int T, int H,
+                     int K, int V, const int *offsets, int N);
+void dr_grad_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta,
+                    const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
+                    int gate, float scale, int T, int H, int K, int V, const int *offsets, int N);
+void dr_grad_ref_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta,
+                        const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
+                        const bf16 *beta, int gate, float scale, int T, int H, int K, int V, const int *offsets,
+                        int N);
 
 // The SIMT fp32 path on bf16 I/O (the previous kernels, kept as the reference and fallback):
 // test entries, the table's members' arguments; their workspace (the fp32 layout DrWs, larger

@@ -1,6 +1,6 @@
 // What the two sequential kernels of the tensor-core delta rule share, the forward walk
 // (dr_walk_mma_kernel, chunk_fwd_mma.cu) and the reverse walk (dr_bwalk_mma_kernel,
-// chunk_bwd_mma.cu); docs/delta-rule.md, "CUDA kernels": the choice of the V tile, and the
+// chunk_bwalk_mma.cu); docs/delta-rule.md, "CUDA kernels": the choice of the V tile, and the
 // store of a state tile to the workspace.
 //
 // The V tile: a walk block carries one (sequence, head, V-tile) through all of its sequence's chunks, so a

@@ -1,0 +1,823 @@
+// The gradient kernels of the tensor-core chunkwise backward (KDA / GDN / DeltaNet), the
+// default: grad1 and grad2, per (chunk slot, head), after the reverse walk (chunk_bwalk_mma.cu);
+// docs/delta-rule.md, "Chunkwise backward" (stages B1 to B6) and "CUDA kernels" (the split of
+// the grad kernel, its memory traffic, grad1 at two blocks an SM, Delta and dDelta stored
+// split, grad2's access patterns). They read the recomputed workspace and the reverse walk's
+// outputs (DrWsMma, chunk.cuh) and hand grad1's dA, dL, db, gend to grad2 through it; each
+// kernel's shared-memory layout is stated at its sizes (grad1n_tiles_off, grad2_tiles_off)
+// and in its comments. The single kernel they split, kept as their reference
+// (HYBRID_DR_GRAD_REF=1), is chunk_grad_ref_mma.cu; the B4 pieces both use, chunk_grad.cuh.
+#include "kernels/delta_rule/chunk_grad.cuh"
+
+// ---- grad: per (chunk slot, head) -----------------------------------------------------
+// Stages B1, B3, the gradient of the triangular inverse, B4 and B6 (as chunk_bwd.cu's SIMT
+// kernel), reading the tensor-core workspace: Gamma recomputed from g; T, Delta (ws.U), h
+// (hi + lo), dH' (hi + lo), dDelta. Two kernels (branch dr-grad; the split keeps every sum in
+// the same order, so the gradients are bit-identical to the single kernel):
+//   grad1: B1, B3, the dGamma_end extras, dT's K part, Wbar / Ubar (dv) and the
+//     triangular-inverse gradient; writes dA, dL ([64][64] fp32), the partial dbeta (db) and
+//     gend to the workspace: dr_grad1_mma_kernel, 112.5 KiB at K = V = 128, 128 registers,
+//     two blocks an SM. (A one-block version built on dr_grad_front, 165 KiB and 195
+//     registers, gave the same bits and measured 9.87 against 8.72 ms for the pair at B8
+//     T4096 H16 on the H200, docs/delta-rule.md: removed.)
+//   grad2 (dr_grad2_mma_kernel): B4 and B6 (dr_grad_finish_v), with Gamma recomputed (from g
+//     staged in the tile region), the dA / dL hi + lo tiles and the Kr / Qr / Kb tiles by K
+//     halves of 32 columns: 108.25 KiB at K = 128, two blocks an SM (128 registers).
+// The single kernel (dr_grad_mma_kernel, 191 KiB: one block an SM; chunk_grad_ref_mma.cu) stays
+// as the reference, run under HYBRID_DR_GRAD_REF=1 (read at each call; tests/gpu/test_delta_rule.c
+// checks the bits of both).
+// grad1: B1's tiles (10 of [64][40] bf16 and its q, k columns, 2 of [64][72]) are its largest
+// use of the tile region (B3: 5 of [64][72]; the g tile [64][K8] bf16; T^T [64][65] fp32)
+// grad2: G [64][grad2_lg(K)] (swizzled: dr_gsw), hand [2][4][32] float4, bs, db, dbp [4][64],
+// att [64], dbd [64][8], gend [K] fp32; 4 tiles [64][72] + 6 [64][40] bf16 (before the tiles,
+// the tile region holds g: at most [64][264] bf16, K = 256; after them, dr_b4_diag's copy of
+// dA, dL's diagonal blocks: 8 KiB). K = V = 128: 110,848 bytes, two blocks an SM.
+// G's row stride: K rounded up to 64 (dr_gsw permutes within 64-column blocks) plus 8 floats,
+// so the 8 rows of an MMA fragment's float2 reads (row stride = 8 banks) fill the 32 banks
+// of a half warp once (at a stride of K = 128, all 8 rows were on the same 8 banks).
+__host__ __device__ __forceinline__ int grad2_lg(int K) { return ((K + 63) & ~63) + 8; }
+static size_t grad2_tiles_off(int K) {
+    return ((size_t)DR_BT * grad2_lg(K) + 1024 + 15 * DR_BT + (size_t)K + 7) & ~(size_t)7;
+}
+static size_t grad2_mma_smem(int K) { return grad2_tiles_off(K) * sizeof(float) + (4 * DR_BT * 72 + 6 * DR_BT * 40) * 2; }
+
+// Elements i, i + 1 of a row, as one access where vec (i even, K even, the rows aligned to
+// the pair), else two; in0 / in1 whether each is in (with vec both or neither); 0 where not.
+__device__ __forceinline__ void dr_ld_pair(const float *p, bool vec, bool in0, bool in1, float &a, float &b) {
+    if (vec) {
+        const float2 v = in0 ? *(const float2 *)p : make_float2(0.f, 0.f);
+        a = v.x, b = v.y;
+    } else {
+        a = in0 ? p[0] : 0.f;
+        b = in1 ? p[1] : 0.f;
+    }
+}
+__device__ __forceinline__ void dr_ld_pair(const bf16 *p, bool vec, bool in0, bool in1, float &a, float &b) {
+    if (vec) {
+        const float2 v = in0 ? __bfloat1622float2(*(const __nv_bfloat162 *)p) : make_float2(0.f, 0.f);
+        a = v.x, b = v.y;
+    } else {
+        a = in0 ? __bfloat162float(p[0]) : 0.f;
+        b = in1 ? __bfloat162float(p[1]) : 0.f;
+    }
+}
+__device__ __forceinline__ void dr_st_pair(float *p, bool vec, bool in0, bool in1, float a, float b) {
+    if (vec) {
+        if (in0) *(float2 *)p = make_float2(a, b);
+    } else {
+        if (in0) p[0] = a;
+        if (in1) p[1] = b;
+    }
+}
+// (dr_st rounds each element as __floats2bfloat162_rn does)
+__device__ __forceinline__ void dr_st_pair(bf16 *p, bool vec, bool in0, bool in1, float a, float b) {
+    if (vec) {
+        if (in0) *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+    } else {
+        if (in0) p[0] = __float2bfloat16(a);
+        if (in1) p[1] = __float2bfloat16(b);
+    }
+}
+
+// ---- grad1, two blocks an SM ----
+// The same stages, products and sums as dr_grad_front in the single kernel (every element
+// keeps its operations and their order, so ws.dA, dL, db, gend, dQ, dK, dG, dW and dv hold the
+// same bits; tests/gpu/test_delta_rule.c checks the final gradients against the single kernel),
+// reordered so that at most 128 registers and 112.5 KiB of shared memory (K = V = 128) are live,
+// two blocks (16 warps) an SM where the earlier one-block version ran one (8 warps, latency-bound on its
+// global round trips with nothing to overlap them). ptxas (sm_90): 128 registers; spilled
+// (stores / loads) 12 / 20 bytes with Delta / dDelta as stored pairs (SPLIT), none with them
+// fp32 (HYBRID_DR_DELTA_F32=1), since the fragment epilogues store and load each row's
+// column pair of dQ, dK, dG, dW as one 8-byte access and of dv as one 4-byte one (dr_st_pair:
+// the 4 lanes of a row use a whole 32-byte sector; before, 24 / 36 and 32 / 44 bytes). The price: stage 2 reads dO, Delta, dDelta and v once more, and T is read
+// twice (688 KiB read a (chunk, head) at K = V = 128, the one-block version 592; writes the same
+// 241 KiB), and 41 barriers a chunk instead of 34 (stage 2's 8).
+//   1. Gamma (cumsum of a cp.async-staged g tile), beta.
+//   2. dA = scale dO Delta^T (c <= r) straight to ws.dA, dT's V part dDelta V^T to shared memory:
+//      their own pass over V tiles of 32 (the one-block version's first K tile carried these 32
+//      accumulators next to the 48 of B1 / B3: 195 registers).
+//   3. B1, B3 by K tiles of 64, V tiles of 32: HD, DK, dW, <h_i, dH'_i> (48 + 8 accumulators).
+//   4. the dGamma_end extras (k . dk over the rows, 16 rows' loads a batch).
+//   5. dT's K part and Wbar, 6. Ubar: T^T split hi + lo once into two [64][72] bf16 tiles read by
+//      ldmatrix (the one-block version held them as 32 registers through both passes); dW and k
+//      (5) arrive as 16-byte loads, all of a thread's issued before the first is split (one
+//      global round trip a tile); dDelta (2, 3, 6) and Delta (2, 3) as their stored hi + lo
+//      pairs by cp.async in the commit group of the tiles beside them (SPLIT; without it,
+//      HYBRID_DR_DELTA_F32=1, fp32 by 16-byte loads split here, dr_split_tile).
+//   7. the triangular-inverse gradient, T reloaded (cp.async) into the spent tiles.
+// Shared memory (fp32 words): G [64][K], dT [64][64], bs [64], db [64], dbp [2][64], gend [K],
+// then the tile region: max(3: nine [64][40] + q, k [64][72] bf16; 5: seven [64][72] bf16; 7:
+// T, tmp [64][64] + T^T [64][65] fp32; 1: g [64][K8] bf16) = 63 KiB for K <= 256.
+__host__ __device__ __forceinline__ size_t grad1n_tiles_off(int K) {
+    return ((size_t)DR_BT * K + DR_BT * DR_BT + 4 * DR_BT + (size_t)K + 7) & ~(size_t)7;
+}
+static size_t grad1n_mma_smem(int K) {
+    const size_t b3 = (9 * DR_BT * 40 + 2 * DR_BT * 72) * 2, b5 = 7 * DR_BT * 72 * 2,
+                 b7 = (2 * DR_BT * DR_BT + DR_BT * (DR_BT + 1)) * 4, bg = (size_t)DR_BT * ((K + 7) & ~7) * 2;
+    size_t t = b3 > b5 ? b3 : b5;
+    t = t > b7 ? t : b7;
+    t = t > bg ? t : bg;
+    return grad1n_tiles_off(K) * sizeof(float) + t;
+}
+
+// x as hi + lo bf16 at hi[0..3], lo[0..3] (dr_split each; 8-byte aligned)
+__device__ __forceinline__ void dr_split4(float4 x, bf16 *hi, bf16 *lo) {
+    bf16 h[4], l[4];
+    dr_split(x.x, &h[0], &l[0]);
+    dr_split(x.y, &h[1], &l[1]);
+    dr_split(x.z, &h[2], &l[2]);
+    dr_split(x.w, &h[3], &l[3]);
+    __nv_bfloat162 *H2 = (__nv_bfloat162 *)hi, *L2 = (__nv_bfloat162 *)lo;
+    H2[0].x = h[0], H2[0].y = h[1], H2[1].x = h[2], H2[1].y = h[3];
+    L2[0].x = l[0], L2[0].y = l[1], L2[1].x = l[2], L2[1].y = l[3];
+}
+// p[0..3] (fp32) with entries at column c + u >= ncols, or when !in, zero: one 16-byte load
+// where vec (the row stride and base a multiple of 4 floats) and the 4 columns are in range
+__device__ __forceinline__ float4 dr_ld4f(const float *p, bool in, int c, int ncols, bool vec) {
+    if (in && vec && c + 4 <= ncols) return *(const float4 *)p;
+    float4 x;
+    x.x = in && c < ncols ? p[0] : 0.f;
+    x.y = in && c + 1 < ncols ? p[1] : 0.f;
+    x.z = in && c + 2 < ncols ? p[2] : 0.f;
+    x.w = in && c + 3 < ncols ? p[3] : 0.f;
+    return x;
+}
+// The thread's part of an fp32 tile [64][W] (row stride ld, rows >= n and columns >= ncols zero)
+// split hi + lo into bf16 tiles of row stride lds: its W / 16 16-byte loads all issued first.
+template <int W>
+__device__ __forceinline__ void dr_split_tile(bf16 *Xh, bf16 *Xl, int lds, const float *src, size_t ld, int n,
+                                              int ncols, int tid) {
+    constexpr int Q = W / 4, PER = DR_BT * Q / DR_THREADS;
+    const bool vec = ld % 4 == 0 && ((uintptr_t)src & 15) == 0;
+    float4 x[PER];
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int e = tid + u * DR_THREADS, r = e / Q, c = (e % Q) * 4;
+        x[u] = dr_ld4f(src + (size_t)r * ld + c, r < n, c, ncols, vec);
+    }
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int e = tid + u * DR_THREADS, r = e / Q, c = (e % Q) * 4;
+        dr_split4(x[u], Xh + r * lds + c, Xl + r * lds + c);
+    }
+}
+
+template <bool SPLIT>  // Delta, dDelta as hi + lo pairs (ws.dsplit): cp.async; else fp32, split here
+__global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
+    dr_grad1_mma_kernel(DrWsMma ws, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
+                        const bf16 *g, const bf16 *beta, int gate, float scale, int Tlen, int H, int K, int V,
+                        const int *offsets, int N) {
+    const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5;
+    int s = 0, tok0 = 0, n = 0;
+    if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
+    const size_t sh = (size_t)x * H + h;
+    DYNAMIC_SMEM(float, sm);
+    const float *Tg = ws.T + sh * C * C, *D = ws.U + sh * C * V, *dD = ws.dD + sh * C * V;
+    const bf16 *Hh = ws.h + sh * K * V, *Hl = ws.hl + sh * K * V, *dHh = ws.dh + sh * K * V, *dHl = ws.dhl + sh * K * V;
+    float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K, *dW = ws.dW + sh * C * K;
+    float *dAg = ws.dA + sh * C * C, *dLg = ws.dL + sh * C * C;
+    float *G = sm, *dT = G + C * K, *bs = dT + C * C, *db = bs + C, *dbp = db + C, *gend = dbp + 2 * C;
+    // the fragment epilogues' column pairs as single accesses (dr_ld_pair): K (V) even, dv
+    // 4-byte aligned (the workspace arrays are 256-byte aligned)
+    const bool kpairs = (K & 1) == 0, vpairs = (V & 1) == 0 && ((uintptr_t)dv & 3) == 0;
+    bf16 *tiles = (bf16 *)(sm + grad1n_tiles_off(K));
+    const float *Gend = G + (size_t)(n - 1) * K;
+    const int mt = warp & 3, half = warp >> 2, c0 = half * 32, gq = lane >> 2, t4 = lane & 3;
+
+    // 1. Gamma (as dr_grad_front: the same sums in the same order), beta
+    const int K8 = (K + 7) & ~7;
+    if (gate == DRG_CHANNEL) {
+        dr_load_tile(tiles, K8, g + ((size_t)tok0 * H + h) * K, (size_t)H * K, C, K8, n, K, tid, DR_THREADS);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+    }
+    for (int i = tid; i < K; i += DR_THREADS) {
+        float acc = 0.f;
+        for (int r = 0; r < C; r++) {
+            if (r < n) acc += gate == DRG_CHANNEL ? __bfloat162float(tiles[r * K8 + i])
+                                                  : dr_gate(g, gate, (size_t)(tok0 + r), h, i, H, K);
+            G[r * K + i] = acc;
+        }
+    }
+    for (int r = tid; r < C; r += DR_THREADS) {
+        bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
+        db[r] = 0.f;
+    }
+    __syncthreads();  // G written; the g tile is spent
+
+    // 2. dA = scale dO Delta^T (c <= r, to ws.dA), dT = dDelta V^T (V part, to shared memory), by
+    // V tiles of 32; warp: rows 16 (w % 4).., columns 32 (w / 4)..; per element the MMAs of the
+    // one-block version's first K tile in its order
+    {
+        const int LB = 40;
+        bf16 *dOt = tiles, *Dh = dOt + C * LB, *Dl = Dh + C * LB, *dDh = Dl + C * LB, *dDl = dDh + C * LB,
+             *vt = dDl + C * LB;
+        float aa[4][4] = {}, at[4][4] = {};
+        for (int j0 = 0; j0 < V; j0 += 32) {
+            dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+            dr_load_tile(vt, LB, v + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+            if (SPLIT) {
+                dr_load_split_tile<32, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                dr_load_split_tile<32, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
+            }
+            cp_async_commit();
+            if (!SPLIT) {
+                dr_split_tile<32>(Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                dr_split_tile<32>(dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+            }
+            cp_async_wait<0>();
+            __syncthreads();
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++) {
+                uint32_t ao[4], agh[4], agl[4];
+                dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
+                dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
+                dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    const int n0 = c0 + p * 16;
+                    uint32_t bh[4], bl[4], bv[4];
+                    dr_ldb_nk(bh, Dh, LB, kk * 16, n0, lane);
+                    dr_ldb_nk(bl, Dl, LB, kk * 16, n0, lane);
+                    dr_ldb_nk(bv, vt, LB, kk * 16, n0, lane);
+                    for (int u = 0; u < 2; u++) {
+                        mma16816(aa[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
+                        mma16816(aa[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
+                        mma16816(at[2 * p + u], agl, bv[2 * u], bv[2 * u + 1]);
+                        mma16816(at[2 * p + u], agh, bv[2 * u], bv[2 * u + 1]);
+                    }
+                }
+            }
+            __syncthreads();  // the tiles are reloaded
+        }
+#pragma unroll
+        for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), cc = c0 + nt * 8 + 2 * t4 + (e & 1);
+                dAg[r * C + cc] = (cc <= r && r < n) ? scale * aa[nt][e] : 0.f;
+                dT[r * C + cc] = at[nt][e];
+            }
+    }
+
+    // 3. B1 and B3 (dr_grad_front's, without the first K tile's dA, dT): HD, DK, dW and <h_i, dH'_i>
+    {
+        const int LB = 40, LQ = 72, nkt = (dr_pad16(K) + 63) / 64;
+        bf16 *dOt = tiles, *Dh = dOt + C * LB, *Dl = Dh + C * LB, *dDh = Dl + C * LB, *dDl = dDh + C * LB,
+             *hh = dDl + C * LB, *hl = hh + C * LB, *gh = hl + C * LB, *gl = gh + C * LB, *qs = gl + C * LB,
+             *ks = qs + C * LQ;
+        for (int kt = 0; kt < nkt; kt++) {
+            const int i0 = kt * 64;
+            float aq[4][4] = {}, ak[4][4] = {}, aw[4][4] = {};
+            float hd[8] = {};
+            if (kt > 0) __syncthreads();  // the previous epilogue has read qs, ks
+            dr_load_tile(qs, LQ, q + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+            dr_load_tile(ks, LQ, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+            for (int j0 = 0; j0 < V; j0 += 32) {
+                dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+                dr_load_tile(hh, LB, Hh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                if (SPLIT) {
+                    dr_load_split_tile<32, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                    dr_load_split_tile<32, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
+                }
+                cp_async_commit();
+                if (!SPLIT) {
+                    dr_split_tile<32>(Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                    dr_split_tile<32>(dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+                }
+                cp_async_wait<0>();
+                __syncthreads();
+#pragma unroll
+                for (int kk = 0; kk < 2; kk++) {
+                    uint32_t ao[4], adh[4], adl[4], agh[4], agl[4];
+                    dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
+                    dr_lda(adh, Dh, LB, mt * 16, kk * 16, lane);
+                    dr_lda(adl, Dl, LB, mt * 16, kk * 16, lane);
+                    dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
+                    dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
+#pragma unroll
+                    for (int p = 0; p < 2; p++) {
+                        const int n0 = c0 + p * 16;
+                        uint32_t bh[4], bl[4];
+                        dr_ldb_nk(bh, hh, LB, kk * 16, n0, lane);
+                        dr_ldb_nk(bl, hl, LB, kk * 16, n0, lane);
+                        for (int u = 0; u < 2; u++) {  // dO exact: two MMAs
+                            mma16816(aq[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
+                            mma16816(aq[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
+                            dr_mma3(aw[2 * p + u], agh, agl, bh + 2 * u, bl + 2 * u);
+                        }
+                        dr_ldb_nk(bh, gh, LB, kk * 16, n0, lane);
+                        dr_ldb_nk(bl, gl, LB, kk * 16, n0, lane);
+                        for (int u = 0; u < 2; u++) dr_mma3(ak[2 * p + u], adh, adl, bh + 2 * u, bl + 2 * u);
+                    }
+                }
+                if (j0 + lane < V)
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        const int xx = (warp + 8 * u) * LB + lane;
+                        hd[u] += (__bfloat162float(hh[xx]) + __bfloat162float(hl[xx])) *
+                                 (__bfloat162float(gh[xx]) + __bfloat162float(gl[xx]));
+                    }
+                __syncthreads();  // the tiles are reloaded
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int i = i0 + warp + 8 * u;
+                const float acc = warp_sum(hd[u]);
+                if (lane == 0 && i < K) gend[i] = acc * expf(Gend[i]);
+            }
+            // each row's column pair (i, i + 1) as one 8-byte store (dr_st_pair): whole sectors
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int r = mt * 16 + gq + 8 * hr, cc = c0 + nt * 8 + 2 * t4, i = i0 + cc;
+                    if (r >= n || i >= K) continue;
+                    float vq[2] = {}, vk[2] = {}, vg[2] = {}, vw[2] = {};
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        const int e = 2 * hr + c;
+                        if (i + c >= K) break;
+                        const float gr = G[r * K + i + c], dqv = scale * expf(gr) * aq[nt][e],
+                                    dkv = ak[nt][e] * expf(Gend[i + c] - gr);
+                        vq[c] = dqv;
+                        vk[c] = dkv;
+                        vg[c] = __bfloat162float(qs[r * LQ + cc + c]) * dqv - __bfloat162float(ks[r * LQ + cc + c]) * dkv;
+                        vw[c] = -aw[nt][e];
+                    }
+                    const bool in1 = i + 1 < K;
+                    dr_st_pair(dQ + r * K + i, kpairs, true, in1, vq[0], vq[1]);
+                    dr_st_pair(dK + r * K + i, kpairs, true, in1, vk[0], vk[1]);
+                    dr_st_pair(dG + r * K + i, kpairs, true, in1, vg[0], vg[1]);
+                    dr_st_pair(dW + r * K + i, kpairs, true, in1, vw[0], vw[1]);
+                }
+        }
+    }
+    __syncthreads();
+
+    // 4. the dGamma_end extras: e^Gamma_end <h[n]_i, dH'_i> + sum_r k_r[i] dk_r[i], the rows in
+    // order, each batch of 16 rows' loads issued before its sums
+    for (int i = tid; i < K; i += DR_THREADS) {
+        float acc = gend[i];
+        for (int r0 = 0; r0 < n; r0 += 16) {
+            float kv[16], dkv[16];
+#pragma unroll
+            for (int u = 0; u < 16; u++) {
+                const bool in = r0 + u < n;
+                kv[u] = in ? KK(r0 + u, i) : 0.f;
+                dkv[u] = in ? dK[(r0 + u) * K + i] : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < 16; u++)
+                if (r0 + u < n) acc += kv[u] * dkv[u];
+        }
+        gend[i] = acc;
+    }
+
+    // 5, 6. dT's K part and Wbar = T^T dW by K tiles of 64, then Ubar = T^T dU by V tiles of 64
+    // (dr_grad_front's, the A operand T^T from the Th, Tl tiles); warp: rows 16 (w % 4)..,
+    // columns 32 (w / 4)..
+    {
+        const int LT = 72;
+        bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Bl = Bh + C * LT, *Xs = Bl + C * LT,
+             *Th = Xs + C * LT, *Tl = Th + C * LT;
+        // T ([64][64] fp32, row-major) as Th + Tl, row-major (A = T^T by the transposed load)
+        dr_split_tile<64>(Th, Tl, LT, Tg, C, C, C, tid);
+        float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the m-tile
+        float dtk[4][4] = {};
+        const bool kvec = K % 4 == 0 && ((uintptr_t)k & 7) == 0;
+        for (int i0 = 0; i0 < K; i0 += 64) {
+            __syncthreads();  // the previous pass (or 4.) is done with the tiles (and dK, dG)
+            dr_load_tile(Xs, LT, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+            cp_async_commit();
+            // dW (Xh, Xl) and Kb = k e^Gamma (Bh, Bl): the thread's 4 x 4 columns, loads first
+            float4 wv[4];
+            float kq[4][4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int e = tid + u * DR_THREADS, r = e / 16, c = (e % 16) * 4, i = i0 + c;
+                const bool in = r < n;
+                wv[u] = dr_ld4f(dW + (size_t)r * K + i, in, i, K, K % 4 == 0);
+                const bf16 *kp = k + ROWQK(r) + i;
+                if (in && kvec && i + 4 <= K) {
+                    const uint2 w2 = *(const uint2 *)kp;
+                    const __nv_bfloat162 a = *(const __nv_bfloat162 *)&w2.x, b = *(const __nv_bfloat162 *)&w2.y;
+                    kq[u][0] = __low2float(a), kq[u][1] = __high2float(a), kq[u][2] = __low2float(b),
+                    kq[u][3] = __high2float(b);
+                } else
+#pragma unroll
+                    for (int z = 0; z < 4; z++) kq[u][z] = in && i + z < K ? dr_ld(kp + z) : 0.f;
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int e = tid + u * DR_THREADS, r = e / 16, c = (e % 16) * 4, i = i0 + c;
+                dr_split4(wv[u], Xh + r * LT + c, Xl + r * LT + c);
+                float4 kb;
+                kb.x = r < n && i < K ? kq[u][0] * expf(G[r * K + i]) : 0.f;
+                kb.y = r < n && i + 1 < K ? kq[u][1] * expf(G[r * K + i + 1]) : 0.f;
+                kb.z = r < n && i + 2 < K ? kq[u][2] * expf(G[r * K + i + 2]) : 0.f;
+                kb.w = r < n && i + 3 < K ? kq[u][3] * expf(G[r * K + i + 3]) : 0.f;
+                dr_split4(kb, Bh + r * LT + c, Bl + r * LT + c);
+            }
+            cp_async_wait<0>();
+            __syncthreads();
+            float wb[4][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                uint32_t ah[4], al[4];
+                dr_lda(ah, Xh, LT, mt * 16, kk * 16, lane);  // dW: rows r, k = i
+                dr_lda(al, Xl, LT, mt * 16, kk * 16, lane);
+                for (int p = 0; p < 2; p++) {
+                    uint32_t bh[4], bl[4];
+                    dr_ldb_nk(bh, Bh, LT, kk * 16, c0 + p * 16, lane);  // B[k = i][n = c] = Kb[c][i]
+                    dr_ldb_nk(bl, Bl, LT, kk * 16, c0 + p * 16, lane);
+                    dr_mma3(dtk[2 * p], ah, al, bh, bl);
+                    dr_mma3(dtk[2 * p + 1], ah, al, bh + 2, bl + 2);
+                }
+                if (kk >= mt) {  // Wbar: A = T^T (k = m), B[k = m][n = i] = dW[m][i]
+                    uint32_t th[4], tl[4];
+                    dr_lda_t(th, Th, LT, mt * 16, kk * 16, lane);
+                    dr_lda_t(tl, Tl, LT, mt * 16, kk * 16, lane);
+                    for (int p = 0; p < 2; p++) {
+                        uint32_t bh[4], bl[4];
+                        dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
+                        dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
+                        dr_mma3(wb[2 * p], th, tl, bh, bl);
+                        dr_mma3(wb[2 * p + 1], th, tl, bh + 2, bl + 2);
+                    }
+                }
+            }
+            float ok[4][4], og[4][4];
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {  // row pairs as one 8-byte load (dr_ld_pair)
+                    const int r = mt * 16 + gq + 8 * hr, i = i0 + c0 + nt * 8 + 2 * t4;
+                    const bool in0 = r < n && i < K, in1 = r < n && i + 1 < K;
+                    dr_ld_pair(dK + r * K + i, kpairs, in0, in1, ok[nt][2 * hr], ok[nt][2 * hr + 1]);
+                    dr_ld_pair(dG + r * K + i, kpairs, in0, in1, og[nt][2 * hr], og[nt][2 * hr + 1]);
+                }
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++) {
+                    const int r = mt * 16 + gq + 8 * hr, ii = c0 + nt * 8 + 2 * t4, i = i0 + ii;
+                    if (r >= n || i >= K) continue;
+                    float vk[2] = {}, vg[2] = {};
+#pragma unroll
+                    for (int c = 0; c < 2; c++) {
+                        const int e = 2 * hr + c;
+                        if (i + c >= K) break;
+                        const float eg = expf(G[r * K + i + c]), kb = __bfloat162float(Xs[r * LT + ii + c]) * eg,
+                                    w = wb[nt][e];
+                        part[hr] += w * kb;
+                        vk[c] = ok[nt][e] + bs[r] * w * eg;
+                        vg[c] = og[nt][e] + bs[r] * w * kb;
+                    }
+                    dr_st_pair(dK + r * K + i, kpairs, true, i + 1 < K, vk[0], vk[1]);
+                    dr_st_pair(dG + r * K + i, kpairs, true, i + 1 < K, vg[0], vg[1]);
+                }
+        }
+        for (int nt = 0; nt < 4; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), c = c0 + nt * 8 + 2 * t4 + (e & 1);
+                dT[r * C + c] = (c < r && r < n) ? bs[c] * (dT[r * C + c] + dtk[nt][e]) : 0.f;
+            }
+        for (int j0 = 0; j0 < V; j0 += 64) {
+            __syncthreads();  // the tiles are refilled
+            dr_load_tile(Xs, LT, v + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
+            if (SPLIT) dr_load_split_tile<64, DR_THREADS>(Xh, Xl, LT, (const bf16 *)dD, V, j0, n, tid);
+            cp_async_commit();
+            if (!SPLIT) dr_split_tile<64>(Xh, Xl, LT, dD + j0, V, n, V - j0, tid);
+            cp_async_wait<0>();
+            __syncthreads();
+            float ub[4][4] = {};
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                if (kk < mt) continue;
+                uint32_t th[4], tl[4];
+                dr_lda_t(th, Th, LT, mt * 16, kk * 16, lane);
+                dr_lda_t(tl, Tl, LT, mt * 16, kk * 16, lane);
+#pragma unroll
+                for (int p = 0; p < 2; p++) {
+                    uint32_t bh[4], bl[4];
+                    dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
+                    dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
+                    dr_mma3(ub[2 * p], th, tl, bh, bl);
+                    dr_mma3(ub[2 * p + 1], th, tl, bh + 2, bl + 2);
+                }
+            }
+            for (int nt = 0; nt < 4; nt++)
+                for (int hr = 0; hr < 2; hr++) {  // dv's row pairs as one 4-byte store
+                    const int r = mt * 16 + gq + 8 * hr, jj = c0 + nt * 8 + 2 * t4, j = j0 + jj;
+                    if (r >= n || j >= V) continue;
+                    float vv[2] = {};
+                    for (int c = 0; c < 2; c++) {
+                        const int e = 2 * hr + c;
+                        if (j + c >= V) break;
+                        vv[c] = bs[r] * ub[nt][e];
+                        part[hr] += ub[nt][e] * __bfloat162float(Xs[r * LT + jj + c]);
+                    }
+                    dr_st_pair(dv + ROWV(r) + j, vpairs, true, j + 1 < V, vv[0], vv[1]);
+                }
+        }
+        for (int u = 0; u < 2; u++) {
+            part[u] += __shfl_xor_sync(0xffffffffu, part[u], 1);
+            part[u] += __shfl_xor_sync(0xffffffffu, part[u], 2);
+        }
+        if (t4 == 0) {
+            dbp[half * C + mt * 16 + gq] = part[0];
+            dbp[half * C + mt * 16 + gq + 8] = part[1];
+        }
+        __syncthreads();  // dbp and dT written, the tiles spent
+        if (tid < C) db[tid] += dbp[tid] + dbp[C + tid];
+    }
+
+    // 7. the triangular-inverse gradient (dT becomes dL), T back from the workspace into the tiles
+    {
+        float *Tm = (float *)tiles, *tmp = Tm + C * C, *TmT = tmp + C * C;
+        for (int e = tid; e < C * C / 4; e += DR_THREADS)
+            cp_async16((bf16 *)(Tm + 4 * e), (const bf16 *)(Tg + 4 * e), true);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+        dr_tri_inverse_grad(dT, Tm, tmp, n, TmT);
+    }
+    for (int e = tid; e < C * C / 4; e += DR_THREADS) ((float4 *)dLg)[e] = ((const float4 *)dT)[e];
+    for (int r = tid; r < C; r += DR_THREADS) ws.db[sh * C + r] = db[r];
+    for (int i = tid; i < K; i += DR_THREADS) ws.gend[sh * K + i] = gend[i];
+}
+
+// grad2: B4 on tensor cores (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients") and
+// B6, from grad1's dA, dL, db, gend. The products and the sums of the single kernel's B4 (the
+// reference, chunk_grad_ref_mma.cu), with its K tiles of 64 taken as two halves of 32 columns: half hf of tile
+// i0 holds the columns i0 + 16 w + 8 hf + (0..7), w = 0..3, so warp w (w % 4 of each task)
+// takes the 8 columns the single kernel's warp w took as its n-tile u = hf, and every thread
+// adds its dbeta partials in the same order (i0, then hf = u, then the element).
+// Memory: the kernel was latency-bound on chains of dependent global round trips (a load
+// after a store to a possibly aliasing address waits for it), so each pass loads all its
+// operands first, then computes and stores: g staged by cp.async for the Gamma cumsum; the
+// fill's k and q (only the rows the MMAs read: Kr rows < t0, Qr / Kb rows >= t0 + 16) at
+// once; the row terms' q, k, dQ, dK, dG before the fill of their (Bk, i0, hf), so they arrive
+// during the fill and the MMAs (no other pass touches those elements in between); the column
+// terms' dK, dG (just written by the row terms) as one batch; in the diagonal blocks
+// (dr_b4_diag), dA and dL's blocks copied once into the spent tiles, and each dQ, dK, dG
+// element loaded a row ahead of its one store. Every element keeps its operations and their
+// order, so the bits are the reference's. 128 registers (2 blocks an SM).
+// Access patterns (after Nsight Compute on the H200: 19 of 32 bytes used per global-load
+// sector, 21.6 per store sector, 2.7-way shared-load bank conflicts): the epilogues take each
+// row's column pair (ei, ei + 1) of dQ, dK, dG as one 8-byte access and of q, k as one 4-byte
+// one (dr_ld_pair; 4 lanes = 32 contiguous bytes of fp32: whole sectors); the row-term warp
+// hands dK, dG to the column-term warp of the same lane through shared memory (hand: one
+// float4 each, conflict-free) instead of storing them for that warp to load back; G's layout
+// (grad2_lg, dr_gsw) makes the fragments' float2 reads (8 rows on one set of 8 banks at a row
+// stride of 128: 8-way) and the fill's row reads (2-way) conflict-free; B6's stores go by 8
+// columns a thread (dr_grad_finish_v: 16-byte loads and stores). ptxas: 128 registers, spill
+// 8 / 8 bytes (stores / loads; 12 / 16 before), 110,848 bytes at K = V = 128 (104,704).
+__global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
+    dr_grad2_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, const bf16 *q, const bf16 *k,
+                        const bf16 *g, const bf16 *beta, int gate, int Tlen, int H, int K, const int *offsets, int N) {
+    const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT;
+    int s = 0, tok0 = 0, n = 0;
+    if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
+    const size_t sh = (size_t)x * H + h;
+    DYNAMIC_SMEM(float, sm);
+    const int lane = tid & 31, warp = tid >> 5;
+    float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K;
+    const float *dAg = ws.dA + sh * C * C, *dLg = ws.dL + sh * C * C;
+    // the epilogues' column pairs as single accesses (dr_ld_pair): K even, q and k 4-byte aligned
+    // (the workspace arrays are 256-byte aligned)
+    const bool pairs = (K & 1) == 0 && (((uintptr_t)q | (uintptr_t)k) & 3) == 0;
+    const int LGs = grad2_lg(K);  // G: [64][LGs], column dr_gsw(i)
+    float *G = sm, *hand = G + C * LGs, *bs = hand + 1024, *db = bs + C, *dbp = db + C, *att = dbp + 4 * C,
+          *gend = att + C, *dbd = gend + K;
+    bf16 *tiles = (bf16 *)(sm + ((C * LGs + 1024 + 15 * C + K + 7) & ~7));  // grad2_tiles_off
+    // g staged in the tile region (free until the dA / dL tiles): [64][KP + 8] bf16 of the
+    // chunk's rows (per-channel gate; rows >= n zero) or its [64] per-head gates
+    const int LG = dr_pad16(K) + DR_PAD;
+    bf16 *gs = tiles;
+    if (gate == DRG_CHANNEL)
+        dr_load_tile(gs, LG, g + ((size_t)tok0 * H + h) * K, (size_t)H * K, C, dr_pad16(K), n, K, tid, DR_THREADS);
+    else if (gate == DRG_HEAD && tid < C)
+        gs[tid] = tid < n ? g[(size_t)(tok0 + tid) * H + h] : __float2bfloat16(0.f);
+    cp_async_commit();
+    // the strictly lower dA, dL ([64][64] fp32, row-major) into registers while g arrives
+    constexpr int NE = DR_BT * DR_BT / DR_THREADS;
+    float av[NE], lv[NE];
+#pragma unroll
+    for (int u = 0; u < NE; u++) {
+        const int e = tid + u * DR_THREADS, r = e / C, c = e % C;
+        av[u] = c < r ? dAg[e] : 0.f;
+        lv[u] = c < r ? dLg[e] : 0.f;
+    }
+    for (int r = tid; r < C; r += DR_THREADS) {
+        bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
+        db[r] = ws.db[sh * C + r];
+        att[r] = dAg[r * C + r];
+    }
+    for (int i = tid; i < K; i += DR_THREADS) gend[i] = ws.gend[sh * K + i];
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int i = tid; i < K; i += DR_THREADS) {  // Gamma, recomputed (as dr_grad_front: the same sums)
+        float acc = 0.f;
+        for (int r = 0; r < C; r++) {
+            if (r < n)
+                acc += gate == DRG_CHANNEL ? __bfloat162float(gs[r * LG + i])
+                       : gate == DRG_HEAD  ? __bfloat162float(gs[r])
+                                           : 0.f;
+            G[r * LGs + dr_gsw(i)] = acc;
+        }
+    }
+    __syncthreads();  // G complete, gs spent
+    // Warp w: 8 columns 8 (w % 4).. of the K half-tile; w < 4 the row terms, w >= 4 the column terms.
+    {
+        const int w4 = warp & 3, task = warp >> 2, gq = lane >> 2, t4 = lane & 3, LT = 72, LN = 40;
+        const int nb = 16 * (w4 >> 1), odd = w4 & 1;  // the x4 B load at columns nb.., this warp's half
+        bf16 *Ah_ = tiles, *Al_ = Ah_ + C * LT, *Lh = Al_ + C * LT, *Ll = Lh + C * LT, *Krh = Ll + C * LT,
+             *Krl = Krh + C * LN, *Qrh = Krl + C * LN, *Qrl = Qrh + C * LN, *Kbh = Qrl + C * LN, *Kbl = Kbh + C * LN;
+#pragma unroll
+        for (int u = 0; u < NE; u++) {
+            const int e = tid + u * DR_THREADS, r = e / C, c = e % C;
+            dr_split(av[u], Ah_ + r * LT + c, Al_ + r * LT + c);
+            dr_split(lv[u], Lh + r * LT + c, Ll + r * LT + c);
+        }
+        float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the row block
+        for (int Bk = 0; Bk < 4; Bk++) {
+            const int t0 = 16 * Bk;
+            for (int i0 = 0; i0 < K; i0 += 64)
+                for (int hf = 0; hf < 2; hf++) {
+                    // the fill: rows warp + 8 j of column fi of the half-tile, its k and q (the
+                    // rows that need them) loaded first
+                    const int fi = i0 + 16 * (lane >> 3) + 8 * hf + (lane & 7);
+                    const bool fin = fi < K;
+                    float fk[8], fq[8];
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const int r = warp + 8 * j;
+                        const bool in = r < n && fin && (r < t0 || r >= t0 + 16);
+                        fk[j] = in ? KK(r, fi) : 0.f;
+                        fq[j] = in && r >= t0 + 16 ? Q(r, fi) : 0.f;
+                    }
+                    // this thread's epilogue elements: rows t0 + gq (+ 8), columns ei (+ 1), e =
+                    // 2 (row half) + column; ei is even, so with K even both columns are in or
+                    // neither, and each row's pair is one 8-byte (fp32) or 4-byte (bf16) access:
+                    // the 4 lanes of a row cover 32 contiguous bytes of dQ, dK, dG (a full sector)
+                    const int ei = i0 + 16 * w4 + 8 * hf + 2 * t4;
+                    // the epilogue's global operands, in flight during the fill and the MMAs (this
+                    // (i0, hf, Bk) is the only one that touches these elements)
+                    float ek[4], eq[4] = {}, edq[4] = {}, edk[4] = {}, edg[4] = {};
+#pragma unroll
+                    for (int hr = 0; hr < 2; hr++) {
+                        const int t = t0 + gq + 8 * hr, e = 2 * hr;
+                        const bool in0 = t < n && ei < K, in1 = t < n && ei + 1 < K;
+                        dr_ld_pair(k + ROWQK(t) + ei, pairs, in0, in1, ek[e], ek[e + 1]);
+                        if (task == 0) {
+                            dr_ld_pair(q + ROWQK(t) + ei, pairs, in0, in1, eq[e], eq[e + 1]);
+                            dr_ld_pair(dQ + t * K + ei, pairs, in0, in1, edq[e], edq[e + 1]);
+                            dr_ld_pair(dK + t * K + ei, pairs, in0, in1, edk[e], edk[e + 1]);
+                            dr_ld_pair(dG + t * K + ei, pairs, in0, in1, edg[e], edg[e + 1]);
+                        }
+                    }
+                    // Kr rows < t0 (task 0's k-steps), Qr / Kb rows >= t0 + 16 (task 1's); the
+                    // other rows are never read
+                    const int fc = dr_gsw(fi);  // fi's column in G
+                    const float g0 = fin ? G[t0 * LGs + fc] : 0.f, g15 = fin ? G[(t0 + 15) * LGs + fc] : 0.f;
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        const int r = warp + 8 * j, ii = lane;
+                        const bool in = r < n && fin;
+                        if (r < t0) {
+                            const float a = in ? fk[j] * expf(g0 - G[r * LGs + fc]) : 0.f;
+                            dr_split(a, Krh + r * LN + ii, Krl + r * LN + ii);
+                        } else if (r >= t0 + 16) {
+                            float b = 0.f, c = 0.f;
+                            if (in) {
+                                const float ex = expf(G[r * LGs + fc] - g15);
+                                b = fq[j] * ex;
+                                c = bs[r] * fk[j] * ex;
+                            }
+                            dr_split(b, Qrh + r * LN + ii, Qrl + r * LN + ii);
+                            dr_split(c, Kbh + r * LN + ii, Kbl + r * LN + ii);
+                        }
+                    }
+                    __syncthreads();
+                    float x0[4] = {}, x1[4] = {};
+                    if (task == 0) {
+                        for (int kk = 0; kk < Bk; kk++) {
+                            uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
+                            dr_b4_frag_a<false>(ah, al, lh, ll, Ah_, Al_, Lh, Ll, LT, t0, kk, lane);
+                            dr_ldb_kn(bh, Krh, LN, kk * 16, nb, lane);
+                            dr_ldb_kn(bl, Krl, LN, kk * 16, nb, lane);
+                            const uint32_t h2[2] = {odd ? bh[2] : bh[0], odd ? bh[3] : bh[1]},
+                                           l2[2] = {odd ? bl[2] : bl[0], odd ? bl[3] : bl[1]};
+                            dr_mma3(x0, ah, al, h2, l2);
+                            dr_mma3(x1, lh, ll, h2, l2);
+                        }
+                    } else {
+                        for (int kk = Bk + 1; kk < 4; kk++) {
+                            uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
+                            dr_b4_frag_a<true>(ah, al, lh, ll, Ah_, Al_, Lh, Ll, LT, t0, kk, lane);
+                            dr_ldb_kn(bh, Qrh, LN, kk * 16, nb, lane);
+                            dr_ldb_kn(bl, Qrl, LN, kk * 16, nb, lane);
+                            const uint32_t qh2[2] = {odd ? bh[2] : bh[0], odd ? bh[3] : bh[1]},
+                                           ql2[2] = {odd ? bl[2] : bl[0], odd ? bl[3] : bl[1]};
+                            dr_mma3(x0, ah, al, qh2, ql2);
+                            dr_ldb_kn(bh, Kbh, LN, kk * 16, nb, lane);
+                            dr_ldb_kn(bl, Kbl, LN, kk * 16, nb, lane);
+                            const uint32_t kh2[2] = {odd ? bh[2] : bh[0], odd ? bh[3] : bh[1]},
+                                           kl2[2] = {odd ? bl[2] : bl[0], odd ? bl[3] : bl[1]};
+                            dr_mma3(x0, lh, ll, kh2, kl2);
+                        }
+                    }
+                    // G's columns of ei, ei + 1 (adjacent: ei is even, dr_gsw keeps bit 0)
+                    const int ec = dr_gsw(ei);
+                    if (task == 0) {
+                        // dQ complete here; dK, dG with the row terms go to the column-term warp
+                        // of the same lane (warp + 4) through hand, not through global memory
+                        float nq[4] = {}, nk[4] = {}, ng[4] = {};
+#pragma unroll
+                        for (int hr = 0; hr < 2; hr++) {
+                            const int t = t0 + gq + 8 * hr;
+                            if (t >= n || ei >= K) continue;
+                            const float2 gt = *(const float2 *)(G + t * LGs + ec),
+                                         gr = *(const float2 *)(G + t0 * LGs + ec);
+#pragma unroll
+                            for (int c = 0; c < 2; c++) {
+                                const int e = 2 * hr + c;
+                                if (ei + c >= K) break;
+                                const float ex = expf((c ? gt.y : gt.x) - (c ? gr.y : gr.x)), dqoff = ex * x0[e],
+                                            rho = ex * x1[e], qt = eq[e], kt = ek[e], at = att[t], bt = bs[t];
+                                nq[e] = edq[e] + (dqoff + at * kt);
+                                nk[e] = edk[e] + (at * qt + bt * rho);
+                                ng[e] = edg[e] + (qt * dqoff + bt * kt * rho);
+                                part[hr] += rho * kt;
+                            }
+                            dr_st_pair(dQ + t * K + ei, pairs, true, ei + 1 < K, nq[2 * hr], nq[2 * hr + 1]);
+                        }
+                        float4 *h4 = (float4 *)hand + w4 * 64 + lane;
+                        h4[0] = make_float4(nk[0], nk[1], nk[2], nk[3]);
+                        h4[32] = make_float4(ng[0], ng[1], ng[2], ng[3]);
+                    }
+                    // the row terms are in (each element gets both terms); with this barrier the
+                    // MMAs are done, so the next fill may overwrite the tiles without another
+                    __syncthreads();
+                    if (task == 1) {
+                        const float4 *h4 = (const float4 *)hand + w4 * 64 + lane;
+                        const float4 hk = h4[0], hg = h4[32];
+                        const float cdk[4] = {hk.x, hk.y, hk.z, hk.w}, cdg[4] = {hg.x, hg.y, hg.z, hg.w};
+#pragma unroll
+                        for (int hr = 0; hr < 2; hr++) {
+                            const int t = t0 + gq + 8 * hr;
+                            if (t >= n || ei >= K) continue;
+                            const float2 gt = *(const float2 *)(G + t * LGs + ec),
+                                         ge = *(const float2 *)(G + (t0 + 15) * LGs + ec);
+                            float nk[2] = {}, ng[2] = {};
+#pragma unroll
+                            for (int c = 0; c < 2; c++) {
+                                const int e = 2 * hr + c;
+                                if (ei + c >= K) break;
+                                const float dgm = expf((c ? ge.y : ge.x) - (c ? gt.y : gt.x)) * x0[e];
+                                nk[c] = cdk[e] + dgm;
+                                ng[c] = cdg[e] - ek[e] * dgm;
+                            }
+                            dr_st_pair(dK + t * K + ei, pairs, true, ei + 1 < K, nk[0], nk[1]);
+                            dr_st_pair(dG + t * K + ei, pairs, true, ei + 1 < K, ng[0], ng[1]);
+                        }
+                    }
+                }
+            // this block's dbeta rows (the row-term warps), then the partials restart
+            for (int u = 0; u < 2; u++) {
+                part[u] += __shfl_xor_sync(0xffffffffu, part[u], 1);
+                part[u] += __shfl_xor_sync(0xffffffffu, part[u], 2);
+            }
+            if (task == 0 && t4 == 0) {
+                dbp[w4 * C + t0 + gq] = part[0];
+                dbp[w4 * C + t0 + gq + 8] = part[1];
+            }
+            part[0] = part[1] = 0.f;
+        }
+        __syncthreads();
+        if (tid < C) db[tid] += dbp[tid] + dbp[C + tid] + dbp[2 * C + tid] + dbp[3 * C + tid];
+    }
+    __syncthreads();
+    dr_b4_diag<true>(dAg, dLg, G, bs, q, k, dQ, dK, dG, db, dbd, (float *)tiles, n, tok0, H, h, K, LGs);  // the tiles are spent
+
+    // B6 and the stores (chunk.cuh)
+    dr_grad_finish_v(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);
+}
+
+// Launches grad1 (built for the workspace's Delta layout, ws->dsplit) and grad2 over the
+// slots x H (chunk slot, head) blocks.
+void dr_grad_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta,
+                    const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
+                    int gate, float scale, int T, int H, int K, int V, const int *offsets, int N) {
+    launch_kernel(ws->dsplit ? dr_grad1_mma_kernel<true> : dr_grad1_mma_kernel<false>, dim3((unsigned)slots, H),
+                  dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta, gate, scale, T, H, K, V,
+                  offsets, N);
+    launch_kernel(dr_grad2_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad2_mma_smem(K), *ws, dq, dk, dg,
+                  dbeta, q, k, g, beta, gate, T, H, K, offsets, N);
+}
