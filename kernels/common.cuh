@@ -166,8 +166,8 @@ static inline unsigned grid_for(size_t work, int block, int max_blocks_per_sm = 
 static inline int is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 // ---- bf16 vectors: 8 elements = 16 bytes ----
-__device__ __forceinline__ void load8(const bf16 *p, float f[8]) {
-    uint4 v = *reinterpret_cast<const uint4 *>(p);
+// bf16 x 8 in a uint4 (as loaded) -> fp32
+__device__ __forceinline__ void unpack8(uint4 v, float f[8]) {
     const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&v);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -176,6 +176,8 @@ __device__ __forceinline__ void load8(const bf16 *p, float f[8]) {
         f[2 * i + 1] = t.y;
     }
 }
+
+__device__ __forceinline__ void load8(const bf16 *p, float f[8]) { unpack8(*reinterpret_cast<const uint4 *>(p), f); }
 
 __device__ __forceinline__ void store8(bf16 *p, const float f[8]) {
     uint4 v;

@@ -78,6 +78,11 @@ void cuda_moe_set_mixed_wgrad(int mode);
 long cuda_moe_cublas_calls(void);
 long cuda_moe_offsets_copies(void);
 long cuda_moe_offsets_waits(void);
+// The MoE gather and combine (kernels/moe/dispatch.cu): 1 (the default) runs the vector kernels
+// where the width and the pointers allow them, 0 always the scalar ones (tests compare the two
+// bit for bit); the counter: calls that ran a vector kernel (since the start).
+void cuda_moe_set_dispatch_vec(int on);
+long cuda_moe_dispatch_vec_launches(void);
 
 #ifdef __cplusplus
 }

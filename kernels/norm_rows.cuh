@@ -103,17 +103,6 @@ __global__ void norm_fwd_generic_kernel(bf16 *out, float *mean, float *rstd, con
     }
 }
 
-// bf16 x 8 in a uint4 (as loaded) -> fp32
-__device__ __forceinline__ void unpack8(uint4 v, float f[8]) {
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(h[i]);
-        f[2 * i] = t.x;
-        f[2 * i + 1] = t.y;
-    }
-}
-
 // acc[0..3] += v[0..3] (a lane-private float4 slot of shared memory)
 __device__ __forceinline__ void add4(float4 *acc, const float *v) {
     float4 a = *acc;

@@ -62,7 +62,8 @@ typedef struct {
     int *sel, *perm, *pos, *offsets;  // (N*K) x 3, (E+1)
     real *z;                          // latent input (N, l) (variant B)
     real *xp, *hp, *ap, *yp;          // sorted slot rows: (NK, De), (NK, 2m), (NK, m), (NK, De)
-    real *r, *r_n, *rstd_r;           // combined routed output (N, De); latent norm (N, l), (N)
+    real *r, *r_n, *rstd_r;           // combined routed output (N, De; NULL in variant A with shared
+                                      // experts: the combine adds them into out); latent norm (N, l), (N)
     real *routed;                     // (N, C): W_up r_n (variant B) or r (A)
     real *hs, *as, *shared;           // shared MLP (N, 2Ms), (N, Ms), (N, C)
     long *counts;                     // (E) slots per expert over the current optimizer step
@@ -72,7 +73,7 @@ typedef struct {
     struct MoeEp *ep;
     int ep_last;
     // backward scratch
-    real *dyp, *dweights, *dxp, *dhp, *dap, *dr, *dr_n, *dxin, *dscores, *dlogits, *dhs, *das, *dx;
+    real *dyp, *dweights, *dxp, *dhp, *dap, *dr, *dr_n, *dxin, *dscores, *dlogits, *dhs, *das, *dx;  // dxin: dz (B)
 } MoeActs;
 void moe_params(const ModelConfig *c, ParamTable *t, int layer, MoeParams *p);
 void moe_layout(const struct Model *m, Carver *cv, Carver *scratch, MoeActs *a);

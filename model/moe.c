@@ -77,7 +77,7 @@ void moe_layout(const Model *m, Carver *cv, Carver *scratch, MoeActs *a) {
     a->hp = carve(cv, NK * 2 * d.M);
     a->ap = carve(cv, NK * d.M);
     a->yp = carve(cv, NK * d.De);
-    a->r = carve(cv, N * d.De);
+    if (d.l || !d.Ms) a->r = carve(cv, N * d.De);  // (variant A with shared experts combines into out)
     if (d.l) {
         a->r_n = carve(cv, N * d.l);
         a->rstd_r = carve_stat(cv, N);
@@ -93,7 +93,7 @@ void moe_layout(const Model *m, Carver *cv, Carver *scratch, MoeActs *a) {
     a->dxp = carve(scratch, NK * d.De);
     a->dhp = carve(scratch, NK * 2 * d.M);
     a->dap = carve(scratch, NK * d.M);
-    a->dxin = carve(scratch, N * d.De);
+    if (d.l) a->dxin = carve(scratch, N * d.l);  // dz (variant A's gather backward adds into dx)
     if (d.l) {
         a->dr = carve(scratch, N * d.l);
         a->dr_n = carve(scratch, N * d.l);
@@ -174,21 +174,26 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
         be->moe->moe_experts_forward(a->yp, a->hp, a->ap, a->xp, PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M,
                                 model_glu_act(c));
     }
-    be->moe->moe_combine_forward(a->r, a->yp, a->weights, a->pos, N, d.K, d.De);
-    const real *routed = a->r;
-    if (d.l) {  // K3 Stable LatentMoE: W_up RMSNorm(r)
-        be->norm_glu->rmsnorm_forward(a->r_n, a->rstd_r, a->r, PRM(p->latent_norm), N, d.l, (real)c->norm_eps);
-        be->core->matmul_forward(a->routed, a->r_n, PRM(p->latent_up), NULL, N, d.l, d.C);
-        routed = a->routed;
-    }
     // shared experts: one full-width GLU MLP on x
-    if (d.Ms) {
+    if (d.Ms)
         glu_mlp_forward(be->core, be->norm_glu, a->shared, a->hs, a->as, in, PRM(p->shared_up), NULL,
                         PRM(p->shared_down), NULL, N, d.C, d.Ms, model_glu_act(c));
-        be->core->add_forward(out, routed, a->shared, (size_t)N * d.C);
-    } else {  // out = routed
-        be->zero(out, (size_t)N * d.C);
-        be->core->add_inplace(out, routed, (size_t)N * d.C);
+    if (!d.l && d.Ms) {  // variant A: out = r + shared, the add fused into the combine
+        be->moe->moe_combine_forward(out, a->yp, a->weights, a->pos, a->shared, N, d.K, d.De);
+    } else {
+        be->moe->moe_combine_forward(a->r, a->yp, a->weights, a->pos, NULL, N, d.K, d.De);
+        const real *routed = a->r;
+        if (d.l) {  // K3 Stable LatentMoE: W_up RMSNorm(r)
+            be->norm_glu->rmsnorm_forward(a->r_n, a->rstd_r, a->r, PRM(p->latent_norm), N, d.l, (real)c->norm_eps);
+            be->core->matmul_forward(a->routed, a->r_n, PRM(p->latent_up), NULL, N, d.l, d.C);
+            routed = a->routed;
+        }
+        if (d.Ms) {
+            be->core->add_forward(out, routed, a->shared, (size_t)N * d.C);
+        } else {  // out = routed
+            be->zero(out, (size_t)N * d.C);
+            be->core->add_inplace(out, routed, (size_t)N * d.C);
+        }
     }
     // optional balance loss (docs/hybrid.md, "Auxiliary balance losses"), per sequence of T
     // tokens, only when training
@@ -235,12 +240,12 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
         be->moe->moe_experts_backward(a->dxp, GRD(p->w13), GRD(p->w2), a->dhp, a->dap, a->dyp, a->xp, a->hp, a->ap,
                                  PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M, model_glu_act(c));
     }
-    be->moe->moe_gather_backward(a->dxin, a->dxp, a->pos, N, d.K, d.De);
-    if (d.l) {
+    if (d.l) {  // dz, then through W_down into din
+        be->moe->moe_gather_backward(a->dxin, a->dxp, a->pos, N, d.K, d.De, 0);
         matmul_backward_add(be, din, GRD(p->latent_down), NULL, a->dxin, a->in, PRM(p->latent_down), N, d.C, d.l,
                             a->dx);
-    } else {
-        be->core->add_inplace(din, a->dxin, nc);
+    } else {  // din += dx (the add fused into the gather's backward)
+        be->moe->moe_gather_backward(din, a->dxp, a->pos, N, d.K, d.De, 1);
     }
     // steps 5-7: router, selection fixed; the balance loss reaches every score
     be->moe->router_weights_backward(a->dscores, a->dweights, a->scores, a->sel, N, d.E, d.K, c->moe_renorm,

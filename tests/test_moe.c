@@ -220,15 +220,17 @@ static void test_dispatch_plan(void) {
     CHECK(ok, "dispatch plan is not a stable expert-sorted permutation");
 }
 
-typedef struct { int N, K, C; int *perm, *pos; real *x, *xp, *yp, *w, *out, *R, *Rp; } DispCtx;
+// add (combine's fused add; NULL: none); S: gather_loss adds x . S, whose gradient S the
+// gather's backward accumulates onto (its accumulate form)
+typedef struct { int N, K, C; int *perm, *pos; real *x, *xp, *yp, *w, *out, *R, *Rp, *add, *S; } DispCtx;
 static double gather_loss(void *p) {
     DispCtx *c = p;
     cpu_moe_gather_forward(c->xp, c->x, c->perm, c->N, c->K, c->C);
-    return dotv(c->xp, c->Rp, (size_t)c->N * c->K * c->C);
+    return dotv(c->xp, c->Rp, (size_t)c->N * c->K * c->C) + (c->S ? dotv(c->x, c->S, (size_t)c->N * c->C) : 0);
 }
 static double combine_loss(void *p) {
     DispCtx *c = p;
-    cpu_moe_combine_forward(c->out, c->yp, c->w, c->pos, c->N, c->K, c->C);
+    cpu_moe_combine_forward(c->out, c->yp, c->w, c->pos, c->add, c->N, c->K, c->C);
     return dotv(c->out, c->R, (size_t)c->N * c->C);
 }
 static void test_gather_combine(void) {
@@ -241,14 +243,26 @@ static void test_gather_combine(void) {
     cpu_moe_dispatch_plan(perm, pos, off, sel, N, K, E);
     DispCtx c = {N, K, C, perm, pos, rand_vec(&r, (size_t)N * C, 1), zeros((size_t)NK * C),
                  rand_vec(&r, (size_t)NK * C, 1), rand_vec(&r, NK, 1), zeros((size_t)N * C),
-                 rand_vec(&r, (size_t)N * C, 1), rand_vec(&r, (size_t)NK * C, 1)};
+                 rand_vec(&r, (size_t)N * C, 1), rand_vec(&r, (size_t)NK * C, 1), NULL, NULL};
     real *dx = zeros((size_t)N * C), *dyp = zeros((size_t)NK * C), *dw = zeros(NK);
-    cpu_moe_gather_backward(dx, c.Rp, pos, N, K, C);
+    cpu_moe_gather_backward(dx, c.Rp, pos, N, K, C, 0);
     report("gather dx", fd_rel_err(gather_loss, &c, c.x, dx, (size_t)N * C, H_FD));
     cpu_moe_combine_backward(dyp, dw, c.R, c.yp, c.w, pos, N, K, C);
     report("combine d(expert outputs)", fd_rel_err(combine_loss, &c, c.yp, dyp, (size_t)NK * C, H_FD));
     report("combine d(routing weights)", fd_rel_err(combine_loss, &c, c.w, dw, NK, H_FD));
-    free(c.x), free(c.xp), free(c.yp), free(c.w), free(c.out), free(c.R), free(c.Rp), free(dx), free(dyp), free(dw);
+    // the fused forms (model/moe.c, variant A with shared experts): the combine's add, whose
+    // gradient is dout itself, leaving the other two unchanged; the gather's backward added
+    // onto dx = S, the gradient of the loss's extra x . S
+    c.add = rand_vec(&r, (size_t)N * C, 1);
+    report("combine + add d(expert outputs)", fd_rel_err(combine_loss, &c, c.yp, dyp, (size_t)NK * C, H_FD));
+    report("combine + add d(routing weights)", fd_rel_err(combine_loss, &c, c.w, dw, NK, H_FD));
+    report("combine + add d(add)", fd_rel_err(combine_loss, &c, c.add, c.R, (size_t)N * C, H_FD));
+    c.S = rand_vec(&r, (size_t)N * C, 1);
+    memcpy(dx, c.S, sizeof(real) * (size_t)N * C);
+    cpu_moe_gather_backward(dx, c.Rp, pos, N, K, C, 1);
+    report("gather dx (accumulated)", fd_rel_err(gather_loss, &c, c.x, dx, (size_t)N * C, H_FD));
+    free(c.x), free(c.xp), free(c.yp), free(c.w), free(c.out), free(c.R), free(c.Rp), free(c.add), free(c.S), free(dx),
+        free(dyp), free(dw);
 }
 
 // =============================== whole MoE layer ===============================
@@ -314,16 +328,16 @@ static void moe_forward(Moe *m) {
     }
     cpu_moe_gather_forward(m->xp, zin, m->perm, N, K, dr);
     cpu_moe_experts_forward(m->yp, m->hp, m->ap, m->xp, m->W13, m->W2, m->off, E, dr, M, m->act);
-    cpu_moe_combine_forward(m->rr, m->yp, m->weights, m->pos, N, K, dr);
-    if (m->l) {
-        cpu_rmsnorm_forward(m->nrm, m->rstd, m->rr, m->glat, N, m->l, m->lat_eps);
-        cpu_matmul_forward(m->routed, m->nrm, m->Wup, NULL, N, m->l, d);
-    } else {
-        memcpy(m->routed, m->rr, (size_t)N * d * sizeof(real));
-    }
     glu_mlp_forward(cpu_core_ops(), cpu_norm_glu_ops(), m->shared, m->hs, m->as, m->x, m->Ws13, NULL, m->Ws2, NULL, N,
                     d, m->Ms, m->act);
-    for (size_t i = 0; i < (size_t)N * d; i++) m->out[i] = m->routed[i] + m->shared[i];
+    if (m->l) {
+        cpu_moe_combine_forward(m->rr, m->yp, m->weights, m->pos, NULL, N, K, dr);
+        cpu_rmsnorm_forward(m->nrm, m->rstd, m->rr, m->glat, N, m->l, m->lat_eps);
+        cpu_matmul_forward(m->routed, m->nrm, m->Wup, NULL, N, m->l, d);
+        for (size_t i = 0; i < (size_t)N * d; i++) m->out[i] = m->routed[i] + m->shared[i];
+    } else {  // out = r + shared: the combine adds it (model/moe.c)
+        cpu_moe_combine_forward(m->out, m->yp, m->weights, m->pos, m->shared, N, K, dr);
+    }
 }
 
 static double moe_loss(void *p) {
@@ -370,12 +384,12 @@ static void moe_backward(Moe *m, MoeGrads *g) {
     cpu_moe_combine_backward(dyp, dw, drr, m->yp, m->weights, m->pos, N, K, dr);
     cpu_moe_experts_backward(dxp, g->W13, g->W2, dhp, dap, dyp, m->xp, m->hp, m->ap, m->W13, m->W2, m->off, E, dr,
                              M, m->act);
-    cpu_moe_gather_backward(dz, dxp, m->pos, N, K, dr);
     if (m->l) {
+        cpu_moe_gather_backward(dz, dxp, m->pos, N, K, dr, 0);
         cpu_matmul_backward(dtmp, g->Wdown, NULL, dz, m->x, m->Wdown, N, d, m->l);
         for (size_t i = 0; i < (size_t)N * d; i++) dx[i] += dtmp[i];
-    } else {
-        for (size_t i = 0; i < (size_t)N * d; i++) dx[i] += dz[i];
+    } else {  // dx += the gather's backward (accumulated into the shared MLP's dx, model/moe.c)
+        cpu_moe_gather_backward(dx, dxp, m->pos, N, K, dr, 1);
     }
     // router
     real *dscores = zeros((size_t)N * E), *dlogits = zeros((size_t)N * E);

@@ -34,7 +34,8 @@
 //   experts  moe_experts_fwd/bwd; of which the grouped GEMMs (moe_experts/gemm_*) and the GLU
 //   combine  moe_combine_fwd/bwd
 //   dense    the other matmuls (shared experts, latent projections) and their glu_*, rmsnorm_*
-//   other    the rest (adds, moe_count)
+//   other    the rest (adds, moe_count; in variant A with shared experts the adds are in the
+//            combine forward and the gather backward)
 // Grouped-GEMM efficiency = dense_fwdbwd median / the grouped GEMM kernels' time per
 // forward+backward (profiled), i.e. the fraction of cuBLAS's throughput at the same FLOPs
 // (target >= 0.7); the op-level ratio dense_fwdbwd / experts_fwdbwd (GLU pass included) is

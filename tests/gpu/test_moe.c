@@ -7,7 +7,9 @@
 // so the error is the op's own. Parameter gradients (dw13, dw2) run twice from zero ("+=");
 // every backward (and the plan) runs a second time and must be bit-identical (determinism).
 // Routing cases: top-k 1, 2 and 8, empty experts, all tokens to one expert (a large bias),
-// tied scores (the lower index wins), sigmoid and softmax, SwiGLU and SiTU experts.
+// tied scores (the lower index wins), sigmoid and softmax, SwiGLU and SiTU experts. Gather and
+// combine (kernels/moe/dispatch.cu's vector and scalar kernels, the fused adds): test_dispatch_io;
+// the plan alone at more chunks and experts than the dispatch cases: test_plan.
 // The expert op runs in every GEMM mode (kernels/moe/experts.cu): our grouped kernels, cuBLAS's
 // grouped batched GEMM (HYBRID_MOE_GEMM=cublas; under the emulator cuBLAS is tests/cuda_emu's
 // loop of column-major GEMMs, so the path's plumbing and argument mapping are checked there
@@ -212,6 +214,31 @@ static void test_balance(int N, int K, int E, int stride) {
     free(sel), free(c0), free(cref), free(cg), free(b), free(bref), free(m), free(bm), free(mref);
 }
 
+// The dispatch plan on dsel (device) against the CPU's perm, pos and offsets (host), exactly, the
+// outputs NaN-poisoned first; then a rerun, bit-identical. Leaves the plan in dperm, dpos, doff.
+static void check_plan(int *dperm, int *dpos, int *doff, const int *dsel, const int *perm, const int *pos,
+                       const int *off, int N, int K, int E) {
+    const size_t nk = (size_t)N * K;
+    void *fp = NULL, *fq = NULL, *fo = NULL;
+    for (int rep = 0; rep < 2; rep++) {
+        poison_bytes_(dperm, nk * sizeof(int)), poison_bytes_(dpos, nk * sizeof(int)),
+            poison_bytes_(doff, (E + 1) * sizeof(int));
+        X->moe_dispatch_plan(dperm, dpos, doff, dsel, N, K, E);
+        if (!rep) {
+            expect_ints("perm", dperm, perm, nk);
+            expect_ints("pos", dpos, pos, nk);
+            expect_ints("offsets", doff, off, E + 1);
+            fp = get_bytes(dperm, nk * sizeof(int)), fq = get_bytes(dpos, nk * sizeof(int)),
+            fo = get_bytes(doff, (E + 1) * sizeof(int));
+        } else {
+            expect_same("perm rerun", dperm, fp, nk * sizeof(int));
+            expect_same("pos rerun", dpos, fq, nk * sizeof(int));
+            expect_same("offsets rerun", doff, fo, (E + 1) * sizeof(int));
+        }
+    }
+    free(fp), free(fq), free(fo);
+}
+
 // plan, gather, combine, experts on one routing
 typedef struct {
     int N, K, E, C, M;
@@ -393,20 +420,7 @@ static void test_dispatch(DispatchCase q) {
     cpu_moe_dispatch_plan(perm, pos, off, sel, N, K, E);
     int *dsel = dev_bytes(sel, nk * sizeof(int)), *dperm = dev_bytes(NULL, nk * sizeof(int)),
         *dpos = dev_bytes(NULL, nk * sizeof(int)), *doff = dev_bytes(NULL, (E + 1) * sizeof(int));
-    for (int rep = 0; rep < 2; rep++) {
-        void *fp = rep ? get_bytes(dperm, nk * sizeof(int)) : NULL;
-        poison_bytes_(dperm, nk * sizeof(int)), poison_bytes_(dpos, nk * sizeof(int)),
-            poison_bytes_(doff, (E + 1) * sizeof(int));
-        X->moe_dispatch_plan(dperm, dpos, doff, dsel, N, K, E);
-        if (!rep) {
-            expect_ints("perm", dperm, perm, nk);
-            expect_ints("pos", dpos, pos, nk);
-            expect_ints("offsets", doff, off, E + 1);
-        } else {
-            expect_same("perm rerun", dperm, fp, nk * sizeof(int));
-            free(fp);
-        }
-    }
+    check_plan(dperm, dpos, doff, dsel, perm, pos, off, N, K, E);
     // gather
     float *x = host_rand((size_t)N * C, 1.f, 0.f), *xp = host_alloc(nk * C);
     cpu_moe_gather_forward(xp, x, perm, N, K, C);
@@ -415,14 +429,14 @@ static void test_dispatch(DispatchCase q) {
     X->moe_gather_forward(dxp, dx, dperm, N, K, C);
     cmp_bf16("xp (gather)", dxp, xp, nk * C, TOL_OUT);
     float *gxp = host_rand(nk * C, 1.f, 0.f), *gx = host_alloc((size_t)N * C);
-    cpu_moe_gather_backward(gx, gxp, pos, N, K, C);
+    cpu_moe_gather_backward(gx, gxp, pos, N, K, C, 0);
     void *dgxp = dev_bf16(gxp, nk * C), *dgx = dev_bf16(NULL, (size_t)N * C);
     poison_bf16(dgx, (size_t)N * C);
-    X->moe_gather_backward(dgx, dgxp, dpos, N, K, C);
+    X->moe_gather_backward(dgx, dgxp, dpos, N, K, C, 0);
     cmp_bf16("dx (gather bwd)", dgx, gx, (size_t)N * C, TOL_GRAD);
     void *first = get_bytes(dgx, (size_t)N * C * 2);
     poison_bf16(dgx, (size_t)N * C);
-    X->moe_gather_backward(dgx, dgxp, dpos, N, K, C);
+    X->moe_gather_backward(dgx, dgxp, dpos, N, K, C, 0);
     expect_same("dx rerun", dgx, first, (size_t)N * C * 2);
     free(first);
     // experts, on each GEMM path (forward outputs left in dyp for the combine below); a forced
@@ -433,10 +447,10 @@ static void test_dispatch(DispatchCase q) {
     float *ypg = get_bf16(dyp, nk * C);
     // combine
     float *wt = host_rand(nk, 0.5f, 0.5f), *out = host_alloc((size_t)N * C);
-    cpu_moe_combine_forward(out, ypg, wt, pos, N, K, C);
+    cpu_moe_combine_forward(out, ypg, wt, pos, NULL, N, K, C);
     void *dwt = dev_bf16(wt, nk), *dout = dev_bf16(NULL, (size_t)N * C);
     poison_bf16(dout, (size_t)N * C);
-    X->moe_combine_forward(dout, dyp, dwt, dpos, N, K, C);
+    X->moe_combine_forward(dout, dyp, dwt, dpos, NULL, N, K, C);
     cmp_bf16("out (combine)", dout, out, (size_t)N * C, TOL_OUT);
     float *gout = host_rand((size_t)N * C, 1.f, 0.f), *gyp2 = host_alloc(nk * C), *gw = host_alloc(nk);
     cpu_moe_combine_backward(gyp2, gw, gout, ypg, wt, pos, N, K, C);
@@ -460,6 +474,157 @@ static void test_dispatch(DispatchCase q) {
     for (size_t i = 0; i < sizeof hb / sizeof *hb; i++) free(hb[i]);
 }
 
+// The dispatch plan alone (cheaper than test_dispatch): many chunks (N*K > 256 chunks of 256
+// slots: the scan's lanes walk their chunks in more than one pass) and more experts than the
+// scan's 32 warps (warps take two).
+static void test_plan(int N, int K, int E, int stride) {
+    printf("plan N=%d K=%d E=%d (experts %% %d)\n", N, K, E, stride);
+    const size_t nk = (size_t)N * K;
+    int *sel = rand_sel(N, K, E, stride);
+    int *perm = xmalloc(sizeof(int) * nk), *pos = xmalloc(sizeof(int) * nk), *off = xmalloc(sizeof(int) * (E + 1));
+    cpu_moe_dispatch_plan(perm, pos, off, sel, N, K, E);
+    int *dsel = dev_bytes(sel, nk * sizeof(int)), *dperm = dev_bytes(NULL, nk * sizeof(int)),
+        *dpos = dev_bytes(NULL, nk * sizeof(int)), *doff = dev_bytes(NULL, (E + 1) * sizeof(int));
+    check_plan(dperm, dpos, doff, dsel, perm, pos, off, N, K, E);
+    G->free(dsel), G->free(dperm), G->free(dpos), G->free(doff);
+    free(sel), free(perm), free(pos), free(off);
+}
+
+// A device bf16 tensor of n elements `shift` elements past a fresh allocation (whose start is
+// 16-byte aligned), uploaded from h if non-NULL; *base gets the allocation (to free).
+static void *dev_shifted(const float *h, size_t n, int shift, void **base) {
+    *base = dev_bf16(NULL, n + (size_t)shift);
+    void *p = (char *)*base + 2 * (size_t)shift;
+    if (h) G->upload(p, h, n);
+    return p;
+}
+
+// x[i] *= 2^r, r uniform in [-10, 10]: still bf16 values, but sums of a few of them no longer fit
+// fp32's 24 bits, so their rounding (and thus their order) shows in the bits
+static void spread_exponents(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)rng_below(&g_rng, 21) - 10);
+}
+
+static void expect_same_dev(const char *what, const void *a, const void *b, size_t n) {
+    const int same = same_bf16(a, b, n);
+    printf("  %-28s %s\n", what, same ? "bit-identical" : "DIFFERS");
+    CHECK(same, "%s: the two differ", what);
+}
+
+// gather and combine, forward and backward, plain and with the fused adds (combine_forward's
+// add, gather_backward's accumulate), on one routing, with every tensor `shift` elements past a
+// 16-byte boundary, the summed rows' exponents spread (spread_exponents) and cancelling pairs
+// among them (below: the j order shows in the bits). Each op runs twice, on
+// the vector kernels (where C % 8 == 0 and nothing is shifted; kernels/moe/dispatch.cu) and on the
+// scalar ones (cuda_moe_set_dispatch_vec(0)), into NaN-poisoned outputs: both against the CPU
+// reference, the vector launches counted (every call, or none where the shape or a pointer rules
+// them out), and the two forms' outputs bit for bit the same (dweights aside: a different sum
+// tree; each form against the CPU and bit-identical on a rerun). The fused forms also equal, bit
+// for bit, the separate combine + add_forward and gather + add_inplace they replace.
+static void test_dispatch_io(int N, int K, int E, int C, int stride, int shift) {
+    const int vec = C % 8 == 0 && !shift;  // the vector kernels' conditions
+    printf("gather + combine N=%d K=%d E=%d C=%d%s%s: %s kernels\n", N, K, E, C, stride > 1 ? " empty-experts" : "",
+           shift ? " shifted" : "", vec ? "vector" : "scalar");
+    const size_t nk = (size_t)N * K, nc = (size_t)N * C, npc = nk * C;
+    int *sel = rand_sel(N, K, E, stride);
+    int *perm = xmalloc(sizeof(int) * nk), *pos = xmalloc(sizeof(int) * nk), *off = xmalloc(sizeof(int) * (E + 1));
+    cpu_moe_dispatch_plan(perm, pos, off, sel, N, K, E);
+    int *dperm = dev_bytes(perm, nk * sizeof(int)), *dpos = dev_bytes(pos, nk * sizeof(int));
+    // inputs and CPU references
+    float *x = host_rand(nc, 1.f, 0.f), *gxp = host_rand(npc, 1.f, 0.f), *yp = host_rand(npc, 1.f, 0.f),
+          *wt = host_rand(nk, 0.5f, 0.5f), *sh = host_rand(nc, 1.f, 0.f), *gout = host_rand(nc, 1.f, 0.f),
+          *d0 = host_rand(nc, 1.f, 0.f);
+    spread_exponents(gxp, npc), spread_exponents(yp, npc);
+    // cancelling pairs: for every other token, slot 1's row is minus slot 0's, both scaled by
+    // 2^20, and (for the combine) the two weights are equal. Summed in j order the pair cancels
+    // exactly and the rest survives; in another order the large terms absorb the rest.
+    for (int t = 0; K >= 2 && t < N; t += 2) {
+        const size_t p0 = (size_t)pos[(size_t)t * K] * C, p1 = (size_t)pos[(size_t)t * K + 1] * C;
+        for (int c = 0; c < C; c++) {
+            gxp[p0 + c] = ldexpf(gxp[p0 + c], 20), gxp[p1 + c] = -gxp[p0 + c];
+            yp[p0 + c] = ldexpf(yp[p0 + c], 20), yp[p1 + c] = -yp[p0 + c];
+        }
+        wt[(size_t)t * K + 1] = wt[(size_t)t * K];
+    }
+    float *r_xp = host_alloc(npc), *r_gx = host_alloc(nc), *r_gxa = host_dup(d0, nc), *r_out = host_alloc(nc),
+          *r_outa = host_alloc(nc), *r_gyp = host_alloc(npc), *r_gw = host_alloc(nk);
+    cpu_moe_gather_forward(r_xp, x, perm, N, K, C);
+    cpu_moe_gather_backward(r_gx, gxp, pos, N, K, C, 0);
+    cpu_moe_gather_backward(r_gxa, gxp, pos, N, K, C, 1);
+    cpu_moe_combine_forward(r_out, yp, wt, pos, NULL, N, K, C);
+    cpu_moe_combine_forward(r_outa, yp, wt, pos, sh, N, K, C);
+    cpu_moe_combine_backward(r_gyp, r_gw, gout, yp, wt, pos, N, K, C);
+    // device inputs
+    enum { I_X, I_GXP, I_YP, I_W, I_SH, I_GOUT, NIN };
+    void *ib[NIN], *in[NIN];
+    in[I_X] = dev_shifted(x, nc, shift, &ib[I_X]), in[I_GXP] = dev_shifted(gxp, npc, shift, &ib[I_GXP]);
+    in[I_YP] = dev_shifted(yp, npc, shift, &ib[I_YP]), in[I_W] = dev_shifted(wt, nk, shift, &ib[I_W]);
+    in[I_SH] = dev_shifted(sh, nc, shift, &ib[I_SH]), in[I_GOUT] = dev_shifted(gout, nc, shift, &ib[I_GOUT]);
+    // outputs, per form (1 vector, 0 scalar)
+    enum { O_XP, O_GX, O_GXA, O_OUT, O_OUTA, O_GYP, O_GW, NOUT };
+    const size_t on[NOUT] = {npc, nc, nc, nc, nc, npc, nk};
+    static const char *const oname[NOUT] = {"xp (gather)", "dx (gather bwd)", "dx += (gather bwd, accumulate)",
+                                            "out (combine)", "out (combine + add)", "dyp (combine bwd)",
+                                            "dweights (combine bwd)"};
+    const float *oref[NOUT] = {r_xp, r_gx, r_gxa, r_out, r_outa, r_gyp, r_gw};
+    void *ob[2][NOUT], *o[2][NOUT];
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < NOUT; i++) o[f][i] = dev_shifted(NULL, on[i], shift, &ob[f][i]);
+    for (int f = 1; f >= 0; f--) {
+        cuda_moe_set_dispatch_vec(f);
+        printf("  %s kernels%s:\n", f ? "vector" : "scalar", f ? " (where they apply)" : " (forced)");
+        for (int i = 0; i < NOUT; i++) poison_bf16(o[f][i], on[i]);
+        G->upload(o[f][O_GXA], d0, nc);
+        const long v0 = cuda_moe_dispatch_vec_launches();
+        X->moe_gather_forward(o[f][O_XP], in[I_X], dperm, N, K, C);
+        X->moe_gather_backward(o[f][O_GX], in[I_GXP], dpos, N, K, C, 0);
+        X->moe_gather_backward(o[f][O_GXA], in[I_GXP], dpos, N, K, C, 1);
+        X->moe_combine_forward(o[f][O_OUT], in[I_YP], in[I_W], dpos, NULL, N, K, C);
+        X->moe_combine_forward(o[f][O_OUTA], in[I_YP], in[I_W], dpos, in[I_SH], N, K, C);
+        X->moe_combine_backward(o[f][O_GYP], o[f][O_GW], in[I_GOUT], in[I_YP], in[I_W], dpos, N, K, C);
+        const long launches = cuda_moe_dispatch_vec_launches() - v0, want = f && vec ? 6 : 0;
+        printf("  %-28s %ld of 6\n", "vector launches", launches);
+        CHECK(launches == want, "%ld vector launches of 6 calls (expected %ld)", launches, want);
+        for (int i = 0; i < NOUT; i++) {
+            const double tol = i == O_XP ? 0 : i <= O_GXA || i >= O_GYP ? TOL_GRAD : TOL_OUT;
+            if (i == O_GXA) expect(oname[i], err_bf16_added(o[f][i], d0, r_gxa, nc), tol);
+            else cmp_bf16(oname[i], o[f][i], oref[i], on[i], tol);
+        }
+    }
+    cuda_moe_set_dispatch_vec(1);
+    for (int i = 0; i < NOUT; i++) {
+        if (i == O_GW) continue;
+        char w[80];
+        snprintf(w, sizeof w, "%s: vector = scalar", oname[i]);
+        expect_same_dev(w, o[1][i], o[0][i], on[i]);
+    }
+    // the fused adds against the separate ops they replace
+    void *sb, *sep = dev_shifted(NULL, nc, shift, &sb);
+    poison_bf16(sep, nc);
+    G->core->add_forward(sep, o[1][O_OUT], in[I_SH], nc);
+    expect_same_dev("combine + add = add_forward", o[1][O_OUTA], sep, nc);
+    G->upload(sep, d0, nc);
+    G->core->add_inplace(sep, o[1][O_GX], nc);
+    expect_same_dev("gather bwd += = add_inplace", o[1][O_GXA], sep, nc);
+    // dweights: each form bit-identical on a rerun (into new buffers, shifted as the first)
+    for (int f = 1; f >= 0; f--) {
+        cuda_moe_set_dispatch_vec(f);
+        void *b1, *b2, *gyp = dev_shifted(NULL, npc, shift, &b1), *gw = dev_shifted(NULL, nk, shift, &b2);
+        poison_bf16(gyp, npc), poison_bf16(gw, nk);
+        X->moe_combine_backward(gyp, gw, in[I_GOUT], in[I_YP], in[I_W], dpos, N, K, C);
+        expect_same_dev(f ? "dweights rerun (vector form)" : "dweights rerun (scalar)", gw, o[f][O_GW], nk);
+        G->free(b1), G->free(b2);
+    }
+    cuda_moe_set_dispatch_vec(1);
+    G->free(sb), G->free(dperm), G->free(dpos);
+    for (int i = 0; i < NIN; i++) G->free(ib[i]);
+    for (int f = 0; f < 2; f++)
+        for (int i = 0; i < NOUT; i++) G->free(ob[f][i]);
+    float *hb[] = {x, gxp, yp, wt, sh, gout, d0, r_xp, r_gx, r_gxa, r_out, r_outa, r_gyp, r_gw};
+    for (size_t i = 0; i < sizeof hb / sizeof *hb; i++) free(hb[i]);
+    free(sel), free(perm), free(pos), free(off);
+}
+
 static const GluAct SWIGLU = {GLU_SWIGLU, 0.0, 0.0}, SITU = {GLU_SITU, 4.0, 25.0};
 
 int main(void) {
@@ -475,6 +640,18 @@ int main(void) {
     test_aux(32, 8, 8, 32);
     test_balance(300, 2, 16, 3);
     test_balance(64, 8, 8, 1);
+    test_balance(9000, 2, 40, 3);  // several count blocks (global adds from each)
+    test_plan(33000, 2, 6, 1);     // 258 chunks: the scan's lanes take two passes
+    test_plan(500, 3, 40, 3);      // 40 experts (13 empty) on the scan's 32 warps
+    // gather / combine: vector kernels (C % 8 == 0) and the scalar ones
+    test_dispatch_io(37, 2, 6, 264, 2, 0);  // 33 vectors a row (lanes 0 take two), 37 rows: a partial block
+    test_dispatch_io(17, 2, 4, 1032, 1, 0);  // 129 vectors a row: lanes 0 take a second pass of ROW_UNROLL
+    test_dispatch_io(45, 1, 4, 8, 1, 0);    // K = 1, one vector a row
+    test_dispatch_io(13, 8, 8, 40, 1, 0);   // K = 8 = E
+    test_dispatch_io(3, 2, 4, 16, 2, 0);    // fewer rows than a block; empty experts
+    test_dispatch_io(29, 2, 5, 12, 1, 0);   // C % 8 != 0: scalar
+    test_dispatch_io(29, 3, 5, 4, 1, 0);    // C < 8: scalar
+    test_dispatch_io(33, 2, 4, 64, 1, 1);   // tensors 2 bytes off 16: scalar
     test_dispatch((DispatchCase){48, 2, 4, 72, 40, 1, 0, SWIGLU, 0, 0});
     // (mixed: the rule puts every emulated weight gradient on ours, its tiles being few; the
     // cases with a trailing 1 force them onto cuBLAS)
@@ -504,6 +681,14 @@ int main(void) {
     test_router(4096, 16, 1, ROUTER_SIGMOID, 1, 1.0, BIAS_ONE);
     test_aux(16 * 1024, 16, 2, 1024);
     test_balance(64 * 1024, 2, 16, 1);
+    test_plan(64 * 1024, 2, 16, 1);
+    test_plan(8192, 8, 64, 3);
+    test_dispatch_io(64 * 1024, 2, 16, 768, 1, 0);  // the KL-S shape
+    test_dispatch_io(4096, 8, 64, 768, 3, 0);
+    test_dispatch_io(4097, 2, 16, 384, 1, 0);
+    test_dispatch_io(4096, 2, 16, 200, 1, 0);  // 25 vectors a row
+    test_dispatch_io(4096, 2, 16, 44, 1, 0);   // scalar
+    test_dispatch_io(4096, 2, 16, 768, 1, 1);  // shifted: scalar
     // (the wgrad splits by the rule: 4 (dW2) and 2 (dW13) at the first; then split 1 forced.
     // Mixed by its rule: dW2 on ours and dW13 on cuBLAS at E 16 (192 and 384 tiles), both on
     // cuBLAS at E 64; the all-to-one case forces both onto cuBLAS)

@@ -4,7 +4,8 @@
 //           increasing order): histogram -> exclusive prefix sum -> placement in slot order
 //  gather:  xp[p] = x[perm[p] / K]
 //           backward: dx[t] = sum_j dxp[pos[t*K+j]]            (fixed j order, no atomics)
-//  combine: out[t] = sum_j w[t*K+j] yp[pos[t*K+j]]
+//                     (accumulate: dx[t] += that sum, rounded to real first)
+//  combine: out[t] = sum_j w[t*K+j] yp[pos[t*K+j]]  (add: that sum, rounded to real, + add[t])
 //           backward: dyp[pos[n]] = w[n] dout[t]  (a bijection: no collisions),
 //                     dw[n] = dout[t] . yp[pos[n]]
 #include "model/ops/moe/moe.h"
@@ -36,7 +37,7 @@ void cpu_moe_gather_forward(real *xp, const real *x, const int *perm, int N, int
     }
 }
 
-void cpu_moe_gather_backward(real *dx, const real *dxp, const int *pos, int N, int K, int C) {
+void cpu_moe_gather_backward(real *dx, const real *dxp, const int *pos, int N, int K, int C, int accumulate) {
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < N; t++) {
         double acc[C];
@@ -45,11 +46,16 @@ void cpu_moe_gather_backward(real *dx, const real *dxp, const int *pos, int N, i
             const real *src = dxp + (size_t)pos[(size_t)t * K + j] * C;
             for (int c = 0; c < C; c++) acc[c] += src[c];
         }
-        for (int c = 0; c < C; c++) dx[(size_t)t * C + c] = (real)acc[c];
+        real *d = dx + (size_t)t * C;
+        if (accumulate)
+            for (int c = 0; c < C; c++) d[c] += (real)acc[c];
+        else
+            for (int c = 0; c < C; c++) d[c] = (real)acc[c];
     }
 }
 
-void cpu_moe_combine_forward(real *out, const real *yp, const real *weights, const int *pos, int N, int K, int C) {
+void cpu_moe_combine_forward(real *out, const real *yp, const real *weights, const int *pos, const real *add, int N,
+                             int K, int C) {
 #pragma omp parallel for schedule(static)
     for (int t = 0; t < N; t++) {
         double acc[C];
@@ -60,7 +66,11 @@ void cpu_moe_combine_forward(real *out, const real *yp, const real *weights, con
             const real *y = yp + (size_t)pos[n] * C;
             for (int c = 0; c < C; c++) acc[c] += w * y[c];
         }
-        for (int c = 0; c < C; c++) out[(size_t)t * C + c] = (real)acc[c];
+        real *o = out + (size_t)t * C;
+        if (add)
+            for (int c = 0; c < C; c++) o[c] = (real)acc[c] + add[(size_t)t * C + c];
+        else
+            for (int c = 0; c < C; c++) o[c] = (real)acc[c];
     }
 }
 

@@ -16,10 +16,11 @@
 //   [B: z = x W_down^T (N, l); the routed path below runs on z, width l]
 //   xp = gather(x or z); experts -> yp; r = combine(yp, weights)
 //   [B: n = RMSNorm_{gamma_lat}(r); routed = n W_up^T]   (A: routed = r)
-//   out = routed + shared GLU MLP(x).
+//   out = routed + shared GLU MLP(x)   (A with shared experts: the combine adds it, `add`).
 // Backward: combine_backward -> dyp, dweights; experts_backward -> dxp; gather_backward ->
-// dx (or dz); router_weights_backward -> dscores [+ aux loss]; router_scores_backward ->
-// dlogits; the matmul backward of W_r; then the sum of the dx contributions.
+// dx (A: accumulated into the shared MLP's dx; B: dz); router_weights_backward -> dscores
+// [+ aux loss]; router_scores_backward -> dlogits; the matmul backward of W_r; then the sum of
+// the dx contributions.
 #ifndef HYBRID_OPS_MOE_H
 #define HYBRID_OPS_MOE_H
 
@@ -66,13 +67,17 @@ typedef struct MoeOps {
     // row p (slots of one expert in increasing slot order); pos (N*K): pos[n] = sorted row of
     // slot n (the inverse of perm). Deterministic. Dies if a sel entry is outside [0, E).
     void (*moe_dispatch_plan)(int *perm, int *pos, int *offsets, const int *sel, int N, int K, int E);
-    // xp (N*K, C): xp[p] = x[perm[p] / K]; backward: dx[t] = sum_{j<K} dxp[pos[t*K + j]] in j
-    // order (written)
+    // xp (N*K, C): xp[p] = x[perm[p] / K]; backward: g[t] = sum_{j<K} dxp[pos[t*K + j]] in j
+    // order, then dx[t] = g[t] (written) or, with accumulate, dx[t] += g[t] with g[t] rounded to
+    // real first (the same numbers as the gather into a buffer and add_inplace)
     void (*moe_gather_forward)(real *xp, const real *x, const int *perm, int N, int K, int C);
-    void (*moe_gather_backward)(real *dx, const real *dxp, const int *pos, int N, int K, int C);
-    // out[t] = sum_{j<K} weights[t*K+j] yp[pos[t*K+j]] in j order (written), out (N, C);
+    void (*moe_gather_backward)(real *dx, const real *dxp, const int *pos, int N, int K, int C, int accumulate);
+    // r[t] = sum_{j<K} weights[t*K+j] yp[pos[t*K+j]] in j order; out (N, C) = r (written) or, when
+    // add (N, C; must not overlap out) is not NULL, r rounded to real + add[t] (the same numbers as
+    // the combine into a buffer and add_forward: model/moe.c adds the shared experts so);
     // backward: dyp[pos[n]] = weights[n] dout[t]; dweights[n] = dout[t] . yp[pos[n]] (both written)
-    void (*moe_combine_forward)(real *out, const real *yp, const real *weights, const int *pos, int N, int K, int C);
+    void (*moe_combine_forward)(real *out, const real *yp, const real *weights, const int *pos, const real *add, int N,
+                                int K, int C);
     void (*moe_combine_backward)(real *dyp, real *dweights, const real *dout, const real *yp, const real *weights,
                                  const int *pos, int N, int K, int C);
     // Grouped expert GLU MLP over the sorted rows (docs/hybrid.md, "Routed and shared
