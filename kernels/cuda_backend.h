@@ -83,6 +83,11 @@ long cuda_moe_offsets_waits(void);
 // bit for bit); the counter: calls that ran a vector kernel (since the start).
 void cuda_moe_set_dispatch_vec(int on);
 long cuda_moe_dispatch_vec_launches(void);
+// The expert GLU passes (kernels/moe/experts.cu) likewise: 1 (the default) the vector kernels
+// where M % 8 == 0 and the buffers are 16-byte aligned, 0 always the scalar ones; the counter:
+// calls that ran a vector kernel.
+void cuda_moe_set_glu_vec(int on);
+long cuda_moe_glu_vec_launches(void);
 
 #ifdef __cplusplus
 }

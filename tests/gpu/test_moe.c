@@ -273,8 +273,9 @@ static int mixed_wgrad_rule(int E, int P, int Q) {
 // offsets per forward, none per backward of a forward's offsets; mixed, no cuBLAS call in the
 // forward, one asynchronous copy per forward, the backward's two dgrads and the weight gradients
 // the rule (or the case) puts there on cuBLAS, and one wait for the copy in the first backward
-// after a forward, none in the next (it reuses the copy). The forward's outputs stay in dyp (the
-// combine checks read them).
+// after a forward, none in the next (it reuses the copy). On our GEMMs, the GLU's vector kernels
+// against its scalar ones, bit for bit. The forward's outputs stay in dyp (the combine checks
+// read them).
 static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, const int *off, const int *doff,
                          void *dyp) {
     const int N = q.N, K = q.K, E = q.E, C = q.C, M = q.M;
@@ -391,6 +392,25 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
             snprintf(w, sizeof w, "dw13 %s", tag), expect_same(w, dg13, f_13, n13 * 2);
             snprintf(w, sizeof w, "dw2 %s", tag), expect_same(w, dg2, f_2, n2 * 2);
         }
+    }
+    // the GLU's scalar kernels (cuda_moe_set_glu_vec(0)) give the bits of the vector ones, which
+    // run where M % 8 == 0 (every buffer here is 16-byte aligned): forward and backward again on
+    // the scalar kernels, bit-identical to the first (our GEMMs only: the GLU is the same pass on
+    // every path)
+    if (path == PATH_OWN) {
+        const long v0 = cuda_moe_glu_vec_launches();
+        X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
+        const long vec_runs = cuda_moe_glu_vec_launches() - v0;
+        printf("  %-28s %ld of 1\n", "vector GLU launches", vec_runs);
+        CHECK(vec_runs == (M % 8 == 0), "vector GLU launches: %ld (expected %d)", vec_runs, M % 8 == 0);
+        cuda_moe_set_glu_vec(0);
+        poison_bf16(dyp, nk * C), poison_bf16(dap, nk * M), poison_bf16(dgxpe, nk * C);
+        X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
+        expect_same("ap (scalar GLU)", dap, f_a, nk * M * 2);
+        expect_same("yp (scalar GLU)", dyp, f_y, nk * C * 2);
+        X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, doff, E, C, M, q.act);
+        expect_same("dxp (scalar GLU)", dgxpe, f_dx, nk * C * 2);
+        cuda_moe_set_glu_vec(1);
     }
     cuda_moe_set_wgrad_split(0);
     cuda_moe_set_gemm(-1);
