@@ -29,6 +29,18 @@ void cuda_launch_check(const char *file, int line) {
     }
 }
 
+void cuda_launch_refused(const void *kernel, cudaError_t err, unsigned block, size_t smem) {
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess)
+        die("CUDA: kernel launch failed: %s (block %u threads, %zu B dynamic shared memory)", cudaGetErrorString(err),
+            block, smem);
+    die("CUDA: kernel launch failed: %s: the launch asked for %u threads a block and %zu B of dynamic shared "
+        "memory; the kernel allows at most %d threads a block (%d registers a thread, %zu B static and at most %d B "
+        "dynamic shared memory)",
+        cudaGetErrorString(err), block, smem, a.maxThreadsPerBlock, a.numRegs, a.sharedSizeBytes,
+        a.maxDynamicSharedSizeBytes);
+}
+
 int env_flag(const char *name) {
     const char *v = getenv(name);
     return v && *v && strcmp(v, "0") != 0;

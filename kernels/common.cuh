@@ -74,6 +74,9 @@ const MoeOps *cuda_moe_ops(void);
 // ---- errors ----
 [[noreturn]] void cuda_fail(const char *what, const char *err, const char *file, int line);
 void cuda_launch_check(const char *file, int line);
+// A launch the GPU refused (e.g. more threads a block than the kernel's registers allow: the
+// emulator cannot see register counts): dies naming the kernel's limits beside the launch's.
+[[noreturn]] void cuda_launch_refused(const void *kernel, cudaError_t err, unsigned block, size_t smem);
 
 #define CUDA_CHECK(call)                                                                  \
     do {                                                                                  \
@@ -141,6 +144,8 @@ static inline void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, si
 #else
     if (smem > 48 * 1024) cuda_allow_dynamic_smem((const void *)kernel, smem);
     kernel<<<grid, block, smem, g_cuda.stream>>>(args...);
+    const cudaError_t refused = cudaPeekAtLastError();
+    if (refused != cudaSuccess) cuda_launch_refused((const void *)kernel, refused, block.x * block.y * block.z, smem);
 #endif
     LAUNCH_CHECK();
 }

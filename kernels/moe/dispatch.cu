@@ -3,7 +3,7 @@
 // Plan: a stable counting sort of the N*K slots by expert in three launches, no atomics:
 //   1. chunk histograms: block b counts, per expert, the slots of chunk b (PLAN_CHUNK slots)
 //      -> hist (nchunk, E) int (scratch);
-//   2. one block: a warp per expert scans its chunk counts (SCAN_PER_LANE chunks a lane in
+//   2. one block of at most 8 warps: a warp per expert (in turn) scans its chunk counts (SCAN_PER_LANE chunks a lane in
 //      order, then a warp scan of the lanes' sums): hist[b][e] becomes the number of expert-e
 //      slots in the chunks before b (the chunks in order: stability); then one thread writes
 //      offsets (E+1), the exclusive prefix of the experts' totals;
@@ -31,7 +31,12 @@ __global__ void plan_hist_kernel(int *hist, const int *sel, int NK, int E) {
 
 #define SCAN_PER_LANE 8  // chunks a lane sums in order before the warp scan
 
-__global__ void plan_scan_kernel(int *hist, int *offsets, int nchunk, int E) {
+// At most PLAN_SCAN_WARPS warps (a warp per expert, then the next expert): a block of a warp
+// per expert up to 32 warps (1024 threads) asked for more registers than an SM has at E >= 32
+// ("too many resources requested for launch" on the H200 at E = 64), and __launch_bounds__
+// makes the compiler keep the kernel inside what the launch asks for.
+#define PLAN_SCAN_WARPS 8
+__global__ void __launch_bounds__(32 * PLAN_SCAN_WARPS) plan_scan_kernel(int *hist, int *offsets, int nchunk, int E) {
     DYNAMIC_SMEM(int, total);  // (E): each expert's slots
     const int lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
     for (int e = threadIdx.x >> 5; e < E; e += nwarp) {  // (the whole warp: the shuffles have every lane)
@@ -94,7 +99,7 @@ void cuda_moe_dispatch_plan(int *perm, int *pos, int *offsets, const int *sel, i
     }
     int *hist = (int *)scratch_get(sizeof(int) * (size_t)nchunk * E);
     launch_kernel(plan_hist_kernel, dim3(nchunk), dim3(128), 0, hist, sel, NK, E);
-    launch_kernel(plan_scan_kernel, dim3(1), dim3(32 * (E < 32 ? E : 32)), sizeof(int) * E, hist, offsets, nchunk,
+    launch_kernel(plan_scan_kernel, dim3(1), dim3(32 * (E < PLAN_SCAN_WARPS ? E : PLAN_SCAN_WARPS)), sizeof(int) * E, hist, offsets, nchunk,
                   E);
     launch_kernel(plan_place_kernel, dim3(nchunk), dim3(128), 0, perm, pos, (const int *)hist, (const int *)offsets,
                   sel, NK, E);
