@@ -237,12 +237,29 @@ __global__ void __launch_bounds__(NW * 32, 1)
                     }
 }
 
+// The reverse walk's tiles at head size K: 32 columns on 8 warps (any K), 128 on 16 warps
+// (K <= 128; else not built: 0 blocks an SM).
+static void dr_bwalk_tiles(int K, DrWalkTile tiles[2]) {
+    tiles[0] = DrWalkTile{32, bwalk_mma_smem(K, 32), 1};
+    tiles[1] = DrWalkTile{128, bwalk_mma_smem(K, 128), dr_pad16(K) <= 128 ? 1 : 0};
+}
+
+// The V tile width the reverse walk launches with for `pairs` (sequence, head) pairs at K, V:
+// walk.cuh's choice, HYBRID_DR_BWALK_BV included (tests/gpu/test_delta_rule.c forces the other
+// tile).
+extern "C" int cuda_delta_bwalk_tile(int K, int V, int pairs) {
+    DrWalkTile tiles[2];
+    dr_bwalk_tiles(K, tiles);
+    return tiles[dr_walk_pick(tiles, 2, (size_t)pairs, V, "HYBRID_DR_BWALK_BV")].bv;
+}
+
 // Launches the reverse walk for N sequences at the tile of walk.cuh's choice: 32 columns
 // on 8 warps (any K), or 128 on 16 warps (K <= 128).
 void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int T,
                             int H, int K, int V, const int *offsets, int N) {
     const int k128 = dr_pad16(K) <= 128;
-    const DrWalkTile tiles[2] = {{32, bwalk_mma_smem(K, 32), 1}, {128, bwalk_mma_smem(K, 128), k128 ? 1 : 0}};
+    DrWalkTile tiles[2];
+    dr_bwalk_tiles(K, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_BWALK_BV"), bv = tiles[a].bv;
     const dim3 grid(N * ((V + bv - 1) / bv), H);
     if (bv == 128)

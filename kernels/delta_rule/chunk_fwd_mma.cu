@@ -744,13 +744,29 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
                     }
 }
 
+// The walk's tiles at head size K: BV = 32 and 64, built with MU = 1 (K <= 128: 2 blocks an
+// SM by registers) or 2 (1 block).
+static void dr_walk_tiles(int K, DrWalkTile tiles[2]) {
+    const int rb = dr_pad16(K) <= 128 ? 2 : 1;
+    tiles[0] = DrWalkTile{32, walk_mma_smem(K, 32), rb};
+    tiles[1] = DrWalkTile{64, walk_mma_smem(K, 64), rb};
+}
+
+// The V tile width the walk launches with for `pairs` (sequence, head) pairs at K, V: walk.cuh's
+// choice, HYBRID_DR_WALK_BV included (tests/gpu/test_delta_rule.c forces the other tile).
+extern "C" int cuda_delta_walk_tile(int K, int V, int pairs) {
+    DrWalkTile tiles[2];
+    dr_walk_tiles(K, tiles);
+    return tiles[dr_walk_pick(tiles, 2, (size_t)pairs, V, "HYBRID_DR_WALK_BV")].bv;
+}
+
 // Launches the walk for N sequences at the tile of walk.cuh's choice: BV = 32 or 64,
 // MU = 1 (K <= 128: 2 blocks an SM where the shared memory allows) or 2.
 template <int MU>
 static void dr_walk_launch(const DrWsMma *ws, float *hT, const float *h0, int T, int H, int K, int V,
                            const int *offsets, int N) {
-    const int rb = MU == 1 ? 2 : 1;
-    const DrWalkTile tiles[2] = {{32, walk_mma_smem(K, 32), rb}, {64, walk_mma_smem(K, 64), rb}};
+    DrWalkTile tiles[2];
+    dr_walk_tiles(K, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_WALK_BV");
     const unsigned vt = (unsigned)((V + tiles[a].bv - 1) / tiles[a].bv);
     if (tiles[a].bv == 32)

@@ -40,6 +40,9 @@ extern void cuda_delta_chunk_backward_simt(LinearKind kind, real *dq, real *dk, 
                                            void *workspace);
 extern size_t cuda_delta_chunk_workspace_simt(LinearKind kind, int backward, int B, int T, int H, int K, int V,
                                               int nseq, int chunk);
+// the V tile width each walk launches with at this shape (kernels/delta_rule/walk.cuh's choice)
+extern int cuda_delta_walk_tile(int K, int V, int pairs);
+extern int cuda_delta_bwalk_tile(int K, int V, int pairs);
 
 #define TOL_GB 2e-2  // dg, dbeta
 #define CHUNK 64
@@ -171,48 +174,51 @@ static void same_bits_f32(const char *what, const float *a, const float *b, size
 }
 
 // The walks' V tiles (kernels/delta_rule/walk.cuh): the launch picks one from the shape and
-// the SM count, so every tile must give the same bits. Runs the tensor-core forward and
-// backward with each tile forced (HYBRID_DR_WALK_BV, HYBRID_DR_BWALK_BV; a tile that the shape
-// does not fit falls back to the picked one) and compares every output with the default run's.
+// the SM count, so every tile must give the same bits. The default run (test_chunk) ran each
+// walk on the tile it picks; this runs the tensor-core forward and backward again with each
+// walk's other tile forced (HYBRID_DR_WALK_BV 32 | 64, HYBRID_DR_BWALK_BV 32 | 128; a tile that
+// the shape does not fit falls back to the picked one: the 128-column reverse walk at K > 128)
+// and compares every output with the default run's. So every tile of both walks runs on every
+// case (the forced picked tile, a rerun of the default, was dropped: it added no tile).
 static void test_walk_tiles(const Prob *p, const DevIn *d, const void *od, const float *hTd, const void *dqd,
                             const void *dkd, const void *dvd, const void *dgd, const void *dbd, const float *dh0d,
                             int with_h0, int with_dhT) {
-    static const char *const TILES[2][2] = {{"32", "32"}, {"64", "128"}};
     const float *dh0p = with_h0 ? d->h0 : NULL, *ddhT = with_dhT ? d->dhT : NULL;
-    for (int a = 0; a < 2; a++) {
-        void *o2 = dev_bf16(NULL, p->nv), *wg = gpu_ws(p, 1), *rq = dev_bf16(NULL, p->nq), *rk = dev_bf16(NULL, p->nq),
-             *rv = dev_bf16(NULL, p->nv), *rg = p->g ? dev_bf16(NULL, p->ng) : NULL, *rb = dev_bf16(NULL, p->nb);
-        float *h2 = dev_f32(NULL, p->ns), *r0 = dev_f32(NULL, p->ns);
-        poison_bf16(o2, p->nv), poison_f32(h2, p->ns), poison_f32(r0, p->ns);
-        poison_bf16(rq, p->nq), poison_bf16(rk, p->nq), poison_bf16(rv, p->nv), poison_bf16(rb, p->nb);
-        if (rg) poison_bf16(rg, p->ng);
-        setenv("HYBRID_DR_WALK_BV", TILES[a][0], 1);
-        setenv("HYBRID_DR_BWALK_BV", TILES[a][1], 1);
-        P->fwd(p->kind, o2, (real *)h2, d->q, d->k, d->v, d->g, d->beta, (const real *)dh0p, p->scale, p->B, p->T,
-               p->H, p->K, p->V, d->offsets, p->nseq, CHUNK, wg);
-        P->bwd(p->kind, rq, rk, rv, rg, rb, (real *)r0, d->dout, (const real *)ddhT, d->q, d->k,
-               d->v, d->g, d->beta, (const real *)dh0p, p->scale, p->B, p->T, p->H, p->K, p->V, d->offsets, p->nseq,
-               CHUNK, wg);
-        unsetenv("HYBRID_DR_WALK_BV");
-        unsetenv("HYBRID_DR_BWALK_BV");
-        char what[96];
-#define SAME(kind, name, x, y, n)                                                                  \
-    snprintf(what, sizeof what, "%s, walk tiles %s / %s", name, TILES[a][0], TILES[a][1]); \
+    const int pairs = p->N * p->H;
+    const char *const tiles[2] = {cuda_delta_walk_tile(p->K, p->V, pairs) == 32 ? "64" : "32",
+                                  cuda_delta_bwalk_tile(p->K, p->V, pairs) == 32 ? "128" : "32"};
+    void *o2 = dev_bf16(NULL, p->nv), *wg = gpu_ws(p, 1), *rq = dev_bf16(NULL, p->nq), *rk = dev_bf16(NULL, p->nq),
+         *rv = dev_bf16(NULL, p->nv), *rg = p->g ? dev_bf16(NULL, p->ng) : NULL, *rb = dev_bf16(NULL, p->nb);
+    float *h2 = dev_f32(NULL, p->ns), *r0 = dev_f32(NULL, p->ns);
+    poison_bf16(o2, p->nv), poison_f32(h2, p->ns), poison_f32(r0, p->ns);
+    poison_bf16(rq, p->nq), poison_bf16(rk, p->nq), poison_bf16(rv, p->nv), poison_bf16(rb, p->nb);
+    if (rg) poison_bf16(rg, p->ng);
+    setenv("HYBRID_DR_WALK_BV", tiles[0], 1);
+    setenv("HYBRID_DR_BWALK_BV", tiles[1], 1);
+    P->fwd(p->kind, o2, (real *)h2, d->q, d->k, d->v, d->g, d->beta, (const real *)dh0p, p->scale, p->B, p->T,
+           p->H, p->K, p->V, d->offsets, p->nseq, CHUNK, wg);
+    P->bwd(p->kind, rq, rk, rv, rg, rb, (real *)r0, d->dout, (const real *)ddhT, d->q, d->k,
+           d->v, d->g, d->beta, (const real *)dh0p, p->scale, p->B, p->T, p->H, p->K, p->V, d->offsets, p->nseq,
+           CHUNK, wg);
+    unsetenv("HYBRID_DR_WALK_BV");
+    unsetenv("HYBRID_DR_BWALK_BV");
+    char what[96];
+#define SAME(kind, name, x, y, n)                                                    \
+    snprintf(what, sizeof what, "%s, walk tiles %s / %s", name, tiles[0], tiles[1]); \
     same_bits_##kind(what, x, y, n)
-        SAME(bf16, "forward o", od, o2, p->nv);
-        SAME(f32, "forward hT", hTd, h2, p->ns);
-        SAME(bf16, "backward dq", dqd, rq, p->nq);
-        SAME(bf16, "backward dk", dkd, rk, p->nq);
-        SAME(bf16, "backward dv", dvd, rv, p->nv);
-        if (rg) {
-            SAME(bf16, "backward dg", dgd, rg, p->ng);
-        }
-        SAME(bf16, "backward dbeta", dbd, rb, p->nb);
-        SAME(f32, "backward dh0", dh0d, r0, p->ns);
-#undef SAME
-        G->free(o2), G->free(wg), G->free(rq), G->free(rk), G->free(rv), G->free(rb), G->free(h2), G->free(r0);
-        if (rg) G->free(rg);
+    SAME(bf16, "forward o", od, o2, p->nv);
+    SAME(f32, "forward hT", hTd, h2, p->ns);
+    SAME(bf16, "backward dq", dqd, rq, p->nq);
+    SAME(bf16, "backward dk", dkd, rk, p->nq);
+    SAME(bf16, "backward dv", dvd, rv, p->nv);
+    if (rg) {
+        SAME(bf16, "backward dg", dgd, rg, p->ng);
     }
+    SAME(bf16, "backward dbeta", dbd, rb, p->nb);
+    SAME(f32, "backward dh0", dh0d, r0, p->ns);
+#undef SAME
+    G->free(o2), G->free(wg), G->free(rq), G->free(rk), G->free(rv), G->free(rb), G->free(h2), G->free(r0);
+    if (rg) G->free(rg);
 }
 
 // Alternatives that must give the same bits, switched by environment variables read at each
@@ -245,6 +251,14 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
            p->V, p->offsets ? " varlen" : "", with_h0 ? "given" : "NULL", with_dhT ? "given" : "NULL", P->name);
     DevIn d = upload(p);
     const float *h0 = with_h0 ? p->h0 : NULL, *dhT = with_dhT ? p->dhT : NULL;
+    // The bit comparisons with the alternatives (the other Delta / dDelta layout, the single
+    // gradient kernel, the walks' other tiles) run on the tensor-core path's main run of a case
+    // (h0 and dhT given) only: the variants (h0 or dhT NULL) change the walks' starting states
+    // alone (the walk's h0 load, the reverse walk's dhT load), which no alternative switches (the
+    // gradient kernels never see h0 or dhT; either layout is written and read the same way from
+    // any state), so there they would run the same paths on other data. The variants themselves
+    // stay checked against the CPU on both paths.
+    const int alternatives = P == &PATHS[0] && with_h0 && with_dhT;
     float *dh0p = with_h0 ? d.h0 : NULL, *ddhT = with_dhT ? d.dhT : NULL;
 
     // forward
@@ -266,7 +280,7 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     P->fwd(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, (const real *)dh0p, p->scale, p->B, p->T,
                            p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
     cmp_bf16("forward o (hT NULL)", od, o, p->nv, TOL_OUT);
-    if (layout_case(p) && P == &PATHS[0]) {  // the other Delta layout: the output kernel reads it
+    if (layout_case(p) && alternatives) {  // the other Delta layout: the output kernel reads it
         void *ro = dev_bf16(NULL, p->nv);
         float *rh = dev_f32(NULL, p->ns);
         poison_bf16(ro, p->nv), poison_f32(rh, p->ns);
@@ -304,11 +318,11 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     if (dgd) cmp_bf16("backward dg", dgd, dg, p->ng, TOL_GB);
     cmp_bf16("backward dbeta", dbd, db, p->nb, TOL_GB);
     cmp_f32("backward dh0 (fp32)", dh0d, dh0, p->ns, TOL_F32);
-    // the split gradient kernels against the single one (HYBRID_DR_GRAD_REF=1) on every case, and
-    // on the unaligned, varlen and K = 128 / 256 cases the other Delta / dDelta layout (hi + lo
-    // pairs against fp32, HYBRID_DR_DELTA_F32; each check is a backward more of emulator time):
-    // the same bits
-    for (int a = 0; a < (layout_case(p) ? 2 : 1) && P == &PATHS[0]; a++) {
+    // the split gradient kernels against the single one (HYBRID_DR_GRAD_REF=1) on every case (its
+    // main run: `alternatives`), and on the unaligned, varlen and K = 128 / 256 cases the other
+    // Delta / dDelta layout (hi + lo pairs against fp32, HYBRID_DR_DELTA_F32; each check is a
+    // backward more of emulator time): the same bits
+    for (int a = 0; a < (layout_case(p) ? 2 : 1) && alternatives; a++) {
         void *rq = dev_bf16(NULL, p->nq), *rk = dev_bf16(NULL, p->nq), *rv = dev_bf16(NULL, p->nv),
              *rg = p->g ? dev_bf16(NULL, p->ng) : NULL, *rb = dev_bf16(NULL, p->nb);
         poison_bf16(rq, p->nq), poison_bf16(rk, p->nq), poison_bf16(rv, p->nv), poison_bf16(rb, p->nb);
@@ -332,8 +346,7 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
         if (rg) G->free(rg);
     }
     G->free(wg);
-    if (P == &PATHS[0] && with_h0 && with_dhT)  // (once a case: the variants add no tile path)
-        test_walk_tiles(p, &d, od, hTd, dqd, dkd, dvd, dgd, dbd, dh0d, with_h0, with_dhT);
+    if (alternatives) test_walk_tiles(p, &d, od, hTd, dqd, dkd, dvd, dgd, dbd, dh0d, with_h0, with_dhT);
     G->free(od), G->free(hTd), G->free(dqd), G->free(dkd), G->free(dvd), G->free(dbd), G->free(dh0d);
     if (dgd) G->free(dgd);
     free(o), free(hT), free(dq), free(dk), free(dv), free(dg), free(db), free(dh0);

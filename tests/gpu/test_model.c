@@ -8,9 +8,9 @@
 // GPU runs of GPT-2 124M are bit-identical, and so is a run rebuilt from its saved master
 // weights and optimizer state; `hybrid train --device cuda` stopped and resumed with
 // `--resume auto` writes the same metrics and final checkpoint as an uninterrupted run.
-// Each one-step comparison also runs the training forward (model_forward_train, the fused
-// cross-entropy) on the GPU and wants the bits of model_forward + model_backward there; the
-// training runs use it.
+// Each model's one-step comparison (a MoE model's forced-routing ones) also runs the training
+// forward (model_forward_train, the fused cross-entropy) on the GPU and wants the bits of
+// model_forward + model_backward there; the training runs use it.
 // Under the emulator one of the steps runs the classifier in chunks that do not divide the
 // rows (tests/test_classifier_chunk.c checks the chunking itself on the CPU, in double).
 // HYBRID_GPU_OPS_ONLY=1 in the environment skips all of it (a quick ops-only run).
@@ -223,40 +223,56 @@ static void model_step_compare(const char *name, const Config *cfg, double tol, 
     }
     // the training forward (crossentropy_forward_backward, on the fused kernel here: not the
     // default) on the same weights and batch: the same loss and gradient bits as model_forward
-    // then model_backward on the GPU
-    model_zero_grad(&mg);
-    cuda_crossentropy_set_fused(1);
-    double lf = model_forward_train(&mg, in, tg, B, T, 1.0f);
-    cuda_crossentropy_set_fused(-1);
-    model_backward(&mg, 1.0f);
-    model_get_grads(&mg, gc);
-    CHECK(lf == lg && !memcmp(gc, gg, sizeof(float) * np), "model_forward_train on the GPU: loss %.9g vs %.9g, or "
-          "the gradients differ from model_forward + model_backward", lf, lg);
+    // then model_backward on the GPU. Once a model: a MoE model's natural-routing step leaves it
+    // to its forced-routing step (the same model and code, other routing decisions only; it was
+    // a third of the step's emulated time).
+    if (route == ROUTE_FORCED || c.model.moe_experts == 0) {
+        model_zero_grad(&mg);
+        cuda_crossentropy_set_fused(1);
+        double lf = model_forward_train(&mg, in, tg, B, T, 1.0f);
+        cuda_crossentropy_set_fused(-1);
+        model_backward(&mg, 1.0f);
+        model_get_grads(&mg, gc);
+        CHECK(lf == lg && !memcmp(gc, gg, sizeof(float) * np), "model_forward_train on the GPU: loss %.9g vs %.9g, "
+              "or the gradients differ from model_forward + model_backward", lf, lg);
+    }
     model_destroy(&mc);
     model_destroy(&mg);
     free(w), free(in), free(tg), free(zc), free(zg), free(gc), free(gg);
 }
 
-// (a MoE model's forced-routing step runs in every expert GEMM mode, kernels/moe/experts.cu: our
+// A MoE model's forced-routing step runs in the expert GEMM modes (kernels/moe/experts.cu): our
 // grouped kernels, cuBLAS's grouped batched GEMM (HYBRID_MOE_GEMM=cublas) and the mix of the two
 // (=mixed: each layer's forward issues its offsets' copy, the backward waits for it); the
-// natural-routing step on the one the environment selects). The mixed step takes the own
-// step's tokens (g_rng put back to where it was before the own step, then to where the cublas
-// step left it), so it compares with the own step on the same inputs and every later test
-// draws the inputs it drew before the mixed mode existed (a new draw changed which fragile
-// small tensor, e.g. a KDA layer's 64-value A_log gradient, lands near its tolerance)
+// natural-routing step on the one the environment selects (mixed by default). On the GPU every
+// MoE model runs all three: the mixed step takes the own step's tokens (g_rng put back to where it
+// was before the own step, then to where the cublas step left it), so it compares with the own
+// step on the same inputs. Under the emulator each MoE model runs one mode, in turn (own, cublas,
+// mixed, own, cublas over the five MoE models here: each mode on a model of three or more MoE
+// layers, mixed on KGDLAM's five; the natural steps run mixed on every model):
+// tests/gpu/test_moe.c runs every mode on every expert-op shape against the CPU, so what the
+// model level adds is a mode's plumbing through a whole model's layers, which one model shows;
+// the two other modes' steps were ~half of this test's emulated time, for no code path more.
+// (Each forced step draws its own tokens.)
+static int g_moe_models;  // MoE models stepped so far (the emulator's turn of modes)
 static void test_model_step_of(const char *name, const Config *cfg, double tol) {
     if (cfg->model.moe_experts > 0) {
         char named[256];
+#ifdef HYBRID_CUDA_EMU
+        const int first = g_moe_models % 3, last = first + 1;  // cuda_moe_set_gemm's 0 own, 1 cublas, 2 mixed
+#else
+        const int first = 0, last = 3;
+#endif
+        g_moe_models++;
         const Rng before = g_rng;
         Rng after = g_rng;
-        for (int path = 0; path < 3; path++) {
-            if (path == 2) after = g_rng, g_rng = before;
+        for (int path = first; path < last; path++) {
+            if (path == 2 && first == 0) after = g_rng, g_rng = before;
             cuda_moe_set_gemm(path);
             snprintf(named, sizeof named, "%s, expert GEMMs %s", name, cuda_moe_gemm_name());
             model_step_compare(named, cfg, tol, ROUTE_FORCED);
         }
-        g_rng = after;
+        if (first == 0 && last == 3) g_rng = after;
         cuda_moe_set_gemm(-1);
     }
     model_step_compare(name, cfg, tol, ROUTE_NATURAL);
