@@ -29,6 +29,7 @@ void cuda_launch_check(const char *file, int line) {
     }
 }
 
+#ifndef HYBRID_CUDA_EMU  // (the emulator runs any launch: it has no register file to exceed)
 void cuda_launch_refused(const void *kernel, cudaError_t err, unsigned block, size_t smem) {
     cudaFuncAttributes a;
     if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess)
@@ -40,6 +41,7 @@ void cuda_launch_refused(const void *kernel, cudaError_t err, unsigned block, si
         cudaGetErrorString(err), block, smem, a.maxThreadsPerBlock, a.numRegs, a.sharedSizeBytes,
         a.maxDynamicSharedSizeBytes);
 }
+#endif
 
 int env_flag(const char *name) {
     const char *v = getenv(name);

@@ -76,7 +76,9 @@ const MoeOps *cuda_moe_ops(void);
 void cuda_launch_check(const char *file, int line);
 // A launch the GPU refused (e.g. more threads a block than the kernel's registers allow: the
 // emulator cannot see register counts): dies naming the kernel's limits beside the launch's.
+#ifndef HYBRID_CUDA_EMU
 [[noreturn]] void cuda_launch_refused(const void *kernel, cudaError_t err, unsigned block, size_t smem);
+#endif
 
 #define CUDA_CHECK(call)                                                                  \
     do {                                                                                  \
