@@ -40,6 +40,12 @@
 #   MQAR_STEPS  optimizer steps of an MQAR run, default the fragment's
 #   MQAR_EVAL_PAIRS  pair counts for `hybrid eval-mqar` after MQAR training [8 16 32 64]
 #   MQAR_EVAL_SEQUENCES  sequences per evaluation, 1000
+#   RUN_TASKS   the tasks whose runs this invocation trains: "lm", "mqar" or both (default: every
+#               task of the sweep); the models, configs and tables stay the whole sweep's, so a
+#               later invocation without it trains the rest (e.g. RUN_TASKS=mqar for an MQAR probe)
+#   RUN_MODELS  the models whose runs this invocation trains, by folder name (e.g. "0-1 0-1-rope
+#               gpt2"; default all): the same for models, e.g. a new lr for the low-edge rows
+#               only, with every model (and the GPT-2 match) still in the tables
 #   DEVICE, THREADS  written into every model config (device, threads) [cuda]
 #   GPUS        e.g. "0 1 2 3": that many runs at once, one per GPU (CUDA_VISIBLE_DEVICES)
 #   BUDGET      seconds: no run starts after BUDGET, and a run still going then is stopped
@@ -209,6 +215,16 @@ EOF
     [ -z "${MQAR_STEPS:-}" ] || echo "steps = $MQAR_STEPS" >> "$MQAR_FRAG"
 fi
 
+RUN_TASKS=${RUN_TASKS:-$TASKS}
+for t in $RUN_TASKS; do
+    case " $TASKS " in
+    *" $t "*) ;;
+    *) echo "ablate: RUN_TASKS names '$t', not a task of this sweep ($TASKS; mqar needs MQAR_PAIRS > 0)" >&2; exit 2 ;;
+    esac
+done
+runs_task() { case " $RUN_TASKS " in *" $1 "*) return 0 ;; esac; return 1; }
+runs_model() { case " $RUN_MODELS " in *" $1 "*) return 0 ;; esac; return 1; }
+
 # ---- the models: one config per model and task, and what `hybrid inspect` says of it ----
 model_conf() {  # TAG TASK -> OUT/TAG/TASK.conf from OUT/TAG/model.conf
     cp "$OUT/$1/model.conf" "$OUT/$1/$2.conf"
@@ -289,6 +305,14 @@ fi
     printf 'mqar_pairs\t%s\nmqar_eval_pairs\t%s\nmoe\t%s\nlayers\t%s\noptions\t%s\n' "$MQAR_PAIRS" \
         "$MQAR_EVAL_PAIRS" "${MOE:-config}" "$LAYERS" "$*"
 } > "$OUT/sweep.tsv"
+
+RUN_MODELS=${RUN_MODELS:-$MODELS}
+for m in $RUN_MODELS; do
+    case " $MODELS " in
+    *" $m "*) ;;
+    *) echo "ablate: RUN_MODELS names '$m', not a model of this sweep ($MODELS)" >&2; exit 2 ;;
+    esac
+done
 
 # ---- the runs ----
 # a run's identity: its config, the extra options, lr and seed; a run folder made with
@@ -390,8 +414,10 @@ run_job() {
 # the jobs of phase 1 (the lr sweep) and phase 2 (the other seeds at the best lr), one a line
 phase1() {
     for task in $TASKS; do
+        runs_task "$task" || continue
         for lr in $(centre_out "$(lrs_of "$task")"); do
             for tag in $MODELS; do
+                runs_model "$tag" || continue
                 if [ "$SEED_SWEEP" = all ]; then
                     for s in $SEEDS; do echo "$task $tag $lr $s"; done
                 else
@@ -405,7 +431,9 @@ best_lr() { "$PY" scripts/ablate_summary.py best "$OUT" "$1" "$2" 2>/dev/null ||
 phase2() {
     [ "$SEED_SWEEP" = best ] || return 0
     for task in $TASKS; do
+        runs_task "$task" || continue
         for tag in $MODELS; do
+            runs_model "$tag" || continue
             b=$(best_lr "$task" "$tag")
             for s in $SEEDS; do
                 [ "$s" = "$first_seed" ] && continue
@@ -476,7 +504,7 @@ plan() {
             >> "$OUT/plan.tsv"
     done < "$OUT/plan.jobs"
     {
-        echo "Plan of $OUT ($(echo "$MODELS" | wc -w) models: $MODELS; tasks: $TASKS)"
+        echo "Plan of $OUT ($(echo "$MODELS" | wc -w) models: $MODELS; tasks: $TASKS$([ "$RUN_TASKS" = "$TASKS" ] || echo ", this invocation: $RUN_TASKS"))"
         echo "  text: $(setting "$OUT/$(echo $MODELS | cut -d' ' -f1)/lm.conf" steps) steps x $(tokens_per_step "$OUT/$(echo $MODELS | cut -d' ' -f1)/lm.conf") tokens per run; lrs $LRS; seeds $SEEDS ($SEED_SWEEP)"
         [ "$TASKS" = lm ] || echo "  MQAR: $MQAR_PAIRS pairs, $(setting "$OUT/$(echo $MODELS | cut -d' ' -f1)/mqar.conf" steps) steps x $(tokens_per_step "$OUT/$(echo $MODELS | cut -d' ' -f1)/mqar.conf") tokens per run; lrs $MQAR_LRS; eval at pairs $MQAR_EVAL_PAIRS"
         [ ! -s "$OUT/match.txt" ] || echo "  $(cat "$OUT/match.txt")"
@@ -502,7 +530,7 @@ plan() {
 if [ "$PLAN" = 1 ]; then plan; exit 0; fi
 
 # ---- run the jobs: phase 1, then phase 2; on several GPUs, job i on worker i mod n ----
-for t in $TASKS; do
+for t in $RUN_TASKS; do
     [ "$t" = lm ] || continue
     td=$(setting "$OUT/$(echo $MODELS | cut -d' ' -f1)/lm.conf" train_data)
     # shellcheck disable=SC2086

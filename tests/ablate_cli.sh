@@ -3,7 +3,8 @@
 # toy sizes: three KDA:MLA ratios over 2 layers of width 64 (MoE) and the matched GPT-2, a
 # two-lr sweep and two seeds, on synthetic shards and on MQAR with evaluations at three pair
 # counts; then the table's rows, the plan, that a second invocation with the 0:1 RoPE arm
-# added (ROPE_ARM=1) trains only the arm's runs and leaves the other rows as they were, that a
+# added (ROPE_ARM=1) trains only the arm's runs and leaves the other rows as they were, that
+# RUN_TASKS and RUN_MODELS limit an invocation to one task's or some models' runs, that a
 # run killed after a checkpoint resumes to the same numbers, and that BUDGET stops launching runs.
 # Run from the repository root after ./hybrid is built (HYBRID=path overrides).
 set -u
@@ -104,9 +105,21 @@ grep -q "GPT-2 baseline: d_model 64, 1 layers, 1 heads" "$out.log" || fail "plan
 [ "$(calls train)" = 0 ] || fail "PLAN=1 trained"
 echo "plan: 24 runs (16 of the lr sweep + 8 of the second seed), nothing trained"
 
-# the whole sweep
+# RUN_TASKS: a task this sweep does not have is refused before anything is made
+ablate "$tmp/bad" RUN_TASKS=text && fail "RUN_TASKS=text was accepted"
+grep -q "RUN_TASKS names 'text', not a task of this sweep" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "RUN_TASKS=text: no clear error"; }
+ablate "$tmp/bad" RUN_TASKS=mqar MQAR_PAIRS=0 && fail "RUN_TASKS=mqar without MQAR was accepted"
+[ "$(calls train)" = 0 ] || fail "a refused RUN_TASKS trained"
+
+# the whole sweep, in two invocations: RUN_TASKS=mqar trains the MQAR runs only (both phases),
+# then a plain invocation the text runs
 : > "$tmp/calls"
+ablate "$out" RUN_TASKS=mqar || { tail -n 30 "$out.log"; fail "RUN_TASKS=mqar exited with an error"; }
+[ "$(calls train)" = 12 ] || fail "RUN_TASKS=mqar trained $(calls train) runs, not the 12 MQAR runs"
+[ "$(grep '^train ' "$tmp/calls" | grep -c '/mqar/')" = 12 ] || fail "RUN_TASKS=mqar trained a text run"
+[ -z "$(ls -d "$out"/*/lm/lr* 2>/dev/null)" ] || fail "RUN_TASKS=mqar made text run folders"
 ablate "$out" || { tail -n 30 "$out.log"; fail "the sweep exited with an error"; }
+[ "$(grep '^train ' "$tmp/calls" | tail -n 12 | grep -c '/lm/')" = 12 ] || fail "the second invocation did not train the 12 text runs"
 [ "$(calls train)" = 24 ] || fail "the sweep trained $(calls train) runs, not 24 (2 lrs + 1 seed, 4 models, 2 tasks)"
 [ "$(calls eval-mqar)" = 36 ] || fail "$(calls eval-mqar) MQAR evaluations, not 12 runs x 3 pair counts"
 tsv=$out/results.tsv
@@ -197,11 +210,16 @@ small() {
 small BUDGET=0 || { cat "$tmp/small.log"; fail "BUDGET=0 exited with an error"; }
 [ "$(calls train)" = 0 ] || fail "BUDGET=0 trained"
 grep -q "the budget ended the invocation" "$tmp/small.log" || fail "BUDGET=0: no message"
+small RUN_MODELS=2-1 && fail "RUN_MODELS=2-1 (not a model of the sweep) was accepted"
+grep -q "RUN_MODELS names '2-1', not a model of this sweep (0-1 1-1)" "$tmp/small.log" || { cat "$tmp/small.log"; fail "RUN_MODELS=2-1: no clear error"; }
+small RUN_MODELS=1-1 || { cat "$tmp/small.log"; fail "RUN_MODELS=1-1 exited with an error"; }
+[ "$(calls train)" = 1 ] && grep -q '^train .*/1-1/lm/' "$tmp/calls" || fail "RUN_MODELS=1-1 trained $(calls train) runs, not 1-1's one"
+[ "$(wc -l < "$tmp/small/results.tsv")" = 3 ] || fail "RUN_MODELS=1-1: results.tsv has not both models"
 small || { cat "$tmp/small.log"; fail "the small sweep exited with an error"; }
-[ "$(calls train)" = 2 ] || fail "the small sweep trained $(calls train) runs, not 2"
+[ "$(calls train)" = 2 ] || fail "the small sweep trained $(calls train) runs in all, not 2"
 [ -f "$tmp/small/1-1/lm/lr3e-3_s1337/done" ] || fail "the small sweep's run is not lr 3e-3 (hybrid-tiny's), seed 1337"
 [ "$(wc -l < "$tmp/small/results.tsv")" = 3 ] || fail "small results.tsv: not 2 models"
-echo "budget: BUDGET=0 starts nothing, the next invocation runs both; config lr and seed by default"
+echo "budget: BUDGET=0 starts nothing; RUN_MODELS=1-1 trains 1-1's run only, the next invocation the other; config lr and seed by default"
 
 # a finished run made with other settings is refused, not skipped or mixed
 : > "$tmp/calls"
