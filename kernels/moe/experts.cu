@@ -14,8 +14,9 @@
 // partial to scratch and wgrad_reduce_kernel sums the partials in split order and adds once
 // into the gradient (fp32 sum, then one rounding). S depends on the shape only. No atomics
 // anywhere: the results are the same bits run to run. An expert with no rows writes nothing.
-// The GLU runs as a separate elementwise pass (the equations of model/ops/norm_glu/glu.c, in
-// fp32 as kernels/norm_glu/glu.cu).
+// The GLU runs as a separate elementwise pass: the dense GLU's kernels (kernels/norm_glu/glu.cuh;
+// the equations of model/ops/norm_glu/glu.c, in fp32), their row count offsets[E] read on the
+// device.
 // The default mode (HYBRID_MOE_GEMM=mixed) runs the forward's two GEMMs on ours and the
 // backward's on cuBLAS's grouped batched GEMM where gemm_on_cublas says (experts_cublas.h: the
 // forward only issues the offsets' copy to the host; the backward waits for it);
@@ -25,6 +26,7 @@
 #include "kernels/common.cuh"
 #include "kernels/moe/experts_cublas.h"
 #include "kernels/moe/grouped_gemm.cuh"
+#include "kernels/norm_glu/glu.cuh"
 
 // Y (rows, n_out) = X (rows, kd) W_e^T, W_e stored (n_out, kd) (W_T = false) or (kd, n_out)
 // (W_T = true). The tiles, linearly: tile L = (row tile L / ny, column tile L % ny), ny =
@@ -136,102 +138,14 @@ __global__ void wgrad_reduce_kernel(bf16 *dW, const float *ws, const int *offset
     }
 }
 
-__device__ __forceinline__ float sigm(float x) { return 1.f / (1.f + __expf(-x)); }
-
-// The per-element GLU math (kind 0 SwiGLU, 1 SiTU), shared by the scalar and the vector kernels
-// below (so both give the same bits).
-__device__ __forceinline__ float experts_glu_fwd(float g, float u, int kind, float beta, float lbeta) {
-    if (kind == 0) return g * sigm(g) * u;
-    const float a = beta * tanhf(g / beta) * sigm(g), cu = lbeta > 0.f ? lbeta * tanhf(u / lbeta) : u;
-    return a * cu;
-}
-
-__device__ __forceinline__ void experts_glu_bwd(float g, float u, float dh, int kind, float beta, float lbeta,
-                                                float &dg, float &du) {
-    if (kind == 0) {
-        const float s = sigm(g);
-        dg = dh * u * s * (1.f + g * (1.f - s));
-        du = dh * g * s;
-    } else {
-        const float tau = tanhf(g / beta), s = sigm(g);
-        const float a = beta * tau * s, da = (1.f - tau * tau) * s + beta * tau * s * (1.f - s);
-        float cu = u, dc = 1.f;
-        if (lbeta > 0.f) {
-            const float kappa = tanhf(u / lbeta);
-            cu = lbeta * kappa;
-            dc = 1.f - kappa * kappa;
-        }
-        dg = dh * cu * da;
-        du = dh * a * dc;
-    }
-}
-
-// ap = act(hp) over rows = offsets[E]: one element a thread (any M, any alignment)
-__global__ void experts_glu_forward_kernel(bf16 *ap, const bf16 *hp, const int *offsets, int E, int M, int kind,
-                                           float beta, float lbeta) {
-    const size_t n = (size_t)offsets[E] * M;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t row = i / M, c = i % M;
-        const float g = __bfloat162float(hp[row * 2 * M + c]), u = __bfloat162float(hp[row * 2 * M + M + c]);
-        ap[i] = __float2bfloat16(experts_glu_fwd(g, u, kind, beta, lbeta));
-    }
-}
-
-// dhp = d act(hp) / d hp * dap
-__global__ void experts_glu_backward_kernel(bf16 *dhp, const bf16 *dap, const bf16 *hp, const int *offsets, int E,
-                                            int M, int kind, float beta, float lbeta) {
-    const size_t n = (size_t)offsets[E] * M;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t row = i / M, c = i % M;
-        const float g = __bfloat162float(hp[row * 2 * M + c]), u = __bfloat162float(hp[row * 2 * M + M + c]);
-        float dg, du;
-        experts_glu_bwd(g, u, __bfloat162float(dap[i]), kind, beta, lbeta, dg, du);
-        dhp[row * 2 * M + c] = __float2bfloat16(dg);
-        dhp[row * 2 * M + M + c] = __float2bfloat16(du);
-    }
-}
-
-// The same with 8 columns a thread (M % 8 == 0, the buffers 16-byte aligned: experts_glu_vec):
-// 16-byte loads and stores, the flat index split once per 8 elements (the scalar kernels' 2-byte
-// accesses and 64-bit division per element ran at ~1.1 TB/s on the H200 at KL-S).
-__global__ void experts_glu_forward_vec_kernel(bf16 *ap, const bf16 *hp, const int *offsets, int E, int M, int kind,
-                                               float beta, float lbeta) {
-    const int groups = M / 8;
-    const size_t n = (size_t)offsets[E] * groups;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t row = i / groups, c = (i % groups) * 8;
-        float g[8], u[8], h[8];
-        load8(hp + row * 2 * M + c, g);
-        load8(hp + row * 2 * M + M + c, u);
-#pragma unroll
-        for (int k = 0; k < 8; k++) h[k] = experts_glu_fwd(g[k], u[k], kind, beta, lbeta);
-        store8(ap + row * M + c, h);
-    }
-}
-
-__global__ void experts_glu_backward_vec_kernel(bf16 *dhp, const bf16 *dap, const bf16 *hp, const int *offsets, int E,
-                                                int M, int kind, float beta, float lbeta) {
-    const int groups = M / 8;
-    const size_t n = (size_t)offsets[E] * groups;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t row = i / groups, c = (i % groups) * 8;
-        float g[8], u[8], dh[8], dg[8], du[8];
-        load8(hp + row * 2 * M + c, g);
-        load8(hp + row * 2 * M + M + c, u);
-        load8(dap + row * M + c, dh);
-#pragma unroll
-        for (int k = 0; k < 8; k++) experts_glu_bwd(g[k], u[k], dh[k], kind, beta, lbeta, dg[k], du[k]);
-        store8(dhp + row * 2 * M + c, dg);
-        store8(dhp + row * 2 * M + M + c, du);
-    }
-}
-
 static int experts_glu_vec_mode = 1;  // cuda_moe_set_glu_vec (tests)
 static long experts_glu_vec_launches;
 extern "C" void cuda_moe_set_glu_vec(int on) { experts_glu_vec_mode = on != 0; }
 extern "C" long cuda_moe_glu_vec_launches(void) { return experts_glu_vec_launches; }
+// the GLU pass takes the vector kernels where glu_vec_ok allows and the tests have not switched
+// them off (cuda_moe_set_glu_vec(0): the scalar kernels, to compare the bits); counts them
 static int experts_glu_vec(int M, const void *a, const void *b, const void *c) {
-    const int ok = experts_glu_vec_mode && M % 8 == 0 && is_aligned16(a) && is_aligned16(b) && (!c || is_aligned16(c));
+    const int ok = experts_glu_vec_mode && glu_vec_ok(a, b, c, M);
     experts_glu_vec_launches += ok;
     return ok;
 }
@@ -411,8 +325,9 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     }
     {
         PROFILE("moe_experts/glu_fwd");
-        launch_kernel(experts_glu_vec(M, ap, hp, NULL) ? experts_glu_forward_vec_kernel : experts_glu_forward_kernel,
-                      dim3(4 * g_cuda.sm_count), dim3(256), 0, (bf16 *)ap, (const bf16 *)hp, offsets, E, M, kind,
+        launch_kernel(experts_glu_vec(M, ap, hp, NULL) ? glu_forward_vec_kernel<const int *>
+                                                       : glu_forward_kernel<const int *>,
+                      dim3(4 * g_cuda.sm_count), dim3(256), 0, (bf16 *)ap, (const bf16 *)hp, offsets + E, M, kind,
                       (float)act.beta, (float)act.linear_beta);
     }
     {
@@ -457,9 +372,10 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
     }
     {
         PROFILE("moe_experts/glu_bwd");
-        launch_kernel(experts_glu_vec(M, dhp, dap, hp) ? experts_glu_backward_vec_kernel : experts_glu_backward_kernel,
+        launch_kernel(experts_glu_vec(M, dhp, dap, hp) ? glu_backward_vec_kernel<const int *>
+                                                       : glu_backward_kernel<const int *>,
                       dim3(4 * g_cuda.sm_count), dim3(256), 0, (bf16 *)dhp, (const bf16 *)dap, (const bf16 *)hp,
-                      offsets, E, M, kind, (float)act.beta, (float)act.linear_beta);
+                      offsets + E, M, kind, (float)act.beta, (float)act.linear_beta);
     }
     {
         PROFILE("moe_experts/gemm_dgrad13");  // dxp = dhp W13_e
