@@ -200,8 +200,9 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(OBJ_D) $(FLAGS)
 # `make test`: the system packages (scripts/install_deps.sh), then `make test-only` in a
 # second make that detects what is installed now. test-only runs every C test binary, then
 # every shell test (which drive ./hybrid), one line each (tests/run_all.sh: a test that
-# skips a part says so and is counted; HYBRID_NO_SKIP=1 makes a skip fail); then the GPU
-# tests when a GPU is visible.
+# skips a part says so and is counted; HYBRID_NO_SKIP=1 makes a skip fail), as many at once
+# as make's -jN (else one per core; HYBRID_TEST_JOBS=N says how many); then the GPU tests when
+# a GPU is visible.
 test:
 	@sh scripts/install_deps.sh test
 	@$(MAKE) --no-print-directory test-only
@@ -279,14 +280,15 @@ $(EMU)/bench_moe: $(EMU)/gpu/bench_moe.o $(EMU_OBJ) $(EMU)/libcpu_f.a $(FLAGS)
 
 ifneq ($(CU_SRC),)
 # Every test program, then the Hugging Face checks (export, import; the fla export too when
-# FLA_DIR names a flash-linear-attention checkout or a prepared copy with flasrc/), one line each (tests/run_all.sh;
+# FLA_DIR names a flash-linear-attention checkout or a prepared copy with flasrc/), one at a
+# time (they share the GPU), one line each (tests/run_all.sh;
 # each program's full output in $(GPU_BIN)/<name>.log). HYBRID_GPU_OPS_ONLY=1: the op
 # families alone (test_model skips itself, the checks are left out).
 GPU_CHECKS := tests/gpu/check_hf.sh tests/gpu/check_import_hf.sh $(if $(FLA_DIR),tests/gpu/check_fla_export.sh)
 test-gpu: hybrid $(GPU_TESTS) $(GPU_BIN)/dump_logits
 	@nvidia-smi -L > /dev/null 2>&1 || { echo "test-gpu: no GPU visible (nvidia-smi -L failed)"; exit 1; }
 	@if BUILD=$(BUILD) FLA_DIR=$(FLA_DIR) RUN_SCRIPTS="$(if $(filter-out 0,$(HYBRID_GPU_OPS_ONLY)),,$(GPU_CHECKS))" \
-	    sh tests/run_all.sh $(GPU_TESTS); then echo "test-gpu: all passed"; \
+	    HYBRID_TEST_JOBS=1 sh tests/run_all.sh $(GPU_TESTS); then echo "test-gpu: all passed"; \
 	else echo "test-gpu: FAILED (logs: $(GPU_BIN)/*.log)"; exit 1; fi
 
 bench: hybrid $(GPU_BIN)/bench_gpt2

@@ -5,10 +5,12 @@
 // backend_cuda()) is kernels/backend_cuda.cu, compiled for the emulator as for the GPU: its
 // "device" memory is host memory holding bf16 and fp32 exactly as the GPU's does.
 //
-// Fibers: makecontext gives each thread its own stack once per block; switches between a
-// fiber and the scheduler use _setjmp/_longjmp, which do not save the signal mask (swapcontext
-// makes two system calls per switch, and a block switches at every barrier of every thread).
-#include <setjmp.h>
+// Fibers: makecontext gives each thread slot its own stack once, on its first block; a fiber
+// whose thread has returned waits there for the next block (of this launch or a later one)
+// and runs that thread from the start of the kernel body, so a block costs no new contexts
+// (getcontext and swapcontext are system calls). A fiber that stops at a barrier picks the next
+// fiber itself (pick_next: the scheduler's order) and switches straight to it, with GCC's
+// __builtin_setjmp / __builtin_longjmp (a block switches at every barrier of every thread).
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,20 +34,39 @@ const size_t kStack = 256 * 1024;    // per thread: kernels keep small arrays in
 const size_t kMaxSmem = 232448;      // an H200 block's shared memory (227 KiB)
 enum Wait { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, EXITED };
 
+// The switch between fibers: GCC's __builtin_setjmp / __builtin_longjmp save and restore
+// only the frame, stack pointer and resume address (the function that calls
+// __builtin_setjmp keeps its other registers in its frame), with no signal mask and none of
+// glibc's unwinding checks. (__builtin_longjmp is called apart from the function that did the
+// __builtin_setjmp, as GCC asks.) Every function that switches is noipa: GCC must not learn
+// from its body which registers it leaves alone (interprocedural register allocation would
+// keep a caller's values in them across the call, and the other fibers change them).
+typedef void *JumpBuf[5];
+#if defined(__clang__)
+#define SWITCHES __attribute__((noinline))
+#else
+#define SWITCHES __attribute__((noinline, noipa))
+#endif
+[[noreturn]] SWITCHES void jump_to(JumpBuf &to) { __builtin_longjmp(to, 1); }
+
 struct Fiber {
     ucontext_t start;  // used once, to enter the fiber on its own stack
-    jmp_buf jb;        // where the fiber resumes
-    int started;
+    JumpBuf jb;        // where the fiber resumes
+    int started;       // has a stack and a context: jb resumes it (at a barrier, or waiting for a block)
     Wait wait;
     unsigned tid;      // linear thread index in the block
+    uint3 idx;         // its threadIdx
 };
 
 struct Block {
     std::vector<Fiber> fibers;
     char *stacks = nullptr;
     size_t stacks_bytes = 0;
-    jmp_buf sched;
-    int cur = -1;
+    JumpBuf sched;  // run_block's context (resume_fiber)
+    int cur = -1;   // the running fiber
+    int round = 0, ran = 0;  // the scheduler's cursor (pick_next): round, whether a fiber ran in it,
+    unsigned pos = 0;        // and the next position in the round
+    int next = 0;   // for run_block: the fiber to start, or kBlockDone
     unsigned nthreads = 0;
     unsigned live = 0, block_arrived = 0;
     const char *barrier_file = "";  // where the current generation's first thread arrived
@@ -69,17 +90,47 @@ void emu_die(const char *fmt, ...) {
     exit(1);
 }
 
-void set_coords(unsigned tid) {
-    threadIdx.x = tid % blockDim.x;
-    threadIdx.y = tid / blockDim.x % blockDim.y;
-    threadIdx.z = tid / (blockDim.x * blockDim.y);
+// The scheduler: rounds over the block's threads, even rounds in index order and odd rounds in
+// reverse (see the header), each round resuming every thread that is RUNNING when its turn
+// comes; the block is done when no thread is live at the end of a round, and a round in which
+// no thread could run is a deadlock. The cursor (round, pos) lives in B, and the fiber that
+// stops picks the next one itself and switches to it directly (a fiber not yet started, and the
+// end of the block, go through run_block's context).
+const int kBlockDone = -1;
+int pick_next() {
+    for (;;) {
+        while (B.pos < B.nthreads) {
+            unsigned i = B.pos++;
+            unsigned t = B.round % 2 ? B.nthreads - 1 - i : i;
+            if (B.fibers[t].wait != RUNNING) continue;
+            B.ran = 1;
+            return (int)t;
+        }
+        if (!B.ran)
+            emu_die("%s: every live thread waits at a barrier that cannot complete (__syncthreads in "
+                    "divergent code, or a warp operation with lanes missing)",
+                    B.where);
+        if (B.live == 0) return kBlockDone;
+        B.round++, B.pos = 0, B.ran = 0;
+    }
 }
 
-// back to the scheduler; returns when the scheduler resumes this fiber
-void yield_to_scheduler() {
+// from the current fiber (its context saved) to the next one
+[[noreturn]] SWITCHES void run_next() {
+    int t = pick_next();
+    if (t != kBlockDone && B.fibers[t].started) {
+        B.cur = t;
+        threadIdx = B.fibers[t].idx;
+        jump_to(B.fibers[t].jb);
+    }
+    B.next = t;
+    jump_to(B.sched);
+}
+
+// the current fiber stops; returns when the scheduler resumes it
+SWITCHES void yield_to_scheduler() {
     Fiber &f = B.fibers[B.cur];
-    if (!_setjmp(f.jb)) _longjmp(B.sched, 1);
-    set_coords(f.tid);
+    if (!__builtin_setjmp(f.jb)) run_next();
 }
 
 void release_block_if_complete() {
@@ -105,33 +156,41 @@ void warp_barrier() {
     if (f.wait != RUNNING) yield_to_scheduler();  // the last lane to arrive goes on at once
 }
 
-void fiber_main() {
-    (*B.body)();
-    Fiber &f = B.fibers[B.cur];
-    f.wait = EXITED;
-    B.live--;
-    B.warp_live[f.tid / 32]--;
-    release_block_if_complete();  // an exited thread counts as arrived
-    release_warp_if_complete(f.tid / 32);
-    _longjmp(B.sched, 1);
+// A fiber's life: the kernel body for one thread of a block, then on to the next fiber; it is
+// resumed (at the top of the loop) for the same thread slot of a later block. (Nothing is kept
+// in a local across the __builtin_setjmp: B.fibers may have moved by then.)
+SWITCHES void fiber_main() {
+    for (;;) {
+        (*B.body)();
+        Fiber &f = B.fibers[B.cur];
+        f.wait = EXITED;
+        B.live--;
+        B.warp_live[f.tid / 32]--;
+        release_block_if_complete();  // an exited thread counts as arrived
+        release_warp_if_complete(f.tid / 32);
+        if (!__builtin_setjmp(B.fibers[B.cur].jb)) run_next();
+    }
 }
 
-// Runs fiber t until it waits or exits. (Apart from run_block, so that no loop variable is
-// live across the _setjmp.)
-__attribute__((noinline)) void resume_fiber(unsigned t) {
+// Runs fiber t, and the fibers it hands on to, until a fiber not yet started is next or the
+// block is done (B.next says which). (Apart from run_block, so that no loop variable is live
+// across the __builtin_setjmp.)
+SWITCHES void resume_fiber(unsigned t) {
     Fiber &f = B.fibers[t];
     B.cur = (int)t;
-    set_coords(t);
-    if (_setjmp(B.sched)) return;  // the fiber waits or has exited
-    if (f.started) _longjmp(f.jb, 1);
+    threadIdx = f.idx;
+    if (__builtin_setjmp(B.sched)) return;
+    if (f.started) jump_to(f.jb);
     f.started = 1;
     getcontext(&f.start);
+    // (each stack's top is offset by t cache lines within a page, so that the fibers' frames do
+    // not all fall into the same cache sets)
     f.start.uc_stack.ss_sp = B.stacks + (size_t)t * kStack;
-    f.start.uc_stack.ss_size = kStack;
+    f.start.uc_stack.ss_size = kStack - (size_t)(t % 64) * 64;
     f.start.uc_link = nullptr;
     makecontext(&f.start, fiber_main, 0);
     ucontext_t here;
-    swapcontext(&here, &f.start);  // never returns here: fibers leave by _longjmp
+    swapcontext(&here, &f.start);  // never returns here: fibers leave by __builtin_longjmp
 }
 
 void run_block(unsigned nthreads) {
@@ -145,23 +204,12 @@ void run_block(unsigned nthreads) {
     B.exchange.assign(nwarps * 32, 0);
     for (unsigned t = 0; t < nthreads; t++) {
         Fiber &f = B.fibers[t];
-        f.started = 0;
         f.wait = RUNNING;
         f.tid = t;
+        f.idx = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
     }
-    for (int round = 0; B.live > 0; round++) {
-        int ran = 0;
-        for (unsigned i = 0; i < nthreads; i++) {
-            unsigned t = round % 2 ? nthreads - 1 - i : i;  // odd rounds in reverse (see the header)
-            if (B.fibers[t].wait != RUNNING) continue;
-            ran = 1;
-            resume_fiber(t);
-        }
-        if (!ran)
-            emu_die("%s: every live thread waits at a barrier that cannot complete (__syncthreads in "
-                    "divergent code, or a warp operation with lanes missing)",
-                    B.where);
-    }
+    B.round = 0, B.pos = 0, B.ran = 0;
+    for (int t = pick_next(); t != kBlockDone; t = B.next) resume_fiber((unsigned)t);
 }
 
 }  // namespace
@@ -183,6 +231,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> 
         if (p == MAP_FAILED) emu_die("cannot map %zu bytes of fiber stacks", need);
         B.stacks = (char *)p;
         B.stacks_bytes = need;
+        for (Fiber &f : B.fibers) f.started = 0;  // their stacks are gone
     }
     if (B.fibers.size() < nthreads) B.fibers.resize(nthreads);
     if (smem > B.smem_cap) {
@@ -266,49 +315,55 @@ unsigned emu_ballot(unsigned mask, int predicate) {
 // ---- the tensor-core instructions of kernels/mma.cuh, from their fragment layouts ----
 
 namespace {
-// every lane's 64-bit value, in lane order (two warp barriers: all written, then all read)
-void warp_gather(uint64_t value, uint64_t all[32]) {
+// every lane gives a 64-bit value; got[i] = lane first + i's, i < count (two warp barriers:
+// all written, then all read)
+void warp_gather(uint64_t value, int first, int count, uint64_t *got) {
     unsigned tid = B.fibers[B.cur].tid, w = tid / 32;
     uint64_t *slot = &B.exchange[w * 32];
     slot[tid % 32] = value;
     warp_barrier();
-    for (int l = 0; l < 32; l++) all[l] = slot[l];
+    for (int i = 0; i < count; i++) got[i] = slot[first + i];
     warp_barrier();
 }
 float bf16_lo(uint32_t u) { __nv_bfloat16 h; h.x = (uint16_t)(u & 0xffff); return (float)h; }
 float bf16_hi(uint32_t u) { __nv_bfloat16 h; h.x = (uint16_t)(u >> 16); return (float)h; }
 }  // namespace
 
+// (each lane builds only what its four outputs read: rows g and g + 8 of A, which lanes 4g..4g+3
+// hold, and columns 2t and 2t + 1 of B, which lanes 8t..8t+7 hold; the sums run in k order)
 void emu_mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    uint64_t A01[32], A23[32], Bf[32];
-    warp_gather((uint64_t)a[0] | (uint64_t)a[1] << 32, A01);
-    warp_gather((uint64_t)a[2] | (uint64_t)a[3] << 32, A23);
-    warp_gather((uint64_t)b0 | (uint64_t)b1 << 32, Bf);
-    float Am[16][16], Bm[16][8];
-    for (int L = 0; L < 32; L++) {
-        int g = L / 4, t = L % 4;
-        uint32_t a0 = (uint32_t)A01[L], a1 = (uint32_t)(A01[L] >> 32), a2 = (uint32_t)A23[L],
-                 a3 = (uint32_t)(A23[L] >> 32), lb0 = (uint32_t)Bf[L], lb1 = (uint32_t)(Bf[L] >> 32);
-        Am[g][2 * t] = bf16_lo(a0), Am[g][2 * t + 1] = bf16_hi(a0);
-        Am[g + 8][2 * t] = bf16_lo(a1), Am[g + 8][2 * t + 1] = bf16_hi(a1);
-        Am[g][2 * t + 8] = bf16_lo(a2), Am[g][2 * t + 9] = bf16_hi(a2);
-        Am[g + 8][2 * t + 8] = bf16_lo(a3), Am[g + 8][2 * t + 9] = bf16_hi(a3);
-        Bm[2 * t][g] = bf16_lo(lb0), Bm[2 * t + 1][g] = bf16_hi(lb0);
-        Bm[2 * t + 8][g] = bf16_lo(lb1), Bm[2 * t + 9][g] = bf16_hi(lb1);
-    }
     unsigned lane = B.fibers[B.cur].tid % 32;
     int g = (int)lane / 4, t = (int)lane % 4;
-    for (int i = 0; i < 4; i++) {
-        int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+    uint64_t A01[4], A23[4], Bf[8];  // lane 4g + q's a[0], a[1] and a[2], a[3]; lane 8t + q's b0, b1
+    warp_gather((uint64_t)a[0] | (uint64_t)a[1] << 32, 4 * g, 4, A01);
+    warp_gather((uint64_t)a[2] | (uint64_t)a[3] << 32, 4 * g, 4, A23);
+    warp_gather((uint64_t)b0 | (uint64_t)b1 << 32, 8 * t, 8, Bf);
+    float Arow[2][16], Bcol[2][16];  // A's rows g, g + 8; B's columns 2t, 2t + 1
+    for (int q = 0; q < 4; q++) {
+        const uint64_t x = A01[q], y = A23[q];
+        const uint32_t a0 = (uint32_t)x, a1 = (uint32_t)(x >> 32), a2 = (uint32_t)y, a3 = (uint32_t)(y >> 32);
+        Arow[0][2 * q] = bf16_lo(a0), Arow[0][2 * q + 1] = bf16_hi(a0);
+        Arow[1][2 * q] = bf16_lo(a1), Arow[1][2 * q + 1] = bf16_hi(a1);
+        Arow[0][2 * q + 8] = bf16_lo(a2), Arow[0][2 * q + 9] = bf16_hi(a2);
+        Arow[1][2 * q + 8] = bf16_lo(a3), Arow[1][2 * q + 9] = bf16_hi(a3);
+        for (int j = 0; j < 2; j++) {
+            const uint64_t b = Bf[4 * j + q];
+            const uint32_t lb0 = (uint32_t)b, lb1 = (uint32_t)(b >> 32);
+            Bcol[j][2 * q] = bf16_lo(lb0), Bcol[j][2 * q + 1] = bf16_hi(lb0);
+            Bcol[j][2 * q + 8] = bf16_lo(lb1), Bcol[j][2 * q + 9] = bf16_hi(lb1);
+        }
+    }
+    for (int i = 0; i < 4; i++) {  // c[i]: row g (g + 8 for i >= 2), column 2t + (i & 1)
+        const float *ar = Arow[i >> 1], *bc = Bcol[i & 1];
         float acc = c[i];
-        for (int k = 0; k < 16; k++) acc += Am[row][k] * Bm[k][col];
+        for (int k = 0; k < 16; k++) acc += ar[k] * bc[k];
         c[i] = acc;
     }
 }
 
 void emu_ldmatrix_x4(uint32_t r[4], const void *row_address, int trans) {
     uint64_t rows[32];
-    warp_gather((uint64_t)(uintptr_t)row_address, rows);
+    warp_gather((uint64_t)(uintptr_t)row_address, 0, 32, rows);
     unsigned lane = B.fibers[B.cur].tid % 32;
     for (int m = 0; m < 4; m++) {
         const uint16_t *p0, *p1;
