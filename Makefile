@@ -234,6 +234,19 @@ $(GPU_BIN)/%: $(GPU_BIN)/%.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
 $(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
 	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
+# the delta rule's precision audit on the GPU (docs/delta-rule.md, "Accuracy: the per-operand
+# audit"): the delta-rule kernels built again with -DHYBRID_DR_PRECISION_AUDIT into their own folder
+#   make out/build/gpu/audit_delta_rule_precision && out/build/gpu/audit_delta_rule_precision
+CU_AUDIT := $(BUILD)/cu-audit
+CU_AUDIT_OBJ := $(patsubst %.cu,$(CU_AUDIT)/%.o,$(filter kernels/delta_rule/%,$(CU_SRC))) \
+                $(filter-out $(BUILD)/cu/kernels/delta_rule/%,$(OBJ_CU))
+$(CU_AUDIT)/%.o: %.cu $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DHYBRID_DR_PRECISION_AUDIT -c -o $@ $<
+$(GPU_BIN)/audit_delta_rule_precision: $(GPU_BIN)/audit_delta_rule_precision.o $(GPU_BIN)/harness.o $(OBJ_F) \
+                                       $(CU_AUDIT_OBJ) $(FLAGS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
+
 # ---- the CUDA emulator (tests/cuda_emu/; docs/cuda.md, "The CPU emulator") ----
 # The emulated families' kernels (kernels/<family>/*.cu) and the backend (backend_cuda.cu)
 # compiled by the host C++ compiler
@@ -271,6 +284,21 @@ $(filter-out $(EMU)/test_cuda_emu,$(EMU_TESTS)): $(EMU)/%: $(EMU)/gpu/%.o $(EMU)
 #   out/build/emu/bench_delta_rule --shape 1,64,1,16,16 --reps 1 --warmup 0
 $(EMU)/bench_delta_rule: $(EMU)/gpu/bench_delta_rule.o $(EMU_OBJ) $(EMU)/libcpu_f.a $(FLAGS)
 	@echo "LINK $@ (CUDA emulator)"
+	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
+# The precision audit of the tensor-core delta rule (docs/delta-rule.md, "Accuracy: the
+# per-operand audit"; not in `make test`): the delta-rule kernels built again with
+# -DHYBRID_DR_PRECISION_AUDIT into their own folder, linked with tests/gpu/audit_delta_rule_precision.c:
+#   make out/build/emu/audit_delta_rule_precision && out/build/emu/audit_delta_rule_precision
+# (the GPU build: out/build/gpu/audit_delta_rule_precision, below)
+EMU_AUDIT := $(BUILD)/emu-audit
+EMU_AUDIT_OBJ := $(patsubst %.cu,$(EMU_AUDIT)/%.o,$(wildcard kernels/delta_rule/*.cu)) \
+                 $(filter-out $(EMU)/kernels/delta_rule/%,$(EMU_OBJ))
+$(EMU_AUDIT)/%.o: %.cu $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -DHYBRID_DR_PRECISION_AUDIT -x c++ -c -o $@ $<
+$(EMU)/audit_delta_rule_precision: $(EMU)/gpu/audit_delta_rule_precision.o $(EMU)/gpu/harness.o $(EMU_AUDIT_OBJ) \
+                                   $(EMU)/libcpu_f.a $(FLAGS)
+	@echo "LINK $@ (CUDA emulator, precision audit)"
 	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
 # The MoE benchmark's plumbing likewise: `make out/build/emu/bench_moe`, then e.g.
 #   out/build/emu/bench_moe --shape 64,4,2,32,64,64 --shape config:32 --reps 1 --warmup 0 --profile-reps 1
@@ -408,4 +436,5 @@ clean:
 # header dependencies (-MMD): library objects, both CLIs, the test and GPU test programs
 -include $(OBJ_F:.o=.d) $(OBJ_D:.o=.d) $(OBJ_CU:.o=.d) $(BUILD)/f/train/main.d $(BUILD)/d/train/main.d $(TESTS:=.d) \
          $(wildcard $(GPU_BIN)/*.d $(OUT)/build-lib/*/*/*.d $(OUT)/build-lib/*/*/*/*.d) \
-         $(wildcard $(EMU)/*.d $(EMU)/gpu/*.d $(EMU)/kernels/*/*.d $(EMU)/tests/*/*.d)
+         $(wildcard $(EMU)/*.d $(EMU)/gpu/*.d $(EMU)/kernels/*/*.d $(EMU)/tests/*/*.d) \
+         $(wildcard $(EMU_AUDIT)/kernels/*/*.d $(CU_AUDIT)/kernels/*/*.d)

@@ -25,7 +25,9 @@
 //    a product of two such is three MMAs (dr_mma3: hi hi + hi lo + lo hi, ~16 mantissa bits),
 //    two where one side is exact (q, k, v, dO): so the states hT, dh0 keep the fp32 kernels'
 //    1e-4 and o, the gradients the bf16 I/O rounding only (tests/gpu/test_delta_rule.c). One
-//    bf16 MMA would be 3x cheaper on the tensor cores but puts hT at ~3e-3 and o at ~4e-3.
+//    bf16 MMA would be 3x cheaper on the tensor cores but puts hT at ~3e-3 and o at ~4e-3;
+//    which operands need their lo part: docs/delta-rule.md, "Accuracy: the per-operand audit"
+//    (the hook: dr_lo below, split_operand.h).
 //    Decay factors by 16-row reference blocks (Gamma_ref at a block boundary), so no exponent
 //    exceeds 15 tokens of decay and there is no exponential per (row, column, channel). The
 //    triangular inverse stays fp32 SIMT (blockwise, in place). The states h and dH' live in
@@ -39,6 +41,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/seq_index.cuh"
+#include "kernels/delta_rule/split_operand.h"
 #include "kernels/mma.cuh"
 
 #define DR_BT 64        // chunk size (fla's); the only one these kernels take
@@ -401,17 +404,47 @@ __device__ __forceinline__ void dr_ldb_nk(uint32_t b[4], const bf16 *X, int ld, 
     ldsm_x4(b, X + (size_t)(n0 + (lane & 7) + 8 * (lane >> 4)) * ld + k0 + 8 * ((lane >> 3) & 1));
 }
 
+// The precision audit's hook (docs/delta-rule.md, "Accuracy: the per-operand audit";
+// split_operand.h): every split takes the tag of the operand it splits and passes the fp32
+// remainder x - hi through dr_lo before rounding it to the lo part. A normal build returns it
+// as it is (the same code as before the tags). Built with -DHYBRID_DR_PRECISION_AUDIT, dr_lo
+// returns 0 for the operands whose bits are set in dr_audit_mask, which the host sets through
+// cuda_delta_precision_audit_mask (chunk_fwd_mma.cu) and each kernel-launching entry copies
+// to the device first (dr_audit_upload: without -rdc every translation unit has its own copy).
+#ifdef HYBRID_DR_PRECISION_AUDIT
+#ifdef HYBRID_CUDA_EMU
+inline unsigned dr_audit_mask;  // (one variable for every translation unit)
+#else
+static __device__ unsigned dr_audit_mask;
+#endif
+extern unsigned dr_audit_mask_host;
+extern "C" void cuda_delta_precision_audit_mask(unsigned mask);  // sets dr_audit_mask_host
+__device__ __forceinline__ float dr_lo(DrSplitOperand op, float rem) { return (dr_audit_mask >> op) & 1u ? 0.f : rem; }
+static inline void dr_audit_upload(void) {
+#ifdef HYBRID_CUDA_EMU
+    dr_audit_mask = dr_audit_mask_host;
+#else
+    CUDA_CHECK(cudaMemcpyToSymbolAsync(dr_audit_mask, &dr_audit_mask_host, sizeof(unsigned), 0,
+                                       cudaMemcpyHostToDevice, g_cuda.stream));
+#endif
+}
+#else
+__device__ __forceinline__ float dr_lo(DrSplitOperand, float rem) { return rem; }
+static inline void dr_audit_upload(void) {}
+#endif
+
 // x as a bf16 pair hi + lo (hi = bf16(x), lo = bf16(x - hi)): products of split operands,
-// hi*hi + hi*lo + lo*hi on three MMAs, carry about 16 bits of mantissa instead of 8
-__device__ __forceinline__ void dr_split(float x, bf16 *hi, bf16 *lo) {
+// hi*hi + hi*lo + lo*hi on three MMAs, carry about 16 bits of mantissa instead of 8; op: the
+// operand split (dr_lo)
+__device__ __forceinline__ void dr_split(DrSplitOperand op, float x, bf16 *hi, bf16 *lo) {
     const bf16 h = __float2bfloat16(x);
     *hi = h;
-    *lo = __float2bfloat16(x - __bfloat162float(h));
+    *lo = __float2bfloat16(dr_lo(op, x - __bfloat162float(h)));
 }
 // dr_split into registers (the same two roundings)
-__device__ __forceinline__ void dr_split_r(float x, bf16 &hi, bf16 &lo) {
+__device__ __forceinline__ void dr_split_r(DrSplitOperand op, float x, bf16 &hi, bf16 &lo) {
     hi = __float2bfloat16(x);
-    lo = __float2bfloat16(x - __bfloat162float(hi));
+    lo = __float2bfloat16(dr_lo(op, x - __bfloat162float(hi)));
 }
 __device__ __forceinline__ void dr_mma3(float c[4], const uint32_t ah[4], const uint32_t al[4], const uint32_t bh[2],
                                         const uint32_t bl[2]) {

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
 #pragma unroll
                     for (int e2 = 0; e2 < 4; e2 += 2) {
                         const int i = (wg + WG * u) * 16 + gq + (e2 ? 8 : 0), jj = cb + nt * 8 + 2 * t4;
-                        dr_walk_split2(dacc[u][nt][e2], dacc[u][nt][e2 + 1], dHh, dHl, i * LB + jj);
+                        dr_walk_split2(DRS_DH, dacc[u][nt][e2], dacc[u][nt][e2 + 1], dHh, dHl, i * LB + jj);
                     }
         cp_async_wait<0>();  // this chunk's region B and dO
         __syncthreads();
@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
                         const int r = mt * 16 + gq + (e2 ? 8 : 0), jj = ((warp >> 2) + (NW / 4) * g) * 16 + nt * 8 + 2 * t4;
                         const bool in0 = r < n && jj < bv, in1 = r < n && jj + 1 < bv;
                         const float d0 = in0 ? acc[g][nt][e2] : 0.f, d1 = in1 ? acc[g][nt][e2 + 1] : 0.f;
-                        dr_walk_split2(d0, d1, dDh, dDl, r * LB + jj);
+                        dr_walk_split2(DRS_DDELTA, d0, d1, dDh, dDl, r * LB + jj);
                         if (!ws.dsplit) {  // the fp32 layout (HYBRID_DR_DELTA_F32=1); pairs: below
                             if (in0) dDg[(size_t)r * V + j0 + jj] = d0;
                             if (in1) dDg[(size_t)r * V + j0 + jj + 1] = d1;
@@ -258,6 +258,7 @@ extern "C" int cuda_delta_bwalk_tile(int K, int V, int pairs) {
 void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int T,
                             int H, int K, int V, const int *offsets, int N) {
     const int k128 = dr_pad16(K) <= 128;
+    dr_audit_upload();
     DrWalkTile tiles[2];
     dr_bwalk_tiles(K, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_BWALK_BV"), bv = tiles[a].bv;

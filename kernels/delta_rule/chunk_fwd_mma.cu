@@ -68,18 +68,18 @@ __device__ __forceinline__ void drp_unpack8(const uint4 &u, float f[8]) {
         f[2 * j] = t.x, f[2 * j + 1] = t.y;
     }
 }
-// dr_split of two adjacent entries as two bf16x2 words (hi, lo; the lower column first)
-__device__ __forceinline__ void drp_split2(float x0, float x1, uint32_t *hi, uint32_t *lo) {
+// dr_split of two adjacent entries of operand op as two bf16x2 words (hi, lo; the lower column first)
+__device__ __forceinline__ void drp_split2(DrSplitOperand op, float x0, float x1, uint32_t *hi, uint32_t *lo) {
     const float h0 = __bfloat162float(__float2bfloat16(x0)), h1 = __bfloat162float(__float2bfloat16(x1));
     *hi = pack_bf16(h0, h1);  // (exact: h0, h1 are bf16 values)
-    *lo = pack_bf16(x0 - h0, x1 - h1);
+    *lo = pack_bf16(dr_lo(op, x0 - h0), dr_lo(op, x1 - h1));
 }
-// dr_split of 8 entries into 16-byte words hi, lo
-__device__ __forceinline__ void drp_split8(const float x[8], uint4 *hi, uint4 *lo) {
-    drp_split2(x[0], x[1], &hi->x, &lo->x);
-    drp_split2(x[2], x[3], &hi->y, &lo->y);
-    drp_split2(x[4], x[5], &hi->z, &lo->z);
-    drp_split2(x[6], x[7], &hi->w, &lo->w);
+// dr_split of 8 entries of operand op into 16-byte words hi, lo
+__device__ __forceinline__ void drp_split8(DrSplitOperand op, const float x[8], uint4 *hi, uint4 *lo) {
+    drp_split2(op, x[0], x[1], &hi->x, &lo->x);
+    drp_split2(op, x[2], x[3], &hi->y, &lo->y);
+    drp_split2(op, x[4], x[5], &hi->z, &lo->z);
+    drp_split2(op, x[6], x[7], &hi->w, &lo->w);
 }
 // Gamma's rows in shared memory (G, fp32 [64][KP]) hold channel i at i ^ drp_gsw(i): the two
 // 4-channel halves of every 8-channel group whose channels have bit 5 set are swapped. A thread
@@ -109,17 +109,19 @@ __device__ __forceinline__ uint4 drp_ldg8(const bf16 *row, int i0, int ncols, bo
     u.x = pack_bf16(f[0], f[1]), u.y = pack_bf16(f[2], f[3]), u.z = pack_bf16(f[4], f[5]), u.w = pack_bf16(f[6], f[7]);
     return u;
 }
-// 8 entries hi + lo of a workspace row at p (entries i0.., ncols valid): 16-byte stores where vec
-__device__ __forceinline__ void drp_stg8(bf16 *ph, bf16 *pl, const float x[8], int i0, int ncols, bool vec) {
+// 8 entries hi + lo of operand op to a workspace row at p (entries i0.., ncols valid): 16-byte
+// stores where vec
+__device__ __forceinline__ void drp_stg8(DrSplitOperand op, bf16 *ph, bf16 *pl, const float x[8], int i0, int ncols,
+                                         bool vec) {
     if (vec && i0 + 8 <= ncols) {
         uint4 hi, lo;
-        drp_split8(x, &hi, &lo);
+        drp_split8(op, x, &hi, &lo);
         *reinterpret_cast<uint4 *>(ph + i0) = hi;
         *reinterpret_cast<uint4 *>(pl + i0) = lo;
     } else {
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            if (i0 + j < ncols) dr_split(x[j], ph + i0 + j, pl + i0 + j);
+            if (i0 + j < ncols) dr_split(op, x[j], ph + i0 + j, pl + i0 + j);
     }
 }
 
@@ -217,7 +219,7 @@ __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float 
     const int c = s == 0 ? (lane ? c1 : c0) : (s > w ? c0 : c1), r = o + (s == 0 ? c : s > w ? s : c1 + s);
     if (r < n) {
         if (isL) L[r * DRP_LT + o + c] = bs[r] * v[0];
-        else dr_split(scale * v[0], Aqk + r * C + o + c, Aqkl + r * C + o + c);
+        else dr_split(DRS_AQK, scale * v[0], Aqk + r * C + o + c, Aqkl + r * C + o + c);
     }
 }
 
@@ -320,15 +322,15 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                         ke[t] = in ? kf[t] * expf(ge[t] - gr[t]) : 0.f;
                     }
                     uint4 hi, lo;
-                    drp_split8(a, &hi, &lo);
+                    drp_split8(DRS_QR, a, &hi, &lo);
                     *reinterpret_cast<uint4 *>(Aqh + rr * LK + i0) = hi;
                     *reinterpret_cast<uint4 *>(Aql + rr * LK + i0) = lo;
-                    drp_split8(b, &hi, &lo);
+                    drp_split8(DRS_KR, b, &hi, &lo);
                     *reinterpret_cast<uint4 *>(Akh + rr * LK + i0) = hi;
                     *reinterpret_cast<uint4 *>(Akl + rr * LK + i0) = lo;
                     if (r < n) {
-                        drp_stg8(Qg + (size_t)r * K, Qgl + (size_t)r * K, qg, i0, K, wvec);
-                        drp_stg8(Ke + (size_t)r * K, Kel + (size_t)r * K, ke, i0, K, wvec);
+                        drp_stg8(DRS_QG, Qg + (size_t)r * K, Qgl + (size_t)r * K, qg, i0, K, wvec);
+                        drp_stg8(DRS_KE, Ke + (size_t)r * K, Kel + (size_t)r * K, ke, i0, K, wvec);
                     }
                 }
                 if (I < 3) load_q(I + 1);  // in flight through this block row's passes
@@ -354,7 +356,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 #pragma unroll
                 for (int t = 0; t < 8; t++) b[t] = c < n && i0 + t < K ? kf[t] * expf(g0[t] - gc[t]) : 0.f;
                 uint4 hi, lo;
-                drp_split8(b, &hi, &lo);
+                drp_split8(DRS_KC, b, &hi, &lo);
                 *reinterpret_cast<uint4 *>(Bkh + cc * LK + i0) = hi;
                 *reinterpret_cast<uint4 *>(Bkl + cc * LK + i0) = lo;
             }
@@ -381,7 +383,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                             make_float2((c < r && r < n) ? bs[r] * acc[u] : 0.f, (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f);
                     } else {
                         uint32_t hi, lo;
-                        drp_split2((c <= r && r < n) ? scale * acc[u] : 0.f,
+                        drp_split2(DRS_AQK, (c <= r && r < n) ? scale * acc[u] : 0.f,
                                    (c + 1 <= r && r < n) ? scale * acc[u + 1] : 0.f, &hi, &lo);
                         *reinterpret_cast<uint32_t *>(Aqk + r * C + c) = hi;
                         *reinterpret_cast<uint32_t *>(Aqkl + r * C + c) = lo;
@@ -452,7 +454,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 #pragma unroll
         for (int t = 0; t < 8; t++) w[t] = c < n && i0 + t < K ? kf[t] * expf(gc[t]) : 0.f;
         uint4 hi, lo;
-        drp_split8(w, &hi, &lo);
+        drp_split8(DRS_KB, w, &hi, &lo);
         *reinterpret_cast<uint4 *>(kwh + c * LK + i0) = hi;
         *reinterpret_cast<uint4 *>(kwl + c * LK + i0) = lo;
     }
@@ -467,7 +469,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
             for (int u = 0; u < 4; u++) {
                 const int r = mt * 16 + gq + (u & 1) * 8, c = kk * 16 + 2 * t4 + (u >> 1) * 8;
                 const float2 t = *reinterpret_cast<const float2 *>(Tm + r * LT + c);  // (8 bytes: 2-way conflicts, DRP_LT)
-                drp_split2(t.x * bs[c], t.y * bs[c + 1], &ah[kk][u], &al[kk][u]);
+                drp_split2(DRS_TB, t.x * bs[c], t.y * bs[c + 1], &ah[kk][u], &al[kk][u]);
             }
         const int npk = KP / 16, npv = VP / 16;
         // U: pairs of adjacent columns as one 8-byte store where aligned (the 4 lanes of a row fill
@@ -520,7 +522,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 for (int u = 0; u < 4; u += 2) {
                     const int rr = gq + (u >= 2 ? 8 : 0), sc = ((nt ^ (rr >> 2)) & 1) * 8 + 2 * t4;
                     uint32_t hi, lo;
-                    drp_split2(acc[nt][u], acc[nt][u + 1], &hi, &lo);
+                    drp_split2(DRS_W, acc[nt][u], acc[nt][u + 1], &hi, &lo);
                     *reinterpret_cast<uint32_t *>(Wst + rr * 16 + sc) = hi;
                     *reinterpret_cast<uint32_t *>(Wst + 256 + rr * 16 + sc) = lo;
                 }
@@ -657,7 +659,7 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
 #pragma unroll
                     for (int e2 = 0; e2 < 4; e2 += 2) {
                         const int i = (warp + 8 * u) * 16 + gq + (e2 ? 8 : 0), jj = nt * 8 + 2 * t4;
-                        dr_walk_split2(hacc[u][nt][e2], hacc[u][nt][e2 + 1], hh, hl, i * LH + jj);
+                        dr_walk_split2(DRS_H, hacc[u][nt][e2], hacc[u][nt][e2 + 1], hh, hl, i * LH + jj);
                     }
         cp_async_wait<1>();  // W of this chunk (its Ke may still be in flight)
         __syncthreads();
@@ -688,7 +690,7 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
                     const int r = mt * 16 + gq + (e2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4;
                     const bool in0 = r < n && jj < bv, in1 = r < n && jj + 1 < bv;
                     const float d0 = in0 ? uv[nt][e2] - acc[nt][e2] : 0.f, d1 = in1 ? uv[nt][e2 + 1] - acc[nt][e2 + 1] : 0.f;
-                    dr_walk_split2(d0, d1, Dh, Dl, r * LH + jj);
+                    dr_walk_split2(DRS_DELTA, d0, d1, Dh, Dl, r * LH + jj);
                     if (!ws.dsplit) {  // the fp32 layout (HYBRID_DR_DELTA_F32=1); pairs: after the barrier
                         if (in0) Ug[(size_t)r * V + j0 + jj] = d0;
                         if (in1) Ug[(size_t)r * V + j0 + jj + 1] = d1;
@@ -857,7 +859,7 @@ __global__ void __launch_bounds__(DRO_THREADS, 3)
     for (int u = 0; u < ND; u++) {
         const int e = tid + u * DRO_THREADS, r = e / DR_MBV, jj = e % DR_MBV;
         if constexpr (SPLIT) Dh[r * LH + jj] = dp[u].x, Dl[r * LH + jj] = dp[u].y;
-        else dr_split(dv[u], Dh + r * LH + jj, Dl + r * LH + jj);
+        else dr_split(DRS_DELTA, dv[u], Dh + r * LH + jj, Dl + r * LH + jj);
     }
     __syncthreads();
 #pragma unroll
@@ -908,6 +910,7 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
                     const int *offsets, int N, const DrWsMma *ws) {
     const size_t slots = dr_num_slots(B, T, N);
     if (N == 0) return;
+    dr_audit_upload();
     const unsigned vt = (unsigned)((V + DR_MBV - 1) / DR_MBV);
     // the prep's 16-byte stores of Aqk and T (dr_ws_mma_bind's arrays lie at 256-byte offsets:
     // a 16-byte aligned workspace, as every caller carves it, is enough)
@@ -932,3 +935,10 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
                       V, offsets, N);
     }
 }
+
+#ifdef HYBRID_DR_PRECISION_AUDIT
+// The precision audit's mask (chunk.cuh, dr_lo; split_operand.h): bit DRS_x zeroes operand x's lo
+// parts in the tensor-core kernels launched after the call
+unsigned dr_audit_mask_host;
+extern "C" void cuda_delta_precision_audit_mask(unsigned mask) { dr_audit_mask_host = mask; }
+#endif

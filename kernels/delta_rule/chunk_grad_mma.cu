@@ -120,13 +120,13 @@ static size_t grad1n_mma_smem(int K) {
     return grad1n_tiles_off(K) * sizeof(float) + t;
 }
 
-// x as hi + lo bf16 at hi[0..3], lo[0..3] (dr_split each; 8-byte aligned)
-__device__ __forceinline__ void dr_split4(float4 x, bf16 *hi, bf16 *lo) {
+// x (of operand op) as hi + lo bf16 at hi[0..3], lo[0..3] (dr_split each; 8-byte aligned)
+__device__ __forceinline__ void dr_split4(DrSplitOperand op, float4 x, bf16 *hi, bf16 *lo) {
     bf16 h[4], l[4];
-    dr_split(x.x, &h[0], &l[0]);
-    dr_split(x.y, &h[1], &l[1]);
-    dr_split(x.z, &h[2], &l[2]);
-    dr_split(x.w, &h[3], &l[3]);
+    dr_split(op, x.x, &h[0], &l[0]);
+    dr_split(op, x.y, &h[1], &l[1]);
+    dr_split(op, x.z, &h[2], &l[2]);
+    dr_split(op, x.w, &h[3], &l[3]);
     __nv_bfloat162 *H2 = (__nv_bfloat162 *)hi, *L2 = (__nv_bfloat162 *)lo;
     H2[0].x = h[0], H2[0].y = h[1], H2[1].x = h[2], H2[1].y = h[3];
     L2[0].x = l[0], L2[0].y = l[1], L2[1].x = l[2], L2[1].y = l[3];
@@ -142,11 +142,12 @@ __device__ __forceinline__ float4 dr_ld4f(const float *p, bool in, int c, int nc
     x.w = in && c + 3 < ncols ? p[3] : 0.f;
     return x;
 }
-// The thread's part of an fp32 tile [64][W] (row stride ld, rows >= n and columns >= ncols zero)
-// split hi + lo into bf16 tiles of row stride lds: its W / 16 16-byte loads all issued first.
+// The thread's part of an fp32 tile [64][W] of operand op (row stride ld, rows >= n and columns
+// >= ncols zero) split hi + lo into bf16 tiles of row stride lds: its W / 16 16-byte loads all
+// issued first.
 template <int W>
-__device__ __forceinline__ void dr_split_tile(bf16 *Xh, bf16 *Xl, int lds, const float *src, size_t ld, int n,
-                                              int ncols, int tid) {
+__device__ __forceinline__ void dr_split_tile(DrSplitOperand op, bf16 *Xh, bf16 *Xl, int lds, const float *src,
+                                              size_t ld, int n, int ncols, int tid) {
     constexpr int Q = W / 4, PER = DR_BT * Q / DR_THREADS;
     const bool vec = ld % 4 == 0 && ((uintptr_t)src & 15) == 0;
     float4 x[PER];
@@ -158,7 +159,7 @@ __device__ __forceinline__ void dr_split_tile(bf16 *Xh, bf16 *Xl, int lds, const
 #pragma unroll
     for (int u = 0; u < PER; u++) {
         const int e = tid + u * DR_THREADS, r = e / Q, c = (e % Q) * 4;
-        dr_split4(x[u], Xh + r * lds + c, Xl + r * lds + c);
+        dr_split4(op, x[u], Xh + r * lds + c, Xl + r * lds + c);
     }
 }
 
@@ -223,8 +224,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             }
             cp_async_commit();
             if (!SPLIT) {
-                dr_split_tile<32>(Dh, Dl, LB, D + j0, V, n, V - j0, tid);
-                dr_split_tile<32>(dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+                dr_split_tile<32>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                dr_split_tile<32>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
             }
             cp_async_wait<0>();
             __syncthreads();
@@ -286,8 +287,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                 }
                 cp_async_commit();
                 if (!SPLIT) {
-                    dr_split_tile<32>(Dh, Dl, LB, D + j0, V, n, V - j0, tid);
-                    dr_split_tile<32>(dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+                    dr_split_tile<32>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                    dr_split_tile<32>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
                 }
                 cp_async_wait<0>();
                 __syncthreads();
@@ -386,7 +387,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Bl = Bh + C * LT, *Xs = Bl + C * LT,
              *Th = Xs + C * LT, *Tl = Th + C * LT;
         // T ([64][64] fp32, row-major) as Th + Tl, row-major (A = T^T by the transposed load)
-        dr_split_tile<64>(Th, Tl, LT, Tg, C, C, C, tid);
+        dr_split_tile<64>(DRS_TT, Th, Tl, LT, Tg, C, C, C, tid);
         float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the m-tile
         float dtk[4][4] = {};
         const bool kvec = K % 4 == 0 && ((uintptr_t)k & 7) == 0;
@@ -415,13 +416,13 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int e = tid + u * DR_THREADS, r = e / 16, c = (e % 16) * 4, i = i0 + c;
-                dr_split4(wv[u], Xh + r * LT + c, Xl + r * LT + c);
+                dr_split4(DRS_DW, wv[u], Xh + r * LT + c, Xl + r * LT + c);
                 float4 kb;
                 kb.x = r < n && i < K ? kq[u][0] * expf(G[r * K + i]) : 0.f;
                 kb.y = r < n && i + 1 < K ? kq[u][1] * expf(G[r * K + i + 1]) : 0.f;
                 kb.z = r < n && i + 2 < K ? kq[u][2] * expf(G[r * K + i + 2]) : 0.f;
                 kb.w = r < n && i + 3 < K ? kq[u][3] * expf(G[r * K + i + 3]) : 0.f;
-                dr_split4(kb, Bh + r * LT + c, Bl + r * LT + c);
+                dr_split4(DRS_KBD, kb, Bh + r * LT + c, Bl + r * LT + c);
             }
             cp_async_wait<0>();
             __syncthreads();
@@ -492,7 +493,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             dr_load_tile(Xs, LT, v + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
             if (SPLIT) dr_load_split_tile<64, DR_THREADS>(Xh, Xl, LT, (const bf16 *)dD, V, j0, n, tid);
             cp_async_commit();
-            if (!SPLIT) dr_split_tile<64>(Xh, Xl, LT, dD + j0, V, n, V - j0, tid);
+            if (!SPLIT) dr_split_tile<64>(DRS_DDELTA, Xh, Xl, LT, dD + j0, V, n, V - j0, tid);
             cp_async_wait<0>();
             __syncthreads();
             float ub[4][4] = {};
@@ -642,8 +643,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 #pragma unroll
         for (int u = 0; u < NE; u++) {
             const int e = tid + u * DR_THREADS, r = e / C, c = e % C;
-            dr_split(av[u], Ah_ + r * LT + c, Al_ + r * LT + c);
-            dr_split(lv[u], Lh + r * LT + c, Ll + r * LT + c);
+            dr_split(DRS_DA, av[u], Ah_ + r * LT + c, Al_ + r * LT + c);
+            dr_split(DRS_DL, lv[u], Lh + r * LT + c, Ll + r * LT + c);
         }
         float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the row block
         for (int Bk = 0; Bk < 4; Bk++) {
@@ -692,7 +693,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                         const bool in = r < n && fin;
                         if (r < t0) {
                             const float a = in ? fk[j] * expf(g0 - G[r * LGs + fc]) : 0.f;
-                            dr_split(a, Krh + r * LN + ii, Krl + r * LN + ii);
+                            dr_split(DRS_B4KC, a, Krh + r * LN + ii, Krl + r * LN + ii);
                         } else if (r >= t0 + 16) {
                             float b = 0.f, c = 0.f;
                             if (in) {
@@ -700,8 +701,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                                 b = fq[j] * ex;
                                 c = bs[r] * fk[j] * ex;
                             }
-                            dr_split(b, Qrh + r * LN + ii, Qrl + r * LN + ii);
-                            dr_split(c, Kbh + r * LN + ii, Kbl + r * LN + ii);
+                            dr_split(DRS_B4QR, b, Qrh + r * LN + ii, Qrl + r * LN + ii);
+                            dr_split(DRS_B4KR, c, Kbh + r * LN + ii, Kbl + r * LN + ii);
                         }
                     }
                     __syncthreads();
@@ -815,6 +816,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 void dr_grad_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta,
                     const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
                     int gate, float scale, int T, int H, int K, int V, const int *offsets, int N) {
+    dr_audit_upload();
     launch_kernel(ws->dsplit ? dr_grad1_mma_kernel<true> : dr_grad1_mma_kernel<false>, dim3((unsigned)slots, H),
                   dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta, gate, scale, T, H, K, V,
                   offsets, N);

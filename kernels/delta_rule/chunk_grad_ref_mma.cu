@@ -98,8 +98,8 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                     for (int e = tid; e < C * 32; e += DR_THREADS) {
                         const int r = e / 32, jj = e % 32;
                         const bool in = r < n && j0 + jj < V;
-                        dr_split(in ? D[r * V + j0 + jj] : 0.f, Dh + r * LB + jj, Dl + r * LB + jj);
-                        dr_split(in ? dD[r * V + j0 + jj] : 0.f, dDh + r * LB + jj, dDl + r * LB + jj);
+                        dr_split(DRS_DELTA, in ? D[r * V + j0 + jj] : 0.f, Dh + r * LB + jj, Dl + r * LB + jj);
+                        dr_split(DRS_DDELTA, in ? dD[r * V + j0 + jj] : 0.f, dDh + r * LB + jj, dDl + r * LB + jj);
                     }
                 cp_async_wait<0>();
                 __syncthreads();
@@ -205,8 +205,8 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                 if (kk < mt) continue;
                 const int r = mt * 16 + gq + (u & 1) * 8, m = kk * 16 + 2 * t4 + (u >> 1) * 8;
                 bf16 h0, l0, h1, l1;
-                dr_split(Tm[m * C + r], &h0, &l0);
-                dr_split(Tm[(m + 1) * C + r], &h1, &l1);
+                dr_split(DRS_TT, Tm[m * C + r], &h0, &l0);
+                dr_split(DRS_TT, Tm[(m + 1) * C + r], &h1, &l1);
                 th[kk][u] = pack_bf16(__bfloat162float(h0), __bfloat162float(h1));
                 tl[kk][u] = pack_bf16(__bfloat162float(l0), __bfloat162float(l1));
             }
@@ -218,8 +218,8 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
             for (int e = tid; e < C * 64; e += DR_THREADS) {
                 const int r = e / 64, ii = e % 64, i = i0 + ii;
                 const bool in = r < n && i < K;
-                dr_split(in ? dW[r * K + i] : 0.f, Xh + r * LT + ii, Xl + r * LT + ii);
-                dr_split(in ? KK(r, i) * expf(G[r * K + i]) : 0.f, Bh + r * LT + ii, Bl + r * LT + ii);
+                dr_split(DRS_DW, in ? dW[r * K + i] : 0.f, Xh + r * LT + ii, Xl + r * LT + ii);
+                dr_split(DRS_KBD, in ? KK(r, i) * expf(G[r * K + i]) : 0.f, Bh + r * LT + ii, Bl + r * LT + ii);
             }
             cp_async_wait<0>();
             __syncthreads();
@@ -284,7 +284,7 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
             if (!ws.dsplit)
                 for (int e = tid; e < C * 64; e += DR_THREADS) {
                     const int r = e / 64, jj = e % 64;
-                    dr_split(r < n && j0 + jj < V ? dD[r * V + j0 + jj] : 0.f, Xh + r * LT + jj, Xl + r * LT + jj);
+                    dr_split(DRS_DDELTA, r < n && j0 + jj < V ? dD[r * V + j0 + jj] : 0.f, Xh + r * LT + jj, Xl + r * LT + jj);
                 }
             cp_async_wait<0>();
             __syncthreads();
@@ -362,8 +362,8 @@ __global__ void __launch_bounds__(DR_THREADS)
         float *dbp = tmp;  // [4][64] dbeta partials of the row-term warps (tmp is free now)
         for (int e = tid; e < C * C; e += DR_THREADS) {
             const int r = e / C, c = e % C;
-            dr_split(c < r ? dA[e] : 0.f, Ah_ + r * LT + c, Al_ + r * LT + c);
-            dr_split(c < r ? dL[e] : 0.f, Lh + r * LT + c, Ll + r * LT + c);
+            dr_split(DRS_DA, c < r ? dA[e] : 0.f, Ah_ + r * LT + c, Al_ + r * LT + c);
+            dr_split(DRS_DL, c < r ? dL[e] : 0.f, Lh + r * LT + c, Ll + r * LT + c);
         }
         float part[2] = {0.f, 0.f};
         for (int Bk = 0; Bk < 4; Bk++) {
@@ -380,9 +380,9 @@ __global__ void __launch_bounds__(DR_THREADS)
                         b = Q(r, i) * ex;
                         c = bs[r] * kr * ex;
                     }
-                    dr_split(a, Krh + r * LT + ii, Krl + r * LT + ii);
-                    dr_split(b, Qrh + r * LT + ii, Qrl + r * LT + ii);
-                    dr_split(c, Kbh + r * LT + ii, Kbl + r * LT + ii);
+                    dr_split(DRS_B4KC, a, Krh + r * LT + ii, Krl + r * LT + ii);
+                    dr_split(DRS_B4QR, b, Qrh + r * LT + ii, Qrl + r * LT + ii);
+                    dr_split(DRS_B4KR, c, Kbh + r * LT + ii, Kbl + r * LT + ii);
                 }
                 __syncthreads();
                 float x0[2][4] = {}, x1[2][4] = {};
@@ -463,6 +463,7 @@ void dr_grad_ref_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf1
                         const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
                         const bf16 *beta, int gate, float scale, int T, int H, int K, int V, const int *offsets,
                         int N) {
+    dr_audit_upload();
     launch_kernel(dr_grad_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad_mma_smem(K), *ws, dq, dk, dv,
                   dg, dbeta, dout, q, k, v, g, beta, gate, scale, T, H, K, V, offsets, N);
 }

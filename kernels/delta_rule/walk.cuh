@@ -137,11 +137,12 @@ __device__ __forceinline__ void dr_walk_sts2(bf16 *p, bf16 a, bf16 b) {
     v.x = a, v.y = b;
     *reinterpret_cast<__nv_bfloat162 *>(p) = v;
 }
-// fragment values x0, x1 (columns jj, jj + 1) split hi + lo into the tiles Xh, Xl at offset o
-__device__ __forceinline__ void dr_walk_split2(float x0, float x1, bf16 *Xh, bf16 *Xl, int o) {
+// fragment values x0, x1 (columns jj, jj + 1) of operand op split hi + lo into the tiles Xh, Xl
+// at offset o
+__device__ __forceinline__ void dr_walk_split2(DrSplitOperand op, float x0, float x1, bf16 *Xh, bf16 *Xl, int o) {
     bf16 h0, l0, h1, l1;
-    dr_split_r(x0, h0, l0);
-    dr_split_r(x1, h1, l1);
+    dr_split_r(op, x0, h0, l0);
+    dr_split_r(op, x1, h1, l1);
     dr_walk_sts2(Xh + o, h0, h1);
     dr_walk_sts2(Xl + o, l0, l1);
 }
