@@ -215,15 +215,17 @@ EOF
     [ -z "${MQAR_STEPS:-}" ] || echo "steps = $MQAR_STEPS" >> "$MQAR_FRAG"
 fi
 
+# RUN_TASKS / RUN_MODELS: the part of the sweep this invocation trains
+in_words() { case " $2 " in *" $1 "*) return 0 ;; esac; return 1; }  # WORD LIST
+check_subset() {  # VAR LIST ALL WHAT [HINT]: every word of LIST is one of ALL, or exit naming VAR
+    for w in $2; do
+        in_words "$w" "$3" || { echo "ablate: $1 names '$w', not $4 ($3)${5:+; $5}" >&2; exit 2; }
+    done
+}
 RUN_TASKS=${RUN_TASKS:-$TASKS}
-for t in $RUN_TASKS; do
-    case " $TASKS " in
-    *" $t "*) ;;
-    *) echo "ablate: RUN_TASKS names '$t', not a task of this sweep ($TASKS; mqar needs MQAR_PAIRS > 0)" >&2; exit 2 ;;
-    esac
-done
-runs_task() { case " $RUN_TASKS " in *" $1 "*) return 0 ;; esac; return 1; }
-runs_model() { case " $RUN_MODELS " in *" $1 "*) return 0 ;; esac; return 1; }
+check_subset RUN_TASKS "$RUN_TASKS" "$TASKS" "a task of this sweep" "mqar needs MQAR_PAIRS > 0"
+runs_task() { in_words "$1" "$RUN_TASKS"; }
+runs_model() { in_words "$1" "$RUN_MODELS"; }
 
 # ---- the models: one config per model and task, and what `hybrid inspect` says of it ----
 model_conf() {  # TAG TASK -> OUT/TAG/TASK.conf from OUT/TAG/model.conf
@@ -307,12 +309,7 @@ fi
 } > "$OUT/sweep.tsv"
 
 RUN_MODELS=${RUN_MODELS:-$MODELS}
-for m in $RUN_MODELS; do
-    case " $MODELS " in
-    *" $m "*) ;;
-    *) echo "ablate: RUN_MODELS names '$m', not a model of this sweep ($MODELS)" >&2; exit 2 ;;
-    esac
-done
+check_subset RUN_MODELS "$RUN_MODELS" "$MODELS" "a model of this sweep"
 
 # ---- the runs ----
 # a run's identity: its config, the extra options, lr and seed; a run folder made with

@@ -107,7 +107,7 @@ echo "plan: 24 runs (16 of the lr sweep + 8 of the second seed), nothing trained
 
 # RUN_TASKS: a task this sweep does not have is refused before anything is made
 ablate "$tmp/bad" RUN_TASKS=text && fail "RUN_TASKS=text was accepted"
-grep -q "RUN_TASKS names 'text', not a task of this sweep" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "RUN_TASKS=text: no clear error"; }
+grep -q "RUN_TASKS names 'text', not a task of this sweep (lm mqar); mqar needs MQAR_PAIRS > 0" "$tmp/bad.log" || { cat "$tmp/bad.log"; fail "RUN_TASKS=text: no clear error"; }
 ablate "$tmp/bad" RUN_TASKS=mqar MQAR_PAIRS=0 && fail "RUN_TASKS=mqar without MQAR was accepted"
 [ "$(calls train)" = 0 ] || fail "a refused RUN_TASKS trained"
 
