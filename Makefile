@@ -246,6 +246,11 @@ $(CU_AUDIT)/%.o: %.cu $(FLAGS)
 $(GPU_BIN)/audit_delta_rule_precision: $(GPU_BIN)/audit_delta_rule_precision.o $(GPU_BIN)/harness.o $(OBJ_F) \
                                        $(CU_AUDIT_OBJ) $(FLAGS)
 	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
+# the delta rule's output hashes (tests/gpu/hash_delta_rule.c; the emulator's builds below)
+$(GPU_BIN)/hash_delta_rule: $(GPU_BIN)/hash_delta_rule.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
+$(GPU_BIN)/hash_delta_rule_audit: $(GPU_BIN)/hash_delta_rule.o $(GPU_BIN)/harness.o $(OBJ_F) $(CU_AUDIT_OBJ) $(FLAGS)
+	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
 # ---- the CUDA emulator (tests/cuda_emu/; docs/cuda.md, "The CPU emulator") ----
 # The emulated families' kernels (kernels/<family>/*.cu) and the backend (backend_cuda.cu)
@@ -298,6 +303,16 @@ $(EMU_AUDIT)/%.o: %.cu $(FLAGS)
 	$(CXX) $(EMU_CXXFLAGS) -DHYBRID_DR_PRECISION_AUDIT -x c++ -c -o $@ $<
 $(EMU)/audit_delta_rule_precision: $(EMU)/gpu/audit_delta_rule_precision.o $(EMU)/gpu/harness.o $(EMU_AUDIT_OBJ) \
                                    $(EMU)/libcpu_f.a $(FLAGS)
+	@echo "LINK $@ (CUDA emulator, precision audit)"
+	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
+# Bit hashes of the tensor-core delta rule's outputs (tests/gpu/hash_delta_rule.c; not in `make
+# test`), with the normal kernels and with the audit build's (there --mask M drops lo parts):
+#   make out/build/emu/hash_delta_rule out/build/emu/hash_delta_rule_audit
+$(EMU)/hash_delta_rule: $(EMU)/gpu/hash_delta_rule.o $(EMU)/gpu/harness.o $(EMU_OBJ) $(EMU)/libcpu_f.a $(FLAGS)
+	@echo "LINK $@ (CUDA emulator)"
+	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
+$(EMU)/hash_delta_rule_audit: $(EMU)/gpu/hash_delta_rule.o $(EMU)/gpu/harness.o $(EMU_AUDIT_OBJ) $(EMU)/libcpu_f.a \
+                              $(FLAGS)
 	@echo "LINK $@ (CUDA emulator, precision audit)"
 	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
 # The MoE benchmark's plumbing likewise: `make out/build/emu/bench_moe`, then e.g.

@@ -28,6 +28,7 @@
 #define GPU_HARNESS_NO_CHECKS  // (no check counters: an audit, not a test)
 #include "tests/gpu/harness.h"
 #include "tests/gpu/delta_rule_prob.h"
+#include "tests/gpu/split_operand_mask.h"
 
 // chunk_fwd_mma.cu under HYBRID_DR_PRECISION_AUDIT: bit DRS_x zeroes operand x's lo parts
 extern void cuda_delta_precision_audit_mask(unsigned mask);
@@ -45,11 +46,6 @@ static double bar(int e, double state_bar) {
     return IS_STATE[e] ? state_bar : B[e];
 }
 
-static const char *const OP_TAG[DRS_COUNT] = {
-#define OP_TAG_(tag, name, where) #tag,
-    DR_SPLIT_OPERANDS(OP_TAG_)
-#undef OP_TAG_
-};
 static const char *const OP_NAME[DRS_COUNT] = {
 #define OP_NAME_(tag, name, where) name,
     DR_SPLIT_OPERANDS(OP_NAME_)
@@ -60,7 +56,6 @@ static const char *const OP_WHERE[DRS_COUNT] = {
     DR_SPLIT_OPERANDS(OP_WHERE_)
 #undef OP_WHERE_
 };
-#define ALL_OPS ((1u << DRS_COUNT) - 1)
 
 // One case: a problem, its device inputs and the CPU reference of every output.
 typedef struct {
@@ -71,6 +66,7 @@ typedef struct {
 } Case;
 
 static const DeltaRuleOps *D;
+static int B_ = 1, K_ = 128, V_ = 128;  // every case's batch and head sizes (--B, --K, --V)
 
 static void *cpu_ws(const Prob *p, int backward) {
     size_t b = cpu_linear_workspace_size(p->kind, backward, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK);
@@ -91,7 +87,7 @@ static Case make_case(const char *label, LinearKind kind, int strong, int T, int
     Case c = {0};
     c.label = label;
     strong_decay = strong;
-    c.p = make_prob(kind, 1, T, H, 128, 128, NULL, 0);
+    c.p = make_prob(kind, B_, T, H, K_, V_, NULL, 0);
     strong_decay = 0;
     c.d = upload(&c.p);
     const Prob *p = &c.p;
@@ -242,31 +238,11 @@ static unsigned greedy(const Case *cases, int ncases, const double base[NERR], c
     return mask;
 }
 
-// a mask from "TAG,TAG,.." (split_operand.h's tags), "all" or a number
-static unsigned parse_mask(const char *s) {
-    if (!strcmp(s, "all")) return ALL_OPS;
-    char *end;
-    const unsigned long v = strtoul(s, &end, 0);
-    if (!*end) return (unsigned)v & ALL_OPS;
-    unsigned m = 0;
-    char *buf = xstrdup(s);
-    for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
-        int o = 0;
-        while (o < DRS_COUNT && strcmp(t, OP_TAG[o])) o++;
-        if (o == DRS_COUNT) {
-            fprintf(stderr, "audit_delta_rule_precision: no operand '%s' (see --help)\n", t);
-            exit(2);
-        }
-        m |= 1u << o;
-    }
-    free(buf);
-    return m;
-}
-
 static void usage(void) {
     printf("usage: audit_delta_rule_precision [--T n] [--H n] [--kind KDA|GDN|DeltaNet ...] [--margin x] "
            "[--verbose] [--mask M ...]\n"
-           "  --T, --H   sequence length and heads of every case (B = 1, K = V = 128; default T %d, H %d)\n"
+           "  --T, --H   sequence length and heads of every case (default T %d, H %d)\n"
+           "  --B, --K, --V  batch, key and value head sizes of every case (default 1, 128, 128)\n"
            "  --kind     the kinds audited, each its own tables, in the order given (default KDA)\n"
            "  --margin   the search keeps a subset whose worst error / bar is <= x (default 1)\n"
            "  --mask M   only these masks (and none): TAG,TAG,.. or all or a number; no search\n"
@@ -287,8 +263,8 @@ static int audit_kind(LinearKind kind, int T, int H, const unsigned *masks, int 
     Case cases[2];
     cases[0] = make_case(nc == 1 ? "no gate" : "fla gates", kind, 0, T, H);
     if (nc == 2) cases[1] = make_case("strong decay", kind, 1, T, H);
-    printf("\n%s, B 1, T %d, H %d, K = V = 128, h0 and dhT given; worst RMS relative error over %s\n",
-           kind_name(kind), T, H, nc == 1 ? "the case" : "2 cases (fla gates, strong decay)");
+    printf("\n%s, B %d, T %d, H %d, K %d, V %d, h0 and dhT given; worst RMS relative error over %s\n",
+           kind_name(kind), B_, T, H, K_, V_, nc == 1 ? "the case" : "2 cases (fla gates, strong decay)");
     printf("bars: o %.0e; dq, dk, dv %.0e; dg, dbeta 2e-2; hT, dh0 %.0e (the parity test) or %.0e\n", TOL_OUT,
            TOL_GRAD, BAR_F32, BAR_BF16);
     double err[NERR], base[NERR];
@@ -346,6 +322,9 @@ int main(int argc, char **argv) {
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--T") && a + 1 < argc) T = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--H") && a + 1 < argc) H = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--B") && a + 1 < argc) B_ = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--K") && a + 1 < argc) K_ = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--V") && a + 1 < argc) V_ = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--margin") && a + 1 < argc) margin = atof(argv[++a]);
         else if (!strcmp(argv[a], "--kind") && a + 1 < argc && nkinds < 3) {
             const char *k = argv[++a];
@@ -356,13 +335,13 @@ int main(int argc, char **argv) {
             }
         }
         else if (!strcmp(argv[a], "--verbose")) verbose = 1;
-        else if (!strcmp(argv[a], "--mask") && a + 1 < argc && nmasks < 64) masks[nmasks++] = parse_mask(argv[++a]);
+        else if (!strcmp(argv[a], "--mask") && a + 1 < argc && nmasks < 64) masks[nmasks++] = parse_mask(argv[++a], "audit_delta_rule_precision");
         else {
             usage();
             return !strcmp(argv[a], "--help") ? 0 : 2;
         }
     }
-    if (T < 1 || H < 1 || margin <= 0) {
+    if (T < 1 || H < 1 || B_ < 1 || K_ < 1 || K_ > 256 || V_ < 1 || V_ > 256 || margin <= 0) {
         usage();
         return 2;
     }
