@@ -21,13 +21,17 @@
 //    chunk_grad.cuh; the table's members): every product as bf16 mma.m16n8k16 with fp32
 //    accumulation (kernels/mma.cuh), tiles in shared memory padded
 //    to 16 in K and V and by 8 bf16 a row (ldmatrix without bank conflicts), global -> shared
-//    by cp.async. Accuracy: an operand that is not exact in bf16 is split hi + lo (dr_split) and
-//    a product of two such is three MMAs (dr_mma3: hi hi + hi lo + lo hi, ~16 mantissa bits),
-//    two where one side is exact (q, k, v, dO): so the states hT, dh0 keep the fp32 kernels'
-//    1e-4 and o, the gradients the bf16 I/O rounding only (tests/gpu/test_delta_rule.c). One
-//    bf16 MMA would be 3x cheaper on the tensor cores but puts hT at ~3e-3 and o at ~4e-3;
-//    which operands need their lo part: docs/delta-rule.md, "Accuracy: the per-operand audit"
-//    (the hook: dr_lo below, split_operand.h).
+//    by cp.async. Accuracy: the operands of the state chain that are not exact in bf16 are split
+//    hi + lo (dr_split; the thirteen of split_operand.h) and a product of two such is three
+//    MMAs (dr_mma3: hi hi + hi lo + lo hi, ~16 mantissa bits), two where one side is exact or
+//    one bf16 (dr_mma2; q, k, v, dO exact): so the states hT, dh0 keep the fp32 kernels' 1e-4
+//    and o, the gradients the bf16 I/O rounding only (tests/gpu/test_delta_rule.c). One bf16
+//    MMA for every product would be 3x cheaper on the tensor cores but puts hT at ~3e-3 and o
+//    at ~4e-3. Which operands need their lo part: docs/delta-rule.md, "Accuracy: the
+//    per-operand audit" (the hook: dr_lo below, split_operand.h). The gradient kernels'
+//    operands that feed no state are one bf16 (branch dr-fewer-mma): grad1's T^T, dW, K_b (dW
+//    Kb^T, T^T dW: one MMA; T^T dDelta: two) and all of grad2's B4 operands (dA, dL, K_c, Q_r,
+//    beta K_r: one MMA).
 //    Decay factors by 16-row reference blocks (Gamma_ref at a block boundary), so no exponent
 //    exceeds 15 tokens of decay and there is no exponential per (row, column, channel). The
 //    triangular inverse stays fp32 SIMT (blockwise, in place). The states h and dH' live in
@@ -451,6 +455,12 @@ __device__ __forceinline__ void dr_mma3(float c[4], const uint32_t ah[4], const 
     mma16816(c, al, bh[0], bh[1]);
     mma16816(c, ah, bl[0], bl[1]);
     mma16816(c, ah, bh[0], bh[1]);
+}
+// a product of an A kept as one bf16 and a split B: a bl + a bh (dr_mma3's terms and order, less
+// al bh)
+__device__ __forceinline__ void dr_mma2(float c[4], const uint32_t a[4], const uint32_t bh[2], const uint32_t bl[2]) {
+    mma16816(c, a, bl[0], bl[1]);
+    mma16816(c, a, bh[0], bh[1]);
 }
 
 // rows_p x cols_p (cols_p a multiple of 8) bf16 tile into shared memory (row stride lds) from

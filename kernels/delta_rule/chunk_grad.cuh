@@ -26,22 +26,19 @@
 // one permutation of 32 banks
 __device__ __forceinline__ int dr_gsw(int i) { return i ^ ((i >> 2) & 8); }
 
-// B4's A fragments at row block t0, k-step kk: dA and dL (hi + lo), as stored for the row
-// terms, transposed (dr_lda_t) for the column terms; the same loads in both gradient kernels.
+// B4's A fragments at row block t0, k-step kk: dA and dL (one bf16 each: their lo parts were
+// dropped in branch dr-fewer-mma, docs/delta-rule.md, "Accuracy: the per-operand audit"), as
+// stored for the row terms, transposed (dr_lda_t) for the column terms; the same loads in both
+// gradient kernels.
 template <bool TRANS>
-__device__ __forceinline__ void dr_b4_frag_a(uint32_t ah[4], uint32_t al[4], uint32_t lh[4], uint32_t ll[4],
-                                             const bf16 *Ah, const bf16 *Al, const bf16 *Lh, const bf16 *Ll, int LT,
+__device__ __forceinline__ void dr_b4_frag_a(uint32_t ah[4], uint32_t lh[4], const bf16 *Ah, const bf16 *Lh, int LT,
                                              int t0, int kk, int lane) {
     if (TRANS) {
         dr_lda_t(ah, Ah, LT, t0, kk * 16, lane);
-        dr_lda_t(al, Al, LT, t0, kk * 16, lane);
         dr_lda_t(lh, Lh, LT, t0, kk * 16, lane);
-        dr_lda_t(ll, Ll, LT, t0, kk * 16, lane);
     } else {
         dr_lda(ah, Ah, LT, t0, kk * 16, lane);
-        dr_lda(al, Al, LT, t0, kk * 16, lane);
         dr_lda(lh, Lh, LT, t0, kk * 16, lane);
-        dr_lda(ll, Ll, LT, t0, kk * 16, lane);
     }
 }
 

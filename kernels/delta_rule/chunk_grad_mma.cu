@@ -21,17 +21,18 @@
 //     registers, gave the same bits and measured 9.87 against 8.72 ms for the pair at B8
 //     T4096 H16 on the H200, docs/delta-rule.md: removed.)
 //   grad2 (dr_grad2_mma_kernel): B4 and B6 (dr_grad_finish_v), with Gamma recomputed (from g
-//     staged in the tile region), the dA / dL hi + lo tiles and the Kr / Qr / Kb tiles by K
-//     halves of 32 columns: 108.25 KiB at K = 128, two blocks an SM (128 registers).
+//     staged in the tile region), the dA / dL tiles and the Kr / Qr / Kb tiles by K halves of
+//     32 columns, all one bf16 (one MMA a product): 75.25 KiB at K = 128, two blocks an SM.
 // The single kernel (dr_grad_mma_kernel, 191 KiB: one block an SM; chunk_grad_ref_mma.cu) stays
 // as the reference, run under HYBRID_DR_GRAD_REF=1 (read at each call; tests/gpu/test_delta_rule.c
 // checks the bits of both).
 // grad1: B1's tiles (10 of [64][40] bf16 and its q, k columns, 2 of [64][72]) are its largest
 // use of the tile region (B3: 5 of [64][72]; the g tile [64][K8] bf16; T^T [64][65] fp32)
 // grad2: G [64][grad2_lg(K)] (swizzled: dr_gsw), hand [2][4][32] float4, bs, db, dbp [4][64],
-// att [64], dbd [64][8], gend [K] fp32; 4 tiles [64][72] + 6 [64][40] bf16 (before the tiles,
-// the tile region holds g: at most [64][264] bf16, K = 256; after them, dr_b4_diag's copy of
-// dA, dL's diagonal blocks: 8 KiB). K = V = 128: 110,848 bytes, two blocks an SM.
+// att [64], dbd [64][8], gend [K] fp32; 2 tiles [64][72] + 3 [64][40] bf16 (before the tiles,
+// the tile region holds g: at most [64][264] bf16, K = 256, as large; after them, dr_b4_diag's
+// copy of dA, dL's diagonal blocks: 8 KiB). K = V = 128: 77,056 bytes (110,848 with the lo
+// tiles of dA, dL, Kr, Qr, Kb, dropped in branch dr-fewer-mma), two blocks an SM.
 // G's row stride: K rounded up to 64 (dr_gsw permutes within 64-column blocks) plus 8 floats,
 // so the 8 rows of an MMA fragment's float2 reads (row stride = 8 banks) fill the 32 banks
 // of a half warp once (at a stride of K = 128, all 8 rows were on the same 8 banks).
@@ -39,7 +40,12 @@ __host__ __device__ __forceinline__ int grad2_lg(int K) { return ((K + 63) & ~63
 static size_t grad2_tiles_off(int K) {
     return ((size_t)DR_BT * grad2_lg(K) + 1024 + 15 * DR_BT + (size_t)K + 7) & ~(size_t)7;
 }
-static size_t grad2_mma_smem(int K) { return grad2_tiles_off(K) * sizeof(float) + (4 * DR_BT * 72 + 6 * DR_BT * 40) * 2; }
+// the tile region: the larger of B4's tiles (dA, dL [64][72], Kr, Qr, Kb [64][40] bf16) and the
+// staged g ([64][KP + 8] bf16; 33,792 bytes each at K = 256)
+static size_t grad2_mma_smem(int K) {
+    const size_t b4 = (2 * DR_BT * 72 + 3 * DR_BT * 40) * 2, gs = (size_t)DR_BT * (dr_pad16(K) + DR_PAD) * 2;
+    return grad2_tiles_off(K) * sizeof(float) + (b4 > gs ? b4 : gs);
+}
 
 // Elements i, i + 1 of a row, as one access where vec (i even, K even, the rows aligned to
 // the pair), else two; in0 / in1 whether each is in (with vec both or neither); 0 where not.
@@ -98,21 +104,21 @@ __device__ __forceinline__ void dr_st_pair(bf16 *p, bool vec, bool in0, bool in1
 //      accumulators next to the 48 of B1 / B3: 195 registers).
 //   3. B1, B3 by K tiles of 64, V tiles of 32: HD, DK, dW, <h_i, dH'_i> (48 + 8 accumulators).
 //   4. the dGamma_end extras (k . dk over the rows, 16 rows' loads a batch).
-//   5. dT's K part and Wbar, 6. Ubar: T^T split hi + lo once into two [64][72] bf16 tiles read by
-//      ldmatrix (the one-block version held them as 32 registers through both passes); dW and k
-//      (5) arrive as 16-byte loads, all of a thread's issued before the first is split (one
+//   5. dT's K part and Wbar, 6. Ubar: T^T rounded once into one [64][72] bf16 tile read by
+//      ldmatrix (the one-block version held it, hi + lo, as 32 registers through both passes); dW and k
+//      (5) arrive as 16-byte loads, all of a thread's issued before the first is rounded (one
 //      global round trip a tile); dDelta (2, 3, 6) and Delta (2, 3) as their stored hi + lo
 //      pairs by cp.async in the commit group of the tiles beside them (SPLIT; without it,
 //      HYBRID_DR_DELTA_F32=1, fp32 by 16-byte loads split here, dr_split_tile).
 //   7. the triangular-inverse gradient, T reloaded (cp.async) into the spent tiles.
 // Shared memory (fp32 words): G [64][K], dT [64][64], bs [64], db [64], dbp [2][64], gend [K],
-// then the tile region: max(3: nine [64][40] + q, k [64][72] bf16; 5: seven [64][72] bf16; 7:
+// then the tile region: max(3: nine [64][40] + q, k [64][72] bf16; 5: five [64][72] bf16; 7:
 // T, tmp [64][64] + T^T [64][65] fp32; 1: g [64][K8] bf16) = 63 KiB for K <= 256.
 __host__ __device__ __forceinline__ size_t grad1n_tiles_off(int K) {
     return ((size_t)DR_BT * K + DR_BT * DR_BT + 4 * DR_BT + (size_t)K + 7) & ~(size_t)7;
 }
 static size_t grad1n_mma_smem(int K) {
-    const size_t b3 = (9 * DR_BT * 40 + 2 * DR_BT * 72) * 2, b5 = 7 * DR_BT * 72 * 2,
+    const size_t b3 = (9 * DR_BT * 40 + 2 * DR_BT * 72) * 2, b5 = 5 * DR_BT * 72 * 2,
                  b7 = (2 * DR_BT * DR_BT + DR_BT * (DR_BT + 1)) * 4, bg = (size_t)DR_BT * ((K + 7) & ~7) * 2;
     size_t t = b3 > b5 ? b3 : b5;
     t = t > b7 ? t : b7;
@@ -131,6 +137,12 @@ __device__ __forceinline__ void dr_split4(DrSplitOperand op, float4 x, bf16 *hi,
     H2[0].x = h[0], H2[0].y = h[1], H2[1].x = h[2], H2[1].y = h[3];
     L2[0].x = l[0], L2[0].y = l[1], L2[1].x = l[2], L2[1].y = l[3];
 }
+// x as 4 bf16 at hi[0..3] (an operand kept as one bf16: dr_split's hi alone; 8-byte aligned)
+__device__ __forceinline__ void dr_round4(float4 x, bf16 *hi) {
+    __nv_bfloat162 *H2 = (__nv_bfloat162 *)hi;
+    H2[0] = __floats2bfloat162_rn(x.x, x.y);
+    H2[1] = __floats2bfloat162_rn(x.z, x.w);
+}
 // p[0..3] (fp32) with entries at column c + u >= ncols, or when !in, zero: one 16-byte load
 // where vec (the row stride and base a multiple of 4 floats) and the 4 columns are in range
 __device__ __forceinline__ float4 dr_ld4f(const float *p, bool in, int c, int ncols, bool vec) {
@@ -142,12 +154,12 @@ __device__ __forceinline__ float4 dr_ld4f(const float *p, bool in, int c, int nc
     x.w = in && c + 3 < ncols ? p[3] : 0.f;
     return x;
 }
-// The thread's part of an fp32 tile [64][W] of operand op (row stride ld, rows >= n and columns
-// >= ncols zero) split hi + lo into bf16 tiles of row stride lds: its W / 16 16-byte loads all
-// issued first.
-template <int W>
-__device__ __forceinline__ void dr_split_tile(DrSplitOperand op, bf16 *Xh, bf16 *Xl, int lds, const float *src,
-                                              size_t ld, int n, int ncols, int tid) {
+// The thread's part of an fp32 tile [64][W] (row stride ld, rows >= n and columns >= ncols
+// zero) into bf16 tiles of row stride lds: split hi + lo (LO: operand op) or rounded to one
+// bf16 (Xh only; op, Xl unused), its W / 16 16-byte loads all issued first.
+template <int W, bool LO>
+__device__ __forceinline__ void dr_tile_bf16(DrSplitOperand op, bf16 *Xh, bf16 *Xl, int lds, const float *src,
+                                             size_t ld, int n, int ncols, int tid) {
     constexpr int Q = W / 4, PER = DR_BT * Q / DR_THREADS;
     const bool vec = ld % 4 == 0 && ((uintptr_t)src & 15) == 0;
     float4 x[PER];
@@ -159,8 +171,21 @@ __device__ __forceinline__ void dr_split_tile(DrSplitOperand op, bf16 *Xh, bf16 
 #pragma unroll
     for (int u = 0; u < PER; u++) {
         const int e = tid + u * DR_THREADS, r = e / Q, c = (e % Q) * 4;
-        dr_split4(op, x[u], Xh + r * lds + c, Xl + r * lds + c);
+        if (LO) dr_split4(op, x[u], Xh + r * lds + c, Xl + r * lds + c);
+        else dr_round4(x[u], Xh + r * lds + c);
     }
+}
+// an fp32 tile of operand op split hi + lo (dr_tile_bf16)
+template <int W>
+__device__ __forceinline__ void dr_split_tile(DrSplitOperand op, bf16 *Xh, bf16 *Xl, int lds, const float *src,
+                                              size_t ld, int n, int ncols, int tid) {
+    dr_tile_bf16<W, true>(op, Xh, Xl, lds, src, ld, n, ncols, tid);
+}
+// an fp32 tile rounded to one bf16 tile (dr_tile_bf16; an operand with no lo part)
+template <int W>
+__device__ __forceinline__ void dr_round_tile(bf16 *Xh, int lds, const float *src, size_t ld, int n, int ncols,
+                                              int tid) {
+    dr_tile_bf16<W, false>(DRS_COUNT, Xh, NULL, lds, src, ld, n, ncols, tid);
 }
 
 template <bool SPLIT>  // Delta, dDelta as hi + lo pairs (ws.dsplit): cp.async; else fp32, split here
@@ -380,14 +405,15 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
     }
 
     // 5, 6. dT's K part and Wbar = T^T dW by K tiles of 64, then Ubar = T^T dU by V tiles of 64
-    // (dr_grad_front's, the A operand T^T from the Th, Tl tiles); warp: rows 16 (w % 4)..,
-    // columns 32 (w / 4)..
+    // (dr_grad_front's, the A operand T^T from the Th tile); warp: rows 16 (w % 4)..,
+    // columns 32 (w / 4)..; T^T, dW and Kb are one bf16 each (their lo parts dropped in branch
+    // dr-fewer-mma, docs/delta-rule.md, "Accuracy: the per-operand audit"): dW Kb^T and T^T dW
+    // one MMA a k-step, T^T dDelta two (dDelta hi + lo).
     {
         const int LT = 72;
-        bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Bl = Bh + C * LT, *Xs = Bl + C * LT,
-             *Th = Xs + C * LT, *Tl = Th + C * LT;
-        // T ([64][64] fp32, row-major) as Th + Tl, row-major (A = T^T by the transposed load)
-        dr_split_tile<64>(DRS_TT, Th, Tl, LT, Tg, C, C, C, tid);
+        bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Xs = Bh + C * LT, *Th = Xs + C * LT;
+        // T ([64][64] fp32, row-major) as one bf16 tile Th, row-major (A = T^T by the transposed load)
+        dr_round_tile<64>(Th, LT, Tg, C, C, C, tid);
         float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the m-tile
         float dtk[4][4] = {};
         const bool kvec = K % 4 == 0 && ((uintptr_t)k & 7) == 0;
@@ -395,7 +421,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             __syncthreads();  // the previous pass (or 4.) is done with the tiles (and dK, dG)
             dr_load_tile(Xs, LT, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
             cp_async_commit();
-            // dW (Xh, Xl) and Kb = k e^Gamma (Bh, Bl): the thread's 4 x 4 columns, loads first
+            // dW (Xh) and Kb = k e^Gamma (Bh): the thread's 4 x 4 columns, loads first
             float4 wv[4];
             float kq[4][4];
 #pragma unroll
@@ -416,39 +442,35 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int e = tid + u * DR_THREADS, r = e / 16, c = (e % 16) * 4, i = i0 + c;
-                dr_split4(DRS_DW, wv[u], Xh + r * LT + c, Xl + r * LT + c);
+                dr_round4(wv[u], Xh + r * LT + c);
                 float4 kb;
                 kb.x = r < n && i < K ? kq[u][0] * expf(G[r * K + i]) : 0.f;
                 kb.y = r < n && i + 1 < K ? kq[u][1] * expf(G[r * K + i + 1]) : 0.f;
                 kb.z = r < n && i + 2 < K ? kq[u][2] * expf(G[r * K + i + 2]) : 0.f;
                 kb.w = r < n && i + 3 < K ? kq[u][3] * expf(G[r * K + i + 3]) : 0.f;
-                dr_split4(DRS_KBD, kb, Bh + r * LT + c, Bl + r * LT + c);
+                dr_round4(kb, Bh + r * LT + c);
             }
             cp_async_wait<0>();
             __syncthreads();
             float wb[4][4] = {};
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
-                uint32_t ah[4], al[4];
+                uint32_t ah[4];
                 dr_lda(ah, Xh, LT, mt * 16, kk * 16, lane);  // dW: rows r, k = i
-                dr_lda(al, Xl, LT, mt * 16, kk * 16, lane);
                 for (int p = 0; p < 2; p++) {
-                    uint32_t bh[4], bl[4];
+                    uint32_t bh[4];
                     dr_ldb_nk(bh, Bh, LT, kk * 16, c0 + p * 16, lane);  // B[k = i][n = c] = Kb[c][i]
-                    dr_ldb_nk(bl, Bl, LT, kk * 16, c0 + p * 16, lane);
-                    dr_mma3(dtk[2 * p], ah, al, bh, bl);
-                    dr_mma3(dtk[2 * p + 1], ah, al, bh + 2, bl + 2);
+                    mma16816(dtk[2 * p], ah, bh[0], bh[1]);
+                    mma16816(dtk[2 * p + 1], ah, bh[2], bh[3]);
                 }
                 if (kk >= mt) {  // Wbar: A = T^T (k = m), B[k = m][n = i] = dW[m][i]
-                    uint32_t th[4], tl[4];
+                    uint32_t th[4];
                     dr_lda_t(th, Th, LT, mt * 16, kk * 16, lane);
-                    dr_lda_t(tl, Tl, LT, mt * 16, kk * 16, lane);
                     for (int p = 0; p < 2; p++) {
-                        uint32_t bh[4], bl[4];
+                        uint32_t bh[4];
                         dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
-                        dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
-                        dr_mma3(wb[2 * p], th, tl, bh, bl);
-                        dr_mma3(wb[2 * p + 1], th, tl, bh + 2, bl + 2);
+                        mma16816(wb[2 * p], th, bh[0], bh[1]);
+                        mma16816(wb[2 * p + 1], th, bh[2], bh[3]);
                     }
                 }
             }
@@ -500,16 +522,15 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
                 if (kk < mt) continue;
-                uint32_t th[4], tl[4];
+                uint32_t th[4];
                 dr_lda_t(th, Th, LT, mt * 16, kk * 16, lane);
-                dr_lda_t(tl, Tl, LT, mt * 16, kk * 16, lane);
 #pragma unroll
                 for (int p = 0; p < 2; p++) {
                     uint32_t bh[4], bl[4];
                     dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
                     dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
-                    dr_mma3(ub[2 * p], th, tl, bh, bl);
-                    dr_mma3(ub[2 * p + 1], th, tl, bh + 2, bl + 2);
+                    dr_mma2(ub[2 * p], th, bh, bl);
+                    dr_mma2(ub[2 * p + 1], th, bh + 2, bl + 2);
                 }
             }
             for (int nt = 0; nt < 4; nt++)
@@ -638,13 +659,13 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
     {
         const int w4 = warp & 3, task = warp >> 2, gq = lane >> 2, t4 = lane & 3, LT = 72, LN = 40;
         const int nb = 16 * (w4 >> 1), odd = w4 & 1;  // the x4 B load at columns nb.., this warp's half
-        bf16 *Ah_ = tiles, *Al_ = Ah_ + C * LT, *Lh = Al_ + C * LT, *Ll = Lh + C * LT, *Krh = Ll + C * LT,
-             *Krl = Krh + C * LN, *Qrh = Krl + C * LN, *Qrl = Qrh + C * LN, *Kbh = Qrl + C * LN, *Kbl = Kbh + C * LN;
+        // every B4 operand one bf16 (docs/delta-rule.md, "Accuracy: the per-operand audit"): one MMA a k-step
+        bf16 *Ah_ = tiles, *Lh = Ah_ + C * LT, *Krh = Lh + C * LT, *Qrh = Krh + C * LN, *Kbh = Qrh + C * LN;
 #pragma unroll
         for (int u = 0; u < NE; u++) {
             const int e = tid + u * DR_THREADS, r = e / C, c = e % C;
-            dr_split(DRS_DA, av[u], Ah_ + r * LT + c, Al_ + r * LT + c);
-            dr_split(DRS_DL, lv[u], Lh + r * LT + c, Ll + r * LT + c);
+            Ah_[r * LT + c] = __float2bfloat16(av[u]);
+            Lh[r * LT + c] = __float2bfloat16(lv[u]);
         }
         float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the row block
         for (int Bk = 0; Bk < 4; Bk++) {
@@ -693,7 +714,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                         const bool in = r < n && fin;
                         if (r < t0) {
                             const float a = in ? fk[j] * expf(g0 - G[r * LGs + fc]) : 0.f;
-                            dr_split(DRS_B4KC, a, Krh + r * LN + ii, Krl + r * LN + ii);
+                            Krh[r * LN + ii] = __float2bfloat16(a);
                         } else if (r >= t0 + 16) {
                             float b = 0.f, c = 0.f;
                             if (in) {
@@ -701,37 +722,29 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                                 b = fq[j] * ex;
                                 c = bs[r] * fk[j] * ex;
                             }
-                            dr_split(DRS_B4QR, b, Qrh + r * LN + ii, Qrl + r * LN + ii);
-                            dr_split(DRS_B4KR, c, Kbh + r * LN + ii, Kbl + r * LN + ii);
+                            Qrh[r * LN + ii] = __float2bfloat16(b);
+                            Kbh[r * LN + ii] = __float2bfloat16(c);
                         }
                     }
                     __syncthreads();
                     float x0[4] = {}, x1[4] = {};
                     if (task == 0) {
                         for (int kk = 0; kk < Bk; kk++) {
-                            uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
-                            dr_b4_frag_a<false>(ah, al, lh, ll, Ah_, Al_, Lh, Ll, LT, t0, kk, lane);
+                            uint32_t ah[4], lh[4], bh[4];
+                            dr_b4_frag_a<false>(ah, lh, Ah_, Lh, LT, t0, kk, lane);
                             dr_ldb_kn(bh, Krh, LN, kk * 16, nb, lane);
-                            dr_ldb_kn(bl, Krl, LN, kk * 16, nb, lane);
-                            const uint32_t h2[2] = {odd ? bh[2] : bh[0], odd ? bh[3] : bh[1]},
-                                           l2[2] = {odd ? bl[2] : bl[0], odd ? bl[3] : bl[1]};
-                            dr_mma3(x0, ah, al, h2, l2);
-                            dr_mma3(x1, lh, ll, h2, l2);
+                            const uint32_t h0 = odd ? bh[2] : bh[0], h1 = odd ? bh[3] : bh[1];
+                            mma16816(x0, ah, h0, h1);
+                            mma16816(x1, lh, h0, h1);
                         }
                     } else {
                         for (int kk = Bk + 1; kk < 4; kk++) {
-                            uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
-                            dr_b4_frag_a<true>(ah, al, lh, ll, Ah_, Al_, Lh, Ll, LT, t0, kk, lane);
-                            dr_ldb_kn(bh, Qrh, LN, kk * 16, nb, lane);
-                            dr_ldb_kn(bl, Qrl, LN, kk * 16, nb, lane);
-                            const uint32_t qh2[2] = {odd ? bh[2] : bh[0], odd ? bh[3] : bh[1]},
-                                           ql2[2] = {odd ? bl[2] : bl[0], odd ? bl[3] : bl[1]};
-                            dr_mma3(x0, ah, al, qh2, ql2);
-                            dr_ldb_kn(bh, Kbh, LN, kk * 16, nb, lane);
-                            dr_ldb_kn(bl, Kbl, LN, kk * 16, nb, lane);
-                            const uint32_t kh2[2] = {odd ? bh[2] : bh[0], odd ? bh[3] : bh[1]},
-                                           kl2[2] = {odd ? bl[2] : bl[0], odd ? bl[3] : bl[1]};
-                            dr_mma3(x0, lh, ll, kh2, kl2);
+                            uint32_t ah[4], lh[4], bq[4], bk[4];
+                            dr_b4_frag_a<true>(ah, lh, Ah_, Lh, LT, t0, kk, lane);
+                            dr_ldb_kn(bq, Qrh, LN, kk * 16, nb, lane);
+                            dr_ldb_kn(bk, Kbh, LN, kk * 16, nb, lane);
+                            mma16816(x0, ah, odd ? bq[2] : bq[0], odd ? bq[3] : bq[1]);
+                            mma16816(x0, lh, odd ? bk[2] : bk[0], odd ? bk[3] : bk[1]);
                         }
                     }
                     // G's columns of ei, ei + 1 (adjacent: ei is even, dr_gsw keeps bit 0)

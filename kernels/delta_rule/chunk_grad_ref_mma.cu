@@ -8,13 +8,18 @@
 // T, Delta (ws.U), h and dH' as hi + lo, dDelta) and keeps dQ, dK, dG, dW in the workspace.
 // Shared memory (grad_tiles_off, grad_mma_smem): fp32 dA, Tm (T), dT (dL after the
 // triangular-inverse gradient), tmp, each [64][64], then bs [64], db [64], gend [K], G [64][K]
-// (Gamma); then the tile region, ten [64][72] bf16 tiles (B4's; B1 / B3 use less):
-// 191,488 bytes at K = 128, one block an SM.
+// (Gamma); then the tile region, B1 / B3's ten [64][40] and two [64][72] bf16 tiles (B4 uses
+// five [64][72] since its lo tiles went, branch dr-fewer-mma): 168,960 bytes at K = 128 (191,488
+// before), one block an SM.
 // The B4 pieces shared with grad2 (dr_b4_frag_a, dr_b4_diag): chunk_grad.cuh.
 #include "kernels/delta_rule/chunk_grad.cuh"
 
 static size_t grad_tiles_off(int K) { return (4 * DR_BT * DR_BT + 2 * DR_BT + (size_t)K + (size_t)DR_BT * K + 7) & ~(size_t)7; }
-static size_t grad_mma_smem(int K) { return grad_tiles_off(K) * sizeof(float) + 10 * DR_BT * 72 * 2; }
+// the tile region: B1 / B3's ten [64][40] and two [64][72] bf16 tiles, the largest use (B4: five
+// [64][72]; the g tile: at most [64][256] bf16; the triangular-inverse gradient's T^T [64][65] fp32)
+static size_t grad_mma_smem(int K) {
+    return grad_tiles_off(K) * sizeof(float) + (10 * DR_BT * 40 + 2 * DR_BT * 72) * 2;
+}
 
 // B1 through the triangular-inverse gradient, for one (chunk, head): tok0, n the chunk's rows,
 // sh its workspace index, sm the grad_tiles_off layout (dA, Tm, dT, tmp, bs, db, gend, G, then
@@ -193,22 +198,20 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
     //   dv_r = beta_r Ubar_r, dbeta_r += Ubar_r.v_r
     {
         const int mt = warp & 3, half = warp >> 2, c0 = half * 32, gq = lane >> 2, t4 = lane & 3, LT = 72;
-        // Xs: k (B3) or v (Ubar) columns of the tile, exact bf16, for the epilogues
-        bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Bl = Bh + C * LT, *Xs = Bl + C * LT;
+        // Xs: k (B3) or v (Ubar) columns of the tile, exact bf16, for the epilogues. T^T, dW and
+        // Kb are one bf16 each (docs/delta-rule.md, "Accuracy: the per-operand audit"): dW Kb^T
+        // and T^T dW one MMA a k-step, T^T dDelta two (dDelta hi + lo: Xh, Xl).
+        bf16 *Xh = tiles, *Xl = Xh + C * LT, *Bh = Xl + C * LT, *Xs = Bh + C * LT;
         float *dbp = tmp;  // [2][64] dbeta partials of the two column halves (tmp is free until below)
         // A = T^T (rows r, k = m): T^T[r][m] = T[m][r], nonzero for m >= r: k-steps kk >= mt
-        uint32_t th[4][4] = {}, tl[4][4] = {};  // (constant indices only: the loops unrolled, kk < mt skipped)
+        uint32_t th[4][4] = {};  // (constant indices only: the loops unrolled, kk < mt skipped)
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 if (kk < mt) continue;
                 const int r = mt * 16 + gq + (u & 1) * 8, m = kk * 16 + 2 * t4 + (u >> 1) * 8;
-                bf16 h0, l0, h1, l1;
-                dr_split(DRS_TT, Tm[m * C + r], &h0, &l0);
-                dr_split(DRS_TT, Tm[(m + 1) * C + r], &h1, &l1);
-                th[kk][u] = pack_bf16(__bfloat162float(h0), __bfloat162float(h1));
-                tl[kk][u] = pack_bf16(__bfloat162float(l0), __bfloat162float(l1));
+                th[kk][u] = pack_bf16(Tm[m * C + r], Tm[(m + 1) * C + r]);
             }
         float part[2] = {0.f, 0.f};  // dbeta partials of rows gq, gq + 8 of the m-tile
         float dtk[4][4] = {};
@@ -218,31 +221,28 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
             for (int e = tid; e < C * 64; e += DR_THREADS) {
                 const int r = e / 64, ii = e % 64, i = i0 + ii;
                 const bool in = r < n && i < K;
-                dr_split(DRS_DW, in ? dW[r * K + i] : 0.f, Xh + r * LT + ii, Xl + r * LT + ii);
-                dr_split(DRS_KBD, in ? KK(r, i) * expf(G[r * K + i]) : 0.f, Bh + r * LT + ii, Bl + r * LT + ii);
+                Xh[r * LT + ii] = __float2bfloat16(in ? dW[r * K + i] : 0.f);
+                Bh[r * LT + ii] = __float2bfloat16(in ? KK(r, i) * expf(G[r * K + i]) : 0.f);
             }
             cp_async_wait<0>();
             __syncthreads();
             float wb[4][4] = {};
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) {
-                uint32_t ah[4], al[4];
+                uint32_t ah[4];
                 dr_lda(ah, Xh, LT, mt * 16, kk * 16, lane);  // dW: rows r, k = i
-                dr_lda(al, Xl, LT, mt * 16, kk * 16, lane);
                 for (int p = 0; p < 2; p++) {
-                    uint32_t bh[4], bl[4];
+                    uint32_t bh[4];
                     dr_ldb_nk(bh, Bh, LT, kk * 16, c0 + p * 16, lane);  // B[k = i][n = c] = Kb[c][i]
-                    dr_ldb_nk(bl, Bl, LT, kk * 16, c0 + p * 16, lane);
-                    dr_mma3(dtk[2 * p], ah, al, bh, bl);
-                    dr_mma3(dtk[2 * p + 1], ah, al, bh + 2, bl + 2);
+                    mma16816(dtk[2 * p], ah, bh[0], bh[1]);
+                    mma16816(dtk[2 * p + 1], ah, bh[2], bh[3]);
                 }
                 if (kk >= mt)  // Wbar: A = T^T (k = m), B[k = m][n = i] = dW[m][i]
                     for (int p = 0; p < 2; p++) {
-                        uint32_t bh[4], bl[4];
+                        uint32_t bh[4];
                         dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
-                        dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
-                        dr_mma3(wb[2 * p], th[kk], tl[kk], bh, bl);
-                        dr_mma3(wb[2 * p + 1], th[kk], tl[kk], bh + 2, bl + 2);
+                        mma16816(wb[2 * p], th[kk], bh[0], bh[1]);
+                        mma16816(wb[2 * p + 1], th[kk], bh[2], bh[3]);
                     }
             }
             // the thread's dK, dG entries into registers first: loads behind stores that may
@@ -297,8 +297,8 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                     uint32_t bh[4], bl[4];
                     dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
                     dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
-                    dr_mma3(ub[2 * p], th[kk], tl[kk], bh, bl);
-                    dr_mma3(ub[2 * p + 1], th[kk], tl[kk], bh + 2, bl + 2);
+                    dr_mma2(ub[2 * p], th[kk], bh, bl);
+                    dr_mma2(ub[2 * p + 1], th[kk], bh + 2, bl + 2);
                 }
             for (int nt = 0; nt < 4; nt++)
                 for (int e = 0; e < 4; e++) {
@@ -357,13 +357,13 @@ __global__ void __launch_bounds__(DR_THREADS)
     // Warp w: 16 columns 16 (w % 4).. of the K tile; w < 4 the row terms, w >= 4 the column terms.
     {
         const int pc = (warp & 3) * 16, task = warp >> 2, gq = lane >> 2, t4 = lane & 3, LT = 72;
-        bf16 *Ah_ = tiles, *Al_ = Ah_ + C * LT, *Lh = Al_ + C * LT, *Ll = Lh + C * LT, *Krh = Ll + C * LT,
-             *Krl = Krh + C * LT, *Qrh = Krl + C * LT, *Qrl = Qrh + C * LT, *Kbh = Qrl + C * LT, *Kbl = Kbh + C * LT;
+        // every B4 operand one bf16 (docs/delta-rule.md, "Accuracy: the per-operand audit"): one MMA a k-step
+        bf16 *Ah_ = tiles, *Lh = Ah_ + C * LT, *Krh = Lh + C * LT, *Qrh = Krh + C * LT, *Kbh = Qrh + C * LT;
         float *dbp = tmp;  // [4][64] dbeta partials of the row-term warps (tmp is free now)
         for (int e = tid; e < C * C; e += DR_THREADS) {
             const int r = e / C, c = e % C;
-            dr_split(DRS_DA, c < r ? dA[e] : 0.f, Ah_ + r * LT + c, Al_ + r * LT + c);
-            dr_split(DRS_DL, c < r ? dL[e] : 0.f, Lh + r * LT + c, Ll + r * LT + c);
+            Ah_[r * LT + c] = __float2bfloat16(c < r ? dA[e] : 0.f);
+            Lh[r * LT + c] = __float2bfloat16(c < r ? dL[e] : 0.f);
         }
         float part[2] = {0.f, 0.f};
         for (int Bk = 0; Bk < 4; Bk++) {
@@ -380,33 +380,30 @@ __global__ void __launch_bounds__(DR_THREADS)
                         b = Q(r, i) * ex;
                         c = bs[r] * kr * ex;
                     }
-                    dr_split(DRS_B4KC, a, Krh + r * LT + ii, Krl + r * LT + ii);
-                    dr_split(DRS_B4QR, b, Qrh + r * LT + ii, Qrl + r * LT + ii);
-                    dr_split(DRS_B4KR, c, Kbh + r * LT + ii, Kbl + r * LT + ii);
+                    Krh[r * LT + ii] = __float2bfloat16(a);
+                    Qrh[r * LT + ii] = __float2bfloat16(b);
+                    Kbh[r * LT + ii] = __float2bfloat16(c);
                 }
                 __syncthreads();
                 float x0[2][4] = {}, x1[2][4] = {};
                 if (task == 0) {
                     for (int kk = 0; kk < Bk; kk++) {
-                        uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
-                        dr_b4_frag_a<false>(ah, al, lh, ll, Ah_, Al_, Lh, Ll, LT, t0, kk, lane);
+                        uint32_t ah[4], lh[4], bh[4];
+                        dr_b4_frag_a<false>(ah, lh, Ah_, Lh, LT, t0, kk, lane);
                         dr_ldb_kn(bh, Krh, LT, kk * 16, pc, lane);
-                        dr_ldb_kn(bl, Krl, LT, kk * 16, pc, lane);
                         for (int u = 0; u < 2; u++) {
-                            dr_mma3(x0[u], ah, al, bh + 2 * u, bl + 2 * u);
-                            dr_mma3(x1[u], lh, ll, bh + 2 * u, bl + 2 * u);
+                            mma16816(x0[u], ah, bh[2 * u], bh[2 * u + 1]);
+                            mma16816(x1[u], lh, bh[2 * u], bh[2 * u + 1]);
                         }
                     }
                 } else {
                     for (int kk = Bk + 1; kk < 4; kk++) {
-                        uint32_t ah[4], al[4], lh[4], ll[4], bh[4], bl[4];
-                        dr_b4_frag_a<true>(ah, al, lh, ll, Ah_, Al_, Lh, Ll, LT, t0, kk, lane);
+                        uint32_t ah[4], lh[4], bh[4];
+                        dr_b4_frag_a<true>(ah, lh, Ah_, Lh, LT, t0, kk, lane);
                         dr_ldb_kn(bh, Qrh, LT, kk * 16, pc, lane);
-                        dr_ldb_kn(bl, Qrl, LT, kk * 16, pc, lane);
-                        for (int u = 0; u < 2; u++) dr_mma3(x0[u], ah, al, bh + 2 * u, bl + 2 * u);
+                        for (int u = 0; u < 2; u++) mma16816(x0[u], ah, bh[2 * u], bh[2 * u + 1]);
                         dr_ldb_kn(bh, Kbh, LT, kk * 16, pc, lane);
-                        dr_ldb_kn(bl, Kbl, LT, kk * 16, pc, lane);
-                        for (int u = 0; u < 2; u++) dr_mma3(x0[u], lh, ll, bh + 2 * u, bl + 2 * u);
+                        for (int u = 0; u < 2; u++) mma16816(x0[u], lh, bh[2 * u], bh[2 * u + 1]);
                     }
                 }
                 if (task == 0)

@@ -5,9 +5,10 @@
 // with the kernels built under -DHYBRID_DR_PRECISION_AUDIT (`make
 // out/build/emu/hash_delta_rule_audit`), where --mask M zeroes the lo parts of the operands in M
 // (kernels/delta_rule/split_operand.h's tags, a number, or "all") as the audit program does.
-// E.g. a rewrite that drops the lo parts of some operands from the kernels is checked by
-// running this program with the audit build of the kernels before it under the mask of those
-// operands and with the normal build after it: every line should be the same.
+// E.g. the rewrite that dropped the lo parts of eight operands from the gradient kernels
+// (branch dr-fewer-mma) was checked by running this program with the audit build of the kernels
+// before it under the mask of those operands and with the normal build after it: every line the
+// same (docs/delta-rule.md, "Fewer MMAs in the gradient kernels").
 // Each line: the case, the output, an FNV-1a hash of its bits and one with -0 folded to +0 (a
 // difference in the sign of zero alone shows as a first hash that differs and a second that
 // does not). --alt also runs each backward under HYBRID_DR_GRAD_REF=1 (the single gradient
