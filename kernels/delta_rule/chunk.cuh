@@ -28,10 +28,11 @@
 //    and o, the gradients the bf16 I/O rounding only (tests/gpu/test_delta_rule.c). One bf16
 //    MMA for every product would be 3x cheaper on the tensor cores but puts hT at ~3e-3 and o
 //    at ~4e-3. Which operands need their lo part: docs/delta-rule.md, "Accuracy: the
-//    per-operand audit" (the hook: dr_lo below, split_operand.h). The gradient kernels'
-//    operands that feed no state are one bf16 (branch dr-fewer-mma): grad1's T^T, dW, K_b (dW
+//    per-operand audit" (the hook: dr_lo below, split_operand.h). One bf16 since branch
+//    dr-fewer-mma: the gradient kernels' operands that feed no state, grad1's T^T, dW, K_b (dW
 //    Kb^T, T^T dW: one MMA; T^T dDelta: two) and all of grad2's B4 operands (dA, dL, K_c, Q_r,
-//    beta K_r: one MMA).
+//    beta K_r: one MMA), and for GDN and DeltaNet the prep's A_qk / L operands below the
+//    diagonal blocks (Q_r, K_r, K_c: one MMA; KDA keeps them hi + lo).
 //    Decay factors by 16-row reference blocks (Gamma_ref at a block boundary), so no exponent
 //    exceeds 15 tokens of decay and there is no exponential per (row, column, channel). The
 //    triangular inverse stays fp32 SIMT (blockwise, in place). The states h and dH' live in

@@ -28,7 +28,12 @@
 //    where a factor would hold up to 15 tokens of growth and overflow with a strong gate, in
 //    fp32 SIMT, the decay exp(Gamma_r - Gamma_c) a running product of the per-token factors
 //    exp(Gamma_t - Gamma_{t-1}) (every exponent a gate; dr_prep_diag_block;
-//    docs/delta-rule.md, "Stable decay exponents"). The pass that fills block I's A operands also
+//    docs/delta-rule.md, "Stable decay exponents"). The A and B operands below the diagonal
+//    blocks are split hi + lo (three MMAs a k-step) for KDA only (per-channel gates, split_lo):
+//    GDN's and DeltaNet's are one bf16 (one MMA; DeltaNet's are q and k, exact in bf16), whose lo
+//    parts change neither kind's states (docs/delta-rule.md, "Fewer MMAs: the audit's droppable
+//    operands"), while without them KDA's states pass the parity test's 1e-4 at K <= 32. The
+//    pass that fills block I's A operands also
 //    writes its rows of Qg and Ke to the workspace (the same q and k in registers), and its q
 //    rows and those 15 x K factors to shared memory for the diagonal block. The B tile holds
 //    two column blocks J < I, so block row I takes max(1, ceil(I / 2)) passes (5 in all, 96 B
@@ -73,6 +78,12 @@ __device__ __forceinline__ void drp_split2(DrSplitOperand op, float x0, float x1
     const float h0 = __bfloat162float(__float2bfloat16(x0)), h1 = __bfloat162float(__float2bfloat16(x1));
     *hi = pack_bf16(h0, h1);  // (exact: h0, h1 are bf16 values)
     *lo = pack_bf16(dr_lo(op, x0 - h0), dr_lo(op, x1 - h1));
+}
+// 8 entries as one 16-byte word of bf16 (the hi of drp_split8; an operand kept as one bf16)
+__device__ __forceinline__ uint4 drp_round8(const float x[8]) {
+    uint4 u;
+    u.x = pack_bf16(x[0], x[1]), u.y = pack_bf16(x[2], x[3]), u.z = pack_bf16(x[4], x[5]), u.w = pack_bf16(x[6], x[7]);
+    return u;
 }
 // dr_split of 8 entries of operand op into 16-byte words hi, lo
 __device__ __forceinline__ void drp_split8(DrSplitOperand op, const float x[8], uint4 *hi, uint4 *lo) {
@@ -247,6 +258,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     float *Ug = ws.U + sh * C * V;
     const bf16 *qc = q + ((size_t)tok0 * H + h) * K, *kc = k + ((size_t)tok0 * H + h) * K;
     // 16-byte global access: q's rows, the workspace rows of Qg and Ke
+    // step 2's operands below the diagonal blocks hi + lo (KDA) or one bf16 (GDN, DeltaNet)
+    const bool split_lo = gate == DRG_CHANNEL;
     const bool qvec = K % 8 == 0 && ((uintptr_t)qc & 15) == 0,
                wvec = K % 8 == 0 && (((uintptr_t)Qg | (uintptr_t)Qgl | (uintptr_t)Ke | (uintptr_t)Kel) & 15) == 0;
 
@@ -321,13 +334,18 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                         qg[t] = in ? qf[t] * expf(gr[t]) : 0.f;
                         ke[t] = in ? kf[t] * expf(ge[t] - gr[t]) : 0.f;
                     }
-                    uint4 hi, lo;
-                    drp_split8(DRS_QR, a, &hi, &lo);
-                    *reinterpret_cast<uint4 *>(Aqh + rr * LK + i0) = hi;
-                    *reinterpret_cast<uint4 *>(Aql + rr * LK + i0) = lo;
-                    drp_split8(DRS_KR, b, &hi, &lo);
-                    *reinterpret_cast<uint4 *>(Akh + rr * LK + i0) = hi;
-                    *reinterpret_cast<uint4 *>(Akl + rr * LK + i0) = lo;
+                    if (split_lo) {
+                        uint4 hi, lo;
+                        drp_split8(DRS_QR, a, &hi, &lo);
+                        *reinterpret_cast<uint4 *>(Aqh + rr * LK + i0) = hi;
+                        *reinterpret_cast<uint4 *>(Aql + rr * LK + i0) = lo;
+                        drp_split8(DRS_KR, b, &hi, &lo);
+                        *reinterpret_cast<uint4 *>(Akh + rr * LK + i0) = hi;
+                        *reinterpret_cast<uint4 *>(Akl + rr * LK + i0) = lo;
+                    } else {
+                        *reinterpret_cast<uint4 *>(Aqh + rr * LK + i0) = drp_round8(a);
+                        *reinterpret_cast<uint4 *>(Akh + rr * LK + i0) = drp_round8(b);
+                    }
                     if (r < n) {
                         drp_stg8(DRS_QG, Qg + (size_t)r * K, Qgl + (size_t)r * K, qg, i0, K, wvec);
                         drp_stg8(DRS_KE, Ke + (size_t)r * K, Kel + (size_t)r * K, ke, i0, K, wvec);
@@ -355,25 +373,43 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 drp_lds8g(G + 16 * I * KP, i0, g0);
 #pragma unroll
                 for (int t = 0; t < 8; t++) b[t] = c < n && i0 + t < K ? kf[t] * expf(g0[t] - gc[t]) : 0.f;
-                uint4 hi, lo;
-                drp_split8(DRS_KC, b, &hi, &lo);
-                *reinterpret_cast<uint4 *>(Bkh + cc * LK + i0) = hi;
-                *reinterpret_cast<uint4 *>(Bkl + cc * LK + i0) = lo;
+                if (split_lo) {
+                    uint4 hi, lo;
+                    drp_split8(DRS_KC, b, &hi, &lo);
+                    *reinterpret_cast<uint4 *>(Bkh + cc * LK + i0) = hi;
+                    *reinterpret_cast<uint4 *>(Bkl + cc * LK + i0) = lo;
+                } else {
+                    *reinterpret_cast<uint4 *>(Bkh + cc * LK + i0) = drp_round8(b);
+                }
             }
             __syncthreads();
             if (warp < 4 * nB) {
-                // tile (Aqk or L, J) and its 8-column half nh; one ldmatrix.x4 gives B's hi and lo
+                // tile (Aqk or L, J) and its 8-column half nh
                 const int tile = warp >> 1, nh = warp & 1, isL = tile & 1, J = J0 + (tile >> 1);
                 const bf16 *Ah = isL ? Akh : Aqh, *Al = isL ? Akl : Aql;
-                const int m = lane >> 3;
-                const bf16 *Bp = (m < 2 ? Bkh : Bkl) + (size_t)(16 * (J - J0) + 8 * nh + (lane & 7)) * LK + 8 * (m & 1);
+                const int m = lane >> 3, ks16 = KP / 16;
+                const bf16 *Brow = Bkh + (size_t)(16 * (J - J0) + 8 * nh + (lane & 7)) * LK;
                 float acc[4] = {0.f, 0.f, 0.f, 0.f};
-                for (int kk = 0; kk < KP / 16; kk++) {
-                    uint32_t ah[4], al[4], bb[4];
-                    dr_lda(ah, Ah, LK, 0, kk * 16, lane);
-                    dr_lda(al, Al, LK, 0, kk * 16, lane);
-                    ldsm_x4(bb, Bp + kk * 16);
-                    dr_mma3(acc, ah, al, bb, bb + 2);
+                if (split_lo) {  // one ldmatrix.x4 gives B's hi and lo of a k-step; three MMAs
+                    const bf16 *Bp = (m < 2 ? Brow : Brow + (Bkl - Bkh)) + 8 * (m & 1);
+                    for (int kk = 0; kk < ks16; kk++) {
+                        uint32_t ah[4], al[4], bb[4];
+                        dr_lda(ah, Ah, LK, 0, kk * 16, lane);
+                        dr_lda(al, Al, LK, 0, kk * 16, lane);
+                        ldsm_x4(bb, Bp + kk * 16);
+                        dr_mma3(acc, ah, al, bb, bb + 2);
+                    }
+                } else {  // one ldmatrix.x4 gives B of two k-steps (an odd last one: matrices 2, 3 unused); one MMA
+                    for (int kk = 0; kk < ks16; kk += 2) {
+                        uint32_t ah[4], bb[4];
+                        ldsm_x4(bb, Brow + kk * 16 + 8 * (kk + 1 < ks16 ? m : m & 1));
+                        dr_lda(ah, Ah, LK, 0, kk * 16, lane);
+                        mma16816(acc, ah, bb[0], bb[1]);
+                        if (kk + 1 < ks16) {
+                            dr_lda(ah, Ah, LK, 0, (kk + 1) * 16, lane);
+                            mma16816(acc, ah, bb[2], bb[3]);
+                        }
+                    }
                 }
 #pragma unroll
                 for (int u = 0; u < 4; u += 2) {

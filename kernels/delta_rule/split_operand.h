@@ -10,9 +10,10 @@
 // Thirteen operands. The audit's first version had 21; eight of the eleven it found droppable
 // for every kind, those of the gradient kernels (grad1's T^T, dW, K_b; grad2's dA, dL and B4's
 // K_c, Q_r, beta K_r), are one bf16 each since branch dr-fewer-mma, in the normal build and the
-// audit build alike, so their tags (TT, DW, KBD, DA, DL, B4KC, B4QR, B4KR) are gone. (The
-// prep's Q_r, K_r, K_c stay split: without their lo parts the parity test's K <= 32 cases put
-// hT and dh0 past 1e-4; docs/delta-rule.md.)
+// audit build alike, so their tags (TT, DW, KBD, DA, DL, B4KC, B4QR, B4KR) are gone. The
+// prep's Q_r, K_r, K_c stay split for KDA only (without their lo parts the parity test's KDA
+// cases at K <= 32 put hT and dh0 past 1e-4); for GDN and DeltaNet they are one bf16, so their
+// bits mask nothing there (docs/delta-rule.md, "Fewer MMAs: the audit's droppable operands").
 //
 // X(tag, name, where it is split: the products it enters)
 #ifndef HYBRID_KERNELS_DELTA_RULE_SPLIT_OPERAND_H
@@ -20,9 +21,9 @@
 
 #define DR_SPLIT_OPERANDS(X)                                                                                  \
     /* forward (and the backward's recomputation): prep, walk */                                          \
-    X(QR, "Qr", "prep step 2: q_r e^(G_r - G_ref), the A of Aqk below the diagonal blocks")                 \
-    X(KR, "Kr", "prep step 2: k_r e^(G_r - G_ref), the A of L below the diagonal blocks")                   \
-    X(KC, "Kc", "prep step 2: k_c e^(G_ref - G_c), the B of Aqk and L")                                     \
+    X(QR, "Qr", "prep step 2 (KDA): q_r e^(G_r - G_ref), the A of Aqk below the diagonal blocks")           \
+    X(KR, "Kr", "prep step 2 (KDA): k_r e^(G_r - G_ref), the A of L below the diagonal blocks")             \
+    X(KC, "Kc", "prep step 2 (KDA): k_c e^(G_ref - G_c), the B of Aqk and L")                               \
     X(AQK, "Aqk", "prep -> ws Aqkl: output Aqk Delta, reverse walk Aqk^T dO")                               \
     X(QG, "Qg", "prep -> ws Qgl: output Qg h[n], reverse walk Qg^T dO")                                     \
     X(KE, "Ke", "prep -> ws Kel: walk Ke^T Delta, reverse walk Ke dH'")                                     \

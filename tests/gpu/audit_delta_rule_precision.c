@@ -2,10 +2,10 @@
 // "Accuracy: the per-operand audit"). The kernels split operands that are not exact in bf16
 // hi + lo and multiply two split operands on three MMAs (kernels/delta_rule/chunk.cuh); built
 // with -DHYBRID_DR_PRECISION_AUDIT they zero the lo parts of the operands named in a runtime mask
-// (kernels/delta_rule/split_operand.h: the thirteen still split; eight that this audit found
-// droppable, the gradient kernels', are one bf16 since branch dr-fewer-mma and have no tag),
-// which is exactly what dropping those MMA terms and storing those operands as one bf16 would
-// compute. This program runs the KDA forward and
+// (kernels/delta_rule/split_operand.h: the thirteen still split, Q_r, K_r, K_c for KDA only;
+// eight that this audit found droppable, the gradient kernels', are one bf16 since branch
+// dr-fewer-mma and have no tag), which is exactly what dropping those MMA terms and storing
+// those operands as one bf16 would compute. This program runs the KDA forward and
 // backward (the table's members, tensor cores) under a set of masks on fixed random inputs
 // (tests/gpu/delta_rule_prob.h: the parity test's distributions, h0 and dhT given) and prints
 // the RMS relative error of every output against the CPU reference (doubles inside; the metric

@@ -8,7 +8,7 @@
 // E.g. the rewrite that dropped the lo parts of eight operands from the gradient kernels
 // (branch dr-fewer-mma) was checked by running this program with the audit build of the kernels
 // before it under the mask of those operands and with the normal build after it: every line the
-// same (docs/delta-rule.md, "Fewer MMAs in the gradient kernels").
+// same (docs/delta-rule.md, "Fewer MMAs: the audit's droppable operands").
 // Each line: the case, the output, an FNV-1a hash of its bits and one with -0 folded to +0 (a
 // difference in the sign of zero alone shows as a first hash that differs and a second that
 // does not). --alt also runs each backward under HYBRID_DR_GRAD_REF=1 (the single gradient
