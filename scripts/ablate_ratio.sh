@@ -26,7 +26,7 @@
 #               0:1 model with RoPE on its MLA's decoupled slice (mla_rope = true; the KL
 #               family's MLA is NoPE, so its all-MLA end has no position signal); the same
 #               tasks, lrs, seeds and budget as every model; 0: none; default 0 [1]
-#   LRS         learning rates of the sweep, default the base config's lr [1e-3 2e-3 4e-3]
+#   LRS         learning rates of the sweep, default the base config's lr [PRESET=gpu: 5e-4 1e-3 2e-3 4e-3]
 #   SEEDS       seeds, default the base config's seed [0 1]
 #   SEED_SWEEP  best: the lr sweep at the first seed, the other seeds at each model's best lr;
 #               all: every lr at every seed (best lr by the mean over seeds) [best]
@@ -35,8 +35,8 @@
 #   LM_CONF     a config fragment (key = value lines) over the base config for the text
 #               task [the preset's: B 64 x T 1024 = 65,536 tokens a step, warm-up 25]
 #   MQAR_PAIRS  > 0 adds the MQAR task: train at this many pairs [32]
-#   MQAR_CONF   fragment for the MQAR task [vocab 8192, T 256, B 64, 1000 steps]
-#   MQAR_LRS    the MQAR task's lr sweep, default LRS
+#   MQAR_CONF   fragment for the MQAR task [vocab 1024, T 256, B 64, 1000 steps]
+#   MQAR_LRS    the MQAR task's lr sweep, default LRS [PRESET=gpu: 3e-4 1e-3]
 #   MQAR_STEPS  optimizer steps of an MQAR run, default the fragment's
 #   MQAR_EVAL_PAIRS  pair counts for `hybrid eval-mqar` after MQAR training [8 16 32 64]
 #   MQAR_EVAL_SEQUENCES  sequences per evaluation, 1000
@@ -47,7 +47,8 @@
 #               gpt2"; default all): the same for models, e.g. a new lr for the low-edge rows
 #               only, with every model (and the GPT-2 match) still in the tables
 #   DEVICE, THREADS  written into every model config (device, threads) [cuda]
-#   GPUS        e.g. "0 1 2 3": that many runs at once, one per GPU (CUDA_VISIBLE_DEVICES)
+#   GPUS        e.g. "0 1 2 3": that many runs at once, one per GPU (CUDA_VISIBLE_DEVICES); a GPU
+#               named twice runs two at once, which did not pay for KL-XS on one H200 (docs/ablation.md)
 #   BUDGET      seconds: no run starts after BUDGET, and a run still going then is stopped
 #               with SIGTERM (it writes a checkpoint; the next invocation resumes it)
 #   PLAN        1: print the runs, tokens and estimated time (and device calls of CALL_S
@@ -89,7 +90,8 @@ if [ "$PRESET" = gpu ]; then
     MOE=${MOE-0}
     BASELINE=${BASELINE-gpt2}
     ROPE_ARM=${ROPE_ARM:-1}
-    LRS=${LRS:-"1e-3 2e-3 4e-3"}
+    LRS=${LRS:-"5e-4 1e-3 2e-3 4e-3"}
+    MQAR_LRS=${MQAR_LRS:-"3e-4 1e-3"}
     SEEDS=${SEEDS:-"0 1"}
     STEPS=${STEPS:-250}
     CORPUS=${CORPUS-prose}
@@ -187,10 +189,12 @@ if [ "$MQAR_PAIRS" -gt 0 ] 2>/dev/null; then
         cp "$MQAR_CONF" "$MQAR_FRAG"
     else
         cat > "$MQAR_FRAG" <<'EOF'
-# the MQAR task (docs/ablation.md): the same models over an 8192-token vocabulary, 256-token
-# sequences, 64 sequences (16,384 tokens) a step
-vocab_size           = 8192
-padded_vocab_size    = 8192
+# the MQAR task (docs/ablation.md): the same models over a 1024-token vocabulary, 256-token
+# sequences, 64 sequences (16,384 tokens) a step. Not Zoology's 8192: with 64 x 32 queries a step
+# each of its 4096 values was a target ~0.5 times a step, and no model left chance in 1000 steps
+# ("The MQAR preset" in docs/ablation.md); 512 values are targets 4 times a step.
+vocab_size           = 1024
+padded_vocab_size    = 1024
 seq_len              = 256
 batch_size           = 64
 total_batch_size     = 16384
