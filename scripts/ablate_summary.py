@@ -22,6 +22,8 @@ Definitions (also in the Markdown it writes):
 - best lr: the lr of the sweep with the lowest final val loss (text) or the highest final
   validation MQAR accuracy (MQAR; ties: the lower val loss), averaged over the sweep's seeds
   (the first seed with SEED_SWEEP=best, every seed with all); failed (diverged) runs lose.
+  While some lrs of a model are not run yet (a sweep that gained an lr), the tables take the
+  best of those run, noted "so far: n of m lrs run"; `best` (phase 2) prints nothing until all are.
 - spread over seeds: mean +- half the range of the seeds' values at the best lr.
 """
 import json
@@ -121,13 +123,18 @@ class Sweep:
     def sweep_seeds(self):
         return self.seeds if self.seed_sweep == "all" else self.seeds[:1]
 
-    def best(self, task, model):
-        """(best lr, edge note) or (None, why)."""
-        scores = []
+    def best(self, task, model, provisional=False):
+        """(best lr, edge note) or (None, why). The best lr of a finished sweep only (phase 2 runs
+        the other seeds at it); with provisional, of the lrs whose runs are done so far, noted as
+        such (the tables of a sweep that gained an lr keep their rows until its runs are in)."""
+        scores, missing = [], 0
         for lr in self.lrs(task):
             runs = [self.runs[task, model, lr, s] for s in self.sweep_seeds()]
             if any(r.status in ("todo", "partial") for r in runs):
-                return None, "sweep not finished"
+                if not provisional:
+                    return None, "sweep not finished"
+                missing += 1
+                continue
             ok = [r for r in runs if r.status == "done" and r.final_val is not None]
             if not ok:
                 continue
@@ -138,15 +145,17 @@ class Sweep:
             else:
                 scores.append(((val,), lr))
         if not scores:
-            return None, "every run failed"
+            return None, "sweep not finished" if missing else "every run failed"
         lr = min(scores)[1]
         lrs = self.lrs(task)
-        edge = ""
+        notes = []
         if len(lrs) > 1 and lr == lrs[0]:
-            edge = "low edge"
+            notes.append("low edge")
         elif len(lrs) > 1 and lr == lrs[-1]:
-            edge = "high edge"
-        return lr, edge
+            notes.append("high edge")
+        if missing:
+            notes.append(f"so far: {len(lrs) - missing} of {len(lrs)} lrs run")
+        return lr, ", ".join(notes)
 
 
 def ratio_x(ratio):
@@ -179,7 +188,7 @@ def table(out, plot):
         toks = [r.tok_s for k, r in sw.runs.items() if k[0] == "lm" and k[1] == tag and r.status == "done" and r.tok_s]
         row["tok_per_s"] = f"{statistics.median(toks):.0f}" if toks else "-"
         for task in sw.tasks:
-            lr, edge = sw.best(task, tag)
+            lr, edge = sw.best(task, tag, provisional=True)
             row[f"{task}_best_lr"] = lr or "-"
             row[f"{task}_lr_note"] = edge if lr else edge
             done = [sw.runs[task, tag, lr, s] for s in sw.seeds] if lr else []
@@ -241,7 +250,9 @@ def table(out, plot):
            "Final train loss: mean of the last 10 steps; final val loss: the last validation pass; "
            "± is half the range over the seeds at the best lr (n seeds in the column `seeds`); "
            "tok/s: median over the steps of the finished text runs. A best lr at the sweep's edge is "
-           "flagged: the optimum may lie outside it. Lower loss and higher accuracy are better.", ""]
+           "flagged: the optimum may lie outside it; one marked `so far` is the best of the lrs run yet (the "
+           "other seeds are trained at a model's best lr only once its whole sweep is done). Lower loss and "
+           "higher accuracy are better.", ""]
     head = ["model", "layers", "params", "active", "active non-emb", "MFLOP/token", "tok/s", "best lr", "seeds",
             "final train loss", "final val loss"]
     if "mqar" in sw.tasks:

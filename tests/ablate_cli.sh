@@ -199,6 +199,20 @@ cut -f1-7,9- "$tmp/first.tsv" | cmp -s - "$tmp/again.tsv" ||
     { diff "$tmp/first.tsv" "$tsv"; fail "the resumed run changed results.tsv"; }
 echo "resume: a run killed after step 2 continues from its checkpoint to the same final losses"
 
+# a sweep that gains an lr: its tables keep every row, the best lr of the lrs run so far marked
+# as such, while the seed-1 runs wait for the whole sweep (the strict best, which phase 2 uses);
+# the sweep's own folder (a run's identity holds its out_dir), so last of the tests on it
+: > "$tmp/calls"
+ablate "$out" LRS="1e-3 2e-3 4e-3" BUDGET=0 PLOT=0 || { tail -n 30 "$out.log"; fail "LRS with a new lr, BUDGET=0: an error"; }
+[ "$(calls train)" = 0 ] || fail "BUDGET=0 trained"
+awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i }
+    NR > 1 && ($c["lm_best_lr"] !~ /^[24]e-3$/ || $c["lm_lr_note"] !~ /so far: 2 of 3 lrs run/ ||
+               $c["lm_val_mean"] !~ /^[0-9]+\.[0-9]+$/ || $c["mqar_best_lr"] == "-") { exit 1 }' "$tsv" ||
+    fail "an extended sweep's table lost its rows or its 'so far' note: $(cat "$tsv")"
+[ -z "$(/usr/bin/python3 scripts/ablate_summary.py best "$out" lm 1-1)" ] ||
+    fail "the strict best lr of an unfinished sweep is not empty (phase 2 would train seed 1 too early)"
+echo "extended sweep: the tables keep every model at its best lr so far, marked; phase 2 waits"
+
 # BUDGET: no run starts once it is spent; the next invocation does the rest. The old
 # behaviour too: no LRS, SEEDS or baseline (the config's lr and seed, one run per ratio)
 small() {
