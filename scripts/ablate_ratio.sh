@@ -58,7 +58,7 @@
 #   EXPORT      a folder to copy OUT into at the end, without checkpoints (what another machine
 #               needs to skip the finished runs), or a file name ending in .tgz: one gzipped tar
 #               of the same (the device's $OUT returns at most 8 files, two folders deep: use
-#               EXPORT=$OUT/<name>.tgz there)
+#               EXPORT=$OUT/<name>.tgz there, set before OUT=...); refused if it lies inside OUT
 #   OUT         output folder, out/ablation/<base name> [out/ablation/$FAMILY-dense|-moe]
 #   HYBRID      the CLI, default ./hybrid (built with `make` if missing)
 #   PLOT        0 skips the PNGs (and the matplotlib check)
@@ -129,6 +129,15 @@ for a in "$@"; do
     esac
 done
 case $SEED_SWEEP in best|all) ;; *) echo "ablate: SEED_SWEEP is best or all, not '$SEED_SWEEP'" >&2; exit 2;; esac
+# the copy for another machine must lie outside the folder it copies (else it lands inside OUT
+# and never comes back: in a command prefix `OUT=x EXPORT=$OUT/y.tgz`, $OUT is already x)
+if [ -n "${EXPORT:-}" ]; then
+    case "$(realpath -m "$EXPORT")/" in "$(realpath -m "$OUT")"/*)
+        echo "ablate: EXPORT=$EXPORT lies inside OUT=$OUT: the copy would be made inside the folder it copies;" \
+             "name EXPORT outside it (on the device: EXPORT=\$OUT/<name>.tgz before OUT=..., which changes \$OUT)" >&2
+        exit 2;;
+    esac
+fi
 case $ROPE_ARM in 0|1) ;; *) echo "ablate: ROPE_ARM is 0 or 1, not '$ROPE_ARM'" >&2; exit 2;; esac
 # --device and --threads among the extra options also go to eval-mqar
 EVAL_OPTS=""

@@ -226,6 +226,10 @@ small BUDGET=0 || { cat "$tmp/small.log"; fail "BUDGET=0 exited with an error"; 
 grep -q "the budget ended the invocation" "$tmp/small.log" || fail "BUDGET=0: no message"
 small RUN_MODELS=2-1 && fail "RUN_MODELS=2-1 (not a model of the sweep) was accepted"
 grep -q "RUN_MODELS names '2-1', not a model of this sweep (0-1 1-1)" "$tmp/small.log" || { cat "$tmp/small.log"; fail "RUN_MODELS=2-1: no clear error"; }
+small EXPORT="$tmp/small/copy.tgz" && fail "an EXPORT inside OUT was accepted"
+grep -q "ablate: EXPORT=$tmp/small/copy.tgz lies inside OUT=$tmp/small" "$tmp/small.log" || { cat "$tmp/small.log"; fail "EXPORT inside OUT: no clear error"; }
+small EXPORT="$tmp/small" && fail "EXPORT = OUT was accepted"
+[ "$(calls train)" = 0 ] || fail "a refused EXPORT trained"
 small RUN_MODELS=1-1 || { cat "$tmp/small.log"; fail "RUN_MODELS=1-1 exited with an error"; }
 [ "$(calls train)" = 1 ] && grep -q '^train .*/1-1/lm/' "$tmp/calls" || fail "RUN_MODELS=1-1 trained $(calls train) runs, not 1-1's one"
 [ "$(wc -l < "$tmp/small/results.tsv")" = 3 ] || fail "RUN_MODELS=1-1: results.tsv has not both models"
