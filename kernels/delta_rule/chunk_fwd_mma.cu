@@ -79,12 +79,6 @@ __device__ __forceinline__ void drp_split2(DrSplitOperand op, float x0, float x1
     *hi = pack_bf16(h0, h1);  // (exact: h0, h1 are bf16 values)
     *lo = pack_bf16(dr_lo(op, x0 - h0), dr_lo(op, x1 - h1));
 }
-// 8 entries as one 16-byte word of bf16 (the hi of drp_split8; an operand kept as one bf16)
-__device__ __forceinline__ uint4 drp_round8(const float x[8]) {
-    uint4 u;
-    u.x = pack_bf16(x[0], x[1]), u.y = pack_bf16(x[2], x[3]), u.z = pack_bf16(x[4], x[5]), u.w = pack_bf16(x[6], x[7]);
-    return u;
-}
 // dr_split of 8 entries of operand op into 16-byte words hi, lo
 __device__ __forceinline__ void drp_split8(DrSplitOperand op, const float x[8], uint4 *hi, uint4 *lo) {
     drp_split2(op, x[0], x[1], &hi->x, &lo->x);
@@ -343,8 +337,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                         *reinterpret_cast<uint4 *>(Akh + rr * LK + i0) = hi;
                         *reinterpret_cast<uint4 *>(Akl + rr * LK + i0) = lo;
                     } else {
-                        *reinterpret_cast<uint4 *>(Aqh + rr * LK + i0) = drp_round8(a);
-                        *reinterpret_cast<uint4 *>(Akh + rr * LK + i0) = drp_round8(b);
+                        store8(Aqh + rr * LK + i0, a);  // (one bf16: drp_split8's hi alone)
+                        store8(Akh + rr * LK + i0, b);
                     }
                     if (r < n) {
                         drp_stg8(DRS_QG, Qg + (size_t)r * K, Qgl + (size_t)r * K, qg, i0, K, wvec);
@@ -379,7 +373,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     *reinterpret_cast<uint4 *>(Bkh + cc * LK + i0) = hi;
                     *reinterpret_cast<uint4 *>(Bkl + cc * LK + i0) = lo;
                 } else {
-                    *reinterpret_cast<uint4 *>(Bkh + cc * LK + i0) = drp_round8(b);
+                    store8(Bkh + cc * LK + i0, b);
                 }
             }
             __syncthreads();
