@@ -39,13 +39,10 @@ extern void cuda_delta_precision_audit_mask(unsigned mask);
 #define BAR_F32 1e-4  // the parity test's bar for the fp32 states (TOL_F32)
 #define BAR_BF16 5e-3  // the bf16 output bar (TOL_OUT), the states' alternative
 
-enum { E_O, E_HT, E_DQ, E_DK, E_DV, E_DG, E_DB, E_DH0, NERR };
-static const char *const ERR_NAME[NERR] = {"o", "hT", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
-static const int IS_STATE[NERR] = {0, 1, 0, 0, 0, 0, 0, 1};
 // the bars; the states' is the argument
 static double bar(int e, double state_bar) {
-    static const double B[NERR] = {TOL_OUT, 0, TOL_GRAD, TOL_GRAD, TOL_GRAD, 2e-2, 2e-2, 0};
-    return IS_STATE[e] ? state_bar : B[e];
+    static const double B[DR_NOUT] = {TOL_OUT, 0, TOL_GRAD, TOL_GRAD, TOL_GRAD, 2e-2, 2e-2, 0};
+    return dr_out_is_state(e) ? state_bar : B[e];
 }
 
 static const char *const OP_NAME[DRS_COUNT] = {
@@ -64,7 +61,7 @@ typedef struct {
     const char *label;
     Prob p;
     DevIn d;
-    float *ref[NERR];
+    float *ref[DR_NOUT];
 } Case;
 
 static const DeltaRuleOps *D;
@@ -75,16 +72,6 @@ static void *cpu_ws(const Prob *p, int backward) {
     return xmalloc(b ? b : 1);
 }
 
-static size_t err_len(const Prob *p, int e) {
-    switch (e) {
-    case E_O: case E_DV: return p->nv;
-    case E_DQ: case E_DK: return p->nq;
-    case E_DG: return p->ng;
-    case E_DB: return p->nb;
-    default: return p->ns;
-    }
-}
-
 static Case make_case(const char *label, LinearKind kind, int strong, int T, int H) {
     Case c = {0};
     c.label = label;
@@ -93,13 +80,13 @@ static Case make_case(const char *label, LinearKind kind, int strong, int T, int
     strong_decay = 0;
     c.d = upload(&c.p);
     const Prob *p = &c.p;
-    for (int e = 0; e < NERR; e++) c.ref[e] = p->g || e != E_DG ? xmalloc(sizeof(float) * err_len(p, e)) : NULL;
+    for (int e = 0; e < DR_NOUT; e++) c.ref[e] = p->g || e != DR_DG ? xmalloc(sizeof(float) * dr_out_len(p, e)) : NULL;
     void *wc = cpu_ws(p, 0);
-    cpu_delta_chunk_forward(p->kind, c.ref[E_O], c.ref[E_HT], p->q, p->k, p->v, p->g, p->beta, p->h0, p->scale, p->B,
+    cpu_delta_chunk_forward(p->kind, c.ref[DR_O], c.ref[DR_HT], p->q, p->k, p->v, p->g, p->beta, p->h0, p->scale, p->B,
                             p->T, p->H, p->K, p->V, NULL, 0, CHUNK, wc);
     free(wc);
     wc = cpu_ws(p, 1);
-    cpu_delta_chunk_backward(p->kind, c.ref[E_DQ], c.ref[E_DK], c.ref[E_DV], c.ref[E_DG], c.ref[E_DB], c.ref[E_DH0],
+    cpu_delta_chunk_backward(p->kind, c.ref[DR_DQ], c.ref[DR_DK], c.ref[DR_DV], c.ref[DR_DG], c.ref[DR_DB], c.ref[DR_DH0],
                              p->dout, p->dhT, p->q, p->k, p->v, p->g, p->beta, p->h0, p->scale, p->B, p->T, p->H, p->K,
                              p->V, NULL, 0, CHUNK, wc);
     free(wc);
@@ -107,66 +94,45 @@ static Case make_case(const char *label, LinearKind kind, int strong, int T, int
 }
 
 static void free_case(Case *c) {
-    for (int e = 0; e < NERR; e++) free(c->ref[e]);
+    for (int e = 0; e < DR_NOUT; e++) free(c->ref[e]);
     free_dev(&c->d);
     free_prob(&c->p);
 }
 
 // The forward and the backward under mask on case c: err[e] (rel_rms against the reference;
 // dg 0 where the kind has none).
-static void run_case(const Case *c, unsigned mask, double err[NERR]) {
+static void run_case(const Case *c, unsigned mask, double err[DR_NOUT]) {
     const Prob *p = &c->p;
-    const DevIn *d = &c->d;
     cuda_delta_precision_audit_mask(mask);
-    void *ws = G->alloc(D->linear_workspace_size(p->kind, 1, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK));
-    void *out[NERR];
-    for (int e = 0; e < NERR; e++) {
-        out[e] = NULL;
-        if (!c->ref[e]) continue;
-        const size_t n = err_len(p, e);
-        if (IS_STATE[e]) {
-            out[e] = dev_f32(NULL, n);
-            poison_f32(out[e], n);
-        } else {
-            out[e] = dev_bf16(NULL, n);
-            poison_bf16(out[e], n);
-        }
+    void *out[DR_NOUT];
+    dr_run(D, p, &c->d, 1, 1, out);
+    for (int e = 0; e < DR_NOUT; e++) {
+        const size_t n = dr_out_len(p, e);
+        err[e] = !out[e] ? 0 : dr_out_is_state(e) ? err_f32(out[e], c->ref[e], n) : err_bf16(out[e], c->ref[e], n);
     }
-    D->delta_chunk_forward(p->kind, out[E_O], out[E_HT], d->q, d->k, d->v, d->g, d->beta, (const real *)d->h0,
-                           p->scale, p->B, p->T, p->H, p->K, p->V, NULL, 0, CHUNK, ws);
-    D->delta_chunk_backward(p->kind, out[E_DQ], out[E_DK], out[E_DV], out[E_DG], out[E_DB], out[E_DH0], d->dout,
-                            (const real *)d->dhT, d->q, d->k, d->v, d->g, d->beta, (const real *)d->h0, p->scale,
-                            p->B, p->T, p->H, p->K, p->V, NULL, 0, CHUNK, ws);
-    for (int e = 0; e < NERR; e++) {
-        err[e] = 0;
-        if (!out[e]) continue;
-        const size_t n = err_len(p, e);
-        err[e] = IS_STATE[e] ? err_f32(out[e], c->ref[e], n) : err_bf16(out[e], c->ref[e], n);
-        G->free(out[e]);
-    }
-    G->free(ws);
+    dr_out_free(out);
     cuda_delta_precision_audit_mask(0);
 }
 
 // each error the worst over the cases (verbose: every case's errors printed)
-static void run_mask(const Case *cases, int ncases, unsigned mask, double err[NERR], int verbose) {
-    for (int e = 0; e < NERR; e++) err[e] = 0;
+static void run_mask(const Case *cases, int ncases, unsigned mask, double err[DR_NOUT], int verbose) {
+    for (int e = 0; e < DR_NOUT; e++) err[e] = 0;
     for (int a = 0; a < ncases; a++) {
-        double ea[NERR];
+        double ea[DR_NOUT];
         run_case(&cases[a], mask, ea);
         if (verbose) {
             printf("    %-14s", cases[a].label);
-            for (int e = 0; e < NERR; e++) printf(" %s %.2e", ERR_NAME[e], ea[e]);
+            for (int e = 0; e < DR_NOUT; e++) printf(" %s %.2e", dr_out_name(e), ea[e]);
             printf("\n");
         }
-        for (int e = 0; e < NERR; e++) err[e] = fmax(err[e], ea[e]);
+        for (int e = 0; e < DR_NOUT; e++) err[e] = fmax(err[e], ea[e]);
     }
 }
 
 // the largest ratio error / bar over the outputs (within the bars: <= 1)
-static double worst(const double err[NERR], double state_bar) {
+static double worst(const double err[DR_NOUT], double state_bar) {
     double w = 0;
-    for (int e = 0; e < NERR; e++) w = fmax(w, err[e] / bar(e, state_bar));
+    for (int e = 0; e < DR_NOUT; e++) w = fmax(w, err[e] / bar(e, state_bar));
     return w;
 }
 
@@ -189,34 +155,34 @@ static void mask_label(unsigned mask, char *s, size_t n) {
 
 static void print_header(void) {
     printf("| lo dropped | ");
-    for (int e = 0; e < NERR; e++) printf("%s | ", ERR_NAME[e]);
+    for (int e = 0; e < DR_NOUT; e++) printf("%s | ", dr_out_name(e));
     printf("within |\n|---|");
-    for (int e = 0; e < NERR; e++) printf("---|");
+    for (int e = 0; e < DR_NOUT; e++) printf("---|");
     printf("---|\n");
     fflush(stdout);
 }
 
-static void print_row(unsigned mask, const double err[NERR]) {
+static void print_row(unsigned mask, const double err[DR_NOUT]) {
     char lab[512];
     mask_label(mask, lab, sizeof lab);
     printf("| %s | ", lab);
-    for (int e = 0; e < NERR; e++) printf("%.2e | ", err[e]);
+    for (int e = 0; e < DR_NOUT; e++) printf("%.2e | ", err[e]);
     const char *v = worst(err, BAR_F32) <= 1 ? "all bars" : worst(err, BAR_BF16) <= 1 ? "states > 1e-4" : "no";
     printf("%s |\n", v);
     fflush(stdout);
 }
 
 // the largest growth over today's error, in bars, over the outputs
-static double growth(const double err[NERR], const double base[NERR], double state_bar) {
+static double growth(const double err[DR_NOUT], const double base[DR_NOUT], double state_bar) {
     double w = 0;
-    for (int e = 0; e < NERR; e++) w = fmax(w, (err[e] - base[e]) / bar(e, state_bar));
+    for (int e = 0; e < DR_NOUT; e++) w = fmax(w, (err[e] - base[e]) / bar(e, state_bar));
     return w;
 }
 
 // Greedy: the operands whose solo run is within the bars (state bar sb; worst ratio <= margin),
 // in the order of their solo growth over today's errors (base), each added to the subset if the
 // subset with it stays within.
-static unsigned greedy(const Case *cases, int ncases, const double base[NERR], const double solo[DRS_COUNT][NERR],
+static unsigned greedy(const Case *cases, int ncases, const double base[DR_NOUT], const double solo[DRS_COUNT][DR_NOUT],
                        double sb, double margin, int verbose) {
     int order[DRS_COUNT], n = 0;
     for (int o = 0; o < DRS_COUNT; o++)
@@ -229,7 +195,7 @@ static unsigned greedy(const Case *cases, int ncases, const double base[NERR], c
     unsigned mask = 0;
     for (int a = 0; a < n; a++) {
         const unsigned m = mask | 1u << order[a];
-        double err[NERR];
+        double err[DR_NOUT];
         if (a == 0) memcpy(err, solo[order[a]], sizeof err);
         else run_mask(cases, ncases, m, err, verbose);
         const int ok = worst(err, sb) <= margin;
@@ -269,7 +235,7 @@ static int audit_kind(LinearKind kind, int T, int H, const unsigned *masks, int 
            kind_name(kind), B_, T, H, K_, V_, nc == 1 ? "the case" : "2 cases (fla gates, strong decay)");
     printf("bars: o %.0e; dq, dk, dv %.0e; dg, dbeta 2e-2; hT, dh0 %.0e (the parity test) or %.0e\n", TOL_OUT,
            TOL_GRAD, BAR_F32, BAR_BF16);
-    double err[NERR], base[NERR];
+    double err[DR_NOUT], base[DR_NOUT];
     run_mask(cases, nc, 0, base, verbose);
     memcpy(err, base, sizeof err);
     const int today_ok = worst(err, BAR_F32) <= 1;
@@ -282,7 +248,7 @@ static int audit_kind(LinearKind kind, int T, int H, const unsigned *masks, int 
             print_row(masks[a], err);
         }
     } else {
-        static double solo[DRS_COUNT][NERR];
+        static double solo[DRS_COUNT][DR_NOUT];
         for (int o = 0; o < DRS_COUNT; o++) {
             run_mask(cases, nc, 1u << o, solo[o], verbose);
             print_row(1u << o, solo[o]);

@@ -1,7 +1,8 @@
 // The random problems of the chunkwise delta rule's GPU programs (the parity test
-// test_delta_rule.c and the precision audit audit_delta_rule_precision.c): one problem's host
-// inputs in the distributions the layer feeds (q, k L2-normalised rows; beta in (0, 1); log-decays
-// g in fla's range, or strong ones; bf16-representable floats) and their device copies. Needs
+// test_delta_rule.c, the precision audit audit_delta_rule_precision.c, hash_delta_rule.c): one
+// problem's host inputs in the distributions the layer feeds (q, k L2-normalised rows; beta in
+// (0, 1); log-decays g in fla's range, or strong ones; bf16-representable floats), their device
+// copies, and one forward and backward of the table into fresh poisoned outputs (dr_run). Needs
 // tests/gpu/harness.h (its RNG and device buffers) included first.
 #ifndef HYBRID_TESTS_GPU_DELTA_RULE_PROB_H
 #define HYBRID_TESTS_GPU_DELTA_RULE_PROB_H
@@ -104,6 +105,57 @@ static inline void free_dev(DevIn *d) {
     G->free(d->q), G->free(d->k), G->free(d->v), G->free(d->beta), G->free(d->dout), G->free(d->h0), G->free(d->dhT);
     if (d->g) G->free(d->g);
     if (d->offsets) G->free(d->offsets);
+}
+
+// The outputs of one forward and backward, in this order; the states hT, dh0 are fp32, the
+// rest bf16.
+enum { DR_O, DR_HT, DR_DQ, DR_DK, DR_DV, DR_DG, DR_DB, DR_DH0, DR_NOUT };
+static inline const char *dr_out_name(int e) {
+    static const char *const N[DR_NOUT] = {"o", "hT", "dq", "dk", "dv", "dg", "dbeta", "dh0"};
+    return N[e];
+}
+static inline int dr_out_is_state(int e) { return e == DR_HT || e == DR_DH0; }
+static inline size_t dr_out_len(const Prob *p, int e) {
+    switch (e) {
+    case DR_O: case DR_DV: return p->nv;
+    case DR_DQ: case DR_DK: return p->nq;
+    case DR_DG: return p->ng;
+    case DR_DB: return p->nb;
+    default: return p->ns;
+    }
+}
+
+// The delta-rule table's forward (when fwd) and backward of p on its device inputs d, chunk 64,
+// into outputs allocated here and poisoned first: out[e] on the device, NULL where not made (o
+// and hT without fwd, dg without a gate, dh0 without with_state). with_state: h0 and dhT given.
+// Free with dr_out_free.
+static inline void dr_run(const DeltaRuleOps *D, const Prob *p, const DevIn *d, int fwd, int with_state,
+                          void *out[DR_NOUT]) {
+    for (int e = 0; e < DR_NOUT; e++) {
+        out[e] = NULL;
+        if ((!fwd && (e == DR_O || e == DR_HT)) || (e == DR_DG && !p->g) || (e == DR_DH0 && !with_state)) continue;
+        const size_t n = dr_out_len(p, e);
+        if (dr_out_is_state(e)) {
+            out[e] = dev_f32(NULL, n);
+            poison_f32((float *)out[e], n);
+        } else {
+            out[e] = dev_bf16(NULL, n);
+            poison_bf16(out[e], n);
+        }
+    }
+    const real *h0 = with_state ? (const real *)d->h0 : NULL, *dhT = with_state ? (const real *)d->dhT : NULL;
+    void *ws = G->alloc(D->linear_workspace_size(p->kind, 1, p->B, p->T, p->H, p->K, p->V, p->N, 64));
+    if (fwd)
+        D->delta_chunk_forward(p->kind, out[DR_O], (real *)out[DR_HT], d->q, d->k, d->v, d->g, d->beta, h0, p->scale,
+                               p->B, p->T, p->H, p->K, p->V, d->offsets, p->nseq, 64, ws);
+    D->delta_chunk_backward(p->kind, out[DR_DQ], out[DR_DK], out[DR_DV], out[DR_DG], out[DR_DB], (real *)out[DR_DH0],
+                            d->dout, dhT, d->q, d->k, d->v, d->g, d->beta, h0, p->scale, p->B, p->T, p->H, p->K, p->V,
+                            d->offsets, p->nseq, 64, ws);
+    G->free(ws);
+}
+static inline void dr_out_free(void *out[DR_NOUT]) {
+    for (int e = 0; e < DR_NOUT; e++)
+        if (out[e]) G->free(out[e]);
 }
 
 #endif

@@ -30,8 +30,6 @@
 // defined by chunk_fwd_mma.cu under HYBRID_DR_PRECISION_AUDIT only (weak: NULL in a normal build)
 extern void cuda_delta_precision_audit_mask(unsigned mask) __attribute__((weak));
 
-#define CHUNK 64
-
 static const DeltaRuleOps *D;
 
 // FNV-1a over the bits of n floats; fold: -0 hashed as +0
@@ -49,44 +47,20 @@ static uint64_t hash_f32(const float *x, size_t n, int fold) {
     return h;
 }
 
-static void print_hash(const char *label, const char *what, float *x, size_t n) {
-    printf("%-44s %-6s %016llx %016llx\n", label, what, (unsigned long long)hash_f32(x, n, 0),
-           (unsigned long long)hash_f32(x, n, 1));
-    free(x);
-}
-
-// the forward and the backward of one case under the current environment; with_state: h0, dhT given
+// the forward (when fwd_too) and the backward of one case under the current environment, each
+// output's two hashes; with_state: h0, dhT given
 static void run(const Prob *p, const DevIn *d, int with_state, const char *label, int fwd_too) {
-    const float *h0 = with_state ? d->h0 : NULL, *dhT = with_state ? d->dhT : NULL;
-    void *ws = G->alloc(D->linear_workspace_size(p->kind, 1, p->B, p->T, p->H, p->K, p->V, p->N, CHUNK));
-    if (fwd_too) {
-        void *o = dev_bf16(NULL, p->nv);
-        float *hT = dev_f32(NULL, p->ns);
-        poison_bf16(o, p->nv), poison_f32(hT, p->ns);
-        D->delta_chunk_forward(p->kind, o, (real *)hT, d->q, d->k, d->v, d->g, d->beta, (const real *)h0, p->scale,
-                               p->B, p->T, p->H, p->K, p->V, d->offsets, p->nseq, CHUNK, ws);
-        print_hash(label, "o", get_bf16(o, p->nv), p->nv);
-        print_hash(label, "hT", get_f32(hT, p->ns), p->ns);
-        G->free(o), G->free(hT);
+    void *out[DR_NOUT];
+    dr_run(D, p, d, fwd_too, with_state, out);
+    for (int e = 0; e < DR_NOUT; e++) {
+        if (!out[e]) continue;
+        const size_t n = dr_out_len(p, e);
+        float *x = dr_out_is_state(e) ? get_f32((const float *)out[e], n) : get_bf16(out[e], n);
+        printf("%-44s %-6s %016llx %016llx\n", label, dr_out_name(e), (unsigned long long)hash_f32(x, n, 0),
+               (unsigned long long)hash_f32(x, n, 1));
+        free(x);
     }
-    void *dq = dev_bf16(NULL, p->nq), *dk = dev_bf16(NULL, p->nq), *dv = dev_bf16(NULL, p->nv),
-         *dg = p->g ? dev_bf16(NULL, p->ng) : NULL, *db = dev_bf16(NULL, p->nb);
-    float *dh0 = dev_f32(NULL, p->ns);
-    poison_bf16(dq, p->nq), poison_bf16(dk, p->nq), poison_bf16(dv, p->nv), poison_bf16(db, p->nb);
-    if (dg) poison_bf16(dg, p->ng);
-    poison_f32(dh0, p->ns);
-    D->delta_chunk_backward(p->kind, dq, dk, dv, dg, db, with_state ? (real *)dh0 : NULL, d->dout, (const real *)dhT,
-                            d->q, d->k, d->v, d->g, d->beta, (const real *)h0, p->scale, p->B, p->T, p->H, p->K,
-                            p->V, d->offsets, p->nseq, CHUNK, ws);
-    print_hash(label, "dq", get_bf16(dq, p->nq), p->nq);
-    print_hash(label, "dk", get_bf16(dk, p->nq), p->nq);
-    print_hash(label, "dv", get_bf16(dv, p->nv), p->nv);
-    if (dg) print_hash(label, "dg", get_bf16(dg, p->ng), p->ng);
-    print_hash(label, "dbeta", get_bf16(db, p->nb), p->nb);
-    if (with_state) print_hash(label, "dh0", get_f32(dh0, p->ns), p->ns);
-    G->free(dq), G->free(dk), G->free(dv), G->free(db), G->free(dh0);
-    if (dg) G->free(dg);
-    G->free(ws);
+    dr_out_free(out);
     fflush(stdout);
 }
 
