@@ -190,7 +190,7 @@ def table(out, plot):
         for task in sw.tasks:
             lr, edge = sw.best(task, tag, provisional=True)
             row[f"{task}_best_lr"] = lr or "-"
-            row[f"{task}_lr_note"] = edge if lr else edge
+            row[f"{task}_lr_note"] = edge
             done = [sw.runs[task, tag, lr, s] for s in sw.seeds] if lr else []
             done = [r for r in done if r.status == "done"]
             if task == "lm":
