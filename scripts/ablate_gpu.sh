@@ -4,8 +4,8 @@
 # (MOE=1 keeps the MoE), the 0:1 model with RoPE on its MLA (0-1-rope; ROPE_ARM=0 leaves it
 # out) and a GPT-2 of matched active parameters; seeds 0 and 1; 250 steps x 65,536 tokens of
 # the prose corpus (make data CORPUS=prose) at lrs 5e-4 1e-3 2e-3 4e-3, and 1000 steps x 16,384
-# tokens of MQAR (1024-token vocabulary, 32 pairs) at lrs 3e-4 1e-3, evaluated at 8, 16, 32 and
-# 64 pairs. Every variable of
+# tokens of MQAR (256-token vocabulary, 64-token sequences, 8 pairs) at lrs 1e-4 3e-4, evaluated
+# at 4, 8 and 16 pairs. Every variable of
 # scripts/ablate_ratio.sh still applies (BUDGET, PLAN, GPUS, OUT, ...).
 #
 # usage: [PLAN=1] [BUDGET=seconds] scripts/ablate_gpu.sh [BASE.conf] [--key value ...]

@@ -34,11 +34,12 @@
 #   CORPUS      text shards out/data/$CORPUS_{train,val}_*.bin; default the config's [prose]
 #   LM_CONF     a config fragment (key = value lines) over the base config for the text
 #               task [the preset's: B 64 x T 1024 = 65,536 tokens a step, warm-up 25]
-#   MQAR_PAIRS  > 0 adds the MQAR task: train at this many pairs [32]
-#   MQAR_CONF   fragment for the MQAR task [vocab 1024, T 256, B 64, 1000 steps]
-#   MQAR_LRS    the MQAR task's lr sweep, default LRS [PRESET=gpu: 3e-4 1e-3]
+#   MQAR_PAIRS  > 0 adds the MQAR task: train at this many pairs [8]
+#   MQAR_CONF   fragment for the MQAR task [vocab 256, T 64, B 256, 1000 steps]
+#   MQAR_LRS    the MQAR task's lr sweep, default LRS [PRESET=gpu: 1e-4 3e-4]
 #   MQAR_STEPS  optimizer steps of an MQAR run, default the fragment's
-#   MQAR_EVAL_PAIRS  pair counts for `hybrid eval-mqar` after MQAR training [8 16 32 64]
+#   MQAR_EVAL_PAIRS  pair counts for `hybrid eval-mqar` after MQAR training (those that fit
+#               the fragment's length, 4 P <= T) [4 8 16]
 #   MQAR_EVAL_SEQUENCES  sequences per evaluation, 1000
 #   RUN_TASKS   the tasks whose runs this invocation trains: "lm", "mqar" or both (default: every
 #               task of the sweep); the models, configs and tables stay the whole sweep's, so a
@@ -91,12 +92,12 @@ if [ "$PRESET" = gpu ]; then
     BASELINE=${BASELINE-gpt2}
     ROPE_ARM=${ROPE_ARM:-1}
     LRS=${LRS:-"5e-4 1e-3 2e-3 4e-3"}
-    MQAR_LRS=${MQAR_LRS:-"3e-4 1e-3"}
+    MQAR_LRS=${MQAR_LRS:-"1e-4 3e-4"}
     SEEDS=${SEEDS:-"0 1"}
     STEPS=${STEPS:-250}
     CORPUS=${CORPUS-prose}
-    MQAR_PAIRS=${MQAR_PAIRS-32}
-    MQAR_EVAL_PAIRS=${MQAR_EVAL_PAIRS:-"8 16 32 64"}
+    MQAR_PAIRS=${MQAR_PAIRS-8}
+    MQAR_EVAL_PAIRS=${MQAR_EVAL_PAIRS:-"4 8 16"}
     DEVICE=${DEVICE:-cuda}
     KEEP_CKPT=${KEEP_CKPT:-0}
     OUT=${OUT:-out/ablation/$FAMILY-$([ "$MOE" = 0 ] && echo dense || echo moe)}
@@ -198,25 +199,25 @@ if [ "$MQAR_PAIRS" -gt 0 ] 2>/dev/null; then
         cp "$MQAR_CONF" "$MQAR_FRAG"
     else
         cat > "$MQAR_FRAG" <<'EOF'
-# the MQAR task (docs/ablation.md): the same models over a 1024-token vocabulary, 256-token
-# sequences, 64 sequences (16,384 tokens) a step. Not Zoology's 8192: with 64 x 32 queries a step
-# each of its 4096 values was a target ~0.5 times a step, and no model left chance in 1000 steps
-# ("The MQAR preset" in docs/ablation.md); 512 values are targets 4 times a step.
-vocab_size           = 1024
-padded_vocab_size    = 1024
-seq_len              = 256
-batch_size           = 64
+# the MQAR task (docs/ablation.md, "MQAR: what the runs show"): the same models over a 256-token
+# vocabulary, 64-token sequences, 256 sequences (16,384 tokens) a step: the size the tiny models
+# solve (docs/mqar.md). At vocabulary 1024 or 8192 with 256-token sequences and 32 pairs no
+# KL-XS model left chance in 1000 steps.
+vocab_size           = 256
+padded_vocab_size    = 256
+seq_len              = 64
+batch_size           = 256
 total_batch_size     = 16384
 steps                = 1000
 warmup_steps         = 50
 lr_schedule          = cosine
 final_lr_frac        = 0.1
-mqar_train_sequences = 100000
+mqar_train_sequences = 400000
 mqar_val_sequences   = 1024
 mqar_seed            = 0
 val_every            = 100
 val_batches          = 0
-checkpoint_every     = 250
+checkpoint_every     = 500
 keep_checkpoints     = 1
 log_every            = 50
 sample_tokens        = 0
@@ -331,6 +332,13 @@ identity() {  # TAG TASK LR SEED
     cat "$OUT/$1/$2.conf"
     printf 'options: %s\nlr: %s\nseed: %s\n' "$ARGS" "$3" "$4"
 }
+# what two identities are compared on: the settings, not their spelling (comments, blank lines,
+# spaces around '=') nor where the folder lies (out_dir), so a finished run moved into another
+# sweep folder of the same settings, or a config whose comments changed, is still that run
+identity_settings() {  # FILE
+    sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e 's/[[:space:]]*=[[:space:]]*/ = /' "$1" |
+        grep -v -e '^$' -e '^out_dir = '
+}
 ARGS="$*"
 lrs_of() { if [ "$1" = mqar ]; then echo "$MQAR_LRS"; else echo "$LRS"; fi; }
 first_seed=$(echo "$SEEDS" | awk '{print $1}')
@@ -361,14 +369,16 @@ run_job() {
     what="$task $tag lr $lr seed $seed"
     if [ -f "$dir/identity" ]; then
         identity "$tag" "$task" "$lr" "$seed" > "$dir/identity.tmp"
-        if ! cmp -s "$dir/identity" "$dir/identity.tmp"; then
+        identity_settings "$dir/identity" > "$dir/identity.old"
+        identity_settings "$dir/identity.tmp" > "$dir/identity.new"
+        if ! cmp -s "$dir/identity.old" "$dir/identity.new"; then
             echo "ablate: $dir was made with another config or options:" >&2
-            diff "$dir/identity" "$dir/identity.tmp" | sed 's/^/  /' >&2
+            diff "$dir/identity.old" "$dir/identity.new" | sed 's/^/  /' >&2
             echo "  remove it or choose another OUT" >&2
-            rm -f "$dir/identity.tmp"
+            rm -f "$dir/identity.tmp" "$dir/identity.old" "$dir/identity.new"
             return 3
         fi
-        rm -f "$dir/identity.tmp"
+        rm -f "$dir/identity.tmp" "$dir/identity.old" "$dir/identity.new"
     fi
     [ ! -f "$dir/done" ] || return 0
     if [ -f "$dir/failed" ]; then

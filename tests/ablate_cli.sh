@@ -201,7 +201,7 @@ echo "resume: a run killed after step 2 continues from its checkpoint to the sam
 
 # a sweep that gains an lr: its tables keep every row, the best lr of the lrs run so far marked
 # as such, while the seed-1 runs wait for the whole sweep (the strict best, which phase 2 uses);
-# the sweep's own folder (a run's identity holds its out_dir), so last of the tests on it
+# the sweep's own folder, last of the tests on it
 : > "$tmp/calls"
 ablate "$out" LRS="1e-3 2e-3 4e-3" BUDGET=0 PLOT=0 || { tail -n 30 "$out.log"; fail "LRS with a new lr, BUDGET=0: an error"; }
 [ "$(calls train)" = 0 ] || fail "BUDGET=0 trained"
@@ -245,6 +245,17 @@ small STEPS=5 && fail "a run folder of 4 steps was accepted for STEPS=5"
 grep -q "was made with another config or options" "$tmp/small.log" || { cat "$tmp/small.log"; fail "STEPS=5: no refusal"; }
 [ "$(calls train)" = 0 ] || fail "STEPS=5 trained"
 echo "identity: a run folder of other settings is refused"
+
+# ... but the same settings in another spelling or another place are the same runs: a finished
+# sweep moved to another folder (every out_dir differs), one identity's comments and spaces changed
+cp -r "$tmp/small" "$tmp/moved"
+f=$(ls "$tmp"/moved/1-1/lm/*/identity)
+sed -i -e '1i # a comment added after the run' -e 's/^\([a-z_]*\) = /\1   =   /' "$f"
+: > "$tmp/calls"
+small OUT="$tmp/moved" || { cat "$tmp/small.log"; fail "a moved sweep folder was refused"; }
+[ "$(calls train)" = 0 ] || fail "a moved sweep folder trained again"
+[ "$(wc -l < "$tmp/moved/results.tsv")" = 3 ] || fail "the moved sweep's results.tsv has not both models"
+echo "identity: a sweep moved to another folder, or an identity respelled, keeps its runs"
 
 # a budget that ends mid-run (the device machine's case): the run stops at a checkpoint, the
 # invocation still writes its tables and EXPORT's copy (without checkpoints) and exits 0
