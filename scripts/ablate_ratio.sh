@@ -52,6 +52,10 @@
 #               named twice runs two at once, which did not pay for KL-XS on one H200 (docs/ablation.md)
 #   BUDGET      seconds: no run starts after BUDGET, and a run still going then is stopped
 #               with SIGTERM (it writes a checkpoint; the next invocation resumes it)
+#   FIT         1 (with BUDGET): a run whose estimated time (PLAN's estimate) exceeds the budget
+#               left is not started; shorter runs after it still are. For the device machine,
+#               where a stopped run's checkpoint is lost with the machine [1 with PRESET=gpu;
+#               default 0]
 #   PLAN        1: print the runs, tokens and estimated time (and device calls of CALL_S
 #               seconds, default BUDGET or 540) and stop; nothing is trained
 #   KEEP_CKPT   0: delete a run's checkpoints once it is finished (and evaluated) [0]; default 1
@@ -82,6 +86,8 @@ PLAN=${PLAN:-0}
 GPUS=${GPUS:-}
 BUDGET=${BUDGET:-}
 RETRY_FAILED=${RETRY_FAILED:-0}
+[ "$PRESET" != gpu ] || FIT=${FIT:-1}
+FIT=${FIT:-0}
 SEED_SWEEP=${SEED_SWEEP:-best}
 MQAR_EVAL_SEQUENCES=${MQAR_EVAL_SEQUENCES:-1000}
 if [ "$PRESET" = gpu ]; then
@@ -497,29 +503,35 @@ est_toks() {  # TAG TASK: "TOK/S HOW"
     fi
 }
 OVERHEAD_S=${OVERHEAD_S:-20}   # per run: start-up, validation, checkpoints, MQAR evaluations
+# job_estimate TASK TAG LR SEED: "STATUS TOKENS_LEFT EST_S TOK/S HOW..." (status todo, partial
+# (a checkpoint to resume from), done or failed; EST_S 0 unless there is something to train)
+job_estimate() {
+    conf=$OUT/$2/$1.conf
+    dir=$OUT/$2/$1/lr${3}_s$4
+    steps=$(setting "$conf" steps)
+    tps=$(tokens_per_step "$conf")
+    st=todo
+    [ ! -f "$dir/failed" ] || st=failed
+    [ ! -f "$dir/done" ] || st="done"
+    done_steps=0
+    [ ! -d "$dir/checkpoints" ] || done_steps=$(last_step "$dir/metrics.jsonl")
+    [ -n "$done_steps" ] || done_steps=0
+    [ "$done_steps" = 0 ] || [ $st != todo ] || st=partial
+    left_tok=$(((steps - done_steps) * tps))
+    [ $st = todo ] || [ $st = partial ] || left_tok=0
+    rate_how=$(est_toks "$2" "$1")
+    est=$(echo "$rate_how" | awk -v n="$left_tok" -v o="$OVERHEAD_S" '{ printf "%.0f", (n > 0) ? n / $1 + o : 0 }')
+    echo "$st $left_tok $est $rate_how"
+}
 plan() {
     CALL_S=${CALL_S:-${BUDGET:-540}}
     { phase1; phase2; } > "$OUT/plan.jobs"
     printf 'task\tmodel\tlr\tseed\tstatus\ttokens_left\ttok_per_s\test_s\n' > "$OUT/plan.tsv"
     while read -r task tag lr seed; do
-        conf=$OUT/$tag/$task.conf
-        dir=$OUT/$tag/$task/lr${lr}_s$seed
-        steps=$(setting "$conf" steps)
-        tps=$(tokens_per_step "$conf")
-        st=todo
-        [ ! -f "$dir/failed" ] || st=failed
-        [ ! -f "$dir/done" ] || st="done"
-        done_steps=0
-        [ ! -d "$dir/checkpoints" ] || done_steps=$(last_step "$dir/metrics.jsonl")
-        [ -n "$done_steps" ] || done_steps=0
-        [ "$done_steps" = 0 ] || [ $st != todo ] || st=partial
-        left_tok=$(((steps - done_steps) * tps))
-        [ $st = todo ] || [ $st = partial ] || left_tok=0
         # shellcheck disable=SC2046
-        set -- $(est_toks "$tag" "$task")
-        rate=$1
-        shift
-        est=$(awk -v n="$left_tok" -v r="$rate" -v o="$OVERHEAD_S" 'BEGIN { printf "%.0f", (n > 0) ? n / r + o : 0 }')
+        set -- $(job_estimate "$task" "$tag" "$lr" "$seed")
+        st=$1 left_tok=$2 est=$3 rate=$4
+        shift 4
         printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$task" "$tag" "$lr" "$seed" "$st" "$left_tok" "$rate ($*)" "$est" \
             >> "$OUT/plan.tsv"
     done < "$OUT/plan.jobs"
@@ -579,13 +591,23 @@ worker() {  # INDEX COUNT FILE
         # not `set +e; run_job; rc=$?`: run_job turns errexit back on after its training
         # command, so its `return 2` (stopped by the budget) would end the whole script
         # before the tables and the EXPORT copy; on the left of `||` errexit does not apply
+        # FIT: a run that would not finish in the budget left is not started (on the device
+        # its checkpoint would not outlive the machine); a shorter one after it may be
+        if [ -n "$BUDGET" ] && [ "$FIT" = 1 ]; then
+            est=$(job_estimate "$task" "$tag" "$lr" "$seed" | awk '{print $3}')
+            if [ "$est" -gt "$(left)" ]; then
+                say "$task $tag lr $lr seed $seed: not started: about $est s to train, $(left) s of the budget left (FIT=1)"
+                touch "$OUT/.unfit"
+                continue
+            fi
+        fi
         rc=0
         run_job "$task" "$tag" "$lr" "$seed" < /dev/null || rc=$?
         if [ $rc = 3 ]; then touch "$OUT/.refused"; exit 3; fi
         if [ $rc = 2 ]; then touch "$OUT/.stopped"; break; fi
     done < "$3"
 }
-rm -f "$OUT/.stopped" "$OUT/.refused"
+rm -f "$OUT/.stopped" "$OUT/.refused" "$OUT/.unfit"
 phase1 > "$OUT/phase1.jobs"
 run_list "$OUT/phase1.jobs"
 [ ! -f "$OUT/.refused" ] || exit 3
@@ -611,7 +633,7 @@ if [ -n "${EXPORT:-}" ]; then
         say "copied $OUT without checkpoints to $EXPORT/$(basename "$OUT")" ;;
     esac
 fi
-if [ -f "$OUT/.stopped" ]; then
+if [ -f "$OUT/.stopped" ] || [ -f "$OUT/.unfit" ]; then
     say "the budget ended the invocation: run the same command again to continue"
     exit 0
 fi

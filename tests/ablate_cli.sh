@@ -239,6 +239,21 @@ small || { cat "$tmp/small.log"; fail "the small sweep exited with an error"; }
 [ "$(wc -l < "$tmp/small/results.tsv")" = 3 ] || fail "small results.tsv: not 2 models"
 echo "budget: BUDGET=0 starts nothing; RUN_MODELS=1-1 trains 1-1's run only, the next invocation the other; config lr and seed by default"
 
+# FIT=1: a run whose estimated time exceeds the budget left is not started (the estimate is
+# PLAN's: tokens / tok/s + OVERHEAD_S, so OVERHEAD_S sets it here); without FIT it starts
+: > "$tmp/calls"
+small OUT="$tmp/fit" BUDGET=60 FIT=1 OVERHEAD_S=1000 || { cat "$tmp/small.log"; fail "FIT=1 with no run fitting exited with an error"; }
+[ "$(calls train)" = 0 ] || fail "FIT=1 started a run estimated at over 1000 s with a budget of 60"
+grep -q "1-1 lr 3e-3 seed 1337: not started: about 10[0-9][0-9] s to train, [0-9]* s of the budget left (FIT=1)" "$tmp/small.log" ||
+    { cat "$tmp/small.log"; fail "FIT=1: no message for the run not started"; }
+grep -q "the budget ended the invocation" "$tmp/small.log" || fail "FIT=1: no 'run again' message"
+small OUT="$tmp/fit" BUDGET=3000 FIT=1 OVERHEAD_S=1000 || { cat "$tmp/small.log"; fail "FIT=1 with every run fitting exited with an error"; }
+[ "$(calls train)" = 2 ] || fail "FIT=1 with a budget of 3000 s trained $(calls train) runs of ~1000 s estimated, not 2"
+: > "$tmp/calls"
+small OUT="$tmp/nofit" BUDGET=60 OVERHEAD_S=1000 || { cat "$tmp/small.log"; fail "BUDGET without FIT exited with an error"; }
+[ "$(calls train)" = 2 ] || fail "without FIT the runs were not started"
+echo "FIT: a run estimated beyond the budget left is not started; with room, or without FIT, it is"
+
 # a finished run made with other settings is refused, not skipped or mixed
 : > "$tmp/calls"
 small STEPS=5 && fail "a run folder of 4 steps was accepted for STEPS=5"
