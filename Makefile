@@ -160,9 +160,13 @@ $(BUILD)/d/%.o: %.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
+# ptxas's resource usage of every kernel (registers, static shared memory) goes to $@.res, which
+# tests/check_launch_limits.py reads after the emulated tests; the rest of nvcc's messages still
+# show (a failed compile shows its .res whole)
 $(BUILD)/cu/%.o: %.cu $(FLAGS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+	$(NVCC) $(NVCCFLAGS) --resource-usage -c -o $@ $< 2> $@.res || { cat $@.res >&2; rm -f $@; exit 1; }
+	@grep -v '^ptxas info\|^    [0-9]* bytes stack frame' $@.res >&2 || true
 
 lib: $(LIBOPS)
 
@@ -208,7 +212,11 @@ test:
 	@$(MAKE) --no-print-directory test-only
 
 test-only: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS) $(EMU_TESTS)
-	@BUILD=$(BUILD) HYBRID=./$(BIN) sh tests/run_all.sh $(TESTS) $(EMU_TESTS)
+	@rm -f $(EMU)/launches.log
+	@BUILD=$(BUILD) HYBRID=./$(BIN) HYBRID_EMU_LAUNCH_LOG=$(if $(EMU_TESTS),$(CURDIR)/$(EMU)/launches.log) \
+	    sh tests/run_all.sh $(TESTS) $(EMU_TESTS)
+	@if [ -n "$(CU_SRC)" ] && [ -n "$(EMU_TESTS)" ]; then \
+	    python3 tests/check_launch_limits.py $(EMU)/launches.log $(BUILD)/cu; fi
 	@if [ -z "$(CU_SRC)" ] || [ "$(SANITIZE)" = 1 ]; then :; \
 	elif nvidia-smi -L > /dev/null 2>&1; then $(MAKE) --no-print-directory test-gpu; \
 	else echo "note: the CUDA backend was built but no GPU is visible: GPU tests not run (make test-gpu)"; fi

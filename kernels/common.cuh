@@ -142,7 +142,7 @@ extern "C" const char *prof_shape_name(const char *op, int N, int C, int OC);
 template <typename... P, typename... A>
 static inline void launch_kernel(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, A... args) {
 #ifdef HYBRID_CUDA_EMU
-    emu_launch(grid, block, smem, [=]() { kernel(args...); });
+    emu_launch((const void *)kernel, grid, block, smem, [=]() { kernel(args...); });
 #else
     if (smem > 48 * 1024) cuda_allow_dynamic_smem((const void *)kernel, smem);
     kernel<<<grid, block, smem, g_cuda.stream>>>(args...);

@@ -9,9 +9,9 @@
 #   HYBRID_NO_INSTALL=1   never install: print the command and stop
 #   NO_MPI=1              (as for make) a build without MPI: Open MPI is not asked for
 # npm is asked for only while there is something to download (out/vocab; for train also
-# the Brown shards). The CPU tests need python3 only for tests/ablate_cli.sh (the ablation
-# runner's tables; its PNGs are checked where matplotlib is installed, not required);
-# tests/gpu/check_hf.sh needs it in test-gpu.
+# the Brown shards). The CPU tests need python3 for tests/ablate_cli.sh (the ablation
+# runner's tables; its PNGs are checked where matplotlib is installed, not required) and, in a
+# build with CUDA, tests/check_launch_limits.py; tests/gpu/check_hf.sh needs it in test-gpu.
 set -eu
 cd "$(dirname "$0")/.."
 goal=${1:-}
@@ -36,7 +36,9 @@ if [ "$goal" = test ]; then
     ${CXX:-g++} -std=c++17 -o /tmp/hybrid_deps_$$ /tmp/hybrid_deps_$$.cpp > /dev/null 2>&1 ||
         need "a C++17 compiler (${CXX:-g++}: the CUDA emulator's tests)" "g++"
     rm -f /tmp/hybrid_deps_$$ /tmp/hybrid_deps_$$.cpp
-    command -v python3 > /dev/null 2>&1 || need "python3 (the ablation runner's tables, tests/ablate_cli.sh)" "python3"
+    command -v python3 > /dev/null 2>&1 || need "python3 (the ablation runner's tables, tests/ablate_cli.sh; tests/check_launch_limits.py)" "python3"
+    { command -v addr2line && command -v c++filt; } > /dev/null 2>&1 ||
+        need "addr2line and c++filt (tests/check_launch_limits.py names the emulated and the GPU build's kernels)" "binutils"
 fi
 if [ "$goal" = test ] && [ "${NO_MPI:-0}" != 1 ]; then
     command -v mpicc > /dev/null 2>&1 || need "mpicc (the MPI build)" "libopenmpi-dev"

@@ -11,6 +11,7 @@
 // (getcontext and swapcontext are system calls). A fiber that stops at a barrier picks the next
 // fiber itself (pick_next: the scheduler's order) and switches straight to it, with GCC's
 // __builtin_setjmp / __builtin_longjmp (a block switches at every barrier of every thread).
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <time.h>
 #include <ucontext.h>
 
+#include <map>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -214,7 +216,43 @@ void run_block(unsigned nthreads) {
 
 }  // namespace
 
-void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
+// ---- the launch log ----
+// With HYBRID_EMU_LAUNCH_LOG=FILE, each process appends at exit one line per kernel it launched:
+// the executable, the kernel's address in it (as addr2line reads it), the largest block (threads)
+// and the largest dynamic shared memory of its launches, tab-separated. tests/check_launch_limits.py
+// holds them against the registers and static shared memory that ptxas gave the GPU build of the
+// same kernel: a block that the emulator runs but the GPU would refuse (too many registers for its
+// threads) fails `make test` instead of a device call.
+namespace {
+struct LaunchMax { unsigned threads; size_t smem; };
+std::map<const void *, LaunchMax> g_launches;
+void write_launch_log(void) {
+    const char *path = getenv("HYBRID_EMU_LAUNCH_LOG");
+    if (!path || !*path) return;
+    FILE *f = fopen(path, "a");
+    if (!f) { fprintf(stderr, "cuda_emu: HYBRID_EMU_LAUNCH_LOG: cannot open %s\n", path); return; }
+    for (const auto &e : g_launches) {
+        Dl_info info;
+        if (!dladdr(e.first, &info) || !info.dli_fname) continue;
+        // one line a write: appends of lines this short from several processes do not interleave
+        char line[4096];
+        int n = snprintf(line, sizeof line, "%s\t0x%llx\t%u\t%zu\n", info.dli_fname,
+                         (unsigned long long)((const char *)e.first - (const char *)info.dli_fbase),
+                         e.second.threads, e.second.smem);
+        if (n > 0 && n < (int)sizeof line) fputs(line, f), fflush(f);
+    }
+    fclose(f);
+}
+void note_launch(const void *kernel, unsigned threads, size_t smem) {
+    static bool registered = false;
+    if (!registered) registered = true, atexit(write_launch_log);
+    LaunchMax &m = g_launches[kernel];
+    m.threads = std::max(m.threads, threads);
+    m.smem = std::max(m.smem, smem);
+}
+}  // namespace
+
+void emu_launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body) {
     gridDim = grid;
     blockDim = block;
     blockIdx = {0, 0, 0};
@@ -224,6 +262,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> 
     if (nthreads > 1024) emu_die("a block of more than 1024 threads");
     if (grid.y > 65535 || grid.z > 65535) emu_die("gridDim.y or .z above 65535");
     if (smem > kMaxSmem) emu_die("%zu bytes of dynamic shared memory (a block has at most %zu)", smem, kMaxSmem);
+    note_launch(kernel, nthreads, smem);
     size_t need = (size_t)nthreads * kStack;
     if (need > B.stacks_bytes) {
         if (B.stacks) munmap(B.stacks, B.stacks_bytes);

@@ -337,8 +337,9 @@ struct DeviceRadixSort {
 
 // ---- launches (called by launch_kernel in kernels/common.cuh) ----
 // Runs body once per thread of every block of the grid; smem bytes of dynamic shared memory
-// per block (NaN-filled before each block).
-void emu_launch(dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+// per block (NaN-filled before each block). kernel: the kernel's address, for the launch log
+// (HYBRID_EMU_LAUNCH_LOG, below).
+void emu_launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
 void *emu_dynamic_smem(void);
 
 #endif
