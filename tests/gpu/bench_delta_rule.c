@@ -69,12 +69,7 @@ static const char *usage =
     "  --conv    repeatable: time the short convolution + SiLU forward and backward at B,T,D,W instead\n"
     "            (with --shape too: both); the 3:1 hybrid's: 64,1024,768,4\n";
 
-static void bad_arg(const char *fmt, const char *what) {
-    fprintf(stderr, "bench_delta_rule: ");
-    fprintf(stderr, fmt, what);
-    fprintf(stderr, "\n%s", usage);
-    exit(2);
-}
+static void bad_arg(const char *fmt, const char *what) { bench_bad_arg("bench_delta_rule", usage, fmt, what); }
 
 static int parse_shape(const char *s, Shape *out) {
     long v[5];

@@ -104,12 +104,7 @@ static const char *usage =
     "  --seed     the inputs' and weights' seed (default 1)\n"
     "  --json     also write the records (scripts/bench_summary_moe.py reads them)\n";
 
-static void bad_arg(const char *fmt, const char *what) {
-    fprintf(stderr, "bench_moe: ");
-    fprintf(stderr, fmt, what);
-    fprintf(stderr, "\n%s", usage);
-    exit(2);
-}
+static void bad_arg(const char *fmt, const char *what) { bench_bad_arg("bench_moe", usage, fmt, what); }
 
 static int parse_shape(const char *s, Shape *out) {
     memset(out, 0, sizeof *out);

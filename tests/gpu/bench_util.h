@@ -33,6 +33,14 @@ static inline long bench_int_option(const char *prog, const char *usage, const c
     return v;
 }
 
+// a bad command line: "prog: " and the message (fmt with one %s, what), then the usage; exit 2
+static inline void bench_bad_arg(const char *prog, const char *usage, const char *fmt, const char *what) {
+    fprintf(stderr, "%s: ", prog);
+    fprintf(stderr, fmt, what);
+    fprintf(stderr, "\n%s", usage);
+    exit(2);
+}
+
 static inline double mib(size_t b) { return b / 1048576.0; }
 
 // how many of x[0..n) are NaN or infinite (the benchmarks' outputs must be finite)
