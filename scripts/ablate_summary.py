@@ -359,7 +359,7 @@ def plots(out, sw, rows, curves):
         written.append("val_vs_ratio.png")
     plt.close(fig)
     if "mqar" in sw.tasks:
-        fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+        fig, ax = plt.subplots(figsize=(9, 4.5), dpi=120)
         any_pts = False
         for i, p in enumerate(sw.eval_pairs):
             drawn = errbar(ax, fam, f"mqar_acc_{p}", f"C{i}", f"{p} pairs")
@@ -374,9 +374,10 @@ def plots(out, sw, rows, curves):
             ax.set_ylim(-0.02, 1.02)
             ax.set_title(f"MQAR accuracy against the ratio (trained at {sw.settings['mqar_pairs']} pairs)")
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize=7, ncol=2)
+            # outside the axes: the curves cross the whole plot (low at 0:1, near 1 elsewhere)
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
             fig.tight_layout()
-            fig.savefig(os.path.join(out, "mqar_vs_ratio.png"))
+            fig.savefig(os.path.join(out, "mqar_vs_ratio.png"), bbox_inches="tight")
             written.append("mqar_vs_ratio.png")
         plt.close(fig)
     return written
