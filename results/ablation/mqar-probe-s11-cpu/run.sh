@@ -12,3 +12,4 @@ for L in "K K" "K A"; do n=$(echo $L | tr -d ' ')-P16T128V1024
       --val_every 250 --threads 1 --checkpoint_every 0 --sample_tokens 0 --log_every 50 \
       --out_dir out/cpu-mqar/$n --overwrite > out/cpu-mqar/$n.log 2>&1 &
 done; wait
+# and seed 1 of the V 1024 pair: the same commands with --seed 1 and out_dir ...-s1
