@@ -341,9 +341,9 @@ identity() {  # TAG TASK LR SEED
 # what two identities are compared on: the settings, not their spelling (comments, blank lines,
 # spaces around '=') nor where the folder lies (out_dir), so a finished run moved into another
 # sweep folder of the same settings, or a config whose comments changed, is still that run
-identity_settings() {  # FILE
-    sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e 's/[[:space:]]*=[[:space:]]*/ = /' "$1" |
-        grep -v -e '^$' -e '^out_dir = '
+identity_settings() {  # < IDENTITY
+    sed -e 's/#.*//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e 's/[[:space:]]*=[[:space:]]*/ = /' |
+        { grep -v -e '^$' -e '^out_dir = ' || true; }  # (an empty identity: nothing, not an exit)
 }
 ARGS="$*"
 lrs_of() { if [ "$1" = mqar ]; then echo "$MQAR_LRS"; else echo "$LRS"; fi; }
@@ -374,17 +374,16 @@ run_job() {
     dir=$OUT/$tag/$task/lr${lr}_s$seed
     what="$task $tag lr $lr seed $seed"
     if [ -f "$dir/identity" ]; then
-        identity "$tag" "$task" "$lr" "$seed" > "$dir/identity.tmp"
-        identity_settings "$dir/identity" > "$dir/identity.old"
-        identity_settings "$dir/identity.tmp" > "$dir/identity.new"
-        if ! cmp -s "$dir/identity.old" "$dir/identity.new"; then
+        old=$(identity_settings < "$dir/identity")
+        new=$(identity "$tag" "$task" "$lr" "$seed" | identity_settings)
+        if [ "$old" != "$new" ]; then
             echo "ablate: $dir was made with another config or options:" >&2
-            diff "$dir/identity.old" "$dir/identity.new" | sed 's/^/  /' >&2
+            printf '%s\n' "$old" > "$dir/identity.old"
+            printf '%s\n' "$new" | diff "$dir/identity.old" - | sed 's/^/  /' >&2
+            rm -f "$dir/identity.old"
             echo "  remove it or choose another OUT" >&2
-            rm -f "$dir/identity.tmp" "$dir/identity.old" "$dir/identity.new"
             return 3
         fi
-        rm -f "$dir/identity.tmp" "$dir/identity.old" "$dir/identity.new"
     fi
     [ ! -f "$dir/done" ] || return 0
     if [ -f "$dir/failed" ]; then

@@ -226,9 +226,12 @@ void run_block(unsigned nthreads) {
 namespace {
 struct LaunchMax { unsigned threads; size_t smem; };
 std::map<const void *, LaunchMax> g_launches;
+const char *launch_log_path(void) {  // the log's file, or null (no log: launches are not noted)
+    static const char *path = getenv("HYBRID_EMU_LAUNCH_LOG");
+    return path && *path ? path : nullptr;
+}
 void write_launch_log(void) {
-    const char *path = getenv("HYBRID_EMU_LAUNCH_LOG");
-    if (!path || !*path) return;
+    const char *path = launch_log_path();
     FILE *f = fopen(path, "a");
     if (!f) { fprintf(stderr, "cuda_emu: HYBRID_EMU_LAUNCH_LOG: cannot open %s\n", path); return; }
     for (const auto &e : g_launches) {
@@ -244,6 +247,7 @@ void write_launch_log(void) {
     fclose(f);
 }
 void note_launch(const void *kernel, unsigned threads, size_t smem) {
+    if (!launch_log_path()) return;
     static bool registered = false;
     if (!registered) registered = true, atexit(write_launch_log);
     LaunchMax &m = g_launches[kernel];
