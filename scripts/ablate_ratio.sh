@@ -26,7 +26,12 @@
 #               0:1 model with RoPE on its MLA's decoupled slice (mla_rope = true; the KL
 #               family's MLA is NoPE, so its all-MLA end has no position signal); the same
 #               tasks, lrs, seeds and budget as every model; 0: none; default 0 [1]
-#   LRS         learning rates of the sweep, default the base config's lr [PRESET=gpu: 5e-4 1e-3 2e-3 4e-3]
+#   LRS         learning rates of the sweep, in increasing order, default the base config's lr
+#               [PRESET=gpu: 2.5e-4 5e-4 1e-3 2e-3 4e-3]
+#   LR_SWEEP    all: every model at every lr; grow: each model's sweep starts at the middle lr
+#               and takes the lrs beside its best so far until the best has a finished run on
+#               each side (or is at an end of LRS), so lrs far from a model's optimum are not
+#               run and LRS can reach wide [all; PRESET=gpu: grow]
 #   SEEDS       seeds, default the base config's seed [0 1]
 #   SEED_SWEEP  best: the lr sweep at the first seed, the other seeds at each model's best lr;
 #               all: every lr at every seed (best lr by the mean over seeds) [best]
@@ -36,7 +41,7 @@
 #               task [the preset's: B 64 x T 1024 = 65,536 tokens a step, warm-up 25]
 #   MQAR_PAIRS  > 0 adds the MQAR task: train at this many pairs [8]
 #   MQAR_CONF   fragment for the MQAR task [vocab 256, T 64, B 256, 1000 steps]
-#   MQAR_LRS    the MQAR task's lr sweep, default LRS [PRESET=gpu: 1e-4 3e-4]
+#   MQAR_LRS    the MQAR task's lr sweep, default LRS [PRESET=gpu: 3e-5 1e-4 3e-4 1e-3]
 #   MQAR_STEPS  optimizer steps of an MQAR run, default the fragment's
 #   MQAR_EVAL_PAIRS  pair counts for `hybrid eval-mqar` after MQAR training (those that fit
 #               the fragment's length, 4 P <= T) [4 8 16]
@@ -97,8 +102,9 @@ if [ "$PRESET" = gpu ]; then
     MOE=${MOE-0}
     BASELINE=${BASELINE-gpt2}
     ROPE_ARM=${ROPE_ARM:-1}
-    LRS=${LRS:-"5e-4 1e-3 2e-3 4e-3"}
-    MQAR_LRS=${MQAR_LRS:-"1e-4 3e-4"}
+    LRS=${LRS:-"2.5e-4 5e-4 1e-3 2e-3 4e-3"}
+    MQAR_LRS=${MQAR_LRS:-"3e-5 1e-4 3e-4 1e-3"}
+    LR_SWEEP=${LR_SWEEP:-grow}
     SEEDS=${SEEDS:-"0 1"}
     STEPS=${STEPS:-250}
     CORPUS=${CORPUS-prose}
@@ -124,6 +130,19 @@ SEEDS=${SEEDS:-1337}
 CORPUS=${CORPUS:-}
 MQAR_PAIRS=${MQAR_PAIRS:-0}
 MQAR_LRS=${MQAR_LRS:-$LRS}
+LR_SWEEP=${LR_SWEEP:-all}
+case $LR_SWEEP in all|grow) ;; *) echo "ablate: unknown LR_SWEEP '$LR_SWEEP' (all, grow)" >&2; exit 2;; esac
+# an lr list: positive numbers in increasing order (the edge flags and LR_SWEEP=grow's
+# neighbours are positions in it)
+check_lrs() {  # NAME "LR ..."
+    echo "$2" | awk -v name="$1" '
+        NF == 0 { printf "ablate: %s is empty\n", name; exit 1 }
+        { for (i = 1; i <= NF; i++) {
+            if ($i !~ /^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$/ || $i + 0 <= 0) { printf "ablate: %s: \"%s\" is not a positive learning rate\n", name, $i; exit 1 }
+            if (i > 1 && $i + 0 <= $(i - 1) + 0) { printf "ablate: %s must be in increasing order (%s after %s)\n", name, $i, $(i - 1); exit 1 } } }' >&2
+}
+check_lrs LRS "$LRS" || exit 2
+check_lrs MQAR_LRS "$MQAR_LRS" || exit 2
 MQAR_EVAL_PAIRS=${MQAR_EVAL_PAIRS:-"$MQAR_PAIRS"}
 KEEP_CKPT=${KEEP_CKPT:-1}
 OUT=${OUT:-out/ablation/$name}
@@ -322,8 +341,8 @@ elif [ -n "$BASELINE" ]; then
     echo "ablate: unknown BASELINE '$BASELINE' (gpt2, or empty)" >&2; exit 2
 fi
 {
-    printf 'base\t%s\ntasks\t%s\nlrs\t%s\nmqar_lrs\t%s\nseeds\t%s\nseed_sweep\t%s\n' "$BASE" "$TASKS" "$LRS" \
-        "$MQAR_LRS" "$SEEDS" "$SEED_SWEEP"
+    printf 'base\t%s\ntasks\t%s\nlrs\t%s\nmqar_lrs\t%s\nseeds\t%s\nseed_sweep\t%s\nlr_sweep\t%s\n' "$BASE" "$TASKS" \
+        "$LRS" "$MQAR_LRS" "$SEEDS" "$SEED_SWEEP" "$LR_SWEEP"
     printf 'mqar_pairs\t%s\nmqar_eval_pairs\t%s\nmoe\t%s\nlayers\t%s\noptions\t%s\n' "$MQAR_PAIRS" \
         "$MQAR_EVAL_PAIRS" "${MOE:-config}" "$LAYERS" "$*"
 } > "$OUT/sweep.tsv"
@@ -453,6 +472,9 @@ phase1() {
     done
 }
 best_lr() { "$PY" scripts/ablate_summary.py best "$OUT" "$1" "$2" 2>/dev/null || true; }
+lr_state() {  # TASK TAG LR: done, needed, skip or maybe (ablate_summary.py's Sweep.lr_state)
+    "$PY" scripts/ablate_summary.py lr-state "$OUT" "$1" "$2" "$3"
+}
 phase2() {
     [ "$SEED_SWEEP" = best ] || return 0
     for task in $TASKS; do
@@ -524,13 +546,21 @@ job_estimate() {
 }
 plan() {
     CALL_S=${CALL_S:-${BUDGET:-540}}
-    { phase1; phase2; } > "$OUT/plan.jobs"
+    { phase1 | sed 's/^/1 /'; phase2 | sed 's/^/2 /'; } > "$OUT/plan.jobs"
     printf 'task\tmodel\tlr\tseed\tstatus\ttokens_left\ttok_per_s\test_s\n' > "$OUT/plan.tsv"
-    while read -r task tag lr seed; do
+    while read -r ph task tag lr seed; do
         # shellcheck disable=SC2046
         set -- $(job_estimate "$task" "$tag" "$lr" "$seed")
         st=$1 left_tok=$2 est=$3 rate=$4
         shift 4
+        # LR_SWEEP=grow: an lr the sweep finished without is skipped; one that may still be
+        # called for ("maybe") is counted, so the estimate is an upper bound while sweeps grow
+        if [ "$ph" = 1 ] && [ "$LR_SWEEP" = grow ] && { [ "$st" = todo ] || [ "$st" = partial ]; }; then
+            case $(lr_state "$task" "$tag" "$lr") in
+                skip) st=skip left_tok=0 est=0 ;;
+                maybe) st=maybe ;;
+            esac
+        fi
         printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$task" "$tag" "$lr" "$seed" "$st" "$left_tok" "$rate ($*)" "$est" \
             >> "$OUT/plan.tsv"
     done < "$OUT/plan.jobs"
@@ -546,13 +576,18 @@ plan() {
         done
         echo
         tail -n +2 "$OUT/plan.tsv" | awk -F'\t' -v call="$CALL_S" -v g="$(echo "$GPUS" | wc -w)" '
-            { runs++; if ($5 == "done") done++; if ($5 == "failed") failed++; tok += $6; s += $8 }
+            { runs++; if ($5 == "done") done++; if ($5 == "failed") failed++; if ($5 == "skip") skip++
+              if ($5 == "maybe") maybe++; tok += $6; s += $8 }
             END {
                 if (g < 1) g = 1
-                printf "runs: %d (%d done, %d failed, %d to run); tokens to train: %.1fM\n", runs, done, failed, runs - done - failed, tok / 1e6
+                printf "runs: %d (%d done, %d failed, %d to run", runs, done, failed, runs - done - failed - skip
+                if (maybe) printf ", %d of them only if a sweep grows to them", maybe
+                if (skip) printf "; %d lrs skipped: their sweep finished without them", skip
+                printf "); tokens to train: %.1fM\n", tok / 1e6
                 printf "estimated time: %.0f s (%.1f min) on %d GPU(s)", s / g, s / g / 60, g
                 printf "; about %d invocation(s) of %d s (BUDGET)\n", (s > 0) ? int(s / g / call) + 1 : 0, call
             }'
+        [ "$LR_SWEEP" != grow ] || echo "(LR_SWEEP=grow: each sweep from its middle lr outwards until its best has a finished run on each side)"
         echo "(\"? \" lr: the best lr of the sweep, known once its runs are done; tok/s estimated"
         echo " until a run of that model measured its own; $OVERHEAD_S s per run added for start-up,"
         echo " validation, checkpoints and evaluation)"
@@ -567,26 +602,34 @@ for t in $RUN_TASKS; do
     # shellcheck disable=SC2086
     ls $td > /dev/null 2>&1 || { echo "ablate: no shards match train_data = $td (make data, or make data CORPUS=prose)" >&2; exit 1; }
 done
-run_list() {  # FILE: run its jobs; prints "stopped" when the budget ended one
+run_list() {  # FILE PHASE: run its jobs (OUT/.stopped when the budget ended one)
     n=$(echo "$GPUS" | wc -w)
     if [ "$n" -le 1 ]; then
         [ -z "$GPUS" ] || export CUDA_VISIBLE_DEVICES=$GPUS
-        worker 0 1 "$1"
+        worker 0 1 "$1" "$2"
         return
     fi
     w=0
     for g in $GPUS; do
-        CUDA_VISIBLE_DEVICES=$g worker $w "$n" "$1" &
+        CUDA_VISIBLE_DEVICES=$g worker $w "$n" "$1" "$2" &
         w=$((w + 1))
     done
     wait
 }
-worker() {  # INDEX COUNT FILE
+worker() {  # INDEX COUNT FILE PHASE
     i=0
     while read -r task tag lr seed; do
         [ $((i % $2)) = "$1" ] || { i=$((i + 1)); continue; }
         i=$((i + 1))
         [ "$lr" != "?" ] || continue
+        # LR_SWEEP=grow: phase 1 runs an lr only once the model's runs so far call for it
+        # (a finished run still goes through run_job: its identity check)
+        if [ "$4" = 1 ] && [ "$LR_SWEEP" = grow ]; then
+            case $(lr_state "$task" "$tag" "$lr") in skip|maybe) continue;; esac
+        fi
+        d=$OUT/$tag/$task/lr${lr}_s$seed
+        finished=0
+        [ ! -f "$d/done" ] && [ ! -f "$d/failed" ] || finished=1
         # not `set +e; run_job; rc=$?`: run_job turns errexit back on after its training
         # command, so its `return 2` (stopped by the budget) would end the whole script
         # before the tables and the EXPORT copy; on the left of `||` errexit does not apply
@@ -602,17 +645,26 @@ worker() {  # INDEX COUNT FILE
         fi
         rc=0
         run_job "$task" "$tag" "$lr" "$seed" < /dev/null || rc=$?
+        # a run finished in this pass: with LR_SWEEP=grow it may call for another lr
+        [ $finished = 1 ] || { [ ! -f "$d/done" ] && [ ! -f "$d/failed" ]; } || touch "$OUT/.progress"
         if [ $rc = 3 ]; then touch "$OUT/.refused"; exit 3; fi
         if [ $rc = 2 ]; then touch "$OUT/.stopped"; break; fi
     done < "$3"
 }
-rm -f "$OUT/.stopped" "$OUT/.refused" "$OUT/.unfit"
+rm -f "$OUT/.stopped" "$OUT/.refused" "$OUT/.unfit" "$OUT/.progress"
 phase1 > "$OUT/phase1.jobs"
-run_list "$OUT/phase1.jobs"
-[ ! -f "$OUT/.refused" ] || exit 3
+# phase 1 again while a pass finished a run (LR_SWEEP=grow: the lrs it called for; every run
+# already finished, the pass is only the identity checks)
+while :; do
+    rm -f "$OUT/.progress"
+    run_list "$OUT/phase1.jobs" 1
+    [ ! -f "$OUT/.refused" ] || exit 3
+    [ "$LR_SWEEP" = grow ] && [ -f "$OUT/.progress" ] && [ ! -f "$OUT/.stopped" ] || break
+done
+rm -f "$OUT/.progress"
 if [ ! -f "$OUT/.stopped" ]; then
     phase2 > "$OUT/phase2.jobs"
-    run_list "$OUT/phase2.jobs"
+    run_list "$OUT/phase2.jobs" 2
     [ ! -f "$OUT/.refused" ] || exit 3
 fi
 

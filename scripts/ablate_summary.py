@@ -3,6 +3,7 @@
 
 usage: scripts/ablate_summary.py table OUT [--no-plot]
        scripts/ablate_summary.py best OUT TASK MODEL
+       scripts/ablate_summary.py lr-state OUT TASK MODEL LR
        scripts/ablate_summary.py runs OUT TITLE
 
 `table` reads OUT/models.tsv, OUT/sweep.tsv, OUT/match.txt and every run folder
@@ -12,7 +13,8 @@ unless --no-plot, the PNGs loss_curves.png (through scripts/plot_losses.py), val
 and mqar_vs_ratio.png (matplotlib; a variant of a ratio, the 0:1 + RoPE arm, is a row of its
 own and its own marker there, not a point of the family's line). `best` prints the best lr of
 one model and task (nothing while a run of its sweep is still to do), the runner's rule for its
-second phase. `runs`
+second phase; `lr-state` what its first phase does with one lr (done, needed, skip, maybe: see
+Sweep.lr_state; the runner's LR_SWEEP=grow). `runs`
 (scripts/real_run_hybrid.sh) writes OUT/summary.md: one row per model of OUT/models.tsv for
 its single run in OUT/run/<model>/, titled TITLE.
 
@@ -22,8 +24,10 @@ Definitions (also in the Markdown it writes):
 - best lr: the lr of the sweep with the lowest final val loss (text) or the highest final
   validation MQAR accuracy (MQAR; ties: the lower val loss), averaged over the sweep's seeds
   (the first seed with SEED_SWEEP=best, every seed with all); failed (diverged) runs lose.
-  While some lrs of a model are not run yet (a sweep that gained an lr), the tables take the
-  best of those run, noted "so far: n of m lrs run"; `best` (phase 2) prints nothing until all are.
+  A sweep is finished when every lr is run (sweep.tsv's lr_sweep all), or (grow) when its best
+  lr has a finished run on each side, or sits at an end of the lrs with one inside. Until then
+  the tables take the best of the lrs run, noted "so far: n of m lrs run", and `best` (phase 2)
+  prints nothing.
 - spread over seeds: mean +- half the range of the seeds' values at the best lr.
 """
 import json
@@ -109,6 +113,7 @@ class Sweep:
         self.tasks = self.settings["tasks"].split()
         self.seeds = self.settings["seeds"].split()
         self.seed_sweep = self.settings.get("seed_sweep", "best")
+        self.lr_sweep = self.settings.get("lr_sweep", "all")
         self.eval_pairs = [int(p) for p in self.settings.get("mqar_eval_pairs", "").split() if int(p) > 0]
         self.runs = {}
         for m in self.models:
@@ -123,39 +128,86 @@ class Sweep:
     def sweep_seeds(self):
         return self.seeds if self.seed_sweep == "all" else self.seeds[:1]
 
+    def states(self, task, model):
+        """{lr: state} over the task's sweep lrs at the sweep's seeds: None while a run is still to
+        do (todo or partial), "failed" when every run failed (diverged), else the score (a tuple,
+        lower is better: final val loss; MQAR: minus the accuracy, then the val loss)."""
+        out = {}
+        for lr in self.lrs(task):
+            runs = [self.runs[task, model, lr, s] for s in self.sweep_seeds()]
+            if any(r.status in ("todo", "partial") for r in runs):
+                out[lr] = None
+                continue
+            ok = [r for r in runs if r.status == "done" and r.final_val is not None]
+            if not ok:
+                out[lr] = "failed"
+                continue
+            val = statistics.fmean(r.final_val for r in ok)
+            if task == "mqar":
+                out[lr] = (-statistics.fmean(r.mqar_val_acc or 0.0 for r in ok), val)
+            else:
+                out[lr] = (val,)
+        return out
+
+    def neighbours(self, task, lr):
+        lrs = self.lrs(task)
+        i = lrs.index(lr)
+        return [lrs[j] for j in (i - 1, i + 1) if 0 <= j < len(lrs)]
+
+    def complete(self, task, model, states=None, lr=None):
+        """Whether the model's sweep is finished: every lr run (lr_sweep all), or (grow) the best lr
+        has a finished run on each side, or is at an end of the sweep with a finished run inside."""
+        states = states if states is not None else self.states(task, model)
+        if self.lr_sweep == "grow" and lr is not None:
+            return all(states[n] is not None for n in self.neighbours(task, lr))
+        return all(v is not None for v in states.values())
+
     def best(self, task, model, provisional=False):
         """(best lr, edge note) or (None, why). The best lr of a finished sweep only (phase 2 runs
         the other seeds at it); with provisional, of the lrs whose runs are done so far, noted as
         such (the tables of a sweep that gained an lr keep their rows until its runs are in)."""
-        scores, missing = [], 0
-        for lr in self.lrs(task):
-            runs = [self.runs[task, model, lr, s] for s in self.sweep_seeds()]
-            if any(r.status in ("todo", "partial") for r in runs):
-                if not provisional:
-                    return None, "sweep not finished"
-                missing += 1
-                continue
-            ok = [r for r in runs if r.status == "done" and r.final_val is not None]
-            if not ok:
-                continue
-            val = statistics.fmean(r.final_val for r in ok)
-            if task == "mqar":
-                acc = statistics.fmean(r.mqar_val_acc or 0.0 for r in ok)
-                scores.append(((-acc, val), lr))
-            else:
-                scores.append(((val,), lr))
-        if not scores:
-            return None, "sweep not finished" if missing else "every run failed"
-        lr = min(scores)[1]
+        states = self.states(task, model)
+        scored = [(v, lr) for lr, v in states.items() if isinstance(v, tuple)]
+        lr = min(scored)[1] if scored else None
+        done = self.complete(task, model, states, lr)
+        if not done and not provisional:
+            return None, "sweep not finished"
+        if lr is None:
+            return None, "every run failed" if done else "sweep not finished"
         lrs = self.lrs(task)
         notes = []
         if len(lrs) > 1 and lr == lrs[0]:
             notes.append("low edge")
         elif len(lrs) > 1 and lr == lrs[-1]:
             notes.append("high edge")
-        if missing:
-            notes.append(f"so far: {len(lrs) - missing} of {len(lrs)} lrs run")
+        if not done:
+            ran = sum(v is not None for v in states.values())
+            notes.append(f"so far: {ran} of {len(lrs)} lrs run")
         return lr, ", ".join(notes)
+
+    def lr_state(self, task, model, lr):
+        """What phase 1 does with one lr of a model: "done" (its runs finished), "needed" (to be
+        run), and with lr_sweep grow "skip" (the sweep is finished without it) or "maybe" (not
+        needed yet; it may be once the runs in flight are done). Grow runs the sweep's centre
+        first, then the lrs beside the best so far, until the best has a finished run on each side
+        (or sits at an end of the sweep); every run failed so far: the lrs beside them."""
+        states = self.states(task, model)
+        if states[lr] is not None:
+            return "done"
+        if self.lr_sweep != "grow":
+            return "needed"
+        finished = [l for l, v in states.items() if v is not None]
+        lrs = self.lrs(task)
+        if not finished:
+            return "needed" if lr == lrs[(len(lrs) + 1) // 2 - 1] else "maybe"
+        scored = [(v, l) for l, v in states.items() if isinstance(v, tuple)]
+        if scored:
+            b = min(scored)[1]
+            if lr in self.neighbours(task, b):
+                return "needed"
+            return "skip" if self.complete(task, model, states, b) else "maybe"
+        return "needed" if any(lr in self.neighbours(task, f) for f in finished) else \
+            ("skip" if all(v is not None for v in states.values()) else "maybe")
 
 
 def ratio_x(ratio):
@@ -183,7 +235,10 @@ def table(out, plot):
         runs = [r for k, r in sw.runs.items() if k[1] == tag]
         row["runs_done"] = sum(r.status == "done" for r in runs)
         row["runs_failed"] = sum(r.status == "failed" for r in runs)
-        row["runs_total"] = len([k for k in sw.runs if k[1] == tag and (sw.seed_sweep == "all" or k[3] == sw.seeds[0])]) \
+        # the sweep's runs (with lr_sweep grow, those not skipped: an upper bound while it grows),
+        # then the other seeds at the best lr
+        row["runs_total"] = sum(len(sw.sweep_seeds()) for task in sw.tasks for lr in sw.lrs(task)
+                                if sw.lr_state(task, tag, lr) != "skip") \
             + (len(sw.seeds) - 1) * len(sw.tasks) * (sw.seed_sweep == "best")
         toks = [r.tok_s for k, r in sw.runs.items() if k[0] == "lm" and k[1] == tag and r.status == "done" and r.tok_s]
         row["tok_per_s"] = f"{statistics.median(toks):.0f}" if toks else "-"
@@ -242,6 +297,8 @@ def table(out, plot):
           + ("; the 0:1 + RoPE arm is the 0:1 model with `mla_rope = true` (RoPE on its MLA's decoupled slice)"
              if any(m.get("variant") == "rope" for m in sw.models) else "") + ".",
           f"Learning rates {s['lrs']}" + (f" (MQAR: {s['mqar_lrs']})" if "mqar" in sw.tasks else "")
+          + (" (each model's sweep grown from the middle lr outwards until its best lr has a run on each side)"
+             if sw.lr_sweep == "grow" else "")
           + f", seeds {s['seeds']} ({'lr sweep at the first seed, the others at the best lr' if sw.seed_sweep == 'best' else 'every lr at every seed'})."
           + (f" Extra options: `{s['options']}`." if s.get("options") else "")]
     if match:
@@ -276,7 +333,9 @@ def table(out, plot):
         lrs = sw.lrs(task)
         what = "final val loss" if task == "lm" else "final validation MQAR accuracy"
         md += ["", f"The {'text' if task == 'lm' else 'MQAR'} sweep ({what}, seed {sw.seeds[0]}; "
-                   "`failed`: the run stopped, e.g. diverged; `-`: not run yet):", "",
+                   "`failed`: the run stopped, e.g. diverged; `-`: not run"
+                   + (", yet or not needed: the sweep grows from its centre until the best lr has a "
+                      "finished run on each side" if sw.lr_sweep == "grow" else " yet") + "):", "",
                "| model | " + " | ".join(f"lr {lr}" for lr in lrs) + " |",
                "| --- | " + " | ".join(["---:"] * len(lrs)) + " |"]
         for m in sw.models:
@@ -422,6 +481,11 @@ def main():
         lr, _ = Sweep(args[1]).best(args[2], args[3])
         if lr:
             print(lr)
+    elif len(args) == 5 and args[0] == "lr-state":
+        sw = Sweep(args[1])
+        if args[4] not in sw.lrs(args[2]):
+            sys.exit(f"ablate_summary: lr {args[4]} is not in the {args[2]} sweep ({' '.join(sw.lrs(args[2]))})")
+        print(sw.lr_state(args[2], args[3], args[4]))
     else:
         sys.exit(__doc__)
 

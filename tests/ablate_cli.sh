@@ -293,4 +293,46 @@ tar tzf "$tmp/arch/cut.tgz" > "$tmp/arch.list" || fail "EXPORT=.tgz: not a gzipp
 grep -qx "cut/results.md" "$tmp/arch.list" || fail "EXPORT=.tgz: no cut/results.md in the archive"
 ! grep -q checkpoints "$tmp/arch.list" || fail "EXPORT=.tgz archived checkpoints"
 echo "EXPORT=<file>.tgz: one archive of the same, without checkpoints"
+# LR_SWEEP=grow, the rule alone (scripts/ablate_summary.py's lr-state and best) on a made-up
+# sweep folder: lrs 1e-3 .. 1.6e-2, the final val losses written as finished runs
+g=$tmp/grow
+mkdir -p "$g"
+printf 'base\tx.conf\ntasks\tlm\nlrs\t1e-3 2e-3 4e-3 8e-3 1.6e-2\nmqar_lrs\t1e-3\nseeds\t0 1\nseed_sweep\tbest\nlr_sweep\tgrow\n' > "$g/sweep.tsv"
+printf 'model\tlayers\tparams\tactive\tactive_nonemb\tmflop_lm\tmflop_mqar\tratio\tvariant\nm\tK\t1\t1\t1\t1\t1\t1:0\t-\n' > "$g/models.tsv"
+finish() {  # LR VAL: a finished seed-0 run of model m at LR with that final val loss
+    mkdir -p "$g/m/lm/lr$1_s0"
+    printf '{"step": 1, "loss": 5.0}\n{"step": 1, "val_loss": %s}\n' "$2" > "$g/m/lm/lr$1_s0/metrics.jsonl"
+    echo finished > "$g/m/lm/lr$1_s0/done"
+}
+states() { for lr in 1e-3 2e-3 4e-3 8e-3 1.6e-2; do printf '%s ' "$(/usr/bin/python3 scripts/ablate_summary.py lr-state "$g" lm m $lr)"; done; }
+best() { /usr/bin/python3 scripts/ablate_summary.py best "$g" lm m; }
+[ "$(states)" = "maybe maybe needed maybe maybe " ] || fail "grow, nothing run: $(states) (only the middle lr needed)"
+finish 4e-3 3.0
+[ "$(states)" = "maybe needed done needed maybe " ] || fail "grow, the middle run: $(states)"
+[ -z "$(best)" ] || fail "grow: a best lr ($(best)) before the sweep is finished"
+finish 2e-3 2.5
+finish 8e-3 3.5
+[ "$(states)" = "needed done done done maybe " ] || fail "grow, best 2e-3: $(states) (1e-3 needed, 1.6e-2 not yet)"
+finish 1e-3 2.8
+[ "$(states)" = "done done done done skip " ] || fail "grow, finished: $(states)"
+[ "$(best)" = 2e-3 ] || fail "grow: best lr '$(best)' of a finished sweep, not 2e-3"
+/usr/bin/python3 scripts/ablate_summary.py table "$g" --no-plot || fail "grow: table"
+grep -q '^| KDA:MLA 1:0 | 2.8000 | 2.5000 | 3.0000 | 3.5000 | - |$' "$g/results.md" || { cat "$g/results.md"; fail "grow: the sweep table"; }
+awk -F'\t' 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i }
+    NR == 2 && ($c["lm_best_lr"] != "2e-3" || $c["lm_lr_note"] != "" || $c["runs_total"] != 5) { exit 1 }' "$g/results.tsv" ||
+    fail "grow: results.tsv's best lr and note: $(sed -n 2p "$g/results.tsv")"
+finish 1e-3 2.4   # the best moves to the low end: the sweep is finished there (edge), not grown past it
+[ "$(states)" = "done done done done skip " ] && [ "$(best)" = 1e-3 ] || fail "grow, best at the low end: $(states), best $(best)"
+sed -i 's/^lr_sweep\tgrow$/lr_sweep\tall/' "$g/sweep.tsv"
+[ "$(states)" = "done done done done needed " ] && [ -z "$(best)" ] || fail "lr_sweep all: $(states), best '$(best)' (every lr needed first)"
+echo "LR_SWEEP=grow: the middle lr first, then beside the best; finished once the best has a run on each side"
+
+# lr lists: numbers in increasing order, else a clear error before anything runs
+: > "$tmp/calls"
+small OUT="$tmp/lrs" LRS="2e-3 1e-3" && fail "LRS in decreasing order was accepted"
+grep -q "ablate: LRS must be in increasing order (1e-3 after 2e-3)" "$tmp/small.log" || { cat "$tmp/small.log"; fail "LRS order: no clear error"; }
+small OUT="$tmp/lrs" MQAR_LRS="1e-3 fast" && fail "MQAR_LRS with a word was accepted"
+grep -q 'ablate: MQAR_LRS: "fast" is not a positive learning rate' "$tmp/small.log" || { cat "$tmp/small.log"; fail "MQAR_LRS word: no clear error"; }
+[ "$(calls train)" = 0 ] || fail "a refused lr list trained"
+echo "lr lists: out of order or not a number, refused with the list's name"
 echo "ablate_cli: ok"
