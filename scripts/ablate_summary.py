@@ -198,7 +198,7 @@ class Sweep:
             return "needed"
         finished = [l for l, v in states.items() if v is not None]
         lrs = self.lrs(task)
-        if not finished:
+        if not finished:  # the middle lr: the first of the runner's centre_out order
             return "needed" if lr == lrs[(len(lrs) + 1) // 2 - 1] else "maybe"
         scored = [(v, l) for l, v in states.items() if isinstance(v, tuple)]
         if scored:
@@ -206,8 +206,8 @@ class Sweep:
             if lr in self.neighbours(task, b):
                 return "needed"
             return "skip" if self.complete(task, model, states, b) else "maybe"
-        return "needed" if any(lr in self.neighbours(task, f) for f in finished) else \
-            ("skip" if all(v is not None for v in states.values()) else "maybe")
+        # every finished run failed (states[lr] is unfinished here, so never "skip")
+        return "needed" if any(lr in self.neighbours(task, f) for f in finished) else "maybe"
 
 
 def ratio_x(ratio):
