@@ -258,9 +258,15 @@ __device__ __forceinline__ void dr_grad_cumsum(float *dG, const float *gend, int
     for (int i = threadIdx.x; i < K; i += DR_THREADS) {
         float acc = 0.f;
         for (int r1 = n - 1; r1 >= 0; r1 -= 16) {  // rows r1, r1 - 1, .., r1 - 15
+            // the loads unconditional (a row before 0 reads row 0, and its value is dropped): a
+            // conditional load can compile to a branch with the load's use right behind it, one
+            // global round trip a row (grad1's step 4 did, Nsight Compute in session 13)
             float v[16];
 #pragma unroll
-            for (int u = 0; u < 16; u++) v[u] = r1 - u >= 0 ? dG[(r1 - u) * K + i] : 0.f;
+            for (int u = 0; u < 16; u++) {
+                const float x = dG[(r1 - u >= 0 ? r1 - u : 0) * K + i];
+                v[u] = r1 - u >= 0 ? x : 0.f;
+            }
             if (r1 == n - 1) v[0] += gend[i];
 #pragma unroll
             for (int u = 0; u < 16; u++)

@@ -386,22 +386,42 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
     __syncthreads();
 
     // 4. the dGamma_end extras: e^Gamma_end <h[n]_i, dH'_i> + sum_r k_r[i] dk_r[i], the rows in
-    // order, each batch of 16 rows' loads issued before its sums
-    for (int i = tid; i < K; i += DR_THREADS) {
-        float acc = gend[i];
-        for (int r0 = 0; r0 < n; r0 += 16) {
-            float kv[16], dkv[16];
-#pragma unroll
-            for (int u = 0; u < 16; u++) {
-                const bool in = r0 + u < n;
-                kv[u] = in ? KK(r0 + u, i) : 0.f;
-                dkv[u] = in ? dK[(r0 + u) * K + i] : 0.f;
+    // order. k and the dK just stored go to shared memory first (the free tile region, by passes
+    // of up to 128 channels: [64][W8] bf16 + [64][W4] fp32, 48 KiB at 128), one cp.async round
+    // trip, then a thread per channel sums down the rows from there. Until session 13 each thread
+    // read its 64 rows of k and dK from global memory, and the `in ? load : 0` of each compiled
+    // to a branch around the load with its use right behind it: 64 dependent round trips a
+    // thread while the other four warps waited at the next barrier (Nsight Compute's source
+    // view: ~20% of grad1's warp samples). The same products and sums in the same order.
+    {
+        const int W = K < 128 ? K : 128, W8 = (W + 7) & ~7, W4 = (W + 3) & ~3;
+        bf16 *kst = tiles;
+        float *dks = (float *)(tiles + C * W8);
+        const bool dvec = K % 4 == 0;  // dK rows 16-byte aligned (the workspace arrays are 256-byte aligned)
+        for (int i0 = 0; i0 < K; i0 += W) {
+            const int w = K - i0 < W ? K - i0 : W, c4 = W4 / 4;
+            if (i0 > 0) __syncthreads();  // the previous pass has read the tiles
+            dr_load_tile(kst, W8, k + ROWQK(0) + i0, (size_t)H * K, C, W8, n, w, tid, DR_THREADS);
+            for (int e = tid; e < C * c4; e += DR_THREADS) {
+                const int r = e / c4, c = (e % c4) * 4;
+                float *d = dks + r * W4 + c;
+                const bool in = r < n && c < w;
+                const float *src = dK + (size_t)r * K + i0 + c;
+                if (dvec && (!in || c + 4 <= w))
+                    cp_async16((bf16 *)d, (const bf16 *)(in ? src : dK), in);
+                else
+                    for (int u = 0; u < 4; u++) d[u] = in && c + u < w ? src[u] : 0.f;
             }
-#pragma unroll
-            for (int u = 0; u < 16; u++)
-                if (r0 + u < n) acc += kv[u] * dkv[u];
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads();
+            for (int i = tid; i < w; i += DR_THREADS) {
+                float acc = gend[i0 + i];
+                for (int r = 0; r < n; r++) acc += __bfloat162float(kst[r * W8 + i]) * dks[r * W4 + i];
+                gend[i0 + i] = acc;
+            }
         }
-        gend[i] = acc;
+        __syncthreads();  // 5. writes Th into the tile region
     }
 
     // 5, 6. dT's K part and Wbar = T^T dW by K tiles of 64, then Ubar = T^T dU by V tiles of 64
@@ -633,8 +653,9 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 #pragma unroll
     for (int u = 0; u < NE; u++) {
         const int e = tid + u * DR_THREADS, r = e / C, c = e % C;
-        av[u] = c < r ? dAg[e] : 0.f;
-        lv[u] = c < r ? dLg[e] : 0.f;
+        const float a = dAg[e], l = dLg[e];  // unconditional loads (grad1 wrote every entry)
+        av[u] = c < r ? a : 0.f;
+        lv[u] = c < r ? l : 0.f;
     }
     for (int r = tid; r < C; r += DR_THREADS) {
         bs[r] = r < n ? dr_ld(beta + (size_t)(tok0 + r) * H + h) : 0.f;
