@@ -12,7 +12,7 @@ source line"):
   ncu -i R.ncu-rep --page source --csv --print-source sass > sass.csv
   # here, the same file with the same flags:
   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -lineinfo -I. -DHAVE_CUDA -cubin \\
-      -o prep.cubin kernels/delta_rule/chunk_fwd_mma.cu
+      -o prep.cubin kernels/delta_rule/chunk_prep_mma.cu
   scripts/ncu_lines.py sass.csv prep.cubin dr_prep_mma_kernel [--top 30] [--src kernels/delta_rule]
 
 Prints the kernel's stall reasons, then the source lines with the most samples (share of all

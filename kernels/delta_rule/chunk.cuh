@@ -16,7 +16,7 @@
 // Chunk size 64 only; K, V <= 256.
 //
 // Two implementations of that decomposition:
-//  - tensor cores (chunk_fwd_mma.cu; chunk_bwd_mma.cu, the backward's entry, with its reverse
+//  - tensor cores (chunk_prep_mma.cu, chunk_fwd_mma.cu; chunk_bwd_mma.cu, the backward's entry, with its reverse
 //    walk chunk_bwalk_mma.cu and gradient kernels chunk_grad_mma.cu, chunk_grad_ref_mma.cu and
 //    chunk_grad.cuh; the table's members): every product as bf16 mma.m16n8k16 with fp32
 //    accumulation (kernels/mma.cuh), tiles in shared memory padded
@@ -391,10 +391,11 @@ extern "C" void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float 
                                                float scale, int B, int T, int H, int K, int V, const int *offsets,
                                                int nseq, int chunk, void *workspace);
 
-// ---- tensor-core path (chunk_fwd_mma.cu): bf16 tiles in shared memory, K and V padded to
+// ---- tensor-core path (chunk_prep_mma.cu, chunk_fwd_mma.cu): bf16 tiles in shared memory, K and V padded to
 // ---- multiples of 16 (zero-filled), rows padded by 8 bf16 (16 bytes: ldmatrix conflict-free)
 #define DR_PAD 8
-#define DR_MBV 64  // V tile of the tensor-core walk and output kernels
+#define DR_MBV 64        // V tile of the tensor-core walk and output kernels
+#define DRM_THREADS 256  // the tensor-core prep and walk: 8 warps
 __host__ __device__ __forceinline__ int dr_pad16(int x) { return (x + 15) & ~15; }
 
 // Fragment loads (kernels/mma.cuh's layouts) from a bf16 shared-memory matrix X, row stride ld:
@@ -591,6 +592,10 @@ static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t
     }
     return off;
 }
+// the tensor-core prep (chunk_prep_mma.cu) over the slots x H (chunk slot, head) blocks: the
+// workspace's forward arrays (and T where bound), for dr_forward_mma
+void dr_prep_launch(const DrWsMma *ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
+                    int gate, float scale, size_t slots, int T, int H, int K, int V, const int *offsets, int N);
 // the tensor-core forward (chunk_fwd_mma.cu): o (bf16) and hT (fp32, may be NULL)
 // (o NULL: the states only, into ws, for the backward's recompute)
 void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
