@@ -16,9 +16,9 @@
 // Chunk size 64 only; K, V <= 256.
 //
 // Two implementations of that decomposition:
-//  - tensor cores (chunk_prep_mma.cu, chunk_fwd_mma.cu; chunk_bwd_mma.cu, the backward's entry, with its reverse
-//    walk chunk_bwalk_mma.cu and gradient kernels chunk_grad_mma.cu, chunk_grad_ref_mma.cu and
-//    chunk_grad.cuh; the table's members): every product as bf16 mma.m16n8k16 with fp32
+//  - tensor cores (chunk_prep_mma.cu, chunk_fwd_mma.cu; chunk_bwd_mma.cu, the backward's entry,
+//    with its reverse walk chunk_bwalk_mma.cu and gradient kernels chunk_grad_mma.cu,
+//    chunk_grad_ref_mma.cu and chunk_grad.cuh; the table's members): every product as bf16 mma.m16n8k16 with fp32
 //    accumulation (kernels/mma.cuh), tiles in shared memory padded
 //    to 16 in K and V and by 8 bf16 a row (ldmatrix without bank conflicts), global -> shared
 //    by cp.async. Accuracy: the operands of the state chain that are not exact in bf16 are split
@@ -391,8 +391,9 @@ extern "C" void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float 
                                                float scale, int B, int T, int H, int K, int V, const int *offsets,
                                                int nseq, int chunk, void *workspace);
 
-// ---- tensor-core path (chunk_prep_mma.cu, chunk_fwd_mma.cu): bf16 tiles in shared memory, K and V padded to
-// ---- multiples of 16 (zero-filled), rows padded by 8 bf16 (16 bytes: ldmatrix conflict-free)
+// ---- tensor-core path (chunk_prep_mma.cu, chunk_fwd_mma.cu): bf16 tiles in shared memory, K
+// ---- and V padded to multiples of 16 (zero-filled), rows padded by 8 bf16 (16 bytes: ldmatrix
+// ---- conflict-free)
 #define DR_PAD 8
 #define DR_MBV 64        // V tile of the tensor-core walk and output kernels
 #define DRM_THREADS 256  // the tensor-core prep and walk: 8 warps
