@@ -146,6 +146,10 @@ int main(void) {
     test_op(29, 128, 3, 2.f, AR_ZERO_W);             // at initialisation
     test_op(9, 2048, 3, 2.f, 0);                     // the widest row (8 groups per lane)
     test_op(7, 1100, 2, 2.f, AR_MISALIGN);           // the widest single-channel row
+    // the other row widths of the register kernels (one template instance each, so each is
+    // launched here once: check_launch_limits): 2, 4, 6 groups of 8 a lane; 8, 16, 32 channels
+    static const int widths[] = {512, 1024, 1536, 196, 500, 996};
+    for (int i = 0; i < 6; i++) test_op(5, widths[i], 2, 2.f, 0);
 #else
     // GPU: d_model 768, B*T = 16k rows; the KL configs' stack (16 layers, blocks of 2: up to 9 sources)
     test_plans(16 * 1024, 768, 16, 2);

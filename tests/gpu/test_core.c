@@ -620,12 +620,20 @@ int main(void) {
     // (C 256 for the vectorized LayerNorm, head size 64 for the tensor-core attention)
     const int B = 2, T = 128, C = 128, NH = 2, V = 500, Vp = 512, N = B * T;
     test_embed(B, T, C, V, Vp);
+    test_embed(2, 16, 100, V, Vp);  // C % 8 != 0: the scalar kernel
     test_layernorm(64, 256);
     test_layernorm(50, 200);  // generic path
     test_add_norm(64, 256, 0);
     test_add_norm(300, 256, 1);  // three row chunks, the last one partial
     test_add_norm(200, 768, 1);  // GPT-2's width (three 256-column groups a lane)
     test_add_norm(50, 200, 1);   // generic path (separate kernels)
+    // the other widths of the vectorized kernels (one to four 256-column groups a lane: each its
+    // own template instance, so each is launched here once; check_launch_limits)
+    for (int c = 512; c <= 1024; c += 256) {
+        test_layernorm(24, c);
+        test_add_norm(24, c, 0);
+        test_add_norm(24, c, 1);
+    }
     test_matmul(N, C, 3 * C, 1);
     test_matmul(N, 4 * C, C, 1);
     test_matmul(64, C, Vp, 0);

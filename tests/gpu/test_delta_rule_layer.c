@@ -424,6 +424,8 @@ int main(void) {
     test_short_conv(var, 40, 4, 0, 1, 0, 0, 0);
     test_short_conv(var, 24, 1, 0, 0, 1, 1, 1);
     test_short_conv(var, 41, 3, 1, 1, 1, 1, 1);  // odd D: one channel per thread
+    test_short_conv(var, 41, 2, 0, 1, 1, 1, 1);  // (and at W 2 and 4: each W its own kernels)
+    test_short_conv(fixed, 41, 4, 1, 1, 1, 1, 1);
     test_short_conv(fixed, 40, 2, 0, 1, 1, 1, 1);
     test_short_conv(var, 40, 6, 1, 1, 1, 1, 1);  // W above the fused kernels': the general path
     test_short_conv(fixed, 24, 6, 0, 0, 1, 1, 1);
@@ -460,6 +462,14 @@ int main(void) {
     test_gated_rmsnorm(70, 96, 0, 1);    // K = 3 values a lane
     test_gated_rmsnorm(60, 256, 0, 1);   // K = 8, 16-byte vectors
     test_gated_rmsnorm(30, 300, 1, 1);   // D > 256: the general kernels only
+    // every lane width K = ceil(D / 32) of the register kernels, with 16-byte vectors (D % 8 == 0)
+    // and scalar accesses (D % 8 == 4), with and without the weight (one template instance each,
+    // so each is launched here once: check_launch_limits)
+    for (int kk = 1; kk <= 8; kk++)
+        for (int with_w = 0; with_w < 2; with_w++) {
+            test_gated_rmsnorm(20, 32 * kk, kk & 1, with_w);
+            test_gated_rmsnorm(20, 32 * kk - 4, kk & 1, with_w);
+        }
 
     // linear attention: T = 1, 63, 64, 65, 130, varlen; states given and NULL
     for (int normalize = 0; normalize < 2; normalize++) {

@@ -136,6 +136,11 @@ int main(void) {
     test_rmsnorm(50, 200);  // generic path
     test_add_rmsnorm(64, 256);
     test_add_rmsnorm(50, 200);  // generic path (the separate add, then the norm)
+    // the other widths of the vectorized kernels (one template instance each; check_launch_limits)
+    for (int c = 512; c <= 1024; c += 256) {
+        test_rmsnorm(24, c);
+        test_add_rmsnorm(24, c);
+    }
     test_glu(64, 128, 0);  // the vector kernels (H % 8 == 0), checked against the scalar ones too
     test_glu(64, 128, 1);
     test_glu(64, 100, 1);  // the scalar kernels
