@@ -475,6 +475,11 @@ best_lr() { "$PY" scripts/ablate_summary.py best "$OUT" "$1" "$2" 2>/dev/null ||
 lr_state() {  # TASK TAG LR: done, needed, skip or maybe (ablate_summary.py's Sweep.lr_state)
     "$PY" scripts/ablate_summary.py lr-state "$OUT" "$1" "$2" "$3"
 }
+# every lr's state in one reading of the folder (a line "TASK TAG LR STATE" each) into FILE, and
+# one looked up there: a Python start and a pass over every run's metrics an lr cost ~0.5 s,
+# 77 of them a PLAN and up to that a phase-1 pass
+lr_states_to() { "$PY" scripts/ablate_summary.py lr-states "$OUT" > "$1"; }  # FILE
+lr_state_in() { awk -v t="$2" -v m="$3" -v l="$4" '$1 == t && $2 == m && $3 == l { print $4 }' "$1"; }  # FILE TASK TAG LR
 phase2() {
     [ "$SEED_SWEEP" = best ] || return 0
     for task in $TASKS; do
@@ -547,6 +552,7 @@ job_estimate() {
 plan() {
     CALL_S=${CALL_S:-${BUDGET:-540}}
     { phase1 | sed 's/^/1 /'; phase2 | sed 's/^/2 /'; } > "$OUT/plan.jobs"
+    [ "$LR_SWEEP" != grow ] || lr_states_to "$OUT/plan.states"
     printf 'task\tmodel\tlr\tseed\tstatus\ttokens_left\ttok_per_s\test_s\n' > "$OUT/plan.tsv"
     while read -r ph task tag lr seed; do
         # shellcheck disable=SC2046
@@ -556,7 +562,7 @@ plan() {
         # LR_SWEEP=grow: an lr the sweep finished without is skipped; one that may still be
         # called for ("maybe") is counted, so the estimate is an upper bound while sweeps grow
         if [ "$ph" = 1 ] && [ "$LR_SWEEP" = grow ] && { [ "$st" = todo ] || [ "$st" = partial ]; }; then
-            case $(lr_state "$task" "$tag" "$lr") in
+            case $(lr_state_in "$OUT/plan.states" "$task" "$tag" "$lr") in
                 skip) st=skip left_tok=0 est=0 ;;
                 maybe) st=maybe ;;
             esac
@@ -618,6 +624,10 @@ run_list() {  # FILE PHASE: run its jobs (OUT/.stopped when the budget ended one
 }
 worker() {  # INDEX COUNT FILE PHASE
     i=0
+    # LR_SWEEP=grow: the states of this pass, read again after each run this worker finishes;
+    # an lr about to be run is asked afresh (another GPU's worker may have moved its best)
+    states=$OUT/.lr_states.$1
+    [ "$4" != 1 ] || [ "$LR_SWEEP" != grow ] || lr_states_to "$states"
     while read -r task tag lr seed; do
         [ $((i % $2)) = "$1" ] || { i=$((i + 1)); continue; }
         i=$((i + 1))
@@ -625,7 +635,9 @@ worker() {  # INDEX COUNT FILE PHASE
         # LR_SWEEP=grow: phase 1 runs an lr only once the model's runs so far call for it
         # (a finished run still goes through run_job: its identity check)
         if [ "$4" = 1 ] && [ "$LR_SWEEP" = grow ]; then
-            case $(lr_state "$task" "$tag" "$lr") in skip|maybe) continue;; esac
+            st=$(lr_state_in "$states" "$task" "$tag" "$lr")
+            [ "$st" != needed ] || st=$(lr_state "$task" "$tag" "$lr")
+            case $st in skip|maybe) continue;; esac
         fi
         d=$OUT/$tag/$task/lr${lr}_s$seed
         finished=0
@@ -646,7 +658,10 @@ worker() {  # INDEX COUNT FILE PHASE
         rc=0
         run_job "$task" "$tag" "$lr" "$seed" < /dev/null || rc=$?
         # a run finished in this pass: with LR_SWEEP=grow it may call for another lr
-        [ $finished = 1 ] || { [ ! -f "$d/done" ] && [ ! -f "$d/failed" ]; } || touch "$OUT/.progress"
+        if [ $finished = 0 ] && { [ -f "$d/done" ] || [ -f "$d/failed" ]; }; then
+            touch "$OUT/.progress"
+            [ "$4" != 1 ] || [ "$LR_SWEEP" != grow ] || lr_states_to "$states"
+        fi
         if [ $rc = 3 ]; then touch "$OUT/.refused"; exit 3; fi
         if [ $rc = 2 ]; then touch "$OUT/.stopped"; break; fi
     done < "$3"
@@ -661,7 +676,7 @@ while :; do
     [ ! -f "$OUT/.refused" ] || exit 3
     [ "$LR_SWEEP" = grow ] && [ -f "$OUT/.progress" ] && [ ! -f "$OUT/.stopped" ] || break
 done
-rm -f "$OUT/.progress"
+rm -f "$OUT/.progress" "$OUT"/.lr_states.*
 if [ ! -f "$OUT/.stopped" ]; then
     phase2 > "$OUT/phase2.jobs"
     run_list "$OUT/phase2.jobs" 2

@@ -4,6 +4,7 @@
 usage: scripts/ablate_summary.py table OUT [--no-plot]
        scripts/ablate_summary.py best OUT TASK MODEL
        scripts/ablate_summary.py lr-state OUT TASK MODEL LR
+       scripts/ablate_summary.py lr-states OUT
        scripts/ablate_summary.py runs OUT TITLE
 
 `table` reads OUT/models.tsv, OUT/sweep.tsv, OUT/match.txt and every run folder
@@ -14,7 +15,8 @@ and mqar_vs_ratio.png (matplotlib; a variant of a ratio, the 0:1 + RoPE arm, is 
 own and its own marker there, not a point of the family's line). `best` prints the best lr of
 one model and task (nothing while a run of its sweep is still to do), the runner's rule for its
 second phase; `lr-state` what its first phase does with one lr (done, needed, skip, maybe: see
-Sweep.lr_state; the runner's LR_SWEEP=grow). `runs`
+Sweep.lr_state; the runner's LR_SWEEP=grow), `lr-states` the same for every task, model and lr
+of the sweep, a line "TASK MODEL LR STATE" each (one reading of the folder for all). `runs`
 (scripts/real_run_hybrid.sh) writes OUT/summary.md: one row per model of OUT/models.tsv for
 its single run in OUT/run/<model>/, titled TITLE.
 
@@ -486,6 +488,12 @@ def main():
         if args[4] not in sw.lrs(args[2]):
             sys.exit(f"ablate_summary: lr {args[4]} is not in the {args[2]} sweep ({' '.join(sw.lrs(args[2]))})")
         print(sw.lr_state(args[2], args[3], args[4]))
+    elif len(args) == 2 and args[0] == "lr-states":
+        sw = Sweep(args[1])
+        for task in sw.tasks:
+            for m in sw.models:
+                for lr in sw.lrs(task):
+                    print(task, m["model"], lr, sw.lr_state(task, m["model"], lr))
     else:
         sys.exit(__doc__)
 
