@@ -60,13 +60,15 @@ __device__ __forceinline__ void dr_b4_frag_a(uint32_t ah[4], uint32_t lh[4], con
 // [64][64] (the diagonal blocks' strict lower parts read, once, into ds); G: Gamma [64][K];
 // dbd: [64][8] scratch (K <= 256); ds: [2][4][16][16] fp32 shared scratch (16-byte aligned),
 // so the inner loop reads broadcast 16-byte shared loads whether dA, dL are in global memory
-// (grad2) or shared (the single kernel). GSW: G in grad2's layout (row stride LG, columns
-// dr_gsw), else [64][K]. Called by the whole block after a barrier that completes dQ, dK, dG
-// and db; ends after one.
+// (grad2) or shared (the single kernel). q, k: the chunk's row 0 of this head, row t at
+// + t * ldqk (the (B, T, H, K) inputs in global memory, ldqk = H K, for the single kernel; the
+// chunk's tiles staged in shared memory, ldqk = their row stride, for grad2). GSW: G in grad2's
+// layout (row stride LG, columns dr_gsw), else [64][K]. Called by the whole block after a
+// barrier that completes dQ, dK, dG and db; ends after one.
 template <bool GSW = false>
 __device__ void dr_b4_diag(const float *dA, const float *dL, const float *G, const float *bs, const bf16 *q,
-                           const bf16 *k, float *dQ, float *dK, float *dG, float *db, float *dbd, float *ds, int n,
-                           int tok0, int H, int h, int K, int LG = 0) {
+                           const bf16 *k, size_t ldqk, float *dQ, float *dK, float *dG, float *db, float *dbd,
+                           float *ds, int n, int K, int LG = 0) {
     const int tid = threadIdx.x, lane = tid & 31, C = DR_BT, KC = (K + 31) & ~31;
     for (int e = tid; e < 2 * 4 * 256; e += DR_THREADS) {  // ds[m][B][r][c] = (m ? dL : dA)[16B + r][16B + c]
         const int m = e >> 10, B = (e >> 8) & 3, r = (e >> 4) & 15, c = e & 15, o = (16 * B + r) * C + 16 * B + c;
@@ -81,8 +83,7 @@ __device__ void dr_b4_diag(const float *dA, const float *dL, const float *G, con
         for (int j = 0; j < 16; j++) {
             const int t = t0 + j;
             const bool in = live && t < n;
-            const size_t row = ((size_t)(tok0 + t) * H + h) * K;
-            kv[j] = in ? dr_ld(k + row + i) : 0.f;
+            kv[j] = in ? dr_ld(k + (size_t)t * ldqk + i) : 0.f;
             f[j] = in ? G[GSW ? t * LG + dr_gsw(i) : t * K + i] : 0.f;  // Gamma for now
             col[j] = dgc[j] = p[j] = 0.f;
         }
@@ -90,7 +91,7 @@ __device__ void dr_b4_diag(const float *dA, const float *dL, const float *G, con
         float qr = 0.f, oq = 0.f, ok = 0.f, og = 0.f;
         if (live && t0 + 15 < n) {
             const int x = (t0 + 15) * K + i;
-            qr = dr_ld(q + ((size_t)(tok0 + t0 + 15) * H + h) * K + i), oq = dQ[x], ok = dK[x], og = dG[x];
+            qr = dr_ld(q + (size_t)(t0 + 15) * ldqk + i), oq = dQ[x], ok = dK[x], og = dG[x];
         }
 #pragma unroll
         for (int j = 15; j >= 1; j--) f[j] = t0 + j < n ? expf(f[j] - f[j - 1]) : 0.f;
@@ -101,7 +102,7 @@ __device__ void dr_b4_diag(const float *dA, const float *dL, const float *G, con
             float nqr = 0.f, nq = 0.f, nk = 0.f, ng = 0.f;  // row r - 1's, loaded before row r's stores
             if (r > 0 && live && t - 1 < n) {
                 const int x = (t - 1) * K + i;
-                nqr = dr_ld(q + ((size_t)(tok0 + t - 1) * H + h) * K + i), nq = dQ[x], nk = dK[x], ng = dG[x];
+                nqr = dr_ld(q + (size_t)(t - 1) * ldqk + i), nq = dQ[x], nk = dK[x], ng = dG[x];
             }
             if (t < n) {  // the same for the whole warp
                 if (r > 0) {

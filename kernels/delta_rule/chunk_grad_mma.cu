@@ -31,8 +31,9 @@
 // grad2: G [64][grad2_lg(K)] (swizzled: dr_gsw), hand [2][4][32] float4, bs, db, dbp [4][64],
 // att [64], dbd [64][8], gend [K] fp32; 2 tiles [64][72] + 3 [64][40] bf16 (before the tiles,
 // the tile region holds g: at most [64][264] bf16, K = 256, as large; after them, dr_b4_diag's
-// copy of dA, dL's diagonal blocks: 8 KiB). K = V = 128: 77,056 bytes (110,848 with the lo
-// tiles of dA, dL, Kr, Qr, Kb, dropped in branch dr-fewer-mma), two blocks an SM.
+// copy of dA, dL's diagonal blocks: 8 KiB), then the chunk's k and q tiles, [64][KP + 8] bf16
+// each for the whole kernel. K = V = 128: 111,872 bytes (77,056 before the k and q tiles of
+// session 14), two blocks an SM (223,744 of the H200's 228 KiB).
 // G's row stride: K rounded up to 64 (dr_gsw permutes within 64-column blocks) plus 8 floats,
 // so the 8 rows of an MMA fragment's float2 reads (row stride = 8 banks) fill the 32 banks
 // of a half warp once (at a stride of K = 128, all 8 rows were on the same 8 banks).
@@ -41,10 +42,14 @@ static size_t grad2_tiles_off(int K) {
     return ((size_t)DR_BT * grad2_lg(K) + 1024 + 15 * DR_BT + (size_t)K + 7) & ~(size_t)7;
 }
 // the tile region: the larger of B4's tiles (dA, dL [64][72], Kr, Qr, Kb [64][40] bf16) and the
-// staged g ([64][KP + 8] bf16; 33,792 bytes each at K = 256)
-static size_t grad2_mma_smem(int K) {
+// staged g ([64][KP + 8] bf16; 33,792 bytes each at K = 256); after it the chunk's k and q
+// (two [64][KP + 8] bf16, KP = K rounded up to 16)
+__host__ __device__ __forceinline__ size_t grad2_tiles_bytes(int K) {
     const size_t b4 = (2 * DR_BT * 72 + 3 * DR_BT * 40) * 2, gs = (size_t)DR_BT * (dr_pad16(K) + DR_PAD) * 2;
-    return grad2_tiles_off(K) * sizeof(float) + (b4 > gs ? b4 : gs);
+    return b4 > gs ? b4 : gs;
+}
+static size_t grad2_mma_smem(int K) {
+    return grad2_tiles_off(K) * sizeof(float) + grad2_tiles_bytes(K) + 2 * (size_t)DR_BT * (dr_pad16(K) + DR_PAD) * 2;
 }
 
 // Elements i, i + 1 of a row, as one access where vec (i even, K even, the rows aligned to
@@ -646,6 +651,14 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         dr_load_tile(gs, LG, g + ((size_t)tok0 * H + h) * K, (size_t)H * K, C, dr_pad16(K), n, K, tid, DR_THREADS);
     else if (gate == DRG_HEAD && tid < C)
         gs[tid] = tid < n ? g[(size_t)(tok0 + tid) * H + h] : __float2bfloat16(0.f);
+    // the chunk's k and q ([64][LG] bf16 each, rows >= n and columns >= K zero) for B4's fills,
+    // its epilogues and the diagonal blocks: each element read from global memory once, not once
+    // a row block, and the fills' loads no longer global round trips (Nsight Compute, session 14:
+    // the fill's k and q loads were ~30% of grad2's warp samples, two in flight a thread at the
+    // 128-register cap)
+    bf16 *ks = tiles + grad2_tiles_bytes(K) / sizeof(bf16), *qs = ks + C * LG;
+    dr_load_tile(ks, LG, k + ROWQK(0), (size_t)H * K, C, dr_pad16(K), n, K, tid, DR_THREADS);
+    dr_load_tile(qs, LG, q + ROWQK(0), (size_t)H * K, C, dr_pad16(K), n, K, tid, DR_THREADS);
     cp_async_commit();
     // the strictly lower dA, dL ([64][64] fp32, row-major) into registers while g arrives
     constexpr int NE = DR_BT * DR_BT / DR_THREADS;
@@ -702,8 +715,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     for (int j = 0; j < 8; j++) {
                         const int r = warp + 8 * j;
                         const bool in = r < n && fin && (r < t0 || r >= t0 + 16);
-                        fk[j] = in ? KK(r, fi) : 0.f;
-                        fq[j] = in && r >= t0 + 16 ? Q(r, fi) : 0.f;
+                        fk[j] = in ? __bfloat162float(ks[r * LG + fi]) : 0.f;
+                        fq[j] = in && r >= t0 + 16 ? __bfloat162float(qs[r * LG + fi]) : 0.f;
                     }
                     // this thread's epilogue elements: rows t0 + gq (+ 8), columns ei (+ 1), e =
                     // 2 (row half) + column; ei is even, so with K even both columns are in or
@@ -717,9 +730,11 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     for (int hr = 0; hr < 2; hr++) {
                         const int t = t0 + gq + 8 * hr, e = 2 * hr;
                         const bool in0 = t < n && ei < K, in1 = t < n && ei + 1 < K;
-                        dr_ld_pair(k + ROWQK(t) + ei, pairs, in0, in1, ek[e], ek[e + 1]);
+                        // k, q from the staged tiles: ei even, LG even, so one 4-byte read (ei + 1
+                        // past K reads the tile's zero padding, as the element loads gave 0)
+                        dr_ld_pair(ks + t * LG + ei, true, in0, in1, ek[e], ek[e + 1]);
                         if (task == 0) {
-                            dr_ld_pair(q + ROWQK(t) + ei, pairs, in0, in1, eq[e], eq[e + 1]);
+                            dr_ld_pair(qs + t * LG + ei, true, in0, in1, eq[e], eq[e + 1]);
                             dr_ld_pair(dQ + t * K + ei, pairs, in0, in1, edq[e], edq[e + 1]);
                             dr_ld_pair(dK + t * K + ei, pairs, in0, in1, edk[e], edk[e + 1]);
                             dr_ld_pair(dG + t * K + ei, pairs, in0, in1, edg[e], edg[e + 1]);
@@ -839,7 +854,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         if (tid < C) db[tid] += dbp[tid] + dbp[C + tid] + dbp[2 * C + tid] + dbp[3 * C + tid];
     }
     __syncthreads();
-    dr_b4_diag<true>(dAg, dLg, G, bs, q, k, dQ, dK, dG, db, dbd, (float *)tiles, n, tok0, H, h, K, LGs);  // the tiles are spent
+    dr_b4_diag<true>(dAg, dLg, G, bs, qs, ks, (size_t)LG, dQ, dK, dG, db, dbd, (float *)tiles, n, K, LGs);  // the tiles are spent
 
     // B6 and the stores (chunk.cuh)
     dr_grad_finish_v(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);

@@ -449,7 +449,8 @@ __global__ void __launch_bounds__(DR_THREADS)
     }
     __syncthreads();
     // tmp's [4][64] dbp are spent, and the tiles (dr_b4_diag's dA, dL blocks there)
-    dr_b4_diag(dA, dL, G, bs, q, k, dQ, dK, dG, db, tmp + 4 * C, (float *)tiles, n, tok0, H, h, K);
+    dr_b4_diag(dA, dL, G, bs, q + ROWQK(0), k + ROWQK(0), (size_t)H * K, dQ, dK, dG, db, tmp + 4 * C, (float *)tiles, n,
+               K);
 
     // B6 and the stores (chunk.cuh)
     dr_grad_finish(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);
