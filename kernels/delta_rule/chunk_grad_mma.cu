@@ -607,9 +607,10 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 // adds its dbeta partials in the same order (i0, then hf = u, then the element).
 // Memory: the kernel was latency-bound on chains of dependent global round trips (a load
 // after a store to a possibly aliasing address waits for it), so each pass loads all its
-// operands first, then computes and stores: g staged by cp.async for the Gamma cumsum; the
-// fill's k and q (only the rows the MMAs read: Kr rows < t0, Qr / Kb rows >= t0 + 16) at
-// once; the row terms' q, k, dQ, dK, dG before the fill of their (Bk, i0, hf), so they arrive
+// operands first, then computes and stores: g, and the chunk's k and q, staged by cp.async
+// (g for the Gamma cumsum; k and q for the fills, the epilogues and the diagonal blocks: at
+// the 128-register cap ptxas kept only two of a fill's 8-16 global loads in flight, ~30% of
+// grad2's time until session 14); the row terms' dQ, dK, dG before the fill of their (Bk, i0, hf), so they arrive
 // during the fill and the MMAs (no other pass touches those elements in between); the column
 // terms' dK, dG (just written by the row terms) as one batch; in the diagonal blocks
 // (dr_b4_diag), dA and dL's blocks copied once into the spent tiles, and each dQ, dK, dG
@@ -618,13 +619,13 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 // Access patterns (after Nsight Compute on the H200: 19 of 32 bytes used per global-load
 // sector, 21.6 per store sector, 2.7-way shared-load bank conflicts): the epilogues take each
 // row's column pair (ei, ei + 1) of dQ, dK, dG as one 8-byte access and of q, k as one 4-byte
-// one (dr_ld_pair; 4 lanes = 32 contiguous bytes of fp32: whole sectors); the row-term warp
+// shared read (dr_ld_pair; 4 lanes = 32 contiguous bytes of fp32: whole sectors); the row-term warp
 // hands dK, dG to the column-term warp of the same lane through shared memory (hand: one
 // float4 each, conflict-free) instead of storing them for that warp to load back; G's layout
 // (grad2_lg, dr_gsw) makes the fragments' float2 reads (8 rows on one set of 8 banks at a row
 // stride of 128: 8-way) and the fill's row reads (2-way) conflict-free; B6's stores go by 8
 // columns a thread (dr_grad_finish_v: 16-byte loads and stores). ptxas: 128 registers, spill
-// 8 / 8 bytes (stores / loads; 12 / 16 before), 110,848 bytes at K = V = 128 (104,704).
+// 8 / 8 bytes (stores / loads), 111,872 bytes of shared memory at K = V = 128.
 __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_grad2_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, const bf16 *q, const bf16 *k,
                         const bf16 *g, const bf16 *beta, int gate, int Tlen, int H, int K, const int *offsets, int N) {
@@ -723,8 +724,9 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     // neither, and each row's pair is one 8-byte (fp32) or 4-byte (bf16) access:
                     // the 4 lanes of a row cover 32 contiguous bytes of dQ, dK, dG (a full sector)
                     const int ei = i0 + 16 * w4 + 8 * hf + 2 * t4;
-                    // the epilogue's global operands, in flight during the fill and the MMAs (this
-                    // (i0, hf, Bk) is the only one that touches these elements)
+                    // the epilogue's operands: dQ, dK, dG from global memory, in flight during the
+                    // fill and the MMAs (this (i0, hf, Bk) is the only one that touches these
+                    // elements), k and q from the staged tiles
                     float ek[4], eq[4] = {}, edq[4] = {}, edk[4] = {}, edg[4] = {};
 #pragma unroll
                     for (int hr = 0; hr < 2; hr++) {
