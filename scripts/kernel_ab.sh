@@ -1,0 +1,58 @@
+#!/bin/bash
+# A/B of a delta-rule kernel change on the device machine, in one call (docs/cuda.md, "Measuring
+# a kernel change against main"): the tree's kernels (new) against the same files from another
+# commit (old), with the parity test, the KDA benchmark, the GPU loss fingerprints of both (a
+# change meant to keep the bits must give equal ones) and the 3:1 hybrid with both.
+#
+# Here, before the call (files named relative to the repository root):
+#   mkdir -p out/devrun/old && for f in FILES; do git show main:$f > out/devrun/old/$(basename $f); done
+#   cp out/data/brown_* out/devrun/data/          # the Brown shards of `make data`
+# On the device (carry out/devrun):
+#   AB_FILES="kernels/delta_rule/chunk_grad_mma.cu ..." bash scripts/kernel_ab.sh
+# Writes fp_new.txt and fp_old.txt under $OUT; prints the rest. AB_OLD: the folder of the old
+# files (out/devrun/old); AB_HYBRID=0 skips the hybrid runs.
+set -u
+export NCCL_NVLS_ENABLE=0
+: "${AB_FILES:?AB_FILES: the kernel files to swap, relative to the repository root}"
+: "${OUT:?OUT: the folder for the fingerprints}"
+OLD=${AB_OLD:-out/devrun/old}
+mkdir -p "$OUT"
+for f in $AB_FILES; do
+    [ -f "$f" ] || { echo "kernel_ab: $f: no such file in the tree"; exit 2; }
+    [ -f "$OLD/$(basename "$f")" ] || { echo "kernel_ab: $OLD/$(basename "$f"): missing (git show main:$f > it)"; exit 2; }
+done
+NEW=$(mktemp -d)
+for f in $AB_FILES; do cp "$f" "$NEW/"; done
+echo "kernel_ab: the tree's $AB_FILES saved in $NEW"
+restore() { for f in $AB_FILES; do cp "$NEW/$(basename "$f")" "$f"; done; }
+trap restore EXIT
+mkdir -p out/data && cp out/devrun/data/* out/data/ 2>/dev/null
+B="hybrid out/build/gpu/test_delta_rule out/build/gpu/bench_delta_rule"
+hyb() {  # the 3:1 hybrid, B64 T1024: ms/step, tok/s, peak
+    [ "${AB_HYBRID:-1}" = 1 ] || return 0
+    BENCH_CASES=3:1-T1024 OUT=/tmp/ab_$1 bash scripts/bench_hybrid.sh > /dev/null 2>&1
+    grep -o '"ms_per_step": [0-9.]*\|"tok_per_s": [0-9.]*\|"peak_mem_gib": [0-9.]*' /tmp/ab_$1/bench/hybrid_ours.json | tr '\n' ' '
+    echo " ($1)"
+}
+fingerprints() {
+    for c in kda-tiny kl-xs-3-1; do sh scripts/loss_fingerprint.sh --device cuda configs/$c.conf >> "$OUT/fp_$1.txt" 2>&1; done
+}
+make -j16 $B > /tmp/ab_build_new.log 2>&1 || { tail -30 /tmp/ab_build_new.log; echo "kernel_ab: build failed (new)"; exit 1; }
+echo "== new kernels: built at $SECONDS s"
+out/build/gpu/test_delta_rule > /tmp/ab_test.log 2>&1; echo "test_delta_rule rc $?"; tail -1 /tmp/ab_test.log
+out/build/gpu/bench_delta_rule --kinds kda 2>&1 | grep -E '^kda'
+HYBRID_CUDA_PROFILE=1 out/build/gpu/bench_delta_rule --shape 8,4096,16,128,128 --kinds kda --reps 3 --warmup 1 2>&1 |
+    grep 'delta_chunk/' | tail -5
+fingerprints new
+hyb new
+for f in $AB_FILES; do cp "$OLD/$(basename "$f")" "$f"; done
+make -j16 $B > /tmp/ab_build_old.log 2>&1 || { tail -30 /tmp/ab_build_old.log; echo "kernel_ab: build failed (old)"; exit 1; }
+echo "== old kernels: built at $SECONDS s"
+fingerprints old
+if cmp -s "$OUT/fp_new.txt" "$OUT/fp_old.txt"; then echo "FINGERPRINTS EQUAL"; else
+    echo "FINGERPRINTS DIFFER"; diff "$OUT/fp_old.txt" "$OUT/fp_new.txt" | head -20; fi
+out/build/gpu/bench_delta_rule --shape 8,4096,16,128,128 --kinds kda 2>&1 | grep -E '^kda'
+HYBRID_CUDA_PROFILE=1 out/build/gpu/bench_delta_rule --shape 8,4096,16,128,128 --kinds kda --reps 3 --warmup 1 2>&1 |
+    grep 'delta_chunk/' | tail -5
+hyb old
+echo "kernel_ab: total $SECONDS s"
