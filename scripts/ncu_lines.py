@@ -13,13 +13,16 @@ source line"):
   # here, the same file with the same flags:
   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -lineinfo -I. -DHAVE_CUDA -cubin \\
       -o prep.cubin kernels/delta_rule/chunk_prep_mma.cu
-  scripts/ncu_lines.py sass.csv prep.cubin dr_prep_mma_kernel [--top 30] [--src kernels/delta_rule]
+  scripts/ncu_lines.py sass.csv prep.cubin dr_prep_mma_kernel [--top 30] [--src kernels/delta_rule] [--own] [--around N]
 
 Prints the kernel's stall reasons, then the source lines with the most samples (share of all
 samples, share of executed instructions, the three leading reasons, the hottest instructions).
 The kernel is the first block of the CSV whose name contains the given text; its line table is
 the cubin's sequence whose length equals the kernel's code size (an error if none or several
-do: build the cubin from the same sources and flags, or pass --seq N). Needs pyelftools
+do: build the cubin from the same sources and flags, or pass --seq N). --own counts the
+instructions of inlined headers outside --src (cuda_bf16.hpp's conversions, where a load's first
+use waits) to the nearest earlier line under --src; --around N prints the N instructions before
+each of the 10 hottest, to see which load a stall waits for. Needs pyelftools
 (Debian: python3-pyelftools); /usr/bin/python3 has it where the pyenv one does not.
 """
 import argparse
@@ -90,6 +93,12 @@ def main():
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--seq", type=int, help="the line-table sequence to use (default: matched by size)")
     ap.add_argument("--src", default=".", help="folder to print the source lines from")
+    ap.add_argument("--own", action="store_true",
+                    help="count an instruction of a file not under --src (an inlined header: cuda_bf16.hpp's "
+                         "conversions, mma.cuh's wrappers outside it) to the nearest earlier instruction's line "
+                         "that is under --src: the caller that inlined it, in most code")
+    ap.add_argument("--around", type=int, default=0, metavar="N",
+                    help="after the table, the N instructions before each of the 10 hottest, with their lines")
     a = ap.parse_args()
 
     name, hdr, rows = kernel_block(a.csv, a.kernel)
@@ -116,9 +125,27 @@ def main():
     total_i = sum(val(r, executed) for r in rows) or 1.0
     by_reason = collections.Counter()
     per_line = collections.defaultdict(lambda: [0.0, 0.0, collections.Counter(), []])
-    for row in rows:
+    mine = {}  # file -> whether it is under --src
+
+    def where(row):
         j = bisect.bisect_right(addrs, int(row[0], 16) - base) - 1
-        entry = per_line[(seq[j][1], seq[j][2])]
+        return seq[j][1], seq[j][2]
+
+    def own(f):
+        if f not in mine:
+            mine[f] = os.path.exists(os.path.join(a.src, f))
+        return mine[f]
+
+    lines, last = [], None
+    for row in rows:  # address order
+        f, line = where(row)
+        if a.own and not own(f) and last is not None:
+            f, line = last
+        elif own(f):
+            last = (f, line)
+        lines.append((f, line))
+    for row, key in zip(rows, lines):
+        entry = per_line[key]
         s = val(row, samples)
         entry[0] += s
         entry[1] += val(row, executed)
@@ -140,6 +167,14 @@ def main():
         print(f"{100 * s / total_s:5.1f}% {100 * ins / total_i:5.1f}%i  {f}:{line}  {text}")
         print("        " + ", ".join(f"{k} {100 * v / ws:.0f}%" for k, v in why.most_common(3)) +
               "; " + " | ".join(t[:40] for _, t in sorted(hot, reverse=True)[:2]))
+    if a.around > 0:
+        hottest = sorted(range(len(rows)), key=lambda i: -val(rows[i], samples))[:10]
+        for i in sorted(hottest):
+            print(f"---- {100 * val(rows[i], samples) / total_s:.2f}% at {rows[i][0]}")
+            for k in range(max(0, i - a.around), i + 1):
+                f, line = where(rows[k])
+                print(f"{'>' if k == i else ' '} {rows[k][0][-6:]} {100 * val(rows[k], samples) / total_s:5.2f} "
+                      f"{os.path.basename(f) + ':' + str(line):28s} {rows[k][1].strip()[:70]}")
 
 
 if __name__ == "__main__":
