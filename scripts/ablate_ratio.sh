@@ -70,6 +70,10 @@
 #               of the same (the device's $OUT returns at most 8 files, two folders deep: use
 #               EXPORT=$OUT/<name>.tgz there, set before OUT=...); refused if it lies inside OUT
 #   OUT         output folder, out/ablation/<base name> [out/ablation/$FAMILY-dense|-moe]
+#   FROM        an earlier invocation's folder (an EXPORT copy, e.g. one committed under
+#               results/ablation/): copied into OUT first when OUT holds no sweep yet (no
+#               runs.tsv), so a sweep resumes on a fresh machine; left alone (and said so) when
+#               OUT already holds one; refused unless it holds a runs.tsv
 #   HYBRID      the CLI, default ./hybrid (built with `make` if missing)
 #   PLOT        0 skips the PNGs (and the matplotlib check)
 # Layout: OUT/<model>/{lm,mqar}.conf (the model's config for each task), inspect*.txt;
@@ -165,6 +169,9 @@ if [ -n "${EXPORT:-}" ]; then
     esac
 fi
 case $ROPE_ARM in 0|1) ;; *) echo "ablate: ROPE_ARM is 0 or 1, not '$ROPE_ARM'" >&2; exit 2;; esac
+if [ -n "${FROM:-}" ]; then
+    [ -f "$FROM/runs.tsv" ] || { echo "ablate: FROM=$FROM holds no runs.tsv: not a sweep folder to resume from" >&2; exit 2; }
+fi
 # --device and --threads among the extra options also go to eval-mqar
 EVAL_OPTS=""
 prev=""
@@ -186,6 +193,14 @@ fi
 if [ ! -x "$HYBRID" ]; then
     [ "$HYBRID" = ./hybrid ] || { echo "ablate: $HYBRID is not executable" >&2; exit 1; }
     make -j"$(nproc 2>/dev/null || echo 2)" hybrid
+fi
+if [ -n "${FROM:-}" ] && [ "$(realpath -m "$FROM")" != "$(realpath -m "$OUT")" ]; then
+    if [ -f "$OUT/runs.tsv" ]; then
+        echo "ablate: OUT=$OUT already holds a sweep: FROM=$FROM not copied over it"
+    else
+        mkdir -p "$OUT" && cp -R "$FROM"/. "$OUT"/
+        echo "ablate: OUT=$OUT seeded from FROM=$FROM"
+    fi
 fi
 mkdir -p "$OUT"
 say() { echo "[ablate $(($(date +%s) - START))s] $*"; }

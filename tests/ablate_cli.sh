@@ -261,6 +261,23 @@ grep -q "was made with another config or options" "$tmp/small.log" || { cat "$tm
 [ "$(calls train)" = 0 ] || fail "STEPS=5 trained"
 echo "identity: a run folder of other settings is refused"
 
+# FROM: a finished sweep's folder seeds a new OUT (the device machine's fresh checkout resuming a
+# committed sweep): nothing trains again; an OUT that already holds a sweep is not overwritten;
+# a FROM that is no sweep folder is refused before anything trains
+: > "$tmp/calls"
+small OUT="$tmp/seeded" FROM="$tmp/small" || { cat "$tmp/small.log"; fail "FROM: exited with an error"; }
+grep -q "ablate: OUT=$tmp/seeded seeded from FROM=$tmp/small" "$tmp/small.log" || { cat "$tmp/small.log"; fail "FROM: not seeded"; }
+[ "$(calls train)" = 0 ] || fail "FROM: the seeded sweep's finished runs trained again"
+[ "$(wc -l < "$tmp/seeded/results.tsv")" = 3 ] || fail "FROM: the seeded results.tsv has not both models"
+echo "marker" > "$tmp/seeded/kept"
+small OUT="$tmp/seeded" FROM="$tmp/small" || { cat "$tmp/small.log"; fail "FROM over a sweep: exited with an error"; }
+grep -q "already holds a sweep: FROM=$tmp/small not copied over it" "$tmp/small.log" || fail "FROM over a sweep: no note"
+[ -f "$tmp/seeded/kept" ] || fail "FROM over a sweep: OUT was replaced"
+small OUT="$tmp/seeded2" FROM="$tmp/nowhere" && fail "FROM without runs.tsv was accepted"
+grep -q "ablate: FROM=$tmp/nowhere holds no runs.tsv" "$tmp/small.log" || { cat "$tmp/small.log"; fail "FROM without runs.tsv: no clear error"; }
+[ ! -e "$tmp/seeded2" ] || fail "a refused FROM made OUT"
+echo "FROM: a committed sweep seeds a fresh OUT; an OUT with a sweep is kept; a non-sweep FROM is refused"
+
 # ... but the same settings in another spelling or another place are the same runs: a finished
 # sweep moved to another folder (every out_dir differs), one identity's comments and spaces changed
 cp -r "$tmp/small" "$tmp/moved"
