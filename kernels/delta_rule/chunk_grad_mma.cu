@@ -22,7 +22,8 @@
 //     T4096 H16 on the H200, docs/delta-rule.md: removed.)
 //   grad2 (dr_grad2_mma_kernel): B4 and B6 (dr_grad_finish_v), with Gamma recomputed (from g
 //     staged in the tile region), the dA / dL tiles and the Kr / Qr / Kb tiles by K halves of
-//     32 columns, all one bf16 (one MMA a product): 75.25 KiB at K = 128, two blocks an SM.
+//     32 columns, all one bf16 (one MMA a product), the chunk's k and q staged: 109.25 KiB at
+//     K = 128, two blocks an SM.
 // The single kernel (dr_grad_mma_kernel, 191 KiB: one block an SM; chunk_grad_ref_mma.cu) stays
 // as the reference, run under HYBRID_DR_GRAD_REF=1 (read at each call; tests/gpu/test_delta_rule.c
 // checks the bits of both).
@@ -41,15 +42,18 @@ __host__ __device__ __forceinline__ int grad2_lg(int K) { return ((K + 63) & ~63
 static size_t grad2_tiles_off(int K) {
     return ((size_t)DR_BT * grad2_lg(K) + 1024 + 15 * DR_BT + (size_t)K + 7) & ~(size_t)7;
 }
+// one chunk-row tile of a (B, T, H, K) input: [64][KP + 8] bf16, KP = K rounded up to 16 (g, k, q)
+__host__ __device__ __forceinline__ size_t grad2_row_tile_bytes(int K) {
+    return (size_t)DR_BT * (dr_pad16(K) + DR_PAD) * 2;
+}
 // the tile region: the larger of B4's tiles (dA, dL [64][72], Kr, Qr, Kb [64][40] bf16) and the
-// staged g ([64][KP + 8] bf16; 33,792 bytes each at K = 256); after it the chunk's k and q
-// (two [64][KP + 8] bf16, KP = K rounded up to 16)
+// staged g (33,792 bytes each at K = 256); after it the chunk's k and q tiles
 __host__ __device__ __forceinline__ size_t grad2_tiles_bytes(int K) {
-    const size_t b4 = (2 * DR_BT * 72 + 3 * DR_BT * 40) * 2, gs = (size_t)DR_BT * (dr_pad16(K) + DR_PAD) * 2;
+    const size_t b4 = (2 * DR_BT * 72 + 3 * DR_BT * 40) * 2, gs = grad2_row_tile_bytes(K);
     return b4 > gs ? b4 : gs;
 }
 static size_t grad2_mma_smem(int K) {
-    return grad2_tiles_off(K) * sizeof(float) + grad2_tiles_bytes(K) + 2 * (size_t)DR_BT * (dr_pad16(K) + DR_PAD) * 2;
+    return grad2_tiles_off(K) * sizeof(float) + grad2_tiles_bytes(K) + 2 * grad2_row_tile_bytes(K);
 }
 
 // Elements i, i + 1 of a row, as one access where vec (i even, K even, the rows aligned to
@@ -637,9 +641,9 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
     const int lane = tid & 31, warp = tid >> 5;
     float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K;
     const float *dAg = ws.dA + sh * C * C, *dLg = ws.dL + sh * C * C;
-    // the epilogues' column pairs as single accesses (dr_ld_pair): K even, q and k 4-byte aligned
-    // (the workspace arrays are 256-byte aligned)
-    const bool pairs = (K & 1) == 0 && (((uintptr_t)q | (uintptr_t)k) & 3) == 0;
+    // the epilogues' column pairs of dQ, dK, dG as single accesses (dr_ld_pair): K even (the
+    // workspace arrays are 256-byte aligned; q and k are read from their staged tiles)
+    const bool pairs = (K & 1) == 0;
     const int LGs = grad2_lg(K);  // G: [64][LGs], column dr_gsw(i)
     float *G = sm, *hand = G + C * LGs, *bs = hand + 1024, *db = bs + C, *dbp = db + C, *att = dbp + 4 * C,
           *gend = att + C, *dbd = gend + K;
@@ -856,7 +860,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         if (tid < C) db[tid] += dbp[tid] + dbp[C + tid] + dbp[2 * C + tid] + dbp[3 * C + tid];
     }
     __syncthreads();
-    dr_b4_diag<true>(dAg, dLg, G, bs, qs, ks, (size_t)LG, dQ, dK, dG, db, dbd, (float *)tiles, n, K, LGs);  // the tiles are spent
+    // the tiles are spent: dr_b4_diag's scratch
+    dr_b4_diag<true>(dAg, dLg, G, bs, qs, ks, (size_t)LG, dQ, dK, dG, db, dbd, (float *)tiles, n, K, LGs);
 
     // B6 and the stores (chunk.cuh)
     dr_grad_finish_v(dq, dk, dg, dbeta, dQ, dK, dG, db, gend, gate, n, tok0, H, h, K);
