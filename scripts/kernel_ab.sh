@@ -34,6 +34,10 @@ hyb() {  # the 3:1 hybrid, B64 T1024: ms/step, tok/s, peak
     grep -o '"ms_per_step": [0-9.]*\|"tok_per_s": [0-9.]*\|"peak_mem_gib": [0-9.]*' /tmp/ab_$1/bench/hybrid_ours.json | tr '\n' ' '
     echo " ($1)"
 }
+profile() {  # the per-kernel times at B8 T4096 H16
+    HYBRID_CUDA_PROFILE=1 out/build/gpu/bench_delta_rule --shape 8,4096,16,128,128 --kinds kda --reps 3 --warmup 1 2>&1 |
+        grep 'delta_chunk/' | tail -5
+}
 fingerprints() {
     for c in kda-tiny kl-xs-3-1; do sh scripts/loss_fingerprint.sh --device cuda configs/$c.conf >> "$OUT/fp_$1.txt" 2>&1; done
 }
@@ -41,8 +45,7 @@ make -j16 $B > /tmp/ab_build_new.log 2>&1 || { tail -30 /tmp/ab_build_new.log; e
 echo "== new kernels: built at $SECONDS s"
 out/build/gpu/test_delta_rule > /tmp/ab_test.log 2>&1; echo "test_delta_rule rc $?"; tail -1 /tmp/ab_test.log
 out/build/gpu/bench_delta_rule --kinds kda 2>&1 | grep -E '^kda'
-HYBRID_CUDA_PROFILE=1 out/build/gpu/bench_delta_rule --shape 8,4096,16,128,128 --kinds kda --reps 3 --warmup 1 2>&1 |
-    grep 'delta_chunk/' | tail -5
+profile
 fingerprints new
 hyb new
 for f in $AB_FILES; do cp "$OLD/$(basename "$f")" "$f"; done
@@ -52,7 +55,6 @@ fingerprints old
 if cmp -s "$OUT/fp_new.txt" "$OUT/fp_old.txt"; then echo "FINGERPRINTS EQUAL"; else
     echo "FINGERPRINTS DIFFER"; diff "$OUT/fp_old.txt" "$OUT/fp_new.txt" | head -20; fi
 out/build/gpu/bench_delta_rule --shape 8,4096,16,128,128 --kinds kda 2>&1 | grep -E '^kda'
-HYBRID_CUDA_PROFILE=1 out/build/gpu/bench_delta_rule --shape 8,4096,16,128,128 --kinds kda --reps 3 --warmup 1 2>&1 |
-    grep 'delta_chunk/' | tail -5
+profile
 hyb old
 echo "kernel_ab: total $SECONDS s"
