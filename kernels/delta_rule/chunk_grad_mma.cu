@@ -100,16 +100,16 @@ __device__ __forceinline__ void dr_st_pair(bf16 *p, bool vec, bool in0, bool in1
 // same bits; tests/gpu/test_delta_rule.c checks the final gradients against the single kernel),
 // reordered so that at most 128 registers and 112.5 KiB of shared memory (K = V = 128) are live,
 // two blocks (16 warps) an SM where the earlier one-block version ran one (8 warps, latency-bound on its
-// global round trips with nothing to overlap them). ptxas (sm_90): 128 registers; spilled
-// (stores / loads) 12 / 20 bytes with Delta / dDelta as stored pairs (SPLIT), none with them
+// global round trips with nothing to overlap them). ptxas (sm_90, CUDA 13): 128 registers; spilled
+// (stores / loads) 4 / 4 bytes with Delta / dDelta as stored pairs (SPLIT), 12 / 24 with them
 // fp32 (HYBRID_DR_DELTA_F32=1), since the fragment epilogues store and load each row's
 // column pair of dQ, dK, dG, dW as one 8-byte access and of dv as one 4-byte one (dr_st_pair:
 // the 4 lanes of a row use a whole 32-byte sector; before, 24 / 36 and 32 / 44 bytes). The price: stage 2 reads dO, Delta, dDelta and v once more, and T is read
 // twice (688 KiB read a (chunk, head) at K = V = 128, the one-block version 592; writes the same
-// 241 KiB), and 41 barriers a chunk instead of 34 (stage 2's 8).
+// 241 KiB), and 37 barriers a chunk instead of 34 (stage 2's 4 at V = 128).
 //   1. Gamma (cumsum of a cp.async-staged g tile), beta.
 //   2. dA = scale dO Delta^T (c <= r) straight to ws.dA, dT's V part dDelta V^T to shared memory:
-//      their own pass over V tiles of 32 (the one-block version's first K tile carried these 32
+//      their own pass over V tiles of 64 (the one-block version's first K tile carried these 32
 //      accumulators next to the 48 of B1 / B3: 195 registers).
 //   3. B1, B3 by K tiles of 64, V tiles of 32: HD, DK, dW, <h_i, dH'_i> (48 + 8 accumulators).
 //   4. the dGamma_end extras (k . dk over the rows, 16 rows' loads a batch).
@@ -121,7 +121,7 @@ __device__ __forceinline__ void dr_st_pair(bf16 *p, bool vec, bool in0, bool in1
 //      HYBRID_DR_DELTA_F32=1, fp32 by 16-byte loads split here, dr_split_tile).
 //   7. the triangular-inverse gradient, T reloaded (cp.async) into the spent tiles.
 // Shared memory (fp32 words): G [64][K], dT [64][64], bs [64], db [64], dbp [2][64], gend [K],
-// then the tile region: max(3: nine [64][40] + q, k [64][72] bf16; 5: five [64][72] bf16; 7:
+// then the tile region: max(3: nine [64][40] + q, k [64][72] bf16 (2's six [64][72] fit in it); 5: five [64][72] bf16; 7:
 // T, tmp [64][64] + T^T [64][65] fp32; 1: g [64][K8] bf16) = 63 KiB for K <= 256.
 __host__ __device__ __forceinline__ size_t grad1n_tiles_off(int K) {
     return ((size_t)DR_BT * K + DR_BT * DR_BT + 4 * DR_BT + (size_t)K + 7) & ~(size_t)7;
@@ -242,29 +242,33 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
     __syncthreads();  // G written; the g tile is spent
 
     // 2. dA = scale dO Delta^T (c <= r, to ws.dA), dT = dDelta V^T (V part, to shared memory), by
-    // V tiles of 32; warp: rows 16 (w % 4).., columns 32 (w / 4)..; per element the MMAs of the
-    // one-block version's first K tile in its order
+    // V tiles of 64 (six [64][72] tiles: the tile region has room for them, and half the tiles of
+    // 32 are half the cp.async waits and barriers); warp: rows 16 (w % 4).., columns 32 (w / 4)..;
+    // per element the MMAs of the one-block version's first K tile in its order (its k-steps of
+    // 16 over V ascending, as the tiles of 32 took them; where V is not a multiple of 64 the last
+    // tile's k-steps past V multiply zeros, and an accumulator that starts at +0 is never -0, so
+    // adding their +0 changes no bit)
     {
-        const int LB = 40;
+        const int LB = 72;
         bf16 *dOt = tiles, *Dh = dOt + C * LB, *Dl = Dh + C * LB, *dDh = Dl + C * LB, *dDl = dDh + C * LB,
              *vt = dDl + C * LB;
         float aa[4][4] = {}, at[4][4] = {};
-        for (int j0 = 0; j0 < V; j0 += 32) {
-            dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
-            dr_load_tile(vt, LB, v + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+        for (int j0 = 0; j0 < V; j0 += 64) {
+            dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
+            dr_load_tile(vt, LB, v + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
             if (SPLIT) {
-                dr_load_split_tile<32, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
-                dr_load_split_tile<32, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
+                dr_load_split_tile<64, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                dr_load_split_tile<64, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
             }
             cp_async_commit();
             if (!SPLIT) {
-                dr_split_tile<32>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
-                dr_split_tile<32>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+                dr_split_tile<64>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                dr_split_tile<64>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
             }
             cp_async_wait<0>();
             __syncthreads();
 #pragma unroll
-            for (int kk = 0; kk < 2; kk++) {
+            for (int kk = 0; kk < 4; kk++) {
                 uint32_t ao[4], agh[4], agl[4];
                 dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
                 dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
@@ -711,17 +715,23 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             const int t0 = 16 * Bk;
             for (int i0 = 0; i0 < K; i0 += 64)
                 for (int hf = 0; hf < 2; hf++) {
-                    // the fill: rows warp + 8 j of column fi of the half-tile, its k and q (the
-                    // rows that need them) loaded first
-                    const int fi = i0 + 16 * (lane >> 3) + 8 * hf + (lane & 7);
-                    const bool fin = fi < K;
-                    float fk[8], fq[8];
+                    // the fill: the half-tile's adjacent columns ii, ii + 1, ii = 2 (lane & 15) (channels
+                    // fi, fi + 1: ii is even, so both lie in one 8-column group), of rows warp + 8 (2 j +
+                    // (lane >> 4)), j = 0..3; each row's pair one 4-byte k and q read, one float2 of G
+                    // (dr_gsw keeps bit 0), one bf16x2 store (a column a lane took twice the
+                    // instructions and spilled 8 bytes at the 128-register cap); k and q of the rows
+                    // that need them loaded first
+                    const int ii = 2 * (lane & 15), rh = lane >> 4;
+                    const int fi = i0 + 16 * (ii >> 3) + 8 * hf + (ii & 7);
+                    const bool fin0 = fi < K, fin1 = fi + 1 < K;
+                    float fk[8], fq[8];  // [2 j + c]: row warp + 8 (2 j + rh), channel fi + c
 #pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        const int r = warp + 8 * j;
-                        const bool in = r < n && fin && (r < t0 || r >= t0 + 16);
-                        fk[j] = in ? __bfloat162float(ks[r * LG + fi]) : 0.f;
-                        fq[j] = in && r >= t0 + 16 ? __bfloat162float(qs[r * LG + fi]) : 0.f;
+                    for (int j = 0; j < 4; j++) {
+                        const int r = warp + 8 * (2 * j + rh);
+                        const bool in = r < n && fin0 && (r < t0 || r >= t0 + 16), iq = in && r >= t0 + 16;
+                        // (fi + 1 = K, K odd, reads the tile's zero padding)
+                        dr_ld_pair(ks + r * LG + fi, true, in, in, fk[2 * j], fk[2 * j + 1]);
+                        dr_ld_pair(qs + r * LG + fi, true, iq, iq, fq[2 * j], fq[2 * j + 1]);
                     }
                     // this thread's epilogue elements: rows t0 + gq (+ 8), columns ei (+ 1), e =
                     // 2 (row half) + column; ei is even, so with K even both columns are in or
@@ -748,24 +758,33 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     }
                     // Kr rows < t0 (task 0's k-steps), Qr / Kb rows >= t0 + 16 (task 1's); the
                     // other rows are never read
-                    const int fc = dr_gsw(fi);  // fi's column in G
-                    const float g0 = fin ? G[t0 * LGs + fc] : 0.f, g15 = fin ? G[(t0 + 15) * LGs + fc] : 0.f;
+                    const int fc = dr_gsw(fi);  // fi's column in G (fi + 1's is the next)
+                    float2 g0 = make_float2(0.f, 0.f), g15 = g0;
+                    if (fin0) g0 = *(const float2 *)(G + t0 * LGs + fc), g15 = *(const float2 *)(G + (t0 + 15) * LGs + fc);
 #pragma unroll
-                    for (int j = 0; j < 8; j++) {
-                        const int r = warp + 8 * j, ii = lane;
-                        const bool in = r < n && fin;
+                    for (int j = 0; j < 4; j++) {
+                        const int r = warp + 8 * (2 * j + rh);
+                        const bool in = r < n && fin0;
+                        const float2 gr = in ? *(const float2 *)(G + r * LGs + fc) : make_float2(0.f, 0.f);
                         if (r < t0) {
-                            const float a = in ? fk[j] * expf(g0 - G[r * LGs + fc]) : 0.f;
-                            Krh[r * LN + ii] = __float2bfloat16(a);
+                            float a0 = 0.f, a1 = 0.f;
+                            if (in) a0 = fk[2 * j] * expf(g0.x - gr.x);
+                            if (in && fin1) a1 = fk[2 * j + 1] * expf(g0.y - gr.y);
+                            *(__nv_bfloat162 *)(Krh + r * LN + ii) = __floats2bfloat162_rn(a0, a1);
                         } else if (r >= t0 + 16) {
-                            float b = 0.f, c = 0.f;
+                            float b0 = 0.f, c0 = 0.f, b1 = 0.f, c1 = 0.f;
                             if (in) {
-                                const float ex = expf(G[r * LGs + fc] - g15);
-                                b = fq[j] * ex;
-                                c = bs[r] * fk[j] * ex;
+                                const float ex = expf(gr.x - g15.x);
+                                b0 = fq[2 * j] * ex;
+                                c0 = bs[r] * fk[2 * j] * ex;
                             }
-                            Qrh[r * LN + ii] = __float2bfloat16(b);
-                            Kbh[r * LN + ii] = __float2bfloat16(c);
+                            if (in && fin1) {
+                                const float ex = expf(gr.y - g15.y);
+                                b1 = fq[2 * j + 1] * ex;
+                                c1 = bs[r] * fk[2 * j + 1] * ex;
+                            }
+                            *(__nv_bfloat162 *)(Qrh + r * LN + ii) = __floats2bfloat162_rn(b0, b1);
+                            *(__nv_bfloat162 *)(Kbh + r * LN + ii) = __floats2bfloat162_rn(c0, c1);
                         }
                     }
                     __syncthreads();
