@@ -36,7 +36,7 @@ hyb() {  # the 3:1 hybrid, B64 T1024: ms/step, tok/s, peak
 }
 profile() {  # the per-kernel times at B8 T4096 H16
     HYBRID_CUDA_PROFILE=1 out/build/gpu/bench_delta_rule --shape 8,4096,16,128,128 --kinds kda --reps 3 --warmup 1 2>&1 |
-        grep 'delta_chunk/' | tail -5
+        grep 'delta_chunk/'
 }
 fingerprints() {
     for c in kda-tiny kl-xs-3-1; do sh scripts/loss_fingerprint.sh --device cuda configs/$c.conf >> "$OUT/fp_$1.txt" 2>&1; done

@@ -905,9 +905,13 @@ void dr_grad_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *d
                     const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
                     int gate, float scale, int T, int H, int K, int V, const int *offsets, int N) {
     dr_audit_upload();
-    launch_kernel(ws->dsplit ? dr_grad1_mma_kernel<true> : dr_grad1_mma_kernel<false>, dim3((unsigned)slots, H),
-                  dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta, gate, scale, T, H, K, V,
-                  offsets, N);
+    {
+        PROFILE("delta_chunk/grad1");  // (inside delta_chunk/grad: HYBRID_CUDA_PROFILE=1 prints both)
+        launch_kernel(ws->dsplit ? dr_grad1_mma_kernel<true> : dr_grad1_mma_kernel<false>,
+                      dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta,
+                      gate, scale, T, H, K, V, offsets, N);
+    }
+    PROFILE("delta_chunk/grad2");
     launch_kernel(dr_grad2_mma_kernel, dim3((unsigned)slots, H), dim3(DR_THREADS), grad2_mma_smem(K), *ws, dq, dk, dg,
                   dbeta, q, k, g, beta, gate, T, H, K, offsets, N);
 }
