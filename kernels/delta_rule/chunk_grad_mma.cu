@@ -314,28 +314,28 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             dr_load_tile(qs, LQ, q + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
             dr_load_tile(ks, LQ, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
             for (int j0 = 0; j0 < V; j0 += 32) {
-                // two commit groups: the tiles of HD and dW (dO, h, dDelta) first, those of DK
-                // (dH', Delta) second, so that their MMAs run while the second group lands (the
-                // tiles are not double-buffered: two blocks an SM leave no room)
                 dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
                 dr_load_tile(hh, LB, Hh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                 dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                if (SPLIT) dr_load_split_tile<32, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
-                cp_async_commit();
                 dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                 dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                if (SPLIT) dr_load_split_tile<32, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                if (SPLIT) {
+                    dr_load_split_tile<32, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                    dr_load_split_tile<32, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
+                }
                 cp_async_commit();
                 if (!SPLIT) {
                     dr_split_tile<32>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
                     dr_split_tile<32>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
                 }
-                cp_async_wait<1>();
+                cp_async_wait<0>();
                 __syncthreads();
 #pragma unroll
                 for (int kk = 0; kk < 2; kk++) {
-                    uint32_t ao[4], agh[4], agl[4];
+                    uint32_t ao[4], adh[4], adl[4], agh[4], agl[4];
                     dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
+                    dr_lda(adh, Dh, LB, mt * 16, kk * 16, lane);
+                    dr_lda(adl, Dl, LB, mt * 16, kk * 16, lane);
                     dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
                     dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
 #pragma unroll
@@ -349,19 +349,6 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                             mma16816(aq[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
                             dr_mma3(aw[2 * p + u], agh, agl, bh + 2 * u, bl + 2 * u);
                         }
-                    }
-                }
-                cp_async_wait<0>();
-                __syncthreads();
-#pragma unroll
-                for (int kk = 0; kk < 2; kk++) {
-                    uint32_t adh[4], adl[4];
-                    dr_lda(adh, Dh, LB, mt * 16, kk * 16, lane);
-                    dr_lda(adl, Dl, LB, mt * 16, kk * 16, lane);
-#pragma unroll
-                    for (int p = 0; p < 2; p++) {
-                        const int n0 = c0 + p * 16;
-                        uint32_t bh[4], bl[4];
                         dr_ldb_nk(bh, gh, LB, kk * 16, n0, lane);
                         dr_ldb_nk(bl, gl, LB, kk * 16, n0, lane);
                         for (int u = 0; u < 2; u++) dr_mma3(ak[2 * p + u], adh, adl, bh + 2 * u, bl + 2 * u);
