@@ -8,6 +8,21 @@ import subprocess
 import sys
 
 
+def git_commit_of(folder):
+    """The commit of the git checkout whose top level is folder, else "". A prepared copy has no
+    .git of its own, and `git -C` would climb to an enclosing repository (this one, when the copy
+    sits under out/) and report that repository's commit as fla's."""
+    try:
+        top = subprocess.run(["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        if not top or os.path.realpath(top) != os.path.realpath(folder):
+            return ""
+        return subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except Exception:
+        return ""
+
+
 def add_fla_to_path(prog, root=None):
     """Puts fla (and the shim, when there is one) first on sys.path. root: the folder, else
     $FLA_PEER or $FLA_DIR. Returns (root, src, commit); exits naming prog on a bad folder."""
@@ -27,9 +42,5 @@ def add_fla_to_path(prog, root=None):
     if not commit and os.path.isfile(os.path.join(root, "COMMIT")):
         commit = open(os.path.join(root, "COMMIT")).read().strip()
     if not commit:
-        try:
-            commit = subprocess.run(["git", "-C", src, "rev-parse", "HEAD"], capture_output=True, text=True,
-                                    timeout=10).stdout.strip()
-        except Exception:
-            commit = ""
+        commit = git_commit_of(src)
     return root, src, commit or "unknown (no COMMIT file, no FLA_COMMIT, no git)"
