@@ -6,6 +6,7 @@ usage: scripts/ablate_summary.py table OUT [--no-plot]
        scripts/ablate_summary.py lr-state OUT TASK MODEL LR
        scripts/ablate_summary.py lr-states OUT
        scripts/ablate_summary.py runs OUT TITLE
+       scripts/ablate_summary.py probes PNG TITLE OUT... [--no-plot]
 
 `table` reads OUT/models.tsv, OUT/sweep.tsv, OUT/match.txt and every run folder
 OUT/<model>/<task>/lr<LR>_s<SEED>/ (metrics.jsonl, mqar_eval.jsonl, the done/failed marker) and
@@ -18,7 +19,12 @@ second phase; `lr-state` what its first phase does with one lr (done, needed, sk
 Sweep.lr_state; the runner's LR_SWEEP=grow), `lr-states` the same for every task, model and lr
 of the sweep, a line "TASK MODEL LR STATE" each (one reading of the folder for all). `runs`
 (scripts/real_run_hybrid.sh) writes OUT/summary.md: one row per model of OUT/models.tsv for
-its single run in OUT/run/<model>/, titled TITLE.
+its single run in OUT/run/<model>/, titled TITLE. `probes` gathers the finished MQAR runs of
+several runner folders that hold the same MQAR task (mqar-task.conf byte for byte; each folder
+a device call's probe, e.g. results/ablation/mqar-p16*): a row per run on stdout (model, lr,
+seed, final validation accuracy, `eval-mqar` accuracy at each pair count) and, unless
+--no-plot, PNG: the validation accuracy of every run against the step, and its `eval-mqar`
+accuracy at the trained pair count against the ratio, a point per run.
 
 Definitions (also in the Markdown it writes):
 - final train loss: the mean training loss of the last 10 steps; final val loss: the last
@@ -444,6 +450,102 @@ def plots(out, sw, rows, curves):
     return written
 
 
+def probe_runs(folders):
+    """The finished MQAR runs of the runner folders: (folder, model row, lr, seed, Run, curve) in
+    folder, models.tsv and lr order; exits naming the folders when their MQAR tasks differ."""
+    ref = None
+    out = []
+    for folder in folders:
+        task = os.path.join(folder, "mqar-task.conf")
+        if not os.path.isfile(task):
+            sys.exit(f"ablate_summary probes: {task}: no such file (not a runner folder with an MQAR task)")
+        body = open(task).read()
+        if ref is None:
+            ref = (folder, body)
+        elif body != ref[1]:
+            sys.exit(f"ablate_summary probes: {task} differs from {os.path.join(ref[0], 'mqar-task.conf')}: "
+                     "not the same MQAR setting, so not one plot")
+        for m in read_tsv(os.path.join(folder, "models.tsv")):
+            d = os.path.join(folder, m["model"], "mqar")
+            names = sorted(os.listdir(d)) if os.path.isdir(d) else []
+            for name in names:
+                if not (name.startswith("lr") and "_s" in name):
+                    continue
+                lr, seed = name[2:].rsplit("_s", 1)
+                r = Run(os.path.join(d, name))
+                if r.status != "done":
+                    continue
+                curve = [(rec["step"], rec["mqar_accuracy"]) for rec in records(os.path.join(d, name, "metrics.jsonl"))
+                         if "mqar_accuracy" in rec]
+                out.append((folder, m, lr, seed, r, curve))
+    return out, ref[1]
+
+
+def probes(png, title, folders, plot):
+    runs, task = probe_runs(folders)
+    pairs = None
+    for line in task.splitlines():
+        key, _, val = line.partition("=")
+        if key.strip() == "mqar_pairs":
+            pairs = int(val.split("#")[0])
+    evals = sorted({p for *_, r, _ in runs for p in r.evals})
+    print("\t".join(["folder", "model", "lr", "seed", "steps", "val_acc"] + [f"acc_{p}" for p in evals]))
+    for folder, m, lr, seed, r, _ in runs:
+        print("\t".join([folder, label(m), lr, seed, str(r.steps), fnum(r.mqar_val_acc, 3)] +
+                        [fnum(r.evals.get(p), 3) for p in evals]))
+    if not plot or not runs:
+        return
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = []
+    for _, m, *_ in runs:
+        if label(m) not in labels:
+            labels.append(label(m))
+    colour = {lab: f"C{i}" for i, lab in enumerate(labels)}
+    lrs = sorted({lr for _, _, lr, *_ in runs}, key=float)
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=120)
+    seen = set()
+    for _, m, lr, seed, r, curve in runs:
+        lab = label(m)
+        x, y = zip(*curve) if curve else ((), ())
+        extra = f", lr {lr}" if len(lrs) > 1 else ""
+        ax.plot(x, y, color=colour[lab], alpha=0.8, linestyle="-" if lr == lrs[len(lrs) // 2] else ":",
+                label=None if (lab, lr) in seen else lab + extra)
+        seen.add((lab, lr))
+    if pairs:
+        ax.axhline(1 / pairs, color="grey", linestyle="--", linewidth=1, label=f"1/{pairs}: knows the list")
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation MQAR accuracy")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    ax.set_title("every run, validation accuracy")
+    ticks = {}
+    for _, m, lr, seed, r, _ in runs:
+        if m["ratio"] == "-" or pairs not in r.evals:
+            continue
+        xr = ratio_x(m["ratio"]) - (0.025 if m.get("variant", "-") != "-" else 0.0)
+        ticks[ratio_x(m["ratio"])] = m["ratio"]
+        bx.plot(xr + 0.008 * (int(seed) % 4 - 1.5), r.evals[pairs], marker="o", linestyle="none",
+                color=colour[label(m)], alpha=0.85)
+    if pairs:
+        bx.axhline(1 / pairs, color="grey", linestyle="--", linewidth=1)
+    bx.set_xticks(sorted(ticks), [ticks[t] for t in sorted(ticks)])
+    bx.set_xlabel("KDA:MLA ratio")
+    bx.set_ylabel(f"eval-mqar accuracy at {pairs} pairs" if pairs else "eval-mqar accuracy")
+    bx.set_ylim(-0.02, 1.02)
+    bx.grid(True, alpha=0.3)
+    bx.set_title("each run's final accuracy (a point a seed)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
+    print(f"wrote {png}")
+
+
 def runs_table(out, title):
     """summary.md of single runs: OUT/models.tsv and OUT/run/<model>/metrics.jsonl."""
     head = ["model", "layers", "params", "active non-emb", "MFLOP/token", "steps", "tokens", "train s",
@@ -477,6 +579,11 @@ def main():
     args = sys.argv[1:]
     if len(args) >= 2 and args[0] == "table":
         table(args[1], "--no-plot" not in args[2:])
+    elif len(args) >= 4 and args[0] == "probes":
+        rest = [a for a in args[3:] if a != "--no-plot"]
+        if not rest:
+            sys.exit(__doc__)
+        probes(args[1], args[2], rest, "--no-plot" not in args[3:])
     elif len(args) == 3 and args[0] == "runs":
         runs_table(args[1], args[2])
     elif len(args) == 4 and args[0] == "best":

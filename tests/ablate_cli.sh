@@ -369,4 +369,30 @@ small OUT="$tmp/lrs" MQAR_LRS="1e-3 fast" && fail "MQAR_LRS with a word was acce
 grep -q 'ablate: MQAR_LRS: "fast" is not a positive learning rate' "$tmp/small.log" || { cat "$tmp/small.log"; fail "MQAR_LRS word: no clear error"; }
 [ "$(calls train)" = 0 ] || fail "a refused lr list trained"
 echo "lr lists: out of order or not a number, refused with the list's name"
+# probes: the finished MQAR runs of several folders of one setting, a row each, folder by folder;
+# folders whose MQAR tasks differ are refused with both file names
+probe() {  # FOLDER MODEL RATIO SEED ACC: one finished MQAR run with eval-mqar accuracy ACC at 16 pairs
+    mkdir -p "$1/$2/mqar/lr3e-4_s$4"
+    printf 'mqar_pairs = 16\n' > "$1/mqar-task.conf"
+    [ -f "$1/models.tsv" ] || printf 'model\tlayers\tparams\tactive\tactive_nonemb\tmflop_lm\tmflop_mqar\tratio\tvariant\n' > "$1/models.tsv"
+    cut -f1 "$1/models.tsv" | grep -qx "$2" || printf '%s\tK\t1\t1\t1\t1\t1\t%s\t-\n' "$2" "$3" >> "$1/models.tsv"
+    printf '{"step": 1, "loss": 3.0}\n{"step": 1, "val_loss": 2.0, "mqar_accuracy": %s}\n' "$5" > "$1/$2/mqar/lr3e-4_s$4/metrics.jsonl"
+    printf '{"pairs": 16, "accuracy": %s}\n' "$5" > "$1/$2/mqar/lr3e-4_s$4/mqar_eval.jsonl"
+    echo finished > "$1/$2/mqar/lr3e-4_s$4/done"
+}
+probe "$tmp/pa" 1-1 1:1 0 0.85
+probe "$tmp/pa" 1-0 1:0 0 0.078
+probe "$tmp/pb" 1-1 1:1 2 0.72
+mkdir -p "$tmp/pb/1-1/mqar/lr3e-4_s3"  # unfinished: no done marker, not a row
+/usr/bin/python3 scripts/ablate_summary.py probes "$tmp/p.png" t "$tmp/pa" "$tmp/pb" --no-plot > "$tmp/probes.tsv" ||
+    fail "probes exited with an error"
+[ "$(cut -f2-4,7 "$tmp/probes.tsv" | tr '\t\n' ',;')" = "model,lr,seed,acc_16;KDA:MLA 1:1,3e-4,0,0.850;KDA:MLA 1:0,3e-4,0,0.078;KDA:MLA 1:1,3e-4,2,0.720;" ] ||
+    { cat "$tmp/probes.tsv"; fail "probes: the rows"; }
+[ ! -e "$tmp/p.png" ] || fail "probes --no-plot drew a PNG"
+printf 'mqar_pairs = 32\n' > "$tmp/pb/mqar-task.conf"
+/usr/bin/python3 scripts/ablate_summary.py probes "$tmp/p.png" t "$tmp/pa" "$tmp/pb" --no-plot > "$tmp/probes.log" 2>&1 &&
+    fail "probes accepted two folders with different MQAR tasks"
+grep -q "ablate_summary probes: $tmp/pb/mqar-task.conf differs from $tmp/pa/mqar-task.conf" "$tmp/probes.log" ||
+    { cat "$tmp/probes.log"; fail "probes, different tasks: no clear error"; }
+echo "probes: the finished runs of two folders, a row each; different MQAR tasks refused"
 echo "ablate_cli: ok"
