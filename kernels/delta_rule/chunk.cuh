@@ -554,16 +554,18 @@ __device__ __forceinline__ void dr_load_split_tile(bf16 *Xh, bf16 *Xl, int lds, 
 //   dh, dhl  [K][V]   dL/dh[n+1], the state gradient leaving the chunk
 //   dD       [64][V]  the complete dDelta, hi + lo pairs (dr_load_split_tile; fp32 under
 //                     HYBRID_DR_DELTA_F32=1)
-//   dQ, dK, dG, dW [64][K]  the gradient kernels' fp32 accumulators
-//   dA, dL  [64][64] grad1's dA and dL (the triangular-inverse gradient) for grad2, fp32
+//   dQ, dK, dG, dW [64][K]  the gradient kernels' fp32 accumulators (dQ, dK, dG in the
+//                    spent Qg + Qgl, Ke + Kel, W + Wl; the aliases: dr_ws_mma_bind)
+//   dA, dL  [64][64] grad1's dA and dL (the triangular-inverse gradient) for grad2, fp32 (dA in
+//                    the spent Aqk + Aqkl, dL in T once grad1 has read it)
 //   db [64], gend [K]  grad1's partial dbeta and dGamma_end extras for grad2, fp32
-// Backward bytes per (chunk, head): the forward's + 1028 K + 6 K V + 256 V + 49408; K = V = 128:
-// 481.25 KiB (SIMT: 512 KiB; about 3.8 GiB at B8 T4096 H16). What fp32-level states cost: every
-// operand of the state chain is stored as hi + lo (4 bytes), where fla stores bf16 (h, w, u,
-// v_new) and holds a bf16-level state error (~3e-3 relative). Ways down, not taken yet: Qg
-// recomputed from q and a cumsum of g in the output kernel and the reverse walk (-32 KiB); the
-// gradient accumulators dQ, dK, dG, dW kept in the grad kernel (-128 KiB: registers and shared
-// memory of a restructured kernel).
+// Backward bytes per (chunk, head): the forward's + 260 K + 6 K V + 256 V + 16640; K = V = 128:
+// 353.25 KiB (481.25 before five arrays moved into spent ones, session 15; SIMT: 512 KiB; about
+// 2.8 GiB at B8 T4096 H16). What fp32-level states cost: every operand of the state
+// chain is stored as hi + lo (4 bytes), where fla stores bf16 (h, w, u, v_new) and holds a
+// bf16-level state error (~3e-3 relative). Ways down, not taken yet: Qg recomputed from q and a
+// cumsum of g in the output kernel and the reverse walk; the gradient accumulators kept in the
+// grad kernel (registers and shared memory of a restructured kernel).
 struct DrWsMma {
     bf16 *Qg, *Qgl, *Ke, *Kel, *W, *Wl, *Aqk, *Aqkl, *h, *hl;
     float *U, *ge;
@@ -583,11 +585,26 @@ static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t
                        (void **)&w->ge, (void **)&w->hl, (void **)&w->T, (void **)&w->dh, (void **)&w->dhl,
                        (void **)&w->dD, (void **)&w->dQ, (void **)&w->dK, (void **)&w->dG, (void **)&w->dW,
                        (void **)&w->dA, (void **)&w->dL, (void **)&w->db, (void **)&w->gend};
+    // Arrays of the backward that live in spent ones (alias[a]: the array whose space a takes):
+    // - dQ, dK, dG and dA in the forward's pairs Qg + Qgl, Ke + Kel, W + Wl, Aqk + Aqkl: the
+    //   reverse walk is the last kernel that reads those (the gradient kernels take q, k, T,
+    //   Delta, h and dh), and each pair spans 2 x its (256-rounded) array, at least the fp32
+    //   array's bytes;
+    // - dL in T (the same size): grad1 copies its block's T into shared memory (stage 7) before it
+    //   writes its dL, and nothing reads T after grad1 (grad2 takes dA and dL; the single
+    //   reference kernel reads T and writes no dL).
+    // -128 KiB a (chunk, head) at K = V = 128.
+    const int alias[24] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                           -1, -1, -1, -1, 0,  2,  4,  -1, 6,  12, -1, -1};
     const char *f32 = getenv("HYBRID_DR_DELTA_F32");  // 1: Delta, dDelta fp32 (the previous layout)
     w->dsplit = !(f32 && f32[0] == '1');
     const int count = backward ? 24 : 11;
     size_t off = 0;
     for (int a = 0; a < 24; a++) {
+        if (a < count && alias[a] >= 0) {
+            *ptrs[a] = *ptrs[alias[a]];
+            continue;
+        }
         *ptrs[a] = (base && a < count) ? (void *)((char *)base + off) : NULL;
         if (a < count) off += (sizes[a] * slots_heads + 255) & ~(size_t)255;
     }
