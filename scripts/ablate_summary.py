@@ -465,7 +465,10 @@ def probe_runs(folders):
         elif body != ref[1]:
             sys.exit(f"ablate_summary probes: {task} differs from {os.path.join(ref[0], 'mqar-task.conf')}: "
                      "not the same MQAR setting, so not one plot")
-        for m in read_tsv(os.path.join(folder, "models.tsv")):
+        models = os.path.join(folder, "models.tsv")
+        if not os.path.isfile(models):
+            sys.exit(f"ablate_summary probes: {models}: no such file (not a runner folder)")
+        for m in read_tsv(models):
             d = os.path.join(folder, m["model"], "mqar")
             names = sorted(os.listdir(d)) if os.path.isdir(d) else []
             for name in names:
