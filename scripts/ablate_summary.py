@@ -69,6 +69,7 @@ class Run:
         self.final_train = self.final_val = self.mqar_val_acc = self.tok_s = None
         self.steps = 0
         self.evals = {}
+        self.mqar_curve = []  # (step, validation MQAR accuracy) of each validation pass
         if os.path.exists(os.path.join(path, "done")):
             self.status = "done"
         elif os.path.exists(os.path.join(path, "failed")):
@@ -84,6 +85,8 @@ class Run:
                         toks.append(rec["tok_per_s"])
                 if "val_loss" in rec:
                     val.append(rec)
+                    if "mqar_accuracy" in rec:
+                        self.mqar_curve.append((rec["step"], rec["mqar_accuracy"]))
             if self.status == "todo" and train:
                 self.status = "partial"
             if train:
@@ -451,49 +454,35 @@ def plots(out, sw, rows, curves):
 
 
 def probe_runs(folders):
-    """The finished MQAR runs of the runner folders: (folder, model row, lr, seed, Run, curve) in
-    folder, models.tsv and lr order; exits naming the folders when their MQAR tasks differ."""
+    """The finished MQAR runs of the runner folders: (folder, model row, lr, seed, Run) in folder
+    order, then each Sweep's; exits naming the folders when their MQAR tasks differ. Returns them
+    and the trained pair count (sweep.tsv's mqar_pairs)."""
     ref = None
     out = []
     for folder in folders:
+        for f in ("mqar-task.conf", "sweep.tsv", "models.tsv"):
+            if not os.path.isfile(os.path.join(folder, f)):
+                sys.exit(f"ablate_summary probes: {os.path.join(folder, f)}: no such file "
+                         "(not a runner folder with an MQAR task)")
         task = os.path.join(folder, "mqar-task.conf")
-        if not os.path.isfile(task):
-            sys.exit(f"ablate_summary probes: {task}: no such file (not a runner folder with an MQAR task)")
         body = open(task).read()
         if ref is None:
             ref = (folder, body)
         elif body != ref[1]:
             sys.exit(f"ablate_summary probes: {task} differs from {os.path.join(ref[0], 'mqar-task.conf')}: "
                      "not the same MQAR setting, so not one plot")
-        models = os.path.join(folder, "models.tsv")
-        if not os.path.isfile(models):
-            sys.exit(f"ablate_summary probes: {models}: no such file (not a runner folder)")
-        for m in read_tsv(models):
-            d = os.path.join(folder, m["model"], "mqar")
-            names = sorted(os.listdir(d)) if os.path.isdir(d) else []
-            for name in names:
-                if not (name.startswith("lr") and "_s" in name):
-                    continue
-                lr, seed = name[2:].rsplit("_s", 1)
-                r = Run(os.path.join(d, name))
-                if r.status != "done":
-                    continue
-                curve = [(rec["step"], rec["mqar_accuracy"]) for rec in records(os.path.join(d, name, "metrics.jsonl"))
-                         if "mqar_accuracy" in rec]
-                out.append((folder, m, lr, seed, r, curve))
-    return out, ref[1]
+        sw = Sweep(folder)
+        rows = {m["model"]: m for m in sw.models}
+        out += [(folder, rows[model], lr, seed, r) for (t, model, lr, seed), r in sw.runs.items()
+                if t == "mqar" and r.status == "done"]
+    return out, int(read_settings(ref[0])["mqar_pairs"])
 
 
 def probes(png, title, folders, plot):
-    runs, task = probe_runs(folders)
-    pairs = None
-    for line in task.splitlines():
-        key, _, val = line.partition("=")
-        if key.strip() == "mqar_pairs":
-            pairs = int(val.split("#")[0])
-    evals = sorted({p for *_, r, _ in runs for p in r.evals})
+    runs, pairs = probe_runs(folders)
+    evals = sorted({p for *_, r in runs for p in r.evals})
     print("\t".join(["folder", "model", "lr", "seed", "steps", "val_acc"] + [f"acc_{p}" for p in evals]))
-    for folder, m, lr, seed, r, _ in runs:
+    for folder, m, lr, seed, r in runs:
         print("\t".join([folder, label(m), lr, seed, str(r.steps), fnum(r.mqar_val_acc, 3)] +
                         [fnum(r.evals.get(p), 3) for p in evals]))
     if not plot or not runs:
@@ -511,15 +500,14 @@ def probes(png, title, folders, plot):
     lrs = sorted({lr for _, _, lr, *_ in runs}, key=float)
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5), dpi=120)
     seen = set()
-    for _, m, lr, seed, r, curve in runs:
+    for _, m, lr, seed, r in runs:
         lab = label(m)
-        x, y = zip(*curve) if curve else ((), ())
+        x, y = zip(*r.mqar_curve) if r.mqar_curve else ((), ())
         extra = f", lr {lr}" if len(lrs) > 1 else ""
         ax.plot(x, y, color=colour[lab], alpha=0.8, linestyle="-" if lr == lrs[len(lrs) // 2] else ":",
                 label=None if (lab, lr) in seen else lab + extra)
         seen.add((lab, lr))
-    if pairs:
-        ax.axhline(1 / pairs, color="grey", linestyle="--", linewidth=1, label=f"1/{pairs}: knows the list")
+    ax.axhline(1 / pairs, color="grey", linestyle="--", linewidth=1, label=f"1/{pairs}: knows the list")
     ax.set_xlabel("step")
     ax.set_ylabel("validation MQAR accuracy")
     ax.set_ylim(-0.02, 1.02)
@@ -527,18 +515,17 @@ def probes(png, title, folders, plot):
     ax.legend(fontsize=7)
     ax.set_title("every run, validation accuracy")
     ticks = {}
-    for _, m, lr, seed, r, _ in runs:
+    for _, m, lr, seed, r in runs:
         if m["ratio"] == "-" or pairs not in r.evals:
             continue
         xr = ratio_x(m["ratio"]) - (0.025 if m.get("variant", "-") != "-" else 0.0)
         ticks[ratio_x(m["ratio"])] = m["ratio"]
         bx.plot(xr + 0.008 * (int(seed) % 4 - 1.5), r.evals[pairs], marker="o", linestyle="none",
                 color=colour[label(m)], alpha=0.85)
-    if pairs:
-        bx.axhline(1 / pairs, color="grey", linestyle="--", linewidth=1)
+    bx.axhline(1 / pairs, color="grey", linestyle="--", linewidth=1)
     bx.set_xticks(sorted(ticks), [ticks[t] for t in sorted(ticks)])
     bx.set_xlabel("KDA:MLA ratio")
-    bx.set_ylabel(f"eval-mqar accuracy at {pairs} pairs" if pairs else "eval-mqar accuracy")
+    bx.set_ylabel(f"eval-mqar accuracy at {pairs} pairs")
     bx.set_ylim(-0.02, 1.02)
     bx.grid(True, alpha=0.3)
     bx.set_title("each run's final accuracy (a point a seed)")

@@ -374,6 +374,7 @@ echo "lr lists: out of order or not a number, refused with the list's name"
 probe() {  # FOLDER MODEL RATIO SEED ACC: one finished MQAR run with eval-mqar accuracy ACC at 16 pairs
     mkdir -p "$1/$2/mqar/lr3e-4_s$4"
     printf 'mqar_pairs = 16\n' > "$1/mqar-task.conf"
+    printf 'tasks\tmqar\nseeds\t0 1 2 3\nlrs\t1e-3\nmqar_lrs\t3e-4\nmqar_pairs\t16\nmqar_eval_pairs\t16\n' > "$1/sweep.tsv"
     [ -f "$1/models.tsv" ] || printf 'model\tlayers\tparams\tactive\tactive_nonemb\tmflop_lm\tmflop_mqar\tratio\tvariant\n' > "$1/models.tsv"
     cut -f1 "$1/models.tsv" | grep -qx "$2" || printf '%s\tK\t1\t1\t1\t1\t1\t%s\t-\n' "$2" "$3" >> "$1/models.tsv"
     printf '{"step": 1, "loss": 3.0}\n{"step": 1, "val_loss": 2.0, "mqar_accuracy": %s}\n' "$5" > "$1/$2/mqar/lr3e-4_s$4/metrics.jsonl"
