@@ -13,14 +13,12 @@ def git_commit_of(folder):
     .git of its own, and `git -C` would climb to an enclosing repository (this one, when the copy
     sits under out/) and report that repository's commit as fla's."""
     try:
-        top = subprocess.run(["git", "-C", folder, "rev-parse", "--show-toplevel"], capture_output=True, text=True,
-                             timeout=10).stdout.strip()
-        if not top or os.path.realpath(top) != os.path.realpath(folder):
-            return ""
-        return subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+        r = subprocess.run(["git", "-C", folder, "rev-parse", "--show-toplevel", "HEAD"], capture_output=True,
+                           text=True, timeout=10)
     except Exception:
         return ""
+    out = r.stdout.split()
+    return out[1] if r.returncode == 0 and len(out) == 2 and os.path.realpath(out[0]) == os.path.realpath(folder) else ""
 
 
 def add_fla_to_path(prog, root=None):

@@ -9,8 +9,8 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 command -v git > /dev/null && command -v python3 > /dev/null || { echo "skipped: fla_peer_commit needs git and python3"; exit 77; }
 here=$(pwd)
-commit() {  # FLA_DIR -> the commit add_fla_to_path reports
-    (cd "$tmp" && env -u FLA_COMMIT -u FLA_PEER FLA_DIR="$1" python3 -c "import sys; sys.path.insert(0, '$here/scripts')
+commit() {  # FLA_DIR [FLA_COMMIT] -> the commit add_fla_to_path reports
+    (cd "$tmp" && env -u FLA_PEER FLA_COMMIT="${2-}" FLA_DIR="$1" python3 -c "import sys; sys.path.insert(0, '$here/scripts')
 import fla_peer; print(fla_peer.add_fla_to_path('t')[2])")
 }
 git init -q "$tmp/outer" && git -C "$tmp/outer" -c user.email=t@t -c user.name=t commit -q --allow-empty -m outer || fail "git init"
@@ -21,8 +21,7 @@ got=$(commit "$tmp/outer/out/peers/fla")
 case "$got" in unknown*) ;; *) fail "a prepared copy without COMMIT: '$got', expected unknown (...)" ;; esac
 echo "abc123" > "$tmp/outer/out/peers/fla/COMMIT"
 [ "$(commit "$tmp/outer/out/peers/fla")" = abc123 ] || fail "the COMMIT file was not read"
-got=$(cd "$tmp" && FLA_COMMIT=f00 FLA_DIR="$tmp/outer/out/peers/fla" python3 -c "import sys; sys.path.insert(0, '$here/scripts')
-import fla_peer; print(fla_peer.add_fla_to_path('t')[2])")
+got=$(commit "$tmp/outer/out/peers/fla" f00)
 [ "$got" = f00 ] || fail "FLA_COMMIT did not come first: '$got'"
 mkdir -p "$tmp/ck/fla" && git init -q "$tmp/ck" && git -C "$tmp/ck" -c user.email=t@t -c user.name=t commit -q --allow-empty -m fla || fail "git init (checkout)"
 [ "$(commit "$tmp/ck")" = "$(git -C "$tmp/ck" rev-parse HEAD)" ] || fail "a checkout did not report its own HEAD"
