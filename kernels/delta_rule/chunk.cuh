@@ -593,7 +593,8 @@ static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t
     // - dL in T (the same size): grad1 copies its block's T into shared memory (stage 7) before it
     //   writes its dL, and nothing reads T after grad1 (grad2 takes dA and dL; the single
     //   reference kernel reads T and writes no dL).
-    // -128 KiB a (chunk, head) at K = V = 128.
+    // -128 KiB a (chunk, head) at K = V = 128. By index of ptrs: dQ 16 -> Qg 0, dK 17 -> Ke 2,
+    // dG 18 -> W 4, dA 20 -> Aqk 6, dL 21 -> T 12.
     const int alias[24] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                            -1, -1, -1, -1, 0,  2,  4,  -1, 6,  12, -1, -1};
     const char *f32 = getenv("HYBRID_DR_DELTA_F32");  // 1: Delta, dDelta fp32 (the previous layout)
