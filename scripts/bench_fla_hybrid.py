@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""fla's KDAForCausalLM training step, measured exactly as the peers' script measures it
-(/work/shared/peers/fla_hybrid_bench.py; `make bench-hybrid`, BENCHMARKS.md, "H200: the 3:1
-hybrid against fla"), with a JSON record per case.
+"""fla's KDAForCausalLM training step, measured the way the project's fla peer measurement does
+(the method: BENCHMARKS.md, "H200: the 3:1 hybrid against fla"; `make bench-hybrid`), with a
+JSON record per case.
 
 usage: FLA_PEER=OUT_DIR python3 -u scripts/bench_fla_hybrid.py [--cases NAME,...] [--steps N] [--json FILE]
 

@@ -1,6 +1,6 @@
 #!/bin/bash
 # session 15, device call 3 (issues 15, 18): as run (carry out/devrun, with the Brown shards in out/devrun/data/,
-# and out/peers/fla from ../shared/peers/prepare_fla.sh on fla bc3b101d). kda_fla.json here says
+# and out/peers/fla, fla bc3b101d prepared as BENCHMARKS.md's KDA section says). kda_fla.json here says
 # fla_commit 41065c6...: that is a commit of this repository (git climbed from the copy to the enclosing
 # checkout), which scripts/fla_peer.py reported for a prepared copy without a COMMIT file until this
 # session (fixed; tests/fla_peer_commit.sh); the copy was fla bc3b101d.
