@@ -168,10 +168,11 @@ template <int H> __device__ __forceinline__ void dr_rs_step(float *v, int lane) 
 // passes TmT ([64][65] fp32), which first receives T^T (TmT[p][c] = T[c][p]; the row stride 65
 // keeps both the transposing stores and the row reads conflict-free), and each thread then
 // takes a 2x2 block, rows m, m + 1 and columns c, c + 32 (c = lane): four loads for four terms
-// instead of eight. Every entry's sum has the same terms in the same order (p, m ascending; a
-// term outside an entry's range is skipped, not added as zero), so dL is bit-identical either
-// way. Row pairs k (rows 2k, 2k + 1) cost ~2k + 2 (tmp) and ~64 - 2k (dL) terms; warp w takes
-// the pairs w, 15 - w, 16 + w, 31 - w, the same total for every warp. Ends after a barrier.
+// instead of eight. Every entry's sum has the same nonzero terms in the same order (p, m
+// ascending; the SIMT path skips a term outside an entry's range, the TmT path adds it where it
+// is a product with an exact zero, which changes no bit), so dL is bit-identical either way.
+// Row pairs k (rows 2k, 2k + 1) cost ~2k + 2 (tmp) and ~64 - 2k (dL) terms; warp w takes the
+// pairs w, 15 - w, 16 + w, 31 - w, the same total for every warp. Ends after a barrier.
 __device__ __forceinline__ void dr_tri_inverse_grad(float *dT, const float *Tm, float *tmp, int n,
                                                     float *TmT = NULL) {
     const int tid = threadIdx.x, C = DR_BT;
@@ -195,21 +196,34 @@ __device__ __forceinline__ void dr_tri_inverse_grad(float *dT, const float *Tm, 
     }
     static_assert(DR_THREADS == 256 && DR_BT == 64, "2x2 blocks: 8 warps of 4 row pairs, 32 lanes of 2 columns");
     const int LT = C + 1, lane = tid & 31, warp = tid >> 5;
-    for (int e = tid; e < C * C; e += DR_THREADS) TmT[(e % C) * LT + e / C] = Tm[e];
+    // T^T, and dT's entries p >= m zeroed (P_sl(dT) in place: nothing reads dT's upper part
+    // after this product, and dL overwrites all of dT)
+    for (int e = tid; e < C * C; e += DR_THREADS) {
+        TmT[(e % C) * LT + e / C] = Tm[e];
+        if (e % C >= e / C) dT[e] = 0.f;
+    }
     __syncthreads();
     const int c0 = lane, c1 = lane + 32;
 #pragma unroll 1
     for (int u = 0; u < 4; u++) {
         const int k = u == 0 ? warp : u == 1 ? 15 - warp : u == 2 ? 16 + warp : 31 - warp, m = 2 * k;
-        // last p of each entry: min(c, row - 1)
-        const int p00 = c0 < m - 1 ? c0 : m - 1, p01 = c1 < m - 1 ? c1 : m - 1, p10 = c0 < m ? c0 : m,
-                  p11 = c1 < m ? c1 : m;
+        // Every entry sums p = 0 .. m, the same count for all lanes (row m + 1's last term is at
+        // p = m): the terms past an entry's own last p, min(c, row - 1), are products with an
+        // exact zero (T[c][p] = 0 for p > c: T is stored lower triangular; P_sl(dT)[row][p] = 0
+        // for p >= row), and adding a zero product changes no bit of an fp32 sum (an
+        // accumulator from +0 is never -0). Until session 16 each term had its own bound check
+        // and each lane its own trip count (min(c1, m)): three compares and a branch for four
+        // terms. (dT's rows as 16-byte broadcasts, four p a step, cost 24 bytes of spills in
+        // grad1 and were not kept.) Finite operands assumed: a non-finite dT entry now also
+        // reaches the entries whose T zeros met it.
         float a00 = 0.f, a01 = 0.f, a10 = 0.f, a11 = 0.f;
-        for (int p = 0; p <= p11; p++) {
-            const float d0 = dT[m * C + p], d1 = dT[(m + 1) * C + p], t0 = TmT[p * LT + c0], t1 = TmT[p * LT + c1];
-            if (p <= p00) a00 += d0 * t0;
-            if (p <= p01) a01 += d0 * t1;
-            if (p <= p10) a10 += d1 * t0;
+        const float *d0p = dT + m * C, *d1p = d0p + C;
+#pragma unroll 4
+        for (int p = 0; p <= m; p++) {
+            const float d0 = d0p[p], d1 = d1p[p], t0 = TmT[p * LT + c0], t1 = TmT[p * LT + c1];
+            a00 += d0 * t0;
+            a01 += d0 * t1;
+            a10 += d1 * t0;
             a11 += d1 * t1;
         }
         tmp[m * C + c0] = a00;
@@ -230,8 +244,10 @@ __device__ __forceinline__ void dr_tri_inverse_grad(float *dT, const float *Tm, 
             if (l00) a00 += t0 * x0;
             if (l01) a01 += t0 * x1;
         }
-        for (int m = r + 1; m < n; m++) {
-            const float t0 = Tm[m * C + r], t1 = Tm[m * C + r + 1], x0 = tmp[m * C + c0], x1 = tmp[m * C + c1];
+#pragma unroll 4
+        for (int m = r + 1; m < n; m++) {  // (T's entries r, r + 1 of row m as one 8-byte load: r is even)
+            const float2 t = *reinterpret_cast<const float2 *>(Tm + m * C + r);
+            const float t0 = t.x, t1 = t.y, x0 = tmp[m * C + c0], x1 = tmp[m * C + c1];
             if (l00) a00 += t0 * x0;
             if (l01) a01 += t0 * x1;
             if (l10) a10 += t1 * x0;
