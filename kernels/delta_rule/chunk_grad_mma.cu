@@ -101,10 +101,11 @@ __device__ __forceinline__ void dr_st_pair(bf16 *p, bool vec, bool in0, bool in1
 // reordered so that at most 128 registers and 112.5 KiB of shared memory (K = V = 128) are live,
 // two blocks (16 warps) an SM where the earlier one-block version ran one (8 warps, latency-bound on its
 // global round trips with nothing to overlap them). ptxas (sm_90, CUDA 13): 128 registers; spilled
-// (stores / loads) 4 / 4 bytes with Delta / dDelta as stored pairs (SPLIT), 12 / 24 with them
-// fp32 (HYBRID_DR_DELTA_F32=1), since the fragment epilogues store and load each row's
-// column pair of dQ, dK, dG, dW as one 8-byte access and of dv as one 4-byte one (dr_st_pair:
-// the 4 lanes of a row use a whole 32-byte sector; before, 24 / 36 and 32 / 44 bytes). The price: stage 2 reads dO, Delta, dDelta and v once more, and T is read
+// (stores / loads) 28 / 44 bytes with Delta / dDelta as stored pairs (SPLIT), 12 / 12 with them
+// fp32 (HYBRID_DR_DELTA_F32=1), since session 16's swizzled Gamma tile (before it 0 / 0 and
+// 4 / 4, and grad1 5% slower). The fragment epilogues store and load each row's column pair of dQ, dK,
+// dG, dW as one 8-byte access and of dv as one 4-byte one (dr_st_pair: the 4 lanes of a row use
+// a whole 32-byte sector). The price: stage 2 reads dO, Delta, dDelta and v once more, and T is read
 // twice (688 KiB read a (chunk, head) at K = V = 128, the one-block version 592; writes the same
 // 241 KiB), and 37 barriers a chunk instead of 34 (stage 2's 4 at V = 128).
 //   1. Gamma (cumsum of a cp.async-staged g tile), beta.
@@ -120,11 +121,26 @@ __device__ __forceinline__ void dr_st_pair(bf16 *p, bool vec, bool in0, bool in1
 //      pairs by cp.async in the commit group of the tiles beside them (SPLIT; without it,
 //      HYBRID_DR_DELTA_F32=1, fp32 by 16-byte loads split here, dr_split_tile).
 //   7. the triangular-inverse gradient, T reloaded (cp.async) into the spent tiles.
-// Shared memory (fp32 words): G [64][K], dT [64][64], bs [64], db [64], dbp [2][64], gend [K],
-// then the tile region: max(3: nine [64][40] + q, k [64][72] bf16 (2's six [64][72] fit in it); 5: five [64][72] bf16; 7:
+// Shared memory (fp32 words): G [64][grad1_lg(K)] (swizzled: grad1_gx), dT [64][64], bs [64],
+// db [64], dbp [2][64], gend [K], then the tile region: max(3: nine [64][40] + q, k [64][72] bf16 (2's six [64][72] fit in it); 5: five [64][72] bf16; 7:
 // T, tmp [64][64] + T^T [64][65] fp32; 1: g [64][K8] bf16) = 63 KiB for K <= 256.
+// grad1's Gamma tile: row stride K rounded up to 32, channel i of row r at column i ^ 8 (r & 3)
+// (grad1_gx). Its readers take a row's column pair (i, i + 1) in the MMA fragments' layout (rows
+// gq = 0..7, pairs t4 = 0..3 of a warp) and 4 channels a thread in stage 5; at the unswizzled
+// row stride of 128 all 8 rows of a fragment read sat on the same 8 banks (8-way conflicts, the
+// short-scoreboard waits of stage 3's and stage 6's epilogues: Nsight Compute, session 16).
+// With rows r & 3 on distinct 8-bank groups, a half warp's float2 reads (4 rows x 4 pairs) and a
+// quarter warp's float4 reads (8 groups of one row) are conflict-free. The XOR stays inside a
+// 32-column block, so inside the row; the same values are read, so the bits stay.
+__host__ __device__ __forceinline__ int grad1_lg(int K) { return (K + 31) & ~31; }
+__device__ __forceinline__ int grad1_gx(int LG, int r, int i) { return r * LG + (i ^ ((r & 3) << 3)); }
+// the pair (i, i + 1) of a Gamma row at p = G + grad1_gx(LG, r, i), i even (one 8-byte read;
+// the pair stays adjacent under the swizzle); the second 0 where i + 1 is past K (both false)
+__device__ __forceinline__ float2 grad1_g2(const float *p, bool both) {
+    return both ? *reinterpret_cast<const float2 *>(p) : make_float2(p[0], 0.f);
+}
 __host__ __device__ __forceinline__ size_t grad1n_tiles_off(int K) {
-    return ((size_t)DR_BT * K + DR_BT * DR_BT + 4 * DR_BT + (size_t)K + 7) & ~(size_t)7;
+    return ((size_t)DR_BT * grad1_lg(K) + DR_BT * DR_BT + 4 * DR_BT + (size_t)K + 7) & ~(size_t)7;
 }
 static size_t grad1n_mma_smem(int K) {
     const size_t b3 = (9 * DR_BT * 40 + 2 * DR_BT * 72) * 2, b5 = 5 * DR_BT * 72 * 2,
@@ -211,12 +227,12 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
     const bf16 *Hh = ws.h + sh * K * V, *Hl = ws.hl + sh * K * V, *dHh = ws.dh + sh * K * V, *dHl = ws.dhl + sh * K * V;
     float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K, *dW = ws.dW + sh * C * K;
     float *dAg = ws.dA + sh * C * C, *dLg = ws.dL + sh * C * C;
-    float *G = sm, *dT = G + C * K, *bs = dT + C * C, *db = bs + C, *dbp = db + C, *gend = dbp + 2 * C;
+    const int LG = grad1_lg(K);
+    float *G = sm, *dT = G + C * LG, *bs = dT + C * C, *db = bs + C, *dbp = db + C, *gend = dbp + 2 * C;
     // the fragment epilogues' column pairs as single accesses (dr_ld_pair): K (V) even, dv
     // 4-byte aligned (the workspace arrays are 256-byte aligned)
     const bool kpairs = (K & 1) == 0, vpairs = (V & 1) == 0 && ((uintptr_t)dv & 3) == 0;
     bf16 *tiles = (bf16 *)(sm + grad1n_tiles_off(K));
-    const float *Gend = G + (size_t)(n - 1) * K;
     const int mt = warp & 3, half = warp >> 2, c0 = half * 32, gq = lane >> 2, t4 = lane & 3;
 
     // 1. Gamma (as dr_grad_front: the same sums in the same order), beta
@@ -232,7 +248,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         for (int r = 0; r < C; r++) {
             if (r < n) acc += gate == DRG_CHANNEL ? __bfloat162float(tiles[r * K8 + i])
                                                   : dr_gate(g, gate, (size_t)(tok0 + r), h, i, H, K);
-            G[r * K + i] = acc;
+            G[grad1_gx(LG, r, i)] = acc;
         }
     }
     for (int r = tid; r < C; r += DR_THREADS) {
@@ -367,7 +383,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             for (int u = 0; u < 8; u++) {
                 const int i = i0 + warp + 8 * u;
                 const float acc = warp_sum(hd[u]);
-                if (lane == 0 && i < K) gend[i] = acc * expf(Gend[i]);
+                if (lane == 0 && i < K) gend[i] = acc * expf(G[grad1_gx(LG, n - 1, i)]);
             }
             // each row's column pair (i, i + 1) as one 8-byte store (dr_st_pair): whole sectors
 #pragma unroll
@@ -377,12 +393,14 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     const int r = mt * 16 + gq + 8 * hr, cc = c0 + nt * 8 + 2 * t4, i = i0 + cc;
                     if (r >= n || i >= K) continue;
                     float vq[2] = {}, vk[2] = {}, vg[2] = {}, vw[2] = {};
+                    const float2 gr2 = grad1_g2(G + grad1_gx(LG, r, i), i + 1 < K);
 #pragma unroll
                     for (int c = 0; c < 2; c++) {
                         const int e = 2 * hr + c;
                         if (i + c >= K) break;
-                        const float gr = G[r * K + i + c], dqv = scale * expf(gr) * aq[nt][e],
-                                    dkv = ak[nt][e] * expf(Gend[i + c] - gr);
+                        // (Gamma_end: one row for the whole warp, a broadcast)
+                        const float gr = c ? gr2.y : gr2.x, dqv = scale * expf(gr) * aq[nt][e],
+                                    dkv = ak[nt][e] * expf(G[grad1_gx(LG, n - 1, i + c)] - gr);
                         vq[c] = dqv;
                         vk[c] = dkv;
                         vg[c] = __bfloat162float(qs[r * LQ + cc + c]) * dqv - __bfloat162float(ks[r * LQ + cc + c]) * dkv;
@@ -476,11 +494,15 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             for (int u = 0; u < 4; u++) {
                 const int e = tid + u * DR_THREADS, r = e / 16, c = (e % 16) * 4, i = i0 + c;
                 dr_round4(wv[u], Xh + r * LT + c);
-                float4 kb;
-                kb.x = r < n && i < K ? kq[u][0] * expf(G[r * K + i]) : 0.f;
-                kb.y = r < n && i + 1 < K ? kq[u][1] * expf(G[r * K + i + 1]) : 0.f;
-                kb.z = r < n && i + 2 < K ? kq[u][2] * expf(G[r * K + i + 2]) : 0.f;
-                kb.w = r < n && i + 3 < K ? kq[u][3] * expf(G[r * K + i + 3]) : 0.f;
+                float4 kb, g4;  // (channels i.. stay together under grad1_gx: i % 4 == 0)
+                if (i + 4 <= K) g4 = *reinterpret_cast<const float4 *>(G + grad1_gx(LG, r, i));
+                else
+                    g4 = make_float4(i < K ? G[grad1_gx(LG, r, i)] : 0.f, i + 1 < K ? G[grad1_gx(LG, r, i + 1)] : 0.f,
+                                     i + 2 < K ? G[grad1_gx(LG, r, i + 2)] : 0.f, 0.f);
+                kb.x = r < n && i < K ? kq[u][0] * expf(g4.x) : 0.f;
+                kb.y = r < n && i + 1 < K ? kq[u][1] * expf(g4.y) : 0.f;
+                kb.z = r < n && i + 2 < K ? kq[u][2] * expf(g4.z) : 0.f;
+                kb.w = r < n && i + 3 < K ? kq[u][3] * expf(g4.w) : 0.f;
                 dr_round4(kb, Bh + r * LT + c);
             }
             cp_async_wait<0>();
@@ -524,11 +546,12 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     const int r = mt * 16 + gq + 8 * hr, ii = c0 + nt * 8 + 2 * t4, i = i0 + ii;
                     if (r >= n || i >= K) continue;
                     float vk[2] = {}, vg[2] = {};
+                    const float2 g2 = grad1_g2(G + grad1_gx(LG, r, i), i + 1 < K);
 #pragma unroll
                     for (int c = 0; c < 2; c++) {
                         const int e = 2 * hr + c;
                         if (i + c >= K) break;
-                        const float eg = expf(G[r * K + i + c]), kb = __bfloat162float(Xs[r * LT + ii + c]) * eg,
+                        const float eg = expf(c ? g2.y : g2.x), kb = __bfloat162float(Xs[r * LT + ii + c]) * eg,
                                     w = wb[nt][e];
                         part[hr] += w * kb;
                         vk[c] = ok[nt][e] + bs[r] * w * eg;
