@@ -14,6 +14,7 @@ source line"):
   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -lineinfo -I. -DHAVE_CUDA -cubin \\
       -o prep.cubin kernels/delta_rule/chunk_prep_mma.cu
   scripts/ncu_lines.py sass.csv prep.cubin dr_prep_mma_kernel [--top 30] [--src kernels/delta_rule] [--own] [--around N]
+      [--regions N] [--banks]
 
 Prints the kernel's stall reasons, then the source lines with the most samples (share of all
 samples, share of executed instructions, the three leading reasons, the hottest instructions).
@@ -22,7 +23,8 @@ the cubin's sequence whose length equals the kernel's code size (an error if non
 do: build the cubin from the same sources and flags, or pass --seq N). --own counts the
 instructions of inlined headers outside --src (cuda_bf16.hpp's conversions, where a load's first
 use waits) to the nearest earlier line under --src; --around N prints the N instructions before
-each of the 10 hottest, to see which load a stall waits for. Needs pyelftools
+each of the 10 hottest, to see which load a stall waits for; --regions N the kernel by address
+windows (its stages, roughly); --banks the lines with the most bank-conflict wavefronts. Needs pyelftools
 (Debian: python3-pyelftools); /usr/bin/python3 has it where the pyenv one does not.
 """
 import argparse
@@ -99,6 +101,14 @@ def main():
                          "that is under --src: the caller that inlined it, in most code")
     ap.add_argument("--around", type=int, default=0, metavar="N",
                     help="after the table, the N instructions before each of the 10 hottest, with their lines")
+    ap.add_argument("--regions", type=int, default=0, metavar="N",
+                    help="after the table, the kernel in address order by windows of N instructions: each "
+                         "window's share of the samples and of the executed instructions, and its four most "
+                         "executed lines (a kernel's stages lie mostly in address order, where inlined "
+                         "helpers scatter a line's count)")
+    ap.add_argument("--banks", action="store_true",
+                    help="after the table, the lines with the most excess shared-memory wavefronts (bank "
+                         "conflicts: ncu's 'L1 Wavefronts Shared Excessive'), with their ideal count")
     a = ap.parse_args()
 
     name, hdr, rows = kernel_block(a.csv, a.kernel)
@@ -167,6 +177,34 @@ def main():
         print(f"{100 * s / total_s:5.1f}% {100 * ins / total_i:5.1f}%i  {f}:{line}  {text}")
         print("        " + ", ".join(f"{k} {100 * v / ws:.0f}%" for k, v in why.most_common(3)) +
               "; " + " | ".join(t[:40] for _, t in sorted(hot, reverse=True)[:2]))
+    if a.regions > 0:
+        print(f"---- by address, windows of {a.regions} instructions: samples, executed, the most executed lines")
+        for w in range(0, len(rows), a.regions):
+            part = range(w, min(w + a.regions, len(rows)))
+            s = sum(val(rows[i], samples) for i in part)
+            ins = sum(val(rows[i], executed) for i in part)
+            most = collections.Counter()
+            for i in part:
+                most[lines[i]] += val(rows[i], executed) + 1  # (+1: a window never run still names its lines)
+            top = ", ".join(f"{os.path.basename(f)}:{line}" for (f, line), _ in most.most_common(4))
+            print(f"{rows[w][0][-6:]:>6} {100 * s / total_s:5.1f}% {100 * ins / total_i:5.1f}%i  {top}")
+    if a.banks:
+        if "L1 Wavefronts Shared Excessive" not in hdr:
+            sys.exit("ncu_lines: --banks: the CSV has no 'L1 Wavefronts Shared Excessive' column (ncu --set full)")
+        ex, wf = hdr.index("L1 Wavefronts Shared Excessive"), hdr.index("L1 Wavefronts Shared")
+        per = collections.defaultdict(lambda: [0.0, 0.0, 0.0])
+        for row, key in zip(rows, lines):
+            per[key][0] += val(row, ex)
+            per[key][1] += val(row, wf)
+            per[key][2] += val(row, samples)
+        tx = sum(v[0] for v in per.values())
+        tw = sum(v[1] for v in per.values()) or 1.0
+        print(f"---- shared-memory wavefronts {tw:.3g}, excess {tx:.3g} ({100 * tx / tw:.1f}%): lines by excess")
+        for (f, line), (x, w, s) in sorted(per.items(), key=lambda kv: -kv[1][0])[:10]:
+            if x <= 0:
+                break
+            print(f"{100 * x / (tx or 1.0):5.1f}%  {os.path.basename(f)}:{line}  wavefronts {w:.3g} (ideal {w - x:.3g}), "
+                  f"{100 * s / total_s:.1f}% of the samples")
     if a.around > 0:
         hottest = sorted(range(len(rows)), key=lambda i: -val(rows[i], samples))[:10]
         for i in sorted(hottest):
