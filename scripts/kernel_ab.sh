@@ -21,11 +21,8 @@ for f in $AB_FILES; do
     [ -f "$f" ] || { echo "kernel_ab: $f: no such file in the tree"; exit 2; }
     [ -f "$OLD/$(basename "$f")" ] || { echo "kernel_ab: $OLD/$(basename "$f"): missing (git show main:$f > it)"; exit 2; }
 done
-NEW=$(mktemp -d)
-for f in $AB_FILES; do cp "$f" "$NEW/"; done
-echo "kernel_ab: the tree's $AB_FILES saved in $NEW"
-restore() { for f in $AB_FILES; do cp "$NEW/$(basename "$f")" "$f"; done; }
-trap restore EXIT
+. "$(dirname "$0")/kernel_files_lib.sh"
+kernel_files_save kernel_ab $AB_FILES
 mkdir -p out/data && cp out/devrun/data/* out/data/ 2>/dev/null
 B="hybrid out/build/gpu/test_delta_rule out/build/gpu/bench_delta_rule"
 hyb() {  # the 3:1 hybrid, B64 T1024: ms/step, tok/s, peak
