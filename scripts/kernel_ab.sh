@@ -21,9 +21,9 @@ for f in $AB_FILES; do
     [ -f "$f" ] || { echo "kernel_ab: $f: no such file in the tree"; exit 2; }
     [ -f "$OLD/$(basename "$f")" ] || { echo "kernel_ab: $OLD/$(basename "$f"): missing (git show main:$f > it)"; exit 2; }
 done
-. "$(dirname "$0")/kernel_files_lib.sh"
+. "$(dirname "$0")/kernel_compare_lib.sh"
 kernel_files_save kernel_ab $AB_FILES
-mkdir -p out/data && cp out/devrun/data/* out/data/ 2>/dev/null
+kernel_data
 B="hybrid out/build/gpu/test_delta_rule out/build/gpu/bench_delta_rule"
 hyb() {  # the 3:1 hybrid, B64 T1024: ms/step, tok/s, peak
     [ "${AB_HYBRID:-1}" = 1 ] || return 0
@@ -35,9 +35,7 @@ profile() {  # the per-kernel times at B8 T4096 H16
     HYBRID_CUDA_PROFILE=1 out/build/gpu/bench_delta_rule --shape 8,4096,16,128,128 --kinds kda --reps 3 --warmup 1 2>&1 |
         grep 'delta_chunk/'
 }
-fingerprints() {
-    for c in kda-tiny kl-xs-3-1; do sh scripts/loss_fingerprint.sh --device cuda configs/$c.conf >> "$OUT/fp_$1.txt" 2>&1; done
-}
+fingerprints() { kernel_fingerprints "$OUT/fp_$1.txt"; }
 make -j16 $B > /tmp/ab_build_new.log 2>&1 || { tail -30 /tmp/ab_build_new.log; echo "kernel_ab: build failed (new)"; exit 1; }
 echo "== new kernels: built at $SECONDS s"
 out/build/gpu/test_delta_rule > /tmp/ab_test.log 2>&1; echo "test_delta_rule rc $?"; tail -1 /tmp/ab_test.log
@@ -49,8 +47,7 @@ for f in $AB_FILES; do cp "$OLD/$(basename "$f")" "$f"; done
 make -j16 $B > /tmp/ab_build_old.log 2>&1 || { tail -30 /tmp/ab_build_old.log; echo "kernel_ab: build failed (old)"; exit 1; }
 echo "== old kernels: built at $SECONDS s"
 fingerprints old
-if cmp -s "$OUT/fp_new.txt" "$OUT/fp_old.txt"; then echo "FINGERPRINTS EQUAL"; else
-    echo "FINGERPRINTS DIFFER"; diff "$OUT/fp_old.txt" "$OUT/fp_new.txt" | head -20; fi
+kernel_fp_verdict "$OUT/fp_new.txt" "$OUT/fp_old.txt"
 out/build/gpu/bench_delta_rule --shape 8,4096,16,128,128 --kinds kda 2>&1 | grep -E '^kda'
 profile
 hyb old

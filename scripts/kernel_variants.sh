@@ -15,9 +15,9 @@
 # name, the KDA forward + backward at VAR_SHAPE (8,4096,16,128,128) twice and the per-kernel
 # timers matching VAR_TIMERS (an extended regex; default the prep and both gradient kernels);
 # ROUNDS rounds (2). VAR_FP=1 then builds ./hybrid with each variant (and the tree) and writes
-# the GPU loss fingerprints of kda-tiny and kl-xs-3-1 to $OUT/fp_NAME.txt
-# (scripts/loss_fingerprint.sh), with EQUAL or DIFFER against the tree's: a candidate meant to
-# keep the bits must say EQUAL.
+# the GPU loss fingerprints (kernel_fingerprints, scripts/kernel_compare_lib.sh) to
+# $OUT/fp_NAME.txt, with EQUAL, DIFFER or FAILED against the tree's (kernel_fp_verdict): a
+# candidate meant to keep the bits must say EQUAL.
 # The tree's files are put back when it ends (also on a failed build or an interrupt).
 set -u
 export NCCL_NVLS_ENABLE=0
@@ -34,7 +34,7 @@ for f in $VAR_FILES; do
             { echo "kernel_variants: $DIR/$v/$(basename "$f"): missing (variant $v's version of $f)"; exit 2; }
     done
 done
-. "$(dirname "$0")/kernel_files_lib.sh"
+. "$(dirname "$0")/kernel_compare_lib.sh"
 kernel_files_save kernel_variants $VAR_FILES
 use() {  # VARIANT: its files into the tree
     for f in $VAR_FILES; do
@@ -56,19 +56,17 @@ for r in $(seq "$ROUNDS"); do
 done
 if [ "${VAR_FP:-0}" = 1 ]; then
     : "${OUT:?OUT: the folder for the fingerprints (VAR_FP=1)}"
-    mkdir -p "$OUT" out/data && cp out/devrun/data/* out/data/ 2>/dev/null
+    mkdir -p "$OUT"
+    kernel_data
     others=$(for v in $VARIANTS; do [ "$v" = tree ] || echo "$v"; done)
     for v in tree $others; do  # (the tree's always: the others are compared with it)
         use "$v"
         make -j16 hybrid > "/tmp/kv_hybrid_$v.log" 2>&1 || { echo "$v: hybrid build failed"; continue; }
         rm -f "$OUT/fp_$v.txt"
-        for c in kda-tiny kl-xs-3-1; do
-            sh scripts/loss_fingerprint.sh --device cuda "configs/$c.conf" >> "$OUT/fp_$v.txt" 2>&1
-        done
+        kernel_fingerprints "$OUT/fp_$v.txt"
     done
     for v in $others; do
-        if cmp -s "$OUT/fp_$v.txt" "$OUT/fp_tree.txt"; then echo "$v: FINGERPRINTS EQUAL to the tree's"
-        else echo "$v: FINGERPRINTS DIFFER from the tree's"; fi
+        echo "$v against the tree: $(kernel_fp_verdict "$OUT/fp_$v.txt" "$OUT/fp_tree.txt")"
     done
 fi
 echo "kernel_variants: total $SECONDS s"
