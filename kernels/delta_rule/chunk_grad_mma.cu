@@ -122,8 +122,9 @@ __device__ __forceinline__ void dr_st_pair(bf16 *p, bool vec, bool in0, bool in1
 //      HYBRID_DR_DELTA_F32=1, fp32 by 16-byte loads split here, dr_split_tile).
 //   7. the triangular-inverse gradient, T reloaded (cp.async) into the spent tiles.
 // Shared memory (fp32 words): G [64][grad1_lg(K)] (swizzled: grad1_gx), dT [64][64], bs [64],
-// db [64], dbp [2][64], gend [K], then the tile region: max(3: nine [64][40] + q, k [64][72] bf16 (2's six [64][72] fit in it); 5: five [64][72] bf16; 7:
-// T, tmp [64][64] + T^T [64][65] fp32; 1: g [64][K8] bf16) = 63 KiB for K <= 256.
+// db [64], dbp [2][64], gend [K], then the tile region: max(3: nine [64][40] + q, k [64][72]
+// bf16 (2's six [64][72] fit in it); 5: five [64][72] bf16; 7: T, tmp [64][64] + T^T [64][65]
+// fp32; 1: g [64][K8] bf16) = 63 KiB for K <= 256.
 // grad1's Gamma tile: row stride K rounded up to 32, channel i of row r at column i ^ 8 (r & 3)
 // (grad1_gx). Its readers take a row's column pair (i, i + 1) in the MMA fragments' layout (rows
 // gq = 0..7, pairs t4 = 0..3 of a warp) and 4 channels a thread in stage 5; at the unswizzled
@@ -131,7 +132,9 @@ __device__ __forceinline__ void dr_st_pair(bf16 *p, bool vec, bool in0, bool in1
 // short-scoreboard waits of stage 3's and stage 6's epilogues: Nsight Compute, session 16).
 // With rows r & 3 on distinct 8-bank groups, a half warp's float2 reads (4 rows x 4 pairs) and a
 // quarter warp's float4 reads (8 groups of one row) are conflict-free. The XOR stays inside a
-// 32-column block, so inside the row; the same values are read, so the bits stay.
+// 32-column block, so inside the row; the same values are read, so the bits stay. (grad2's
+// Gamma layout, grad2_lg / dr_gsw, answers other reads and pads each row by 8 floats: 2 KiB
+// more here, which two blocks an SM at K = V = 128 do not leave.)
 __host__ __device__ __forceinline__ int grad1_lg(int K) { return (K + 31) & ~31; }
 __device__ __forceinline__ int grad1_gx(int LG, int r, int i) { return r * LG + (i ^ ((r & 3) << 3)); }
 // the pair (i, i + 1) of a Gamma row at p = G + grad1_gx(LG, r, i), i even (one 8-byte read;
