@@ -52,10 +52,13 @@ static size_t bwalk_mma_smem(int K, int BV) {
     return p.rest + (bwalk_alias(K, BV) ? (p.regB > p.regC ? p.regB : p.regC) : p.regB + p.regC);
 }
 
-template <int BV, int NW, int MU>
+// KV: 0 takes K and V from the arguments, 128 is the kernel for K = V = 128 (the launch's
+// choice; compile-time sizes and trip counts, the same operations, the same bits)
+template <int BV, int NW, int MU, int KV>
 __global__ void __launch_bounds__(NW * 32, 1)
-    dr_bwalk_mma_kernel(DrWsMma ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int Tlen, int H, int K,
-                        int V, const int *offsets, int alias_arg) {
+    dr_bwalk_mma_kernel(DrWsMma ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int Tlen, int H,
+                        int K_arg, int V_arg, const int *offsets, int alias_arg) {
+    const int K = KV ? KV : K_arg, V = KV ? KV : V_arg;
     // where the tile fits only without aliasing (launch: dr_bwalk_launch), a constant
     const int alias = MU == 1 || BV > 32 ? 0 : alias_arg;
     // NCG column groups of 32, WG warps a group; step b: GPW 16-column groups a warp
@@ -263,13 +266,14 @@ void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16
     dr_bwalk_tiles(K, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_BWALK_BV"), bv = tiles[a].bv;
     const dim3 grid(N * ((V + bv - 1) / bv), H);
+    const bool kv128 = K == 128 && V == 128;
     if (bv == 128)
-        launch_kernel(dr_bwalk_mma_kernel<128, 16, 2>, grid, dim3(16 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale,
-                      T, H, K, V, offsets, bwalk_alias(K, 128));
+        launch_kernel(kv128 ? dr_bwalk_mma_kernel<128, 16, 2, 128> : dr_bwalk_mma_kernel<128, 16, 2, 0>, grid,
+                      dim3(16 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets, bwalk_alias(K, 128));
     else if (k128)
-        launch_kernel(dr_bwalk_mma_kernel<32, 8, 1>, grid, dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T,
-                      H, K, V, offsets, bwalk_alias(K, 32));
+        launch_kernel(kv128 ? dr_bwalk_mma_kernel<32, 8, 1, 128> : dr_bwalk_mma_kernel<32, 8, 1, 0>, grid,
+                      dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets, bwalk_alias(K, 32));
     else
-        launch_kernel(dr_bwalk_mma_kernel<32, 8, 2>, grid, dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T,
-                      H, K, V, offsets, bwalk_alias(K, 32));
+        launch_kernel(dr_bwalk_mma_kernel<32, 8, 2, 0>, grid, dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale,
+                      T, H, K, V, offsets, bwalk_alias(K, 32));
 }

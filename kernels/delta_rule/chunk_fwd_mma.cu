@@ -35,9 +35,13 @@ static size_t walk_mma_smem(int K, int BV) {
     return (4 * DR_BT * LK + 2 * HR * (BV + DR_PAD)) * 2;
 }
 
-template <int BV, int MU>
+// KV: 0 takes K and V from the arguments, 128 is the kernel for K = V = 128 (the launch's
+// choice; compile-time sizes and trip counts, the same operations, the same bits)
+template <int BV, int MU, int KV>
 __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 blocks an SM, <= 128 registers
-    dr_walk_mma_kernel(DrWsMma ws, float *hT, const float *h0, int Tlen, int H, int K, int V, const int *offsets) {
+    dr_walk_mma_kernel(DrWsMma ws, float *hT, const float *h0, int Tlen, int H, int K_arg, int V_arg,
+                       const int *offsets) {
+    const int K = KV ? KV : K_arg, V = KV ? KV : V_arg;
     // NT column tiles of the state, NB of a warp's Delta (BV / 2 columns)
     constexpr int NT = BV / 8, NB = BV / 16;
     static_assert(BV % 32 == 0, "step b: pairs of 8-column tiles in each warp's half");
@@ -238,12 +242,14 @@ static void dr_walk_launch(const DrWsMma *ws, float *hT, const float *h0, int T,
     dr_walk_tiles(K, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_WALK_BV");
     const unsigned vt = (unsigned)((V + tiles[a].bv - 1) / tiles[a].bv);
+    constexpr int K1 = MU == 1 ? 128 : 0;  // (K = 128 runs at MU = 1 only)
+    const bool k128 = K == 128 && V == 128;
     if (tiles[a].bv == 32)
-        launch_kernel(dr_walk_mma_kernel<32, MU>, dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T,
-                      H, K, V, offsets);
+        launch_kernel(k128 ? dr_walk_mma_kernel<32, MU, K1> : dr_walk_mma_kernel<32, MU, 0>, dim3(N * vt, H),
+                      dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
     else
-        launch_kernel(dr_walk_mma_kernel<64, MU>, dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T,
-                      H, K, V, offsets);
+        launch_kernel(k128 ? dr_walk_mma_kernel<64, MU, K1> : dr_walk_mma_kernel<64, MU, 0>, dim3(N * vt, H),
+                      dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
 }
 
 // ---- output: one block per (chunk slot, head, V-tile of 64), 4 warps ---------------------
@@ -263,9 +269,14 @@ static size_t output_mma_smem(int K) {
     return ((q > d ? q : d) + KP * LH + 2 * DR_BT * LH) * 2;
 }
 
-template <bool SPLIT>  // Delta as hi + lo pairs (ws.dsplit), else fp32
+// SPLIT: Delta as hi + lo pairs (ws.dsplit), else fp32. KV: 0 takes K and V from the
+// arguments, 128 is the kernel for K = V = 128 (the launch's choice; compile-time sizes, the
+// same operations, the same bits)
+template <bool SPLIT, int KV>
 __global__ void __launch_bounds__(DRO_THREADS, 3)
-    dr_output_mma_kernel(DrWsMma ws, bf16 *o, float scale, int Tlen, int H, int K, int V, const int *offsets, int N) {
+    dr_output_mma_kernel(DrWsMma ws, bf16 *o, float scale, int Tlen, int H, int K_arg, int V_arg, const int *offsets,
+                         int N) {
+    const int K = KV ? KV : K_arg, V = KV ? KV : V_arg;
     // blockIdx.x = slot * V-tiles + V-tile (a chunk's V-tiles side by side: Qg, Aqk through L2)
     const int vt = (V + DR_MBV - 1) / DR_MBV, x = blockIdx.x / vt, h = blockIdx.y, j0 = (blockIdx.x % vt) * DR_MBV;
     const int tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
@@ -396,7 +407,9 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     }
     if (slots > 0 && o) {
         PROFILE("delta_chunk/output");
-        launch_kernel(ws->dsplit ? dr_output_mma_kernel<true> : dr_output_mma_kernel<false>,
+        const bool k128 = K == 128 && V == 128;
+        launch_kernel(ws->dsplit ? (k128 ? dr_output_mma_kernel<true, 128> : dr_output_mma_kernel<true, 0>)
+                                 : (k128 ? dr_output_mma_kernel<false, 128> : dr_output_mma_kernel<false, 0>),
                       dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws, o, scale, T, H, K,
                       V, offsets, N);
     }
