@@ -570,14 +570,18 @@ __device__ __forceinline__ void dr_load_split_tile(bf16 *Xh, bf16 *Xl, int lds, 
 //   dh, dhl  [K][V]   dL/dh[n+1], the state gradient leaving the chunk
 //   dD       [64][V]  the complete dDelta, hi + lo pairs (dr_load_split_tile; fp32 under
 //                     HYBRID_DR_DELTA_F32=1)
-//   dQ, dK, dG, dW [64][K]  the gradient kernels' fp32 accumulators (dQ, dK, dG in the
-//                    spent Qg + Qgl, Ke + Kel, W + Wl; the aliases: dr_ws_mma_bind)
+//   dQ, dK, dG [64][K]  the gradient kernels' fp32 accumulators (in the spent Qg + Qgl, Ke +
+//                    Kel, W + Wl; the aliases: dr_ws_mma_bind)
+//   dW      [64][K]  dL/dW, bf16: grad1 writes it in stage 3 and reads it back in stage 5 as
+//                    an operand of one bf16 (dW Kb^T, T^T dW), so rounding it at the store
+//                    instead of at the load gives the same bits in half the bytes (fp32 until
+//                    session 17)
 //   dA, dL  [64][64] grad1's dA and dL (the triangular-inverse gradient) for grad2, fp32 (dA in
 //                    the spent Aqk + Aqkl, dL in T once grad1 has read it)
 //   db [64], gend [K]  grad1's partial dbeta and dGamma_end extras for grad2, fp32
-// Backward bytes per (chunk, head): the forward's + 260 K + 6 K V + 256 V + 16640; K = V = 128:
-// 353.25 KiB (481.25 before five arrays moved into spent ones, session 15; SIMT: 512 KiB; about
-// 2.8 GiB at B8 T4096 H16). What fp32-level states cost: every operand of the state
+// Backward bytes per (chunk, head): the forward's + 132 K + 6 K V + 256 V + 16640; K = V = 128:
+// 337.25 KiB (481.25 before five arrays moved into spent ones, session 15, and 353.25 before
+// dW became bf16, session 17; SIMT: 512 KiB; about 2.7 GiB at B8 T4096 H16). What fp32-level states cost: every operand of the state
 // chain is stored as hi + lo (4 bytes), where fla stores bf16 (h, w, u, v_new) and holds a
 // bf16-level state error (~3e-3 relative). Ways down, not taken yet: Qg recomputed from q and a
 // cumsum of g in the output kernel and the reverse walk; the gradient accumulators kept in the
@@ -587,14 +591,15 @@ struct DrWsMma {
     float *U, *ge;
     float *T;
     bf16 *dh, *dhl;
-    float *dD, *dQ, *dK, *dG, *dW;
+    float *dD, *dQ, *dK, *dG;
+    bf16 *dW;
     float *dA, *dL, *db, *gend;
     int dsplit;  // Delta (U after the walk) and dD stored as dr_split pairs (dr_load_split_tile)
 };
 static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t slots_heads, int K, int V) {
     const size_t C = DR_BT, ck = C * K * 2, cc = C * C * 2, kv = (size_t)K * V * 2;
     const size_t sizes[24] = {ck, ck, ck, ck, ck, ck, cc, cc, kv, C * V * 4, (size_t)K * 4,
-                              kv, C * C * 4, kv, kv, C * V * 4, 2 * ck, 2 * ck, 2 * ck, 2 * ck,
+                              kv, C * C * 4, kv, kv, C * V * 4, 2 * ck, 2 * ck, 2 * ck, ck,
                               C * C * 4, C * C * 4, C * 4, (size_t)K * 4};
     void **ptrs[24] = {(void **)&w->Qg, (void **)&w->Qgl, (void **)&w->Ke, (void **)&w->Kel, (void **)&w->W,
                        (void **)&w->Wl, (void **)&w->Aqk, (void **)&w->Aqkl, (void **)&w->h, (void **)&w->U,

@@ -182,6 +182,17 @@ __device__ __forceinline__ float4 dr_ld4f(const float *p, bool in, int c, int nc
     x.w = in && c + 3 < ncols ? p[3] : 0.f;
     return x;
 }
+// p[0..3] (bf16) as their bits, entries at column c + u >= ncols, or when !in, +0: one 8-byte
+// load where vec (the row stride and base a multiple of 4 elements) and the 4 columns are in range
+__device__ __forceinline__ uint2 dr_ld4h(const bf16 *p, bool in, int c, int ncols, bool vec) {
+    if (in && vec && c + 4 <= ncols) return *(const uint2 *)p;
+    const unsigned short *b = (const unsigned short *)p;
+    const uint32_t x0 = in && c < ncols ? b[0] : 0u, x1 = in && c + 1 < ncols ? b[1] : 0u,
+                   x2 = in && c + 2 < ncols ? b[2] : 0u, x3 = in && c + 3 < ncols ? b[3] : 0u;
+    uint2 u;
+    u.x = x0 | x1 << 16, u.y = x2 | x3 << 16;
+    return u;
+}
 // The thread's part of an fp32 tile [64][W] (row stride ld, rows >= n and columns >= ncols
 // zero) into bf16 tiles of row stride lds: split hi + lo (LO: operand op) or rounded to one
 // bf16 (Xh only; op, Xl unused), its W / 16 16-byte loads all issued first.
@@ -233,7 +244,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
     DYNAMIC_SMEM(float, sm);
     const float *Tg = ws.T + sh * C * C, *D = ws.U + sh * C * V, *dD = ws.dD + sh * C * V;
     const bf16 *Hh = ws.h + sh * K * V, *Hl = ws.hl + sh * K * V, *dHh = ws.dh + sh * K * V, *dHl = ws.dhl + sh * K * V;
-    float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K, *dW = ws.dW + sh * C * K;
+    float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K;
+    bf16 *dW = ws.dW + sh * C * K;  // (bf16: stage 5 rounds it anyway; chunk.cuh)
     float *dAg = ws.dA + sh * C * C, *dLg = ws.dL + sh * C * C;
     const int LG = grad1_lg(K);
     float *G = sm, *dT = G + C * LG, *bs = dT + C * C, *db = bs + C, *dbp = db + C, *gend = dbp + 2 * C;
@@ -480,14 +492,15 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             __syncthreads();  // the previous pass (or 4.) is done with the tiles (and dK, dG)
             dr_load_tile(Xs, LT, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
             cp_async_commit();
-            // dW (Xh) and Kb = k e^Gamma (Bh): the thread's 4 x 4 columns, loads first
-            float4 wv[4];
+            // dW (Xh: stored bf16, copied as it is) and Kb = k e^Gamma (Bh): the thread's 4 x 4
+            // columns, loads first
+            uint2 wv[4];
             float kq[4][4];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int e = tid + u * DR_THREADS, r = e / 16, c = (e % 16) * 4, i = i0 + c;
                 const bool in = r < n;
-                wv[u] = dr_ld4f(dW + (size_t)r * K + i, in, i, K, K % 4 == 0);
+                wv[u] = dr_ld4h(dW + (size_t)r * K + i, in, i, K, K % 4 == 0);
                 const bf16 *kp = k + ROWQK(r) + i;
                 if (in && kvec && i + 4 <= K) {
                     const uint2 w2 = *(const uint2 *)kp;
@@ -501,7 +514,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int e = tid + u * DR_THREADS, r = e / 16, c = (e % 16) * 4, i = i0 + c;
-                dr_round4(wv[u], Xh + r * LT + c);
+                *reinterpret_cast<uint2 *>(Xh + r * LT + c) = wv[u];
                 float4 kb, g4;  // (channels i.. stay together under grad1_gx: i % 4 == 0)
                 if (i + 4 <= K) g4 = *reinterpret_cast<const float4 *>(G + grad1_gx(LG, r, i));
                 else

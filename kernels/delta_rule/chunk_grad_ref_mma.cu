@@ -32,7 +32,8 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
     const int tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5;
     const float *Tg = ws.T + sh * C * C, *D = ws.U + sh * C * V, *dD = ws.dD + sh * C * V;
     const bf16 *Hh = ws.h + sh * K * V, *Hl = ws.hl + sh * K * V, *dHh = ws.dh + sh * K * V, *dHl = ws.dhl + sh * K * V;
-    float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K, *dW = ws.dW + sh * C * K;
+    float *dQ = ws.dQ + sh * C * K, *dK = ws.dK + sh * C * K, *dG = ws.dG + sh * C * K;
+    bf16 *dW = ws.dW + sh * C * K;  // (bf16: chunk.cuh)
     float *dA = sm, *Tm = dA + C * C, *dT = Tm + C * C, *tmp = dT + C * C, *bs = tmp + C * C, *db = bs + C,
           *gend = db + C, *G = gend + K;
     bf16 *tiles = (bf16 *)(sm + ((4 * C * C + 2 * C + K + C * K + 7) & ~7));  // grad_tiles_off
@@ -170,7 +171,7 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                         dQ[r * K + i] = dqv;
                         dK[r * K + i] = dkv;
                         dG[r * K + i] = __bfloat162float(qs[r * LQ + cc]) * dqv - __bfloat162float(ks[r * LQ + cc]) * dkv;
-                        dW[r * K + i] = -aw[nt][e];
+                        dW[r * K + i] = __float2bfloat16(-aw[nt][e]);  // (bf16: read rounded below)
                     }
                     if (kt == 0) {
                         dA[r * C + cc] = (cc <= r && r < n) ? scale * aa[nt][e] : 0.f;
@@ -221,7 +222,7 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
             for (int e = tid; e < C * 64; e += DR_THREADS) {
                 const int r = e / 64, ii = e % 64, i = i0 + ii;
                 const bool in = r < n && i < K;
-                Xh[r * LT + ii] = __float2bfloat16(in ? dW[r * K + i] : 0.f);
+                Xh[r * LT + ii] = in ? dW[r * K + i] : __float2bfloat16(0.f);
                 Bh[r * LT + ii] = __float2bfloat16(in ? KK(r, i) * expf(G[r * K + i]) : 0.f);
             }
             cp_async_wait<0>();
