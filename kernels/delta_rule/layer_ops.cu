@@ -7,6 +7,9 @@
 // dg, dx (N, H, K) bf16 (GDN: K = 1), A_log (H) and dt_bias (H*K) bf16.
 // The L2 norm has vector kernels for D = 64, 128, 256 (row_vec.cuh) with the general kernels'
 // bits (HYBRID_L2NORM_REF=1 selects the general ones); not yet measured on a GPU (branch kda-ops).
+// The decay gate has vector kernels for K % 8 == 0 with the scalar kernels' bits
+// (HYBRID_GATE_REF=1 selects those); not yet measured on a GPU (branch gate-vec: the 3:1
+// hybrid's profile has decay_gate_fwd / _bwd at 3.3 / 3.1 ms a step, ~4x the bytes' time).
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
@@ -174,6 +177,88 @@ __global__ void gate_bwd_kernel(bf16 *dx, float *partial, const bf16 *dg, const 
     partial[(size_t)blockIdx.x * 2 * cols + cols + col] = dAl;
 }
 
+// The vector kernels (K % 8 == 0 and 16-byte aligned tensors: the KDA layers' gate, K = 128):
+// a thread takes 8 adjacent columns (one head: K % 8 == 0), down a run of rows, with 16-byte
+// loads and stores, A and dt_bias read once, and no index division per element (the scalar
+// kernels divide a 64-bit index by H K for every element). Each element's value is the same
+// expression of the same operands (gate_u's sum with + 0.f where dt_bias is NULL, then the
+// same activation), and the backward's per-column sums run over the same rows in the same
+// order into the same partials: the same bits as the scalar kernels (HYBRID_GATE_REF=1, read at
+// each call, selects those; tests/gpu/test_delta_rule_layer.c compares the two bit for bit).
+#define GATE_VEC_ROWS 32  // rows a forward thread walks
+static int gate_vec_ok(int K, const void *a, const void *b, const void *dt_bias) {
+    return !env_flag("HYBRID_GATE_REF") && K % 8 == 0 && is_aligned16(a) && is_aligned16(b) && (!dt_bias || is_aligned16(dt_bias));
+}
+// the 8 dt_bias values of columns c.. (0 without dt_bias)
+__device__ __forceinline__ void gate_dt8(const bf16 *dt_bias, int c, float dt[8]) {
+    if (dt_bias) load8(dt_bias + c, dt);
+    else
+#pragma unroll
+        for (int k = 0; k < 8; k++) dt[k] = 0.f;
+}
+__global__ void gate_fwd_vec_kernel(bf16 *g, const bf16 *x, const bf16 *A_log, const bf16 *dt_bias, size_t N, int H,
+                                    int K, float lb) {
+    const int cols = H * K, c = 8 * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (c >= cols) return;
+    const float A = gate_A(A_log, c / K);
+    float dt[8];
+    gate_dt8(dt_bias, c, dt);
+    const size_t n0 = (size_t)blockIdx.y * GATE_VEC_ROWS, n1 = n0 + GATE_VEC_ROWS < N ? n0 + GATE_VEC_ROWS : N;
+#pragma unroll 4
+    for (size_t n = n0; n < n1; n++) {
+        float v[8];
+        load8(x + n * cols + c, v);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float u = v[k] + dt[k];
+            v[k] = lb < 0.f ? lb * dr_sigmoid(A * u) : -A * dr_softplus(u);
+        }
+        store8(g + n * cols + c, v);
+    }
+}
+// gate_bwd_kernel for 8 adjacent columns a thread (the same per-column sums, rows in order)
+__global__ void gate_bwd_vec_kernel(bf16 *dx, float *partial, const bf16 *dg, const bf16 *x, const bf16 *A_log,
+                                    const bf16 *dt_bias, size_t N, int rows_per_chunk, int H, int K, float lb) {
+    const int cols = H * K, c = 8 * (blockIdx.y * blockDim.x + threadIdx.x);
+    if (c >= cols) return;
+    const float A = gate_A(A_log, c / K);
+    float dt[8], db[8], dAl[8];
+    gate_dt8(dt_bias, c, dt);
+#pragma unroll
+    for (int k = 0; k < 8; k++) db[k] = dAl[k] = 0.f;
+    const size_t n0 = (size_t)blockIdx.x * rows_per_chunk;
+    const size_t n1 = n0 + rows_per_chunk < N ? n0 + rows_per_chunk : N;
+#pragma unroll 2
+    for (size_t n = n0; n < n1; n++) {
+        float xv[8], d[8];
+        load8(x + n * cols + c, xv);
+        load8(dg + n * cols + c, d);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const float u = xv[k] + dt[k];
+            float dxi;
+            if (lb < 0.f) {
+                const float sg = dr_sigmoid(A * u);
+                dxi = d[k] * lb * sg * (1.f - sg) * A;
+                dAl[k] += dxi * u;
+            } else {
+                dxi = d[k] * (-A) * dr_sigmoid(u);
+                dAl[k] += d[k] * (-A * dr_softplus(u));
+            }
+            xv[k] = dxi;
+            db[k] += dxi;
+        }
+        store8(dx + n * cols + c, xv);
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        partial[(size_t)blockIdx.x * 2 * cols + c + k] = db[k];
+        partial[(size_t)blockIdx.x * 2 * cols + cols + c + k] = dAl[k];
+    }
+}
+// threads a block for `groups` column groups: whole warps, at most 128
+static unsigned gate_vec_threads(int groups) { return groups < 128 ? (unsigned)((groups + 31) / 32 * 32) : 128u; }
+
 // dA_log[h] += sum_i per_col[h*K+i] (i in order)
 __global__ void gate_dA_kernel(bf16 *dA_log, const float *per_col, int H, int K) {
     const int h = blockIdx.x * blockDim.x + threadIdx.x;
@@ -189,6 +274,14 @@ extern "C" void cuda_decay_gate_forward(real *g, const real *x, const real *A_lo
     if (H < 1 || K < 1 || lower_bound > 0) die("cuda_decay_gate_forward: bad H=%d K=%d lower_bound=%g", H, K, lower_bound);
     const size_t n = N * H * K;
     if (n == 0) return;
+    if (gate_vec_ok(K, g, x, dt_bias)) {
+        const int groups = H * K / 8;
+        const unsigned t = gate_vec_threads(groups);
+        launch_kernel(gate_fwd_vec_kernel, dim3((groups + t - 1) / t, (unsigned)((N + GATE_VEC_ROWS - 1) / GATE_VEC_ROWS)),
+                      dim3(t), 0, (bf16 *)g, (const bf16 *)x, (const bf16 *)A_log, (const bf16 *)dt_bias, N, H, K,
+                      (float)lower_bound);
+        return;
+    }
     launch_kernel(gate_fwd_kernel, dim3(elem_blocks(n)), dim3(ELEM_THREADS), 0, (bf16 *)g, (const bf16 *)x,
                   (const bf16 *)A_log, (const bf16 *)dt_bias, n, H, K, (float)lower_bound);
 }
@@ -204,10 +297,18 @@ extern "C" void cuda_decay_gate_backward(real *dx, real *dA_log, real *ddt_bias,
     const int per = grad_row_chunks(N, &chunks);
     float *partial = (float *)scratch_get(((size_t)chunks * 2 * cols + cols) * sizeof(float));
     float *per_col = partial + (size_t)chunks * 2 * cols;
-    const int threads = cols < 128 ? (cols + 31) / 32 * 32 : 128;
-    launch_kernel(gate_bwd_kernel, dim3((unsigned)chunks, (unsigned)((cols + threads - 1) / threads)), dim3(threads),
-                  0, (bf16 *)dx, partial, (const bf16 *)dg, (const bf16 *)x, (const bf16 *)A_log,
-                  (const bf16 *)dt_bias, N, per, H, K, (float)lower_bound);
+    if (gate_vec_ok(K, dx, dg, dt_bias) && is_aligned16(x)) {
+        const int groups = cols / 8;
+        const unsigned t = gate_vec_threads(groups);
+        launch_kernel(gate_bwd_vec_kernel, dim3((unsigned)chunks, (groups + t - 1) / t), dim3(t), 0, (bf16 *)dx,
+                      partial, (const bf16 *)dg, (const bf16 *)x, (const bf16 *)A_log, (const bf16 *)dt_bias, N, per,
+                      H, K, (float)lower_bound);
+    } else {
+        const int threads = cols < 128 ? (cols + 31) / 32 * 32 : 128;
+        launch_kernel(gate_bwd_kernel, dim3((unsigned)chunks, (unsigned)((cols + threads - 1) / threads)),
+                      dim3(threads), 0, (bf16 *)dx, partial, (const bf16 *)dg, (const bf16 *)x, (const bf16 *)A_log,
+                      (const bf16 *)dt_bias, N, per, H, K, (float)lower_bound);
+    }
     if (ddt_bias) grad_reduce_add((bf16 *)ddt_bias, partial, chunks, cols, (size_t)2 * cols);
     if (dA_log && A_log) {
         grad_reduce_f32(per_col, partial + cols, chunks, cols, (size_t)2 * cols);

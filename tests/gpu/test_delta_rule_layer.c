@@ -234,6 +234,27 @@ static void test_gate(size_t N, int H, int K, float lb, int with_A, int with_dt)
     if (A) cmp_bf16("backward dA_log (x2, accumulated)", dgA, gA, H, TOL_GRAD);
     else expect("backward dA_log untouched without A_log", err_bf16(dgA, gA, H), 0);
     cmp_bf16("backward ddt_bias (x2, accumulated)", dgdt, gdt, (size_t)H * K, TOL_GRAD);
+    // the vector kernels (K % 8 == 0, 16-byte aligned tensors) against the scalar ones
+    // (HYBRID_GATE_REF=1): the same bits
+    if (K % 8 == 0) {
+        void *rg = dev_bf16(NULL, n), *rgx = dev_bf16(NULL, n), *rgA = dev_bf16(NULL, H),
+             *rgdt = dev_bf16(NULL, (size_t)H * K);
+        poison_bf16(rg, n);
+        G->zero(rgA, H);
+        G->zero(rgdt, (size_t)H * K);
+        setenv("HYBRID_GATE_REF", "1", 1);
+        D->decay_gate_forward(rg, dx_, dA, ddt, N, H, K, lb);
+        for (int rep = 0; rep < 2; rep++) {
+            poison_bf16(rgx, n);
+            D->decay_gate_backward(rgx, rgA, rgdt, ddg, dx_, dA, ddt, N, H, K, lb);
+        }
+        unsetenv("HYBRID_GATE_REF");
+        same_bits_bf16("forward g, vector = scalar", dg_, rg, n);
+        same_bits_bf16("backward dx, vector = scalar", dgx, rgx, n);
+        if (A) same_bits_bf16("backward dA_log, vector = scalar", dgA, rgA, H);
+        same_bits_bf16("backward ddt_bias, vector = scalar", dgdt, rgdt, (size_t)H * K);
+        G->free(rg), G->free(rgx), G->free(rgA), G->free(rgdt);
+    }
     void *bufs[] = {dx_, dA, ddt, dg_, ddg, dgx, dgA, dgdt};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         if (bufs[i]) G->free(bufs[i]);
@@ -451,6 +472,8 @@ int main(void) {
     test_gate(100, 2, 8, 0.f, 0, 0);      // NULL A_log and dt_bias
     test_gate(100, 2, 8, -5.f, 0, 1);
     test_gate(300, 4, 1, 0.f, 1, 1);      // GDN's scalar gate (K = 1)
+    test_gate(130, 6, 128, 0.f, 1, 1);    // the KDA layers' shape (vector kernels, 6 x 128 columns)
+    test_gate(70, 2, 24, -5.f, 1, 0);     // 6 column groups: a block of fewer than 32 used lanes
 
     test_beta(1000, 0);
     test_beta(1000, 1);
