@@ -260,7 +260,7 @@ extern "C" int cuda_delta_bwalk_tile(int K, int V, int pairs) {
 // on 8 warps (any K), or 128 on 16 warps (K <= 128).
 void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int T,
                             int H, int K, int V, const int *offsets, int N) {
-    const int k128 = dr_pad16(K) <= 128;
+    const int k_le128 = dr_pad16(K) <= 128;  // (kv128: exactly K = V = 128)
     dr_audit_upload();
     DrWalkTile tiles[2];
     dr_bwalk_tiles(K, tiles);
@@ -270,7 +270,7 @@ void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16
     if (bv == 128)
         launch_kernel(kv128 ? dr_bwalk_mma_kernel<128, 16, 2, 128> : dr_bwalk_mma_kernel<128, 16, 2, 0>, grid,
                       dim3(16 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets, bwalk_alias(K, 128));
-    else if (k128)
+    else if (k_le128)
         launch_kernel(kv128 ? dr_bwalk_mma_kernel<32, 8, 1, 128> : dr_bwalk_mma_kernel<32, 8, 1, 0>, grid,
                       dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets, bwalk_alias(K, 32));
     else

@@ -243,12 +243,12 @@ static void dr_walk_launch(const DrWsMma *ws, float *hT, const float *h0, int T,
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_WALK_BV");
     const unsigned vt = (unsigned)((V + tiles[a].bv - 1) / tiles[a].bv);
     constexpr int K1 = MU == 1 ? 128 : 0;  // (K = 128 runs at MU = 1 only)
-    const bool k128 = K == 128 && V == 128;
+    const bool kv128 = K == 128 && V == 128;
     if (tiles[a].bv == 32)
-        launch_kernel(k128 ? dr_walk_mma_kernel<32, MU, K1> : dr_walk_mma_kernel<32, MU, 0>, dim3(N * vt, H),
+        launch_kernel(kv128 ? dr_walk_mma_kernel<32, MU, K1> : dr_walk_mma_kernel<32, MU, 0>, dim3(N * vt, H),
                       dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
     else
-        launch_kernel(k128 ? dr_walk_mma_kernel<64, MU, K1> : dr_walk_mma_kernel<64, MU, 0>, dim3(N * vt, H),
+        launch_kernel(kv128 ? dr_walk_mma_kernel<64, MU, K1> : dr_walk_mma_kernel<64, MU, 0>, dim3(N * vt, H),
                       dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
 }
 
@@ -407,9 +407,9 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     }
     if (slots > 0 && o) {
         PROFILE("delta_chunk/output");
-        const bool k128 = K == 128 && V == 128;
-        launch_kernel(ws->dsplit ? (k128 ? dr_output_mma_kernel<true, 128> : dr_output_mma_kernel<true, 0>)
-                                 : (k128 ? dr_output_mma_kernel<false, 128> : dr_output_mma_kernel<false, 0>),
+        const bool kv128 = K == 128 && V == 128;
+        launch_kernel(ws->dsplit ? (kv128 ? dr_output_mma_kernel<true, 128> : dr_output_mma_kernel<true, 0>)
+                                 : (kv128 ? dr_output_mma_kernel<false, 128> : dr_output_mma_kernel<false, 0>),
                       dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws, o, scale, T, H, K,
                       V, offsets, N);
     }

@@ -941,9 +941,9 @@ void dr_grad_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *d
     dr_audit_upload();
     {
         PROFILE("delta_chunk/grad1");  // (inside delta_chunk/grad: HYBRID_CUDA_PROFILE=1 prints both)
-        const bool k128 = K == 128 && V == 128;
-        launch_kernel(ws->dsplit ? (k128 ? dr_grad1_mma_kernel<true, 128> : dr_grad1_mma_kernel<true, 0>)
-                                 : (k128 ? dr_grad1_mma_kernel<false, 128> : dr_grad1_mma_kernel<false, 0>),
+        const bool kv128 = K == 128 && V == 128;
+        launch_kernel(ws->dsplit ? (kv128 ? dr_grad1_mma_kernel<true, 128> : dr_grad1_mma_kernel<true, 0>)
+                                 : (kv128 ? dr_grad1_mma_kernel<false, 128> : dr_grad1_mma_kernel<false, 0>),
                       dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta,
                       gate, scale, T, H, K, V, offsets, N);
     }
