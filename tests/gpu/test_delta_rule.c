@@ -410,6 +410,9 @@ int main(void) {
         // K <= 32 never reaches: K = V = 128, and K = 256 with strong gates
         if (kd != LINEAR_DELTANET) {
             run_fixed(kd, 1, 130, 1, 128, 128, 0);
+            // the K = V = 128 kernel instances (the launches' choice at that size) on packed
+            // sequences: an empty one, a partial chunk, a sequence across a chunk boundary
+            run_varlen(kd, off_small, 4, 1, 128, 128);
             strong_decay = 1;
             run_fixed(kd, 1, 70, 1, 256, 64, 0);
             strong_decay = 0;
