@@ -412,6 +412,15 @@ extern "C" void cuda_delta_chunk_forward_f32io(LinearKind kind, float *o, float 
 // ---- conflict-free)
 #define DR_PAD 8
 #define DR_MBV 64        // V tile of the tensor-core walk and output kernels
+// Every tensor-core kernel (prep, walk, output, reverse walk, grad1, grad2) is also built for K =
+// V = DR_KV_FIXED (its template parameter KV or KC = DR_KV_FIXED; 0: K and V from the arguments),
+// and its launch takes that instance where dr_kv_fixed holds: tile sizes, trip counts and the
+// index divisions by K / 8 become compile-time constants, the same operations on the same values
+// in the same order, so the same bits (docs/delta-rule.md, "CUDA kernels", session 17).
+#define DR_KV_FIXED 128
+// (the kernels write `KV ? KV : K_arg` out: through an inline helper, nvcc emitted different
+// code for the grad kernels' instances)
+static inline bool dr_kv_fixed(int K, int V) { return K == DR_KV_FIXED && V == DR_KV_FIXED; }
 #define DRM_THREADS 256  // the tensor-core prep and walk: 8 warps
 __host__ __device__ __forceinline__ int dr_pad16(int x) { return (x + 15) & ~15; }
 

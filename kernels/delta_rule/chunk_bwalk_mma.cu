@@ -52,9 +52,7 @@ static size_t bwalk_mma_smem(int K, int BV) {
     return p.rest + (bwalk_alias(K, BV) ? (p.regB > p.regC ? p.regB : p.regC) : p.regB + p.regC);
 }
 
-// KV: 0 takes K and V from the arguments, 128 is the kernel for K = V = 128 (the launch's
-// choice; compile-time sizes and trip counts, the same operations, the same bits)
-template <int BV, int NW, int MU, int KV>
+template <int BV, int NW, int MU, int KV>  // KV: 0, or DR_KV_FIXED (chunk.cuh)
 __global__ void __launch_bounds__(NW * 32, 1)
     dr_bwalk_mma_kernel(DrWsMma ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int Tlen, int H,
                         int K_arg, int V_arg, const int *offsets, int alias_arg) {
@@ -260,18 +258,18 @@ extern "C" int cuda_delta_bwalk_tile(int K, int V, int pairs) {
 // on 8 warps (any K), or 128 on 16 warps (K <= 128).
 void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int T,
                             int H, int K, int V, const int *offsets, int N) {
-    const int k_le128 = dr_pad16(K) <= 128;  // (kv128: exactly K = V = 128)
+    const int k_le128 = dr_pad16(K) <= 128;
     dr_audit_upload();
     DrWalkTile tiles[2];
     dr_bwalk_tiles(K, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_BWALK_BV"), bv = tiles[a].bv;
     const dim3 grid(N * ((V + bv - 1) / bv), H);
-    const bool kv128 = K == 128 && V == 128;
+    const bool kv128 = dr_kv_fixed(K, V);
     if (bv == 128)
-        launch_kernel(kv128 ? dr_bwalk_mma_kernel<128, 16, 2, 128> : dr_bwalk_mma_kernel<128, 16, 2, 0>, grid,
+        launch_kernel(kv128 ? dr_bwalk_mma_kernel<128, 16, 2, DR_KV_FIXED> : dr_bwalk_mma_kernel<128, 16, 2, 0>, grid,
                       dim3(16 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets, bwalk_alias(K, 128));
     else if (k_le128)
-        launch_kernel(kv128 ? dr_bwalk_mma_kernel<32, 8, 1, 128> : dr_bwalk_mma_kernel<32, 8, 1, 0>, grid,
+        launch_kernel(kv128 ? dr_bwalk_mma_kernel<32, 8, 1, DR_KV_FIXED> : dr_bwalk_mma_kernel<32, 8, 1, 0>, grid,
                       dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets, bwalk_alias(K, 32));
     else
         launch_kernel(dr_bwalk_mma_kernel<32, 8, 2, 0>, grid, dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale,

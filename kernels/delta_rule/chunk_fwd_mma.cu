@@ -35,9 +35,7 @@ static size_t walk_mma_smem(int K, int BV) {
     return (4 * DR_BT * LK + 2 * HR * (BV + DR_PAD)) * 2;
 }
 
-// KV: 0 takes K and V from the arguments, 128 is the kernel for K = V = 128 (the launch's
-// choice; compile-time sizes and trip counts, the same operations, the same bits)
-template <int BV, int MU, int KV>
+template <int BV, int MU, int KV>  // KV: 0, or DR_KV_FIXED (chunk.cuh)
 __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 blocks an SM, <= 128 registers
     dr_walk_mma_kernel(DrWsMma ws, float *hT, const float *h0, int Tlen, int H, int K_arg, int V_arg,
                        const int *offsets) {
@@ -242,8 +240,8 @@ static void dr_walk_launch(const DrWsMma *ws, float *hT, const float *h0, int T,
     dr_walk_tiles(K, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_WALK_BV");
     const unsigned vt = (unsigned)((V + tiles[a].bv - 1) / tiles[a].bv);
-    constexpr int K1 = MU == 1 ? 128 : 0;  // (K = 128 runs at MU = 1 only)
-    const bool kv128 = K == 128 && V == 128;
+    constexpr int K1 = MU == 1 ? DR_KV_FIXED : 0;  // (K = DR_KV_FIXED runs at MU = 1 only)
+    const bool kv128 = dr_kv_fixed(K, V);
     if (tiles[a].bv == 32)
         launch_kernel(kv128 ? dr_walk_mma_kernel<32, MU, K1> : dr_walk_mma_kernel<32, MU, 0>, dim3(N * vt, H),
                       dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
@@ -269,9 +267,7 @@ static size_t output_mma_smem(int K) {
     return ((q > d ? q : d) + KP * LH + 2 * DR_BT * LH) * 2;
 }
 
-// SPLIT: Delta as hi + lo pairs (ws.dsplit), else fp32. KV: 0 takes K and V from the
-// arguments, 128 is the kernel for K = V = 128 (the launch's choice; compile-time sizes, the
-// same operations, the same bits)
+// SPLIT: Delta as hi + lo pairs (ws.dsplit), else fp32; KV: 0, or DR_KV_FIXED (chunk.cuh)
 template <bool SPLIT, int KV>
 __global__ void __launch_bounds__(DRO_THREADS, 3)
     dr_output_mma_kernel(DrWsMma ws, bf16 *o, float scale, int Tlen, int H, int K_arg, int V_arg, const int *offsets,
@@ -407,9 +403,9 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     }
     if (slots > 0 && o) {
         PROFILE("delta_chunk/output");
-        const bool kv128 = K == 128 && V == 128;
-        launch_kernel(ws->dsplit ? (kv128 ? dr_output_mma_kernel<true, 128> : dr_output_mma_kernel<true, 0>)
-                                 : (kv128 ? dr_output_mma_kernel<false, 128> : dr_output_mma_kernel<false, 0>),
+        const bool kv128 = dr_kv_fixed(K, V);
+        launch_kernel(ws->dsplit ? (kv128 ? dr_output_mma_kernel<true, DR_KV_FIXED> : dr_output_mma_kernel<true, 0>)
+                                 : (kv128 ? dr_output_mma_kernel<false, DR_KV_FIXED> : dr_output_mma_kernel<false, 0>),
                       dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws, o, scale, T, H, K,
                       V, offsets, N);
     }

@@ -227,10 +227,8 @@ __device__ __forceinline__ void dr_round_tile(bf16 *Xh, int lds, const float *sr
     dr_tile_bf16<W, false>(DRS_COUNT, Xh, NULL, lds, src, ld, n, ncols, tid);
 }
 
-// SPLIT: Delta, dDelta as hi + lo pairs (ws.dsplit): cp.async; else fp32, split here. KV: 0
-// takes K and V from the arguments, 128 is the kernel for K = V = 128 (the launch's choice: its
-// sizes, loop counts and index divisions compile-time constants; the same operations on the
-// same values, so the same bits)
+// SPLIT: Delta, dDelta as hi + lo pairs (ws.dsplit): cp.async; else fp32, split here. KV: 0, or
+// DR_KV_FIXED (chunk.cuh)
 template <bool SPLIT, int KV>
 __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_grad1_mma_kernel(DrWsMma ws, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
@@ -678,7 +676,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
 // stride of 128: 8-way) and the fill's row reads (2-way) conflict-free; B6's stores go by 8
 // columns a thread (dr_grad_finish_v: 16-byte loads and stores). ptxas: 128 registers, spill
 // 8 / 8 bytes (stores / loads), 111,872 bytes of shared memory at K = V = 128.
-template <int KC>  // 0: K from the argument; 128: the kernel for K = 128 (as grad1's KV)
+template <int KC>  // 0, or DR_KV_FIXED (chunk.cuh; grad2 reads no V)
 __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_grad2_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, const bf16 *q, const bf16 *k,
                         const bf16 *g, const bf16 *beta, int gate, int Tlen, int H, int K_arg, const int *offsets,
@@ -941,13 +939,13 @@ void dr_grad_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *d
     dr_audit_upload();
     {
         PROFILE("delta_chunk/grad1");  // (inside delta_chunk/grad: HYBRID_CUDA_PROFILE=1 prints both)
-        const bool kv128 = K == 128 && V == 128;
-        launch_kernel(ws->dsplit ? (kv128 ? dr_grad1_mma_kernel<true, 128> : dr_grad1_mma_kernel<true, 0>)
-                                 : (kv128 ? dr_grad1_mma_kernel<false, 128> : dr_grad1_mma_kernel<false, 0>),
+        const bool kv128 = dr_kv_fixed(K, V);
+        launch_kernel(ws->dsplit ? (kv128 ? dr_grad1_mma_kernel<true, DR_KV_FIXED> : dr_grad1_mma_kernel<true, 0>)
+                                 : (kv128 ? dr_grad1_mma_kernel<false, DR_KV_FIXED> : dr_grad1_mma_kernel<false, 0>),
                       dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta,
                       gate, scale, T, H, K, V, offsets, N);
     }
     PROFILE("delta_chunk/grad2");
-    launch_kernel(K == 128 ? dr_grad2_mma_kernel<128> : dr_grad2_mma_kernel<0>, dim3((unsigned)slots, H),
+    launch_kernel(K == DR_KV_FIXED ? dr_grad2_mma_kernel<DR_KV_FIXED> : dr_grad2_mma_kernel<0>, dim3((unsigned)slots, H),
                   dim3(DR_THREADS), grad2_mma_smem(K), *ws, dq, dk, dg, dbeta, q, k, g, beta, gate, T, H, K, offsets, N);
 }

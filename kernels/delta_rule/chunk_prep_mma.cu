@@ -225,10 +225,7 @@ __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float 
     }
 }
 
-// KV = 0 takes K and V from the arguments; KV = 128 is the kernel for K = V = 128 (the
-// launch's choice), whose sizes, loop counts and index divisions are compile-time constants:
-// the same operations on the same values (the same bits), fewer instructions.
-template <int KV>
+template <int KV>  // 0, or DR_KV_FIXED (chunk.cuh)
 __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_prep_mma_kernel(DrWsMma ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
                        int gate, float scale, int Tlen, int H, int K_arg, int V_arg, const int *offsets, int N) {
@@ -606,6 +603,6 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 void dr_prep_launch(const DrWsMma *ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
                     int gate, float scale, size_t slots, int T, int H, int K, int V, const int *offsets, int N) {
     dr_audit_upload();
-    launch_kernel(K == 128 && V == 128 ? dr_prep_mma_kernel<128> : dr_prep_mma_kernel<0>, dim3((unsigned)slots, H),
+    launch_kernel(dr_kv_fixed(K, V) ? dr_prep_mma_kernel<DR_KV_FIXED> : dr_prep_mma_kernel<0>, dim3((unsigned)slots, H),
                   dim3(DRM_THREADS), prep_mma_smem(K, V), *ws, q, k, v, g, beta, gate, scale, T, H, K, V, offsets, N);
 }
