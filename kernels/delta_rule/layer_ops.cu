@@ -137,13 +137,28 @@ __device__ __forceinline__ float gate_u(const bf16 *x, const bf16 *dt_bias, size
     return __bfloat162float(x[idx]) + (dt_bias ? __bfloat162float(dt_bias[col]) : 0.f);
 }
 
+// one element of g from u, and of dx (with its dA_log term) from dg and u: the scalar and the
+// vector kernels share these, so they compute the same bits
+__device__ __forceinline__ float gate_value(float u, float A, float lb) {
+    return lb < 0.f ? lb * dr_sigmoid(A * u) : -A * dr_softplus(u);
+}
+__device__ __forceinline__ float gate_grad(float d, float u, float A, float lb, float *dAl) {
+    if (lb < 0.f) {  // g = lb sigma(A u): dx = dg lb sigma (1 - sigma) A ; dA_log term dx u
+        const float sg = dr_sigmoid(A * u), dxi = d * lb * sg * (1.f - sg) * A;
+        *dAl += dxi * u;
+        return dxi;
+    }
+    // g = -A softplus(u): dx = -dg A sigma(u) ; dA_log term dg g
+    *dAl += d * (-A * dr_softplus(u));
+    return d * (-A) * dr_sigmoid(u);
+}
+
 __global__ void gate_fwd_kernel(bf16 *g, const bf16 *x, const bf16 *A_log, const bf16 *dt_bias, size_t n, int H,
                                 int K, float lb) {
     const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n) return;
     const int col = (int)(idx % ((size_t)H * K)), h = col / K;
-    const float A = gate_A(A_log, h), u = gate_u(x, dt_bias, idx, col);
-    g[idx] = __float2bfloat16(lb < 0.f ? lb * dr_sigmoid(A * u) : -A * dr_softplus(u));
+    g[idx] = __float2bfloat16(gate_value(gate_u(x, dt_bias, idx, col), gate_A(A_log, h), lb));
 }
 
 // One thread per column (h, i) over one chunk of rows, in order: writes dx and the chunk's
@@ -160,16 +175,7 @@ __global__ void gate_bwd_kernel(bf16 *dx, float *partial, const bf16 *dg, const 
     float db = 0.f, dAl = 0.f;
     for (size_t n = n0; n < n1; n++) {
         const size_t idx = n * cols + col;
-        const float u = gate_u(x, dt_bias, idx, col), d = __bfloat162float(dg[idx]);
-        float dxi;
-        if (lb < 0.f) {  // g = lb sigma(A u): dx = dg lb sigma (1 - sigma) A ; dA_log term dx u
-            const float sg = dr_sigmoid(A * u);
-            dxi = d * lb * sg * (1.f - sg) * A;
-            dAl += dxi * u;
-        } else {  // g = -A softplus(u): dx = -dg A sigma(u) ; dA_log term dg g
-            dxi = d * (-A) * dr_sigmoid(u);
-            dAl += d * (-A * dr_softplus(u));
-        }
+        const float dxi = gate_grad(__bfloat162float(dg[idx]), gate_u(x, dt_bias, idx, col), A, lb, &dAl);
         dx[idx] = __float2bfloat16(dxi);
         db += dxi;
     }
@@ -186,8 +192,10 @@ __global__ void gate_bwd_kernel(bf16 *dx, float *partial, const bf16 *dg, const 
 // order into the same partials: the same bits as the scalar kernels (HYBRID_GATE_REF=1, read at
 // each call, selects those; tests/gpu/test_delta_rule_layer.c compares the two bit for bit).
 #define GATE_VEC_ROWS 32  // rows a forward thread walks
-static int gate_vec_ok(int K, const void *a, const void *b, const void *dt_bias) {
-    return !env_flag("HYBRID_GATE_REF") && K % 8 == 0 && is_aligned16(a) && is_aligned16(b) && (!dt_bias || is_aligned16(dt_bias));
+// the vector kernels apply: K % 8 == 0, the three (N, H, K) tensors and dt_bias (if any) 16-byte aligned
+static int gate_vec_ok(int K, const void *a, const void *b, const void *c, const void *dt_bias) {
+    return !env_flag("HYBRID_GATE_REF") && K % 8 == 0 && is_aligned16(a) && is_aligned16(b) && is_aligned16(c) &&
+           (!dt_bias || is_aligned16(dt_bias));
 }
 // the 8 dt_bias values of columns c.. (0 without dt_bias)
 __device__ __forceinline__ void gate_dt8(const bf16 *dt_bias, int c, float dt[8]) {
@@ -209,10 +217,7 @@ __global__ void gate_fwd_vec_kernel(bf16 *g, const bf16 *x, const bf16 *A_log, c
         float v[8];
         load8(x + n * cols + c, v);
 #pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const float u = v[k] + dt[k];
-            v[k] = lb < 0.f ? lb * dr_sigmoid(A * u) : -A * dr_softplus(u);
-        }
+        for (int k = 0; k < 8; k++) v[k] = gate_value(v[k] + dt[k], A, lb);
         store8(g + n * cols + c, v);
     }
 }
@@ -235,18 +240,8 @@ __global__ void gate_bwd_vec_kernel(bf16 *dx, float *partial, const bf16 *dg, co
         load8(dg + n * cols + c, d);
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            const float u = xv[k] + dt[k];
-            float dxi;
-            if (lb < 0.f) {
-                const float sg = dr_sigmoid(A * u);
-                dxi = d[k] * lb * sg * (1.f - sg) * A;
-                dAl[k] += dxi * u;
-            } else {
-                dxi = d[k] * (-A) * dr_sigmoid(u);
-                dAl[k] += d[k] * (-A * dr_softplus(u));
-            }
-            xv[k] = dxi;
-            db[k] += dxi;
+            xv[k] = gate_grad(d[k], xv[k] + dt[k], A, lb, &dAl[k]);
+            db[k] += xv[k];
         }
         store8(dx + n * cols + c, xv);
     }
@@ -256,8 +251,8 @@ __global__ void gate_bwd_vec_kernel(bf16 *dx, float *partial, const bf16 *dg, co
         partial[(size_t)blockIdx.x * 2 * cols + cols + c + k] = dAl[k];
     }
 }
-// threads a block for `groups` column groups: whole warps, at most 128
-static unsigned gate_vec_threads(int groups) { return groups < 128 ? (unsigned)((groups + 31) / 32 * 32) : 128u; }
+// threads a block of the column kernels for `cols` columns (or column groups): whole warps, at most 128
+static unsigned gate_threads(int cols) { return cols < 128 ? (unsigned)((cols + 31) / 32 * 32) : 128u; }
 
 // dA_log[h] += sum_i per_col[h*K+i] (i in order)
 __global__ void gate_dA_kernel(bf16 *dA_log, const float *per_col, int H, int K) {
@@ -274,9 +269,9 @@ extern "C" void cuda_decay_gate_forward(real *g, const real *x, const real *A_lo
     if (H < 1 || K < 1 || lower_bound > 0) die("cuda_decay_gate_forward: bad H=%d K=%d lower_bound=%g", H, K, lower_bound);
     const size_t n = N * H * K;
     if (n == 0) return;
-    if (gate_vec_ok(K, g, x, dt_bias)) {
+    if (gate_vec_ok(K, g, x, x, dt_bias)) {
         const int groups = H * K / 8;
-        const unsigned t = gate_vec_threads(groups);
+        const unsigned t = gate_threads(groups);
         launch_kernel(gate_fwd_vec_kernel, dim3((groups + t - 1) / t, (unsigned)((N + GATE_VEC_ROWS - 1) / GATE_VEC_ROWS)),
                       dim3(t), 0, (bf16 *)g, (const bf16 *)x, (const bf16 *)A_log, (const bf16 *)dt_bias, N, H, K,
                       (float)lower_bound);
@@ -297,17 +292,17 @@ extern "C" void cuda_decay_gate_backward(real *dx, real *dA_log, real *ddt_bias,
     const int per = grad_row_chunks(N, &chunks);
     float *partial = (float *)scratch_get(((size_t)chunks * 2 * cols + cols) * sizeof(float));
     float *per_col = partial + (size_t)chunks * 2 * cols;
-    if (gate_vec_ok(K, dx, dg, dt_bias) && is_aligned16(x)) {
+    if (gate_vec_ok(K, dx, dg, x, dt_bias)) {
         const int groups = cols / 8;
-        const unsigned t = gate_vec_threads(groups);
+        const unsigned t = gate_threads(groups);
         launch_kernel(gate_bwd_vec_kernel, dim3((unsigned)chunks, (groups + t - 1) / t), dim3(t), 0, (bf16 *)dx,
                       partial, (const bf16 *)dg, (const bf16 *)x, (const bf16 *)A_log, (const bf16 *)dt_bias, N, per,
                       H, K, (float)lower_bound);
     } else {
-        const int threads = cols < 128 ? (cols + 31) / 32 * 32 : 128;
-        launch_kernel(gate_bwd_kernel, dim3((unsigned)chunks, (unsigned)((cols + threads - 1) / threads)),
-                      dim3(threads), 0, (bf16 *)dx, partial, (const bf16 *)dg, (const bf16 *)x, (const bf16 *)A_log,
-                      (const bf16 *)dt_bias, N, per, H, K, (float)lower_bound);
+        const unsigned t = gate_threads(cols);
+        launch_kernel(gate_bwd_kernel, dim3((unsigned)chunks, (cols + t - 1) / t), dim3(t), 0, (bf16 *)dx, partial,
+                      (const bf16 *)dg, (const bf16 *)x, (const bf16 *)A_log, (const bf16 *)dt_bias, N, per, H, K,
+                      (float)lower_bound);
     }
     if (ddt_bias) grad_reduce_add((bf16 *)ddt_bias, partial, chunks, cols, (size_t)2 * cols);
     if (dA_log && A_log) {
