@@ -479,10 +479,20 @@ __device__ __forceinline__ void dr_split(DrSplitOperand op, float x, bf16 *hi, b
     *hi = h;
     *lo = __float2bfloat16(dr_lo(op, x - __bfloat162float(h)));
 }
-// dr_split into registers (the same two roundings)
-__device__ __forceinline__ void dr_split_r(DrSplitOperand op, float x, bf16 &hi, bf16 &lo) {
-    hi = __float2bfloat16(x);
-    lo = __float2bfloat16(dr_lo(op, x - __bfloat162float(hi)));
+// dr_exp_note. An entry written `in ? x * expf(a - b) : 0` compiles to a branch around each
+// exponential (BSSY, BRA, BSYNC, its two constants loaded again: about 15 instructions where
+// the exponential itself is 10; the SASS of the prep and grad1 on sm_90). The kernels compute
+// such exponentials unconditionally, of operands that are finite whether the entry is in
+// range or not (Gamma, its rows past n, zeros past K), and select afterwards: the same bits
+// where in range; an out-of-range value is dropped by the select.
+// dr_split of two adjacent entries x0, x1 as two bf16x2 words (hi, lo; x0 in the lower half).
+// The hi pair is rounded by one paired conversion and read back from it: the same
+// round-to-nearest-even as two single conversions, so the same bits, and one conversion
+// instruction less a pair (two single ones compiled to F2F each, then a pack).
+__device__ __forceinline__ void dr_split_pair(DrSplitOperand op, float x0, float x1, uint32_t &hi, uint32_t &lo) {
+    hi = pack_bf16(x0, x1);
+    const float2 h = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&hi));
+    lo = pack_bf16(dr_lo(op, x0 - h.x), dr_lo(op, x1 - h.y));
 }
 __device__ __forceinline__ void dr_mma3(float c[4], const uint32_t ah[4], const uint32_t al[4], const uint32_t bh[2],
                                         const uint32_t bl[2]) {

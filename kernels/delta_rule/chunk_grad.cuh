@@ -94,7 +94,10 @@ __device__ void dr_b4_diag(const float *dA, const float *dL, const float *G, con
             qr = dr_ld(q + (size_t)(t0 + 15) * ldqk + i), oq = dQ[x], ok = dK[x], og = dG[x];
         }
 #pragma unroll
-        for (int j = 15; j >= 1; j--) f[j] = t0 + j < n ? expf(f[j] - f[j - 1]) : 0.f;
+        for (int j = 15; j >= 1; j--) {  // (unconditional, then the select: chunk.cuh's dr_exp_note)
+            const float e = expf(f[j] - f[j - 1]);
+            f[j] = t0 + j < n ? e : 0.f;
+        }
         const float4 *a4 = (const float4 *)(ds + 256 * B), *l4 = (const float4 *)(ds + 1024 + 256 * B);
 #pragma unroll
         for (int r = 15; r >= 0; r--) {

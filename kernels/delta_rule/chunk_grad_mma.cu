@@ -156,14 +156,11 @@ static size_t grad1n_mma_smem(int K) {
 
 // x (of operand op) as hi + lo bf16 at hi[0..3], lo[0..3] (dr_split each; 8-byte aligned)
 __device__ __forceinline__ void dr_split4(DrSplitOperand op, float4 x, bf16 *hi, bf16 *lo) {
-    bf16 h[4], l[4];
-    dr_split(op, x.x, &h[0], &l[0]);
-    dr_split(op, x.y, &h[1], &l[1]);
-    dr_split(op, x.z, &h[2], &l[2]);
-    dr_split(op, x.w, &h[3], &l[3]);
-    __nv_bfloat162 *H2 = (__nv_bfloat162 *)hi, *L2 = (__nv_bfloat162 *)lo;
-    H2[0].x = h[0], H2[0].y = h[1], H2[1].x = h[2], H2[1].y = h[3];
-    L2[0].x = l[0], L2[0].y = l[1], L2[1].x = l[2], L2[1].y = l[3];
+    uint2 h, l;
+    dr_split_pair(op, x.x, x.y, h.x, l.x);
+    dr_split_pair(op, x.z, x.w, h.y, l.y);
+    *reinterpret_cast<uint2 *>(hi) = h;
+    *reinterpret_cast<uint2 *>(lo) = l;
 }
 // x as 4 bf16 at hi[0..3] (an operand kept as one bf16: dr_split's hi alone; 8-byte aligned)
 __device__ __forceinline__ void dr_round4(float4 x, bf16 *hi) {
@@ -518,10 +515,12 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                 else
                     g4 = make_float4(i < K ? G[grad1_gx(LG, r, i)] : 0.f, i + 1 < K ? G[grad1_gx(LG, r, i + 1)] : 0.f,
                                      i + 2 < K ? G[grad1_gx(LG, r, i + 2)] : 0.f, 0.f);
-                kb.x = r < n && i < K ? kq[u][0] * expf(g4.x) : 0.f;
-                kb.y = r < n && i + 1 < K ? kq[u][1] * expf(g4.y) : 0.f;
-                kb.z = r < n && i + 2 < K ? kq[u][2] * expf(g4.z) : 0.f;
-                kb.w = r < n && i + 3 < K ? kq[u][3] * expf(g4.w) : 0.f;
+                // (the exponentials unconditional, then the selects: chunk.cuh's dr_exp_note)
+                const float e0 = expf(g4.x), e1 = expf(g4.y), e2 = expf(g4.z), e3 = expf(g4.w);
+                kb.x = r < n && i < K ? kq[u][0] * e0 : 0.f;
+                kb.y = r < n && i + 1 < K ? kq[u][1] * e1 : 0.f;
+                kb.z = r < n && i + 2 < K ? kq[u][2] * e2 : 0.f;
+                kb.w = r < n && i + 3 < K ? kq[u][3] * e3 : 0.f;
                 dr_round4(kb, Bh + r * LT + c);
             }
             cp_async_wait<0>();
@@ -811,23 +810,16 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                         const int r = warp + 8 * (2 * j + rh);
                         const bool in = r < n && fin0;
                         const float2 gr = in ? *(const float2 *)(G + r * LGs + fc) : make_float2(0.f, 0.f);
+                        // (the exponentials unconditional, then the selects: chunk.cuh's dr_exp_note)
                         if (r < t0) {
-                            float a0 = 0.f, a1 = 0.f;
-                            if (in) a0 = fk[2 * j] * expf(g0.x - gr.x);
-                            if (in && fin1) a1 = fk[2 * j + 1] * expf(g0.y - gr.y);
+                            const float e0 = expf(g0.x - gr.x), e1 = expf(g0.y - gr.y);
+                            const float a0 = in ? fk[2 * j] * e0 : 0.f, a1 = in && fin1 ? fk[2 * j + 1] * e1 : 0.f;
                             *(__nv_bfloat162 *)(Krh + r * LN + ii) = __floats2bfloat162_rn(a0, a1);
                         } else if (r >= t0 + 16) {
-                            float b0 = 0.f, c0 = 0.f, b1 = 0.f, c1 = 0.f;
-                            if (in) {
-                                const float ex = expf(gr.x - g15.x);
-                                b0 = fq[2 * j] * ex;
-                                c0 = bs[r] * fk[2 * j] * ex;
-                            }
-                            if (in && fin1) {
-                                const float ex = expf(gr.y - g15.y);
-                                b1 = fq[2 * j + 1] * ex;
-                                c1 = bs[r] * fk[2 * j + 1] * ex;
-                            }
+                            const float e0 = expf(gr.x - g15.x), e1 = expf(gr.y - g15.y);
+                            const float b0 = in ? fq[2 * j] * e0 : 0.f, c0 = in ? bs[r] * fk[2 * j] * e0 : 0.f,
+                                        b1 = in && fin1 ? fq[2 * j + 1] * e1 : 0.f,
+                                        c1 = in && fin1 ? bs[r] * fk[2 * j + 1] * e1 : 0.f;
                             *(__nv_bfloat162 *)(Qrh + r * LN + ii) = __floats2bfloat162_rn(b0, b1);
                             *(__nv_bfloat162 *)(Kbh + r * LN + ii) = __floats2bfloat162_rn(c0, c1);
                         }

@@ -15,6 +15,8 @@
 // expressions of the same fp32 operands as in the scalar version before (32d9b1a; about 6.5
 // an element), so the outputs are bit-identical to its (the emulated test cases), except for
 // the diagonal blocks of Aqk and L (step 2: products of per-token factors, other sums).
+// Every exponential is computed whether its entry is in range or not, then selected (chunk.cuh's
+// dr_exp_note; G is finite everywhere: rows past n hold Gamma_end, channels past K zero).
 // 0. cp.async k, g; beta and GDN's per-head gate; L = 0, Aqk's blocks above the diagonal = 0;
 //    q of row block 0 into registers.
 // 1. Gamma, a thread per channel down the 64 rows in shared memory (fp32, the scalar version's
@@ -70,18 +72,12 @@ __device__ __forceinline__ void drp_unpack8(const uint4 &u, float f[8]) {
         f[2 * j] = t.x, f[2 * j + 1] = t.y;
     }
 }
-// dr_split of two adjacent entries of operand op as two bf16x2 words (hi, lo; the lower column first)
-__device__ __forceinline__ void drp_split2(DrSplitOperand op, float x0, float x1, uint32_t *hi, uint32_t *lo) {
-    const float h0 = __bfloat162float(__float2bfloat16(x0)), h1 = __bfloat162float(__float2bfloat16(x1));
-    *hi = pack_bf16(h0, h1);  // (exact: h0, h1 are bf16 values)
-    *lo = pack_bf16(dr_lo(op, x0 - h0), dr_lo(op, x1 - h1));
-}
 // dr_split of 8 entries of operand op into 16-byte words hi, lo
 __device__ __forceinline__ void drp_split8(DrSplitOperand op, const float x[8], uint4 *hi, uint4 *lo) {
-    drp_split2(op, x[0], x[1], &hi->x, &lo->x);
-    drp_split2(op, x[2], x[3], &hi->y, &lo->y);
-    drp_split2(op, x[4], x[5], &hi->z, &lo->z);
-    drp_split2(op, x[6], x[7], &hi->w, &lo->w);
+    dr_split_pair(op, x[0], x[1], hi->x, lo->x);
+    dr_split_pair(op, x[2], x[3], hi->y, lo->y);
+    dr_split_pair(op, x[4], x[5], hi->z, lo->z);
+    dr_split_pair(op, x[6], x[7], hi->w, lo->w);
 }
 // Gamma's rows in shared memory (G, fp32 [64][KP]) hold channel i at i ^ drp_gsw(i): the two
 // 4-channel halves of every 8-channel group whose channels have bit 5 set are swapped. A thread
@@ -319,13 +315,13 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     drp_lds8g(G + 16 * I * KP, i0, g0);
                     drp_lds8g(G + (C - 1) * KP, i0, ge);
 #pragma unroll
-                    for (int t = 0; t < 8; t++) {
+                    for (int t = 0; t < 8; t++) {  // (exponentials first, then the selects: dr_exp_note)
                         const bool in = r < n && i0 + t < K;
-                        const float ex = in ? expf(gr[t] - g0[t]) : 0.f;
+                        const float ex = expf(gr[t] - g0[t]), eq = expf(gr[t]), ek = expf(ge[t] - gr[t]);
                         a[t] = in ? qf[t] * ex : 0.f;
                         b[t] = in ? kf[t] * ex : 0.f;
-                        qg[t] = in ? qf[t] * expf(gr[t]) : 0.f;
-                        ke[t] = in ? kf[t] * expf(ge[t] - gr[t]) : 0.f;
+                        qg[t] = in ? qf[t] * eq : 0.f;
+                        ke[t] = in ? kf[t] * ek : 0.f;
                     }
                     if (split_lo) {
                         uint4 hi, lo;
@@ -365,7 +361,10 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 drp_lds8g(G + c * KP, i0, gc);
                 drp_lds8g(G + 16 * I * KP, i0, g0);
 #pragma unroll
-                for (int t = 0; t < 8; t++) b[t] = c < n && i0 + t < K ? kf[t] * expf(g0[t] - gc[t]) : 0.f;
+                for (int t = 0; t < 8; t++) {
+                    const float e = expf(g0[t] - gc[t]);
+                    b[t] = c < n && i0 + t < K ? kf[t] * e : 0.f;
+                }
                 if (split_lo) {
                     uint4 hi, lo;
                     drp_split8(DRS_KC, b, &hi, &lo);
@@ -412,8 +411,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                             make_float2((c < r && r < n) ? bs[r] * acc[u] : 0.f, (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f);
                     } else {
                         uint32_t hi, lo;
-                        drp_split2(DRS_AQK, (c <= r && r < n) ? scale * acc[u] : 0.f,
-                                   (c + 1 <= r && r < n) ? scale * acc[u + 1] : 0.f, &hi, &lo);
+                        dr_split_pair(DRS_AQK, (c <= r && r < n) ? scale * acc[u] : 0.f,
+                                      (c + 1 <= r && r < n) ? scale * acc[u + 1] : 0.f, hi, lo);
                         *reinterpret_cast<uint32_t *>(Aqk + r * C + c) = hi;
                         *reinterpret_cast<uint32_t *>(Aqkl + r * C + c) = lo;
                     }
@@ -507,7 +506,10 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         load8(ks + c * LK + i0, kf);
         drp_lds8g(G + c * KP, i0, gc);
 #pragma unroll
-        for (int t = 0; t < 8; t++) w[t] = c < n && i0 + t < K ? kf[t] * expf(gc[t]) : 0.f;
+        for (int t = 0; t < 8; t++) {
+            const float e = expf(gc[t]);
+            w[t] = c < n && i0 + t < K ? kf[t] * e : 0.f;
+        }
         uint4 hi, lo;
         drp_split8(DRS_KB, w, &hi, &lo);
         *reinterpret_cast<uint4 *>(kwh + c * LK + i0) = hi;
@@ -524,7 +526,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
             for (int u = 0; u < 4; u++) {
                 const int r = mt * 16 + gq + (u & 1) * 8, c = kk * 16 + 2 * t4 + (u >> 1) * 8;
                 const float2 t = *reinterpret_cast<const float2 *>(Tm + r * LT + c);  // (8 bytes: 2-way conflicts, DRP_LT)
-                drp_split2(DRS_TB, t.x * bs[c], t.y * bs[c + 1], &ah[kk][u], &al[kk][u]);
+                dr_split_pair(DRS_TB, t.x * bs[c], t.y * bs[c + 1], ah[kk][u], al[kk][u]);
             }
         const int npk = KP / 16, npv = VP / 16;
         // U: pairs of adjacent columns as one 8-byte store where aligned (the 4 lanes of a row fill
@@ -577,7 +579,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 for (int u = 0; u < 4; u += 2) {
                     const int rr = gq + (u >= 2 ? 8 : 0), sc = ((nt ^ (rr >> 2)) & 1) * 8 + 2 * t4;
                     uint32_t hi, lo;
-                    drp_split2(DRS_W, acc[nt][u], acc[nt][u + 1], &hi, &lo);
+                    dr_split_pair(DRS_W, acc[nt][u], acc[nt][u + 1], hi, lo);
                     *reinterpret_cast<uint32_t *>(Wst + rr * 16 + sc) = hi;
                     *reinterpret_cast<uint32_t *>(Wst + 256 + rr * 16 + sc) = lo;
                 }

@@ -8,8 +8,9 @@
 // The L2 norm has vector kernels for D = 64, 128, 256 (row_vec.cuh) with the general kernels'
 // bits (HYBRID_L2NORM_REF=1 selects the general ones); not yet measured on a GPU (branch kda-ops).
 // The decay gate has vector kernels for K % 8 == 0 with the scalar kernels' bits
-// (HYBRID_GATE_REF=1 selects those); not yet measured on a GPU (branch gate-vec: the 3:1
-// hybrid's profile has decay_gate_fwd / _bwd at 3.3 / 3.1 ms a step, ~4x the bytes' time).
+// (HYBRID_GATE_REF=1 selects those). The 3:1 hybrid at B64 T1024 on the H200, both in one call
+// (session 18): decay_gate_fwd 3.32 -> 1.55 ms a step; decay_gate_bwd 3.25 -> 3.14, which the
+// vector kernel alone did not fix (not yet profiled apart from the partials' reductions).
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"

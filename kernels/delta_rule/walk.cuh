@@ -127,24 +127,16 @@ __device__ __forceinline__ void dr_walk_store_split_tile(bf16 *P, int V, int j0,
     }
 }
 
-// Two adjacent columns (a C fragment's pair) of a bf16 shared-memory tile as one 4-byte store
-// (p 4-byte aligned: an even column of a tile with an even row stride). The walks split their
-// fp32 fragments hi + lo into shared memory this way, where one 2-byte store an element took
-// twice the store instructions (Nsight Compute on the H200 also counted 1.5 wavefronts a
-// request on those 2-byte stores, though no two lanes of one store share a bank).
-__device__ __forceinline__ void dr_walk_sts2(bf16 *p, bf16 a, bf16 b) {
-    __nv_bfloat162 v;
-    v.x = a, v.y = b;
-    *reinterpret_cast<__nv_bfloat162 *>(p) = v;
-}
-// fragment values x0, x1 (columns jj, jj + 1) of operand op split hi + lo into the tiles Xh, Xl
-// at offset o
+// Fragment values x0, x1 (columns jj, jj + 1) of operand op split hi + lo into the bf16 tiles
+// Xh, Xl at offset o (4-byte aligned: an even column of a tile with an even row stride), a
+// 4-byte store each: one 2-byte store an element took twice the store instructions (Nsight
+// Compute on the H200 also counted 1.5 wavefronts a request on those 2-byte stores, though no
+// two lanes of one store share a bank).
 __device__ __forceinline__ void dr_walk_split2(DrSplitOperand op, float x0, float x1, bf16 *Xh, bf16 *Xl, int o) {
-    bf16 h0, l0, h1, l1;
-    dr_split_r(op, x0, h0, l0);
-    dr_split_r(op, x1, h1, l1);
-    dr_walk_sts2(Xh + o, h0, h1);
-    dr_walk_sts2(Xl + o, l0, l1);
+    uint32_t hi, lo;
+    dr_split_pair(op, x0, x1, hi, lo);
+    *reinterpret_cast<uint32_t *>(Xh + o) = hi;
+    *reinterpret_cast<uint32_t *>(Xl + o) = lo;
 }
 
 #endif

@@ -1,5 +1,11 @@
 #!/bin/bash
-# Prepared in session 17, not yet run (issues 15, 16): device calls measuring session 17's two
+# Run in session 18 (call1.txt): the `ab` half's old build failed (15e61a4's chunk.cuh predates
+# the DR_KV_FIXED names the tree's chunk_bwalk_mma.cu uses: old files must be a consistent set,
+# every file that changed since); what it did measure: test_delta_rule 2200 checks on the H200,
+# the KDA bench's memory rows 4022.2 / 3990.5 / 3111.5 MiB, and GPU fingerprints equal to
+# session 17's (out/s17/call2, before d41eced and c67d7cb): both changes keep the bits. The gate's
+# same-call A/B is in results/bench/prep-s18 (HYBRID_GATE_REF=1 against the default). As prepared:
+# Prepared in session 17 (issues 15, 16): device calls measuring session 17's two
 # unmeasured same-bits changes against 15e61a4's files: grad1's dW in bf16 (d41eced: chunk.cuh,
 # chunk_grad_mma.cu, chunk_grad_ref_mma.cu) and the decay gate's vector kernels (c67d7cb:
 # layer_ops.cu). kernel_ab (test, KDA bench, per-kernel profile, fingerprints, 3:1 hybrid), the
