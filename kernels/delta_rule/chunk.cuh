@@ -484,7 +484,16 @@ __device__ __forceinline__ void dr_split(DrSplitOperand op, float x, bf16 *hi, b
 // the exponential itself is 10; the SASS of the prep and grad1 on sm_90). The kernels compute
 // such exponentials unconditionally, of operands that are finite whether the entry is in
 // range or not (Gamma, its rows past n, zeros past K), and select afterwards: the same bits
-// where in range; an out-of-range value is dropped by the select.
+// where in range; an out-of-range value is dropped by the select. Where an exponential's only
+// use is the selected product, the compiler sinks it back into a branch: dr_eval pins it.
+// dr_eval(x): x, evaluated at this point on every path (an empty volatile asm that takes and
+// gives x, which the compiler may neither drop nor move into a branch; no instruction)
+__device__ __forceinline__ float dr_eval(float x) {
+#ifndef HYBRID_CUDA_EMU
+    asm volatile("" : "+f"(x));
+#endif
+    return x;
+}
 // dr_split of two adjacent entries x0, x1 as two bf16x2 words (hi, lo; x0 in the lower half).
 // The hi pair is rounded by one paired conversion and read back from it: the same
 // round-to-nearest-even as two single conversions, so the same bits, and one conversion

@@ -516,7 +516,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     g4 = make_float4(i < K ? G[grad1_gx(LG, r, i)] : 0.f, i + 1 < K ? G[grad1_gx(LG, r, i + 1)] : 0.f,
                                      i + 2 < K ? G[grad1_gx(LG, r, i + 2)] : 0.f, 0.f);
                 // (the exponentials unconditional, then the selects: chunk.cuh's dr_exp_note)
-                const float e0 = expf(g4.x), e1 = expf(g4.y), e2 = expf(g4.z), e3 = expf(g4.w);
+                const float e0 = dr_eval(expf(g4.x)), e1 = dr_eval(expf(g4.y)), e2 = dr_eval(expf(g4.z)),
+                            e3 = dr_eval(expf(g4.w));
                 kb.x = r < n && i < K ? kq[u][0] * e0 : 0.f;
                 kb.y = r < n && i + 1 < K ? kq[u][1] * e1 : 0.f;
                 kb.z = r < n && i + 2 < K ? kq[u][2] * e2 : 0.f;
@@ -812,11 +813,11 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                         const float2 gr = in ? *(const float2 *)(G + r * LGs + fc) : make_float2(0.f, 0.f);
                         // (the exponentials unconditional, then the selects: chunk.cuh's dr_exp_note)
                         if (r < t0) {
-                            const float e0 = expf(g0.x - gr.x), e1 = expf(g0.y - gr.y);
+                            const float e0 = dr_eval(expf(g0.x - gr.x)), e1 = dr_eval(expf(g0.y - gr.y));
                             const float a0 = in ? fk[2 * j] * e0 : 0.f, a1 = in && fin1 ? fk[2 * j + 1] * e1 : 0.f;
                             *(__nv_bfloat162 *)(Krh + r * LN + ii) = __floats2bfloat162_rn(a0, a1);
                         } else if (r >= t0 + 16) {
-                            const float e0 = expf(gr.x - g15.x), e1 = expf(gr.y - g15.y);
+                            const float e0 = dr_eval(expf(gr.x - g15.x)), e1 = dr_eval(expf(gr.y - g15.y));
                             const float b0 = in ? fq[2 * j] * e0 : 0.f, c0 = in ? bs[r] * fk[2 * j] * e0 : 0.f,
                                         b1 = in && fin1 ? fq[2 * j + 1] * e1 : 0.f,
                                         c1 = in && fin1 ? bs[r] * fk[2 * j + 1] * e1 : 0.f;

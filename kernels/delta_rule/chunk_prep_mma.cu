@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 drp_lds8g(G + 16 * I * KP, i0, g0);
 #pragma unroll
                 for (int t = 0; t < 8; t++) {
-                    const float e = expf(g0[t] - gc[t]);
+                    const float e = dr_eval(expf(g0[t] - gc[t]));
                     b[t] = c < n && i0 + t < K ? kf[t] * e : 0.f;
                 }
                 if (split_lo) {
@@ -507,7 +507,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         drp_lds8g(G + c * KP, i0, gc);
 #pragma unroll
         for (int t = 0; t < 8; t++) {
-            const float e = expf(gc[t]);
+            const float e = dr_eval(expf(gc[t]));
             w[t] = c < n && i0 + t < K ? kf[t] * e : 0.f;
         }
         uint4 hi, lo;
