@@ -173,12 +173,18 @@ static inline unsigned grid_for(size_t work, int block, int max_blocks_per_sm = 
 static inline int is_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 // ---- bf16 vectors: 8 elements = 16 bytes ----
+// A bf16 pair as loaded (the lower element in the low 16 bits) -> two fp32. A bf16 is the top
+// half of its fp32, so each element is one instruction, a shift or a mask: the same values as
+// __bfloat1622float2, which compiles the high element to two (moved down, then shifted back up).
+__device__ __forceinline__ float2 bf16x2_to_float2(uint32_t u) {
+    return make_float2(__uint_as_float(u << 16), __uint_as_float(u & 0xffff0000u));
+}
 // bf16 x 8 in a uint4 (as loaded) -> fp32
 __device__ __forceinline__ void unpack8(uint4 v, float f[8]) {
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&v);
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float2 t = __bfloat1622float2(h[i]);
+        const float2 t = bf16x2_to_float2(w[i]);
         f[2 * i] = t.x;
         f[2 * i + 1] = t.y;
     }

@@ -500,7 +500,7 @@ __device__ __forceinline__ float dr_eval(float x) {
 // instruction less a pair (two single ones compiled to F2F each, then a pack).
 __device__ __forceinline__ void dr_split_pair(DrSplitOperand op, float x0, float x1, uint32_t &hi, uint32_t &lo) {
     hi = pack_bf16(x0, x1);
-    const float2 h = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&hi));
+    const float2 h = bf16x2_to_float2(hi);
     lo = pack_bf16(dr_lo(op, x0 - h.x), dr_lo(op, x1 - h.y));
 }
 __device__ __forceinline__ void dr_mma3(float c[4], const uint32_t ah[4], const uint32_t al[4], const uint32_t bh[2],

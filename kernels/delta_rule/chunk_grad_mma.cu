@@ -69,7 +69,7 @@ __device__ __forceinline__ void dr_ld_pair(const float *p, bool vec, bool in0, b
 }
 __device__ __forceinline__ void dr_ld_pair(const bf16 *p, bool vec, bool in0, bool in1, float &a, float &b) {
     if (vec) {
-        const float2 v = in0 ? __bfloat1622float2(*(const __nv_bfloat162 *)p) : make_float2(0.f, 0.f);
+        const float2 v = in0 ? bf16x2_to_float2(*(const uint32_t *)p) : make_float2(0.f, 0.f);
         a = v.x, b = v.y;
     } else {
         a = in0 ? __bfloat162float(p[0]) : 0.f;

@@ -63,15 +63,6 @@ static size_t prep_mma_smem(int K, int V) {
     return DR_BT * KP * 4 + DR_BT * DRP_LT * 4 + 2 * DR_BT * 4 + DR_BT * LK * 2 + tiles * 2;
 }
 
-// bf16 bits <-> fp32 for the 8-channel groups of the prep (bf16 -> fp32 is exact)
-__device__ __forceinline__ void drp_unpack8(const uint4 &u, float f[8]) {
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        const float2 t = __bfloat1622float2(h[j]);
-        f[2 * j] = t.x, f[2 * j + 1] = t.y;
-    }
-}
 // dr_split of 8 entries of operand op into 16-byte words hi, lo
 __device__ __forceinline__ void drp_split8(DrSplitOperand op, const float x[8], uint4 *hi, uint4 *lo) {
     dr_split_pair(op, x[0], x[1], hi->x, lo->x);
@@ -131,8 +122,7 @@ __device__ __forceinline__ void drp_lds4f(const float *p, float f[4]) {
 // 4 bf16 of shared memory (8-byte aligned) as fp32
 __device__ __forceinline__ void drp_lds4(const bf16 *p, float f[4]) {
     const uint2 u = *reinterpret_cast<const uint2 *>(p);
-    const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.x)),
-                 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u.y));
+    const float2 a = bf16x2_to_float2(u.x), b = bf16x2_to_float2(u.y);
     f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
 }
 
@@ -308,7 +298,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     if (e >= 16 * K8) break;
                     const int rr = e / K8, i0 = (e % K8) * 8, r = 16 * I + rr;
                     float qf[8], kf[8], gr[8], g0[8], ge[8], a[8], b[8], qg[8], ke[8];
-                    drp_unpack8(qv[j], qf);
+                    unpack8(qv[j], qf);
                     *reinterpret_cast<uint4 *>(qd + rr * LK + i0) = qv[j];  // q itself, for the diagonal block
                     load8(ks + r * LK + i0, kf);
                     drp_lds8g(G + r * KP, i0, gr);

@@ -102,6 +102,16 @@ static inline float __bfloat162float(__nv_bfloat16 h) { return (float)h; }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__nv_bfloat16(a), __nv_bfloat16(b)}; }
 static inline __nv_bfloat162 __float22bfloat162_rn(float2 f) { return {__nv_bfloat16(f.x), __nv_bfloat16(f.y)}; }
 static inline float2 __bfloat1622float2(__nv_bfloat162 h) { return {(float)h.x, (float)h.y}; }
+static inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 static inline float __low2float(__nv_bfloat162 h) { return (float)h.x; }
 static inline float __high2float(__nv_bfloat162 h) { return (float)h.y; }
 
