@@ -1,7 +1,7 @@
 #!/bin/bash
 # Session 18, the last device call (issues 15, 16): the tree's kernels (a1d4d5f plus dr_eval,
 # chunk.cuh: the exponentials that the compiler sank back into branches pinned before their
-# selects) measured next to fla in the same call, with the parity test, the GPU loss
+# selects, and common.cuh's bf16x2_to_float2; main 7f024cb) measured next to fla in the same call, with the parity test, the GPU loss
 # fingerprints (to compare with call 2's, out/s18/call2/fp_new.txt: the same bits expected),
 # the per-kernel profile and the 3:1 hybrid at B64 T1024.
 # Carry (the Triton cache recompressed with xz, 27.9 -> 12.1 MB, so that everything fits the
