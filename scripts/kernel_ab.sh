@@ -8,7 +8,7 @@
 #   mkdir -p out/devrun/old && for f in FILES; do git show main:$f > out/devrun/old/$(basename $f); done
 #   cp out/data/brown_* out/devrun/data/          # the Brown shards of `make data`
 # On the device (carry out/devrun):
-#   AB_FILES="kernels/delta_rule/chunk_grad_mma.cu ..." bash scripts/kernel_ab.sh
+#   AB_FILES="kernels/delta_rule/chunk_grad1_mma.cu ..." bash scripts/kernel_ab.sh
 # Writes fp_new.txt and fp_old.txt under $OUT; prints the rest. AB_OLD: the folder of the old
 # files (out/devrun/old); AB_HYBRID=0 skips the hybrid runs.
 set -u

@@ -8,9 +8,9 @@
 #
 # Here, before the call: each variant NAME's versions of the files (by their basenames) in
 # out/devrun/variants/NAME/; the tree's own files are the variant `tree`, e.g.
-#   mkdir -p out/devrun/variants/a && cp <candidate>/chunk_grad_mma.cu out/devrun/variants/a/
+#   mkdir -p out/devrun/variants/a && cp <candidate>/chunk_grad1_mma.cu out/devrun/variants/a/
 # On the device (carry out/devrun):
-#   VAR_FILES="kernels/delta_rule/chunk_grad_mma.cu" VARIANTS="tree a b" bash scripts/kernel_variants.sh
+#   VAR_FILES="kernels/delta_rule/chunk_grad1_mma.cu" VARIANTS="tree a b" bash scripts/kernel_variants.sh
 # Each round builds every variant's bench_delta_rule and prints, a line each prefixed by its
 # name, the KDA forward + backward at VAR_SHAPE (8,4096,16,128,128) twice and the per-kernel
 # timers matching VAR_TIMERS (an extended regex; default the prep and both gradient kernels);

@@ -17,8 +17,8 @@
 //
 // Two implementations of that decomposition:
 //  - tensor cores (chunk_prep_mma.cu, chunk_fwd_mma.cu; chunk_bwd_mma.cu, the backward's entry,
-//    with its reverse walk chunk_bwalk_mma.cu and gradient kernels chunk_grad_mma.cu,
-//    chunk_grad_ref_mma.cu and chunk_grad.cuh; the table's members): every product as bf16 mma.m16n8k16 with fp32
+//    with its reverse walk chunk_bwalk_mma.cu and gradient kernels chunk_grad1_mma.cu,
+//    chunk_grad2_mma.cu, chunk_grad_ref_mma.cu and chunk_grad.cuh; the table's members): every product as bf16 mma.m16n8k16 with fp32
 //    accumulation (kernels/mma.cuh), tiles in shared memory padded
 //    to 16 in K and V and by 8 bf16 a row (ldmatrix without bank conflicts), global -> shared
 //    by cp.async. Accuracy: the operands of the state chain that are not exact in bf16 are split
@@ -672,13 +672,16 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
 // the tensor-core backward's kernels after that recompute (cuda_delta_chunk_backward,
 // chunk_bwd_mma.cu, runs them in this order): the reverse walk (chunk_bwalk_mma.cu; dH',
 // dDelta into ws, dh0 fp32, may be NULL), then the gradients over the slots x H (chunk slot,
-// head) blocks, by the grad1 / grad2 pair (chunk_grad_mma.cu) or the single reference kernel
-// (chunk_grad_ref_mma.cu, HYBRID_DR_GRAD_REF=1)
+// head) blocks, by the grad1 / grad2 pair (chunk_grad1_mma.cu, then chunk_grad2_mma.cu) or the
+// single reference kernel (chunk_grad_ref_mma.cu, HYBRID_DR_GRAD_REF=1)
 void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int T, int H,
                      int K, int V, const int *offsets, int N);
-void dr_grad_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta,
-                    const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
-                    int gate, float scale, int T, int H, int K, int V, const int *offsets, int N);
+void dr_grad1_launch(const DrWsMma *ws, size_t slots, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
+                     const bf16 *v, const bf16 *g, const bf16 *beta, int gate, float scale, int T, int H, int K, int V,
+                     const int *offsets, int N);
+void dr_grad2_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, const bf16 *q,
+                     const bf16 *k, const bf16 *g, const bf16 *beta, int gate, int T, int H, int K, const int *offsets,
+                     int N);
 void dr_grad_ref_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *dv, bf16 *dg, bf16 *dbeta,
                         const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
                         const bf16 *beta, int gate, float scale, int T, int H, int K, int V, const int *offsets,

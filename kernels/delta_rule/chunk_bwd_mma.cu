@@ -2,8 +2,8 @@
 // cuda_delta_chunk_backward): the forward's tensor-core prep and walk recompute the chunk
 // states (chunk_fwd_mma.cu, with T kept for this pass), a reverse walk on tensor cores carries
 // the state gradient (chunk_bwalk_mma.cu), and chunk-parallel kernels form the per-chunk
-// gradients: the grad1 / grad2 pair (chunk_grad_mma.cu), or under HYBRID_DR_GRAD_REF=1 the
-// single reference kernel (chunk_grad_ref_mma.cu). docs/delta-rule.md, "Chunkwise backward"
+// gradients: the grad1 / grad2 pair (chunk_grad1_mma.cu, chunk_grad2_mma.cu), or under
+// HYBRID_DR_GRAD_REF=1 the single reference kernel (chunk_grad_ref_mma.cu). docs/delta-rule.md, "Chunkwise backward"
 // and "CUDA kernels". The decomposition and the workspace layout (DrWsMma): chunk.cuh.
 #include "kernels/delta_rule/chunk.cuh"
 
@@ -38,9 +38,11 @@ extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, r
             dr_grad_ref_launch(&ws, slots, (bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (bf16 *)dg, (bf16 *)dbeta,
                                (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)g,
                                (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
-        else if (slots > 0)
-            dr_grad_launch(&ws, slots, (bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)dout,
-                           (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)g, (const bf16 *)beta, gate,
-                           scale, T, H, K, V, offsets, N);
+        else if (slots > 0) {
+            dr_grad1_launch(&ws, slots, (bf16 *)dv, (const bf16 *)dout, (const bf16 *)q, (const bf16 *)k,
+                            (const bf16 *)v, (const bf16 *)g, (const bf16 *)beta, gate, scale, T, H, K, V, offsets, N);
+            dr_grad2_launch(&ws, slots, (bf16 *)dq, (bf16 *)dk, (bf16 *)dg, (bf16 *)dbeta, (const bf16 *)q,
+                            (const bf16 *)k, (const bf16 *)g, (const bf16 *)beta, gate, T, H, K, offsets, N);
+        }
     }
 }

@@ -1,6 +1,6 @@
 // What the two kinds of tensor-core gradient kernel of the chunkwise backward share
 // (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients", "Stable decay exponents" and
-// "CUDA kernels"): the grad1 / grad2 pair (chunk_grad_mma.cu, the default) and the single
+// "CUDA kernels"): the grad1 / grad2 pair (chunk_grad1_mma.cu, chunk_grad2_mma.cu, the default) and the single
 // reference kernel (chunk_grad_ref_mma.cu, HYBRID_DR_GRAD_REF=1). Both compute B4 the same
 // way, so the stage's pieces live here: the A fragments of dA, dL (dr_b4_frag_a), the exact
 // diagonal blocks (dr_b4_diag), the column permutation of grad2's Gamma layout that
@@ -19,7 +19,7 @@
 #define VV(r, j) dr_ld(v + ROWV(r) + (j))
 #define DO(r, j) dr_ld(dout + ROWV(r) + (j))
 
-// G's column of channel i in grad2's Gamma tile (G [64][grad2_lg(K)], chunk_grad_mma.cu): the
+// G's column of channel i in grad2's Gamma tile (G [64][grad2_lg(K)], chunk_grad2_mma.cu): the
 // 8-column groups 32..47 and 48..63 of every 64 swap halves, so the fill's reads of columns
 // i0 + 16 w + 8 hf + (0..7), w = 0..3, in one row (w = 0 and 2 on the same 8 banks before: a
 // 2-way conflict) take the 32 banks once; a warp's 32 consecutive channels (aligned to 32) stay
@@ -159,6 +159,45 @@ __device__ void dr_b4_diag(const float *dA, const float *dL, const float *G, con
         db[tid] += acc;
     }
     __syncthreads();
+}
+
+
+// Elements i, i + 1 of a row, as one access where vec (i even, K even, the rows aligned to
+// the pair), else two; in0 / in1 whether each is in (with vec both or neither); 0 where not.
+__device__ __forceinline__ void dr_ld_pair(const float *p, bool vec, bool in0, bool in1, float &a, float &b) {
+    if (vec) {
+        const float2 v = in0 ? *(const float2 *)p : make_float2(0.f, 0.f);
+        a = v.x, b = v.y;
+    } else {
+        a = in0 ? p[0] : 0.f;
+        b = in1 ? p[1] : 0.f;
+    }
+}
+__device__ __forceinline__ void dr_ld_pair(const bf16 *p, bool vec, bool in0, bool in1, float &a, float &b) {
+    if (vec) {
+        const float2 v = in0 ? bf16x2_to_float2(*(const uint32_t *)p) : make_float2(0.f, 0.f);
+        a = v.x, b = v.y;
+    } else {
+        a = in0 ? __bfloat162float(p[0]) : 0.f;
+        b = in1 ? __bfloat162float(p[1]) : 0.f;
+    }
+}
+__device__ __forceinline__ void dr_st_pair(float *p, bool vec, bool in0, bool in1, float a, float b) {
+    if (vec) {
+        if (in0) *(float2 *)p = make_float2(a, b);
+    } else {
+        if (in0) p[0] = a;
+        if (in1) p[1] = b;
+    }
+}
+// (dr_st rounds each element as __floats2bfloat162_rn does)
+__device__ __forceinline__ void dr_st_pair(bf16 *p, bool vec, bool in0, bool in1, float a, float b) {
+    if (vec) {
+        if (in0) *(__nv_bfloat162 *)p = __floats2bfloat162_rn(a, b);
+    } else {
+        if (in0) p[0] = __float2bfloat16(a);
+        if (in1) p[1] = __float2bfloat16(b);
+    }
 }
 
 #endif

@@ -1,5 +1,5 @@
 // The single gradient kernel of the tensor-core chunkwise backward, kept as the reference for
-// the grad1 / grad2 pair (chunk_grad_mma.cu, the default): stages B1, B3, the gradient of the
+// the grad1 / grad2 pair (chunk_grad1_mma.cu, chunk_grad2_mma.cu, the default): stages B1, B3, the gradient of the
 // triangular inverse, B4 and B6 for one (chunk slot, head) in one block (docs/delta-rule.md,
 // "Chunkwise backward", its stages B1 to B6, and "CUDA kernels": the split of the grad kernel).
 // Run under HYBRID_DR_GRAD_REF=1 (read at each call, chunk_bwd_mma.cu);
