@@ -58,16 +58,10 @@ __device__ __forceinline__ float conv_pre(const bf16 *x, const bf16 *w, const bf
 
 // the activation of a pre-activation a, and da = g act'(a) for the incoming gradient g: one
 // expression for every kernel below, so the fast and the general paths give the same bits
-// conv_sigmoid(a) has dr_sigmoid's bits (act.cuh: 1 / (1 + e^-a) for a >= 0, e^a / (1 + e^a)
-// below; -|a| is -a or a exactly and the division is IEEE either way) with one expf and one
-// division: dr_sigmoid's two branches diverge within a warp on mixed signs and run both.
-__device__ __forceinline__ float conv_sigmoid(float a) {
-    const float e = expf(-fabsf(a));
-    return (a >= 0.f ? 1.f : e) / (1.f + e);
-}
-__device__ __forceinline__ float conv_act(float a, int silu) { return silu ? a * conv_sigmoid(a) : a; }
+// (dr_sigmoid: act.cuh, one exponential and no branch)
+__device__ __forceinline__ float conv_act(float a, int silu) { return silu ? a * dr_sigmoid(a) : a; }
 __device__ __forceinline__ float conv_dact(float a, float g, int silu) {
-    const float sg = conv_sigmoid(a);
+    const float sg = dr_sigmoid(a);
     return silu ? g * sg * (1.f + a * (1.f - sg)) : g;
 }
 
