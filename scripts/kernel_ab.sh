@@ -11,17 +11,35 @@
 #   AB_FILES="kernels/delta_rule/chunk_grad1_mma.cu ..." bash scripts/kernel_ab.sh
 # Writes fp_new.txt and fp_old.txt under $OUT; prints the rest. AB_OLD: the folder of the old
 # files (out/devrun/old); AB_HYBRID=0 skips the hybrid runs.
+# AB_CHECK=1, here on the CPU before the call (no GPU, no OUT): whether the old files build
+# with the tree's other files. They must be a consistent set, every file that changed since
+# their commit: session 18's first A/B took an older chunk.cuh than the tree's reverse walk
+# needed, and its old build failed after minutes of device time. Builds the CPU emulator's
+# objects (the emulated families' kernels, delta_rule included: the same sources, by g++) with
+# the old files in place, then puts the tree's back; exit status 1 with the first errors if
+# they do not build.
 set -u
 export NCCL_NVLS_ENABLE=0
 : "${AB_FILES:?AB_FILES: the kernel files to swap, relative to the repository root}"
-: "${OUT:?OUT: the folder for the fingerprints}"
 OLD=${AB_OLD:-out/devrun/old}
-mkdir -p "$OUT"
 for f in $AB_FILES; do
     [ -f "$f" ] || { echo "kernel_ab: $f: no such file in the tree"; exit 2; }
     [ -f "$OLD/$(basename "$f")" ] || { echo "kernel_ab: $OLD/$(basename "$f"): missing (git show main:$f > it)"; exit 2; }
 done
 . "$(dirname "$0")/kernel_compare_lib.sh"
+if [ "${AB_CHECK:-0}" = 1 ]; then
+    kernel_files_save kernel_ab $AB_FILES
+    for f in $AB_FILES; do cp "$OLD/$(basename "$f")" "$f"; done
+    if make -j2 out/build/emu/hash_delta_rule > /tmp/ab_check.log 2>&1; then
+        echo "kernel_ab: the old files build with the tree's other files (CPU emulator)"
+        exit 0
+    fi
+    grep -m 6 -E 'error' /tmp/ab_check.log
+    echo "kernel_ab: the old files do not build with the tree's other files: add the files changed since their commit to AB_FILES (log: /tmp/ab_check.log)"
+    exit 1
+fi
+: "${OUT:?OUT: the folder for the fingerprints}"
+mkdir -p "$OUT"
 kernel_files_save kernel_ab $AB_FILES
 kernel_data
 B="hybrid out/build/gpu/test_delta_rule out/build/gpu/bench_delta_rule"

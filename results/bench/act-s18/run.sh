@@ -10,6 +10,7 @@
 #   mkdir -p out/devrun/old out/devrun/data && rm -f out/devrun/old/*
 #   for f in $FILES; do git show 0703355:$f > out/devrun/old/$(basename $f); done
 #   cp out/data/brown_* out/devrun/data/
+#   AB_CHECK=1 AB_FILES="$FILES" bash scripts/kernel_ab.sh   # the old set builds with the tree (checked in session 18)
 # Call: carry out/devrun/old, out/devrun/data; `bash results/bench/act-s18/run.sh` (~330 s)
 set -u
 export NCCL_NVLS_ENABLE=0
