@@ -482,9 +482,10 @@ __device__ __forceinline__ void dr_split(DrSplitOperand op, float x, bf16 *hi, b
 // dr_exp_note. An entry written `in ? x * expf(a - b) : 0` compiles to a branch around each
 // exponential (BSSY, BRA, BSYNC, its two constants loaded again: about 15 instructions where
 // the exponential itself is 10; the SASS of the prep and grad1 on sm_90). The kernels compute
-// such exponentials unconditionally, of operands that are finite whether the entry is in
-// range or not (Gamma, its rows past n, zeros past K), and select afterwards: the same bits
-// where in range; an out-of-range value is dropped by the select. Where an exponential's only
+// such exponentials unconditionally, of operands read whether the entry is in range or not
+// (inside the tile: no access out of bounds), and select afterwards: the same bits where in
+// range; out of range the value, whatever it is (an inf or a NaN of a row never filled
+// included: a GPU does not trap), is dropped by the select. Where an exponential's only
 // use is the selected product, the compiler sinks it back into a branch: dr_eval pins it.
 // dr_eval(x): x, evaluated at this point on every path (an empty volatile asm that takes and
 // gives x, which the compiler may neither drop nor move into a branch; no instruction)

@@ -16,7 +16,7 @@
 // an element), so the outputs are bit-identical to its (the emulated test cases), except for
 // the diagonal blocks of Aqk and L (step 2: products of per-token factors, other sums).
 // Every exponential is computed whether its entry is in range or not, then selected (chunk.cuh's
-// dr_exp_note; G is finite everywhere: rows past n hold Gamma_end, channels past K zero).
+// dr_exp_note; here G is finite everywhere: rows past n hold Gamma_end, channels past K zero).
 // 0. cp.async k, g; beta and GDN's per-head gate; L = 0, Aqk's blocks above the diagonal = 0;
 //    q of row block 0 into registers.
 // 1. Gamma, a thread per channel down the 64 rows in shared memory (fp32, the scalar version's
