@@ -3,8 +3,8 @@
 // states (chunk_fwd_mma.cu, with T kept for this pass), a reverse walk on tensor cores carries
 // the state gradient (chunk_bwalk_mma.cu), and chunk-parallel kernels form the per-chunk
 // gradients: the grad1 / grad2 pair (chunk_grad1_mma.cu, chunk_grad2_mma.cu), or under
-// HYBRID_DR_GRAD_REF=1 the single reference kernel (chunk_grad_ref_mma.cu). docs/delta-rule.md, "Chunkwise backward"
-// and "CUDA kernels". The decomposition and the workspace layout (DrWsMma): chunk.cuh.
+// HYBRID_DR_GRAD_REF=1 the single reference kernel (chunk_grad_ref_mma.cu). docs/delta-rule.md,
+// "Chunkwise backward" and "CUDA kernels". The decomposition and the workspace layout (DrWsMma): chunk.cuh.
 #include "kernels/delta_rule/chunk.cuh"
 
 // HYBRID_DR_GRAD_REF=1: the single gradient kernel (read at each call, so a test can switch)

@@ -1,12 +1,13 @@
 // What the two kinds of tensor-core gradient kernel of the chunkwise backward share
 // (docs/delta-rule.md, "Stage B4: intra-chunk decay gradients", "Stable decay exponents" and
-// "CUDA kernels"): the grad1 / grad2 pair (chunk_grad1_mma.cu, chunk_grad2_mma.cu, the default) and the single
-// reference kernel (chunk_grad_ref_mma.cu, HYBRID_DR_GRAD_REF=1). Both compute B4 the same
-// way, so the stage's pieces live here: the A fragments of dA, dL (dr_b4_frag_a), the exact
-// diagonal blocks (dr_b4_diag), the column permutation of grad2's Gamma layout that
-// dr_b4_diag reads under GSW (dr_gsw), and the row addressing macros of the (B, T, H, K / V)
-// inputs that every gradient kernel uses (ROWQK, ROWV, Q, KK, VV, DO: they expect tok0, H, h,
-// K, V and q, k, v, dout in scope).
+// "CUDA kernels"): the grad1 / grad2 pair (chunk_grad1_mma.cu, chunk_grad2_mma.cu, the
+// default) and the single reference kernel (chunk_grad_ref_mma.cu, HYBRID_DR_GRAD_REF=1). Both
+// compute B4 the same way, so the stage's pieces live here: the A fragments of dA, dL
+// (dr_b4_frag_a), the exact diagonal blocks (dr_b4_diag), the column permutation of grad2's
+// Gamma layout that dr_b4_diag reads under GSW (dr_gsw), and the row addressing macros of the
+// (B, T, H, K / V) inputs that every gradient kernel uses (ROWQK, ROWV, Q, KK, VV, DO: they
+// expect tok0, H, h, K, V and q, k, v, dout in scope); and the column-pair loads and stores of
+// grad1's and grad2's epilogues (dr_ld_pair, dr_st_pair).
 #ifndef HYBRID_KERNELS_DELTA_RULE_CHUNK_GRAD_CUH
 #define HYBRID_KERNELS_DELTA_RULE_CHUNK_GRAD_CUH
 
@@ -160,7 +161,6 @@ __device__ void dr_b4_diag(const float *dA, const float *dL, const float *G, con
     }
     __syncthreads();
 }
-
 
 // Elements i, i + 1 of a row, as one access where vec (i even, K even, the rows aligned to
 // the pair), else two; in0 / in1 whether each is in (with vec both or neither); 0 where not.

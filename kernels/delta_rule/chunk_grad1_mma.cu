@@ -4,9 +4,8 @@
 // B6) and "CUDA kernels" (the split of the grad kernel, its memory traffic, grad1 at two blocks
 // an SM, Delta and dDelta stored split). It reads the recomputed workspace and the reverse
 // walk's outputs (DrWsMma, chunk.cuh) and hands dA, dL, db, gend to grad2 through it; its
-// shared-memory layout is stated at its sizes (grad1n_tiles_off) and in its comments. The
-// single kernel the pair splits, kept as their reference (HYBRID_DR_GRAD_REF=1), is
-// chunk_grad_ref_mma.cu; the pieces the gradient kernels share, chunk_grad.cuh.
+// shared-memory layout is stated at its sizes (grad1n_tiles_off) and in its comments; the pair
+// and the single kernel it splits, below; the pieces the gradient kernels share, chunk_grad.cuh.
 #include "kernels/delta_rule/chunk_grad.cuh"
 
 // ---- grad: per (chunk slot, head) -----------------------------------------------------

@@ -107,11 +107,6 @@ static inline float __uint_as_float(unsigned u) {
     memcpy(&f, &u, 4);
     return f;
 }
-static inline unsigned __float_as_uint(float f) {
-    unsigned u;
-    memcpy(&u, &f, 4);
-    return u;
-}
 static inline float __low2float(__nv_bfloat162 h) { return (float)h.x; }
 static inline float __high2float(__nv_bfloat162 h) { return (float)h.y; }
 
