@@ -12,9 +12,12 @@
 // (session 18): decay_gate_fwd 3.32 -> 1.55 ms a step; decay_gate_bwd 3.25 -> 3.14, which the
 // vector kernel alone did not fix: by count its per-element math (softplus and sigmoid, each
 // with a branch on the sign, both sides run on mixed signs) costs more than its bytes. Since
-// then (not yet measured on a GPU) act.cuh's activations take one exponential each without a
-// branch, at the same bits, and the backward's sigmoid and softplus of one u share it: the
-// vector backward 5320 -> 2872 static instructions (145 -> 49 MUFU.EX2), the forward 6216 -> 3232.
+// then act.cuh's activations take one exponential each without a branch, at the same bits
+// (GPU fingerprints equal), and the backward's sigmoid and softplus of one u share it: the
+// vector backward 5320 -> 2872 static instructions (145 -> 49 MUFU.EX2), the forward 6216 ->
+// 3232; the same hybrid, old and new in one call (session 19, results/bench/act-s18/):
+// decay_gate_fwd 1.52 -> 1.06 ms a step, decay_gate_bwd 3.07 -> 2.36 (and the gated norm's,
+// gated_rmsnorm.cu, 2.26 -> 1.85 and 4.38 -> 3.54).
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"

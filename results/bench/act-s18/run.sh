@@ -1,6 +1,7 @@
 #!/bin/bash
-# Prepared in session 18, not yet run (issue 16): act.cuh's branch-free activations at the same
-# bits (0d7397a: the decay gate's forward and backward, the gated norm, beta; the short
+# Prepared in session 18, run in session 19's call 1 (issue 16; the numbers: BENCHMARKS.md, the
+# hybrid section; its output in s19/): act.cuh's branch-free activations at the same bits
+# (0d7397a: the decay gate's forward and backward, the gated norm, beta; the short
 # convolution's machine code unchanged) against main 0703355's files, in one device call:
 # kernel_ab (its parity test and KDA bench do not touch these kernels; the GPU fingerprints of
 # kda-tiny and kl-xs-3-1 do, and must be EQUAL), then the 3:1 hybrid's per-op profile with the
