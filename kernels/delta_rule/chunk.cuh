@@ -479,9 +479,9 @@ __device__ __forceinline__ void dr_split(DrSplitOperand op, float x, bf16 *hi, b
     *hi = h;
     *lo = __float2bfloat16(dr_lo(op, x - __bfloat162float(h)));
 }
-// dr_exp_note. An entry written `in ? x * expf(a - b) : 0` compiles to a branch around each
+// dr_exp_note. An entry written `in ? x * expf(a - b) : 0` compiled to a branch around each
 // exponential (BSSY, BRA, BSYNC, its two constants loaded again: about 15 instructions where
-// the exponential itself is 10; the SASS of the prep and grad1 on sm_90). The kernels compute
+// expf itself is 8; the SASS of the prep and grad1 on sm_90, session 18). The kernels compute
 // such exponentials unconditionally, of operands read whether the entry is in range or not
 // (inside the tile: no access out of bounds), and select afterwards: the same bits where in
 // range; out of range the value, whatever it is (an inf or a NaN of a row never filled
@@ -494,6 +494,22 @@ __device__ __forceinline__ float dr_eval(float x) {
     asm volatile("" : "+f"(x));
 #endif
     return x;
+}
+// dr_exp(x) = e^x on the special-function unit: x log2(e) rounded to fp32, then ex2.approx.ftz
+// (two instructions; expf's exactly range-reduced form is eight on sm_90: FFMA.SAT, FFMA.RM,
+// FADD, SHF, two FFMAs, MUFU.EX2, FMUL). The error it adds: ex2.approx's 2 ulp and the rounding
+// of x log2(e), |x| 2^-24 relative in the result, the size of the rounding already in every
+// exponent here (a difference of two cumulative log-gates, each rounded to fp32: |x| up to
+// ~100 in a chunk of strong gates). Results below 2^-126 flush to 0 (-inf gives 0, a NaN stays
+// a NaN). docs/delta-rule.md, "CUDA kernels". The CPU emulator takes expf.
+__device__ __forceinline__ float dr_exp(float x) {
+#ifdef HYBRID_CUDA_EMU
+    return expf(x);
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+#endif
 }
 // dr_split of two adjacent entries x0, x1 as two bf16x2 words (hi, lo; x0 in the lower half).
 // The hi pair is rounded by one paired conversion and read back from it: the same

@@ -96,7 +96,7 @@ __device__ void dr_b4_diag(const float *dA, const float *dL, const float *G, con
         }
 #pragma unroll
         for (int j = 15; j >= 1; j--) {  // (unconditional, then the select: chunk.cuh's dr_exp_note)
-            const float e = dr_eval(expf(f[j] - f[j - 1]));
+            const float e = dr_eval(dr_exp(f[j] - f[j - 1]));
             f[j] = t0 + j < n ? e : 0.f;
         }
         const float4 *a4 = (const float4 *)(ds + 256 * B), *l4 = (const float4 *)(ds + 1024 + 256 * B);

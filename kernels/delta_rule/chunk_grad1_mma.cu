@@ -333,7 +333,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             for (int u = 0; u < 8; u++) {
                 const int i = i0 + warp + 8 * u;
                 const float acc = warp_sum(hd[u]);
-                if (lane == 0 && i < K) gend[i] = acc * expf(G[grad1_gx(LG, n - 1, i)]);
+                if (lane == 0 && i < K) gend[i] = acc * dr_exp(G[grad1_gx(LG, n - 1, i)]);
             }
             // each row's column pair (i, i + 1) as one 8-byte store (dr_st_pair): whole sectors
 #pragma unroll
@@ -349,8 +349,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                         const int e = 2 * hr + c;
                         if (i + c >= K) break;
                         // (Gamma_end: one row for the whole warp, a broadcast)
-                        const float gr = c ? gr2.y : gr2.x, dqv = scale * expf(gr) * aq[nt][e],
-                                    dkv = ak[nt][e] * expf(G[grad1_gx(LG, n - 1, i + c)] - gr);
+                        const float gr = c ? gr2.y : gr2.x, dqv = scale * dr_exp(gr) * aq[nt][e],
+                                    dkv = ak[nt][e] * dr_exp(G[grad1_gx(LG, n - 1, i + c)] - gr);
                         vq[c] = dqv;
                         vk[c] = dkv;
                         vg[c] = __bfloat162float(qs[r * LQ + cc + c]) * dqv - __bfloat162float(ks[r * LQ + cc + c]) * dkv;
@@ -451,8 +451,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     g4 = make_float4(i < K ? G[grad1_gx(LG, r, i)] : 0.f, i + 1 < K ? G[grad1_gx(LG, r, i + 1)] : 0.f,
                                      i + 2 < K ? G[grad1_gx(LG, r, i + 2)] : 0.f, 0.f);
                 // (the exponentials unconditional, then the selects: chunk.cuh's dr_exp_note)
-                const float e0 = dr_eval(expf(g4.x)), e1 = dr_eval(expf(g4.y)), e2 = dr_eval(expf(g4.z)),
-                            e3 = dr_eval(expf(g4.w));
+                const float e0 = dr_eval(dr_exp(g4.x)), e1 = dr_eval(dr_exp(g4.y)), e2 = dr_eval(dr_exp(g4.z)),
+                            e3 = dr_eval(dr_exp(g4.w));
                 kb.x = r < n && i < K ? kq[u][0] * e0 : 0.f;
                 kb.y = r < n && i + 1 < K ? kq[u][1] * e1 : 0.f;
                 kb.z = r < n && i + 2 < K ? kq[u][2] * e2 : 0.f;
@@ -505,7 +505,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     for (int c = 0; c < 2; c++) {
                         const int e = 2 * hr + c;
                         if (i + c >= K) break;
-                        const float eg = expf(c ? g2.y : g2.x), kb = __bfloat162float(Xs[r * LT + ii + c]) * eg,
+                        const float eg = dr_exp(c ? g2.y : g2.x), kb = __bfloat162float(Xs[r * LT + ii + c]) * eg,
                                     w = wb[nt][e];
                         part[hr] += w * kb;
                         vk[c] = ok[nt][e] + bs[r] * w * eg;

@@ -196,11 +196,11 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                         const float2 gr = in ? *(const float2 *)(G + r * LGs + fc) : make_float2(0.f, 0.f);
                         // (the exponentials unconditional, then the selects: chunk.cuh's dr_exp_note)
                         if (r < t0) {
-                            const float e0 = dr_eval(expf(g0.x - gr.x)), e1 = dr_eval(expf(g0.y - gr.y));
+                            const float e0 = dr_eval(dr_exp(g0.x - gr.x)), e1 = dr_eval(dr_exp(g0.y - gr.y));
                             const float a0 = in ? fk[2 * j] * e0 : 0.f, a1 = in && fin1 ? fk[2 * j + 1] * e1 : 0.f;
                             *(__nv_bfloat162 *)(Krh + r * LN + ii) = __floats2bfloat162_rn(a0, a1);
                         } else if (r >= t0 + 16) {
-                            const float e0 = dr_eval(expf(gr.x - g15.x)), e1 = dr_eval(expf(gr.y - g15.y));
+                            const float e0 = dr_eval(dr_exp(gr.x - g15.x)), e1 = dr_eval(dr_exp(gr.y - g15.y));
                             const float b0 = in ? fq[2 * j] * e0 : 0.f, c0 = in ? bs[r] * fk[2 * j] * e0 : 0.f,
                                         b1 = in && fin1 ? fq[2 * j + 1] * e1 : 0.f,
                                         c1 = in && fin1 ? bs[r] * fk[2 * j + 1] * e1 : 0.f;
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                             for (int c = 0; c < 2; c++) {
                                 const int e = 2 * hr + c;
                                 if (ei + c >= K) break;
-                                const float ex = expf((c ? gt.y : gt.x) - (c ? gr.y : gr.x)), dqoff = ex * x0[e],
+                                const float ex = dr_exp((c ? gt.y : gt.x) - (c ? gr.y : gr.x)), dqoff = ex * x0[e],
                                             rho = ex * x1[e], qt = eq[e], kt = ek[e], at = att[t], bt = bs[t];
                                 nq[e] = edq[e] + (dqoff + at * kt);
                                 nk[e] = edk[e] + (at * qt + bt * rho);
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                             for (int c = 0; c < 2; c++) {
                                 const int e = 2 * hr + c;
                                 if (ei + c >= K) break;
-                                const float dgm = expf((c ? ge.y : ge.x) - (c ? gt.y : gt.x)) * x0[e];
+                                const float dgm = dr_exp((c ? ge.y : ge.x) - (c ? gt.y : gt.x)) * x0[e];
                                 nk[c] = cdk[e] + dgm;
                                 ng[c] = cdg[e] - ek[e] * dgm;
                             }

@@ -158,7 +158,7 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
             for (int u = 0; u < 8; u++) {
                 const int i = i0 + warp + 8 * u;
                 const float acc = warp_sum(hd[u]);
-                if (lane == 0 && i < K) gend[i] = acc * expf(Gend[i]);
+                if (lane == 0 && i < K) gend[i] = acc * dr_exp(Gend[i]);
             }
 #pragma unroll
             for (int nt = 0; nt < 4; nt++)
@@ -166,8 +166,8 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                 for (int e = 0; e < 4; e++) {
                     const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), cc = c0 + nt * 8 + 2 * t4 + (e & 1), i = i0 + cc;
                     if (r < n && i < K) {
-                        const float gr = G[r * K + i], dqv = scale * expf(gr) * aq[nt][e],
-                                    dkv = ak[nt][e] * expf(Gend[i] - gr);
+                        const float gr = G[r * K + i], dqv = scale * dr_exp(gr) * aq[nt][e],
+                                    dkv = ak[nt][e] * dr_exp(Gend[i] - gr);
                         dQ[r * K + i] = dqv;
                         dK[r * K + i] = dkv;
                         dG[r * K + i] = __bfloat162float(qs[r * LQ + cc]) * dqv - __bfloat162float(ks[r * LQ + cc]) * dkv;
@@ -223,7 +223,7 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                 const int r = e / 64, ii = e % 64, i = i0 + ii;
                 const bool in = r < n && i < K;
                 Xh[r * LT + ii] = in ? dW[r * K + i] : __float2bfloat16(0.f);
-                Bh[r * LT + ii] = __float2bfloat16(in ? KK(r, i) * expf(G[r * K + i]) : 0.f);
+                Bh[r * LT + ii] = __float2bfloat16(in ? KK(r, i) * dr_exp(G[r * K + i]) : 0.f);
             }
             cp_async_wait<0>();
             __syncthreads();
@@ -264,7 +264,7 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                 for (int e = 0; e < 4; e++) {
                     const int r = mt * 16 + gq + (e >= 2 ? 8 : 0), ii = c0 + nt * 8 + 2 * t4 + (e & 1), i = i0 + ii;
                     if (r < n && i < K) {
-                        const float eg = expf(G[r * K + i]), kb = __bfloat162float(Xs[r * LT + ii]) * eg,
+                        const float eg = dr_exp(G[r * K + i]), kb = __bfloat162float(Xs[r * LT + ii]) * eg,
                                     w = wb[nt][e];
                         part[e >> 1] += w * kb;
                         dK[r * K + i] = ok[nt][e] + bs[r] * w * eg;
@@ -375,9 +375,9 @@ __global__ void __launch_bounds__(DR_THREADS)
                     const bool in = r < n && i < K;
                     const float kr = in ? KK(r, i) : 0.f;
                     float a = 0.f, b = 0.f, c = 0.f;
-                    if (in && r < t0) a = kr * expf(G[t0 * K + i] - G[r * K + i]);
+                    if (in && r < t0) a = kr * dr_exp(G[t0 * K + i] - G[r * K + i]);
                     if (in && r >= t0 + 16) {
-                        const float ex = expf(G[r * K + i] - G[(t0 + 15) * K + i]);
+                        const float ex = dr_exp(G[r * K + i] - G[(t0 + 15) * K + i]);
                         b = Q(r, i) * ex;
                         c = bs[r] * kr * ex;
                     }
@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(DR_THREADS)
                         for (int e = 0; e < 4; e++) {
                             const int t = t0 + gq + (e >= 2 ? 8 : 0), i = i0 + pc + u * 8 + 2 * t4 + (e & 1);
                             if (t < n && i < K) {
-                                const float ex = expf(G[t * K + i] - G[t0 * K + i]), dqoff = ex * x0[u][e],
+                                const float ex = dr_exp(G[t * K + i] - G[t0 * K + i]), dqoff = ex * x0[u][e],
                                             rho = ex * x1[u][e], qt = Q(t, i), kt = KK(t, i), att = dA[t * C + t],
                                             bt = bs[t];
                                 dQ[t * K + i] += dqoff + att * kt;
@@ -427,7 +427,7 @@ __global__ void __launch_bounds__(DR_THREADS)
                         for (int e = 0; e < 4; e++) {
                             const int t = t0 + gq + (e >= 2 ? 8 : 0), i = i0 + pc + u * 8 + 2 * t4 + (e & 1);
                             if (t < n && i < K) {
-                                const float dgm = expf(G[(t0 + 15) * K + i] - G[t * K + i]) * x0[u][e];
+                                const float dgm = dr_exp(G[(t0 + 15) * K + i] - G[t * K + i]) * x0[u][e];
                                 dK[t * K + i] += dgm;
                                 dG[t * K + i] -= KK(t, i) * dgm;
                             }

@@ -11,10 +11,11 @@
 // Every input row is read from global memory once: k (and KDA's g) arrive in shared memory by
 // 16-byte cp.async, v by cp.async during step 3, q by 16-byte loads into registers one row
 // block ahead of its use; the SIMT passes work on 8 consecutive channels a thread (16-byte
-// shared-memory accesses, 16-byte workspace stores). The exponentials are the same
-// expressions of the same fp32 operands as in the scalar version before (32d9b1a; about 6.5
-// an element), so the outputs are bit-identical to its (the emulated test cases), except for
-// the diagonal blocks of Aqk and L (step 2: products of per-token factors, other sums).
+// shared-memory accesses, 16-byte workspace stores). The exponentials (about 6.5 an element)
+// are the same expressions of the same fp32 operands as in the scalar version before
+// (32d9b1a), so where both take expf (the CPU emulator: chunk.cuh's dr_exp) the outputs are
+// bit-identical to its, except for the diagonal blocks of Aqk and L (step 2: products of
+// per-token factors, other sums); on the GPU they take dr_exp's ex2.approx.
 // Every exponential is computed whether its entry is in range or not, then selected (chunk.cuh's
 // dr_exp_note; here G is finite everywhere: rows past n hold Gamma_end, channels past K zero).
 // 0. cp.async k, g; beta and GDN's per-head gate; L = 0, Aqk's blocks above the diagonal = 0;
@@ -283,7 +284,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
             else if (gate == DRG_HEAD && i < K) acc += gh[r];
             G[r * KP + (i ^ drp_gsw(i))] = acc;
         }
-        if (i < K) ws.ge[sh * K + i] = expf(acc);
+        if (i < K) ws.ge[sh * K + i] = dr_exp(acc);
     }
     __syncthreads();
 
@@ -307,7 +308,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 #pragma unroll
                     for (int t = 0; t < 8; t++) {  // (exponentials first, then the selects: dr_exp_note)
                         const bool in = r < n && i0 + t < K;
-                        const float ex = expf(gr[t] - g0[t]), eq = expf(gr[t]), ek = expf(ge[t] - gr[t]);
+                        const float ex = dr_exp(gr[t] - g0[t]), eq = dr_exp(gr[t]), ek = dr_exp(ge[t] - gr[t]);
                         a[t] = in ? qf[t] * ex : 0.f;
                         b[t] = in ? kf[t] * ex : 0.f;
                         qg[t] = in ? qf[t] * eq : 0.f;
@@ -338,8 +339,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     drp_lds4f(G + (r + 1) * KP + (i ^ drp_gsw(i)), g1);  // (4 channels stay together)
                     drp_lds4f(G + r * KP + (i ^ drp_gsw(i)), g0);
                     float4 d;
-                    d.x = expf(g1[0] - g0[0]), d.y = expf(g1[1] - g0[1]), d.z = expf(g1[2] - g0[2]),
-                    d.w = expf(g1[3] - g0[3]);
+                    d.x = dr_exp(g1[0] - g0[0]), d.y = dr_exp(g1[1] - g0[1]), d.z = dr_exp(g1[2] - g0[2]),
+                    d.w = dr_exp(g1[3] - g0[3]);
                     *reinterpret_cast<float4 *>(Dec + t * KP + i) = d;
                 }
             }
@@ -352,7 +353,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 drp_lds8g(G + 16 * I * KP, i0, g0);
 #pragma unroll
                 for (int t = 0; t < 8; t++) {
-                    const float e = dr_eval(expf(g0[t] - gc[t]));
+                    const float e = dr_eval(dr_exp(g0[t] - gc[t]));
                     b[t] = c < n && i0 + t < K ? kf[t] * e : 0.f;
                 }
                 if (split_lo) {
@@ -497,7 +498,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
         drp_lds8g(G + c * KP, i0, gc);
 #pragma unroll
         for (int t = 0; t < 8; t++) {
-            const float e = dr_eval(expf(gc[t]));
+            const float e = dr_eval(dr_exp(gc[t]));
             w[t] = c < n && i0 + t < K ? kf[t] * e : 0.f;
         }
         uint4 hi, lo;
