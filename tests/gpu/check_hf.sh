@@ -4,6 +4,7 @@
 # tokens (scripts/check_hf_gpt2.py). Run from the repository root by `make test-gpu`.
 set -e
 BUILD=${BUILD:-out/build}
+[ -x ./hybrid ] || { echo "check_hf: build first: make hybrid"; exit 2; }
 D=out/test-gpu/hf
 rm -rf $D
 mkdir -p $D/data
