@@ -267,8 +267,9 @@ static size_t output_mma_smem(int K) {
     return ((q > d ? q : d) + KP * LH + 2 * DR_BT * LH) * 2;
 }
 
-// SPLIT: Delta as hi + lo pairs (ws.dsplit), else fp32; KV: 0, or DR_KV_FIXED (chunk.cuh)
-template <bool SPLIT, int KV>
+// SPLIT: Delta as hi + lo pairs (ws.dsplit), else fp32; KV: 0, or DR_KV_FIXED; FULL: whole chunks
+// only (dr_full_chunks; chunk.cuh)
+template <bool SPLIT, int KV, bool FULL>
 __global__ void __launch_bounds__(DRO_THREADS, 3)
     dr_output_mma_kernel(DrWsMma ws, bf16 *o, float scale, int Tlen, int H, int K_arg, int V_arg, const int *offsets,
                          int N) {
@@ -278,6 +279,8 @@ __global__ void __launch_bounds__(DRO_THREADS, 3)
     const int tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, t4 = lane & 3;
     int s = 0, tok0 = 0, n = 0;
     if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
+    static_assert(!FULL || KV, "FULL instances are built for K = V = DR_KV_FIXED only");
+    if (FULL) n = DR_BT;
     const int KP = dr_pad16(K), LK = KP + DR_PAD, LH = DR_MBV + DR_PAD, nmt = KP / 16;
     const int bv = V - j0 < DR_MBV ? V - j0 : DR_MBV;
     const size_t sh = (size_t)x * H + h;
@@ -403,9 +406,13 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     }
     if (slots > 0 && o) {
         PROFILE("delta_chunk/output");
-        const bool kv128 = dr_kv_fixed(K, V);
-        launch_kernel(ws->dsplit ? (kv128 ? dr_output_mma_kernel<true, DR_KV_FIXED> : dr_output_mma_kernel<true, 0>)
-                                 : (kv128 ? dr_output_mma_kernel<false, DR_KV_FIXED> : dr_output_mma_kernel<false, 0>),
+        const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
+        launch_kernel(ws->dsplit ? (full    ? dr_output_mma_kernel<true, DR_KV_FIXED, true>
+                                    : kv128 ? dr_output_mma_kernel<true, DR_KV_FIXED, false>
+                                            : dr_output_mma_kernel<true, 0, false>)
+                                 : (full    ? dr_output_mma_kernel<false, DR_KV_FIXED, true>
+                                    : kv128 ? dr_output_mma_kernel<false, DR_KV_FIXED, false>
+                                            : dr_output_mma_kernel<false, 0, false>),
                       dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws, o, scale, T, H, K,
                       V, offsets, N);
     }

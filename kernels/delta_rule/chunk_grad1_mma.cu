@@ -161,7 +161,7 @@ __device__ __forceinline__ void dr_round_tile(bf16 *Xh, int lds, const float *sr
 
 // SPLIT: Delta, dDelta as hi + lo pairs (ws.dsplit): cp.async; else fp32, split here. KV: 0, or
 // DR_KV_FIXED (chunk.cuh)
-template <bool SPLIT, int KV>
+template <bool SPLIT, int KV, bool FULL>  // FULL: whole chunks only (dr_full_chunks; chunk.cuh)
 __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_grad1_mma_kernel(DrWsMma ws, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
                         const bf16 *g, const bf16 *beta, int gate, float scale, int Tlen, int H, int K_arg, int V_arg,
@@ -170,6 +170,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
     const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT, lane = tid & 31, warp = tid >> 5;
     int s = 0, tok0 = 0, n = 0;
     if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
+    static_assert(!FULL || KV, "FULL instances are built for K = V = DR_KV_FIXED only");
+    if (FULL) n = DR_BT;
     const size_t sh = (size_t)x * H + h;
     DYNAMIC_SMEM(float, sm);
     const float *Tg = ws.T + sh * C * C, *D = ws.U + sh * C * V, *dD = ws.dD + sh * C * V;
@@ -591,9 +593,13 @@ void dr_grad1_launch(const DrWsMma *ws, size_t slots, bf16 *dv, const bf16 *dout
                      const int *offsets, int N) {
     dr_audit_upload();
     PROFILE("delta_chunk/grad1");  // (inside delta_chunk/grad: HYBRID_CUDA_PROFILE=1 prints both)
-    const bool kv128 = dr_kv_fixed(K, V);
-    launch_kernel(ws->dsplit ? (kv128 ? dr_grad1_mma_kernel<true, DR_KV_FIXED> : dr_grad1_mma_kernel<true, 0>)
-                             : (kv128 ? dr_grad1_mma_kernel<false, DR_KV_FIXED> : dr_grad1_mma_kernel<false, 0>),
+    const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
+    launch_kernel(ws->dsplit ? (full    ? dr_grad1_mma_kernel<true, DR_KV_FIXED, true>
+                                : kv128 ? dr_grad1_mma_kernel<true, DR_KV_FIXED, false>
+                                        : dr_grad1_mma_kernel<true, 0, false>)
+                             : (full    ? dr_grad1_mma_kernel<false, DR_KV_FIXED, true>
+                                : kv128 ? dr_grad1_mma_kernel<false, DR_KV_FIXED, false>
+                                        : dr_grad1_mma_kernel<false, 0, false>),
                   dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta, gate,
                   scale, T, H, K, V, offsets, N);
 }

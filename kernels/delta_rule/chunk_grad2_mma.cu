@@ -59,7 +59,7 @@ static size_t grad2_mma_smem(int K) {
 // stride of 128: 8-way) and the fill's row reads (2-way) conflict-free; B6's stores go by 8
 // columns a thread (dr_grad_finish_v: 16-byte loads and stores). ptxas: 128 registers, spill
 // 8 / 8 bytes (stores / loads), 111,872 bytes of shared memory at K = V = 128.
-template <int KC>  // 0, or DR_KV_FIXED (chunk.cuh; grad2 reads no V)
+template <int KC, bool FULL>  // KC: 0, or DR_KV_FIXED (grad2 reads no V); FULL: whole chunks only (dr_full_chunks; chunk.cuh)
 __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_grad2_mma_kernel(DrWsMma ws, bf16 *dq, bf16 *dk, bf16 *dg, bf16 *dbeta, const bf16 *q, const bf16 *k,
                         const bf16 *g, const bf16 *beta, int gate, int Tlen, int H, int K_arg, const int *offsets,
@@ -68,6 +68,8 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
     const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, C = DR_BT;
     int s = 0, tok0 = 0, n = 0;
     if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;
+    static_assert(!FULL || KC, "FULL instances are built for K = DR_KV_FIXED only");
+    if (FULL) n = DR_BT;
     const size_t sh = (size_t)x * H + h;
     DYNAMIC_SMEM(float, sm);
     const int lane = tid & 31, warp = tid >> 5;
@@ -313,6 +315,10 @@ void dr_grad2_launch(const DrWsMma *ws, size_t slots, bf16 *dq, bf16 *dk, bf16 *
                      int N) {
     dr_audit_upload();
     PROFILE("delta_chunk/grad2");
-    launch_kernel(K == DR_KV_FIXED ? dr_grad2_mma_kernel<DR_KV_FIXED> : dr_grad2_mma_kernel<0>, dim3((unsigned)slots, H),
+    const bool k128 = K == DR_KV_FIXED, full = k128 && dr_full_chunks(offsets, T);
+    launch_kernel(full   ? dr_grad2_mma_kernel<DR_KV_FIXED, true>
+                  : k128 ? dr_grad2_mma_kernel<DR_KV_FIXED, false>
+                         : dr_grad2_mma_kernel<0, false>,
+                  dim3((unsigned)slots, H),
                   dim3(DR_THREADS), grad2_mma_smem(K), *ws, dq, dk, dg, dbeta, q, k, g, beta, gate, T, H, K, offsets, N);
 }

@@ -212,7 +212,7 @@ __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float 
     }
 }
 
-template <int KV>  // 0, or DR_KV_FIXED (chunk.cuh)
+template <int KV, bool FULL>  // KV: 0, or DR_KV_FIXED; FULL: whole chunks only (dr_full_chunks; chunk.cuh)
 __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_prep_mma_kernel(DrWsMma ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
                        int gate, float scale, int Tlen, int H, int K_arg, int V_arg, const int *offsets, int N) {
@@ -221,6 +221,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     const int gq = lane >> 2, t4 = lane & 3;
     int s = 0, tok0 = 0, n = 0;
     if (!dr_locate_chunk(offsets, Tlen, N, x, &s, &tok0, &n)) return;  // whole block: no chunk here
+    static_assert(!FULL || KV, "FULL instances are built for K = V = DR_KV_FIXED only");
+    if (FULL) n = DR_BT;
     const int C = DR_BT, KP = dr_pad16(K), VP = dr_pad16(V), LK = KP + DR_PAD, LV = VP + DR_PAD, K8 = KP / 8;
     const size_t sh = (size_t)x * H + h, ldk = (size_t)H * K;
     DYNAMIC_SMEM(float, sm);
@@ -596,6 +598,10 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 void dr_prep_launch(const DrWsMma *ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
                     int gate, float scale, size_t slots, int T, int H, int K, int V, const int *offsets, int N) {
     dr_audit_upload();
-    launch_kernel(dr_kv_fixed(K, V) ? dr_prep_mma_kernel<DR_KV_FIXED> : dr_prep_mma_kernel<0>, dim3((unsigned)slots, H),
+    const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
+    launch_kernel(full    ? dr_prep_mma_kernel<DR_KV_FIXED, true>
+                  : kv128 ? dr_prep_mma_kernel<DR_KV_FIXED, false>
+                          : dr_prep_mma_kernel<0, false>,
+                  dim3((unsigned)slots, H),
                   dim3(DRM_THREADS), prep_mma_smem(K, V), *ws, q, k, v, g, beta, gate, scale, T, H, K, V, offsets, N);
 }

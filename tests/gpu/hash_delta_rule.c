@@ -120,6 +120,7 @@ int main(int argc, char **argv) {
         run_case(kd, 1, 100, 2, 64, 64, NULL, 0, 0, 1, 0);
         run_case(kd, 1, 130, 1, 128, 128, NULL, 0, 0, 1, alt);
         run_case(kd, 1, 130, 1, 128, 128, NULL, 0, 1, 1, 0);
+        run_case(kd, 1, 128, 1, 128, 128, NULL, 0, 1, 1, alt);  // whole chunks only (dr_full_chunks)
         run_case(kd, 1, 70, 1, 256, 64, NULL, 0, 1, 1, alt);
     }
     gpu_test_summary();

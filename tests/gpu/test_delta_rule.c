@@ -410,6 +410,7 @@ int main(void) {
         // K <= 32 never reaches: K = V = 128, and K = 256 with strong gates
         if (kd != LINEAR_DELTANET) {
             run_fixed(kd, 1, 130, 1, 128, 128, 0);
+            run_fixed(kd, 1, 128, 1, 128, 128, 0);  // whole chunks only: the FULL instances (chunk.cuh)
             // the K = V = 128 kernel instances (the launches' choice at that size) on packed
             // sequences: an empty one, a partial chunk, a sequence across a chunk boundary
             run_varlen(kd, off_small, 4, 1, 128, 128);
@@ -420,6 +421,7 @@ int main(void) {
 #ifndef HYBRID_CUDA_EMU
         // GPU sizes: fla's head dims, a sequence of 1000, and many documents of mixed lengths
         run_fixed(kd, 2, 1000, 4, 128, 128, 0);
+        run_fixed(kd, 2, 1024, 4, 128, 128, 0);  // whole chunks only: the FULL instances
         strong_decay = 1;
         run_fixed(kd, 2, 1000, 4, 128, 128, 0);
         run_fixed(kd, 1, 300, 2, 256, 64, 0);  // K = 256: 8 channel groups in dr_b4_diag
