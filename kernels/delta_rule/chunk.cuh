@@ -431,6 +431,15 @@ static inline bool dr_kv_fixed(int K, int V) { return K == DR_KV_FIXED && V == D
 // the same bits (the emulated hash_delta_rule's whole-chunk case; test_delta_rule's T = 128 and
 // T = 1024 cases compare grad1 + grad2 with the single reference kernel bit for bit).
 static inline bool dr_full_chunks(const int *offsets, int T) { return !offsets && T % DR_BT == 0; }
+// The instance of a kernel template KERN<SPLIT, KV, FULL> (the output kernel, grad1) for a launch:
+// split, Delta as hi + lo pairs (ws.dsplit); kv128, dr_kv_fixed; full, kv128 && dr_full_chunks
+#define DR_INSTANCE(KERN, split, kv128, full)                 \
+    ((split) ? ((full)    ? KERN<true, DR_KV_FIXED, true>        \
+                : (kv128) ? KERN<true, DR_KV_FIXED, false>       \
+                          : KERN<true, 0, false>)                \
+             : ((full)    ? KERN<false, DR_KV_FIXED, true>       \
+                : (kv128) ? KERN<false, DR_KV_FIXED, false>      \
+                          : KERN<false, 0, false>))
 #define DRM_THREADS 256  // the tensor-core prep and walk: 8 warps
 __host__ __device__ __forceinline__ int dr_pad16(int x) { return (x + 15) & ~15; }
 

@@ -407,12 +407,7 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     if (slots > 0 && o) {
         PROFILE("delta_chunk/output");
         const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
-        launch_kernel(ws->dsplit ? (full    ? dr_output_mma_kernel<true, DR_KV_FIXED, true>
-                                    : kv128 ? dr_output_mma_kernel<true, DR_KV_FIXED, false>
-                                            : dr_output_mma_kernel<true, 0, false>)
-                                 : (full    ? dr_output_mma_kernel<false, DR_KV_FIXED, true>
-                                    : kv128 ? dr_output_mma_kernel<false, DR_KV_FIXED, false>
-                                            : dr_output_mma_kernel<false, 0, false>),
+        launch_kernel(DR_INSTANCE(dr_output_mma_kernel, ws->dsplit, kv128, full),
                       dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws, o, scale, T, H, K,
                       V, offsets, N);
     }

@@ -594,12 +594,7 @@ void dr_grad1_launch(const DrWsMma *ws, size_t slots, bf16 *dv, const bf16 *dout
     dr_audit_upload();
     PROFILE("delta_chunk/grad1");  // (inside delta_chunk/grad: HYBRID_CUDA_PROFILE=1 prints both)
     const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
-    launch_kernel(ws->dsplit ? (full    ? dr_grad1_mma_kernel<true, DR_KV_FIXED, true>
-                                : kv128 ? dr_grad1_mma_kernel<true, DR_KV_FIXED, false>
-                                        : dr_grad1_mma_kernel<true, 0, false>)
-                             : (full    ? dr_grad1_mma_kernel<false, DR_KV_FIXED, true>
-                                : kv128 ? dr_grad1_mma_kernel<false, DR_KV_FIXED, false>
-                                        : dr_grad1_mma_kernel<false, 0, false>),
+    launch_kernel(DR_INSTANCE(dr_grad1_mma_kernel, ws->dsplit, kv128, full),
                   dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta, gate,
                   scale, T, H, K, V, offsets, N);
 }
