@@ -8,8 +8,10 @@ cubins compared byte for byte.
 
 Each kernel (a `.text.<mangled name>` section) of the first set is looked up in the second by
 name: `same` (identical bytes: the same instructions, so the same results on the GPU), `DIFF`, or
-`missing`; kernels only in the second set are listed. Exit status 0 when every kernel is the same
-and none is missing. Moving a kernel to another file (session 13: the prep out of
+`missing`; a missing kernel whose bytes equal those of a kernel only in the second set is
+`renamed` and counts as the same (a template parameter added: session 19's FULL instances keep
+the old code under a longer name); kernels only in the second set are listed. Exit status 0
+when every kernel is the same and none is missing. Moving a kernel to another file (session 13: the prep out of
 chunk_fwd_mma.cu) keeps its bytes; a change of its code or of what it inlines does not. Needs
 pyelftools (Debian: python3-pyelftools; /usr/bin/python3 has it where the pyenv one does not).
 """
@@ -38,11 +40,17 @@ def main():
     cut = args.index("--")
     old, new = kernels(args[:cut]), kernels(args[cut + 1:])
     bad = 0
+    only_new = sorted(set(new) - set(old))
     for name in sorted(old):
-        state = "missing" if name not in new else "same" if new[name] == old[name] else "DIFF"
-        bad += state != "same"
-        print(f"{state:7s} {len(old[name]):7d} bytes  {name[6:]}")
-    for name in sorted(set(new) - set(old)):
+        state, to = "missing" if name not in new else "same" if new[name] == old[name] else "DIFF", ""
+        if state == "missing":
+            twin = next((n for n in only_new if new[n] == old[name]), None)
+            if twin:
+                state, to = "renamed", f"  -> {twin[6:]}"
+                only_new.remove(twin)
+        bad += state not in ("same", "renamed")
+        print(f"{state:7s} {len(old[name]):7d} bytes  {name[6:]}{to}")
+    for name in only_new:
         print(f"new     {len(new[name]):7d} bytes  {name[6:]}")
     print(f"cubin_text_diff: {len(old) - bad} of {len(old)} kernels the same")
     sys.exit(1 if bad else 0)
