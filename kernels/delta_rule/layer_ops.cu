@@ -15,7 +15,8 @@
 // then act.cuh's activations take one exponential each without a branch, at the same bits
 // (GPU fingerprints equal), and the backward's sigmoid and softplus of one u share it: the
 // vector backward 5320 -> 2872 static instructions (145 -> 49 MUFU.EX2), the forward 6216 ->
-// 3232; the same hybrid, old and new in one call (session 19, results/bench/act-s18/):
+// 3232; the same hybrid, old and new in one call (session 19, results/bench/act-s18/; both
+// builds with c684ac0's delta-rule kernels):
 // decay_gate_fwd 1.52 -> 1.06 ms a step, decay_gate_bwd 3.07 -> 2.36 (and the gated norm's,
 // gated_rmsnorm.cu, 2.26 -> 1.85 and 4.38 -> 3.54).
 #include "kernels/common.cuh"
