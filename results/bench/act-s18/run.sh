@@ -1,6 +1,7 @@
 #!/bin/bash
 # Prepared in session 18, run in session 19's call 1 (issue 16; the numbers: BENCHMARKS.md, the
-# hybrid section; its output in s19/): act.cuh's branch-free activations at the same bits
+# hybrid section; its output in s19/; that call's tree also held the then uncommitted dr_exp of
+# c684ac0, in both builds): act.cuh's branch-free activations at the same bits
 # (0d7397a: the decay gate's forward and backward, the gated norm, beta; the short
 # convolution's machine code unchanged) against main 0703355's files, in one device call:
 # kernel_ab (its parity test and KDA bench do not touch these kernels; the GPU fingerprints of
