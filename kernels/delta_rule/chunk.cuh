@@ -431,7 +431,9 @@ static inline bool dr_kv_fixed(int K, int V) { return K == DR_KV_FIXED && V == D
 // 6427 -> 5662, output 2084 -> 1987, walk 2261 / 1839 -> 1972 / 1589 at BV 64 / 32, reverse walk
 // 2515 / 3034 -> 2067 / 2654 at BV 32 / 128), the same operations on the same values where it held, so
 // the same bits (the emulated hash_delta_rule's whole-chunk case; test_delta_rule's T = 128 and
-// T = 1024 cases compare grad1 + grad2 with the single reference kernel bit for bit).
+// T = 1024 cases compare grad1 + grad2 with the single reference kernel bit for bit). Each
+// kernel sets n itself after the call: set inside dr_locate_chunk, through its pointer, nvcc
+// kept n a run-time value (the prep's FULL instance 6528 static instructions, not 6275).
 static inline bool dr_full_chunks(const int *offsets, int T) { return !offsets && T % DR_BT == 0; }
 // the rows of chunk ci of a sequence of len tokens, for the walks (FULL: DR_BT at compile time)
 template <bool FULL>
