@@ -37,14 +37,21 @@ static inline void cli_make_markov_shards(const char *dir, int vocab) {
 // The binary under test: $HYBRID (the sanitizer build's, under `make test SANITIZE=1`) or ./hybrid.
 static inline const char *cli_binary(void) { return getenv("HYBRID") ? getenv("HYBRID") : "./hybrid"; }
 
+// When the binary under test is not built: one failed check naming it (testing.h's CHECK),
+// then `otherwise` (a statement: TEST_MAIN_END() to end the test, `return` to skip a part)
+#define CLI_REQUIRE_BINARY(otherwise)                                                                    \
+    do {                                                                                                 \
+        if (!file_exists(cli_binary())) {                                                                \
+            CHECK(0, "%s is not built (run from the repository root after make)", cli_binary());        \
+            otherwise;                                                                                   \
+        }                                                                                                \
+    } while (0)
+
 // The start of a CLI test's main (testing.h's CHECK and TEST_MAIN_END): the test fails at once
 // if the binary is not built; otherwise its folder starts empty.
 #define CLI_TEST_BEGIN(dir)                                                                              \
     do {                                                                                                 \
-        if (!file_exists(cli_binary())) {                                                                \
-            CHECK(0, "%s is not built (run from the repository root after make)", cli_binary());        \
-            TEST_MAIN_END();                                                                             \
-        }                                                                                                \
+        CLI_REQUIRE_BINARY(TEST_MAIN_END());                                                             \
         remove_tree(dir);                                                                                \
     } while (0)
 

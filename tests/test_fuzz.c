@@ -613,12 +613,8 @@ static int kind_selected(const char *kind) {
 }
 
 int main(void) {
-    if (!file_exists(getenv("HYBRID") ? getenv("HYBRID") : "./hybrid")) {
-        CHECK(0, "./hybrid is not built (run from the repository root after make)");
-        TEST_MAIN_END();
-    }
+    CLI_TEST_BEGIN(D);
     read_settings();
-    remove_tree(D);
     remove_tree(KEEP);
     mkdir_p(D "/config");
     mkdir_p(D "/ck");

@@ -520,10 +520,7 @@ static int sh(const char *cmd) {
 // model: the config file and model keys of the run (a 1000-token vocabulary, T 128)
 static void test_cli_resume(const char *model, const char *optimizer) {
     printf("hybrid train --device cuda %s (%s): uninterrupted vs stopped + --resume auto\n", model, optimizer);
-    if (!file_exists(cli_binary())) {  // one clear failure, not five (make test-gpu builds it first)
-        CHECK(0, "%s is not built (make hybrid)", cli_binary());
-        return;
-    }
+    CLI_REQUIRE_BINARY(return);  // one clear failure, not five (make test-gpu builds it first)
     remove_tree(CLI_DIR);
     mkdir_p(CLI_DIR "/data");
     Rng r;
