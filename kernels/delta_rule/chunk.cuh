@@ -424,22 +424,17 @@ static inline bool dr_kv_fixed(int K, int V) { return K == DR_KV_FIXED && V == D
 // Whole chunks: without offsets and with T a multiple of DR_BT every chunk has DR_BT rows (the
 // KL models' training and the benchmarks; varlen batches and a partial last chunk do not). The
 // K = V = DR_KV_FIXED instances of the prep, output, grad1 and grad2 kernels are also built with
-// FULL = true, which sets the chunk's row count n to DR_BT after dr_locate_chunk found it (the
-// walk and the reverse walk: dr_chunk_rows, each chunk of the sequence's loop): every
+// FULL = true, which sets the chunk's row count n to DR_BT after dr_locate_chunk found it: every
 // `r < n` of a row is then known true at compile time and drops out with its select (static
 // instructions of the default instances, sm_90: prep 6514 -> 6275, grad1 7131 -> 6850, grad2
-// 6427 -> 5662, output 2084 -> 1987, walk 2261 / 1839 -> 1972 / 1589 at BV 64 / 32, reverse walk
-// 2515 / 3034 -> 2067 / 2654 at BV 32 / 128), the same operations on the same values where it held, so
+// 6427 -> 5662, output 2084 -> 1987), the same operations on the same values where it held, so
 // the same bits (the emulated hash_delta_rule's whole-chunk case; test_delta_rule's T = 128 and
 // T = 1024 cases compare grad1 + grad2 with the single reference kernel bit for bit). Each
 // kernel sets n itself after the call: set inside dr_locate_chunk, through its pointer, nvcc
 // kept n a run-time value (the prep's FULL instance 6528 static instructions, not 6275).
+// The walks have no FULL instances: built and measured (docs/delta-rule.md, "CUDA kernels",
+// whole chunks at compile time), they ran 5-7% slower on the H200 with fewer instructions.
 static inline bool dr_full_chunks(const int *offsets, int T) { return !offsets && T % DR_BT == 0; }
-// the rows of chunk ci of a sequence of len tokens, for the walks (FULL: DR_BT at compile time)
-template <bool FULL>
-__device__ __forceinline__ int dr_chunk_rows(int len, int ci) {
-    return FULL || len - ci * DR_BT >= DR_BT ? DR_BT : len - ci * DR_BT;
-}
 // The instance of a kernel template KERN<SPLIT, KV, FULL> (the output kernel, grad1) for a launch:
 // split, Delta as hi + lo pairs (ws.dsplit); kv128, dr_kv_fixed; full, kv128 && dr_full_chunks
 #define DR_INSTANCE(KERN, split, kv128, full)                 \

@@ -52,12 +52,11 @@ static size_t bwalk_mma_smem(int K, int BV) {
     return p.rest + (bwalk_alias(K, BV) ? (p.regB > p.regC ? p.regB : p.regC) : p.regB + p.regC);
 }
 
-template <int BV, int NW, int MU, int KV, bool FULL>  // KV: 0, or DR_KV_FIXED; FULL: whole chunks only (chunk.cuh)
+template <int BV, int NW, int MU, int KV>  // KV: 0, or DR_KV_FIXED (chunk.cuh)
 __global__ void __launch_bounds__(NW * 32, 1)
     dr_bwalk_mma_kernel(DrWsMma ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int Tlen, int H,
                         int K_arg, int V_arg, const int *offsets, int alias_arg) {
     const int K = KV ? KV : K_arg, V = KV ? KV : V_arg;
-    static_assert(!FULL || KV, "FULL instances are built for K = V = DR_KV_FIXED only");
     // where the tile fits only without aliasing (launch: dr_bwalk_launch), a constant
     const int alias = MU == 1 || BV > 32 ? 0 : alias_arg;
     // NCG column groups of 32, WG warps a group; step b: GPW 16-column groups a warp
@@ -89,7 +88,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
                 dacc[u][nt][e] = (dhT && i < K && jj < bv) ? dhT[(task * K + i) * V + j0 + jj] : 0.f;
             }
     auto issue_b = [&](int ci) {
-        const int n = dr_chunk_rows<FULL>(len, ci), tok0 = bos + ci * C;
+        const int n = len - ci * C < C ? len - ci * C : C, tok0 = bos + ci * C;
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Ah, LA, ws.Aqk + sh * C * C, C, C, C, n, C, tid, NTH);
         dr_load_tile(Al, LA, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, NTH);
@@ -100,7 +99,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
         cp_async_commit();
     };
     auto issue_c = [&](int ci) {
-        const int n = dr_chunk_rows<FULL>(len, ci);
+        const int n = len - ci * C < C ? len - ci * C : C;
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Qh, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, NTH);
         dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, NTH);
@@ -110,7 +109,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
     };
     if (nch > 0) issue_b(nch - 1);
     for (int ci = nch - 1; ci >= 0; ci--) {
-        const int n = dr_chunk_rows<FULL>(len, ci);
+        const int n = len - ci * C < C ? len - ci * C : C;
         const size_t sh = (size_t)(base + ci) * H + h;
         const bf16 *dO = dOs + (ci & 1) * C * LB;
         bf16 *dhg = ws.dh + sh * K * V, *dhgl = ws.dhl + sh * K * V;
@@ -265,20 +264,14 @@ void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16
     dr_bwalk_tiles(K, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_BWALK_BV"), bv = tiles[a].bv;
     const dim3 grid(N * ((V + bv - 1) / bv), H);
-    const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
+    const bool kv128 = dr_kv_fixed(K, V);
     if (bv == 128)
-        launch_kernel(full    ? dr_bwalk_mma_kernel<128, 16, 2, DR_KV_FIXED, true>
-                      : kv128 ? dr_bwalk_mma_kernel<128, 16, 2, DR_KV_FIXED, false>
-                              : dr_bwalk_mma_kernel<128, 16, 2, 0, false>,
-                      grid, dim3(16 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets,
-                      bwalk_alias(K, 128));
+        launch_kernel(kv128 ? dr_bwalk_mma_kernel<128, 16, 2, DR_KV_FIXED> : dr_bwalk_mma_kernel<128, 16, 2, 0>, grid,
+                      dim3(16 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets, bwalk_alias(K, 128));
     else if (k_le128)
-        launch_kernel(full    ? dr_bwalk_mma_kernel<32, 8, 1, DR_KV_FIXED, true>
-                      : kv128 ? dr_bwalk_mma_kernel<32, 8, 1, DR_KV_FIXED, false>
-                              : dr_bwalk_mma_kernel<32, 8, 1, 0, false>,
-                      grid, dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets,
-                      bwalk_alias(K, 32));
+        launch_kernel(kv128 ? dr_bwalk_mma_kernel<32, 8, 1, DR_KV_FIXED> : dr_bwalk_mma_kernel<32, 8, 1, 0>, grid,
+                      dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets, bwalk_alias(K, 32));
     else
-        launch_kernel(dr_bwalk_mma_kernel<32, 8, 2, 0, false>, grid, dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout,
-                      scale, T, H, K, V, offsets, bwalk_alias(K, 32));
+        launch_kernel(dr_bwalk_mma_kernel<32, 8, 2, 0>, grid, dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale,
+                      T, H, K, V, offsets, bwalk_alias(K, 32));
 }

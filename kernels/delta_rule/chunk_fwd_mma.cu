@@ -35,12 +35,11 @@ static size_t walk_mma_smem(int K, int BV) {
     return (4 * DR_BT * LK + 2 * HR * (BV + DR_PAD)) * 2;
 }
 
-template <int BV, int MU, int KV, bool FULL>  // KV: 0, or DR_KV_FIXED; FULL: whole chunks only (chunk.cuh)
+template <int BV, int MU, int KV>  // KV: 0, or DR_KV_FIXED (chunk.cuh)
 __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 blocks an SM, <= 128 registers
     dr_walk_mma_kernel(DrWsMma ws, float *hT, const float *h0, int Tlen, int H, int K_arg, int V_arg,
                        const int *offsets) {
     const int K = KV ? KV : K_arg, V = KV ? KV : V_arg;
-    static_assert(!FULL || KV, "FULL instances are built for K = V = DR_KV_FIXED only");
     // NT column tiles of the state, NB of a warp's Delta (BV / 2 columns)
     constexpr int NT = BV / 8, NB = BV / 16;
     static_assert(BV % 32 == 0, "step b: pairs of 8-column tiles in each warp's half");
@@ -72,14 +71,14 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
     // W of chunk n + 1 loads during chunk n's h update, Ke of chunk n + 1 during chunk n + 1's
     // Delta: one buffer each, every load in flight behind a compute step
     auto issue_w = [&](int ci) {
-        const int n = dr_chunk_rows<FULL>(len, ci);
+        const int n = len - ci * C < C ? len - ci * C : C;
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Wh, LK, ws.W + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
         dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
         cp_async_commit();
     };
     auto issue_k = [&](int ci) {
-        const int n = dr_chunk_rows<FULL>(len, ci);
+        const int n = len - ci * C < C ? len - ci * C : C;
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Kh, LK, ws.Ke + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
         dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
@@ -90,7 +89,7 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
         issue_k(0);
     }
     for (int ci = 0; ci < nch; ci++) {
-        const int n = dr_chunk_rows<FULL>(len, ci);
+        const int n = len - ci * C < C ? len - ci * C : C;
         const size_t sh = (size_t)(base + ci) * H + h;
         bf16 *hg = ws.h + sh * K * V, *hgl = ws.hl ? ws.hl + sh * K * V : NULL;  // (lo: the backward's only)
         float *Ug = ws.U + sh * C * V;
@@ -242,18 +241,13 @@ static void dr_walk_launch(const DrWsMma *ws, float *hT, const float *h0, int T,
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_WALK_BV");
     const unsigned vt = (unsigned)((V + tiles[a].bv - 1) / tiles[a].bv);
     constexpr int K1 = MU == 1 ? DR_KV_FIXED : 0;  // (K = DR_KV_FIXED runs at MU = 1 only)
-    constexpr bool F1 = K1 != 0;                    // (so FULL as well)
-    const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
+    const bool kv128 = dr_kv_fixed(K, V);
     if (tiles[a].bv == 32)
-        launch_kernel(full    ? dr_walk_mma_kernel<32, MU, K1, F1>
-                      : kv128 ? dr_walk_mma_kernel<32, MU, K1, false>
-                              : dr_walk_mma_kernel<32, MU, 0, false>,
-                      dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
+        launch_kernel(kv128 ? dr_walk_mma_kernel<32, MU, K1> : dr_walk_mma_kernel<32, MU, 0>, dim3(N * vt, H),
+                      dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
     else
-        launch_kernel(full    ? dr_walk_mma_kernel<64, MU, K1, F1>
-                      : kv128 ? dr_walk_mma_kernel<64, MU, K1, false>
-                              : dr_walk_mma_kernel<64, MU, 0, false>,
-                      dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
+        launch_kernel(kv128 ? dr_walk_mma_kernel<64, MU, K1> : dr_walk_mma_kernel<64, MU, 0>, dim3(N * vt, H),
+                      dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
 }
 
 // ---- output: one block per (chunk slot, head, V-tile of 64), 4 warps ---------------------
