@@ -435,6 +435,11 @@ static inline bool dr_kv_fixed(int K, int V) { return K == DR_KV_FIXED && V == D
 // The walks have no FULL instances: built and measured (docs/delta-rule.md, "CUDA kernels",
 // whole chunks at compile time), they ran 5-7% slower on the H200 with fewer instructions.
 static inline bool dr_full_chunks(const int *offsets, int T) { return !offsets && T % DR_BT == 0; }
+// the rows of chunk ci of a sequence of len tokens: DR_BT but for a partial last chunk (the loops
+// over a sequence's chunks; run-time, as the walks measured slower with it fixed: above)
+__device__ __forceinline__ int dr_chunk_rows(int len, int ci) {
+    return len - ci * DR_BT < DR_BT ? len - ci * DR_BT : DR_BT;
+}
 // The instance of a kernel template KERN<SPLIT, KV, FULL> (the output kernel, grad1) for a launch:
 // split, Delta as hi + lo pairs (ws.dsplit); kv128, dr_kv_fixed; full, kv128 && dr_full_chunks
 #define DR_INSTANCE(KERN, split, kv128, full)                 \

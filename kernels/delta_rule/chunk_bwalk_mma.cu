@@ -88,7 +88,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
                 dacc[u][nt][e] = (dhT && i < K && jj < bv) ? dhT[(task * K + i) * V + j0 + jj] : 0.f;
             }
     auto issue_b = [&](int ci) {
-        const int n = len - ci * C < C ? len - ci * C : C, tok0 = bos + ci * C;
+        const int n = dr_chunk_rows(len, ci), tok0 = bos + ci * C;
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Ah, LA, ws.Aqk + sh * C * C, C, C, C, n, C, tid, NTH);
         dr_load_tile(Al, LA, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, NTH);
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
         cp_async_commit();
     };
     auto issue_c = [&](int ci) {
-        const int n = len - ci * C < C ? len - ci * C : C;
+        const int n = dr_chunk_rows(len, ci);
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Qh, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, NTH);
         dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, NTH);
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
     };
     if (nch > 0) issue_b(nch - 1);
     for (int ci = nch - 1; ci >= 0; ci--) {
-        const int n = len - ci * C < C ? len - ci * C : C;
+        const int n = dr_chunk_rows(len, ci);
         const size_t sh = (size_t)(base + ci) * H + h;
         const bf16 *dO = dOs + (ci & 1) * C * LB;
         bf16 *dhg = ws.dh + sh * K * V, *dhgl = ws.dhl + sh * K * V;

@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(DR_THREADS)
     }
     __syncthreads();
     for (int ci = nch - 1; ci >= 0; ci--) {
-        const int n = len - ci * C < C ? len - ci * C : C, tok0 = bos + ci * C;
+        const int n = dr_chunk_rows(len, ci), tok0 = bos + ci * C;
         const size_t sh = (size_t)(base + ci) * H + h;
         float *dhg = ws.dh + sh * K * V, *dD = ws.dD + sh * C * V;
         const float *W = ws.W + sh * C * K, *Ke = ws.Ke + sh * C * K, *Qg = ws.Qg + sh * C * K,

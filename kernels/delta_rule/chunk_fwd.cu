@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(DR_THREADS)
     }
     __syncthreads();
     for (int ci = 0; ci < nch; ci++) {
-        const int n = len - ci * C < C ? len - ci * C : C;
+        const int n = dr_chunk_rows(len, ci);
         const size_t sh = (size_t)(base + ci) * H + h;
         float *hg = ws.h + sh * K * V, *D = ws.D + sh * C * V;
         const float *W = ws.W + sh * C * K, *U = ws.U + sh * C * V, *Ke = ws.Ke + sh * C * K,

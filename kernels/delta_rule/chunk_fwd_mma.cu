@@ -71,14 +71,14 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
     // W of chunk n + 1 loads during chunk n's h update, Ke of chunk n + 1 during chunk n + 1's
     // Delta: one buffer each, every load in flight behind a compute step
     auto issue_w = [&](int ci) {
-        const int n = len - ci * C < C ? len - ci * C : C;
+        const int n = dr_chunk_rows(len, ci);
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Wh, LK, ws.W + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
         dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
         cp_async_commit();
     };
     auto issue_k = [&](int ci) {
-        const int n = len - ci * C < C ? len - ci * C : C;
+        const int n = dr_chunk_rows(len, ci);
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Kh, LK, ws.Ke + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
         dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
         issue_k(0);
     }
     for (int ci = 0; ci < nch; ci++) {
-        const int n = len - ci * C < C ? len - ci * C : C;
+        const int n = dr_chunk_rows(len, ci);
         const size_t sh = (size_t)(base + ci) * H + h;
         bf16 *hg = ws.h + sh * K * V, *hgl = ws.hl ? ws.hl + sh * K * V : NULL;  // (lo: the backward's only)
         float *Ug = ws.U + sh * C * V;

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Prepared in session 19, run in session 20 (issue 15; BENCHMARKS.md: the walks' FULL instances measured slower and were taken out): the whole-chunk (FULL) instances of the prep,
+# Prepared in session 19, run in session 20 (issue 15; BENCHMARKS.md: the walks' FULL instances
+# measured slower and were taken out): the whole-chunk (FULL) instances of the prep,
 # output, grad1, grad2, walk and reverse-walk kernels (chunk.cuh, dr_full_chunks; the same bits)
 # against main 4dadb721's six files (dr_exp already in both), in one device call: kernel_ab (parity test with
 # its new T = 1024 whole-chunk case, the KDA bench at B8 T4096, where every chunk is whole, the
