@@ -184,14 +184,31 @@ __global__ void conv_dw_partial_kernel(float *partial, const float *da, const bf
 #define CONV_TILE_THREADS 64  // threads per block of the fast kernels, V channels each
 #define CONV_FWD_ROWS 64      // rows per block, fast forward (x staged: 16 KiB at V = 2)
 #define CONV_BWD_TILE 34      // rows of x and dy staged per pass, fast backward: 17 KiB at V = 2
+#ifndef CONV_V4_HALF_TILES
+#define CONV_V4_HALF_TILES 1
+#endif
+// at V = 4 (twice the channels a block) half the rows, the same shared memory a block
+template <int V>
+constexpr int conv_fwd_rows() { return V == 4 && CONV_V4_HALF_TILES ? CONV_FWD_ROWS / 2 : CONV_FWD_ROWS; }
+template <int V>
+constexpr int conv_bwd_tile() { return V == 4 && CONV_V4_HALF_TILES ? CONV_BWD_TILE / 2 : CONV_BWD_TILE; }
                               // (+1 KiB the SM reserves a block), so 12 blocks of 2 warps fit an
                               // SM's 228 KiB, as many as the kernel's 76 registers allow (a 64-row
                               // chunk and its halo in two passes)
 
-// V consecutive channels (V == 2: one aligned bf16x2 access; the caller checks alignment)
+// V consecutive channels (V == 4: one aligned 8-byte access, two bf16x2; V == 2: one aligned
+// bf16x2 access; the caller checks alignment)
 template <int V>
 __device__ __forceinline__ void conv_load(float *v, const bf16 *p) {
-    if (V == 2) {
+    if (V == 4) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(p);
+        const __nv_bfloat162 h0 = *reinterpret_cast<const __nv_bfloat162 *>(&u.x);
+        const __nv_bfloat162 h1 = *reinterpret_cast<const __nv_bfloat162 *>(&u.y);
+        v[0] = __low2float(h0);
+        v[1 % V] = __high2float(h0);
+        v[2 % V] = __low2float(h1);
+        v[V - 1] = __high2float(h1);
+    } else if (V == 2) {
         const __nv_bfloat162 h = *reinterpret_cast<const __nv_bfloat162 *>(p);
         v[0] = __low2float(h);
         v[V - 1] = __high2float(h);
@@ -202,8 +219,17 @@ __device__ __forceinline__ void conv_load(float *v, const bf16 *p) {
 
 template <int V>
 __device__ __forceinline__ void conv_store(bf16 *p, const float *v) {
-    if (V == 2) *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(v[0], v[V - 1]);
-    else *p = __float2bfloat16(v[0]);
+    if (V == 4) {
+        const __nv_bfloat162 h0 = __floats2bfloat162_rn(v[0], v[1 % V]), h1 = __floats2bfloat162_rn(v[2 % V], v[V - 1]);
+        uint2 u;
+        u.x = *reinterpret_cast<const unsigned *>(&h0);
+        u.y = *reinterpret_cast<const unsigned *>(&h1);
+        *reinterpret_cast<uint2 *>(p) = u;
+    } else if (V == 2) {
+        *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(v[0], v[V - 1]);
+    } else {
+        *p = __float2bfloat16(v[0]);
+    }
 }
 
 // xw[v][i] = the input at local time t-(W-1)+i of channel c+v (what conv_in returns); the
@@ -287,11 +313,12 @@ template <int W, int V>
 __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
                                      size_t rows, int T, int D, const int *offsets, int nseq, int silu, int vec16) {
     constexpr int CB = CONV_TILE_THREADS * V;
-    DYNAMIC_SMEM(bf16, xs);  // [CONV_FWD_ROWS][CB]: x at the block's rows
+    constexpr int FR = conv_fwd_rows<V>();
+    DYNAMIC_SMEM(bf16, xs);  // [FR][CB]: x at the block's rows
     const int c0 = blockIdx.y * CB, cw = D - c0 < CB ? D - c0 : CB, lc = threadIdx.x * V, c = c0 + lc;
     const bool on = lc < cw;
-    const size_t row0 = (size_t)blockIdx.x * CONV_FWD_ROWS;
-    const int nr = (int)(rows - row0 < CONV_FWD_ROWS ? rows - row0 : CONV_FWD_ROWS);
+    const size_t row0 = (size_t)blockIdx.x * FR;
+    const int nr = (int)(rows - row0 < FR ? rows - row0 : FR);
     float wv[V][W], b[V], xw[V][W];
 #pragma unroll
     for (int v = 0; v < V; v++) {
@@ -351,7 +378,8 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
                                       int silu, int vec16, int want_db) {
     constexpr int CB = CONV_TILE_THREADS * V;
     DYNAMIC_SMEM(bf16, sm);
-    bf16 *xs = sm, *gs = sm + (size_t)CONV_BWD_TILE * CB;  // [CONV_BWD_TILE][CB] each: x, dy at a pass's rows
+    constexpr int BT = conv_bwd_tile<V>();
+    bf16 *xs = sm, *gs = sm + (size_t)BT * CB;  // [BT][CB] each: x, dy at a pass's rows
     const int c0 = blockIdx.y * CB, cw = D - c0 < CB ? D - c0 : CB, lc = threadIdx.x * V, c = c0 + lc;
     const bool on = lc < cw;
     const size_t row0 = (size_t)blockIdx.x * rows_per_chunk;
@@ -381,8 +409,8 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
         const float zero[V] = {};
         conv_window<W, V>(xw, zero, x, state_in, sq.bos, (int)(row0 - sq.bos), sq.s, c, D);
     }
-    for (size_t qa = row0; qa < qend; qa += CONV_BWD_TILE) {
-        const int nr = (int)(qend - qa < CONV_BWD_TILE ? qend - qa : CONV_BWD_TILE);
+    for (size_t qa = row0; qa < qend; qa += BT) {
+        const int nr = (int)(qend - qa < BT ? qend - qa : BT);
         if (qa != row0) __syncthreads();  // every thread is done with the previous pass's rows
         conv_tile_load<CB>(xs, x, qa, nr, c0, cw, D, vec16);
         conv_tile_load<CB>(gs, dy, qa, nr, c0, cw, D, vec16);
@@ -456,9 +484,11 @@ static int conv_use_ref(void) {
     return e && e[0] == '1';
 }
 
-// V = 2 when D is even and the bf16 tensors are 4-byte aligned
+// channels a thread: V = 4 when D % 4 == 0 and the bf16 tensors are 8-byte aligned, 2 when D is
+// even and they are 4-byte aligned, else 1
 static int conv_vec(int D, const void *a, const void *b, const void *c) {
-    return D % 2 == 0 && ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 4 == 0;
+    const uintptr_t u = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c;
+    return D % 4 == 0 && u % 8 == 0 ? 4 : D % 2 == 0 && u % 4 == 0 ? 2 : 1;
 }
 
 // 16-byte tile copies (conv_tile_load): D a multiple of 8, the staged tensors 16-byte aligned
@@ -470,8 +500,9 @@ template <int W, int V>
 static void conv_fwd_fast(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
                           size_t rows, int T, int D, const int *offsets, int nseq, int silu) {
     const int CB = CONV_TILE_THREADS * V;
-    const dim3 grid((unsigned)((rows + CONV_FWD_ROWS - 1) / CONV_FWD_ROWS), (unsigned)((D + CB - 1) / CB));
-    launch_kernel(conv_fwd_fast_kernel<W, V>, grid, dim3(CONV_TILE_THREADS), (size_t)CONV_FWD_ROWS * CB * sizeof(bf16),
+    const int FR = conv_fwd_rows<V>();
+    const dim3 grid((unsigned)((rows + FR - 1) / FR), (unsigned)((D + CB - 1) / CB));
+    launch_kernel(conv_fwd_fast_kernel<W, V>, grid, dim3(CONV_TILE_THREADS), (size_t)FR * CB * sizeof(bf16),
                   y, x, w, bias, state_in, rows, T, D, offsets, nseq, silu, conv_vec16(D, x, x));
 }
 
@@ -482,21 +513,25 @@ static void conv_bwd_fast(bf16 *dx, float *partial, const bf16 *dy, const float 
     const int CB = CONV_TILE_THREADS * V;
     const dim3 grid((unsigned)chunks, (unsigned)((D + CB - 1) / CB));
     launch_kernel(conv_bwd_fused_kernel<W, V>, grid, dim3(CONV_TILE_THREADS),
-                  (size_t)2 * CONV_BWD_TILE * CB * sizeof(bf16), dx, partial, dy, dstate_out, x, w, bias, state_in,
+                  (size_t)2 * conv_bwd_tile<V>() * CB * sizeof(bf16), dx, partial, dy, dstate_out, x, w, bias, state_in,
                   rows, per, T, D, offsets, nseq, silu, conv_vec16(D, x, dy), want_db);
 }
 
 #define CONV_DISPATCH(fn, W, V, ...)                                  \
     do {                                                              \
-        switch ((W) * 2 + (V) - 1) {                                  \
-        case 2: fn<1, 1>(__VA_ARGS__); break;                         \
-        case 3: fn<1, 2>(__VA_ARGS__); break;                         \
-        case 4: fn<2, 1>(__VA_ARGS__); break;                         \
-        case 5: fn<2, 2>(__VA_ARGS__); break;                         \
-        case 6: fn<3, 1>(__VA_ARGS__); break;                         \
-        case 7: fn<3, 2>(__VA_ARGS__); break;                         \
-        case 8: fn<4, 1>(__VA_ARGS__); break;                         \
-        default: fn<4, 2>(__VA_ARGS__); break;                        \
+        switch ((W) * 10 + (V)) {                                     \
+        case 11: fn<1, 1>(__VA_ARGS__); break;                        \
+        case 12: fn<1, 2>(__VA_ARGS__); break;                        \
+        case 14: fn<1, 4>(__VA_ARGS__); break;                        \
+        case 21: fn<2, 1>(__VA_ARGS__); break;                        \
+        case 22: fn<2, 2>(__VA_ARGS__); break;                        \
+        case 24: fn<2, 4>(__VA_ARGS__); break;                        \
+        case 31: fn<3, 1>(__VA_ARGS__); break;                        \
+        case 32: fn<3, 2>(__VA_ARGS__); break;                        \
+        case 34: fn<3, 4>(__VA_ARGS__); break;                        \
+        case 41: fn<4, 1>(__VA_ARGS__); break;                        \
+        case 42: fn<4, 2>(__VA_ARGS__); break;                        \
+        default: fn<4, 4>(__VA_ARGS__); break;                        \
         }                                                             \
     } while (0)
 
@@ -530,7 +565,7 @@ extern "C" void cuda_short_conv_forward(real *y, real *state_out, const real *x,
     const int N = offsets ? nseq : B;
     const dim3 grid((unsigned)((rows + CONV_ROWS - 1) / CONV_ROWS), (unsigned)((D + CONV_THREADS - 1) / CONV_THREADS));
     if (rows > 0 && W <= CONV_FAST_W && !conv_use_ref()) {
-        const int V = conv_vec(D, x, y, x) ? 2 : 1;
+        const int V = conv_vec(D, x, y, x);
         CONV_DISPATCH(conv_fwd_fast, W, V, (bf16 *)y, (const bf16 *)x, (const bf16 *)w, (const bf16 *)bias,
                       (const float *)state_in, rows, T, D, offsets, nseq, silu);
     } else if (rows > 0) {
@@ -558,7 +593,7 @@ extern "C" void cuda_short_conv_backward(real *dx, real *dw, real *dbias, real *
         const size_t part_stride = (size_t)(W + 1) * D;
         float *partial = (float *)scratch_get((size_t)chunks * part_stride * sizeof(float));
         if (rows > 0) {
-            const int V = conv_vec(D, x, dy, dx) ? 2 : 1;
+            const int V = conv_vec(D, x, dy, dx);
             CONV_DISPATCH(conv_bwd_fast, W, V, (bf16 *)dx, partial, (const bf16 *)dy, (const float *)dstate_out,
                           (const bf16 *)x, (const bf16 *)w, (const bf16 *)bias, (const float *)state_in, rows, per,
                           chunks, T, D, offsets, nseq, silu, dbias != NULL);

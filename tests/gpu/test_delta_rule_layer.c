@@ -448,6 +448,7 @@ int main(void) {
     test_short_conv(var, 41, 2, 0, 1, 1, 1, 1);  // (and at W 2 and 4: each W its own kernels)
     test_short_conv(fixed, 41, 4, 1, 1, 1, 1, 1);
     test_short_conv(fixed, 40, 2, 0, 1, 1, 1, 1);
+    test_short_conv(var, 42, 4, 1, 1, 1, 1, 1);  // D % 4 == 2: two channels a thread (4 when D % 4 == 0)
     test_short_conv(var, 40, 6, 1, 1, 1, 1, 1);  // W above the fused kernels': the general path
     test_short_conv(fixed, 24, 6, 0, 0, 1, 1, 1);
     // the fast kernels' tiles (short_conv.cu): several channel slabs with a partial last one,
