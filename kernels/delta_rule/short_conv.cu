@@ -189,9 +189,9 @@ __global__ void conv_dw_partial_kernel(float *partial, const float *da, const bf
 #endif
 // at V = 4 (twice the channels a block) half the rows, the same shared memory a block
 template <int V>
-constexpr int conv_fwd_rows() { return V == 4 && CONV_V4_HALF_TILES ? CONV_FWD_ROWS / 2 : CONV_FWD_ROWS; }
+__host__ __device__ constexpr int conv_fwd_rows() { return V == 4 && CONV_V4_HALF_TILES ? CONV_FWD_ROWS / 2 : CONV_FWD_ROWS; }
 template <int V>
-constexpr int conv_bwd_tile() { return V == 4 && CONV_V4_HALF_TILES ? CONV_BWD_TILE / 2 : CONV_BWD_TILE; }
+__host__ __device__ constexpr int conv_bwd_tile() { return V == 4 && CONV_V4_HALF_TILES ? CONV_BWD_TILE / 2 : CONV_BWD_TILE; }
                               // (+1 KiB the SM reserves a block), so 12 blocks of 2 warps fit an
                               // SM's 228 KiB, as many as the kernel's 76 registers allow (a 64-row
                               // chunk and its halo in two passes)
