@@ -9,11 +9,12 @@
 //
 // Two paths with the same bits (every fp32 sum with the same operands in the same order):
 // - Fast, W <= CONV_FAST_W (4; the layers use 4): kernels templated on W and on V channels per
-//   thread (V = 2, bf16x2 accesses, when D is even and the tensors 4-byte aligned), taps
+//   thread (V = 4, 8-byte accesses, when D % 4 == 0 and the tensors 8-byte aligned; else V = 2,
+//   bf16x2 accesses, when D is even and they are 4-byte aligned), taps
 //   unrolled, the W inputs of a row in registers. A block of CONV_TILE_THREADS threads stages the
 //   rows it walks of its CONV_TILE_THREADS * V channels in shared memory first (16-byte cp.async
 //   copies when D % 8 == 0), so a whole tile of loads is in flight at once. Forward: a block
-//   per CONV_FWD_ROWS rows. Backward, one fused pass: a block per (grad_row_chunks chunk,
+//   per CONV_FWD_ROWS rows (half at V = 4). Backward, one fused pass: a block per (grad_row_chunks chunk,
 //   channel slab) whose threads recompute a and da = dy * act'(a) row by row (W-1 halo rows past
 //   the chunk, inside the sequence, to finish dx of its last rows), write dx and keep the
 //   dw / dbias partials of the chunk in registers; da never reaches memory; dstate_in
@@ -26,7 +27,8 @@
 // H200. History (docs/delta-rule.md, "CUDA kernels"; BENCHMARKS.md): at 65,536 x 768 (W 4) the
 // first fused backward took the backward from 1.20 to 0.45 ms a call and the register-window
 // forward 0.37 to 0.17 ms; both then kept about one row per thread in flight (a register ring
-// whose shifts waited on its loads), which the staged tiles replace.
+// whose shifts waited on its loads), which the staged tiles replace; four channels a thread
+// (session 21) took the forward from 0.127 to 0.113 ms and the backward from 0.276 to 0.241.
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
@@ -184,14 +186,12 @@ __global__ void conv_dw_partial_kernel(float *partial, const float *da, const bf
 #define CONV_TILE_THREADS 64  // threads per block of the fast kernels, V channels each
 #define CONV_FWD_ROWS 64      // rows per block, fast forward (x staged: 16 KiB at V = 2)
 #define CONV_BWD_TILE 34      // rows of x and dy staged per pass, fast backward: 17 KiB at V = 2
-#ifndef CONV_V4_HALF_TILES
-#define CONV_V4_HALF_TILES 1
-#endif
-// at V = 4 (twice the channels a block) half the rows, the same shared memory a block
+// At V = 4 a block holds twice the channels, so half the rows: the same shared memory a block
+// (full tiles at V = 4 measured slower than V = 2, half tiles faster: BENCHMARKS.md, session 21)
 template <int V>
-__host__ __device__ constexpr int conv_fwd_rows() { return V == 4 && CONV_V4_HALF_TILES ? CONV_FWD_ROWS / 2 : CONV_FWD_ROWS; }
+__host__ __device__ constexpr int conv_fwd_rows() { return V == 4 ? CONV_FWD_ROWS / 2 : CONV_FWD_ROWS; }
 template <int V>
-__host__ __device__ constexpr int conv_bwd_tile() { return V == 4 && CONV_V4_HALF_TILES ? CONV_BWD_TILE / 2 : CONV_BWD_TILE; }
+__host__ __device__ constexpr int conv_bwd_tile() { return V == 4 ? CONV_BWD_TILE / 2 : CONV_BWD_TILE; }
                               // (+1 KiB the SM reserves a block), so 12 blocks of 2 warps fit an
                               // SM's 228 KiB, as many as the kernel's 76 registers allow (a 64-row
                               // chunk and its halo in two passes)
