@@ -11,7 +11,13 @@
 // 4-, 8-, 16-byte vectors; the backward writes the dw partials from the same launch, one block
 // per row chunk) and the general kernels (any D; every D under
 // HYBRID_GRN_REF=1), which re-read the row in a second pass and compute dw in a second kernel.
-// The register kernels are not yet measured on a GPU (branch kda-ops).
+// Every sum that takes a product is an explicit __fmaf_rn with the same operands in both paths
+// (the sums of squares, mean(xh u), dx, act'(z), the dw partials). Written as `a * b - c * d`,
+// nvcc leaves a mul and a sub for ptxas to contract, and ptxas is free to fuse either product:
+// on the H200 the two paths once differed in one bf16 of dx on fresh inputs (session 21), while
+// the CPU emulator, which contracts nothing, agreed. With the fmas explicit no add or sub with
+// both operands from contractible products is left in either path's PTX (docs/delta-rule.md,
+// "CUDA kernels"; that this was the cause is our reading, not yet rerun on the GPU).
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
@@ -25,7 +31,7 @@ __device__ __forceinline__ void grn_act(float z, int swish, float *a, float *da)
     const float sg = dr_sigmoid(z);
     if (swish) {
         *a = z * sg;
-        *da = sg + z * sg * (1.f - sg);
+        *da = __fmaf_rn(z * sg, 1.f - sg, sg);
     } else {
         *a = sg;
         *da = sg * (1.f - sg);
@@ -41,7 +47,7 @@ __global__ void grn_fwd_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *
     float ss = 0.f;
     for (int i = lane; i < D; i += 32) {
         const float v = __bfloat162float(xr[i]);
-        ss += v * v;
+        ss = __fmaf_rn(v, v, ss);
     }
     const float r = rsqrtf(warp_sum(ss) / D + eps);
     for (int i = lane; i < D; i += 32) {
@@ -67,7 +73,7 @@ __global__ void grn_bwd_kernel(bf16 *dx, bf16 *dz, const bf16 *dy, const bf16 *x
         const float wi = w ? __bfloat162float(w[i]) : 1.f, xh = __bfloat162float(x[idx]) * r;
         const float d = __bfloat162float(dy[idx]);
         dz[idx] = __float2bfloat16(d * xh * wi * da);
-        m += xh * d * a * wi;
+        m = __fmaf_rn(xh * d * a, wi, m);
     }
     m = warp_sum(m) / D;
     for (int i = lane; i < D; i += 32) {
@@ -75,7 +81,7 @@ __global__ void grn_bwd_kernel(bf16 *dx, bf16 *dz, const bf16 *dy, const bf16 *x
         float a, da;
         grn_act(__bfloat162float(z[idx]), swish, &a, &da);
         const float wi = w ? __bfloat162float(w[i]) : 1.f, xh = __bfloat162float(x[idx]) * r;
-        dx[idx] = __float2bfloat16(r * (__bfloat162float(dy[idx]) * a * wi - xh * m));
+        dx[idx] = __float2bfloat16(r * __fmaf_rn(-xh, m, __bfloat162float(dy[idx]) * a * wi));
     }
 }
 
@@ -91,7 +97,7 @@ __global__ void grn_dw_partial_kernel(float *partial, const bf16 *dy, const bf16
         const size_t idx = r * D + i;
         float a, da;
         grn_act(__bfloat162float(z[idx]), swish, &a, &da);
-        acc += __bfloat162float(dy[idx]) * a * __bfloat162float(x[idx]) * rstd[r];
+        acc = __fmaf_rn(__bfloat162float(dy[idx]) * a * __bfloat162float(x[idx]), rstd[r], acc);
     }
     partial[(size_t)blockIdx.x * D + i] = acc;
 }
@@ -138,7 +144,7 @@ __global__ void grn_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf
     float ss = 0.f;
 #pragma unroll
     for (int k = 0; k < K; k++)
-        if (lane + 32 * k < D) ss += xs[k] * xs[k];
+        if (lane + 32 * k < D) ss = __fmaf_rn(xs[k], xs[k], ss);
     const float r = rsqrtf(warp_sum(ss) / D + eps);
     float yv[K];
 #pragma unroll
@@ -213,7 +219,7 @@ __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf1
             float m = 0.f;
 #pragma unroll
             for (int k = 0; k < K; k++)
-                if (lane + 32 * k < D) m += ps[k] * ws[k];
+                if (lane + 32 * k < D) m = __fmaf_rn(ps[k], ws[k], m);
             m = warp_sum(m) / D;
             float dxv[K];
 #pragma unroll
@@ -221,7 +227,7 @@ __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf1
                 const int i = grn_elem<K, VEC>(lane, k);
                 if (i >= D) break;
                 const float wi = wv[k], xh = xv[k] * r;
-                dxv[k] = r * (d[k] * a[k] * wi - xh * m);
+                dxv[k] = r * __fmaf_rn(-xh, m, d[k] * a[k] * wi);
                 if (!VEC) dx[row * D + i] = __float2bfloat16(dxv[k]);
             }
             if (VEC) row_store<K>(dx + row * D + lane * K, dxv);
@@ -231,7 +237,7 @@ __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf1
             __syncthreads();
             const size_t nr = r1 - base < GRN_WARPS ? r1 - base : GRN_WARPS;
             if ((int)threadIdx.x < D)
-                for (size_t j = 0; j < nr; j++) acc += pt[j][threadIdx.x] * rs[j];
+                for (size_t j = 0; j < nr; j++) acc = __fmaf_rn(pt[j][threadIdx.x], rs[j], acc);
             __syncthreads();
         }
     }
