@@ -211,12 +211,18 @@ test:
 	@sh scripts/install_deps.sh test
 	@$(MAKE) --no-print-directory test-only
 
+# kernel files with two paths that must give the same bits (a fast path and the general one, both
+# compared bit for bit by their tests): no sum of two products left for ptxas to contract either
+# way (tests/check_contraction.py)
+CONTRACT_CHECKED := kernels/delta_rule/gated_rmsnorm.cu kernels/delta_rule/short_conv.cu kernels/delta_rule/layer_ops.cu
+
 test-only: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS) $(EMU_TESTS)
 	@rm -f $(EMU)/launches.log
 	@BUILD=$(BUILD) HYBRID=./$(BIN) HYBRID_EMU_LAUNCH_LOG=$(if $(EMU_TESTS),$(CURDIR)/$(EMU)/launches.log) \
 	    sh tests/run_all.sh $(TESTS) $(EMU_TESTS)
 	@if [ -n "$(CU_SRC)" ] && [ -n "$(EMU_TESTS)" ]; then \
 	    python3 tests/check_launch_limits.py $(EMU)/launches.log $(BUILD)/cu; fi
+	@if [ -n "$(CU_SRC)" ]; then python3 tests/check_contraction.py $(NVCC) "$(NVCCFLAGS)" $(CONTRACT_CHECKED); fi
 	@if [ -z "$(CU_SRC)" ] || [ "$(SANITIZE)" = 1 ]; then :; \
 	elif nvidia-smi -L > /dev/null 2>&1; then $(MAKE) --no-print-directory test-gpu; \
 	else echo "note: the CUDA backend was built but no GPU is visible: GPU tests not run (make test-gpu)"; fi
