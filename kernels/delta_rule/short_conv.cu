@@ -10,13 +10,13 @@
 // Two paths with the same bits (every fp32 sum with the same operands in the same order):
 // - Fast, W <= CONV_FAST_W (4; the layers use 4): kernels templated on W and on V channels per
 //   thread (V = 4, 8-byte accesses, when D % 4 == 0 and the tensors 8-byte aligned; else V = 2,
-//   bf16x2 accesses, when D is even and they are 4-byte aligned), taps
-//   unrolled, the W inputs of a row in registers. A block of CONV_TILE_THREADS threads stages the
-//   rows it walks of its CONV_TILE_THREADS * V channels in shared memory first (16-byte cp.async
-//   copies when D % 8 == 0), so a whole tile of loads is in flight at once. Forward: a block
-//   per CONV_FWD_ROWS rows (half at V = 4). Backward, one fused pass: a block per (grad_row_chunks chunk,
-//   channel slab) whose threads recompute a and da = dy * act'(a) row by row (W-1 halo rows past
-//   the chunk, inside the sequence, to finish dx of its last rows), write dx and keep the
+//   bf16x2 accesses, when D is even and they are 4-byte aligned), taps unrolled, the W inputs
+//   of a row in registers. A block of CONV_TILE_THREADS threads stages the rows it walks of its
+//   CONV_TILE_THREADS * V channels in shared memory first (16-byte cp.async copies when D % 8 ==
+//   0), so a whole tile of loads is in flight at once. Forward: a block per CONV_FWD_ROWS rows
+//   (half at V = 4). Backward, one fused pass: a block per (grad_row_chunks chunk, channel slab)
+//   whose threads recompute a and da = dy * act'(a) row by row (W-1 halo rows past the chunk,
+//   inside the sequence, to finish dx of its last rows), write dx and keep the
 //   dw / dbias partials of the chunk in registers; da never reaches memory; dstate_in
 //   recomputes da of the first W-1 rows of each sequence.
 // - General, any W <= CONV_MAX_W, and every W under HYBRID_CONV_REF=1 (read at each call):
@@ -186,15 +186,15 @@ __global__ void conv_dw_partial_kernel(float *partial, const float *da, const bf
 #define CONV_TILE_THREADS 64  // threads per block of the fast kernels, V channels each
 #define CONV_FWD_ROWS 64      // rows per block, fast forward (x staged: 16 KiB at V = 2)
 #define CONV_BWD_TILE 34      // rows of x and dy staged per pass, fast backward: 17 KiB at V = 2
+                              // (+1 KiB the SM reserves a block), so 12 blocks of 2 warps fit an
+                              // SM's 228 KiB, as many as the kernel's 76 registers allow (a 64-row
+                              // chunk and its halo in two passes)
 // At V = 4 a block holds twice the channels, so half the rows: the same shared memory a block
 // (full tiles at V = 4 measured slower than V = 2, half tiles faster: BENCHMARKS.md, session 21)
 template <int V>
 __host__ __device__ constexpr int conv_fwd_rows() { return V == 4 ? CONV_FWD_ROWS / 2 : CONV_FWD_ROWS; }
 template <int V>
 __host__ __device__ constexpr int conv_bwd_tile() { return V == 4 ? CONV_BWD_TILE / 2 : CONV_BWD_TILE; }
-                              // (+1 KiB the SM reserves a block), so 12 blocks of 2 warps fit an
-                              // SM's 228 KiB, as many as the kernel's 76 registers allow (a 64-row
-                              // chunk and its halo in two passes)
 
 // V consecutive channels (V == 4: one aligned 8-byte access, two bf16x2; V == 2: one aligned
 // bf16x2 access; the caller checks alignment)
