@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(DR_THREADS)
         const float gr = G[r * K + i], dqv = scale * expf(gr) * hd, dkv = dke * expf(Gend[i] - gr);
         dQ[r * K + i] = dqv;
         dK[r * K + i] = dkv;
-        dG[r * K + i] = Q(r, i) * dqv - KK(r, i) * dkv;
+        dG[r * K + i] = dr_dg_term(Q(r, i), dqv, KK(r, i), dkv);
         dW[r * K + i] = -dw;
     }
     __syncthreads();

@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                                     dkv = ak[nt][e] * dr_exp(G[grad1_gx(LG, n - 1, i + c)] - gr);
                         vq[c] = dqv;
                         vk[c] = dkv;
-                        vg[c] = __bfloat162float(qs[r * LQ + cc + c]) * dqv - __bfloat162float(ks[r * LQ + cc + c]) * dkv;
+                        vg[c] = dr_dg_term(__bfloat162float(qs[r * LQ + cc + c]), dqv, __bfloat162float(ks[r * LQ + cc + c]), dkv);
                         vw[c] = -aw[nt][e];
                     }
                     const bool in1 = i + 1 < K;

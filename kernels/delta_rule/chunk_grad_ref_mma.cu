@@ -170,7 +170,7 @@ __device__ __forceinline__ void dr_grad_front(const DrWsMma &ws, bf16 *dv, const
                                     dkv = ak[nt][e] * dr_exp(Gend[i] - gr);
                         dQ[r * K + i] = dqv;
                         dK[r * K + i] = dkv;
-                        dG[r * K + i] = __bfloat162float(qs[r * LQ + cc]) * dqv - __bfloat162float(ks[r * LQ + cc]) * dkv;
+                        dG[r * K + i] = dr_dg_term(__bfloat162float(qs[r * LQ + cc]), dqv, __bfloat162float(ks[r * LQ + cc]), dkv);
                         dW[r * K + i] = __float2bfloat16(-aw[nt][e]);  // (bf16: read rounded below)
                     }
                     if (kt == 0) {
