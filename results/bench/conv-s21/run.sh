@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 21, call 4 (device, 45 s wall): the short convolution with four channels a thread (tree at
+# Session 21, call 5 (device, 45 s wall; call 4 had stopped at a build error, nvcc refusing a host-only constexpr): the short convolution with four channels a thread (tree at
 # 08605c3) against two (short_conv.cu of a6e6a52, carried as out/devrun/old_conv/), and four
 # channels with full tiles (CONV_V4_HALF_TILES 0, the switch 08605c3 had for this measurement and
 # that was then removed); B64 T1024 D768 W4, SiLU, 50 timed repetitions after 5, three rounds.
