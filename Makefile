@@ -212,11 +212,13 @@ test:
 	@$(MAKE) --no-print-directory test-only
 
 # kernel files with paths that must give the same bits (fast and general kernels, the split
-# gradient kernels and the single one, the Delta layouts, whole-chunk instances: compared bit for
-# bit by their tests): no sum of two products left for ptxas to contract either way
+# gradient kernels and the single one, the Delta layouts, whole-chunk instances; the GLU's and
+# the MoE dispatch's scalar and vector kernels; the cross-entropy's launch shapes and its fused
+# and separate passes): no sum of two products left for ptxas to contract either way
 # (tests/check_contraction.py). The delta-rule family but the scalar backward (chunk_bwd.cu: its
 # reverse walk has one such sum, and no test compares it bit for bit with another path).
-CONTRACT_CHECKED := $(filter-out kernels/delta_rule/chunk_bwd.cu,$(wildcard kernels/delta_rule/*.cu))
+CONTRACT_CHECKED := $(filter-out kernels/delta_rule/chunk_bwd.cu,$(wildcard kernels/delta_rule/*.cu)) \
+                    kernels/norm_glu/glu.cu kernels/moe/dispatch.cu kernels/core/crossentropy.cu
 
 test-only: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS) $(EMU_TESTS)
 	@rm -f $(EMU)/launches.log
