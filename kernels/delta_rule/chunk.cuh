@@ -261,12 +261,6 @@ __device__ __forceinline__ void dr_tri_inverse_grad(float *dT, const float *Tm, 
     __syncthreads();
 }
 
-// ---- the gradient kernels' last stage (SIMT and tensor-core alike) ------------------------
-// B6 (docs/delta-rule.md, "Stage B6: reverse in-chunk cumsum of the gate gradient"): the
-// dGamma_end extras (gend) land on the last row, then dg = reverse in-chunk cumsum of dGamma;
-// then the chunk's dq, dk, dg (KDA per channel; GDN per head, the sum over K a warp per row)
-// and dbeta are stored. dQ, dK, dG are the chunk's [n][K] fp32 accumulators, db [n]. Called by
-// the whole block (DR_THREADS threads) after a barrier that completes dQ, dK, dG and db.
 // dGamma's in-chunk term q dq - k dk of one entry, with q dq fused and k dk rounded: written as
 // `q * dq - k * dk` it left ptxas the choice of the product to fuse (the machine code fused q dq,
 // the same as this fma), and the split gradient kernels, the single one and the scalar backward
@@ -274,6 +268,13 @@ __device__ __forceinline__ void dr_tri_inverse_grad(float *dT, const float *Tm, 
 __device__ __forceinline__ float dr_dg_term(float q, float dq, float k, float dk) {
     return __fmaf_rn(q, dq, -(k * dk));
 }
+
+// ---- the gradient kernels' last stage (SIMT and tensor-core alike) ------------------------
+// B6 (docs/delta-rule.md, "Stage B6: reverse in-chunk cumsum of the gate gradient"): the
+// dGamma_end extras (gend) land on the last row, then dg = reverse in-chunk cumsum of dGamma;
+// then the chunk's dq, dk, dg (KDA per channel; GDN per head, the sum over K a warp per row)
+// and dbeta are stored. dQ, dK, dG are the chunk's [n][K] fp32 accumulators, db [n]. Called by
+// the whole block (DR_THREADS threads) after a barrier that completes dQ, dK, dG and db.
 // B6's reverse in-chunk cumsum of dGamma [n][K] in place, the dGamma_end extras (gend) added to
 // the last row first; a thread a channel, rows by batches of 16 loaded before they are stored.
 // The caller syncs after it.
