@@ -45,6 +45,7 @@
 #include <stdlib.h>
 
 #include "kernels/common.cuh"
+#include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/seq_index.cuh"
 #include "kernels/delta_rule/split_operand.h"
 #include "kernels/mma.cuh"
@@ -531,22 +532,7 @@ __device__ __forceinline__ float dr_eval(float x) {
 #endif
     return x;
 }
-// dr_exp(x) = e^x on the special-function unit: x log2(e) rounded to fp32, then ex2.approx.ftz
-// (two instructions; expf's exactly range-reduced form is eight on sm_90: FFMA.SAT, FFMA.RM,
-// FADD, SHF, two FFMAs, MUFU.EX2, FMUL). The error it adds: ex2.approx's 2 ulp and the rounding
-// of x log2(e), |x| 2^-24 relative in the result, the size of the rounding already in every
-// exponent here (a difference of two cumulative log-gates, each rounded to fp32: |x| up to
-// ~100 in a chunk of strong gates). Results below 2^-126 flush to 0 (-inf gives 0, a NaN stays
-// a NaN). docs/delta-rule.md, "CUDA kernels". The CPU emulator takes expf.
-__device__ __forceinline__ float dr_exp(float x) {
-#ifdef HYBRID_CUDA_EMU
-    return expf(x);
-#else
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
-    return y;
-#endif
-}
+// dr_exp(x): act.cuh
 // dr_split of two adjacent entries x0, x1 as two bf16x2 words (hi, lo; x0 in the lower half).
 // The hi pair is rounded by one paired conversion and read back from it: the same
 // round-to-nearest-even as two single conversions, so the same bits, and one conversion

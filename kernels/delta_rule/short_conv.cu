@@ -184,10 +184,7 @@ __global__ void conv_dw_partial_kernel(float *partial, const float *da, const bf
 // kernels for any W (tests/gpu/test_delta_rule_layer.c compares the two bit for bit).
 #define CONV_FAST_W 4         // widths with a fused kernel
 #define CONV_TILE_THREADS 64  // threads per block of the fast kernels, V channels each
-#define CONV_FWD_ROWS 64      // rows per block, fast forward
-#define CONV_FWD_PASS 64      // rows staged per pass, fast forward (16 KiB at V = 2)
-#define CONV_FWD_STAGES 1     // fast forward: buffers of staged rows (2: the next pass in flight)
-#define CONV_BWD_STAGES 2     // fast backward: buffers of staged rows (2: the next pass in flight)
+#define CONV_FWD_ROWS 64      // rows per block, fast forward (x staged: 16 KiB at V = 2)
 #define CONV_BWD_TILE 34      // rows of x and dy staged per pass, fast backward: 17 KiB at V = 2
                               // (+1 KiB the SM reserves a block), so 12 blocks of 2 warps fit an
                               // SM's 228 KiB, as many as the kernel's 76 registers allow (a 64-row
@@ -196,8 +193,6 @@ __global__ void conv_dw_partial_kernel(float *partial, const float *da, const bf
 // (full tiles at V = 4 measured slower than V = 2, half tiles faster: BENCHMARKS.md, session 21)
 template <int V>
 __host__ __device__ constexpr int conv_fwd_rows() { return V == 4 ? CONV_FWD_ROWS / 2 : CONV_FWD_ROWS; }
-template <int V>
-__host__ __device__ constexpr int conv_fwd_pass() { return V == 4 ? CONV_FWD_PASS / 2 : CONV_FWD_PASS; }
 template <int V>
 __host__ __device__ constexpr int conv_bwd_tile() { return V == 4 ? CONV_BWD_TILE / 2 : CONV_BWD_TILE; }
 
@@ -318,8 +313,8 @@ template <int W, int V>
 __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
                                      size_t rows, int T, int D, const int *offsets, int nseq, int silu, int vec16) {
     constexpr int CB = CONV_TILE_THREADS * V;
-    constexpr int FR = conv_fwd_rows<V>(), FP = conv_fwd_pass<V>(), S = CONV_FWD_STAGES;
-    DYNAMIC_SMEM(bf16, sm);  // S buffers of [FP][CB]: x at a pass's rows
+    constexpr int FR = conv_fwd_rows<V>();
+    DYNAMIC_SMEM(bf16, xs);  // [FR][CB]: x at the block's rows
     const int c0 = blockIdx.y * CB, cw = D - c0 < CB ? D - c0 : CB, lc = threadIdx.x * V, c = c0 + lc;
     const bool on = lc < cw;
     const size_t row0 = (size_t)blockIdx.x * FR;
@@ -340,50 +335,60 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, cons
         const float zero[V] = {};
         conv_window<W, V>(xw, zero, x, state_in, sq.bos, (int)(row0 - sq.bos), sq.s, c, D);
     }
-    // pass p stages rows [row0 + p FP, +FP) in buffer p % S (S = 2: the next pass in flight
-    // while this one is walked)
-    const int npass = (nr + FP - 1) / FP;
-    auto stage = [&](int p) {
-        const int r0 = p * FP;
-        conv_tile_load<CB>(sm + (size_t)(p % S) * FP * CB, x, row0 + r0, nr - r0 < FP ? nr - r0 : FP, c0, cw, D,
-                           vec16);
-        cp_async_commit();
-    };
-    if (S == 2) stage(0);
-    for (int p = 0; p < npass; p++) {
-        const int r0 = p * FP, pr = nr - r0 < FP ? nr - r0 : FP;
-        const bf16 *xs = sm + (size_t)(p % S) * FP * CB;
-        if (p > 0) __syncthreads();  // every thread is done with the rows of pass p-1
-        if (S == 1) {
-            stage(p);
-            cp_async_wait<0>();
-        } else if (p + 1 < npass) {
-            stage(p + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        if (!on) continue;
-        for (int r = 0; r < pr; r++) {
-            const size_t row = row0 + r0 + r;
-            sq.advance(row);
-            float xn[V];
-            conv_load<V>(xn, xs + (size_t)r * CB + lc);
-            if (row == row0) {
+    conv_tile_load<CB>(xs, x, row0, nr, c0, cw, D, vec16);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    if (!on) return;
+    if (row0 + nr <= sq.eos) {
+        // the block's rows in one sequence (every block without document resets): no cursor,
+        // no sequence start to look for; the window moved one place up first, so every row
+        // (the first too) shifts it by one, and a loop unrolled W times renames the registers
+        // instead of moving them (the same sums as below)
 #pragma unroll
-                for (int v = 0; v < V; v++) xw[v][W - 1] = xn[v];
-            } else {
-                conv_slide<W, V>(xw, xn, x, state_in, sq, row, false, c, D);
-            }
-            float out[V];
+        for (int v = 0; v < V; v++) {
+#pragma unroll
+            for (int i = W - 1; i > 0; i--) xw[v][i] = xw[v][i - 1];
+        }
+        bf16 *yr = y + row0 * D + c;
+        auto step = [&](int r) {
+            float xn[V], out[V];
+            conv_load<V>(xn, xs + r * CB + lc);
 #pragma unroll
             for (int v = 0; v < V; v++) {
-                const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
-                out[v] = conv_act(a, silu);
+#pragma unroll
+                for (int i = 0; i + 1 < W; i++) xw[v][i] = xw[v][i + 1];
+                xw[v][W - 1] = xn[v];
+                out[v] = conv_act(conv_pre_win<W>(b[v], wv[v], xw[v]), silu);
             }
-            conv_store<V>(y + row * D + c, out);
+            conv_store<V>(yr + (size_t)r * D, out);
+        };
+        if (nr == FR) {
+#pragma unroll W
+            for (int r = 0; r < FR; r++) step(r);
+        } else {
+            for (int r = 0; r < nr; r++) step(r);
         }
+        return;
+    }
+    for (int r = 0; r < nr; r++) {
+        const size_t row = row0 + r;
+        sq.advance(row);
+        float xn[V];
+        conv_load<V>(xn, xs + (size_t)r * CB + lc);
+        if (r == 0) {
+#pragma unroll
+            for (int v = 0; v < V; v++) xw[v][W - 1] = xn[v];
+        } else {
+            conv_slide<W, V>(xw, xn, x, state_in, sq, row, false, c, D);
+        }
+        float out[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
+            out[v] = conv_act(a, silu);
+        }
+        conv_store<V>(y + row * D + c, out);
     }
 }
 
@@ -403,8 +408,9 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
                                       size_t rows, int rows_per_chunk, int T, int D, const int *offsets, int nseq,
                                       int silu, int vec16, int want_db) {
     constexpr int CB = CONV_TILE_THREADS * V;
-    DYNAMIC_SMEM(bf16, sm);  // S buffers of [2][BT][CB]: x, dy at a pass's rows
-    constexpr int BT = conv_bwd_tile<V>(), S = CONV_BWD_STAGES;
+    DYNAMIC_SMEM(bf16, sm);
+    constexpr int BT = conv_bwd_tile<V>();
+    bf16 *xs = sm, *gs = sm + (size_t)BT * CB;  // [BT][CB] each: x, dy at a pass's rows
     const int c0 = blockIdx.y * CB, cw = D - c0 < CB ? D - c0 : CB, lc = threadIdx.x * V, c = c0 + lc;
     const bool on = lc < cw;
     const size_t row0 = (size_t)blockIdx.x * rows_per_chunk;
@@ -434,36 +440,73 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
         const float zero[V] = {};
         conv_window<W, V>(xw, zero, x, state_in, sq.bos, (int)(row0 - sq.bos), sq.s, c, D);
     }
-    // pass p stages rows [row0 + p BT, +BT) in buffer p % S; with S = 2 the next pass's copies
-    // are in flight while this pass's rows are walked
-    const int npass = (int)((qend - row0 + BT - 1) / BT);
-    auto stage = [&](int p) {
-        const size_t qa = row0 + (size_t)p * BT;
-        const int nr = (int)(qend - qa < BT ? qend - qa : BT);
-        bf16 *xb = sm + (size_t)(p % S) * 2 * BT * CB;
-        conv_tile_load<CB>(xb, x, qa, nr, c0, cw, D, vec16);
-        conv_tile_load<CB>(xb + (size_t)BT * CB, dy, qa, nr, c0, cw, D, vec16);
-        cp_async_commit();
-    };
-    if (S == 2) stage(0);
-    for (int p = 0; p < npass; p++) {
-        const size_t qa = row0 + (size_t)p * BT;
-        const int nr = (int)(qend - qa < BT ? qend - qa : BT);
-        const bf16 *xs = sm + (size_t)(p % S) * 2 * BT * CB, *gs = xs + (size_t)BT * CB;  // [BT][CB]: x, dy
-        // every thread is done with the rows of pass p-1, whose buffer pass p+1 (S = 2) or p
-        // (S = 1) fills next
-        if (p > 0) __syncthreads();
-        if (S == 1) {
-            stage(p);
-            cp_async_wait<0>();
-        } else if (p + 1 < npass) {
-            stage(p + 1);
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
+    // The chunk and its halo in one sequence and no outgoing state's gradient (every chunk of
+    // the layers without document resets): the rows are walked by lean_row below, with local
+    // 32-bit indices, no cursor and no per-row sequence tests; the same sums as the general
+    // walk. The window is moved one place up first, so every row (the first too) shifts it.
+    const bool lean = !dstate_out && sq.eos >= row1;
+    const int n1 = (int)(row1 - row0), nq = (int)(qend - row0);  // chunk rows; with the halo
+    if (lean) {
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+#pragma unroll
+            for (int i = W - 1; i > 0; i--) xw[v][i] = xw[v][i - 1];
         }
+    }
+    bf16 *dxr = dx + row0 * D + c;  // dx at local row 0
+    // local row q, at row r of the staged pass: da[q]; the partials while q is a chunk row;
+    // dx[q-(W-1)] (all its taps inside the sequence: da[q-(W-1) .. q])
+    auto lean_row = [&](int q, int r, const bf16 *xs_, const bf16 *gs_) {
+        float g[V], xn[V];
+        conv_load<V>(g, gs_ + r * CB + lc);
+        conv_load<V>(xn, xs_ + r * CB + lc);
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+#pragma unroll
+            for (int i = 0; i + 1 < W; i++) xw[v][i] = xw[v][i + 1];
+            xw[v][W - 1] = xn[v];
+            const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
+            const float d = conv_dact(a, g[v], silu);
+#pragma unroll
+            for (int k = W - 1; k > 0; k--) dq[v][k] = dq[v][k - 1];
+            dq[v][0] = d;
+            if (q < n1) {
+#pragma unroll
+                for (int j = 0; j < W; j++) pw[v][j] += xw[v][j] * d;
+                pb[v] += d;
+            }
+        }
+        if (q >= W - 1) {
+            float out[V];
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                float acc = 0.f;
+#pragma unroll
+                for (int j = 0; j < W; j++) acc += wv[v][j] * dq[v][j];
+                out[v] = acc;
+            }
+            conv_store<V>(dxr + (size_t)(q - (W - 1)) * D, out);
+        }
+    };
+    for (size_t qa = row0; qa < qend; qa += BT) {
+        const int nr = (int)(qend - qa < BT ? qend - qa : BT);
+        if (qa != row0) __syncthreads();  // every thread is done with the previous pass's rows
+        conv_tile_load<CB>(xs, x, qa, nr, c0, cw, D, vec16);
+        conv_tile_load<CB>(gs, dy, qa, nr, c0, cw, D, vec16);
+        cp_async_commit();
+        cp_async_wait<0>();
         __syncthreads();
         if (!on) continue;
+        if (lean) {
+            const int q0 = (int)(qa - row0);
+            if (nr == BT) {
+#pragma unroll W
+                for (int r = 0; r < BT; r++) lean_row(q0 + r, r, xs, gs);
+            } else {
+                for (int r = 0; r < nr; r++) lean_row(q0 + r, r, xs, gs);
+            }
+            continue;
+        }
         for (int r = 0; r < nr; r++) {
             const size_t q = qa + r;
             sq.advance(q);
@@ -515,6 +558,24 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
         }
     }
     if (!on) return;
+    if (lean && qend == sq.eos) {
+        // the sequence ends at the last walked row: dx of its last W-1 rows lacks the taps past
+        // the end (the general walk's `last` case); dq[v][k] = da[nq-1-k]
+#pragma unroll
+        for (int e = W - 2; e >= 0; e--) {
+            const int p = nq - 1 - e;
+            if (p < 0 || p >= n1) continue;
+            float out[V];
+#pragma unroll
+            for (int v = 0; v < V; v++) {
+                float acc = 0.f;
+#pragma unroll
+                for (int j = W - 1 - e; j < W; j++) acc += wv[v][j] * dq[v][j - (W - 1 - e)];
+                out[v] = acc;
+            }
+            conv_store<V>(dxr + (size_t)p * D, out);
+        }
+    }
     float *pp = partial + (size_t)blockIdx.x * (W + 1) * D;
 #pragma unroll
     for (int v = 0; v < V; v++) {
@@ -548,8 +609,7 @@ static void conv_fwd_fast(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bia
     const int CB = CONV_TILE_THREADS * V;
     const int FR = conv_fwd_rows<V>();
     const dim3 grid((unsigned)((rows + FR - 1) / FR), (unsigned)((D + CB - 1) / CB));
-    launch_kernel(conv_fwd_fast_kernel<W, V>, grid, dim3(CONV_TILE_THREADS),
-                  (size_t)CONV_FWD_STAGES * conv_fwd_pass<V>() * CB * sizeof(bf16),
+    launch_kernel(conv_fwd_fast_kernel<W, V>, grid, dim3(CONV_TILE_THREADS), (size_t)FR * CB * sizeof(bf16),
                   y, x, w, bias, state_in, rows, T, D, offsets, nseq, silu, conv_vec16(D, x, x));
 }
 
@@ -560,7 +620,7 @@ static void conv_bwd_fast(bf16 *dx, float *partial, const bf16 *dy, const float 
     const int CB = CONV_TILE_THREADS * V;
     const dim3 grid((unsigned)chunks, (unsigned)((D + CB - 1) / CB));
     launch_kernel(conv_bwd_fused_kernel<W, V>, grid, dim3(CONV_TILE_THREADS),
-                  (size_t)CONV_BWD_STAGES * 2 * conv_bwd_tile<V>() * CB * sizeof(bf16), dx, partial, dy, dstate_out, x, w, bias, state_in,
+                  (size_t)2 * conv_bwd_tile<V>() * CB * sizeof(bf16), dx, partial, dy, dstate_out, x, w, bias, state_in,
                   rows, per, T, D, offsets, nseq, silu, conv_vec16(D, x, dy), want_db);
 }
 
