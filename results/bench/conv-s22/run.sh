@@ -1,5 +1,5 @@
 #!/bin/bash
-# Session 22, call 2 (device): the short convolution's staged passes double-buffered (the next
+# Session 22, call 2 (device; ran at 3c2667e, whose short_conv.cu had the tile macros this sets: they were removed again in a15357d): the short convolution's staged passes double-buffered (the next
 # pass's cp.async copies in flight while a pass is walked), against main's single buffer, at the
 # 3:1 hybrid's shape (B64 T1024 D768 W4, SiLU; medians of 50 after 5, three rounds); four builds
 # of short_conv.cu that set its tile macros (A: main's geometry in the new code); Nsight Compute
