@@ -13,11 +13,15 @@ template <int K> struct RowRaw { typedef uint4 T; };  // K bf16 as one load (K =
 template <> struct RowRaw<4> { typedef uint2 T; };
 template <> struct RowRaw<2> { typedef unsigned T; };
 
-template <int K> __device__ __forceinline__ void row_load(float *v, const bf16 *p) {
-    const typename RowRaw<K>::T u = *(const typename RowRaw<K>::T *)p;
+// the K floats of a loaded vector
+template <int K> __device__ __forceinline__ void row_unpack(float *v, const typename RowRaw<K>::T &u) {
     const bf16 *h = (const bf16 *)&u;
 #pragma unroll
     for (int k = 0; k < K; k++) v[k] = __bfloat162float(h[k]);
+}
+
+template <int K> __device__ __forceinline__ void row_load(float *v, const bf16 *p) {
+    row_unpack<K>(v, *(const typename RowRaw<K>::T *)p);
 }
 
 template <int K> __device__ __forceinline__ void row_store(bf16 *p, const float *v) {
