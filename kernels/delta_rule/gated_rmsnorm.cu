@@ -17,14 +17,13 @@
 // on the H200 the two paths once differed in one bf16 of dx on fresh inputs (session 21), while
 // the CPU emulator, which contracts nothing, agreed. With the fmas explicit no add or sub with
 // both operands from contractible products is left in either path's PTX (docs/delta-rule.md,
-// "CUDA kernels"; with the fmas explicit the test passed on the H200, session 22).
+// "CUDA kernels"; the bit check has passed on the H200 since, session 22).
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
 #include "kernels/delta_rule/row_vec.cuh"
 
-#define GRN_WARPS 8         // warps per block (the backward: one row a warp at a time)
-#define GRN_FWD_ROWS 2      // rows a warp, forward register kernels
+#define GRN_WARPS 8         // rows per block: one warp per row
 #define GRN_DW_THREADS 128  // channels per block of the dw partials
 
 // act(z) and act'(z)
@@ -121,56 +120,44 @@ template <int K, bool VEC> __device__ __forceinline__ int grn_elem(int lane, int
     return VEC ? lane * K + k : lane + 32 * k;
 }
 
-// A warp takes GRN_FWD_ROWS consecutive rows and loads all of them before computing the first
-// (one row a warp in flight, 64 warps an SM, left the loads' latency exposed: ~2.4 TB/s).
 template <int K, bool VEC>
 __global__ void grn_fwd_reg_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *z, const bf16 *w, size_t rows,
                                    int D, float eps, int swish) {
-    const size_t row0 = ((size_t)blockIdx.x * GRN_WARPS + (threadIdx.x >> 5)) * GRN_FWD_ROWS;
+    const size_t row = (size_t)blockIdx.x * GRN_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31;
-    if (row0 >= rows) return;  // the whole warp
-    float xv[GRN_FWD_ROWS][K], zv[GRN_FWD_ROWS][K];
-#pragma unroll
-    for (int j = 0; j < GRN_FWD_ROWS; j++) {
-        const size_t row = row0 + j;
-        if (row >= rows) break;
-        const bf16 *xr = x + row * D, *zr = z + row * D;
-        if (VEC) {
-            row_load<K>(xv[j], xr + lane * K);
-            row_load<K>(zv[j], zr + lane * K);
-        } else {
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int i = lane + 32 * k;
-                xv[j][k] = i < D ? __bfloat162float(xr[i]) : 0.f;
-                zv[j][k] = i < D ? __bfloat162float(zr[i]) : 0.f;
-            }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < GRN_FWD_ROWS; j++) {
-        const size_t row = row0 + j;
-        if (row >= rows) break;
-        float xs[K];  // the strided set
-        row_strided<K, VEC>(xs, xv[j]);
-        float ss = 0.f;
-#pragma unroll
-        for (int k = 0; k < K; k++)
-            if (lane + 32 * k < D) ss = __fmaf_rn(xs[k], xs[k], ss);
-        const float r = rsqrtf(warp_sum(ss) / D + eps);
-        float yv[K];
+    if (row >= rows) return;  // the whole warp
+    const bf16 *xr = x + row * D, *zr = z + row * D;
+    float xv[K], zv[K];
+    if (VEC) {
+        row_load<K>(xv, xr + lane * K);
+        row_load<K>(zv, zr + lane * K);
+    } else {
 #pragma unroll
         for (int k = 0; k < K; k++) {
-            const int i = grn_elem<K, VEC>(lane, k);
-            if (i >= D) break;
-            float a, da;
-            grn_act(zv[j][k], swish, &a, &da);
-            yv[k] = xv[j][k] * r * (w ? __bfloat162float(w[i]) : 1.f) * a;
-            if (!VEC) y[row * D + i] = __float2bfloat16(yv[k]);
+            const int i = lane + 32 * k;
+            xv[k] = i < D ? __bfloat162float(xr[i]) : 0.f;
+            zv[k] = i < D ? __bfloat162float(zr[i]) : 0.f;
         }
-        if (VEC) row_store<K>(y + row * D + lane * K, yv);
-        if (lane == 0) rstd[row] = r;
     }
+    float xs[K];  // the strided set
+    row_strided<K, VEC>(xs, xv);
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        if (lane + 32 * k < D) ss = __fmaf_rn(xs[k], xs[k], ss);
+    const float r = rsqrtf(warp_sum(ss) / D + eps);
+    float yv[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int i = grn_elem<K, VEC>(lane, k);
+        if (i >= D) break;
+        float a, da;
+        grn_act(zv[k], swish, &a, &da);
+        yv[k] = xv[k] * r * (w ? __bfloat162float(w[i]) : 1.f) * a;
+        if (!VEC) y[row * D + i] = __float2bfloat16(yv[k]);
+    }
+    if (VEC) row_store<K>(y + row * D + lane * K, yv);
+    if (lane == 0) rstd[row] = r;
 }
 
 // One block of GRN_WARPS warps per chunk of rows_per_chunk rows, one warp per row, GRN_WARPS rows
@@ -195,9 +182,11 @@ __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf1
     }
     float acc = 0.f;
     // VEC: the warp's next row (x, dy, z and rstd) is loaded before this one is computed, so its
-    // loads are in flight across this row's arithmetic and the block's two barriers (at 72
+    // loads are in flight across this row's arithmetic and the block's two barriers. At ~75
     // registers 3 blocks of 8 warps fit an SM, and one row a warp in flight left the loads'
-    // latency exposed: ~1.9 TB/s, session 21's profile)
+    // latency exposed (~1.85 TB/s). Measured in the 3:1 hybrid (session 22): 3.22 -> 2.66 ms a
+    // step for its 12 calls; capping the kernel at 64 registers for a 4th block (a 32-byte
+    // spill) measured 3.73, and two rows a warp in the forward 1.49 -> 1.63 (neither kept).
     typename RowRaw<K>::T nx, nd, nz;
     float nrs = 0.f;
     auto fetch = [&](size_t row) {
@@ -283,8 +272,7 @@ template <int K>
 static void grn_fwd_launch(bool vec, bf16 *y, float *rstd, const bf16 *x, const bf16 *z, const bf16 *w, size_t rows,
                            int D, float eps, int swish) {
     constexpr bool V = K == 2 || K == 4 || K == 8;
-    const size_t per_block = (size_t)GRN_WARPS * GRN_FWD_ROWS;
-    const dim3 grid((unsigned)((rows + per_block - 1) / per_block)), block(32 * GRN_WARPS);
+    const dim3 grid((unsigned)((rows + GRN_WARPS - 1) / GRN_WARPS)), block(32 * GRN_WARPS);
     if (V && vec)
         launch_kernel(grn_fwd_reg_kernel<K, V>, grid, block, 0, y, rstd, x, z, w, rows, D, eps, swish);
     else

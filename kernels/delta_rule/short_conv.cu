@@ -9,9 +9,9 @@
 //
 // Two paths with the same bits (every fp32 sum with the same operands in the same order):
 // - Fast, W <= CONV_FAST_W (4; the layers use 4): kernels templated on W and on V channels per
-//   thread (V = 4, 8-byte accesses, when D % 4 == 0 and the tensors 8-byte aligned; else V = 2,
-//   bf16x2 accesses, when D is even and they are 4-byte aligned), taps unrolled, the W inputs
-//   of a row in registers. A block of CONV_TILE_THREADS threads stages the rows it walks of its
+//   thread (V = 4, 8-byte accesses, when D % 4 == 0 and the tensors 8-byte aligned, forward
+//   only; else V = 2, bf16x2 accesses, when D is even and they are 4-byte aligned), taps
+//   unrolled, the W inputs of a row in registers. A block of CONV_TILE_THREADS threads stages the rows it walks of its
 //   CONV_TILE_THREADS * V channels in shared memory first (16-byte cp.async copies when D % 8 ==
 //   0), so a whole tile of loads is in flight at once. Forward: a block per CONV_FWD_ROWS rows
 //   (half at V = 4). Backward, one fused pass: a block per (grad_row_chunks chunk, channel slab)
@@ -28,7 +28,10 @@
 // first fused backward took the backward from 1.20 to 0.45 ms a call and the register-window
 // forward 0.37 to 0.17 ms; both then kept about one row per thread in flight (a register ring
 // whose shifts waited on its loads), which the staged tiles replace; four channels a thread
-// (session 21) took the forward from 0.127 to 0.113 ms and the backward from 0.276 to 0.241.
+// (session 21) took the forward from 0.127 to 0.113 ms and the backward from 0.276 to 0.241;
+// the lean walks and act.cuh's sigmoid on the special-function unit (session 22; the kernels
+// were bound by instruction issue) to 0.064 and 0.152 ms, and two channels a thread again in the
+// backward to 0.148.
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
@@ -185,16 +188,15 @@ __global__ void conv_dw_partial_kernel(float *partial, const float *da, const bf
 #define CONV_FAST_W 4         // widths with a fused kernel
 #define CONV_TILE_THREADS 64  // threads per block of the fast kernels, V channels each
 #define CONV_FWD_ROWS 64      // rows per block, fast forward (x staged: 16 KiB at V = 2)
-#define CONV_BWD_TILE 34      // rows of x and dy staged per pass, fast backward: 17 KiB at V = 2
+#define CONV_BWD_TILE 34      // rows of x and dy staged per pass, fast backward (V <= 2): 17 KiB
                               // (+1 KiB the SM reserves a block), so 12 blocks of 2 warps fit an
-                              // SM's 228 KiB, as many as the kernel's 76 registers allow (a 64-row
-                              // chunk and its halo in two passes)
-// At V = 4 a block holds twice the channels, so half the rows: the same shared memory a block
-// (full tiles at V = 4 measured slower than V = 2, half tiles faster: BENCHMARKS.md, session 21)
+                              // SM's 228 KiB (the kernel's 83 registers allow 11; a 64-row chunk
+                              // and its halo in two passes)
+// At V = 4 a forward block holds twice the channels, so half the rows: the same shared memory a
+// block (full tiles at V = 4 measured slower than V = 2, half tiles faster: BENCHMARKS.md,
+// session 21)
 template <int V>
 __host__ __device__ constexpr int conv_fwd_rows() { return V == 4 ? CONV_FWD_ROWS / 2 : CONV_FWD_ROWS; }
-template <int V>
-__host__ __device__ constexpr int conv_bwd_tile() { return V == 4 ? CONV_BWD_TILE / 2 : CONV_BWD_TILE; }
 
 // V consecutive channels (V == 4: one aligned 8-byte access, two bf16x2; V == 2: one aligned
 // bf16x2 access; the caller checks alignment)
@@ -409,7 +411,7 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
                                       int silu, int vec16, int want_db) {
     constexpr int CB = CONV_TILE_THREADS * V;
     DYNAMIC_SMEM(bf16, sm);
-    constexpr int BT = conv_bwd_tile<V>();
+    constexpr int BT = CONV_BWD_TILE;
     bf16 *xs = sm, *gs = sm + (size_t)BT * CB;  // [BT][CB] each: x, dy at a pass's rows
     const int c0 = blockIdx.y * CB, cw = D - c0 < CB ? D - c0 : CB, lc = threadIdx.x * V, c = c0 + lc;
     const bool on = lc < cw;
@@ -613,14 +615,18 @@ static void conv_fwd_fast(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bia
                   y, x, w, bias, state_in, rows, T, D, offsets, nseq, silu, conv_vec16(D, x, x));
 }
 
-template <int W, int V>
+// The backward takes at most two channels a thread (VA = 4 runs the V = 2 kernel, whose
+// alignment it implies): since the lean walks, four measured slower (0.154 against 0.148 ms at
+// 65,536 x 768, session 22: 120 registers, 8 blocks an SM, against 83-86 and 10-11).
+template <int W, int VA>
 static void conv_bwd_fast(bf16 *dx, float *partial, const bf16 *dy, const float *dstate_out, const bf16 *x,
                           const bf16 *w, const bf16 *bias, const float *state_in, size_t rows, int per, int chunks,
                           int T, int D, const int *offsets, int nseq, int silu, int want_db) {
+    constexpr int V = VA < 2 ? VA : 2;
     const int CB = CONV_TILE_THREADS * V;
     const dim3 grid((unsigned)chunks, (unsigned)((D + CB - 1) / CB));
     launch_kernel(conv_bwd_fused_kernel<W, V>, grid, dim3(CONV_TILE_THREADS),
-                  (size_t)2 * conv_bwd_tile<V>() * CB * sizeof(bf16), dx, partial, dy, dstate_out, x, w, bias, state_in,
+                  (size_t)2 * CONV_BWD_TILE * CB * sizeof(bf16), dx, partial, dy, dstate_out, x, w, bias, state_in,
                   rows, per, T, D, offsets, nseq, silu, conv_vec16(D, x, dy), want_db);
 }
 
