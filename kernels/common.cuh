@@ -61,6 +61,7 @@ OP_DECLARE(CoreOps, cuda_, matmul_backward_dw_wide)
 OP_DECLARE(NormGluOps, cuda_, add_rmsnorm_forward)
 OP_DECLARE(NormGluOps, cuda_, rmsnorm_backward_add)
 OP_DECLARE(OptimOps, cuda_, adamw_update_multi)
+OP_DECLARE(DeltaRuleOps, cuda_, short_conv_l2norm_forward)
 // the families' CUDA tables (kernels/<family>/table.cu)
 const CoreOps *cuda_core_ops(void);
 const NormGluOps *cuda_norm_glu_ops(void);

@@ -73,6 +73,17 @@ static void conv_forward(Model *m, real *y, const real *x, const real *w, int D,
     else m->be->delta_rule->short_conv_forward(y, NULL, x, w, NULL, NULL, B, T, D, W, NULL, 0, 1);
 }
 
+// the same and then the L2 norm over heads of K channels, in one op (the optional fused
+// short_conv_l2norm_forward: the convolution's output never reaches memory)
+static void conv_l2norm_forward(Model *m, real *y, real *rstd, const real *x, const real *w, int D, int W, int K,
+                                int B, int T) {
+    const DocSegments *sg = &m->acts.seg;
+    const real eps = (real)LINEAR_L2NORM_EPS;
+    if (sg->active)
+        m->be->delta_rule->short_conv_l2norm_forward(y, rstd, x, w, 1, B * T, D, W, sg->offsets, sg->nseq, K, eps);
+    else m->be->delta_rule->short_conv_l2norm_forward(y, rstd, x, w, B, T, D, W, NULL, 0, K, eps);
+}
+
 static void conv_backward(Model *m, real *dx, real *dw, const real *dy, const real *x, const real *w, int D, int W,
                           int B, int T) {
     const DocSegments *sg = &m->acts.seg;
@@ -142,7 +153,11 @@ static void linear_forward(Model *m, int l, real *out, const real *in, int B, in
     const int N = B * T;
     a->in = (real *)in;
     linear_mixer_inputs(m, l, in, N);
-    if (s.conv) {
+    if (s.conv && m->be->delta_rule->short_conv_l2norm_forward) {  // optional fused op
+        conv_l2norm_forward(m, a->q, a->q_rstd, a->qp, P(p->q_conv), s.HK, s.W, s.K, B, T);
+        conv_l2norm_forward(m, a->k, a->k_rstd, a->kp, P(p->k_conv), s.HK, s.W, s.K, B, T);
+        conv_forward(m, a->v, a->vp, P(p->v_conv), s.HV, s.W, B, T);
+    } else if (s.conv) {
         conv_forward(m, a->qc, a->qp, P(p->q_conv), s.HK, s.W, B, T);
         conv_forward(m, a->kc, a->kp, P(p->k_conv), s.HK, s.W, B, T);
         conv_forward(m, a->v, a->vp, P(p->v_conv), s.HV, s.W, B, T);

@@ -35,6 +35,7 @@
 #include "kernels/common.cuh"
 #include "kernels/delta_rule/act.cuh"
 #include "kernels/delta_rule/grad_reduce.cuh"
+#include "kernels/delta_rule/row_vec.cuh"
 #include "kernels/delta_rule/seq_index.cuh"
 #include "kernels/mma.cuh"
 
@@ -311,9 +312,15 @@ __device__ __forceinline__ float conv_pre_win(float b, const float *wv, const fl
 // shared memory (conv_tile_load); each thread walks the rows for its V channels with the W
 // inputs of a row in registers (loaded whole at its first row and at a sequence start, from
 // global memory while the tile is in flight).
-template <int W, int V>
-__global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
-                                     size_t rows, int T, int D, const int *offsets, int nseq, int silu, int vec16) {
+// NORM (V = 4, D % 128 == 0: a warp's 128 channels are one head; short_conv_l2norm_forward):
+// each row's activations are rounded to bf16, as the plain forward stores them, and then
+// L2-normalised over the head as l2norm_fwd_vec_kernel<4> (layer_ops.cu) does, with the same
+// summands in the same order, so y and rstd have the bits of the two separate ops; rstd
+// (rows, D / 128) is written by lane 0.
+template <int W, int V, bool NORM>
+__global__ void conv_fwd_fast_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *w, const bf16 *bias,
+                                     const float *state_in, size_t rows, int T, int D, const int *offsets, int nseq,
+                                     int silu, int vec16, float eps) {
     constexpr int CB = CONV_TILE_THREADS * V;
     constexpr int FR = conv_fwd_rows<V>();
     DYNAMIC_SMEM(bf16, xs);  // [FR][CB]: x at the block's rows
@@ -341,7 +348,24 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, cons
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
-    if (!on) return;
+    if (!on) return;  // NORM: a whole warp (D % 128 == 0)
+    // y at `row` from its V activations
+    auto emit = [&](size_t row, float *out) {
+        if (NORM) {
+            float xv[V], xs[V];
+#pragma unroll
+            for (int v = 0; v < V; v++) xv[v] = __bfloat162float(__float2bfloat16(out[v]));
+            row_to_strided<V>(xs, xv);
+            float ss = 0.f;
+#pragma unroll
+            for (int k = 0; k < V; k++) ss += xs[k] * xs[k];
+            const float rs = rsqrtf(warp_sum(ss) + eps);
+#pragma unroll
+            for (int v = 0; v < V; v++) out[v] = xv[v] * rs;
+            if ((threadIdx.x & 31) == 0) rstd[row * (D / 128) + c / 128] = rs;
+        }
+        conv_store<V>(y + row * D + c, out);
+    };
     if (row0 + nr <= sq.eos) {
         // the block's rows in one sequence (every block without document resets): no cursor,
         // no sequence start to look for; the window moved one place up first, so every row
@@ -352,7 +376,6 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, cons
 #pragma unroll
             for (int i = W - 1; i > 0; i--) xw[v][i] = xw[v][i - 1];
         }
-        bf16 *yr = y + row0 * D + c;
         auto step = [&](int r) {
             float xn[V], out[V];
             conv_load<V>(xn, xs + r * CB + lc);
@@ -363,7 +386,7 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, cons
                 xw[v][W - 1] = xn[v];
                 out[v] = conv_act(conv_pre_win<W>(b[v], wv[v], xw[v]), silu);
             }
-            conv_store<V>(yr + (size_t)r * D, out);
+            emit(row0 + r, out);
         };
         if (nr == FR) {
 #pragma unroll W
@@ -390,7 +413,7 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, const bf16 *x, const bf16 *w, cons
             const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
             out[v] = conv_act(a, silu);
         }
-        conv_store<V>(y + row * D + c, out);
+        emit(row, out);
     }
 }
 
@@ -605,14 +628,16 @@ static int conv_vec16(int D, const void *a, const void *b) {
     return D % 8 == 0 && ((uintptr_t)a | (uintptr_t)b) % 16 == 0;
 }
 
-template <int W, int V>
+// NORM: rstd and eps used (the caller checks V == 4 and D % 128 == 0)
+template <int W, int V, bool NORM = false>
 static void conv_fwd_fast(bf16 *y, const bf16 *x, const bf16 *w, const bf16 *bias, const float *state_in,
-                          size_t rows, int T, int D, const int *offsets, int nseq, int silu) {
+                          size_t rows, int T, int D, const int *offsets, int nseq, int silu, float *rstd = NULL,
+                          float eps = 0.f) {
     const int CB = CONV_TILE_THREADS * V;
     const int FR = conv_fwd_rows<V>();
     const dim3 grid((unsigned)((rows + FR - 1) / FR), (unsigned)((D + CB - 1) / CB));
-    launch_kernel(conv_fwd_fast_kernel<W, V>, grid, dim3(CONV_TILE_THREADS), (size_t)FR * CB * sizeof(bf16),
-                  y, x, w, bias, state_in, rows, T, D, offsets, nseq, silu, conv_vec16(D, x, x));
+    launch_kernel(conv_fwd_fast_kernel<W, V, NORM>, grid, dim3(CONV_TILE_THREADS), (size_t)FR * CB * sizeof(bf16),
+                  y, rstd, x, w, bias, state_in, rows, T, D, offsets, nseq, silu, conv_vec16(D, x, x), eps);
 }
 
 // The backward takes at most two channels a thread (VA = 4 runs the V = 2 kernel, whose
@@ -690,6 +715,26 @@ extern "C" void cuda_short_conv_forward(real *y, real *state_out, const real *x,
     if (state_out && W > 1 && N > 0)
         launch_kernel(conv_state_out_kernel, dim3((unsigned)(((size_t)N * D + 255) / 256)), dim3(256), 0,
                       (float *)state_out, (const bf16 *)x, (const float *)state_in, N, T, D, W, offsets);
+}
+
+// The optional fused op (model/ops/delta_rule/delta_rule.h): one pass at the layers' W = 4, four
+// channels a thread and heads of 128 (a warp a head); else the two ops through a bf16 scratch
+// tensor. Either way the bits of short_conv_forward then l2norm_forward.
+extern "C" void cuda_short_conv_l2norm_forward(real *y, real *rstd, const real *x, const real *w, int B, int T,
+                                               int D, int W, const int *offsets, int nseq, int K, real eps) {
+    PROFILE("short_conv_l2norm_fwd");
+    conv_check(B, T, D, W, offsets, nseq, "cuda_short_conv_l2norm_forward");
+    if (K < 1 || D % K) die("cuda_short_conv_l2norm_forward: D=%d is not a multiple of the head size K=%d", D, K);
+    const size_t rows = (size_t)B * T;
+    if (rows == 0) return;
+    if (W == 4 && !conv_use_ref() && K == 128 && conv_vec(D, x, y, x) == 4) {
+        conv_fwd_fast<4, 4, true>((bf16 *)y, (const bf16 *)x, (const bf16 *)w, NULL, NULL, rows, T, D, offsets, nseq,
+                                  1, (float *)rstd, (float)eps);
+        return;
+    }
+    real *tmp = (real *)scratch_get(rows * D * sizeof(bf16));
+    cuda_short_conv_forward(tmp, NULL, x, w, NULL, NULL, B, T, D, W, offsets, nseq, 1);
+    cuda_l2norm_forward(y, rstd, tmp, rows * (D / K), K, eps);
 }
 
 extern "C" void cuda_short_conv_backward(real *dx, real *dw, real *dbias, real *dstate_in, const real *dy,

@@ -145,6 +145,43 @@ static void test_short_conv(Seqs sq, int Dc, int W, int with_bias, int silu, int
     free(x), free(w), free(b), free(si), free(dso), free(y), free(so), free(dy), free(gx), free(gw), free(gb), free(gsi);
 }
 
+// ---- the optional fused op short_conv_l2norm_forward ------------------------------------------
+// against the CPU reference (the convolution, its output rounded to bf16 as the device keeps it,
+// then the L2 norm) and against the two device ops it replaces: the same bits, y and rstd. Heads
+// of 128 run the fused kernel (several channel slabs, a partial one; document resets take its
+// general walk), heads of 64 its fallback through the two ops.
+static void test_short_conv_l2norm(Seqs sq, int H, int K) {
+    if (!D->short_conv_l2norm_forward) {
+        printf("short_conv_l2norm_forward: fused op not in the table (HYBRID_CUDA_NO_FUSE)\n");
+        return;
+    }
+    const int Dc = H * K, W = 4;
+    printf("short_conv_l2norm B=%d T=%d%s H=%d K=%d\n", sq.B, sq.T, sq.off ? " varlen" : "", H, K);
+    const size_t rows = (size_t)sq.B * sq.T, n = rows * Dc, nr = rows * H;
+    float *x = host_rand(n, 1, 0), *w = host_rand((size_t)Dc * W, 0.5f, 0);
+    float *yc = host_alloc(n), *y = host_alloc(n), *rs = host_alloc(nr);
+    cpu_short_conv_forward(yc, NULL, x, w, NULL, NULL, sq.B, sq.T, Dc, W, sq.off, sq.N, 1);
+    round_bf16(yc, n);
+    cpu_l2norm_forward(y, rs, yc, nr, K, 1e-6f);
+    void *dx_ = dev_bf16(x, n), *dw_ = dev_bf16(w, (size_t)Dc * W);
+    void *fy = dev_bf16(NULL, n), *sy = dev_bf16(NULL, n), *sc = dev_bf16(NULL, n);
+    float *fr = dev_f32(NULL, nr), *sr = dev_f32(NULL, nr);
+    poison_bf16(fy, n);
+    poison_f32(fr, nr);
+    poison_bf16(sy, n);
+    poison_f32(sr, nr);
+    D->short_conv_l2norm_forward(fy, (real *)fr, dx_, dw_, sq.B, sq.T, Dc, W, sq.doff, sq.N, K, 1e-6f);
+    cmp_bf16("forward y", fy, y, n, TOL_OUT);
+    cmp_f32("forward rstd (fp32)", fr, rs, nr, TOL_F32);
+    D->short_conv_forward(sc, NULL, dx_, dw_, NULL, NULL, sq.B, sq.T, Dc, W, sq.doff, sq.N, 1);
+    D->l2norm_forward(sy, (real *)sr, sc, nr, K, 1e-6f);
+    same_bits_bf16("forward y, fused = short_conv_forward then l2norm_forward", fy, sy, n);
+    same_bits_f32("forward rstd, fused = the two ops", fr, sr, nr);
+    void *bufs[] = {dx_, dw_, fy, sy, sc, fr, sr};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) G->free(bufs[i]);
+    free(x), free(w), free(yc), free(y), free(rs);
+}
+
 // T decode steps against T calls of the CPU step
 static void test_short_conv_step(int N, int Dc, int W, int with_bias, int silu, int T) {
     printf("short_conv_step N=%d D=%d W=%d bias=%d silu=%d steps=%d\n", N, Dc, W, with_bias, silu, T);
@@ -458,6 +495,9 @@ int main(void) {
     test_short_conv(var, 300, 4, 0, 1, 1, 1, 1);
     test_short_conv(seqs_fixed(7, 10240), 16, 4, 1, 1, 1, 1, 1);
     test_short_conv(seqs_fixed(7, 10240), 6, 3, 0, 1, 0, 0, 0);
+    test_short_conv_l2norm(fixed, 3, 128);
+    test_short_conv_l2norm(var, 2, 128);
+    test_short_conv_l2norm(fixed, 4, 64);
     test_short_conv_step(3, 40, 4, 1, 1, 6);
     test_short_conv_step(2, 24, 1, 0, 0, 3);
 
@@ -511,6 +551,7 @@ int main(void) {
 #ifndef HYBRID_CUDA_EMU
     // GPU only: large shapes
     test_short_conv(seqs_fixed(8, 1024), 2048, 4, 0, 1, 0, 1, 0);
+    test_short_conv_l2norm(seqs_fixed(8, 1024), 6, 128);
     test_l2norm((size_t)64 * 1024 * 16, 128);
     test_gate((size_t)8 * 1024, 16, 128, 0.f, 1, 1);
     test_gate((size_t)8 * 1024, 16, 1, 0.f, 1, 1);

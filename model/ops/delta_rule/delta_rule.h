@@ -179,6 +179,15 @@ typedef struct DeltaRuleOps {
     // dx, dz written; dw (D) accumulated (may be NULL).
     void (*gated_rmsnorm_backward)(real *dx, real *dz, real *dw, const real *dy, const real *x, const real *z,
                                    const real *w, const real *rstd, size_t rows, int D, int swish);
+
+    // ---- optional fused ops (not in DELTA_RULE_OPS): NULL means the graph runs the separate ops ----
+    // short_conv_forward with SiLU (no bias, no states) and then l2norm_forward over heads of K
+    // channels, in one op: y (B, T, D) normalised per head, rstd (B*T*D/K, statistics), the
+    // bits of the two ops. The convolution's output itself is not kept: l2norm_backward needs
+    // only y and rstd, and short_conv_backward the convolution's input (the KDA and GDN
+    // layers' q and k; docs/delta-rule.md, "Short causal convolution with SiLU").
+    void (*short_conv_l2norm_forward)(real *y, real *rstd, const real *x, const real *w, int B, int T, int D, int W,
+                                      const int *offsets, int nseq, int K, real eps);
 } DeltaRuleOps;
 
 #define DELTA_RULE_OPS(X)                                                                                \
