@@ -67,15 +67,9 @@ __global__ void l2norm_fwd_vec_kernel(bf16 *y, float *rstd, const bf16 *x, size_
     const size_t row = (size_t)blockIdx.x * ROW_WARPS + (threadIdx.x >> 5);
     const int lane = threadIdx.x & 31, D = 32 * K;
     if (row >= rows) return;
-    float xv[K], xs[K], yv[K];
+    float xv[K], yv[K];
     row_load<K>(xv, x + row * D + lane * K);
-    row_to_strided<K>(xs, xv);
-    float ss = 0.f;
-#pragma unroll
-    for (int k = 0; k < K; k++) ss += xs[k] * xs[k];
-    const float rs = rsqrtf(warp_sum(ss) + eps);
-#pragma unroll
-    for (int k = 0; k < K; k++) yv[k] = xv[k] * rs;
+    const float rs = row_l2norm<K>(yv, xv, eps);
     row_store<K>(y + row * D + lane * K, yv);
     if (lane == 0) rstd[row] = rs;
 }

@@ -65,6 +65,22 @@ template <int K, bool VEC> __device__ __forceinline__ void row_strided(float *ou
     }
 }
 
+// The L2 norm of a row held as contiguous sets (xv, K values a lane): yv = xv rstd, rstd = 1 /
+// sqrt(sum x^2 + eps) (returned), the squares summed over the strided set in its order and then
+// over the warp. l2norm_fwd_vec_kernel (layer_ops.cu) and the fused convolution + L2 norm
+// (short_conv.cu) share it, so they give the same bits.
+template <int K> __device__ __forceinline__ float row_l2norm(float *yv, const float *xv, float eps) {
+    float xs[K];
+    row_to_strided<K>(xs, xv);
+    float ss = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; k++) ss += xs[k] * xs[k];
+    const float rs = rsqrtf(warp_sum(ss) + eps);
+#pragma unroll
+    for (int k = 0; k < K; k++) yv[k] = xv[k] * rs;
+    return rs;
+}
+
 // K = 2, 4, 8 (one vector a lane), D = 32 K, and every pointer 2K-byte aligned (NULL passes)
 static inline bool row_vec_ok(int D, const void *a, const void *b, const void *c = NULL, const void *d = NULL,
                               const void *e = NULL, const void *f = NULL) {

@@ -314,9 +314,8 @@ __device__ __forceinline__ float conv_pre_win(float b, const float *wv, const fl
 // global memory while the tile is in flight).
 // NORM (V = 4, D % 128 == 0: a warp's 128 channels are one head; short_conv_l2norm_forward):
 // each row's activations are rounded to bf16, as the plain forward stores them, and then
-// L2-normalised over the head as l2norm_fwd_vec_kernel<4> (layer_ops.cu) does, with the same
-// summands in the same order, so y and rstd have the bits of the two separate ops; rstd
-// (rows, D / 128) is written by lane 0.
+// L2-normalised over the head by l2norm_fwd_vec_kernel<4>'s row_l2norm (row_vec.cuh), so y and
+// rstd have the bits of the two separate ops; rstd (rows, D / 128) is written by lane 0.
 template <int W, int V, bool NORM>
 __global__ void conv_fwd_fast_kernel(bf16 *y, float *rstd, const bf16 *x, const bf16 *w, const bf16 *bias,
                                      const float *state_in, size_t rows, int T, int D, const int *offsets, int nseq,
@@ -352,16 +351,10 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, float *rstd, const bf16 *x, const 
     // y at `row` from its V activations
     auto emit = [&](size_t row, float *out) {
         if (NORM) {
-            float xv[V], xs[V];
+            float xv[V];
 #pragma unroll
             for (int v = 0; v < V; v++) xv[v] = __bfloat162float(__float2bfloat16(out[v]));
-            row_to_strided<V>(xs, xv);
-            float ss = 0.f;
-#pragma unroll
-            for (int k = 0; k < V; k++) ss += xs[k] * xs[k];
-            const float rs = rsqrtf(warp_sum(ss) + eps);
-#pragma unroll
-            for (int v = 0; v < V; v++) out[v] = xv[v] * rs;
+            const float rs = row_l2norm<V>(out, xv, eps);
             if ((threadIdx.x & 31) == 0) rstd[row * (D / 128) + c / 128] = rs;
         }
         conv_store<V>(y + row * D + c, out);
