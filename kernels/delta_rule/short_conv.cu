@@ -11,14 +11,14 @@
 // - Fast, W <= CONV_FAST_W (4; the layers use 4): kernels templated on W and on V channels per
 //   thread (V = 4, 8-byte accesses, when D % 4 == 0 and the tensors 8-byte aligned, forward
 //   only; else V = 2, bf16x2 accesses, when D is even and they are 4-byte aligned), taps
-//   unrolled, the W inputs of a row in registers. A block of CONV_TILE_THREADS threads stages the rows it walks of its
-//   CONV_TILE_THREADS * V channels in shared memory first (16-byte cp.async copies when D % 8 ==
-//   0), so a whole tile of loads is in flight at once. Forward: a block per CONV_FWD_ROWS rows
-//   (half at V = 4). Backward, one fused pass: a block per (grad_row_chunks chunk, channel slab)
-//   whose threads recompute a and da = dy * act'(a) row by row (W-1 halo rows past the chunk,
-//   inside the sequence, to finish dx of its last rows), write dx and keep the
-//   dw / dbias partials of the chunk in registers; da never reaches memory; dstate_in
-//   recomputes da of the first W-1 rows of each sequence.
+//   unrolled, the W inputs of a row in registers. A block of CONV_TILE_THREADS threads stages
+//   the rows it walks of its CONV_TILE_THREADS * V channels in shared memory first (16-byte
+//   cp.async copies when D % 8 == 0), so a whole tile of loads is in flight at once. Forward: a
+//   block per CONV_FWD_ROWS rows (half at V = 4). Backward, one fused pass: a block per
+//   (grad_row_chunks chunk, channel slab) whose threads recompute a and da = dy * act'(a) row by
+//   row (W-1 halo rows past the chunk, inside the sequence, to finish dx of its last rows),
+//   write dx and keep the dw / dbias partials of the chunk in registers; da never reaches
+//   memory; dstate_in recomputes da of the first W-1 rows of each sequence.
 // - General, any W <= CONV_MAX_W, and every W under HYBRID_CONV_REF=1 (read at each call):
 //   forward: one thread per channel walks CONV_ROWS rows, W loads a row. Backward: da into fp32
 //   scratch, then dx and dstate_in from da, and the dw / dbias partials (a pass per tap).
@@ -415,9 +415,10 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, float *rstd, const bf16 *x, const 
 // x and dy at rows q from the chunk's first to W-1 rows past its last (the halo, only inside the
 // last row's sequence) in shared memory, CONV_BWD_TILE rows a pass. Each thread walks those
 // rows for its V channels, recomputing a and da[q] from a register window of the W inputs
-// (before the sequence start: state_in or 0), keeping da of the last W rows. For a chunk row q: the dw[j] / dbias partials take
-// x[q-(W-1)+j] da[q] / da[q]. dx[p] needs da[p .. min(p+W-1, end)]: it is written at q = p+W-1,
-// or at the sequence's last row for the rows whose window is cut there; the sum is
+// (before the sequence start: state_in or 0), keeping da of the last W rows. For a chunk row q:
+// the dw[j] / dbias partials take x[q-(W-1)+j] da[q] / da[q]. dx[p] needs da[p .. min(p+W-1,
+// end)]: it is written at q = p+W-1, or at the sequence's last row for the rows whose window is
+// cut there; the sum is
 // conv_dx_kernel's (taps in j order, the missing ones skipped, then dstate_out). One pass over x
 // and dy, no fp32 da in memory; want_db == 0 (no dbias) skips the dbias partials.
 template <int W, int V>
