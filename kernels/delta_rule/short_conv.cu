@@ -281,6 +281,36 @@ __device__ __forceinline__ void conv_tile_load(bf16 *dst, const bf16 *src, size_
     }
 }
 
+// The register histories of the walks below. An input window xw holds the inputs at t-(W-1) .. t
+// (oldest first): conv_push shifts it by one row, conv_lift moves it one place up before a lean
+// walk's first row (which then shifts like every other). dq holds da[q-k] at k (newest first):
+// conv_push_front. conv_dx_taps: dx of row p = q-e from dq, the taps j >= W-1-e in j order
+// (conv_dx_kernel's sum, the taps past a sequence end skipped).
+template <int W>
+__device__ __forceinline__ void conv_push(float *xw, float xn) {
+#pragma unroll
+    for (int i = 0; i + 1 < W; i++) xw[i] = xw[i + 1];
+    xw[W - 1] = xn;
+}
+template <int W>
+__device__ __forceinline__ void conv_lift(float *xw) {
+#pragma unroll
+    for (int i = W - 1; i > 0; i--) xw[i] = xw[i - 1];
+}
+template <int W>
+__device__ __forceinline__ void conv_push_front(float *dq, float d) {
+#pragma unroll
+    for (int k = W - 1; k > 0; k--) dq[k] = dq[k - 1];
+    dq[0] = d;
+}
+template <int W>
+__device__ __forceinline__ float conv_dx_taps(const float *wv, const float *dq, int e) {
+    float acc = 0.f;
+#pragma unroll
+    for (int j = W - 1 - e; j < W; j++) acc += wv[j] * dq[j - (W - 1 - e)];
+    return acc;
+}
+
 // the window at `row` (local time t in sq's sequence; xn: x at `row`): loaded whole at the
 // thread's first row and at a sequence start, else shifted by one
 template <int W, int V>
@@ -292,11 +322,7 @@ __device__ __forceinline__ void conv_slide(float (*xw)[W], const float *xn, cons
         return;
     }
 #pragma unroll
-    for (int v = 0; v < V; v++) {
-#pragma unroll
-        for (int i = 0; i + 1 < W; i++) xw[v][i] = xw[v][i + 1];
-        xw[v][W - 1] = xn[v];
-    }
+    for (int v = 0; v < V; v++) conv_push<W>(xw[v], xn[v]);
 }
 
 // conv_pre from the window: bias, then the taps j = 0..W-1
@@ -365,18 +391,13 @@ __global__ void conv_fwd_fast_kernel(bf16 *y, float *rstd, const bf16 *x, const 
         // (the first too) shifts it by one, and a loop unrolled W times renames the registers
         // instead of moving them (the same sums as below)
 #pragma unroll
-        for (int v = 0; v < V; v++) {
-#pragma unroll
-            for (int i = W - 1; i > 0; i--) xw[v][i] = xw[v][i - 1];
-        }
+        for (int v = 0; v < V; v++) conv_lift<W>(xw[v]);
         auto step = [&](int r) {
             float xn[V], out[V];
             conv_load<V>(xn, xs + r * CB + lc);
 #pragma unroll
             for (int v = 0; v < V; v++) {
-#pragma unroll
-                for (int i = 0; i + 1 < W; i++) xw[v][i] = xw[v][i + 1];
-                xw[v][W - 1] = xn[v];
+                conv_push<W>(xw[v], xn[v]);
                 out[v] = conv_act(conv_pre_win<W>(b[v], wv[v], xw[v]), silu);
             }
             emit(row0 + r, out);
@@ -467,10 +488,7 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
     const int n1 = (int)(row1 - row0), nq = (int)(qend - row0);  // chunk rows; with the halo
     if (lean) {
 #pragma unroll
-        for (int v = 0; v < V; v++) {
-#pragma unroll
-            for (int i = W - 1; i > 0; i--) xw[v][i] = xw[v][i - 1];
-        }
+        for (int v = 0; v < V; v++) conv_lift<W>(xw[v]);
     }
     bf16 *dxr = dx + row0 * D + c;  // dx at local row 0
     // local row q, at row r of the staged pass: da[q]; the partials while q is a chunk row;
@@ -481,14 +499,9 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
         conv_load<V>(xn, xs_ + r * CB + lc);
 #pragma unroll
         for (int v = 0; v < V; v++) {
-#pragma unroll
-            for (int i = 0; i + 1 < W; i++) xw[v][i] = xw[v][i + 1];
-            xw[v][W - 1] = xn[v];
-            const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
-            const float d = conv_dact(a, g[v], silu);
-#pragma unroll
-            for (int k = W - 1; k > 0; k--) dq[v][k] = dq[v][k - 1];
-            dq[v][0] = d;
+            conv_push<W>(xw[v], xn[v]);
+            const float d = conv_dact(conv_pre_win<W>(b[v], wv[v], xw[v]), g[v], silu);
+            conv_push_front<W>(dq[v], d);
             if (q < n1) {
 #pragma unroll
                 for (int j = 0; j < W; j++) pw[v][j] += xw[v][j] * d;
@@ -498,12 +511,7 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
         if (q >= W - 1) {
             float out[V];
 #pragma unroll
-            for (int v = 0; v < V; v++) {
-                float acc = 0.f;
-#pragma unroll
-                for (int j = 0; j < W; j++) acc += wv[v][j] * dq[v][j];
-                out[v] = acc;
-            }
+            for (int v = 0; v < V; v++) out[v] = conv_dx_taps<W>(wv[v], dq[v], W - 1);
             conv_store<V>(dxr + (size_t)(q - (W - 1)) * D, out);
         }
     };
@@ -542,9 +550,7 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
             for (int v = 0; v < V; v++) {
                 const float a = conv_pre_win<W>(b[v], wv[v], xw[v]);
                 const float d = conv_dact(a, g[v], silu);
-#pragma unroll
-                for (int k = W - 1; k > 0; k--) dq[v][k] = dq[v][k - 1];
-                dq[v][0] = d;  // dq[v][k] = da[q-k]
+                conv_push_front<W>(dq[v], d);  // dq[v][k] = da[q-k]
                 if (q < row1) {
 #pragma unroll
                     for (int j = 0; j < W; j++) pw[v][j] += xw[v][j] * d;
@@ -566,9 +572,7 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
                 float out[V];
 #pragma unroll
                 for (int v = 0; v < V; v++) {
-                    float acc = 0.f;
-#pragma unroll
-                    for (int j = W - 1 - e; j < W; j++) acc += wv[v][j] * dq[v][j - (W - 1 - e)];
+                    float acc = conv_dx_taps<W>(wv[v], dq[v], e);
                     if (dstate_out && m >= 0) acc += dstate_out[((size_t)sq.s * D + c + v) * (W - 1) + m];
                     out[v] = acc;
                 }
@@ -586,12 +590,7 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
             if (p < 0 || p >= n1) continue;
             float out[V];
 #pragma unroll
-            for (int v = 0; v < V; v++) {
-                float acc = 0.f;
-#pragma unroll
-                for (int j = W - 1 - e; j < W; j++) acc += wv[v][j] * dq[v][j - (W - 1 - e)];
-                out[v] = acc;
-            }
+            for (int v = 0; v < V; v++) out[v] = conv_dx_taps<W>(wv[v], dq[v], e);
             conv_store<V>(dxr + (size_t)p * D, out);
         }
     }
