@@ -65,32 +65,40 @@ static void core(Model *m, const LinShape *s, LinearActs *a, int B, int T, int b
     }
 }
 
-// short conv + SiLU over the flattened rows, cut at the sequence boundaries
-// (docs/delta-rule.md, "Short causal convolution with SiLU")
-static void conv_forward(Model *m, real *y, const real *x, const real *w, int D, int W, int B, int T) {
+// The rows as the short convolution takes them: B sequences of T rows, or with reset_at_eot
+// one row of B*T cut at the document boundaries (docs/delta-rule.md, "Short causal convolution
+// with SiLU")
+typedef struct {
+    int B, T, nseq;
+    const int *offsets;
+} ConvRows;
+
+static ConvRows conv_rows(const Model *m, int B, int T) {
     const DocSegments *sg = &m->acts.seg;
-    if (sg->active) m->be->delta_rule->short_conv_forward(y, NULL, x, w, NULL, NULL, 1, B * T, D, W, sg->offsets, sg->nseq, 1);
-    else m->be->delta_rule->short_conv_forward(y, NULL, x, w, NULL, NULL, B, T, D, W, NULL, 0, 1);
+    if (sg->active) return (ConvRows){1, B * T, sg->nseq, sg->offsets};
+    return (ConvRows){B, T, 0, NULL};
+}
+
+// short conv + SiLU
+static void conv_forward(Model *m, real *y, const real *x, const real *w, int D, int W, int B, int T) {
+    const ConvRows r = conv_rows(m, B, T);
+    m->be->delta_rule->short_conv_forward(y, NULL, x, w, NULL, NULL, r.B, r.T, D, W, r.offsets, r.nseq, 1);
 }
 
 // the same and then the L2 norm over heads of K channels, in one op (the optional fused
 // short_conv_l2norm_forward: the convolution's output never reaches memory)
 static void conv_l2norm_forward(Model *m, real *y, real *rstd, const real *x, const real *w, int D, int W, int K,
                                 int B, int T) {
-    const DocSegments *sg = &m->acts.seg;
-    const real eps = (real)LINEAR_L2NORM_EPS;
-    if (sg->active)
-        m->be->delta_rule->short_conv_l2norm_forward(y, rstd, x, w, 1, B * T, D, W, sg->offsets, sg->nseq, K, eps);
-    else m->be->delta_rule->short_conv_l2norm_forward(y, rstd, x, w, B, T, D, W, NULL, 0, K, eps);
+    const ConvRows r = conv_rows(m, B, T);
+    m->be->delta_rule->short_conv_l2norm_forward(y, rstd, x, w, r.B, r.T, D, W, r.offsets, r.nseq, K,
+                                                 (real)LINEAR_L2NORM_EPS);
 }
 
 static void conv_backward(Model *m, real *dx, real *dw, const real *dy, const real *x, const real *w, int D, int W,
                           int B, int T) {
-    const DocSegments *sg = &m->acts.seg;
-    if (sg->active)
-        m->be->delta_rule->short_conv_backward(dx, dw, NULL, NULL, dy, NULL, x, w, NULL, NULL, 1, B * T, D, W, sg->offsets,
-                                   sg->nseq, 1);
-    else m->be->delta_rule->short_conv_backward(dx, dw, NULL, NULL, dy, NULL, x, w, NULL, NULL, B, T, D, W, NULL, 0, 1);
+    const ConvRows r = conv_rows(m, B, T);
+    m->be->delta_rule->short_conv_backward(dx, dw, NULL, NULL, dy, NULL, x, w, NULL, NULL, r.B, r.T, D, W, r.offsets,
+                                           r.nseq, 1);
 }
 
 void linear_mixer_inputs(Model *m, int l, const real *in, int N) {
