@@ -18,6 +18,7 @@ fails, naming the kernel and the PTX lines, when an add.f32 or sub.f32 without a
 takes two operands that both come from mul.f32 without one (a neg.f32 of such a product counts as
 one). A register is the value of its latest definition above the use, in PTX order.
 """
+import concurrent.futures
 import os
 import re
 import subprocess
@@ -79,9 +80,12 @@ def main():
     flags = kept + (['-arch=' + arch] if arch else [])
     bad = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for src in files:
-            ptx = os.path.join(tmp, os.path.basename(src) + '.ptx')
-            r = subprocess.run([nvcc] + flags + ['-ptx', '-o', ptx, src], capture_output=True, text=True)
+        def compile_ptx(src):  # the files at once, one nvcc a core (the check's cost is these compiles)
+            ptx = os.path.join(tmp, src.replace('/', '_') + '.ptx')
+            return src, ptx, subprocess.run([nvcc] + flags + ['-ptx', '-o', ptx, src], capture_output=True, text=True)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            compiled = list(pool.map(compile_ptx, files))
+        for src, ptx, r in compiled:
             if r.returncode != 0:
                 sys.stderr.write(r.stderr)
                 sys.exit('check_contraction: %s: nvcc -ptx failed' % src)
