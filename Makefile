@@ -60,7 +60,8 @@ endif
 ifneq ($(NVCC_PATH),)
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC_PATH))
   CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
-  NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -Wall,-Wextra,-fopenmp -DHAVE_CUDA -MMD -MP
+  # -fPIC: the kernels' objects also make the CUDA plugin, a shared library (below, at the CLI)
+  NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -I. -Xcompiler -Wall,-Wextra,-fopenmp,-fPIC -DHAVE_CUDA -MMD -MP
   # only the float build has CUDA: the double build (tests, hybrid_f64) is the CPU reference
   CUDA_CFLAGS := -DHAVE_CUDA -I$(CUDA_HOME)/include
   CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
@@ -116,7 +117,7 @@ endif
 
 # ---- sources ----
 LIB_SRC  := $(wildcard base/*.c model/*.c model/ops/*.c model/ops/*/*.c optim/*.c data/*.c checkpoints/*.c dist/*.c) \
-            $(filter-out train/main.c,$(wildcard train/*.c))
+            $(filter-out train/main.c train/cuda_plugin.c,$(wildcard train/*.c))
 TEST_SRC := $(wildcard tests/test_*.c)
 TESTS    := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
@@ -148,9 +149,18 @@ LIBOPS        := $(OUT)/lib/libhybrid_ops.so $(OUT)/lib/libhybrid_ops_f64.so
 .SECONDARY:
 all: $(BIN)
 
-# the CLI; the sanitizer build's copy lives in its build folder
-$(BIN): $(BUILD)/f/train/main.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
-	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
+# the CLI; the sanitizer build's copy lives in its build folder. With CUDA, the kernels and the
+# backend are a plugin that ./hybrid loads for --device cuda only (train/cuda_plugin.h): linking
+# the CUDA libraries into ./hybrid cost every start ~0.35 s, CPU commands included. ./hybrid
+# exports its symbols (-rdynamic) for the plugin, which binds its own (-Bsymbolic).
+CUDA_PLUGIN := $(if $(CU_SRC),$(BUILD)/libhybrid_cuda.so)
+$(BIN): $(BUILD)/f/train/main.o $(BUILD)/f/train/cuda_plugin.o $(OBJ_F) $(FLAGS) | $(CUDA_PLUGIN)
+	$(CC) $(CFLAGS) $(if $(CU_SRC),-rdynamic) -o $@ $(filter %.o,$^) $(LDLIBS)
+
+$(BUILD)/f/train/cuda_plugin.o: CFLAGS += -DHYBRID_CUDA_PLUGIN_PATH='"$(abspath $(CUDA_PLUGIN))"'
+
+$(CUDA_PLUGIN): $(OBJ_CU) $(FLAGS)
+	$(CC) -shared -Wl,-Bsymbolic -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/f/%.o: %.c $(FLAGS)
 	@mkdir -p $(dir $@)

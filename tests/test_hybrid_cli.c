@@ -120,5 +120,15 @@ int main(void) {
     out = log_text();
     CHECK(strstr(out, "set mlp = swiglu or situ") != NULL, "%s", out);
     free(out);
+
+    // --device cuda with a CUDA backend that cannot be loaded (docs/cuda.md, "The CUDA plugin"):
+    // an error naming the library, whether or not a GPU is visible; a build without CUDA says so
+    CHECK(run("HYBRID_CUDA_PLUGIN=" DIR_ "/no-such-plugin.so " TINY "--out_dir " DIR_ "/d --device cuda") != 0,
+          "--device cuda with a missing plugin was accepted");
+    out = log_text();
+    CHECK(strstr(out, "hybrid: error: --device cuda: cannot load the CUDA backend " DIR_ "/no-such-plugin.so") ||
+              strstr(out, "hybrid: error: --device cuda: this build has no CUDA"),
+          "%s", out);
+    free(out);
     TEST_MAIN_END();
 }
