@@ -32,11 +32,11 @@
 // names the seed and the trial, and keeps its input (and the command and output) under
 // out/test-tmp/fuzz-failures/. For longer runs: HYBRID_FUZZ_SEED, HYBRID_FUZZ_TRIALS
 // (per kind), HYBRID_FUZZ_KINDS (e.g. "checkpoint,shard"), HYBRID_FUZZ_VERBOSE=1 (a line per
-// run). Measured on 2 busy cores: 65 s with the normal build when it had no CUDA; with the
-// CUDA backend linked in, 373-391 s (session 22: config 160, checkpoint 113, shard 56, prepare
-// 61 s), because every ./hybrid start runs libcublasLt's static initializers, ~0.35 s of CPU
-// even for `hybrid inspect` (perf: 42% of the samples in libcublasLt.so, 48% page faults);
-// loading the CUDA backend only for --device cuda would give that back. Under the sanitizer
+// run). Measured on 2 busy cores: 30 s with the normal build (session 22). While ./hybrid
+// linked the CUDA libraries it was 373-391 s (config 160, checkpoint 113, shard 56, prepare
+// 61 s): every start ran libcublasLt's static initializers, ~0.35 s of CPU even for `hybrid
+// inspect`; the CUDA backend is a plugin loaded for --device cuda only since (docs/cuda.md,
+// "The CUDA plugin"). Under the sanitizer
 // build ($HYBRID in out/build-san) a command takes 2x (prepare: 15x) as long, so the default
 // trial count is divided by SAN_DIVISOR there (about 60 s) and the time limit is raised.
 // The machinery every kind shares (a trial, byte and text mutations, running ./hybrid and
