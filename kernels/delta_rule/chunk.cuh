@@ -555,6 +555,27 @@ __device__ __forceinline__ void dr_mma2(float c[4], const uint32_t a[4], const u
     mma16816(c, a, bh[0], bh[1]);
 }
 
+// ---- the arithmetic of a run: split pairs (LO) or one bf16 MMA a product -----------------
+// The forward's kernels (prep, walk, output) take a template flag LO. LO = true is the split
+// arithmetic above (the default, and the only one of the backward). LO = false is fla's: every
+// operand is its hi part alone, one bf16, and every product one MMA; no lo part is computed,
+// stored or loaded, and the walk's and output kernel's lo tiles are not in shared memory
+// (docs/delta-rule.md, "One MMA a product"). Its states carry bf16-level errors (hT ~2e-3
+// relative at T 4096 on the H200, the precision audit's "all 21" row) where the split
+// arithmetic holds 1e-4. Chosen by DrWsMma::lo (HYBRID_DR_BF16=1, the forward entry only).
+// dr_mma3x / dr_mma2x: dr_mma3 / dr_mma2 where LO, else the one MMA of the hi parts.
+template <bool LO>
+__device__ __forceinline__ void dr_mma3x(float c[4], const uint32_t ah[4], const uint32_t al[4], const uint32_t bh[2],
+                                         const uint32_t bl[2]) {
+    if constexpr (LO) dr_mma3(c, ah, al, bh, bl);
+    else mma16816(c, ah, bh[0], bh[1]);
+}
+template <bool LO>
+__device__ __forceinline__ void dr_mma2x(float c[4], const uint32_t a[4], const uint32_t bh[2], const uint32_t bl[2]) {
+    if constexpr (LO) dr_mma2(c, a, bh, bl);
+    else mma16816(c, a, bh[0], bh[1]);
+}
+
 // rows_p x cols_p (cols_p a multiple of 8) bf16 tile into shared memory (row stride lds) from
 // global src (row stride ldg): entries with row >= nrows or col >= ncols zero. 16-byte
 // cp.async where src rows are 16-byte aligned, else plain loads (complete at once); the caller
@@ -662,6 +683,9 @@ struct DrWsMma {
     bf16 *dW;
     float *dA, *dL, *db, *gend;
     int dsplit;  // Delta (U after the walk) and dD stored as dr_split pairs (dr_load_split_tile)
+    int lo;      // 1: the split arithmetic (every bind); 0: one MMA a product, the forward only
+                 // (dr_mma3x above: the lo arrays are neither written nor read, Delta's pairs
+                 // carry their hi halves only)
 };
 static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t slots_heads, int K, int V) {
     const size_t C = DR_BT, ck = C * K * 2, cc = C * C * 2, kv = (size_t)K * V * 2;
@@ -687,6 +711,7 @@ static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t
                            -1, -1, -1, -1, 0,  2,  4,  -1, 6,  12, -1, -1};
     const char *f32 = getenv("HYBRID_DR_DELTA_F32");  // 1: Delta, dDelta fp32 (the previous layout)
     w->dsplit = !(f32 && f32[0] == '1');
+    w->lo = 1;
     const int count = backward ? 24 : 11;
     size_t off = 0;
     for (int a = 0; a < 24; a++) {

@@ -30,12 +30,13 @@
 // Shared memory (bf16): W, Wl, Ke, Kel [64][LK]; h, hl (then Delta, Deltal) [max(KP, 64)][BV + 8].
 // K = V = 128, BV = 64: 104 KiB (122 before Delta shared h's buffer), so two blocks an SM with
 // MU = 1's 128 registers; 256 blocks at B8 H16 fit one wave of 264 on the H200's 132 SMs.
-static size_t walk_mma_smem(int K, int BV) {
-    const size_t KP = dr_pad16(K), LK = KP + DR_PAD, HR = KP > DR_BT ? KP : DR_BT;
-    return (4 * DR_BT * LK + 2 * HR * (BV + DR_PAD)) * 2;
+// One MMA a product (!LO; chunk.cuh, dr_mma3x): no lo tiles, 52 KiB there.
+static size_t walk_mma_smem(int K, int BV, bool lo) {
+    const size_t KP = dr_pad16(K), LK = KP + DR_PAD, HR = KP > DR_BT ? KP : DR_BT, parts = lo ? 2 : 1;
+    return (2 * parts * DR_BT * LK + parts * HR * (BV + DR_PAD)) * 2;
 }
 
-template <int BV, int MU, int KV>  // KV: 0, or DR_KV_FIXED (chunk.cuh)
+template <bool LO, int BV, int MU, int KV>  // LO: chunk.cuh's dr_mma3x; KV: 0, or DR_KV_FIXED (chunk.cuh)
 __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 blocks an SM, <= 128 registers
     dr_walk_mma_kernel(DrWsMma ws, float *hT, const float *h0, int Tlen, int H, int K_arg, int V_arg,
                        const int *offsets) {
@@ -50,8 +51,9 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
     const int KP = dr_pad16(K), LK = KP + DR_PAD, LH = BV + DR_PAD, nmt = KP / 16, HR = KP > C ? KP : C;
     const int bv = V - j0 < BV ? V - j0 : BV;
     DYNAMIC_SMEM(bf16, sm);
-    bf16 *Wh = sm, *Wl = Wh + C * LK, *Kh = Wl + C * LK, *Kl = Kh + C * LK, *hh = Kl + C * LK, *hl = hh + HR * LH,
-         *Dh = hh, *Dl = hl;  // Delta [64][LH] over h (step b)
+    // (!LO: no lo tiles; Wl, Kl, hl name the next tile and are never touched)
+    bf16 *Wh = sm, *Wl = Wh + C * LK, *Kh = LO ? Wl + C * LK : Wl, *Kl = Kh + C * LK, *hh = LO ? Kl + C * LK : Kl,
+         *hl = hh + HR * LH, *Dh = hh, *Dl = hl;  // Delta [64][LH] over h (step b)
     int bos, len;
     dr_seq_range(offsets, Tlen, s, &bos, &len);
     const int base = dr_seq_base(bos, s), nch = (len + C - 1) / C;
@@ -74,14 +76,14 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
         const int n = dr_chunk_rows(len, ci);
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Wh, LK, ws.W + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
-        dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        if constexpr (LO) dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
         cp_async_commit();
     };
     auto issue_k = [&](int ci) {
         const int n = dr_chunk_rows(len, ci);
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Kh, LK, ws.Ke + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
-        dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        if constexpr (LO) dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
         cp_async_commit();
     };
     if (nch > 0) {
@@ -128,12 +130,12 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
 #pragma unroll
                     for (int e2 = 0; e2 < 4; e2 += 2) {
                         const int i = (warp + 8 * u) * 16 + gq + (e2 ? 8 : 0), jj = nt * 8 + 2 * t4;
-                        dr_walk_split2(DRS_H, hacc[u][nt][e2], hacc[u][nt][e2 + 1], hh, hl, i * LH + jj);
+                        dr_walk_put2<LO>(DRS_H, hacc[u][nt][e2], hacc[u][nt][e2 + 1], hh, hl, i * LH + jj);
                     }
         cp_async_wait<1>();  // W of this chunk (its Ke may still be in flight)
         __syncthreads();
         dr_walk_store_tile(hg + j0, V, hh, LH, K, bv, BV, tid, DRM_THREADS);  // (before step b's barrier)
-        if (hgl) dr_walk_store_tile(hgl + j0, V, hl, LH, K, bv, BV, tid, DRM_THREADS);
+        if (LO && hgl) dr_walk_store_tile(hgl + j0, V, hl, LH, K, bv, BV, tid, DRM_THREADS);
         // b. Delta = U - W h[n]
         {
             const int mt = mtb;
@@ -141,14 +143,14 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
             for (int kk = 0; kk < nmt; kk++) {
                 uint32_t ah[4], al[4];
                 dr_lda(ah, Wh, LK, mt * 16, kk * 16, lane);
-                dr_lda(al, Wl, LK, mt * 16, kk * 16, lane);
+                if constexpr (LO) dr_lda(al, Wl, LK, mt * 16, kk * 16, lane);
 #pragma unroll
                 for (int p = 0; p < NB / 2; p++) {
                     uint32_t bh[4], bl[4];
                     dr_ldb_kn(bh, hh, LH, kk * 16, c0 + p * 16, lane);
-                    dr_ldb_kn(bl, hl, LH, kk * 16, c0 + p * 16, lane);
-                    dr_mma3(acc[2 * p], ah, al, bh, bl);
-                    dr_mma3(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
+                    if constexpr (LO) dr_ldb_kn(bl, hl, LH, kk * 16, c0 + p * 16, lane);
+                    dr_mma3x<LO>(acc[2 * p], ah, al, bh, bl);
+                    dr_mma3x<LO>(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
                 }
             }
             __syncthreads();  // every warp has read h: Delta takes its buffer
@@ -159,7 +161,7 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
                     const int r = mt * 16 + gq + (e2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4;
                     const bool in0 = r < n && jj < bv, in1 = r < n && jj + 1 < bv;
                     const float d0 = in0 ? uv[nt][e2] - acc[nt][e2] : 0.f, d1 = in1 ? uv[nt][e2 + 1] - acc[nt][e2 + 1] : 0.f;
-                    dr_walk_split2(DRS_DELTA, d0, d1, Dh, Dl, r * LH + jj);
+                    dr_walk_put2<LO>(DRS_DELTA, d0, d1, Dh, Dl, r * LH + jj);
                     if (!ws.dsplit) {  // the fp32 layout (HYBRID_DR_DELTA_F32=1); pairs: after the barrier
                         if (in0) Ug[(size_t)r * V + j0 + jj] = d0;
                         if (in1) Ug[(size_t)r * V + j0 + jj + 1] = d1;
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
         // Delta's hi + lo pairs over U (chunk.cuh, the Delta pair layout) from the shared tiles by
         // 16-byte groups. Every thread's U loads of this chunk have completed (their values are
         // in Delta, before the barrier), so the copy may write entries that other threads read.
-        if (ws.dsplit) dr_walk_store_split_tile((bf16 *)Ug, V, j0, Dh, Dl, LH, n, bv, BV, tid, DRM_THREADS);
+        if (ws.dsplit) dr_walk_store_split_tile<LO>((bf16 *)Ug, V, j0, Dh, Dl, LH, n, bv, BV, tid, DRM_THREADS);
         // c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta
 #pragma unroll
         for (int u = 0; u < MU; u++)
@@ -188,14 +190,14 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
                 for (int kk = 0; kk < 4; kk++) {
                     uint32_t ah[4], al[4];
                     dr_lda_t(ah, Kh, LK, m0, kk * 16, lane);
-                    dr_lda_t(al, Kl, LK, m0, kk * 16, lane);
+                    if constexpr (LO) dr_lda_t(al, Kl, LK, m0, kk * 16, lane);
 #pragma unroll
                     for (int p = 0; p < NT / 2; p++) {
                         uint32_t bh[4], bl[4];
                         dr_ldb_kn(bh, Dh, LH, kk * 16, p * 16, lane);
-                        dr_ldb_kn(bl, Dl, LH, kk * 16, p * 16, lane);
-                        dr_mma3(hacc[u][2 * p], ah, al, bh, bl);
-                        dr_mma3(hacc[u][2 * p + 1], ah, al, bh + 2, bl + 2);
+                        if constexpr (LO) dr_ldb_kn(bl, Dl, LH, kk * 16, p * 16, lane);
+                        dr_mma3x<LO>(hacc[u][2 * p], ah, al, bh, bl);
+                        dr_mma3x<LO>(hacc[u][2 * p + 1], ah, al, bh + 2, bl + 2);
                     }
                 }
             }
@@ -216,38 +218,40 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
 }
 
 // The walk's tiles at head size K: BV = 32 and 64, built with MU = 1 (K <= 128: 2 blocks an
-// SM by registers) or 2 (1 block).
-static void dr_walk_tiles(int K, DrWalkTile tiles[2]) {
+// SM by registers) or 2 (1 block); lo: the split arithmetic's shared memory, else one MMA a
+// product's.
+static void dr_walk_tiles(int K, bool lo, DrWalkTile tiles[2]) {
     const int rb = dr_pad16(K) <= 128 ? 2 : 1;
-    tiles[0] = DrWalkTile{32, walk_mma_smem(K, 32), rb};
-    tiles[1] = DrWalkTile{64, walk_mma_smem(K, 64), rb};
+    tiles[0] = DrWalkTile{32, walk_mma_smem(K, 32, lo), rb};
+    tiles[1] = DrWalkTile{64, walk_mma_smem(K, 64, lo), rb};
 }
 
-// The V tile width the walk launches with for `pairs` (sequence, head) pairs at K, V: walk.cuh's
-// choice, HYBRID_DR_WALK_BV included (tests/gpu/test_delta_rule.c forces the other tile).
+// The V tile width the walk launches with for `pairs` (sequence, head) pairs at K, V in the
+// split arithmetic: walk.cuh's choice, HYBRID_DR_WALK_BV included (tests/gpu/test_delta_rule.c
+// forces the other tile).
 extern "C" int cuda_delta_walk_tile(int K, int V, int pairs) {
     DrWalkTile tiles[2];
-    dr_walk_tiles(K, tiles);
+    dr_walk_tiles(K, true, tiles);
     return tiles[dr_walk_pick(tiles, 2, (size_t)pairs, V, "HYBRID_DR_WALK_BV")].bv;
 }
 
 // Launches the walk for N sequences at the tile of walk.cuh's choice: BV = 32 or 64,
 // MU = 1 (K <= 128: 2 blocks an SM where the shared memory allows) or 2.
-template <int MU>
+template <bool LO, int MU>
 static void dr_walk_launch(const DrWsMma *ws, float *hT, const float *h0, int T, int H, int K, int V,
                            const int *offsets, int N) {
     DrWalkTile tiles[2];
-    dr_walk_tiles(K, tiles);
+    dr_walk_tiles(K, LO, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_WALK_BV");
     const unsigned vt = (unsigned)((V + tiles[a].bv - 1) / tiles[a].bv);
     constexpr int K1 = MU == 1 ? DR_KV_FIXED : 0;  // (K = DR_KV_FIXED runs at MU = 1 only)
     const bool kv128 = dr_kv_fixed(K, V);
     if (tiles[a].bv == 32)
-        launch_kernel(kv128 ? dr_walk_mma_kernel<32, MU, K1> : dr_walk_mma_kernel<32, MU, 0>, dim3(N * vt, H),
-                      dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
+        launch_kernel(kv128 ? dr_walk_mma_kernel<LO, 32, MU, K1> : dr_walk_mma_kernel<LO, 32, MU, 0>,
+                      dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
     else
-        launch_kernel(kv128 ? dr_walk_mma_kernel<64, MU, K1> : dr_walk_mma_kernel<64, MU, 0>, dim3(N * vt, H),
-                      dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
+        launch_kernel(kv128 ? dr_walk_mma_kernel<LO, 64, MU, K1> : dr_walk_mma_kernel<LO, 64, MU, 0>,
+                      dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
 }
 
 // ---- output: one block per (chunk slot, head, V-tile of 64), 4 warps ---------------------
@@ -262,14 +266,17 @@ static void dr_walk_launch(const DrWsMma *ws, float *hT, const float *h0, int T,
 // rows of Aqk hi (only warp w reads them), then stores them by 16-byte row segments, a 128-byte
 // row of o ([T][H][V], the V-tile's columns contiguous) per 8 lanes; the MMA fragment layout
 // stored 4 bytes a lane, 8 rows an instruction (8 of 32 bytes a sector used).
-static size_t output_mma_smem(int K) {
-    const size_t KP = dr_pad16(K), LK = KP + DR_PAD, LH = DR_MBV + DR_PAD, q = 2 * DR_BT * LK, d = 2 * DR_BT * LH;
-    return ((q > d ? q : d) + KP * LH + 2 * DR_BT * LH) * 2;
+// One MMA a product (!LO; chunk.cuh, dr_mma3x): the hi tiles alone, 44 KiB at K = V = 128.
+static size_t output_mma_smem(int K, bool lo) {
+    const size_t parts = lo ? 2 : 1, KP = dr_pad16(K), LK = KP + DR_PAD, LH = DR_MBV + DR_PAD,
+                 q = parts * DR_BT * LK, d = parts * DR_BT * LH;
+    return ((q > d ? q : d) + KP * LH + parts * DR_BT * LH) * 2;
 }
 
-// SPLIT: Delta as hi + lo pairs (ws.dsplit), else fp32; KV: 0, or DR_KV_FIXED; FULL: whole chunks
-// only (dr_full_chunks; chunk.cuh)
-template <bool SPLIT, int KV, bool FULL>
+// LO: the split arithmetic, else one MMA a product (chunk.cuh, dr_mma3x); SPLIT: Delta as hi + lo
+// pairs (ws.dsplit), else fp32; KV: 0, or DR_KV_FIXED; FULL: whole chunks only (dr_full_chunks;
+// chunk.cuh)
+template <bool LO, bool SPLIT, int KV, bool FULL>
 __global__ void __launch_bounds__(DRO_THREADS, 3)
     dr_output_mma_kernel(DrWsMma ws, bf16 *o, float scale, int Tlen, int H, int K_arg, int V_arg, const int *offsets,
                          int N) {
@@ -285,14 +292,16 @@ __global__ void __launch_bounds__(DRO_THREADS, 3)
     const int bv = V - j0 < DR_MBV ? V - j0 : DR_MBV;
     const size_t sh = (size_t)x * H + h;
     DYNAMIC_SMEM(bf16, sm);
-    const int qsz = 2 * C * LK > 2 * C * LH ? 2 * C * LK : 2 * C * LH;
+    // (!LO: Ql, Dl, Al name the next tile and are never touched)
+    constexpr int PARTS = LO ? 2 : 1;
+    const int qsz = PARTS * (C * LK > C * LH ? C * LK : C * LH);
     bf16 *Qh = sm, *Ql = Qh + C * LK, *Dh = sm, *Dl = Dh + C * LH, *Hh = sm + qsz, *Ah = Hh + KP * LH,
          *Al = Ah + C * LH;
     dr_load_tile(Qh, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
-    dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
+    if constexpr (LO) dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, DRO_THREADS);
     dr_load_tile(Hh, LH, ws.h + sh * K * V + j0, V, KP, DR_MBV, K, bv, tid, DRO_THREADS);
     dr_load_tile(Ah, LH, ws.Aqk + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
-    dr_load_tile(Al, LH, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
+    if constexpr (LO) dr_load_tile(Al, LH, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, DRO_THREADS);
     cp_async_commit();
     // Delta (ws.U once the walk has run) into registers now, into shared memory over Qg once
     // every warp is done with Qg h[n], so its load overlaps that product. SPLIT (ws.dsplit): the
@@ -309,7 +318,7 @@ __global__ void __launch_bounds__(DRO_THREADS, 3)
             const int j = j0 + jj, g8 = j & ~7, w = V - g8 < 8 ? V - g8 : 8;
             const bf16 *src = (const bf16 *)(ws.U + sh * C * V) + (size_t)r * 2 * V + 2 * g8 + (j & 7);
             dp[u].x = in ? src[0] : __float2bfloat16(0.f);
-            dp[u].y = in ? src[w] : __float2bfloat16(0.f);
+            if constexpr (LO) dp[u].y = in ? src[w] : __float2bfloat16(0.f);
         } else {
             dv[u] = in ? ws.U[sh * C * V + (size_t)r * V + j0 + jj] : 0.f;
         }
@@ -320,13 +329,15 @@ __global__ void __launch_bounds__(DRO_THREADS, 3)
     for (int kk = 0; kk < nmt; kk++) {
         uint32_t ah[4], al[4];
         dr_lda(ah, Qh, LK, warp * 16, kk * 16, lane);
-        dr_lda(al, Ql, LK, warp * 16, kk * 16, lane);
+        if constexpr (LO) dr_lda(al, Ql, LK, warp * 16, kk * 16, lane);
 #pragma unroll
         for (int p = 0; p < 4; p++) {
             uint32_t b[4];
             dr_ldb_kn(b, Hh, LH, kk * 16, p * 16, lane);
-            mma16816(acc[2 * p], al, b[0], b[1]);
-            mma16816(acc[2 * p + 1], al, b[2], b[3]);
+            if constexpr (LO) {
+                mma16816(acc[2 * p], al, b[0], b[1]);
+                mma16816(acc[2 * p + 1], al, b[2], b[3]);
+            }
             mma16816(acc[2 * p], ah, b[0], b[1]);
             mma16816(acc[2 * p + 1], ah, b[2], b[3]);
         }
@@ -335,8 +346,10 @@ __global__ void __launch_bounds__(DRO_THREADS, 3)
 #pragma unroll
     for (int u = 0; u < ND; u++) {
         const int e = tid + u * DRO_THREADS, r = e / DR_MBV, jj = e % DR_MBV;
-        if constexpr (SPLIT) Dh[r * LH + jj] = dp[u].x, Dl[r * LH + jj] = dp[u].y;
-        else dr_split(DRS_DELTA, dv[u], Dh + r * LH + jj, Dl + r * LH + jj);
+        if constexpr (SPLIT && LO) Dh[r * LH + jj] = dp[u].x, Dl[r * LH + jj] = dp[u].y;
+        else if constexpr (SPLIT) Dh[r * LH + jj] = dp[u].x;
+        else if constexpr (LO) dr_split(DRS_DELTA, dv[u], Dh + r * LH + jj, Dl + r * LH + jj);
+        else Dh[r * LH + jj] = __float2bfloat16(dv[u]);
     }
     __syncthreads();
 #pragma unroll
@@ -346,14 +359,14 @@ __global__ void __launch_bounds__(DRO_THREADS, 3)
     for (int kk = 0; kk <= warp; kk++) {
         uint32_t ah[4], al[4];
         dr_lda(ah, Ah, LH, warp * 16, kk * 16, lane);
-        dr_lda(al, Al, LH, warp * 16, kk * 16, lane);
+        if constexpr (LO) dr_lda(al, Al, LH, warp * 16, kk * 16, lane);
 #pragma unroll
         for (int p = 0; p < 4; p++) {
             uint32_t bh[4], bl[4];
             dr_ldb_kn(bh, Dh, LH, kk * 16, p * 16, lane);
-            dr_ldb_kn(bl, Dl, LH, kk * 16, p * 16, lane);
-            dr_mma3(acc[2 * p], ah, al, bh, bl);
-            dr_mma3(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
+            if constexpr (LO) dr_ldb_kn(bl, Dl, LH, kk * 16, p * 16, lane);
+            dr_mma3x<LO>(acc[2 * p], ah, al, bh, bl);
+            dr_mma3x<LO>(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
         }
     }
     // o: this warp's rows of Aqk hi receive its bf16 tile (row stride 72 bf16 = 36 words: the 8
@@ -382,6 +395,21 @@ __global__ void __launch_bounds__(DRO_THREADS, 3)
     }
 }
 
+// the output kernel over `blocks` (chunk slot, V-tile) x H blocks in the arithmetic LO, at the
+// Delta layout ws->dsplit and the instance for (kv128, full)
+template <bool LO>
+static void dr_output_launch(const DrWsMma *ws, bf16 *o, float scale, size_t blocks, int T, int H, int K, int V,
+                             const int *offsets, int N, bool kv128, bool full) {
+    launch_kernel(ws->dsplit ? (full    ? dr_output_mma_kernel<LO, true, DR_KV_FIXED, true>
+                                : kv128 ? dr_output_mma_kernel<LO, true, DR_KV_FIXED, false>
+                                        : dr_output_mma_kernel<LO, true, 0, false>)
+                             : (full    ? dr_output_mma_kernel<LO, false, DR_KV_FIXED, true>
+                                : kv128 ? dr_output_mma_kernel<LO, false, DR_KV_FIXED, false>
+                                        : dr_output_mma_kernel<LO, false, 0, false>),
+                  dim3((unsigned)blocks, H), dim3(DRO_THREADS), output_mma_smem(K, LO), *ws, o, scale, T, H, K, V,
+                  offsets, N);
+}
+
 void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,
                     const bf16 *beta, const float *h0, float scale, int B, int T, int H, int K, int V,
                     const int *offsets, int N, const DrWsMma *ws) {
@@ -401,15 +429,17 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
     }
     {
         PROFILE("delta_chunk/walk");
-        if (dr_pad16(K) <= 128) dr_walk_launch<1>(ws, hT, h0, T, H, K, V, offsets, N);
-        else dr_walk_launch<2>(ws, hT, h0, T, H, K, V, offsets, N);
+        const bool k128 = dr_pad16(K) <= 128;
+        if (ws->lo) k128 ? dr_walk_launch<true, 1>(ws, hT, h0, T, H, K, V, offsets, N)
+                         : dr_walk_launch<true, 2>(ws, hT, h0, T, H, K, V, offsets, N);
+        else k128 ? dr_walk_launch<false, 1>(ws, hT, h0, T, H, K, V, offsets, N)
+                  : dr_walk_launch<false, 2>(ws, hT, h0, T, H, K, V, offsets, N);
     }
     if (slots > 0 && o) {
         PROFILE("delta_chunk/output");
         const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
-        launch_kernel(DR_INSTANCE(dr_output_mma_kernel, ws->dsplit, kv128, full),
-                      dim3((unsigned)(slots * vt), H), dim3(DRO_THREADS), output_mma_smem(K), *ws, o, scale, T, H, K,
-                      V, offsets, N);
+        if (ws->lo) dr_output_launch<true>(ws, o, scale, slots * vt, T, H, K, V, offsets, N, kv128, full);
+        else dr_output_launch<false>(ws, o, scale, slots * vt, T, H, K, V, offsets, N, kv128, full);
     }
 }
 

@@ -100,18 +100,26 @@ __device__ __forceinline__ uint4 drp_ldg8(const bf16 *row, int i0, int ncols, bo
     return u;
 }
 // 8 entries hi + lo of operand op to a workspace row at p (entries i0.., ncols valid): 16-byte
-// stores where vec
+// stores where vec. !LO: the hi parts alone (the same bf16 values), nothing at pl.
+template <bool LO>
 __device__ __forceinline__ void drp_stg8(DrSplitOperand op, bf16 *ph, bf16 *pl, const float x[8], int i0, int ncols,
                                          bool vec) {
     if (vec && i0 + 8 <= ncols) {
-        uint4 hi, lo;
-        drp_split8(op, x, &hi, &lo);
-        *reinterpret_cast<uint4 *>(ph + i0) = hi;
-        *reinterpret_cast<uint4 *>(pl + i0) = lo;
+        if constexpr (LO) {
+            uint4 hi, lo;
+            drp_split8(op, x, &hi, &lo);
+            *reinterpret_cast<uint4 *>(ph + i0) = hi;
+            *reinterpret_cast<uint4 *>(pl + i0) = lo;
+        } else {
+            store8(ph + i0, x);
+        }
     } else {
 #pragma unroll
         for (int j = 0; j < 8; j++)
-            if (i0 + j < ncols) dr_split(op, x[j], ph + i0 + j, pl + i0 + j);
+            if (i0 + j < ncols) {
+                if constexpr (LO) dr_split(op, x[j], ph + i0 + j, pl + i0 + j);
+                else ph[i0 + j] = __float2bfloat16(x[j]);
+            }
     }
 }
 
@@ -167,7 +175,8 @@ __device__ __forceinline__ void drp_diag_row(float kd[4], float &sq, float &sk, 
 // 16 + s the L entry of the same pair; s = 0 (and 16 for Aqk) the diagonal of c0 (c1), s > w
 // the row s of column c0, 1 <= s <= w the row c1 + s of column c1. Writes the whole 16 x 16
 // block of Aqk (hi + lo; 0 above the diagonal and past n) and L's entries c < r < n (L is 0
-// elsewhere already). qd: the block's 16 q rows; Dec: [15][KP].
+// elsewhere already). qd: the block's 16 q rows; Dec: [15][KP]. !LO: Aqk's hi parts only.
+template <bool LO>
 __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float *L, const bf16 *qd, const bf16 *ks,
                                                    const float *Dec, const float *bs, float scale, int I, int n,
                                                    int KP, int LK) {
@@ -176,7 +185,7 @@ __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float 
         const int rr = tid / 16, cc = tid % 16, r = o + rr, c = o + cc;
         if (cc > rr || r >= n) {
             Aqk[r * C + c] = __float2bfloat16(0.f);
-            Aqkl[r * C + c] = __float2bfloat16(0.f);
+            if constexpr (LO) Aqkl[r * C + c] = __float2bfloat16(0.f);
         }
     }
     float v[32];
@@ -208,11 +217,14 @@ __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float 
     const int c = s == 0 ? (lane ? c1 : c0) : (s > w ? c0 : c1), r = o + (s == 0 ? c : s > w ? s : c1 + s);
     if (r < n) {
         if (isL) L[r * DRP_LT + o + c] = bs[r] * v[0];
-        else dr_split(DRS_AQK, scale * v[0], Aqk + r * C + o + c, Aqkl + r * C + o + c);
+        else if constexpr (LO) dr_split(DRS_AQK, scale * v[0], Aqk + r * C + o + c, Aqkl + r * C + o + c);
+        else Aqk[r * C + o + c] = __float2bfloat16(scale * v[0]);
     }
 }
 
-template <int KV, bool FULL>  // KV: 0, or DR_KV_FIXED; FULL: whole chunks only (dr_full_chunks; chunk.cuh)
+// LO: the split arithmetic, else one MMA a product (chunk.cuh, dr_mma3x); KV: 0, or
+// DR_KV_FIXED; FULL: whole chunks only (dr_full_chunks; chunk.cuh)
+template <bool LO, int KV, bool FULL>
 __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_prep_mma_kernel(DrWsMma ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
                        int gate, float scale, int Tlen, int H, int K_arg, int V_arg, const int *offsets, int N) {
@@ -241,7 +253,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     const bf16 *qc = q + ((size_t)tok0 * H + h) * K, *kc = k + ((size_t)tok0 * H + h) * K;
     // 16-byte global access: q's rows, the workspace rows of Qg and Ke
     // step 2's operands below the diagonal blocks hi + lo (KDA) or one bf16 (GDN, DeltaNet)
-    const bool split_lo = gate == DRG_CHANNEL;
+    const bool split_lo = LO && gate == DRG_CHANNEL;
     const bool qvec = K % 8 == 0 && ((uintptr_t)qc & 15) == 0,
                wvec = K % 8 == 0 && (((uintptr_t)Qg | (uintptr_t)Qgl | (uintptr_t)Ke | (uintptr_t)Kel) & 15) == 0;
 
@@ -271,7 +283,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
             uint4 z;
             z.x = z.y = z.z = z.w = 0u;
             *reinterpret_cast<uint4 *>(Aqk + r * C + c) = z;
-            *reinterpret_cast<uint4 *>(Aqkl + r * C + c) = z;
+            if constexpr (LO) *reinterpret_cast<uint4 *>(Aqkl + r * C + c) = z;
         }
     }
     cp_async_wait<0>();
@@ -329,8 +341,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                         store8(Akh + rr * LK + i0, b);
                     }
                     if (r < n) {
-                        drp_stg8(DRS_QG, Qg + (size_t)r * K, Qgl + (size_t)r * K, qg, i0, K, wvec);
-                        drp_stg8(DRS_KE, Ke + (size_t)r * K, Kel + (size_t)r * K, ke, i0, K, wvec);
+                        drp_stg8<LO>(DRS_QG, Qg + (size_t)r * K, Qgl + (size_t)r * K, qg, i0, K, wvec);
+                        drp_stg8<LO>(DRS_KE, Ke + (size_t)r * K, Kel + (size_t)r * K, ke, i0, K, wvec);
                     }
                 }
                 if (I < 3) load_q(I + 1);  // in flight through this block row's passes
@@ -403,15 +415,20 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                         *reinterpret_cast<float2 *>(L + r * LT + c) =
                             make_float2((c < r && r < n) ? bs[r] * acc[u] : 0.f, (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f);
                     } else {
-                        uint32_t hi, lo;
-                        dr_split_pair(DRS_AQK, (c <= r && r < n) ? scale * acc[u] : 0.f,
-                                      (c + 1 <= r && r < n) ? scale * acc[u + 1] : 0.f, hi, lo);
-                        *reinterpret_cast<uint32_t *>(Aqk + r * C + c) = hi;
-                        *reinterpret_cast<uint32_t *>(Aqkl + r * C + c) = lo;
+                        const float a0 = (c <= r && r < n) ? scale * acc[u] : 0.f,
+                                    a1 = (c + 1 <= r && r < n) ? scale * acc[u + 1] : 0.f;
+                        if constexpr (LO) {
+                            uint32_t hi, lo;
+                            dr_split_pair(DRS_AQK, a0, a1, hi, lo);
+                            *reinterpret_cast<uint32_t *>(Aqk + r * C + c) = hi;
+                            *reinterpret_cast<uint32_t *>(Aqkl + r * C + c) = lo;
+                        } else {
+                            *reinterpret_cast<uint32_t *>(Aqk + r * C + c) = pack_bf16(a0, a1);
+                        }
                     }
                 }
             }
-            if (J0 == 0) dr_prep_diag_block(Aqk, Aqkl, L, qd, ks, Dec, bs, scale, I, n, KP, LK);
+            if (J0 == 0) dr_prep_diag_block<LO>(Aqk, Aqkl, L, qd, ks, Dec, bs, scale, I, n, KP, LK);
             __syncthreads();  // A, B are refilled
         }
     // v by cp.async, in flight through step 3 (vb does not overlap L, T or X)
@@ -503,10 +520,14 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
             const float e = dr_eval(dr_exp(gc[t]));
             w[t] = c < n && i0 + t < K ? kf[t] * e : 0.f;
         }
-        uint4 hi, lo;
-        drp_split8(DRS_KB, w, &hi, &lo);
-        *reinterpret_cast<uint4 *>(kwh + c * LK + i0) = hi;
-        *reinterpret_cast<uint4 *>(kwl + c * LK + i0) = lo;
+        if constexpr (LO) {
+            uint4 hi, lo;
+            drp_split8(DRS_KB, w, &hi, &lo);
+            *reinterpret_cast<uint4 *>(kwh + c * LK + i0) = hi;
+            *reinterpret_cast<uint4 *>(kwl + c * LK + i0) = lo;
+        } else {
+            store8(kwh + c * LK + i0, w);
+        }
     }
     cp_async_wait<0>();
     __syncthreads();
@@ -519,7 +540,8 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
             for (int u = 0; u < 4; u++) {
                 const int r = mt * 16 + gq + (u & 1) * 8, c = kk * 16 + 2 * t4 + (u >> 1) * 8;
                 const float2 t = *reinterpret_cast<const float2 *>(Tm + r * LT + c);  // (8 bytes: 2-way conflicts, DRP_LT)
-                dr_split_pair(DRS_TB, t.x * bs[c], t.y * bs[c + 1], ah[kk][u], al[kk][u]);
+                if constexpr (LO) dr_split_pair(DRS_TB, t.x * bs[c], t.y * bs[c + 1], ah[kk][u], al[kk][u]);
+                else ah[kk][u] = pack_bf16(t.x * bs[c], t.y * bs[c + 1]);
             }
         const int npk = KP / 16, npv = VP / 16;
         // U: pairs of adjacent columns as one 8-byte store where aligned (the 4 lanes of a row fill
@@ -540,15 +562,17 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 uint32_t bh[4], bl[4];
                 if (isU) {  // v exact: hi and lo of T only
                     dr_ldb_kn(bh, vb, ld, kk * 16, n0, lane);
-                    mma16816(acc[0], al[kk], bh[0], bh[1]);
-                    mma16816(acc[1], al[kk], bh[2], bh[3]);
+                    if constexpr (LO) {
+                        mma16816(acc[0], al[kk], bh[0], bh[1]);
+                        mma16816(acc[1], al[kk], bh[2], bh[3]);
+                    }
                     mma16816(acc[0], ah[kk], bh[0], bh[1]);
                     mma16816(acc[1], ah[kk], bh[2], bh[3]);
                 } else {
                     dr_ldb_kn(bh, kwh, ld, kk * 16, n0, lane);
-                    dr_ldb_kn(bl, kwl, ld, kk * 16, n0, lane);
-                    dr_mma3(acc[0], ah[kk], al[kk], bh, bl);
-                    dr_mma3(acc[1], ah[kk], al[kk], bh + 2, bl + 2);
+                    if constexpr (LO) dr_ldb_kn(bl, kwl, ld, kk * 16, n0, lane);
+                    dr_mma3x<LO>(acc[0], ah[kk], al[kk], bh, bl);
+                    dr_mma3x<LO>(acc[1], ah[kk], al[kk], bh + 2, bl + 2);
                 }
             }
             if (isU) {
@@ -571,14 +595,18 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 #pragma unroll
                 for (int u = 0; u < 4; u += 2) {
                     const int rr = gq + (u >= 2 ? 8 : 0), sc = ((nt ^ (rr >> 2)) & 1) * 8 + 2 * t4;
-                    uint32_t hi, lo;
-                    dr_split_pair(DRS_W, acc[nt][u], acc[nt][u + 1], hi, lo);
-                    *reinterpret_cast<uint32_t *>(Wst + rr * 16 + sc) = hi;
-                    *reinterpret_cast<uint32_t *>(Wst + 256 + rr * 16 + sc) = lo;
+                    if constexpr (LO) {
+                        uint32_t hi, lo;
+                        dr_split_pair(DRS_W, acc[nt][u], acc[nt][u + 1], hi, lo);
+                        *reinterpret_cast<uint32_t *>(Wst + rr * 16 + sc) = hi;
+                        *reinterpret_cast<uint32_t *>(Wst + 256 + rr * 16 + sc) = lo;
+                    } else {
+                        *reinterpret_cast<uint32_t *>(Wst + rr * 16 + sc) = pack_bf16(acc[nt][u], acc[nt][u + 1]);
+                    }
                 }
             __syncwarp();
 #pragma unroll
-            for (int m = 0; m < 2; m++) {  // hi, then lo: 16 rows x 2 chunks, a 32-byte sector a row
+            for (int m = 0; m < (LO ? 2 : 1); m++) {  // hi, then lo: 16 rows x 2 chunks, a 32-byte sector a row
                 const int rr = lane >> 1, ch = lane & 1, r = mt * 16 + rr, c = n0 + ch * 8;
                 if (r < n && c < K) {
                     const bf16 *sp = Wst + m * 256 + rr * 16 + ((ch ^ (rr >> 2)) & 1) * 8;
@@ -599,9 +627,12 @@ void dr_prep_launch(const DrWsMma *ws, const bf16 *q, const bf16 *k, const bf16 
                     int gate, float scale, size_t slots, int T, int H, int K, int V, const int *offsets, int N) {
     dr_audit_upload();
     const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
-    launch_kernel(full    ? dr_prep_mma_kernel<DR_KV_FIXED, true>
-                  : kv128 ? dr_prep_mma_kernel<DR_KV_FIXED, false>
-                          : dr_prep_mma_kernel<0, false>,
+    launch_kernel(ws->lo ? (full    ? dr_prep_mma_kernel<true, DR_KV_FIXED, true>
+                            : kv128 ? dr_prep_mma_kernel<true, DR_KV_FIXED, false>
+                                    : dr_prep_mma_kernel<true, 0, false>)
+                         : (full    ? dr_prep_mma_kernel<false, DR_KV_FIXED, true>
+                            : kv128 ? dr_prep_mma_kernel<false, DR_KV_FIXED, false>
+                                    : dr_prep_mma_kernel<false, 0, false>),
                   dim3((unsigned)slots, H),
                   dim3(DRM_THREADS), prep_mma_smem(K, V), *ws, q, k, v, g, beta, gate, scale, T, H, K, V, offsets, N);
 }

@@ -107,6 +107,9 @@ __device__ __forceinline__ void dr_walk_store_tile(bf16 *dst, size_t ldg, const 
 // rows [0, n) and columns [0, ncols) into row block P; two 16-byte stores a whole group where
 // V % 4 == 0 (16-byte aligned rows), else one element at a time. (The forward walk stored
 // Delta from the fragments before: two 4-byte stores a lane and column pair, 8 rows a store.)
+// !LO: the hi halves alone (one MMA a product, chunk.cuh's dr_mma3x: nothing reads the lo
+// halves; sl unused).
+template <bool LO = true>
 __device__ __forceinline__ void dr_walk_store_split_tile(bf16 *P, int V, int j0, const bf16 *sh, const bf16 *sl,
                                                          int lds, int n, int ncols, int width, int tid,
                                                          int nthreads) {
@@ -120,9 +123,12 @@ __device__ __forceinline__ void dr_walk_store_split_tile(bf16 *P, int V, int j0,
         bf16 *ph = P + (size_t)r * 2 * V + 2 * g8, *pl = ph + w;
         if (vec && w == 8) {
             *reinterpret_cast<uint4 *>(ph) = *reinterpret_cast<const uint4 *>(sh + r * lds + c);
-            *reinterpret_cast<uint4 *>(pl) = *reinterpret_cast<const uint4 *>(sl + r * lds + c);
+            if constexpr (LO) *reinterpret_cast<uint4 *>(pl) = *reinterpret_cast<const uint4 *>(sl + r * lds + c);
         } else {
-            for (int u = 0; u < w; u++) ph[u] = sh[r * lds + c + u], pl[u] = sl[r * lds + c + u];
+            for (int u = 0; u < w; u++) {
+                ph[u] = sh[r * lds + c + u];
+                if constexpr (LO) pl[u] = sl[r * lds + c + u];
+            }
         }
     }
 }
@@ -137,6 +143,12 @@ __device__ __forceinline__ void dr_walk_split2(DrSplitOperand op, float x0, floa
     dr_split_pair(op, x0, x1, hi, lo);
     *reinterpret_cast<uint32_t *>(Xh + o) = hi;
     *reinterpret_cast<uint32_t *>(Xl + o) = lo;
+}
+// dr_walk_split2 where LO, else x0, x1 as one bf16 each into Xh alone (one MMA a product)
+template <bool LO>
+__device__ __forceinline__ void dr_walk_put2(DrSplitOperand op, float x0, float x1, bf16 *Xh, bf16 *Xl, int o) {
+    if constexpr (LO) dr_walk_split2(op, x0, x1, Xh, Xl, o);
+    else *reinterpret_cast<uint32_t *>(Xh + o) = pack_bf16(x0, x1);
 }
 
 #endif

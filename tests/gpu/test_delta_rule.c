@@ -155,6 +155,31 @@ static void alt_off(int a, char *saved) {
 // groups and plain copies), varlen, and K >= 128 (the full-width tile paths)
 static int layout_case(const Prob *p) { return p->K % 16 || p->V % 16 || p->offsets || p->K >= 128; }
 
+// The tensor-core forward in one MMA a product (HYBRID_DR_BF16=1, kernels/delta_rule/chunk.cuh's
+// dr_mma3x: fla's arithmetic, no lo parts) against the CPU reference o, hT: o at the bf16 bar
+// TOL_OUT, and hT at it too: in that arithmetic the state carries bf16-level errors (the
+// precision audit measured ~2e-3 at T 4096 on the H200; docs/delta-rule.md, "One MMA a
+// product"), which the split arithmetic's 1e-4 would not admit. Its hT must differ from the
+// split run's (hTd) somewhere: else the switch did not take effect.
+static void test_bf16_forward(const Prob *p, const DevIn *d, float *h0d, const float *o, const float *hT,
+                              const float *hTd, void *wg) {
+    void *ob = dev_bf16(NULL, p->nv);
+    float *hb = dev_f32(NULL, p->ns);
+    poison_bf16(ob, p->nv), poison_f32(hb, p->ns);
+    setenv("HYBRID_DR_BF16", "1", 1);
+    P->fwd(p->kind, ob, (real *)hb, d->q, d->k, d->v, d->g, d->beta, (const real *)h0d, p->scale, p->B, p->T, p->H,
+           p->K, p->V, d->offsets, p->nseq, CHUNK, wg);
+    unsetenv("HYBRID_DR_BF16");
+    cmp_bf16("forward o, one MMA a product", ob, o, p->nv, TOL_OUT);
+    cmp_f32("forward hT, one MMA a product", hb, hT, p->ns, TOL_OUT);
+    float *a = get_f32(hb, p->ns), *b = get_f32(hTd, p->ns);
+    size_t differ = 0;
+    for (size_t i = 0; i < p->ns; i++) differ += memcmp(a + i, b + i, sizeof(float)) != 0;
+    CHECK(differ > 0, "forward hT, one MMA a product: all %zu entries equal the split arithmetic's", p->ns);
+    free(a), free(b);
+    G->free(ob), G->free(hb);
+}
+
 // forward o and hT, then backward dq dk dv dg dbeta dh0; with_h0 / with_dhT: NULL or given
 static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     printf("%s chunk B=%d T=%d H=%d K=%d V=%d%s h0=%s dhT=%s [%s]\n", kind_name(p->kind), p->B, p->T, p->H, p->K,
@@ -190,6 +215,7 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     P->fwd(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, (const real *)dh0p, p->scale, p->B, p->T,
                            p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
     cmp_bf16("forward o (hT NULL)", od, o, p->nv, TOL_OUT);
+    if (P == &PATHS[0]) test_bf16_forward(p, &d, dh0p, o, hT, hTd, wg);
     if (layout_case(p) && alternatives) {  // the other Delta layout: the output kernel reads it
         void *ro = dev_bf16(NULL, p->nv);
         float *rh = dev_f32(NULL, p->ns);
