@@ -562,7 +562,8 @@ __device__ __forceinline__ void dr_mma2(float c[4], const uint32_t a[4], const u
 // stored or loaded, and the walk's and output kernel's lo tiles are not in shared memory
 // (docs/delta-rule.md, "One MMA a product"). Its states carry bf16-level errors (hT ~2e-3
 // relative at T 4096 on the H200, the precision audit's "all 21" row) where the split
-// arithmetic holds 1e-4. Chosen by DrWsMma::lo (HYBRID_DR_BF16=1, the forward entry only).
+// arithmetic holds 1e-4. Chosen by DrWsMma::lo (HYBRID_DR_BF16=1, read by the forward and the
+// backward entries); the backward's reverse walk and grad1 take the same flag.
 // dr_mma3x / dr_mma2x: dr_mma3 / dr_mma2 where LO, else the one MMA of the hi parts.
 template <bool LO>
 __device__ __forceinline__ void dr_mma3x(float c[4], const uint32_t ah[4], const uint32_t al[4], const uint32_t bh[2],
@@ -610,8 +611,9 @@ __device__ __forceinline__ void dr_load_tile(bf16 *s, int lds, const bf16 *src, 
 // The hi and lo tiles [64][cols_p] (row stride lds) of columns j0.. (j0 a multiple of 8) of a
 // split block P: rows >= nrows and columns >= V zero (as dr_split of the zero the fp32 readers
 // substituted). 16-byte cp.async where the group is full and rows are 16-byte aligned (V % 4 ==
-// 0), else plain copies; the caller commits, waits and syncs.
-template <int COLS, int NTHREADS>
+// 0), else plain copies; the caller commits, waits and syncs. !LO: the hi tile alone (one MMA
+// a product, dr_mma3x; Xl untouched).
+template <int COLS, int NTHREADS, bool LO = true>
 __device__ __forceinline__ void dr_load_split_tile(bf16 *Xh, bf16 *Xl, int lds, const bf16 *P, int V, int j0,
                                                    int nrows, int tid) {
     constexpr int c8 = COLS / 8;
@@ -625,13 +627,13 @@ __device__ __forceinline__ void dr_load_split_tile(bf16 *Xh, bf16 *Xl, int lds, 
         const bf16 *src = P + (size_t)r * 2 * V + 2 * j;
         if (vec && (!in || j + 8 <= V)) {
             cp_async16(dh, in ? src : P, in);
-            cp_async16(dl, in ? src + 8 : P, in);
+            if constexpr (LO) cp_async16(dl, in ? src + 8 : P, in);
         } else {
             const int w = V - j < 8 ? V - j : 8;
             for (int u = 0; u < 8; u++) {
                 const bool ok = in && u < w;
                 dh[u] = ok ? src[u] : __float2bfloat16(0.f);
-                dl[u] = ok ? src[w + u] : __float2bfloat16(0.f);
+                if constexpr (LO) dl[u] = ok ? src[w + u] : __float2bfloat16(0.f);
             }
         }
     }
@@ -683,9 +685,9 @@ struct DrWsMma {
     bf16 *dW;
     float *dA, *dL, *db, *gend;
     int dsplit;  // Delta (U after the walk) and dD stored as dr_split pairs (dr_load_split_tile)
-    int lo;      // 1: the split arithmetic (every bind); 0: one MMA a product, the forward only
-                 // (dr_mma3x above: the lo arrays are neither written nor read, Delta's pairs
-                 // carry their hi halves only)
+    int lo;      // 1: the split arithmetic (every bind); 0: one MMA a product (dr_mma3x above:
+                 // the lo arrays are neither written nor read, the Delta / dDelta pairs carry
+                 // their hi halves only)
 };
 static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t slots_heads, int K, int V) {
     const size_t C = DR_BT, ck = C * K * 2, cc = C * C * 2, kv = (size_t)K * V * 2;

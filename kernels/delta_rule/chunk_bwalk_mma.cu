@@ -31,6 +31,8 @@
 // warps (K <= 128; 222 KiB, one block an SM, <= 128 registers): at B8 T4096 H16 the 128-wide
 // tile makes 128 blocks, one wave on 132 SMs, where the 32-wide one made 512 (3.9 waves, each
 // a whole reverse walk); W, Ke, Qg and Aqk are then loaded once per (chunk, head), not 4 times.
+// One MMA a product (!LO; chunk.cuh, dr_mma3x): the same layout, its lo tiles left untouched (one
+// block an SM either way).
 struct BwalkSmem {
     size_t regB, regC, rest;
 };
@@ -52,7 +54,7 @@ static size_t bwalk_mma_smem(int K, int BV) {
     return p.rest + (bwalk_alias(K, BV) ? (p.regB > p.regC ? p.regB : p.regC) : p.regB + p.regC);
 }
 
-template <int BV, int NW, int MU, int KV>  // KV: 0, or DR_KV_FIXED (chunk.cuh)
+template <bool LO, int BV, int NW, int MU, int KV>  // LO: chunk.cuh's dr_mma3x; KV: 0, or DR_KV_FIXED (chunk.cuh)
 __global__ void __launch_bounds__(NW * 32, 1)
     dr_bwalk_mma_kernel(DrWsMma ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int Tlen, int H,
                         int K_arg, int V_arg, const int *offsets, int alias_arg) {
@@ -91,9 +93,9 @@ __global__ void __launch_bounds__(NW * 32, 1)
         const int n = dr_chunk_rows(len, ci), tok0 = bos + ci * C;
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Ah, LA, ws.Aqk + sh * C * C, C, C, C, n, C, tid, NTH);
-        dr_load_tile(Al, LA, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, NTH);
+        if constexpr (LO) dr_load_tile(Al, LA, ws.Aqkl + sh * C * C, C, C, C, n, C, tid, NTH);
         dr_load_tile(Kh, LK, ws.Ke + sh * C * K, K, C, KP, n, K, tid, NTH);
-        dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, NTH);
+        if constexpr (LO) dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, NTH);
         dr_load_tile(dOs + (ci & 1) * C * LB, LB, dout + ((size_t)tok0 * H + h) * V + j0, (size_t)H * V, C, BV, n, bv,
                      tid, NTH);
         cp_async_commit();
@@ -102,9 +104,9 @@ __global__ void __launch_bounds__(NW * 32, 1)
         const int n = dr_chunk_rows(len, ci);
         const size_t sh = (size_t)(base + ci) * H + h;
         dr_load_tile(Qh, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, NTH);
-        dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, NTH);
+        if constexpr (LO) dr_load_tile(Ql, LK, ws.Qgl + sh * C * K, K, C, KP, n, K, tid, NTH);
         dr_load_tile(Wh, LK, ws.W + sh * C * K, K, C, KP, n, K, tid, NTH);
-        dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, NTH);
+        if constexpr (LO) dr_load_tile(Wl, LK, ws.Wl + sh * C * K, K, C, KP, n, K, tid, NTH);
         cp_async_commit();
     };
     if (nch > 0) issue_b(nch - 1);
@@ -123,13 +125,13 @@ __global__ void __launch_bounds__(NW * 32, 1)
 #pragma unroll
                     for (int e2 = 0; e2 < 4; e2 += 2) {
                         const int i = (wg + WG * u) * 16 + gq + (e2 ? 8 : 0), jj = cb + nt * 8 + 2 * t4;
-                        dr_walk_split2(DRS_DH, dacc[u][nt][e2], dacc[u][nt][e2 + 1], dHh, dHl, i * LB + jj);
+                        dr_walk_put2<LO>(DRS_DH, dacc[u][nt][e2], dacc[u][nt][e2 + 1], dHh, dHl, i * LB + jj);
                     }
         cp_async_wait<0>();  // this chunk's region B and dO
         __syncthreads();
         if (!alias) issue_c(ci);
         dr_walk_store_tile(dhg + j0, V, dHh, LB, K, bv, BV, tid, NTH);  // (read before step b's barrier)
-        dr_walk_store_tile(dhgl + j0, V, dHl, LB, K, bv, BV, tid, NTH);
+        if constexpr (LO) dr_walk_store_tile(dhgl + j0, V, dHl, LB, K, bv, BV, tid, NTH);
         // b. dDelta = Aqk^T dO + Ke dH'
         {
             const int mt = warp & 3;
@@ -137,13 +139,15 @@ __global__ void __launch_bounds__(NW * 32, 1)
             for (int kk = mt; kk < 4; kk++) {
                 uint32_t ah[4], al[4];
                 dr_lda_t(ah, Ah, LA, mt * 16, kk * 16, lane);
-                dr_lda_t(al, Al, LA, mt * 16, kk * 16, lane);
+                if constexpr (LO) dr_lda_t(al, Al, LA, mt * 16, kk * 16, lane);
 #pragma unroll
                 for (int g = 0; g < GPW; g++) {
                     uint32_t b[4];
                     dr_ldb_kn(b, dO, LB, kk * 16, ((warp >> 2) + (NW / 4) * g) * 16, lane);
-                    mma16816(acc[g][0], al, b[0], b[1]);
-                    mma16816(acc[g][1], al, b[2], b[3]);
+                    if constexpr (LO) {
+                        mma16816(acc[g][0], al, b[0], b[1]);
+                        mma16816(acc[g][1], al, b[2], b[3]);
+                    }
                     mma16816(acc[g][0], ah, b[0], b[1]);
                     mma16816(acc[g][1], ah, b[2], b[3]);
                 }
@@ -151,15 +155,15 @@ __global__ void __launch_bounds__(NW * 32, 1)
             for (int kk = 0; kk < nmt; kk++) {
                 uint32_t ah[4], al[4];
                 dr_lda(ah, Kh, LK, mt * 16, kk * 16, lane);
-                dr_lda(al, Kl, LK, mt * 16, kk * 16, lane);
+                if constexpr (LO) dr_lda(al, Kl, LK, mt * 16, kk * 16, lane);
 #pragma unroll
                 for (int g = 0; g < GPW; g++) {
                     uint32_t bh[4], bl[4];
                     const int c0 = ((warp >> 2) + (NW / 4) * g) * 16;
                     dr_ldb_kn(bh, dHh, LB, kk * 16, c0, lane);
-                    dr_ldb_kn(bl, dHl, LB, kk * 16, c0, lane);
-                    dr_mma3(acc[g][0], ah, al, bh, bl);
-                    dr_mma3(acc[g][1], ah, al, bh + 2, bl + 2);
+                    if constexpr (LO) dr_ldb_kn(bl, dHl, LB, kk * 16, c0, lane);
+                    dr_mma3x<LO>(acc[g][0], ah, al, bh, bl);
+                    dr_mma3x<LO>(acc[g][1], ah, al, bh + 2, bl + 2);
                 }
             }
             __syncthreads();  // every warp has read dH': dDelta takes its buffer
@@ -172,7 +176,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
                         const int r = mt * 16 + gq + (e2 ? 8 : 0), jj = ((warp >> 2) + (NW / 4) * g) * 16 + nt * 8 + 2 * t4;
                         const bool in0 = r < n && jj < bv, in1 = r < n && jj + 1 < bv;
                         const float d0 = in0 ? acc[g][nt][e2] : 0.f, d1 = in1 ? acc[g][nt][e2 + 1] : 0.f;
-                        dr_walk_split2(DRS_DDELTA, d0, d1, dDh, dDl, r * LB + jj);
+                        dr_walk_put2<LO>(DRS_DDELTA, d0, d1, dDh, dDl, r * LB + jj);
                         if (!ws.dsplit) {  // the fp32 layout (HYBRID_DR_DELTA_F32=1); pairs: below
                             if (in0) dDg[(size_t)r * V + j0 + jj] = d0;
                             if (in1) dDg[(size_t)r * V + j0 + jj + 1] = d1;
@@ -182,7 +186,7 @@ __global__ void __launch_bounds__(NW * 32, 1)
         __syncthreads();  // region B read, dDelta written
         // dDelta's hi + lo pairs (chunk.cuh, the Delta pair layout) copied from the shared tiles
         // by 16-byte groups: from the fragments (2-byte stores) the 16-warp build spilled 232 bytes
-        if (ws.dsplit) dr_walk_store_split_tile((bf16 *)dDg, V, j0, dDh, dDl, LB, n, bv, BV, tid, NTH);
+        if (ws.dsplit) dr_walk_store_split_tile<LO>((bf16 *)dDg, V, j0, dDh, dDl, LB, n, bv, BV, tid, NTH);
         if (alias) issue_c(ci);
         else if (ci > 0) issue_b(ci - 1);
         if (!alias && ci > 0) cp_async_wait<1>();  // region C (the previous chunk's B may stay in flight)
@@ -199,21 +203,23 @@ __global__ void __launch_bounds__(NW * 32, 1)
                 for (int kk = 0; kk < 4; kk++) {
                     uint32_t ah[4], al[4], wh[4], wl[4];
                     dr_lda_t(ah, Qh, LK, m0, kk * 16, lane);
-                    dr_lda_t(al, Ql, LK, m0, kk * 16, lane);
+                    if constexpr (LO) dr_lda_t(al, Ql, LK, m0, kk * 16, lane);
                     dr_lda_t(wh, Wh, LK, m0, kk * 16, lane);
-                    dr_lda_t(wl, Wl, LK, m0, kk * 16, lane);
+                    if constexpr (LO) dr_lda_t(wl, Wl, LK, m0, kk * 16, lane);
 #pragma unroll
                     for (int p = 0; p < 2; p++) {
                         uint32_t b[4], bh[4], bl[4];
                         dr_ldb_kn(b, dO, LB, kk * 16, cb + p * 16, lane);
-                        mma16816(tq[2 * p], al, b[0], b[1]);
-                        mma16816(tq[2 * p + 1], al, b[2], b[3]);
+                        if constexpr (LO) {
+                            mma16816(tq[2 * p], al, b[0], b[1]);
+                            mma16816(tq[2 * p + 1], al, b[2], b[3]);
+                        }
                         mma16816(tq[2 * p], ah, b[0], b[1]);
                         mma16816(tq[2 * p + 1], ah, b[2], b[3]);
                         dr_ldb_kn(bh, dDh, LB, kk * 16, cb + p * 16, lane);
-                        dr_ldb_kn(bl, dDl, LB, kk * 16, cb + p * 16, lane);
-                        dr_mma3(tw[2 * p], wh, wl, bh, bl);
-                        dr_mma3(tw[2 * p + 1], wh, wl, bh + 2, bl + 2);
+                        if constexpr (LO) dr_ldb_kn(bl, dDl, LB, kk * 16, cb + p * 16, lane);
+                        dr_mma3x<LO>(tw[2 * p], wh, wl, bh, bl);
+                        dr_mma3x<LO>(tw[2 * p + 1], wh, wl, bh + 2, bl + 2);
                     }
                 }
 #pragma unroll
@@ -256,22 +262,31 @@ extern "C" int cuda_delta_bwalk_tile(int K, int V, int pairs) {
 
 // Launches the reverse walk for N sequences at the tile of walk.cuh's choice: 32 columns
 // on 8 warps (any K), or 128 on 16 warps (K <= 128).
-void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int T,
-                            int H, int K, int V, const int *offsets, int N) {
+template <bool LO>
+static void dr_bwalk_launch_lo(const DrWsMma *ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int T,
+                               int H, int K, int V, const int *offsets, int N) {
     const int k_le128 = dr_pad16(K) <= 128;
-    dr_audit_upload();
     DrWalkTile tiles[2];
     dr_bwalk_tiles(K, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_BWALK_BV"), bv = tiles[a].bv;
     const dim3 grid(N * ((V + bv - 1) / bv), H);
     const bool kv128 = dr_kv_fixed(K, V);
     if (bv == 128)
-        launch_kernel(kv128 ? dr_bwalk_mma_kernel<128, 16, 2, DR_KV_FIXED> : dr_bwalk_mma_kernel<128, 16, 2, 0>, grid,
-                      dim3(16 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets, bwalk_alias(K, 128));
+        launch_kernel(kv128 ? dr_bwalk_mma_kernel<LO, 128, 16, 2, DR_KV_FIXED> : dr_bwalk_mma_kernel<LO, 128, 16, 2, 0>,
+                      grid, dim3(16 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets,
+                      bwalk_alias(K, 128));
     else if (k_le128)
-        launch_kernel(kv128 ? dr_bwalk_mma_kernel<32, 8, 1, DR_KV_FIXED> : dr_bwalk_mma_kernel<32, 8, 1, 0>, grid,
-                      dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets, bwalk_alias(K, 32));
+        launch_kernel(kv128 ? dr_bwalk_mma_kernel<LO, 32, 8, 1, DR_KV_FIXED> : dr_bwalk_mma_kernel<LO, 32, 8, 1, 0>,
+                      grid, dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale, T, H, K, V, offsets,
+                      bwalk_alias(K, 32));
     else
-        launch_kernel(dr_bwalk_mma_kernel<32, 8, 2, 0>, grid, dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout, scale,
-                      T, H, K, V, offsets, bwalk_alias(K, 32));
+        launch_kernel(dr_bwalk_mma_kernel<LO, 32, 8, 2, 0>, grid, dim3(8 * 32), tiles[a].smem, *ws, dh0, dhT, dout,
+                      scale, T, H, K, V, offsets, bwalk_alias(K, 32));
+}
+// (in the workspace's arithmetic, ws->lo)
+void dr_bwalk_launch(const DrWsMma *ws, float *dh0, const float *dhT, const bf16 *dout, float scale, int T,
+                            int H, int K, int V, const int *offsets, int N) {
+    dr_audit_upload();
+    if (ws->lo) dr_bwalk_launch_lo<true>(ws, dh0, dhT, dout, scale, T, H, K, V, offsets, N);
+    else dr_bwalk_launch_lo<false>(ws, dh0, dhT, dout, scale, T, H, K, V, offsets, N);
 }

@@ -251,8 +251,7 @@ extern "C" void cuda_delta_chunk_forward(LinearKind kind, real *o, real *hT, con
     DrWsMma ws;
     dr_ws_mma_bind(&ws, workspace, 0, dr_num_slots(B, T, N) * H, K, V);
     // HYBRID_DR_BF16=1 (read at each call, so a test can switch): one MMA a product, fla's
-    // arithmetic (chunk.cuh, dr_mma3x); the forward only: the backward recomputes the forward in
-    // the split arithmetic
+    // arithmetic (chunk.cuh, dr_mma3x); the backward reads the same switch (chunk_bwd_mma.cu)
     const char *bf = getenv("HYBRID_DR_BF16");
     ws.lo = !(bf && bf[0] == '1');
     dr_forward_mma(dr_gate_of(kind), (bf16 *)o, (float *)hT, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,

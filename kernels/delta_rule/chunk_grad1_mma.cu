@@ -159,9 +159,10 @@ __device__ __forceinline__ void dr_round_tile(bf16 *Xh, int lds, const float *sr
     dr_tile_bf16<W, false>(DRS_COUNT, Xh, NULL, lds, src, ld, n, ncols, tid);
 }
 
-// SPLIT: Delta, dDelta as hi + lo pairs (ws.dsplit): cp.async; else fp32, split here. KV: 0, or
-// DR_KV_FIXED (chunk.cuh)
-template <bool SPLIT, int KV, bool FULL>  // FULL: whole chunks only (dr_full_chunks; chunk.cuh)
+// LO: the split arithmetic, else one MMA a product (chunk.cuh, dr_mma3x: Delta, dDelta, h and dH'
+// as their hi parts alone, their lo tiles never filled). SPLIT: Delta, dDelta as hi + lo pairs
+// (ws.dsplit): cp.async; else fp32, split here. KV: 0, or DR_KV_FIXED (chunk.cuh)
+template <bool LO, bool SPLIT, int KV, bool FULL>  // FULL: whole chunks only (dr_full_chunks; chunk.cuh)
 __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_grad1_mma_kernel(DrWsMma ws, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k, const bf16 *v,
                         const bf16 *g, const bf16 *beta, int gate, float scale, int Tlen, int H, int K_arg, int V_arg,
@@ -225,13 +226,13 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
             dr_load_tile(vt, LB, v + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
             if (SPLIT) {
-                dr_load_split_tile<64, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
-                dr_load_split_tile<64, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
+                dr_load_split_tile<64, DR_THREADS, LO>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                dr_load_split_tile<64, DR_THREADS, LO>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
             }
             cp_async_commit();
             if (!SPLIT) {
-                dr_split_tile<64>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
-                dr_split_tile<64>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+                dr_tile_bf16<64, LO>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                dr_tile_bf16<64, LO>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
             }
             cp_async_wait<0>();
             __syncthreads();
@@ -240,18 +241,18 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                 uint32_t ao[4], agh[4], agl[4];
                 dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
                 dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
-                dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
+                if constexpr (LO) dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
 #pragma unroll
                 for (int p = 0; p < 2; p++) {
                     const int n0 = c0 + p * 16;
                     uint32_t bh[4], bl[4], bv[4];
                     dr_ldb_nk(bh, Dh, LB, kk * 16, n0, lane);
-                    dr_ldb_nk(bl, Dl, LB, kk * 16, n0, lane);
+                    if constexpr (LO) dr_ldb_nk(bl, Dl, LB, kk * 16, n0, lane);
                     dr_ldb_nk(bv, vt, LB, kk * 16, n0, lane);
                     for (int u = 0; u < 2; u++) {
-                        mma16816(aa[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
+                        if constexpr (LO) mma16816(aa[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
                         mma16816(aa[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
-                        mma16816(at[2 * p + u], agl, bv[2 * u], bv[2 * u + 1]);
+                        if constexpr (LO) mma16816(at[2 * p + u], agl, bv[2 * u], bv[2 * u + 1]);
                         mma16816(at[2 * p + u], agh, bv[2 * u], bv[2 * u + 1]);
                     }
                 }
@@ -284,17 +285,17 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             for (int j0 = 0; j0 < V; j0 += 32) {
                 dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
                 dr_load_tile(hh, LB, Hh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                if constexpr (LO) dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                 dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                if constexpr (LO) dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                 if (SPLIT) {
-                    dr_load_split_tile<32, DR_THREADS>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
-                    dr_load_split_tile<32, DR_THREADS>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
+                    dr_load_split_tile<32, DR_THREADS, LO>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                    dr_load_split_tile<32, DR_THREADS, LO>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
                 }
                 cp_async_commit();
                 if (!SPLIT) {
-                    dr_split_tile<32>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
-                    dr_split_tile<32>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+                    dr_tile_bf16<32, LO>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                    dr_tile_bf16<32, LO>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
                 }
                 cp_async_wait<0>();
                 __syncthreads();
@@ -303,31 +304,32 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     uint32_t ao[4], adh[4], adl[4], agh[4], agl[4];
                     dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
                     dr_lda(adh, Dh, LB, mt * 16, kk * 16, lane);
-                    dr_lda(adl, Dl, LB, mt * 16, kk * 16, lane);
+                    if constexpr (LO) dr_lda(adl, Dl, LB, mt * 16, kk * 16, lane);
                     dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
-                    dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
+                    if constexpr (LO) dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
 #pragma unroll
                     for (int p = 0; p < 2; p++) {
                         const int n0 = c0 + p * 16;
                         uint32_t bh[4], bl[4];
                         dr_ldb_nk(bh, hh, LB, kk * 16, n0, lane);
-                        dr_ldb_nk(bl, hl, LB, kk * 16, n0, lane);
-                        for (int u = 0; u < 2; u++) {  // dO exact: two MMAs
-                            mma16816(aq[2 * p + u], ao, bl[2 * u], bl[2 * u + 1]);
-                            mma16816(aq[2 * p + u], ao, bh[2 * u], bh[2 * u + 1]);
-                            dr_mma3(aw[2 * p + u], agh, agl, bh + 2 * u, bl + 2 * u);
+                        if constexpr (LO) dr_ldb_nk(bl, hl, LB, kk * 16, n0, lane);
+                        for (int u = 0; u < 2; u++) {  // dO exact: two MMAs (one: !LO)
+                            dr_mma2x<LO>(aq[2 * p + u], ao, bh + 2 * u, bl + 2 * u);
+                            dr_mma3x<LO>(aw[2 * p + u], agh, agl, bh + 2 * u, bl + 2 * u);
                         }
                         dr_ldb_nk(bh, gh, LB, kk * 16, n0, lane);
-                        dr_ldb_nk(bl, gl, LB, kk * 16, n0, lane);
-                        for (int u = 0; u < 2; u++) dr_mma3(ak[2 * p + u], adh, adl, bh + 2 * u, bl + 2 * u);
+                        if constexpr (LO) dr_ldb_nk(bl, gl, LB, kk * 16, n0, lane);
+                        for (int u = 0; u < 2; u++) dr_mma3x<LO>(ak[2 * p + u], adh, adl, bh + 2 * u, bl + 2 * u);
                     }
                 }
                 if (j0 + lane < V)
 #pragma unroll
                     for (int u = 0; u < 8; u++) {
                         const int xx = (warp + 8 * u) * LB + lane;
-                        hd[u] += (__bfloat162float(hh[xx]) + __bfloat162float(hl[xx])) *
-                                 (__bfloat162float(gh[xx]) + __bfloat162float(gl[xx]));
+                        if constexpr (LO)
+                            hd[u] += (__bfloat162float(hh[xx]) + __bfloat162float(hl[xx])) *
+                                     (__bfloat162float(gh[xx]) + __bfloat162float(gl[xx]));
+                        else hd[u] += __bfloat162float(hh[xx]) * __bfloat162float(gh[xx]);
                     }
                 __syncthreads();  // the tiles are reloaded
             }
@@ -525,9 +527,9 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         for (int j0 = 0; j0 < V; j0 += 64) {
             __syncthreads();  // the tiles are refilled
             dr_load_tile(Xs, LT, v + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
-            if (SPLIT) dr_load_split_tile<64, DR_THREADS>(Xh, Xl, LT, (const bf16 *)dD, V, j0, n, tid);
+            if (SPLIT) dr_load_split_tile<64, DR_THREADS, LO>(Xh, Xl, LT, (const bf16 *)dD, V, j0, n, tid);
             cp_async_commit();
-            if (!SPLIT) dr_split_tile<64>(DRS_DDELTA, Xh, Xl, LT, dD + j0, V, n, V - j0, tid);
+            if (!SPLIT) dr_tile_bf16<64, LO>(DRS_DDELTA, Xh, Xl, LT, dD + j0, V, n, V - j0, tid);
             cp_async_wait<0>();
             __syncthreads();
             float ub[4][4] = {};
@@ -540,9 +542,9 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                 for (int p = 0; p < 2; p++) {
                     uint32_t bh[4], bl[4];
                     dr_ldb_kn(bh, Xh, LT, kk * 16, c0 + p * 16, lane);
-                    dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
-                    dr_mma2(ub[2 * p], th, bh, bl);
-                    dr_mma2(ub[2 * p + 1], th, bh + 2, bl + 2);
+                    if constexpr (LO) dr_ldb_kn(bl, Xl, LT, kk * 16, c0 + p * 16, lane);
+                    dr_mma2x<LO>(ub[2 * p], th, bh, bl);
+                    dr_mma2x<LO>(ub[2 * p + 1], th, bh + 2, bl + 2);
                 }
             }
             for (int nt = 0; nt < 4; nt++)
@@ -586,15 +588,32 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
     for (int i = tid; i < K; i += DR_THREADS) ws.gend[sh * K + i] = gend[i];
 }
 
-// grad1 over the slots x H (chunk slot, head) blocks, built for the workspace's Delta layout
-// (ws->dsplit); grad2 (chunk_grad2_mma.cu) runs next
+// grad1's instance for the arithmetic LO, the Delta layout ws->dsplit and (kv128, full)
+template <bool LO>
+static void dr_grad1_launch_lo(const DrWsMma *ws, size_t slots, bool kv128, bool full, bf16 *dv, const bf16 *dout,
+                               const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta, int gate,
+                               float scale, int T, int H, int K, int V, const int *offsets, int N) {
+    launch_kernel(ws->dsplit ? (full    ? dr_grad1_mma_kernel<LO, true, DR_KV_FIXED, true>
+                                : kv128 ? dr_grad1_mma_kernel<LO, true, DR_KV_FIXED, false>
+                                        : dr_grad1_mma_kernel<LO, true, 0, false>)
+                             : (full    ? dr_grad1_mma_kernel<LO, false, DR_KV_FIXED, true>
+                                : kv128 ? dr_grad1_mma_kernel<LO, false, DR_KV_FIXED, false>
+                                        : dr_grad1_mma_kernel<LO, false, 0, false>),
+                  dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta, gate,
+                  scale, T, H, K, V, offsets, N);
+}
+
+// grad1 over the slots x H (chunk slot, head) blocks, built for the workspace's arithmetic
+// (ws->lo) and Delta layout (ws->dsplit); grad2 (chunk_grad2_mma.cu) runs next
 void dr_grad1_launch(const DrWsMma *ws, size_t slots, bf16 *dv, const bf16 *dout, const bf16 *q, const bf16 *k,
                      const bf16 *v, const bf16 *g, const bf16 *beta, int gate, float scale, int T, int H, int K, int V,
                      const int *offsets, int N) {
     dr_audit_upload();
     PROFILE("delta_chunk/grad1");  // (inside delta_chunk/grad: HYBRID_CUDA_PROFILE=1 prints both)
     const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
-    launch_kernel(DR_INSTANCE(dr_grad1_mma_kernel, ws->dsplit, kv128, full),
-                  dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta, gate,
-                  scale, T, H, K, V, offsets, N);
+    if (ws->lo)
+        dr_grad1_launch_lo<true>(ws, slots, kv128, full, dv, dout, q, k, v, g, beta, gate, scale, T, H, K, V, offsets, N);
+    else
+        dr_grad1_launch_lo<false>(ws, slots, kv128, full, dv, dout, q, k, v, g, beta, gate, scale, T, H, K, V, offsets,
+                                  N);
 }
