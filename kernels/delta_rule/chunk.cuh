@@ -26,8 +26,8 @@
 //    MMAs (dr_mma3: hi hi + hi lo + lo hi, ~16 mantissa bits), two where one side is exact or
 //    one bf16 (dr_mma2; q, k, v, dO exact): so the states hT, dh0 keep the fp32 kernels' 1e-4
 //    and o, the gradients the bf16 I/O rounding only (tests/gpu/test_delta_rule.c). One bf16
-//    MMA for every product would be 3x cheaper on the tensor cores but puts hT at ~3e-3 and o
-//    at ~4e-3. Which operands need their lo part: docs/delta-rule.md, "Accuracy: the
+//    MMA for every product (fla's arithmetic) is 3x cheaper on the tensor cores but puts hT at
+//    ~3e-3 and o at ~4e-3: HYBRID_DR_BF16=1 runs it (the template flag LO below, dr_mma3x). Which operands need their lo part: docs/delta-rule.md, "Accuracy: the
 //    per-operand audit" (the hook: dr_lo below, split_operand.h). One bf16 since branch
 //    dr-fewer-mma: the gradient kernels' operands that feed no state, grad1's T^T, dW, K_b (dW
 //    Kb^T, T^T dW: one MMA; T^T dDelta: two) and all of grad2's B4 operands (dA, dL, K_c, Q_r,

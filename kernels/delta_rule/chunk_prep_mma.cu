@@ -50,6 +50,8 @@
 // 32 rows each, and the 16 q rows of the diagonal block (144 x LK), then its decay factors fp32
 // [15][KP]; steps 3-4 v [64][LV], then k e^Gamma lo [64][LK] (step 3's fp32 scratch X there).
 // K = V = 128: 112.25 KiB, 2 blocks an SM (at most 113 KiB each).
+// One MMA a product (!LO; chunk.cuh, dr_mma3x): every split above is its hi part alone, one MMA
+// a product, no lo store (the same layout, its lo tiles unused).
 #define DRP_BROWS 32  // rows of step 2's B tile (two column blocks)
 // Row stride of L and T in shared memory (fp32): 68, not 64. With 64 (a multiple of the 32
 // banks) every access of one column in two rows was a bank conflict: the block rows of step 3
