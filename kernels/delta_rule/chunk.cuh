@@ -27,8 +27,9 @@
 //    one bf16 (dr_mma2; q, k, v, dO exact): so the states hT, dh0 keep the fp32 kernels' 1e-4
 //    and o, the gradients the bf16 I/O rounding only (tests/gpu/test_delta_rule.c). One bf16
 //    MMA for every product (fla's arithmetic) is 3x cheaper on the tensor cores but puts hT at
-//    ~3e-3 and o at ~4e-3: HYBRID_DR_BF16=1 runs it (the template flag LO below, dr_mma3x). Which operands need their lo part: docs/delta-rule.md, "Accuracy: the
-//    per-operand audit" (the hook: dr_lo below, split_operand.h). One bf16 since branch
+//    ~3e-3 and o at ~4e-3: HYBRID_DR_BF16=1 runs it (the template flag LO below, dr_mma3x).
+//    Which operands need their lo part: docs/delta-rule.md, "Accuracy: the per-operand audit"
+//    (the hook: dr_lo below, split_operand.h). One bf16 since branch
 //    dr-fewer-mma: the gradient kernels' operands that feed no state, grad1's T^T, dW, K_b (dW
 //    Kb^T, T^T dW: one MMA; T^T dDelta: two) and all of grad2's B4 operands (dA, dL, K_c, Q_r,
 //    beta K_r: one MMA), and for GDN and DeltaNet the prep's A_qk / L operands below the
@@ -565,6 +566,8 @@ __device__ __forceinline__ void dr_mma2(float c[4], const uint32_t a[4], const u
 // arithmetic holds 1e-4. Chosen by DrWsMma::lo (HYBRID_DR_BF16=1, read by the forward and the
 // backward entries); the backward's reverse walk and grad1 take the same flag.
 // dr_mma3x / dr_mma2x: dr_mma3 / dr_mma2 where LO, else the one MMA of the hi parts.
+// (the host side: chunk_fwd.cu's dr_arith_lo gives DrWsMma::lo for a call)
+int dr_arith_lo(void);
 template <bool LO>
 __device__ __forceinline__ void dr_mma3x(float c[4], const uint32_t ah[4], const uint32_t al[4], const uint32_t bh[2],
                                          const uint32_t bl[2]) {

@@ -29,7 +29,7 @@ extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, r
     // HYBRID_DR_BF16=1: one MMA a product (chunk.cuh, dr_mma3x) in the recomputation, the reverse
     // walk and grad1 (grad2's products are one MMA in both); the single reference kernel runs
     // the split arithmetic only
-    ws.lo = !dr_env_on("HYBRID_DR_BF16");
+    ws.lo = dr_arith_lo();
     if (!ws.lo && dr_grad_ref())
         die("delta_chunk_backward: HYBRID_DR_GRAD_REF=1 (the single gradient kernel) runs the split arithmetic "
             "only; unset HYBRID_DR_BF16 or HYBRID_DR_GRAD_REF");

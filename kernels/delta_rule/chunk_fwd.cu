@@ -3,6 +3,9 @@
 // "Exactness of the chunk form: the WY representation", "The chunkwise forward algorithm").
 // The decomposition, the chunk slots and the workspace layout: kernels/delta_rule/chunk.cuh.
 // The arithmetic mirrors the CPU chunk form step by step, in fp32.
+#include <stdio.h>
+#include <string.h>
+
 #include "kernels/delta_rule/chunk.cuh"
 #include "kernels/delta_rule/workspace.cuh"
 
@@ -240,6 +243,24 @@ static void forward(LinearKind kind, T *o, float *hT, const T *q, const T *k, co
                       o, scale, Tlen, H, K, V, offsets, N);
 }
 
+// The arithmetic of a call of the table's forward or backward (chunk.cuh, dr_mma3x;
+// docs/delta-rule.md, "One MMA a product"): 1, the split hi + lo products (HYBRID_DR_BF16 unset,
+// empty or 0); 0, one MMA a product, fla's (HYBRID_DR_BF16=1). Read at each call, so a test can
+// switch; any other value stops the run with its name; the one-MMA arithmetic is announced
+// once on stderr, so that a run's log says which arithmetic trained it.
+int dr_arith_lo(void) {
+    const char *e = getenv("HYBRID_DR_BF16");
+    if (!e || !e[0] || !strcmp(e, "0")) return 1;
+    if (strcmp(e, "1")) die("HYBRID_DR_BF16=%s: expected 0 (the split arithmetic) or 1 (one MMA a product)", e);
+    static int told = 0;
+    if (!told) {
+        told = 1;
+        fprintf(stderr, "hybrid: note: HYBRID_DR_BF16=1: the chunkwise delta rule runs one bf16 MMA a product "
+                        "(fla's arithmetic), not the split hi + lo products\n");
+    }
+    return 0;
+}
+
 // the table's forward: the tensor-core kernels (chunk_fwd_mma.cu)
 extern "C" void cuda_delta_chunk_forward(LinearKind kind, real *o, real *hT, const real *q, const real *k,
                                          const real *v, const real *g, const real *beta, const real *h0, real scale,
@@ -250,10 +271,7 @@ extern "C" void cuda_delta_chunk_forward(LinearKind kind, real *o, real *hT, con
     const int N = offsets ? nseq : B;
     DrWsMma ws;
     dr_ws_mma_bind(&ws, workspace, 0, dr_num_slots(B, T, N) * H, K, V);
-    // HYBRID_DR_BF16=1 (read at each call, so a test can switch): one MMA a product, fla's
-    // arithmetic (chunk.cuh, dr_mma3x); the backward reads the same switch (chunk_bwd_mma.cu)
-    const char *bf = getenv("HYBRID_DR_BF16");
-    ws.lo = !(bf && bf[0] == '1');
+    ws.lo = dr_arith_lo();
     dr_forward_mma(dr_gate_of(kind), (bf16 *)o, (float *)hT, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v,
                    (const bf16 *)g, (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets, N, &ws);
 }

@@ -438,6 +438,46 @@ static void run_varlen(LinearKind kind, const int *offsets, int nseq, int H, int
     free_prob(&p);
 }
 
+#ifdef HYBRID_CUDA_EMU
+// The arithmetic switch refuses what it cannot read, naming it (kernels/delta_rule/chunk_fwd.cu,
+// dr_arith_lo), and the single reference gradient kernel refuses the one-MMA arithmetic. Death
+// tests fork, which a real GPU's context does not survive: the emulator's build only (the host
+// code is the same in both builds).
+static Prob *death_prob;
+static void bad_switch_forward(void *arg) {
+    (void)arg;
+    const Prob *p = death_prob;
+    DevIn d = upload(p);
+    P = &PATHS[0];
+    void *od = dev_bf16(NULL, p->nv), *wg = gpu_ws(p, 0);
+    setenv("HYBRID_DR_BF16", "yes", 1);
+    P->fwd(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, NULL, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets,
+           p->nseq, CHUNK, wg);
+}
+static void ref_kernel_bf16(void *arg) {
+    (void)arg;
+    const Prob *p = death_prob;
+    DevIn d = upload(p);
+    P = &PATHS[0];
+    void *dqd = dev_bf16(NULL, p->nq), *dkd = dev_bf16(NULL, p->nq), *dvd = dev_bf16(NULL, p->nv),
+         *dgd = dev_bf16(NULL, p->ng), *dbd = dev_bf16(NULL, p->nb), *wg = gpu_ws(p, 1);
+    setenv("HYBRID_DR_BF16", "1", 1);
+    setenv("HYBRID_DR_GRAD_REF", "1", 1);
+    P->bwd(p->kind, dqd, dkd, dvd, dgd, dbd, NULL, d.dout, NULL, d.q, d.k, d.v, d.g, d.beta, NULL, p->scale, p->B,
+           p->T, p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
+}
+static void test_switch_errors(void) {
+    Prob p = make_prob(LINEAR_KDA, 1, 70, 1, 16, 16, NULL, 0);
+    death_prob = &p;
+    CHECK(expect_death(bad_switch_forward, NULL, "HYBRID_DR_BF16=yes", "HYBRID_DR_BF16=yes", "expected 0"),
+          "a bad HYBRID_DR_BF16 is refused by name");
+    CHECK(expect_death(ref_kernel_bf16, NULL, "HYBRID_DR_GRAD_REF with HYBRID_DR_BF16", "HYBRID_DR_GRAD_REF=1",
+                       "split arithmetic only"),
+          "the single gradient kernel refuses the one-MMA arithmetic");
+    free_prob(&p);
+}
+#endif
+
 int main(void) {
     gpu_test_init("test_delta_rule");
     D = G->delta_rule;
@@ -499,6 +539,9 @@ int main(void) {
         free_prob(&pb);
 #endif
     }
+#ifdef HYBRID_CUDA_EMU
+    test_switch_errors();
+#endif
     gpu_test_summary();
     TEST_MAIN_END();
 }
