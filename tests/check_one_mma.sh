@@ -1,0 +1,27 @@
+#!/bin/sh
+# The delta rule's one-MMA arithmetic (HYBRID_DR_BF16=1) is the split arithmetic with every lo
+# part zero, bit for bit (docs/delta-rule.md, "One MMA a product"): the one-MMA kernels drop
+# the lo work at compile time (kernels/delta_rule/chunk.cuh, the template flag LO), the
+# precision audit's build zeroes every lo part of the split kernels at run time (--mask all;
+# a zero lo adds exact zeros). tests/gpu/hash_delta_rule.c hashes every output of the forward
+# and the backward over its cases; both runs must print the same hashes (the first line, the
+# mask, and the last, the time, differ by design). Run by `make test` on the CPU emulator's
+# audit build, which has both paths (the one-MMA kernels never call the audit's hook).
+# usage: tests/check_one_mma.sh HASH_DELTA_RULE_AUDIT_BINARY
+set -u
+bin=${1:?usage: $0 hash_delta_rule_audit}
+a=$(mktemp /tmp/one_mma.XXXXXX) b=$(mktemp /tmp/one_mma.XXXXXX)
+trap 'rm -f "$a" "$b" "$a.h" "$b.h"' EXIT
+HYBRID_DR_BF16=1 "$bin" > "$a" 2>/dev/null || { echo "check_one_mma: $bin failed under HYBRID_DR_BF16=1"; exit 1; }
+HYBRID_DR_BF16=0 "$bin" --mask all > "$b" 2>/dev/null || { echo "check_one_mma: $bin --mask all failed"; exit 1; }
+sed '1d;$d' "$a" > "$a.h"
+sed '1d;$d' "$b" > "$b.h"
+n=$(wc -l < "$a.h")
+if [ "$n" -lt 100 ]; then echo "check_one_mma: only $n hash lines from $bin"; exit 1; fi
+if cmp -s "$a.h" "$b.h"; then
+    echo "check_one_mma: ok (the one-MMA kernels = the split kernels with every lo zeroed: $n hashes)"
+else
+    echo "check_one_mma: FAILED: the one-MMA kernels and the split kernels with every lo zeroed differ:"
+    diff "$a.h" "$b.h" | head -20
+    exit 1
+fi
