@@ -450,15 +450,16 @@ static inline bool dr_full_chunks(const int *offsets, int T) { return !offsets &
 __device__ __forceinline__ int dr_chunk_rows(int len, int ci) {
     return len - ci * DR_BT < DR_BT ? len - ci * DR_BT : DR_BT;
 }
-// The instance of a kernel template KERN<SPLIT, KV, FULL> (the output kernel, grad1) for a launch:
-// split, Delta as hi + lo pairs (ws.dsplit); kv128, dr_kv_fixed; full, kv128 && dr_full_chunks
-#define DR_INSTANCE(KERN, split, kv128, full)                 \
-    ((split) ? ((full)    ? KERN<true, DR_KV_FIXED, true>        \
-                : (kv128) ? KERN<true, DR_KV_FIXED, false>       \
-                          : KERN<true, 0, false>)                \
-             : ((full)    ? KERN<false, DR_KV_FIXED, true>       \
-                : (kv128) ? KERN<false, DR_KV_FIXED, false>      \
-                          : KERN<false, 0, false>))
+// The instance of a kernel template KERN<LO, SPLIT, KV, FULL> (the output kernel, grad1) for a
+// launch: LO, the arithmetic (a compile-time bool: dr_mma3x below); split, Delta as hi + lo pairs
+// (ws.dsplit); kv128, dr_kv_fixed; full, kv128 && dr_full_chunks
+#define DR_INSTANCE(KERN, LO, split, kv128, full)                 \
+    ((split) ? ((full)    ? KERN<LO, true, DR_KV_FIXED, true>        \
+                : (kv128) ? KERN<LO, true, DR_KV_FIXED, false>       \
+                          : KERN<LO, true, 0, false>)                \
+             : ((full)    ? KERN<LO, false, DR_KV_FIXED, true>       \
+                : (kv128) ? KERN<LO, false, DR_KV_FIXED, false>      \
+                          : KERN<LO, false, 0, false>))
 #define DRM_THREADS 256  // the tensor-core prep and walk: 8 warps
 __host__ __device__ __forceinline__ int dr_pad16(int x) { return (x + 15) & ~15; }
 

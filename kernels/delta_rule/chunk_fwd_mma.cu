@@ -400,14 +400,8 @@ __global__ void __launch_bounds__(DRO_THREADS, 3)
 template <bool LO>
 static void dr_output_launch(const DrWsMma *ws, bf16 *o, float scale, size_t blocks, int T, int H, int K, int V,
                              const int *offsets, int N, bool kv128, bool full) {
-    launch_kernel(ws->dsplit ? (full    ? dr_output_mma_kernel<LO, true, DR_KV_FIXED, true>
-                                : kv128 ? dr_output_mma_kernel<LO, true, DR_KV_FIXED, false>
-                                        : dr_output_mma_kernel<LO, true, 0, false>)
-                             : (full    ? dr_output_mma_kernel<LO, false, DR_KV_FIXED, true>
-                                : kv128 ? dr_output_mma_kernel<LO, false, DR_KV_FIXED, false>
-                                        : dr_output_mma_kernel<LO, false, 0, false>),
-                  dim3((unsigned)blocks, H), dim3(DRO_THREADS), output_mma_smem(K, LO), *ws, o, scale, T, H, K, V,
-                  offsets, N);
+    launch_kernel(DR_INSTANCE(dr_output_mma_kernel, LO, ws->dsplit, kv128, full), dim3((unsigned)blocks, H),
+                  dim3(DRO_THREADS), output_mma_smem(K, LO), *ws, o, scale, T, H, K, V, offsets, N);
 }
 
 void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g,

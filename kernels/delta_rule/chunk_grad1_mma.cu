@@ -593,14 +593,9 @@ template <bool LO>
 static void dr_grad1_launch_lo(const DrWsMma *ws, size_t slots, bool kv128, bool full, bf16 *dv, const bf16 *dout,
                                const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta, int gate,
                                float scale, int T, int H, int K, int V, const int *offsets, int N) {
-    launch_kernel(ws->dsplit ? (full    ? dr_grad1_mma_kernel<LO, true, DR_KV_FIXED, true>
-                                : kv128 ? dr_grad1_mma_kernel<LO, true, DR_KV_FIXED, false>
-                                        : dr_grad1_mma_kernel<LO, true, 0, false>)
-                             : (full    ? dr_grad1_mma_kernel<LO, false, DR_KV_FIXED, true>
-                                : kv128 ? dr_grad1_mma_kernel<LO, false, DR_KV_FIXED, false>
-                                        : dr_grad1_mma_kernel<LO, false, 0, false>),
-                  dim3((unsigned)slots, H), dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta, gate,
-                  scale, T, H, K, V, offsets, N);
+    launch_kernel(DR_INSTANCE(dr_grad1_mma_kernel, LO, ws->dsplit, kv128, full), dim3((unsigned)slots, H),
+                  dim3(DR_THREADS), grad1n_mma_smem(K), *ws, dv, dout, q, k, v, g, beta, gate, scale, T, H, K, V,
+                  offsets, N);
 }
 
 // grad1 over the slots x H (chunk slot, head) blocks, built for the workspace's arithmetic
