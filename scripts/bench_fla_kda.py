@@ -67,6 +67,9 @@ def parse_args(argv):
     p.add_argument("--chunk", type=int_in(1, 1024), default=64)
     p.add_argument("--seed", type=int_in(0, 1 << 30), default=1)
     p.add_argument("--json")
+    # ours only (bench_delta_rule: the split or the one-MMA arithmetic); accepted so that the same
+    # KDA_BENCH_ARGS reach both sides: fla has its one arithmetic
+    p.add_argument("--arith", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.shape = a.shape or DEFAULT_SHAPES
     return a

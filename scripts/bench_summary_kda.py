@@ -5,8 +5,11 @@ against fla (scripts/bench_fla_kda.py), as Markdown rows ready for BENCHMARKS.md
 usage: bench_summary_kda.py OURS.json FLA.json
 
 Either file may be missing or hold failed cases: those cells say so. Ratios are ours / fla
-(below 1: ours is faster or smaller). Targets (issue 15), KDA only: forward and forward+backward
-<= 0.6x fla's median at every shape; memory (forward+backward) <= fla's.
+(below 1: ours is faster or smaller). Ours may hold each case in two arithmetics (the records'
+"arith": split, the hi + lo products; bf16, one bf16 MMA a product as fla: bench_delta_rule
+--arith); each gets its row against the same fla record (records without the field are split).
+Targets (issue 15), KDA only: forward and forward+backward <= 0.6x fla's median at every shape;
+memory (forward+backward) <= fla's; judged for each arithmetic.
 """
 import json
 import os
@@ -15,14 +18,16 @@ import sys
 TARGET = 0.6
 
 
-def load(path, who):
+def load(path, who, arith):
+    """records by (kind, B, T, H, K, V, pass), and with arith: (.., pass, arithmetic)"""
     if not os.path.isfile(path):
         print(f"note: {path} is missing: {who} not measured")
         return None, {}
     d = json.load(open(path))
     recs = {}
     for r in d.get("records", []):
-        recs[(r["kind"], r["B"], r["T"], r["H"], r["K"], r["V"], r["pass"])] = r
+        key = (r["kind"], r["B"], r["T"], r["H"], r["K"], r["V"], r["pass"])
+        recs[key + ((r.get("arith", "split"),) if arith else ())] = r
     return d, recs
 
 
@@ -33,8 +38,8 @@ def ok(r):
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
-    ours_meta, ours = load(sys.argv[1], "hybrid.c")
-    fla_meta, fla = load(sys.argv[2], "fla")
+    ours_meta, ours = load(sys.argv[1], "hybrid.c", True)
+    fla_meta, fla = load(sys.argv[2], "fla", False)
     if ours_meta and ours_meta.get("emulated"):
         print("WARNING: our numbers come from the CPU emulator build: they are not GPU timings")
     if fla_meta:
@@ -43,23 +48,25 @@ def main():
     for name, m in (("hybrid.c", ours_meta), ("fla", fla_meta)):
         if m:
             print(f"{name}: {m.get('reps')} timed repetitions after {m.get('warmup')} warm-up, chunk {m.get('chunk')}")
-    keys = list(ours) + [k for k in fla if k not in ours]
+    ours_cases = {k[:7] for k in ours}
+    keys = list(ours) + [k + ("—",) for k in fla if k not in ours_cases]
     order = {"kda": 0, "gdn": 1}
+    ariths = {"split": 0, "bf16": 1}
     passes = {"fwd": 0, "bwd": 1, "fwdbwd": 2}
     shapes = []
     for k in keys:
         if k[1:6] not in shapes:
             shapes.append(k[1:6])
-    keys.sort(key=lambda k: (order.get(k[0], 9), shapes.index(k[1:6]), passes.get(k[6], 9)))
+    keys.sort(key=lambda k: (order.get(k[0], 9), shapes.index(k[1:6]), ariths.get(k[7], 9), passes.get(k[6], 9)))
 
     print()
-    print("| kind | B, T, H, K=V | pass | ours ms (median / min) | fla ms (median / min) | ours / fla | target "
-          "| ours MiB | fla MiB | memory ours / fla |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| kind | B, T, H, K=V | arithmetic | pass | ours ms (median / min) | fla ms (median / min) | ours / fla "
+          "| target | ours MiB | fla MiB | memory ours / fla |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     missed, checked = [], 0
     for k in keys:
-        kind, B, T, H, K, V, p = k
-        o, f = ours.get(k), fla.get(k)
+        kind, B, T, H, K, V, p, a = k
+        o, f = ours.get(k), fla.get(k[:7])
 
         def ms(r, who):
             if r is None:
@@ -81,13 +88,13 @@ def main():
                 checked += 1
                 target = f"<= {TARGET}x: {'met' if ratio <= TARGET else 'NOT met'}"
                 if ratio > TARGET:
-                    missed.append(f"{kind} {B},{T},{H},{K},{V} {p} {ratio:.2f}x")
+                    missed.append(f"{kind} {B},{T},{H},{K},{V} {a} {p} {ratio:.2f}x")
             if p == "fwdbwd" and mratio is not None:
                 target += f"; memory <= fla: {'met' if mratio <= 1 else 'NOT met'}"
                 if mratio > 1:
-                    missed.append(f"{kind} {B},{T},{H},{K},{V} memory {mratio:.2f}x")
+                    missed.append(f"{kind} {B},{T},{H},{K},{V} {a} memory {mratio:.2f}x")
         shape = f"{B}, {T}, {H}, {K}" + ("" if K == V else f" (V {V})")
-        print(f"| {kind.upper()} | {shape} | {p} | {ms(o, 'ours')} | {ms(f, 'fla')} | "
+        print(f"| {kind.upper()} | {shape} | {a} | {p} | {ms(o, 'ours')} | {ms(f, 'fla')} | "
               f"{f'{ratio:.2f}x' if ratio is not None else '—'} | {target} | {mib(o)} | {mib(f)} | "
               f"{f'{mratio:.2f}x' if mratio is not None else '—'} |")
     print()

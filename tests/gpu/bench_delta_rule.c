@@ -1,9 +1,14 @@
 // The chunkwise delta rule on the CUDA backend, KDA and GDN, timed for the side-by-side with
 // fla (`make bench-kda`; BENCHMARKS.md, "H200: chunkwise KDA and GDN against fla").
-//   bench_delta_rule [--shape B,T,H,K,V]... [--kinds kda,gdn] [--reps N] [--warmup N]
-//                    [--chunk C] [--seed S] [--json FILE] [--conv B,T,D,W]...
+//   bench_delta_rule [--shape B,T,H,K,V]... [--kinds kda,gdn] [--arith split,bf16] [--reps N]
+//                    [--warmup N] [--chunk C] [--seed S] [--json FILE] [--conv B,T,D,W]...
 // Default shapes (issue 15): 8,4096,16,128,128  2,16384,16,128,128  64,1024,6,128,128 (the
-// training shape); both kinds; 20 timed repetitions after 5 warm-up runs; chunk 64.
+// training shape); both kinds; both arithmetics; 20 timed repetitions after 5 warm-up runs;
+// chunk 64.
+//
+// --arith: the tensor-core kernels' arithmetic, each case run in every one listed: split (the
+// default's hi + lo products) and bf16 (one bf16 MMA a product, fla's: HYBRID_DR_BF16=1, which
+// this program sets for each run; docs/delta-rule.md, "One MMA a product"). The records say which.
 //
 // What runs: the table's delta_chunk_forward (fwd), delta_chunk_backward (bwd: it recomputes
 // the forward, so it needs only the inputs and dout) and the two back to back (fwdbwd), each
@@ -59,10 +64,12 @@ static const Shape default_shapes[] = {{8, 4096, 16, 128, 128}, {2, 16384, 16, 1
 static const char *const pass_names[3] = {"fwd", "bwd", "fwdbwd"};
 
 static const char *usage =
-    "usage: bench_delta_rule [--shape B,T,H,K,V]... [--kinds kda,gdn] [--reps N] [--warmup N]\n"
-    "                        [--chunk C] [--seed S] [--json FILE] [--conv B,T,D,W]...\n"
+    "usage: bench_delta_rule [--shape B,T,H,K,V]... [--kinds kda,gdn] [--arith split,bf16] [--reps N]\n"
+    "                        [--warmup N] [--chunk C] [--seed S] [--json FILE] [--conv B,T,D,W]...\n"
     "  --shape   repeatable; default: 8,4096,16,128,128 2,16384,16,128,128 64,1024,6,128,128\n"
     "  --kinds   comma-separated subset of kda,gdn (default kda,gdn)\n"
+    "  --arith   comma-separated subset of split,bf16 (default split,bf16): the split hi + lo products,\n"
+    "            one bf16 MMA a product (HYBRID_DR_BF16=1, set here for each run)\n"
     "  --reps    timed repetitions per pass (default 20); --warmup untimed runs before (default 5)\n"
     "  --chunk   chunk size (default 64, fla's); --seed the inputs' seed (default 1)\n"
     "  --json    also write one record per kind, shape and pass (scripts/bench_summary_kda.py reads it)\n"
@@ -188,9 +195,12 @@ static void run_fwdbwd(void *c) {
     run_bwd(c);
 }
 
+static const char *const arith_names[2] = {"split", "bf16"};
+
 typedef struct {
     const char *kind;
     Shape s;
+    int arith;  // 0 split, 1 bf16 (arith_names)
     int pass;
     double median_ms, min_ms;
     size_t peak_bytes, device_used_bytes;
@@ -232,10 +242,10 @@ static void write_json(const char *path, const Record *rec, int nrec, int reps, 
         const Record *r = &rec[i];
         fprintf(f,
                 "  {\"kind\": \"%s\", \"B\": %d, \"T\": %d, \"H\": %d, \"K\": %d, \"V\": %d, \"pass\": \"%s\", "
-                "\"status\": \"ok\", \"median_ms\": %.4f, \"min_ms\": %.4f, \"peak_bytes\": %zu, "
+                "\"arith\": \"%s\", \"status\": \"ok\", \"median_ms\": %.4f, \"min_ms\": %.4f, \"peak_bytes\": %zu, "
                 "\"device_used_bytes\": %zu}%s\n",
-                r->kind, r->s.B, r->s.T, r->s.H, r->s.K, r->s.V, pass_names[r->pass], r->median_ms, r->min_ms,
-                r->peak_bytes, r->device_used_bytes, i + 1 < nrec ? "," : "");
+                r->kind, r->s.B, r->s.T, r->s.H, r->s.K, r->s.V, pass_names[r->pass], arith_names[r->arith],
+                r->median_ms, r->min_ms, r->peak_bytes, r->device_used_bytes, i + 1 < nrec ? "," : "");
     }
     fprintf(f, "]}\n");
     xfclose(f, path);
@@ -317,6 +327,7 @@ int main(int argc, char **argv) {
     ConvShape convs[MAX_SHAPES];
     int nconvs = 0;
     int nshapes = 0, reps = 20, warmup = 5, chunk = DELTA_DEFAULT_CHUNK, want_kda = 1, want_gdn = 1;
+    int want_arith[2] = {1, 1};  // split, bf16
     uint64_t seed = 1;
     const char *json = NULL;
     for (int i = 1; i < argc; i++) {
@@ -325,8 +336,9 @@ int main(int argc, char **argv) {
             printf("%s", usage);
             return 0;
         }
-        if (strcmp(a, "--shape") && strcmp(a, "--kinds") && strcmp(a, "--reps") && strcmp(a, "--warmup") &&
-            strcmp(a, "--chunk") && strcmp(a, "--seed") && strcmp(a, "--json") && strcmp(a, "--conv"))
+        if (strcmp(a, "--shape") && strcmp(a, "--kinds") && strcmp(a, "--arith") && strcmp(a, "--reps") &&
+            strcmp(a, "--warmup") && strcmp(a, "--chunk") && strcmp(a, "--seed") && strcmp(a, "--json") &&
+            strcmp(a, "--conv"))
             bad_arg("unknown argument '%s'", a);
         if (!val) bad_arg("%s needs a value", a);
         i++;
@@ -351,6 +363,17 @@ int main(int argc, char **argv) {
                 else bad_arg("--kinds: unknown kind '%s' (kda, gdn)", tok);
             }
             if (!want_kda && !want_gdn) bad_arg("--kinds: no kind in '%s'", val);
+        } else if (!strcmp(a, "--arith")) {
+            want_arith[0] = want_arith[1] = 0;
+            char buf[64];
+            if (strlen(val) >= sizeof buf) bad_arg("--arith: '%s' is not a list of split,bf16", val);
+            strcpy(buf, val);
+            for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+                if (!strcmp(tok, "split")) want_arith[0] = 1;
+                else if (!strcmp(tok, "bf16")) want_arith[1] = 1;
+                else bad_arg("--arith: unknown arithmetic '%s' (split, bf16)", tok);
+            }
+            if (!want_arith[0] && !want_arith[1]) bad_arg("--arith: none in '%s'", val);
         } else if (!strcmp(a, "--reps")) {
             reps = (int)bench_int_option("bench_delta_rule", usage, a, val, 1, 100000);
         } else if (!strcmp(a, "--warmup")) {
@@ -401,9 +424,12 @@ int main(int argc, char **argv) {
     printf("inputs: q,k randn rows L2-normalised; v randn; beta sigmoid(randn); g logsigmoid(randn) per channel "
            "(KDA), logsigmoid(U[0,1)) per head (GDN); dout randn; scale K^-0.5; seed %llu\n",
            (unsigned long long)seed);
-    printf("%-4s %-22s %-7s %10s %10s %11s\n", "kind", "B,T,H,K,V", "pass", "median ms", "min ms", "memory MiB");
+    if (getenv("HYBRID_DR_BF16"))
+        printf("note: HYBRID_DR_BF16 is set in the environment; --arith decides each run's value instead\n");
+    printf("%-4s %-22s %-6s %-7s %10s %10s %11s\n", "kind", "B,T,H,K,V", "arith", "pass", "median ms", "min ms",
+           "memory MiB");
 
-    Record *rec = xmalloc(sizeof(Record) * (size_t)nshapes * 2 * 3);
+    Record *rec = xmalloc(sizeof(Record) * (size_t)nshapes * 2 * 2 * 3);
     int nrec = 0;
     for (int si = 0; si < nshapes; si++) {
         Shape s = shapes[si];
@@ -447,28 +473,35 @@ int main(int argc, char **argv) {
                 printf("note: the backend holds %zu bytes more than this program allocated\n", live - live0 - g_held);
 #endif
             void (*fns[3])(void *) = {run_fwd, run_bwd, run_fwdbwd};
-            for (int p = 0; p < 3; p++) {
-                Record *r = &rec[nrec++];
-                r->kind = kname;
-                r->s = s;
-                r->pass = p;
-                time_pass(&c, fns[p], warmup, reps, &r->median_ms, &r->min_ms);
-                r->peak_bytes = need[p];
-                size_t l, pk, u, tot;
-                cuda_memory_stats(&l, &pk, &u, &tot);
-                r->device_used_bytes = u;
-                char shape[48];
-                snprintf(shape, sizeof shape, "%d,%d,%d,%d,%d", s.B, s.T, s.H, s.K, s.V);
-                printf("%-4s %-22s %-7s %10.3f %10.3f %11.1f\n", kname, shape, pass_names[p], r->median_ms, r->min_ms,
-                       mib(r->peak_bytes));
-                fflush(stdout);
+            for (int ar = 0; ar < 2; ar++) {
+                if (!want_arith[ar]) continue;
+                setenv("HYBRID_DR_BF16", ar ? "1" : "0", 1);  // (read by the kernels' entries at each call)
+                for (int p = 0; p < 3; p++) {
+                    Record *r = &rec[nrec++];
+                    r->kind = kname;
+                    r->s = s;
+                    r->arith = ar;
+                    r->pass = p;
+                    time_pass(&c, fns[p], warmup, reps, &r->median_ms, &r->min_ms);
+                    r->peak_bytes = need[p];
+                    size_t l, pk, u, tot;
+                    cuda_memory_stats(&l, &pk, &u, &tot);
+                    r->device_used_bytes = u;
+                    char shape[48];
+                    snprintf(shape, sizeof shape, "%d,%d,%d,%d,%d", s.B, s.T, s.H, s.K, s.V);
+                    printf("%-4s %-22s %-6s %-7s %10.3f %10.3f %11.1f\n", kname, shape, arith_names[ar], pass_names[p],
+                           r->median_ms, r->min_ms, mib(r->peak_bytes));
+                    fflush(stdout);
+                }
+                // a sanity look at the results: a benchmark of a kernel that writes NaN measures nothing
+                be->download(h, (const real *)c.o.p, nv);
+                size_t bad = count_nonfinite(h, nv);
+                be->download(h, (const real *)c.dq.p, nk);
+                bad += count_nonfinite(h, nk);
+                if (bad)
+                    printf("     WARNING: %zu non-finite values in o and dq (%s): these times are of a broken kernel\n",
+                           bad, arith_names[ar]);
             }
-            // a sanity look at the results: a benchmark of a kernel that writes NaN measures nothing
-            be->download(h, (const real *)c.o.p, nv);
-            size_t bad = count_nonfinite(h, nv);
-            be->download(h, (const real *)c.dq.p, nk);
-            bad += count_nonfinite(h, nk);
-            if (bad) printf("     WARNING: %zu non-finite values in o and dq: these times are of a broken kernel\n", bad);
             printf("     workspace: forward %.1f MiB, backward %.1f MiB", mib(wf), mib(wb));
 #ifndef HYBRID_CUDA_EMU
             printf("; device in use %.2f GiB (context, libraries and scratch included)", gib(rec[nrec - 1].device_used_bytes));
