@@ -237,7 +237,6 @@ test-only: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS) $(EMU_TESTS) $(if $(EMU
 	@if [ -n "$(CU_SRC)" ] && [ -n "$(EMU_TESTS)" ]; then \
 	    python3 tests/check_launch_limits.py $(EMU)/launches.log $(BUILD)/cu; fi
 	@if [ -n "$(CU_SRC)" ]; then python3 tests/check_contraction.py $(NVCC) "$(NVCCFLAGS)" $(CONTRACT_CHECKED); fi
-	@if [ -n "$(EMU_TESTS)" ]; then sh tests/check_one_mma.sh $(EMU)/hash_delta_rule_audit; fi
 	@if [ -z "$(CU_SRC)" ] || [ "$(SANITIZE)" = 1 ]; then :; \
 	elif nvidia-smi -L > /dev/null 2>&1; then $(MAKE) --no-print-directory test-gpu; \
 	else echo "note: the CUDA backend was built but no GPU is visible: GPU tests not run (make test-gpu)"; fi

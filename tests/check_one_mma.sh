@@ -5,11 +5,16 @@
 # precision audit's build zeroes every lo part of the split kernels at run time (--mask all;
 # a zero lo adds exact zeros). tests/gpu/hash_delta_rule.c hashes every output of the forward
 # and the backward over its cases; both runs must print the same hashes (the first line, the
-# mask, and the last, the time, differ by design). Run by `make test` on the CPU emulator's
-# audit build, which has both paths (the one-MMA kernels never call the audit's hook).
-# usage: tests/check_one_mma.sh HASH_DELTA_RULE_AUDIT_BINARY
+# mask, and the last, the time, differ by design). Run by `make test` (tests/run_all.sh runs
+# every tests/*.sh) on the CPU emulator's audit build, which has both paths (the one-MMA kernels
+# never call the audit's hook); test-only builds it wherever it builds the emulator's tests.
+# usage: tests/check_one_mma.sh [HASH_DELTA_RULE_AUDIT_BINARY]   (default: $BUILD/emu/hash_delta_rule_audit)
 set -u
-bin=${1:?usage: $0 hash_delta_rule_audit}
+bin=${1:-${BUILD:-out/build}/emu/hash_delta_rule_audit}
+if [ ! -x "$bin" ]; then
+    echo "skipped: check_one_mma: $bin is not built (make $bin; a sanitizer build has no emulator tests)"
+    exit 77
+fi
 a=$(mktemp /tmp/one_mma.XXXXXX) b=$(mktemp /tmp/one_mma.XXXXXX)
 trap 'rm -f "$a" "$b" "$a.h" "$b.h"' EXIT
 HYBRID_DR_BF16=1 "$bin" > "$a" 2>/dev/null || { echo "check_one_mma: $bin failed under HYBRID_DR_BF16=1"; exit 1; }
