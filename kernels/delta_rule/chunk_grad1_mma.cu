@@ -285,9 +285,11 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
             for (int j0 = 0; j0 < V; j0 += 32) {
                 dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
                 dr_load_tile(hh, LB, Hh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                if constexpr (LO) dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                if constexpr (LO)
+                    dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                 dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                if constexpr (LO) dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                if constexpr (LO)
+                    dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                 if (SPLIT) {
                     dr_load_split_tile<32, DR_THREADS, LO>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
                     dr_load_split_tile<32, DR_THREADS, LO>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);

@@ -27,7 +27,7 @@
 // cuda_memory_stats); scratch_get buffers (not backend allocations) are not in it, so the
 // device memory in use is printed too.
 //
-// --json FILE: one record per kind, shape and pass (median_ms, min_ms, peak_bytes), rewritten
+// --json FILE: one record per kind, shape, arithmetic and pass (median_ms, min_ms, peak_bytes), rewritten
 // after every case so that a run that dies later keeps what it measured.
 //
 // --conv B,T,D,W (repeatable): the short causal convolution with SiLU instead (the KDA layer's
@@ -72,7 +72,7 @@ static const char *usage =
     "            one bf16 MMA a product (HYBRID_DR_BF16=1, set here for each run)\n"
     "  --reps    timed repetitions per pass (default 20); --warmup untimed runs before (default 5)\n"
     "  --chunk   chunk size (default 64, fla's); --seed the inputs' seed (default 1)\n"
-    "  --json    also write one record per kind, shape and pass (scripts/bench_summary_kda.py reads it)\n"
+    "  --json    also write one record per kind, shape, arithmetic and pass (bench_summary_kda.py reads it)\n"
     "  --conv    repeatable: time the short convolution + SiLU forward and backward at B,T,D,W instead\n"
     "            (with --shape too: both); the 3:1 hybrid's: 64,1024,768,4\n";
 
