@@ -589,6 +589,10 @@ int main(void) {
     test_model_step_of("GPT-2 tiny (2 layers, d 256)", &c, TOL_MODEL);
     tiny_config(&c, "configs/kda-tiny.conf", "K x2", 2, 128);
     test_model_step_of("KDA tiny (2 layers, d 64)", &c, TOL_MODEL);
+    // the delta rule in one bf16 MMA a product (docs/delta-rule.md, "One MMA a product")
+    setenv("HYBRID_DR_BF16", "1", 1);
+    test_model_step_of("KDA tiny (2 layers, d 64), HYBRID_DR_BF16=1", &c, TOL_MODEL);
+    unsetenv("HYBRID_DR_BF16");
     tiny_config(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128);
     test_model_step_of("KKKM hybrid tiny (4 layers, d 64, MoE, AttnRes)", &c, TOL_MODEL);
     // plain residuals: every residual add through the fused add + RMSNorm ops
@@ -627,6 +631,10 @@ int main(void) {
     test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, MoE, AttnRes)", &c, TOL_MODEL);
     cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
     test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes)", &c, TOL_MODEL);
+    // the delta rule in one bf16 MMA a product (docs/delta-rule.md, "One MMA a product")
+    setenv("HYBRID_DR_BF16", "1", 1);
+    test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes), HYBRID_DR_BF16=1", &c, TOL_MODEL);
+    unsetenv("HYBRID_DR_BF16");
     cut_config(&c, "configs/kl-xs-3-1.conf", "KGDLAM", 1, 2, 256);
     test_model_step_of("every mixer: KGDLAM (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
     cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
