@@ -15,7 +15,8 @@
 // ---- bwalk: one block per (sequence, head, V-tile of BV), the chunks in reverse ----------
 // dH' = dL/dh[n+1] lives in registers as fp32 MMA accumulators: the NW warps split the tile's
 // columns into BV / 32 groups of 32 (4 column tiles), WG = NW / (BV / 32) warps a group; warp w
-// owns the columns 32 (w / WG).. and the m-tiles w % WG + WG u (u < MU). Per chunk:
+// owns the columns 32 (w / WG).. and the m-tiles w % WG + WG u (u < MU). Per chunk (!LO: every
+// hi + lo below is the hi part alone, one MMA a product; chunk.cuh, dr_mma3x):
 //   a. dH' to shared memory (hi + lo) and to the workspace (ws.dh, ws.dhl);
 //   b. dDelta = Aqk^T dO + Ke dH' (B1's local part and B2; warp: m-tile w % 4, the 16-column
 //      groups w / 4 + (NW / 4) g; Aqk^T upper triangular: k-steps kk >= m-tile); after a

@@ -25,7 +25,8 @@
 //      after the next barrier U in the workspace, as pairs by 16-byte groups from those tiles
 //      (fp32 from the fragments under HYBRID_DR_DELTA_F32=1);
 //   c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta: A = Ke^T (the transposing ldmatrix), B = Delta.
-// Every product on three MMAs (hi hi + hi lo + lo hi). Each column's operations and their order
+// Every product on three MMAs (hi hi + hi lo + lo hi; one, of the hi parts, where !LO: chunk.cuh,
+// dr_mma3x, with no lo tiles or stores). Each column's operations and their order
 // are the same for any BV, so the tile (walk.cuh) changes no bit.
 // Shared memory (bf16): W, Wl, Ke, Kel [64][LK]; h, hl (then Delta, Deltal) [max(KP, 64)][BV + 8].
 // K = V = 128, BV = 64: 104 KiB (122 before Delta shared h's buffer), so two blocks an SM with

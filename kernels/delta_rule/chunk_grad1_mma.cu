@@ -11,8 +11,9 @@
 // ---- grad: per (chunk slot, head) -----------------------------------------------------
 // Stages B1, B3, the gradient of the triangular inverse, B4 and B6 (as chunk_bwd.cu's SIMT
 // kernel), reading the tensor-core workspace: Gamma recomputed from g; T, Delta (ws.U), h
-// (hi + lo), dH' (hi + lo), dDelta. Two kernels (branch dr-grad; the split keeps every sum in
-// the same order, so the gradients are bit-identical to the single kernel):
+// (hi + lo), dH' (hi + lo), dDelta (their hi parts alone where !LO: chunk.cuh, dr_mma3x). Two
+// kernels (branch dr-grad; the split keeps every sum in the same order, so the gradients are
+// bit-identical to the single kernel):
 //   grad1: B1, B3, the dGamma_end extras, dT's K part, Wbar / Ubar (dv) and the
 //     triangular-inverse gradient; writes dA, dL ([64][64] fp32), the partial dbeta (db) and
 //     gend to the workspace: dr_grad1_mma_kernel, 112.5 KiB at K = V = 128, 128 registers,
