@@ -278,6 +278,19 @@ static void test_model_step_of(const char *name, const Config *cfg, double tol) 
     model_step_compare(name, cfg, tol, ROUTE_NATURAL);
 }
 
+// test_model_step_of with the delta rule in one bf16 MMA a product (HYBRID_DR_BF16=1, read by
+// the kernels' entries at each call; docs/delta-rule.md, "One MMA a product"), then the
+// environment's own value back (the rest of the program runs in the arithmetic it was given)
+static void test_model_step_one_mma(const char *name, const Config *cfg) {
+    const char *e = getenv("HYBRID_DR_BF16");
+    char *saved = e ? xstrdup(e) : NULL;
+    setenv("HYBRID_DR_BF16", "1", 1);
+    test_model_step_of(name, cfg, TOL_MODEL);
+    if (saved) setenv("HYBRID_DR_BF16", saved, 1);
+    else unsetenv("HYBRID_DR_BF16");
+    free(saved);
+}
+
 // The lm_head gradient when the classifier runs in many chunks (model.c, classifier), with
 // the embeddings untied: a tied lm_head's gradient also holds the token embedding's, the
 // scatter-add of dx after it went back through every layer, and on the GPU the classifier's
@@ -589,10 +602,7 @@ int main(void) {
     test_model_step_of("GPT-2 tiny (2 layers, d 256)", &c, TOL_MODEL);
     tiny_config(&c, "configs/kda-tiny.conf", "K x2", 2, 128);
     test_model_step_of("KDA tiny (2 layers, d 64)", &c, TOL_MODEL);
-    // the delta rule in one bf16 MMA a product (docs/delta-rule.md, "One MMA a product")
-    setenv("HYBRID_DR_BF16", "1", 1);
-    test_model_step_of("KDA tiny (2 layers, d 64), HYBRID_DR_BF16=1", &c, TOL_MODEL);
-    unsetenv("HYBRID_DR_BF16");
+    test_model_step_one_mma("KDA tiny (2 layers, d 64), HYBRID_DR_BF16=1", &c);
     tiny_config(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128);
     test_model_step_of("KKKM hybrid tiny (4 layers, d 64, MoE, AttnRes)", &c, TOL_MODEL);
     // plain residuals: every residual add through the fused add + RMSNorm ops
@@ -631,10 +641,7 @@ int main(void) {
     test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, MoE, AttnRes)", &c, TOL_MODEL);
     cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
     test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes)", &c, TOL_MODEL);
-    // the delta rule in one bf16 MMA a product (docs/delta-rule.md, "One MMA a product")
-    setenv("HYBRID_DR_BF16", "1", 1);
-    test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes), HYBRID_DR_BF16=1", &c, TOL_MODEL);
-    unsetenv("HYBRID_DR_BF16");
+    test_model_step_one_mma("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes), HYBRID_DR_BF16=1", &c);
     cut_config(&c, "configs/kl-xs-3-1.conf", "KGDLAM", 1, 2, 256);
     test_model_step_of("every mixer: KGDLAM (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
     cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
