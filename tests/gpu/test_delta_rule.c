@@ -68,13 +68,40 @@ static void *gpu_ws(const Prob *p, int backward) {
     return G->alloc(b ? b : 16);
 }
 
+// the number of elements whose bits differ between two host arrays
+static size_t bits_differing(const float *x, const float *y, size_t n) {
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += memcmp(x + i, y + i, sizeof(float)) != 0;
+    return diff;
+}
 // two host copies of device tensors hold the same bits (the number of differing elements is
 // 0); frees both
 static void same_bits(const char *what, float *x, float *y, size_t n) {
-    size_t diff = 0;
-    for (size_t i = 0; i < n; i++) diff += memcmp(x + i, y + i, sizeof(float)) != 0;
-    expect(what, (double)diff, 0);
+    expect(what, (double)bits_differing(x, y, n), 0);
     free(x), free(y);
+}
+// two fp32 device tensors differ somewhere (a switch under test took effect)
+static void differs_f32(const char *what, const float *a, const float *b, size_t n) {
+    float *x = get_f32(a, n), *y = get_f32(b, n);
+    CHECK(bits_differing(x, y, n) > 0, "%s: all %zu entries have the same bits", what, n);
+    free(x), free(y);
+}
+// the backward's five bf16 gradients (device) against the CPU's, at the bf16 bars; `how` ends
+// each check's name ("" or ", <the variant>")
+static void cmp_grads(const char *how, const Prob *p, const void *dqd, const void *dkd, const void *dvd,
+                      const void *dgd, const void *dbd, const float *dq, const float *dk, const float *dv,
+                      const float *dg, const float *db) {
+    char what[96];
+    snprintf(what, sizeof what, "backward dq%s", how);
+    cmp_bf16(what, dqd, dq, p->nq, TOL_GRAD);
+    snprintf(what, sizeof what, "backward dk%s", how);
+    cmp_bf16(what, dkd, dk, p->nq, TOL_GRAD);
+    snprintf(what, sizeof what, "backward dv%s", how);
+    cmp_bf16(what, dvd, dv, p->nv, TOL_GRAD);
+    snprintf(what, sizeof what, "backward dg%s", how);
+    if (dgd) cmp_bf16(what, dgd, dg, p->ng, TOL_GB);
+    snprintf(what, sizeof what, "backward dbeta%s", how);
+    cmp_bf16(what, dbd, db, p->nb, TOL_GB);
 }
 static void same_bits_bf16(const char *what, const void *a, const void *b, size_t n) {
     same_bits(what, get_bf16(a, n), get_bf16(b, n), n);
@@ -172,11 +199,7 @@ static void test_bf16_forward(const Prob *p, const DevIn *d, float *h0d, const f
     setenv("HYBRID_DR_BF16", "0", 1);
     cmp_bf16("forward o, one MMA a product", ob, o, p->nv, TOL_OUT);
     cmp_f32("forward hT, one MMA a product", hb, hT, p->ns, TOL_OUT);
-    float *a = get_f32(hb, p->ns), *b = get_f32(hTd, p->ns);
-    size_t differ = 0;
-    for (size_t i = 0; i < p->ns; i++) differ += memcmp(a + i, b + i, sizeof(float)) != 0;
-    CHECK(differ > 0, "forward hT, one MMA a product: all %zu entries equal the split arithmetic's", p->ns);
-    free(a), free(b);
+    differs_f32("forward hT, one MMA a product against the split arithmetic's", hb, hTd, p->ns);
     G->free(ob), G->free(hb);
 }
 
@@ -203,17 +226,9 @@ static void test_bf16_backward(const Prob *p, const DevIn *d, float *h0d, float 
     P->bwd(p->kind, rq, rk, rv, rg, rb, (real *)rh, d->dout, (const real *)dhTd, d->q, d->k, d->v, d->g, d->beta,
            (const real *)h0d, p->scale, p->B, p->T, p->H, p->K, p->V, d->offsets, p->nseq, CHUNK, wg);
     setenv("HYBRID_DR_BF16", "0", 1);
-    cmp_bf16("backward dq, one MMA a product", rq, dq, p->nq, TOL_GRAD);
-    cmp_bf16("backward dk, one MMA a product", rk, dk, p->nq, TOL_GRAD);
-    cmp_bf16("backward dv, one MMA a product", rv, dv, p->nv, TOL_GRAD);
-    if (rg) cmp_bf16("backward dg, one MMA a product", rg, dg, p->ng, TOL_GB);
-    cmp_bf16("backward dbeta, one MMA a product", rb, db, p->nb, TOL_GB);
+    cmp_grads(", one MMA a product", p, rq, rk, rv, rg, rb, dq, dk, dv, dg, db);
     cmp_f32("backward dh0, one MMA a product", rh, dh0, p->ns, TOL_GRAD);
-    float *a = get_f32(rh, p->ns), *b = get_f32(dh0s, p->ns);
-    size_t differ = 0;
-    for (size_t i = 0; i < p->ns; i++) differ += memcmp(a + i, b + i, sizeof(float)) != 0;
-    CHECK(differ > 0, "backward dh0, one MMA a product: all %zu entries equal the split arithmetic's", p->ns);
-    free(a), free(b);
+    differs_f32("backward dh0, one MMA a product against the split arithmetic's", rh, dh0s, p->ns);
     G->free(wg), G->free(rq), G->free(rk), G->free(rv), G->free(rb), G->free(rh);
     if (rg) G->free(rg);
 }
@@ -286,11 +301,7 @@ static void test_chunk(const Prob *p, int with_h0, int with_dhT) {
     P->bwd(p->kind, dqd, dkd, dvd, dgd, dbd, (real *)dh0d, d.dout, (const real *)ddhT, d.q, d.k, d.v,
                             d.g, d.beta, (const real *)dh0p, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets,
                             p->nseq, CHUNK, wg);
-    cmp_bf16("backward dq", dqd, dq, p->nq, TOL_GRAD);
-    cmp_bf16("backward dk", dkd, dk, p->nq, TOL_GRAD);
-    cmp_bf16("backward dv", dvd, dv, p->nv, TOL_GRAD);
-    if (dgd) cmp_bf16("backward dg", dgd, dg, p->ng, TOL_GB);
-    cmp_bf16("backward dbeta", dbd, db, p->nb, TOL_GB);
+    cmp_grads("", p, dqd, dkd, dvd, dgd, dbd, dq, dk, dv, dg, db);
     cmp_f32("backward dh0 (fp32)", dh0d, dh0, p->ns, TOL_F32);
     if (P == &PATHS[0]) test_bf16_backward(p, &d, dh0p, ddhT, dq, dk, dv, dg, db, dh0, dh0d);
     // the split gradient kernels against the single one (HYBRID_DR_GRAD_REF=1) on every case (its
