@@ -55,7 +55,7 @@
 //      (5) arrive as 16-byte loads, all of a thread's issued before the first is rounded (one
 //      global round trip a tile); dDelta (2, 3, 6) and Delta (2, 3) as their stored hi + lo
 //      pairs by cp.async in the commit group of the tiles beside them (SPLIT; without it,
-//      HYBRID_DR_DELTA_F32=1, fp32 by 16-byte loads split here, dr_split_tile).
+//      HYBRID_DR_DELTA_F32=1, fp32 by 16-byte loads split here, dr_tile_bf16).
 //   7. the triangular-inverse gradient, T reloaded (cp.async) into the spent tiles.
 // Shared memory (fp32 words): G [64][grad1_lg(K)] (swizzled: grad1_gx), dT [64][64], bs [64],
 // db [64], dbp [2][64], gend [K], then the tile region: max(3: nine [64][40] + q, k [64][72]
@@ -146,12 +146,6 @@ __device__ __forceinline__ void dr_tile_bf16(DrSplitOperand op, bf16 *Xh, bf16 *
         if (LO) dr_split4(op, x[u], Xh + r * lds + c, Xl + r * lds + c);
         else dr_round4(x[u], Xh + r * lds + c);
     }
-}
-// an fp32 tile of operand op split hi + lo (dr_tile_bf16)
-template <int W>
-__device__ __forceinline__ void dr_split_tile(DrSplitOperand op, bf16 *Xh, bf16 *Xl, int lds, const float *src,
-                                              size_t ld, int n, int ncols, int tid) {
-    dr_tile_bf16<W, true>(op, Xh, Xl, lds, src, ld, n, ncols, tid);
 }
 // an fp32 tile rounded to one bf16 tile (dr_tile_bf16; an operand with no lo part)
 template <int W>

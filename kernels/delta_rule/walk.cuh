@@ -137,18 +137,18 @@ __device__ __forceinline__ void dr_walk_store_split_tile(bf16 *P, int V, int j0,
 // Xh, Xl at offset o (4-byte aligned: an even column of a tile with an even row stride), a
 // 4-byte store each: one 2-byte store an element took twice the store instructions (Nsight
 // Compute on the H200 also counted 1.5 wavefronts a request on those 2-byte stores, though no
-// two lanes of one store share a bank).
-__device__ __forceinline__ void dr_walk_split2(DrSplitOperand op, float x0, float x1, bf16 *Xh, bf16 *Xl, int o) {
-    uint32_t hi, lo;
-    dr_split_pair(op, x0, x1, hi, lo);
-    *reinterpret_cast<uint32_t *>(Xh + o) = hi;
-    *reinterpret_cast<uint32_t *>(Xl + o) = lo;
-}
-// dr_walk_split2 where LO, else x0, x1 as one bf16 each into Xh alone (one MMA a product)
+// two lanes of one store share a bank). !LO: x0, x1 as one bf16 each into Xh alone (one MMA a
+// product, chunk.cuh's dr_mma3x; Xl untouched).
 template <bool LO>
 __device__ __forceinline__ void dr_walk_put2(DrSplitOperand op, float x0, float x1, bf16 *Xh, bf16 *Xl, int o) {
-    if constexpr (LO) dr_walk_split2(op, x0, x1, Xh, Xl, o);
-    else *reinterpret_cast<uint32_t *>(Xh + o) = pack_bf16(x0, x1);
+    if constexpr (LO) {
+        uint32_t hi, lo;
+        dr_split_pair(op, x0, x1, hi, lo);
+        *reinterpret_cast<uint32_t *>(Xh + o) = hi;
+        *reinterpret_cast<uint32_t *>(Xl + o) = lo;
+    } else {
+        *reinterpret_cast<uint32_t *>(Xh + o) = pack_bf16(x0, x1);
+    }
 }
 
 #endif
