@@ -13,6 +13,9 @@ extern "C" {
 #endif
 
 int cuda_device_count(void);  // 0 when there is no usable device (kernels/device.cu)
+// One GPU per rank of a distributed run: local rank r of local_world takes device r, and dies if
+// the node has fewer visible devices than ranks (device.cu).
+void cuda_select_device(int local_rank, int local_world);
 
 // HYBRID_CUDA_PROFILE=1 in the environment times every op with CUDA events.
 int cuda_profile_enabled(void);

@@ -3,15 +3,10 @@
 // kernels/device.cu, dist/comm_nccl.cu).
 #include "kernels/common.cuh"
 
+#include "kernels/cuda_backend.h"
+
 extern "C" {
 #include "train/cuda_plugin.h"
-
-int cuda_device_count(void);
-void cuda_select_device(int local_rank, int local_world);
-void cuda_memory_stats(size_t *live, size_t *peak, size_t *device_used, size_t *device_total);
-int cuda_profile_enabled(void);
-void cuda_profile_reset(void);
-void cuda_profile_print(FILE *f, int steps);
 
 const CudaPlugin *hybrid_cuda_plugin(void) {
     static const CudaPlugin t = {

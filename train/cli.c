@@ -72,8 +72,7 @@ double cli_double(const char *name, const char *value, double lo, double hi) {
 }
 
 #ifdef HAVE_CUDA
-int cuda_device_count(void);
-void cuda_select_device(int local_rank, int local_world);
+#include "kernels/cuda_backend.h"
 #endif
 
 const Backend *cli_backend(const Config *c) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "base/util.h"
+#include "kernels/cuda_backend.h"
 #include "train/cuda_plugin.h"
 
 #ifndef HYBRID_CUDA_PLUGIN_PATH
