@@ -205,7 +205,7 @@ static void test_bf16_forward(const Prob *p, const DevIn *d, float *h0d, const f
 
 // The backward in one MMA a product (HYBRID_DR_BF16=1: the recomputed forward, the reverse walk
 // and grad1 in that arithmetic) against the CPU reference gradients at fla's bars, dh0 at the
-// gradients' 8e-3 as fla's own tests hold it (tests/ops/test_delta.py; hT: 5e-3, above). The
+// gradients' 8e-3 as fla's own tests hold it (docs/delta-rule.md, "One MMA a product"). The
 // emulator's worst is DeltaNet's dh0 at K 13, V 16 (7.8e-3): with no decay and a 13-wide key
 // space the 70 tokens contract dh0 while the rounding of each product does not shrink with it.
 // The one-MMA kernels compute exactly the split kernels' arithmetic with every lo part zero (the
