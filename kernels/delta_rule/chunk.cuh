@@ -569,6 +569,16 @@ __device__ __forceinline__ void dr_mma2(float c[4], const uint32_t a[4], const u
 // dr_mma3x / dr_mma2x: dr_mma3 / dr_mma2 where LO, else the one MMA of the hi parts.
 // (the host side: chunk_fwd.cu's dr_arith_lo gives DrWsMma::lo for a call)
 int dr_arith_lo(void);
+// One MMA a product computes the prep's 16 x 16 diagonal blocks of Aqk and L on tensor cores too,
+// factored about the block's middle row m: (x_r e^(Gamma_r - Gamma_m)) . (k_c e^(Gamma_m -
+// Gamma_c)), where every exponent of the block is within DR_DIAG_BOUND nats of 0 (8 tokens of
+// gates averaging up to 5 nats a token); a block with a larger one is computed in fp32 SIMT as
+// in the split arithmetic (chunk_prep_mma.cu, step 2; docs/delta-rule.md, "Diagonal blocks on
+// tensor cores"). At 40 an operand stays within e^(+-40) of its input, inside bf16's normal range
+// (e^(+-87)) with room for |x| far from 1. The host's bound for a call: dr_diag_mma_bound
+// (chunk_fwd.cu; -1 under HYBRID_DR_DIAG_SIMT=1, every block in SIMT).
+#define DR_DIAG_BOUND 40.f
+float dr_diag_mma_bound(void);
 template <bool LO>
 __device__ __forceinline__ void dr_mma3x(float c[4], const uint32_t ah[4], const uint32_t al[4], const uint32_t bh[2],
                                          const uint32_t bl[2]) {

@@ -51,7 +51,16 @@
 // [15][KP]; steps 3-4 v [64][LV], then k e^Gamma lo [64][LK] (step 3's fp32 scratch X there).
 // K = V = 128: 112.25 KiB, 2 blocks an SM (at most 113 KiB each).
 // One MMA a product (!LO; chunk.cuh, dr_mma3x): every split above is its hi part alone, one MMA
-// a product, no lo store (the same layout, its lo tiles unused).
+// a product, no lo store (the same layout), except step 2's diagonal blocks: on tensor cores too
+// (docs/delta-rule.md, "Diagonal blocks on tensor cores"), factored about the block's middle row
+// m = 16I + 8, (x_r e^(Gamma_r - Gamma_m)) . (k_c e^(Gamma_m - Gamma_c)), every exponent of the
+// block within DR_DIAG_BOUND nats of 0 (chunk.cuh), so no factor overflows; the entries above the
+// diagonal (both factors > 1) may be inf and are dropped by a select. Those products are three
+// MMAs (hi + lo, in the lo tiles and the SIMT diagonal's q rows and factors: Dqh .. Dcl): with one
+// bf16 a factor, o's error against the double reference rose 10-25% over the SIMT blocks'
+// (emulated); with three it is theirs. A block with a larger exponent (a gate past ~5 nats a
+// token on average over 8 tokens; the fill's test, one __syncthreads_or) runs the SIMT
+// dr_prep_diag_block as the split arithmetic does; HYBRID_DR_DIAG_SIMT=1 sends every block there.
 #define DRP_BROWS 32  // rows of step 2's B tile (two column blocks)
 // Row stride of L and T in shared memory (fp32): 68, not 64. With 64 (a multiple of the 32
 // banks) every access of one column in two rows was a bank conflict: the block rows of step 3
@@ -224,12 +233,72 @@ __device__ __forceinline__ void dr_prep_diag_block(bf16 *Aqk, bf16 *Aqkl, float 
     }
 }
 
+// Step 2's product of a 16-row A tile (rows of Ah, stride LK) and 8 B rows (Brow: this lane's row
+// of them) over ks16 k-steps of 16, one MMA a k-step: one ldmatrix.x4 gives B of two k-steps (an
+// odd last one: matrices 2, 3 unused)
+__device__ __forceinline__ void drp_tile_1mma(float acc[4], const bf16 *Ah, const bf16 *Brow, int LK, int ks16,
+                                              int lane) {
+    const int m = lane >> 3;
+    for (int kk = 0; kk < ks16; kk += 2) {
+        uint32_t ah[4], bb[4];
+        ldsm_x4(bb, Brow + kk * 16 + 8 * (kk + 1 < ks16 ? m : m & 1));
+        dr_lda(ah, Ah, LK, 0, kk * 16, lane);
+        mma16816(acc, ah, bb[0], bb[1]);
+        if (kk + 1 < ks16) {
+            dr_lda(ah, Ah, LK, 0, (kk + 1) * 16, lane);
+            mma16816(acc, ah, bb[2], bb[3]);
+        }
+    }
+}
+// Step 2's 16x8 result (an MMA accumulator) of row block I, column block J, half nh to L (isL:
+// beta_r times it, strictly below the diagonal) or Aqk (scale times it, on and below the
+// diagonal; hi + lo where LO); 0 elsewhere and in the rows past n. A select, not a product,
+// drops what is out of range: the diagonal block's entries above its diagonal may be inf or NaN
+// on tensor cores (two factors > 1; one MMA a product, below).
+template <bool LO>
+__device__ __forceinline__ void drp_tile_store(const float acc[4], bf16 *Aqk, bf16 *Aqkl, float *L, const float *bs,
+                                               float scale, int isL, int I, int J, int nh, int n, int lane) {
+    const int C = DR_BT, LT = DRP_LT, gq = lane >> 2, t4 = lane & 3;
+#pragma unroll
+    for (int u = 0; u < 4; u += 2) {
+        const int r = 16 * I + gq + (u >= 2 ? 8 : 0), c = 16 * J + nh * 8 + 2 * t4;
+        if (isL) {  // one 8-byte store (rows of 64 fp32: 4-way bank conflict, 8-way as two 4-byte stores)
+            *reinterpret_cast<float2 *>(L + r * LT + c) =
+                make_float2((c < r && r < n) ? bs[r] * acc[u] : 0.f, (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f);
+        } else {
+            const float a0 = (c <= r && r < n) ? scale * acc[u] : 0.f, a1 = (c + 1 <= r && r < n) ? scale * acc[u + 1] : 0.f;
+            if constexpr (LO) {
+                uint32_t hi, lo;
+                dr_split_pair(DRS_AQK, a0, a1, hi, lo);
+                *reinterpret_cast<uint32_t *>(Aqk + r * C + c) = hi;
+                *reinterpret_cast<uint32_t *>(Aqkl + r * C + c) = lo;
+            } else {
+                *reinterpret_cast<uint32_t *>(Aqk + r * C + c) = pack_bf16(a0, a1);
+            }
+        }
+    }
+}
+// The SIMT diagonal block's decay factors Dec[t] = exp(Gamma_{16I+t+1} - Gamma_{16I+t}) (a gate:
+// <= 0), t = 0..14, [15][KP]
+__device__ __forceinline__ void drp_diag_decay(float *Dec, const float *G, int I, int KP, int tid) {
+    for (int e = tid; e < 15 * (KP / 4); e += DRM_THREADS) {
+        const int t = e / (KP / 4), i = (e % (KP / 4)) * 4, r = 16 * I + t;
+        float g1[4], g0[4];
+        drp_lds4f(G + (r + 1) * KP + (i ^ drp_gsw(i)), g1);  // (4 channels stay together)
+        drp_lds4f(G + r * KP + (i ^ drp_gsw(i)), g0);
+        float4 d;
+        d.x = dr_exp(g1[0] - g0[0]), d.y = dr_exp(g1[1] - g0[1]), d.z = dr_exp(g1[2] - g0[2]), d.w = dr_exp(g1[3] - g0[3]);
+        *reinterpret_cast<float4 *>(Dec + t * KP + i) = d;
+    }
+}
+
 // LO: the split arithmetic, else one MMA a product (chunk.cuh, dr_mma3x); KV: 0, or
 // DR_KV_FIXED; FULL: whole chunks only (dr_full_chunks; chunk.cuh)
 template <bool LO, int KV, bool FULL>
 __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 128 registers
     dr_prep_mma_kernel(DrWsMma ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
-                       int gate, float scale, int Tlen, int H, int K_arg, int V_arg, const int *offsets, int N) {
+                       int gate, float scale, int Tlen, int H, int K_arg, int V_arg, const int *offsets, int N,
+                       float diag_bound) {
     const int K = KV ? KV : K_arg, V = KV ? KV : V_arg;
     const int x = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gq = lane >> 2, t4 = lane & 3;
@@ -247,6 +316,9 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     bf16 *Aqh = tiles, *Aql = Aqh + 16 * LK, *Akh = Aql + 16 * LK, *Akl = Akh + 16 * LK, *Bkh = Akl + 16 * LK,
          *Bkl = Bkh + DRP_BROWS * LK, *qd = Bkl + DRP_BROWS * LK;                // step 2
     float *Dec = (float *)(qd + 16 * LK);                                       // step 2
+    // step 2, one MMA a product: the diagonal block's operands hi + lo, where the lo tiles and
+    // the SIMT diagonal's q rows and factors were (Dcl = Dch + 16 rows; Dkl in Dec's 7.5 KiB)
+    bf16 *Dqh = Aql, *Dkh = Akl, *Dch = Bkl, *Dcl = Bkl + 16 * LK, *Dql = qd, *Dkl = (bf16 *)Dec;
     bf16 *vb = tiles, *kwh = ks, *kwl = vb + C * LV;                           // steps 3-4
     float *X = (float *)kwl;                                                   // step 3
     bf16 *Qg = ws.Qg + sh * C * K, *Qgl = ws.Qgl + sh * C * K, *Ke = ws.Ke + sh * C * K, *Kel = ws.Kel + sh * C * K,
@@ -308,6 +380,9 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
     for (int I = 0; I < 4; I++)
         for (int J0 = 0; J0 == 0 || J0 < I; J0 += 2) {
             const int nB = min(2, I - J0);  // column blocks J0.. < I of this pass (0: block 0, its diagonal only)
+            // (!LO) an operand of the diagonal block's factored form out of [e^-bound, e^bound]
+            // somewhere in the block: the block in SIMT (diag_simt, the same for every thread)
+            bool diag_far = !(diag_bound >= 0.f), diag_simt = false;
             if (J0 == 0) {  // block I's A operands; its rows of Qg and Ke
 #pragma unroll
                 for (int j = 0; j < 2; j++) {
@@ -316,7 +391,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     const int rr = e / K8, i0 = (e % K8) * 8, r = 16 * I + rr;
                     float qf[8], kf[8], gr[8], g0[8], ge[8], a[8], b[8], qg[8], ke[8];
                     unpack8(qv[j], qf);
-                    *reinterpret_cast<uint4 *>(qd + rr * LK + i0) = qv[j];  // q itself, for the diagonal block
+                    if constexpr (LO) *reinterpret_cast<uint4 *>(qd + rr * LK + i0) = qv[j];  // q itself, for the diagonal block
                     load8(ks + r * LK + i0, kf);
                     drp_lds8g(G + r * KP, i0, gr);
                     drp_lds8g(G + 16 * I * KP, i0, g0);
@@ -346,19 +421,32 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                         drp_stg8<LO>(DRS_QG, Qg + (size_t)r * K, Qgl + (size_t)r * K, qg, i0, K, wvec);
                         drp_stg8<LO>(DRS_KE, Ke + (size_t)r * K, Kel + (size_t)r * K, ke, i0, K, wvec);
                     }
+                    if constexpr (!LO) {  // the diagonal block's operands, about its middle row m = 16I + 8
+                        float gm[8], dq[8], dk[8], dc[8];
+                        drp_lds8g(G + (16 * I + 8) * KP, i0, gm);
+#pragma unroll
+                        for (int t = 0; t < 8; t++) {
+                            const bool in = r < n && i0 + t < K;
+                            const float d = gr[t] - gm[t], up = dr_exp(d), dn = dr_exp(-d);
+                            diag_far |= in && !(fabsf(d) <= diag_bound);
+                            dq[t] = in ? qf[t] * up : 0.f;
+                            dk[t] = in ? kf[t] * up : 0.f;
+                            dc[t] = in ? kf[t] * dn : 0.f;
+                        }
+                        uint4 hi, lo;  // hi + lo (three MMAs: below) in the tiles one MMA a product leaves free
+                        drp_split8(DRS_QR, dq, &hi, &lo);
+                        *reinterpret_cast<uint4 *>(Dqh + rr * LK + i0) = hi;
+                        *reinterpret_cast<uint4 *>(Dql + rr * LK + i0) = lo;
+                        drp_split8(DRS_KR, dk, &hi, &lo);
+                        *reinterpret_cast<uint4 *>(Dkh + rr * LK + i0) = hi;
+                        *reinterpret_cast<uint4 *>(Dkl + rr * LK + i0) = lo;
+                        drp_split8(DRS_KC, dc, &hi, &lo);
+                        *reinterpret_cast<uint4 *>(Dch + rr * LK + i0) = hi;
+                        *reinterpret_cast<uint4 *>(Dcl + rr * LK + i0) = lo;
+                    }
                 }
                 if (I < 3) load_q(I + 1);  // in flight through this block row's passes
-                // the diagonal block's decay factors Dec[t] = exp(Gamma_{16I+t+1} - Gamma_{16I+t}) (a gate: <= 0)
-                for (int e = tid; e < 15 * (KP / 4); e += DRM_THREADS) {
-                    const int t = e / (KP / 4), i = (e % (KP / 4)) * 4, r = 16 * I + t;
-                    float g1[4], g0[4];
-                    drp_lds4f(G + (r + 1) * KP + (i ^ drp_gsw(i)), g1);  // (4 channels stay together)
-                    drp_lds4f(G + r * KP + (i ^ drp_gsw(i)), g0);
-                    float4 d;
-                    d.x = dr_exp(g1[0] - g0[0]), d.y = dr_exp(g1[1] - g0[1]), d.z = dr_exp(g1[2] - g0[2]),
-                    d.w = dr_exp(g1[3] - g0[3]);
-                    *reinterpret_cast<float4 *>(Dec + t * KP + i) = d;
-                }
+                if constexpr (LO) drp_diag_decay(Dec, G, I, KP, tid);
             }
             // B rows c = 16 J0 .. 16 (J0 + nB) - 1: k_c ⊙ exp(Gamma_ref - Gamma_c)
             for (int e = tid; e < 16 * nB * K8; e += DRM_THREADS) {
@@ -381,7 +469,9 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     store8(Bkh + cc * LK + i0, b);
                 }
             }
-            __syncthreads();
+            if constexpr (LO) __syncthreads();
+            else if (J0 == 0) diag_simt = __syncthreads_or(diag_far);  // any operand too far from 1: SIMT
+            else __syncthreads();
             if (warp < 4 * nB) {
                 // tile (Aqk or L, J) and its 8-column half nh
                 const int tile = warp >> 1, nh = warp & 1, isL = tile & 1, J = J0 + (tile >> 1);
@@ -398,39 +488,43 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                         ldsm_x4(bb, Bp + kk * 16);
                         dr_mma3(acc, ah, al, bb, bb + 2);
                     }
-                } else {  // one ldmatrix.x4 gives B of two k-steps (an odd last one: matrices 2, 3 unused); one MMA
-                    for (int kk = 0; kk < ks16; kk += 2) {
-                        uint32_t ah[4], bb[4];
-                        ldsm_x4(bb, Brow + kk * 16 + 8 * (kk + 1 < ks16 ? m : m & 1));
-                        dr_lda(ah, Ah, LK, 0, kk * 16, lane);
-                        mma16816(acc, ah, bb[0], bb[1]);
-                        if (kk + 1 < ks16) {
-                            dr_lda(ah, Ah, LK, 0, (kk + 1) * 16, lane);
-                            mma16816(acc, ah, bb[2], bb[3]);
-                        }
-                    }
+                } else {
+                    drp_tile_1mma(acc, Ah, Brow, LK, ks16, lane);
                 }
-#pragma unroll
-                for (int u = 0; u < 4; u += 2) {
-                    const int r = 16 * I + gq + (u >= 2 ? 8 : 0), c = 16 * J + nh * 8 + 2 * t4;
-                    if (isL) {  // one 8-byte store (rows of 64 fp32: 4-way bank conflict, 8-way as two 4-byte stores)
-                        *reinterpret_cast<float2 *>(L + r * LT + c) =
-                            make_float2((c < r && r < n) ? bs[r] * acc[u] : 0.f, (c + 1 < r && r < n) ? bs[r] * acc[u + 1] : 0.f);
-                    } else {
-                        const float a0 = (c <= r && r < n) ? scale * acc[u] : 0.f,
-                                    a1 = (c + 1 <= r && r < n) ? scale * acc[u + 1] : 0.f;
-                        if constexpr (LO) {
-                            uint32_t hi, lo;
-                            dr_split_pair(DRS_AQK, a0, a1, hi, lo);
-                            *reinterpret_cast<uint32_t *>(Aqk + r * C + c) = hi;
-                            *reinterpret_cast<uint32_t *>(Aqkl + r * C + c) = lo;
-                        } else {
-                            *reinterpret_cast<uint32_t *>(Aqk + r * C + c) = pack_bf16(a0, a1);
-                        }
+                drp_tile_store<LO>(acc, Aqk, Aqkl, L, bs, scale, isL, I, J, nh, n, lane);
+            }
+            if constexpr (!LO) {
+                // the diagonal block on tensor cores (unless diag_simt): tile (Aqk or L, 8-column
+                // half nh) d = 0..3 on warp (4 nB + d) % 8, after its tile below the diagonal if any
+                const int d = (warp - 4 * nB) & 7;
+                if (J0 == 0 && !diag_simt && d < 4) {
+                    const int isL = d >> 1, nh = d & 1;
+                    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+                    const bf16 *Ah = isL ? Dkh : Dqh, *Al = isL ? Dkl : Dql;
+                    // one ldmatrix.x4 gives B's hi and lo of a k-step (Dcl is Dch + 16 rows)
+                    const bf16 *Bp = Dch + (size_t)(8 * nh + (lane & 7) + 16 * ((lane >> 3) >> 1)) * LK + 8 * ((lane >> 3) & 1);
+                    for (int kk = 0; kk < KP / 16; kk++) {
+                        uint32_t ah[4], al[4], bb[4];
+                        dr_lda(ah, Ah, LK, 0, kk * 16, lane);
+                        dr_lda(al, Al, LK, 0, kk * 16, lane);
+                        ldsm_x4(bb, Bp + kk * 16);
+                        dr_mma3(acc, ah, al, bb, bb + 2);
                     }
+                    drp_tile_store<false>(acc, Aqk, Aqkl, L, bs, scale, isL, I, I, nh, n, lane);
                 }
             }
-            if (J0 == 0) dr_prep_diag_block<LO>(Aqk, Aqkl, L, qd, ks, Dec, bs, scale, I, n, KP, LK);
+            if (J0 == 0) {
+                if constexpr (LO) dr_prep_diag_block<LO>(Aqk, Aqkl, L, qd, ks, Dec, bs, scale, I, n, KP, LK);
+                else if (diag_simt) {  // block I's q rows (over Dql) and its decay factors (over Dkl)
+                    for (int e = tid; e < 16 * K8; e += DRM_THREADS) {
+                        const int rr = e / K8, i0 = (e % K8) * 8, r = 16 * I + rr;
+                        *reinterpret_cast<uint4 *>(qd + rr * LK + i0) = drp_ldg8(qc + (size_t)r * ldk, i0, K, r < n, qvec);
+                    }
+                    drp_diag_decay(Dec, G, I, KP, tid);
+                    __syncthreads();
+                    dr_prep_diag_block<LO>(Aqk, Aqkl, L, qd, ks, Dec, bs, scale, I, n, KP, LK);
+                }
+            }
             __syncthreads();  // A, B are refilled
         }
     // v by cp.async, in flight through step 3 (vb does not overlap L, T or X)
@@ -628,6 +722,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
 void dr_prep_launch(const DrWsMma *ws, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *g, const bf16 *beta,
                     int gate, float scale, size_t slots, int T, int H, int K, int V, const int *offsets, int N) {
     dr_audit_upload();
+    const float diag_bound = dr_diag_mma_bound();  // (read in either arithmetic: a bad value stops the run)
     const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
     launch_kernel(ws->lo ? (full    ? dr_prep_mma_kernel<true, DR_KV_FIXED, true>
                             : kv128 ? dr_prep_mma_kernel<true, DR_KV_FIXED, false>
@@ -636,5 +731,6 @@ void dr_prep_launch(const DrWsMma *ws, const bf16 *q, const bf16 *k, const bf16 
                             : kv128 ? dr_prep_mma_kernel<false, DR_KV_FIXED, false>
                                     : dr_prep_mma_kernel<false, 0, false>),
                   dim3((unsigned)slots, H),
-                  dim3(DRM_THREADS), prep_mma_smem(K, V), *ws, q, k, v, g, beta, gate, scale, T, H, K, V, offsets, N);
+                  dim3(DRM_THREADS), prep_mma_smem(K, V), *ws, q, k, v, g, beta, gate, scale, T, H, K, V, offsets, N,
+                  ws->lo ? 0.f : diag_bound);
 }

@@ -71,6 +71,8 @@ struct Block {
     int next = 0;   // for run_block: the fiber to start, or kBlockDone
     unsigned nthreads = 0;
     unsigned live = 0, block_arrived = 0;
+    unsigned barrier_gen = 0;       // block barriers released so far (this block)
+    int barrier_or[2] = {0, 0};     // __syncthreads_or's predicates, by generation parity
     const char *barrier_file = "";  // where the current generation's first thread arrived
     int barrier_line = 0;
     std::vector<unsigned> warp_live, warp_arrived;
@@ -138,6 +140,7 @@ SWITCHES void yield_to_scheduler() {
 void release_block_if_complete() {
     if (B.block_arrived == 0 || B.block_arrived < B.live) return;
     B.block_arrived = 0;
+    B.barrier_gen++;
     for (Fiber &f : B.fibers)
         if (f.wait == AT_BLOCK_BARRIER) f.wait = RUNNING;
 }
@@ -199,6 +202,7 @@ void run_block(unsigned nthreads) {
     B.nthreads = nthreads;
     B.live = nthreads;
     B.block_arrived = 0;
+    B.barrier_gen = 0;
     unsigned nwarps = (nthreads + 31) / 32;
     B.warp_live.assign(nwarps, 32);
     if (nthreads % 32) B.warp_live[nwarps - 1] = nthreads % 32;
@@ -317,6 +321,18 @@ void emu_syncthreads(const char *file, int line) {
     B.block_arrived++;
     release_block_if_complete();
     if (f.wait != RUNNING) yield_to_scheduler();
+}
+
+// A block barrier that also ORs a predicate over the block's threads. The slot of generation g
+// (parity g % 2) is cleared by the first thread to arrive at it: the last reads of the slot, after
+// barrier g - 2, are done, since every thread has arrived at barrier g - 1 since. (An exited thread
+// counts as arrived with a false predicate.)
+int emu_syncthreads_or(const char *file, int line, int predicate) {
+    const unsigned g = B.barrier_gen;
+    if (B.block_arrived == 0) B.barrier_or[g & 1] = 0;
+    B.barrier_or[g & 1] |= predicate != 0;
+    emu_syncthreads(file, line);
+    return B.barrier_or[g & 1];
 }
 
 void __syncwarp(unsigned) { warp_barrier(); }

@@ -131,6 +131,8 @@ template <typename T> static inline void __stcg(T *p, T v) { *p = v; }
 // ---- barriers and warp operations (tests/cuda_emu/cuda_emu.cpp) ----
 void emu_syncthreads(const char *file, int line);
 #define __syncthreads() emu_syncthreads(__FILE__, __LINE__)
+int emu_syncthreads_or(const char *file, int line, int predicate);
+#define __syncthreads_or(p) emu_syncthreads_or(__FILE__, __LINE__, (p))
 void __syncwarp(unsigned mask = 0xffffffffu);
 void __threadfence(void);
 void __threadfence_block(void);

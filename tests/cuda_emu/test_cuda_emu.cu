@@ -1,6 +1,7 @@
 // The CPU emulator's own tests (tests/cuda_emu/cuda_emu.h): small kernels whose results are
 // known by construction, run through launch_kernel as the emulated families run theirs.
-// Barriers order shared-memory writes and reads across threads; the warp shuffles and votes
+// Barriers order shared-memory writes and reads across threads, and __syncthreads_or ORs a
+// predicate over them; the warp shuffles and votes
 // move the right lanes' values; block_sum and warp_sum of kernels/common.cuh reduce; every
 // block of a 3-D grid runs once with its coordinates; dynamic shared memory arrives NaN-filled;
 // the tensor-core MMA and ldmatrix of kernels/mma.cuh multiply from their fragment layouts;
@@ -61,6 +62,18 @@ __global__ void early_exit_kernel(float *out) {
     s[threadIdx.x] = (float)threadIdx.x;
     __syncthreads();
     out[threadIdx.x] = s[39 - threadIdx.x];
+}
+
+// __syncthreads_or over three barriers in a row: true only where some thread's predicate is, the
+// last one reached by thread 5 alone with a true predicate (the others have exited), and each
+// generation's OR cleared for the next
+__global__ void barrier_or_kernel(int *out) {
+    const int t = threadIdx.x;
+    out[t * 4 + 0] = __syncthreads_or(t == 77);
+    out[t * 4 + 1] = __syncthreads_or(0);
+    out[t * 4 + 2] = __syncthreads_or(t == 0);
+    if (t != 5) return;
+    out[t * 4 + 3] = __syncthreads_or(1);
 }
 
 __global__ void divergent_kernel(float *out) {
@@ -132,6 +145,15 @@ int main(void) {
             for (int k = 0; k < 5; k++) bad += out[t * 5 + k] != want[k];
         }
         CHECK(bad == 0, "shuffles and ballot: %d wrong", bad);
+    }
+    {
+        int out[96 * 4];
+        for (int i = 0; i < 96 * 4; i++) out[i] = -1;
+        launch_kernel(barrier_or_kernel, dim3(2), dim3(96), 0, out);
+        int bad = 0;
+        for (int t = 0; t < 96; t++)
+            bad += out[t * 4] != 1 || out[t * 4 + 1] != 0 || out[t * 4 + 2] != 1 || out[t * 4 + 3] != (t == 5 ? 1 : -1);
+        CHECK(bad == 0, "__syncthreads_or: %d wrong", bad);
     }
     {
         float in[128], out[5];

@@ -44,15 +44,22 @@ static inline float *rand_l2rows(size_t rows, int Dd) {
 // strong_decay: KDA's softplus gate (and GDN's) is unbounded below, and a model in training
 // reaches tens of nats a token on some channels (the KL-XS real run went to NaN at step 56 when
 // the tensor-core kernels factored the in-chunk decay); these gates spread over [-0.02, -27]
-// a token (KDA, log-uniform) and [-0.01, -27] (GDN, uniform).
+// a token (KDA, log-uniform) and [-0.01, -27] (GDN, uniform). strong_decay 2: those gates on the
+// tokens of every third block of 16 (t / 16 % 3 == 1, t counted over the batch), fla's range on
+// the others, so that a chunk has diagonal blocks of either kind (the one-MMA prep computes a
+// 16 x 16 diagonal block on tensor cores only where its gates are moderate: chunk.cuh,
+// DR_DIAG_BOUND).
 static int strong_decay = 0;
 
-static inline float *rand_gate(LinearKind kind, size_t n) {
+// the gates of n entries, per_token of them a token (H K for KDA, H for GDN)
+static inline float *rand_gate(LinearKind kind, size_t n, size_t per_token) {
     if (kind == LINEAR_DELTANET) return NULL;
     float *g = xmalloc(sizeof(float) * (n ? n : 1));
-    const float spread = strong_decay ? 7.2f : 3.f, gdn_max = strong_decay ? 27.f : 0.99f;
-    for (size_t x = 0; x < n; x++)
+    for (size_t x = 0; x < n; x++) {
+        const int strong = strong_decay == 1 || (strong_decay == 2 && x / per_token / 16 % 3 == 1);
+        const float spread = strong ? 7.2f : 3.f, gdn_max = strong ? 27.f : 0.99f;
         g[x] = bf16_round(kind == LINEAR_KDA ? -0.1f * expf(spread * urand() - 1.5f) : -0.01f - gdn_max * urand());
+    }
     return g;
 }
 
@@ -70,7 +77,7 @@ static inline Prob make_prob(LinearKind kind, int B, int T, int H, int K, int V,
     p.q = rand_l2rows(rows, K);
     p.k = rand_l2rows(rows, K);
     p.v = host_rand(p.nv, 1, 0);
-    p.g = rand_gate(kind, p.ng);
+    p.g = rand_gate(kind, p.ng, kind == LINEAR_KDA ? (size_t)H * K : (size_t)H);
     p.beta = host_rand(p.nb, 0.45f, 0.5f);
     p.h0 = host_rand(p.ns, 1, 0);
     p.dout = host_rand(p.nv, 1, 0);

@@ -188,6 +188,8 @@ static int layout_case(const Prob *p) { return p->K % 16 || p->V % 16 || p->offs
 // precision audit measured ~2e-3 at T 4096 on the H200; docs/delta-rule.md, "One MMA a
 // product"), which the split arithmetic's 1e-4 would not admit. Its hT must differ from the
 // split run's (hTd) somewhere: else the switch did not take effect.
+// the cases of each kind whose one-MMA forward gives other bits with the diagonal blocks in SIMT
+static int diag_cases_differing[LINEAR_ATTN + 1];
 static void test_bf16_forward(const Prob *p, const DevIn *d, float *h0d, const float *o, const float *hT,
                               const float *hTd, void *wg) {
     void *ob = dev_bf16(NULL, p->nv);
@@ -200,7 +202,28 @@ static void test_bf16_forward(const Prob *p, const DevIn *d, float *h0d, const f
     cmp_bf16("forward o, one MMA a product", ob, o, p->nv, TOL_OUT);
     cmp_f32("forward hT, one MMA a product", hb, hT, p->ns, TOL_OUT);
     differs_f32("forward hT, one MMA a product against the split arithmetic's", hb, hTd, p->ns);
-    G->free(ob), G->free(hb);
+    // The prep's diagonal blocks: on tensor cores where their factors allow, else in SIMT
+    // (chunk.cuh, DR_DIAG_BOUND); HYBRID_DR_DIAG_SIMT=1 puts every block in SIMT. Both within the
+    // bars; with the gates in fla's range every diagonal block is on tensor cores, so the two
+    // runs differ (else the tensor-core blocks never ran); the strong gates (strong_decay 1) send
+    // most blocks to SIMT, and mixed ones (2) some blocks of a chunk each way.
+    void *os = dev_bf16(NULL, p->nv);
+    float *hs = dev_f32(NULL, p->ns);
+    poison_bf16(os, p->nv), poison_f32(hs, p->ns);
+    setenv("HYBRID_DR_BF16", "1", 1);
+    setenv("HYBRID_DR_DIAG_SIMT", "1", 1);
+    P->fwd(p->kind, os, (real *)hs, d->q, d->k, d->v, d->g, d->beta, (const real *)h0d, p->scale, p->B, p->T, p->H,
+           p->K, p->V, d->offsets, p->nseq, CHUNK, wg);
+    setenv("HYBRID_DR_DIAG_SIMT", "0", 1);
+    setenv("HYBRID_DR_BF16", "0", 1);
+    cmp_bf16("forward o, one MMA a product, diagonal blocks in SIMT", os, o, p->nv, TOL_OUT);
+    cmp_f32("forward hT, one MMA a product, diagonal blocks in SIMT", hs, hT, p->ns, TOL_OUT);
+    // (counted over the cases of a kind, checked at the end: in a single case both forms often
+    // round to the same bf16 o, and T diag(beta), one bf16 in W and U, to the same hT)
+    float *o1 = get_bf16(ob, p->nv), *o2 = get_bf16(os, p->nv), *h1 = get_f32(hb, p->ns), *h2 = get_f32(hs, p->ns);
+    diag_cases_differing[p->kind] += bits_differing(o1, o2, p->nv) + bits_differing(h1, h2, p->ns) > 0;
+    free(o1), free(o2), free(h1), free(h2);
+    G->free(ob), G->free(hb), G->free(os), G->free(hs);
 }
 
 // The backward in one MMA a product (HYBRID_DR_BF16=1: the recomputed forward, the reverse walk
@@ -465,6 +488,16 @@ static void bad_switch_forward(void *arg) {
     P->fwd(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, NULL, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets,
            p->nseq, CHUNK, wg);
 }
+static void bad_diag_switch(void *arg) {
+    (void)arg;
+    const Prob *p = death_prob;
+    DevIn d = upload(p);
+    P = &PATHS[0];
+    void *od = dev_bf16(NULL, p->nv), *wg = gpu_ws(p, 0);
+    setenv("HYBRID_DR_DIAG_SIMT", "on", 1);  // (refused in the split arithmetic too: HYBRID_DR_BF16=0)
+    P->fwd(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, NULL, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets,
+           p->nseq, CHUNK, wg);
+}
 static void ref_kernel_bf16(void *arg) {
     (void)arg;
     const Prob *p = death_prob;
@@ -482,6 +515,8 @@ static void test_switch_errors(void) {
     death_prob = &p;
     CHECK(expect_death(bad_switch_forward, NULL, "HYBRID_DR_BF16=yes", "HYBRID_DR_BF16=yes", "expected 0"),
           "a bad HYBRID_DR_BF16 is refused by name");
+    CHECK(expect_death(bad_diag_switch, NULL, "HYBRID_DR_DIAG_SIMT=on", "HYBRID_DR_DIAG_SIMT=on", "expected 0"),
+          "a bad HYBRID_DR_DIAG_SIMT is refused by name");
     CHECK(expect_death(ref_kernel_bf16, NULL, "HYBRID_DR_GRAD_REF with HYBRID_DR_BF16", "HYBRID_DR_GRAD_REF=1",
                        "split arithmetic only"),
           "the single gradient kernel refuses the one-MMA arithmetic");
@@ -494,6 +529,7 @@ int main(void) {
     // the split arithmetic for every check but the one-MMA ones, whatever the environment says
     // (its states are held to 1e-4; the one-MMA calls set HYBRID_DR_BF16=1 for themselves)
     setenv("HYBRID_DR_BF16", "0", 1);
+    setenv("HYBRID_DR_DIAG_SIMT", "0", 1);  // (the one-MMA checks set it where they compare)
     D = G->delta_rule;
     CHECK(D->delta_chunk_forward && D->delta_chunk_backward && D->delta_step && D->linear_workspace_size,
           "the CUDA delta-rule table lacks the chunkwise delta rule");
@@ -535,6 +571,8 @@ int main(void) {
             run_varlen(kd, off_small, 4, 1, 128, 128);
             strong_decay = 1;
             run_fixed(kd, 1, 70, 1, 256, 64, 0);
+            strong_decay = 2;  // strong gates in some 16-token blocks: both kinds of diagonal block in a chunk
+            run_fixed(kd, 1, 130, 1, 128, 128, 0);
             strong_decay = 0;
         }
 #ifndef HYBRID_CUDA_EMU
@@ -544,6 +582,8 @@ int main(void) {
         strong_decay = 1;
         run_fixed(kd, 2, 1000, 4, 128, 128, 0);
         run_fixed(kd, 1, 300, 2, 256, 64, 0);  // K = 256: 8 channel groups in dr_b4_diag
+        strong_decay = 2;
+        run_fixed(kd, 2, 1000, 4, 128, 128, 0);
         strong_decay = 0;
         run_fixed(kd, 1, 300, 2, 256, 64, 0);
         static const int off_big[] = {0, 1, 200, 200, 777, 1030, 1100, 1700, 2048};
@@ -553,6 +593,11 @@ int main(void) {
         free_prob(&pb);
 #endif
     }
+    for (int a = 0; a < 3; a++)
+        CHECK(diag_cases_differing[kinds[a]] > 0,
+              "%s: the one-MMA forward gives the same bits with every diagonal block in SIMT in all its cases "
+              "(the tensor-core diagonal blocks never ran)",
+              kind_name(kinds[a]));
 #ifdef HYBRID_CUDA_EMU
     test_switch_errors();
 #endif
