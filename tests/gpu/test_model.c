@@ -278,17 +278,30 @@ static void test_model_step_of(const char *name, const Config *cfg, double tol) 
     model_step_compare(name, cfg, tol, ROUTE_NATURAL);
 }
 
-// test_model_step_of with the delta rule in one bf16 MMA a product (HYBRID_DR_BF16=1, read by
-// the kernels' entries at each call; docs/delta-rule.md, "One MMA a product"), then the
-// environment's own value back (the rest of the program runs in the arithmetic it was given)
-static void test_model_step_one_mma(const char *name, const Config *cfg) {
-    const char *e = getenv("HYBRID_DR_BF16");
-    char *saved = e ? xstrdup(e) : NULL;
-    setenv("HYBRID_DR_BF16", "1", 1);
+// test_model_step_of in the split arithmetic, then again with the delta rule in one bf16 MMA a
+// product (HYBRID_DR_BF16=1, read by the kernels' entries at each call; docs/delta-rule.md, "One
+// MMA a product") on the same weights and tokens (g_rng put back to where it was before the
+// first step), then the environment's own value back (the rest of the program runs in the
+// arithmetic it was given) and g_rng where the first step left it: so the two steps differ in the
+// arithmetic alone, and the cases after draw what they drew before the one-MMA step existed.
+// (Session 23 inserted it without that: the KGDLAM step after the KKKM one drew other tokens,
+// and on the H200 (session 24) its worst single tensor, blocks.5.attnres_ffn.query, a gradient
+// that moves 1.8% when the weights move 2^-8, came to 3.09e-2 against the 3e-2 bar, where its
+// draw before measured 1.82e-2: docs/cuda.md, "Tests".)
+static void test_model_step_both_arith(const char *name, const Config *cfg) {
+    const Rng before = g_rng;
     test_model_step_of(name, cfg, TOL_MODEL);
+    const Rng after = g_rng;
+    g_rng = before;
+    const char *e = getenv("HYBRID_DR_BF16");
+    char *saved = e ? xstrdup(e) : NULL, named[256];
+    setenv("HYBRID_DR_BF16", "1", 1);
+    snprintf(named, sizeof named, "%s, HYBRID_DR_BF16=1", name);
+    test_model_step_of(named, cfg, TOL_MODEL);
     if (saved) setenv("HYBRID_DR_BF16", saved, 1);
     else unsetenv("HYBRID_DR_BF16");
     free(saved);
+    g_rng = after;
 }
 
 // The lm_head gradient when the classifier runs in many chunks (model.c, classifier), with
@@ -601,8 +614,7 @@ int main(void) {
     tiny_config_d(&c, "configs/gpt2-tiny.conf", "A x2", 2, 64, "256", "4");
     test_model_step_of("GPT-2 tiny (2 layers, d 256)", &c, TOL_MODEL);
     tiny_config(&c, "configs/kda-tiny.conf", "K x2", 2, 128);
-    test_model_step_of("KDA tiny (2 layers, d 64)", &c, TOL_MODEL);
-    test_model_step_one_mma("KDA tiny (2 layers, d 64), HYBRID_DR_BF16=1", &c);
+    test_model_step_both_arith("KDA tiny (2 layers, d 64)", &c);
     tiny_config(&c, "configs/hybrid-tiny.conf", "KKKM x1", 2, 128);
     test_model_step_of("KKKM hybrid tiny (4 layers, d 64, MoE, AttnRes)", &c, TOL_MODEL);
     // plain residuals: every residual add through the fused add + RMSNorm ops
@@ -640,8 +652,7 @@ int main(void) {
     cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 0, 2, 256);
     test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, MoE, AttnRes)", &c, TOL_MODEL);
     cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
-    test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes)", &c, TOL_MODEL);
-    test_model_step_one_mma("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes), HYBRID_DR_BF16=1", &c);
+    test_model_step_both_arith("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes)", &c);
     cut_config(&c, "configs/kl-xs-3-1.conf", "KGDLAM", 1, 2, 256);
     test_model_step_of("every mixer: KGDLAM (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
     cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
