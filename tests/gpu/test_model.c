@@ -287,7 +287,7 @@ static void test_model_step_of(const char *name, const Config *cfg, double tol) 
 // (Session 23 inserted it without that: the KGDLAM step after the KKKM one drew other tokens,
 // and on the H200 (session 24) its worst single tensor, blocks.5.attnres_ffn.query, a gradient
 // that moves 1.8% when the weights move 2^-8, came to 3.09e-2 against the 3e-2 bar, where its
-// draw before measured 1.82e-2: docs/cuda.md, "Tests".)
+// draw before measured 1.82e-2: docs/cuda.md, "Tests: `make test-gpu` (tests/gpu/)".)
 static void test_model_step_both_arith(const char *name, const Config *cfg) {
     const Rng before = g_rng;
     test_model_step_of(name, cfg, TOL_MODEL);
