@@ -62,11 +62,11 @@ __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const bf16 *p) {
 }
 
 // 16 bytes global -> shared without a register round trip (valid == false: zero-fill,
-// nothing read); completes at the matching cp_async_wait. (Emulated: copied at once.)
+// nothing read); completes at the matching cp_async_wait. (Emulated: lands at that wait, the
+// destination NaN-filled until then: tests/cuda_emu/cuda_emu.cpp.)
 __device__ __forceinline__ void cp_async16(bf16 *smem, const bf16 *gmem, bool valid) {
 #ifdef HYBRID_CUDA_EMU
-    if (valid) memcpy(smem, gmem, 16);
-    else memset(smem, 0, 16);
+    emu_cp_async16(smem, gmem, valid);
 #else
     uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
     int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
@@ -74,14 +74,18 @@ __device__ __forceinline__ void cp_async16(bf16 *smem, const bf16 *gmem, bool va
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
-#ifndef HYBRID_CUDA_EMU
+#ifdef HYBRID_CUDA_EMU
+    emu_cp_async_commit();
+#else
     asm volatile("cp.async.commit_group;\n" ::);
 #endif
 }
 // wait until at most N committed groups are still in flight
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-#ifndef HYBRID_CUDA_EMU
+#ifdef HYBRID_CUDA_EMU
+    emu_cp_async_wait(N);
+#else
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
 }

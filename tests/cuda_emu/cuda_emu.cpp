@@ -19,6 +19,7 @@
 #include <time.h>
 #include <ucontext.h>
 
+#include <deque>
 #include <map>
 #include <numeric>
 #include <utility>
@@ -51,6 +52,13 @@ typedef void *JumpBuf[5];
 #endif
 [[noreturn]] SWITCHES void jump_to(JumpBuf &to) { __builtin_longjmp(to, 1); }
 
+// A cp.async of 16 bytes not yet landed (emu_cp_async16)
+struct AsyncCopy {
+    void *dst;
+    const void *src;
+    bool valid;
+};
+
 struct Fiber {
     ucontext_t start;  // used once, to enter the fiber on its own stack
     JumpBuf jb;        // where the fiber resumes
@@ -58,6 +66,8 @@ struct Fiber {
     Wait wait;
     unsigned tid;      // linear thread index in the block
     uint3 idx;         // its threadIdx
+    std::vector<AsyncCopy> open;                 // cp.async issued since the last commit
+    std::deque<std::vector<AsyncCopy>> groups;   // committed groups, oldest first
 };
 
 struct Block {
@@ -167,6 +177,7 @@ void warp_barrier() {
 SWITCHES void fiber_main() {
     for (;;) {
         (*B.body)();
+        emu_cp_async_finish();  // (a thread's copies land by the end of the kernel)
         Fiber &f = B.fibers[B.cur];
         f.wait = EXITED;
         B.live--;
@@ -333,6 +344,39 @@ int emu_syncthreads_or(const char *file, int line, int predicate) {
     B.barrier_or[g & 1] |= predicate != 0;
     emu_syncthreads(file, line);
     return B.barrier_or[g & 1];
+}
+
+// cp.async (kernels/mma.cuh), as the hardware allows it to behave: the 16 bytes land only at the
+// cp_async_wait that covers their group, and until then the destination holds 0xff bytes (a NaN
+// in bf16 and fp32). So a read of a tile before the wait for it (a missing or short wait) reads
+// NaN, and so does another thread's read of a buffer a copy is refilling before the barrier that
+// should have kept them apart: both reach a test's output as NaN instead of passing unseen, as
+// they did when the copy landed at once. A barrier does not complete copies (nor does it on the GPU).
+static void land(const AsyncCopy &c) {
+    if (c.valid) memcpy(c.dst, c.src, 16);
+    else memset(c.dst, 0, 16);
+}
+void emu_cp_async16(void *dst, const void *src, bool valid) {
+    memset(dst, 0xff, 16);
+    B.fibers[B.cur].open.push_back(AsyncCopy{dst, src, valid});
+}
+void emu_cp_async_commit(void) {
+    Fiber &f = B.fibers[B.cur];
+    f.groups.push_back(std::move(f.open));
+    f.open.clear();
+}
+void emu_cp_async_wait(int n) {
+    Fiber &f = B.fibers[B.cur];
+    while ((int)f.groups.size() > n) {
+        for (const AsyncCopy &c : f.groups.front()) land(c);
+        f.groups.pop_front();
+    }
+}
+void emu_cp_async_finish(void) {
+    Fiber &f = B.fibers[B.cur];
+    emu_cp_async_wait(0);
+    for (const AsyncCopy &c : f.open) land(c);
+    f.open.clear();
 }
 
 void __syncwarp(unsigned) { warp_barrier(); }

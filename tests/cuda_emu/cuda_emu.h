@@ -132,6 +132,12 @@ template <typename T> static inline void __stcg(T *p, T v) { *p = v; }
 void emu_syncthreads(const char *file, int line);
 #define __syncthreads() emu_syncthreads(__FILE__, __LINE__)
 int emu_syncthreads_or(const char *file, int line, int predicate);
+// cp.async (kernels/mma.cuh): the copy lands at the cp_async_wait covering its group; the
+// destination holds 0xff bytes until then (tests/cuda_emu/cuda_emu.cpp)
+void emu_cp_async16(void *dst, const void *src, bool valid);
+void emu_cp_async_commit(void);
+void emu_cp_async_wait(int n);
+void emu_cp_async_finish(void);
 #define __syncthreads_or(p) emu_syncthreads_or(__FILE__, __LINE__, (p))
 void __syncwarp(unsigned mask = 0xffffffffu);
 void __threadfence(void);

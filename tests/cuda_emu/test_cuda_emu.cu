@@ -4,7 +4,8 @@
 // predicate over them; the warp shuffles and votes
 // move the right lanes' values; block_sum and warp_sum of kernels/common.cuh reduce; every
 // block of a 3-D grid runs once with its coordinates; dynamic shared memory arrives NaN-filled;
-// the tensor-core MMA and ldmatrix of kernels/mma.cuh multiply from their fragment layouts;
+// the tensor-core MMA and ldmatrix of kernels/mma.cuh multiply from their fragment layouts; a
+// cp.async lands at the wait that covers it (its destination NaN until then);
 // a copy into pinned host memory lands only at the wait that covers it (0xff bytes until then);
 // and the errors the emulator reports (a barrier in divergent code, a bad launch) stop the
 // program with a message instead of hanging.
@@ -74,6 +75,27 @@ __global__ void barrier_or_kernel(int *out) {
     out[t * 4 + 2] = __syncthreads_or(t == 0);
     if (t != 5) return;
     out[t * 4 + 3] = __syncthreads_or(1);
+}
+
+// cp.async (kernels/mma.cuh) lands at the wait that covers its group, the destination NaN
+// (0xff bytes) until then: out[0..7] read before any wait (NaN), out[8..15] after waiting for
+// the older of two groups (the first copy's values; the second's still NaN), out[16..23] after
+// waiting for all (both), out[24..31] a zero-fill (valid false) after its wait
+__global__ void cp_async_kernel(bf16 *out, const bf16 *in) {
+    __align__(16) __shared__ bf16 s[32];
+    cp_async16(s, in, true);
+    cp_async_commit();
+    cp_async16(s + 8, in + 8, true);
+    cp_async_commit();
+    for (int i = 0; i < 8; i++) out[i] = s[i];
+    cp_async_wait<1>();
+    for (int i = 0; i < 4; i++) out[8 + i] = s[i], out[12 + i] = s[8 + i];
+    cp_async_wait<0>();
+    for (int i = 0; i < 8; i++) out[16 + i] = i < 4 ? s[i] : s[4 + i];
+    cp_async16(s + 16, in, false);
+    cp_async_commit();
+    cp_async_wait<0>();
+    for (int i = 0; i < 8; i++) out[24 + i] = s[16 + i];
 }
 
 __global__ void divergent_kernel(float *out) {
@@ -154,6 +176,18 @@ int main(void) {
         for (int t = 0; t < 96; t++)
             bad += out[t * 4] != 1 || out[t * 4 + 1] != 0 || out[t * 4 + 2] != 1 || out[t * 4 + 3] != (t == 5 ? 1 : -1);
         CHECK(bad == 0, "__syncthreads_or: %d wrong", bad);
+    }
+    {
+        bf16 in[16], out[32];
+        for (int i = 0; i < 16; i++) in[i] = __float2bfloat16((float)(i + 1));
+        launch_kernel(cp_async_kernel, dim3(1), dim3(1), 0, out, (const bf16 *)in);
+        int bad = 0;
+        for (int i = 0; i < 32; i++) {
+            const float x = __bfloat162float(out[i]);
+            const float want = i < 8 ? NAN : i < 12 ? (float)(i - 8 + 1) : i < 16 ? NAN : i < 24 ? (float)((i < 20 ? i - 16 : i - 12) + 1) : 0.f;
+            bad += isnan(want) ? !isnan(x) : x != want;
+        }
+        CHECK(bad == 0, "cp.async lands at its wait, NaN before: %d wrong", bad);
     }
     {
         float in[128], out[5];
