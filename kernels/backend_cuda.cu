@@ -43,9 +43,13 @@ void cuda_launch_refused(const void *kernel, cudaError_t err, unsigned block, si
 }
 #endif
 
+// An on/off implementation switch from the environment: unset, empty or "0" is off, "1" is on;
+// any other value stops the run naming the variable (a typo must not silently pick a path)
 int env_flag(const char *name) {
     const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
+    if (!v || !*v || !strcmp(v, "0")) return 0;
+    if (strcmp(v, "1")) die("%s=%s: expected 0 (off) or 1 (on)", name, v);
+    return 1;
 }
 
 void cuda_init(void) {

@@ -111,7 +111,7 @@ typedef struct {
 extern CudaState g_cuda;
 
 void cuda_init(void);  // idempotent
-int env_flag(const char *name);  // set, non-empty and not "0"
+int env_flag(const char *name);  // "1": 1; unset, empty or "0": 0; anything else stops the run by name
 // A device buffer of at least `bytes`, valid until the next scratch_get. Ops use it for
 // partial sums and the like; the stream orders every use, so one op's scratch is free
 // again for the next op. Growing synchronizes (rare: first calls only).

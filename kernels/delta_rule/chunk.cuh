@@ -725,8 +725,7 @@ static inline size_t dr_ws_mma_bind(DrWsMma *w, void *base, int backward, size_t
     // dG 18 -> W 4, dA 20 -> Aqk 6, dL 21 -> T 12.
     const int alias[24] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
                            -1, -1, -1, -1, 0,  2,  4,  -1, 6,  12, -1, -1};
-    const char *f32 = getenv("HYBRID_DR_DELTA_F32");  // 1: Delta, dDelta fp32 (the previous layout)
-    w->dsplit = !(f32 && f32[0] == '1');
+    w->dsplit = !env_flag("HYBRID_DR_DELTA_F32");  // 1: Delta, dDelta fp32 (the previous layout)
     w->lo = 1;
     const int count = backward ? 24 : 11;
     size_t off = 0;

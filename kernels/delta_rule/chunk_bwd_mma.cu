@@ -8,11 +8,7 @@
 #include "kernels/delta_rule/chunk.cuh"
 
 // HYBRID_DR_GRAD_REF=1: the single gradient kernel (read at each call, so a test can switch)
-static int dr_env_on(const char *name) {
-    const char *e = getenv(name);
-    return e && e[0] == '1';
-}
-static int dr_grad_ref(void) { return dr_env_on("HYBRID_DR_GRAD_REF"); }
+static int dr_grad_ref(void) { return env_flag("HYBRID_DR_GRAD_REF"); }
 
 extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, real *dv, real *dg, real *dbeta,
                                           real *dh0, const real *dout, const real *dhT, const real *q, const real *k,

@@ -243,23 +243,13 @@ static void forward(LinearKind kind, T *o, float *hT, const T *q, const T *k, co
                       o, scale, Tlen, H, K, V, offsets, N);
 }
 
-// An implementation switch of the chunkwise delta rule read from the environment at each call:
-// unset, empty or "0" gives 0, "1" gives 1; any other value stops the run, naming the variable
-// and what its two values choose (off, on)
-static int dr_env_switch(const char *name, const char *off, const char *on) {
-    const char *e = getenv(name);
-    if (!e || !e[0] || !strcmp(e, "0")) return 0;
-    if (strcmp(e, "1")) die("%s=%s: expected 0 (%s) or 1 (%s)", name, e, off, on);
-    return 1;
-}
-
 // The arithmetic of a call of the table's forward or backward (chunk.cuh, dr_mma3x;
 // docs/delta-rule.md, "One MMA a product"): 1, the split hi + lo products (HYBRID_DR_BF16 unset,
 // empty or 0); 0, one MMA a product, fla's (HYBRID_DR_BF16=1). Read at each call, so a test can
-// switch; any other value stops the run with its name; the one-MMA arithmetic is announced
+// switch; any other value stops the run with its name (env_flag); the one-MMA arithmetic is announced
 // once on stderr, so that a run's log says which arithmetic trained it.
 int dr_arith_lo(void) {
-    if (!dr_env_switch("HYBRID_DR_BF16", "the split arithmetic", "one MMA a product")) return 1;
+    if (!env_flag("HYBRID_DR_BF16")) return 1;
     static int told = 0;
     if (!told) {
         told = 1;
@@ -274,10 +264,7 @@ int dr_arith_lo(void) {
 // diagonal block in fp32 SIMT, as the split arithmetic computes them (tests/check_one_mma.sh
 // compares the two arithmetics that way). Read at each call.
 float dr_diag_mma_bound(void) {
-    return dr_env_switch("HYBRID_DR_DIAG_SIMT", "diagonal blocks on tensor cores where their factors allow",
-                         "every diagonal block in fp32 SIMT")
-               ? -1.f
-               : DR_DIAG_BOUND;
+    return env_flag("HYBRID_DR_DIAG_SIMT") ? -1.f : DR_DIAG_BOUND;
 }
 
 // the table's forward: the tensor-core kernels (chunk_fwd_mma.cu)

@@ -263,10 +263,7 @@ __global__ void grn_bwd_reg_kernel(bf16 *dx, bf16 *dz, float *partial, const bf1
 }
 
 // HYBRID_GRN_REF=1: the general kernels for every D (read at each call, so a test can switch)
-static int grn_use_ref(void) {
-    const char *e = getenv("HYBRID_GRN_REF");
-    return e && e[0] == '1';
-}
+static int grn_use_ref(void) { return env_flag("HYBRID_GRN_REF"); }
 
 template <int K>
 static void grn_fwd_launch(bool vec, bf16 *y, float *rstd, const bf16 *x, const bf16 *z, const bf16 *w, size_t rows,

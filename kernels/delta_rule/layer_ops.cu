@@ -96,8 +96,7 @@ __global__ void l2norm_bwd_vec_kernel(bf16 *dx, const bf16 *dy, const bf16 *y, c
 // the vector kernels apply, unless HYBRID_L2NORM_REF=1 (the general kernels for every D; read at
 // each call, so a test can switch)
 static bool l2norm_vec(int D, const void *a, const void *b, const void *c = NULL) {
-    const char *e = getenv("HYBRID_L2NORM_REF");
-    return !(e && e[0] == '1') && row_vec_ok(D, a, b, c);
+    return !env_flag("HYBRID_L2NORM_REF") && row_vec_ok(D, a, b, c);
 }
 
 extern "C" void cuda_l2norm_forward(real *y, real *rstd, const real *x, size_t rows, int D, real eps) {

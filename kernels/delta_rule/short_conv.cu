@@ -604,10 +604,7 @@ __global__ void conv_bwd_fused_kernel(bf16 *dx, float *partial, const bf16 *dy, 
 }
 
 // HYBRID_CONV_REF=1: the general kernels for every W (read at each call, so a test can switch)
-static int conv_use_ref(void) {
-    const char *e = getenv("HYBRID_CONV_REF");
-    return e && e[0] == '1';
-}
+static int conv_use_ref(void) { return env_flag("HYBRID_CONV_REF"); }
 
 // channels a thread: V = 4 when D % 4 == 0 and the bf16 tensors are 8-byte aligned, 2 when D is
 // even and they are 4-byte aligned, else 1

@@ -17,6 +17,7 @@
 #define HYBRID_KERNELS_DELTA_RULE_WALK_CUH
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/delta_rule/chunk.cuh"
 
@@ -41,7 +42,14 @@ static inline int dr_walk_blocks_per_sm(const DrWalkTile *t) {
 // Index into tiles[0..n) of the tile to launch for `pairs` (sequence, head) pairs and V columns.
 static inline int dr_walk_pick(const DrWalkTile *tiles, int n, size_t pairs, int V, const char *env) {
     const char *e = getenv(env);
-    const int forced = e ? atoi(e) : 0;
+    int forced = 0;  // unset, empty or "0": the choice below; else one of the tiles' widths
+    if (e && *e && strcmp(e, "0")) {
+        bool known = false;
+        forced = atoi(e);
+        for (int a = 0; a < n; a++) known |= forced == tiles[a].bv;
+        if (!known || strspn(e, "0123456789") != strlen(e))  // (a typo must not pass as the default)
+            die("%s=%s: expected one of the tile widths %d, %d", env, e, tiles[0].bv, tiles[n - 1].bv);
+    }
     int best = -1;
     size_t best_waves = 0;
     for (int a = 0; a < n; a++) {

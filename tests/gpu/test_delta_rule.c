@@ -473,28 +473,22 @@ static void run_varlen(LinearKind kind, const int *offsets, int nseq, int H, int
 }
 
 #ifdef HYBRID_CUDA_EMU
-// The arithmetic switch refuses what it cannot read, naming it (kernels/delta_rule/chunk_fwd.cu,
-// dr_arith_lo), and the single reference gradient kernel refuses the one-MMA arithmetic. Death
-// tests fork, which a real GPU's context does not survive: the emulator's build only (the host
-// code is the same in both builds).
+// The kernels' switches refuse what they cannot read, naming it (the backend's env_flag for the
+// 0 / 1 ones, kernels/delta_rule/walk.cuh for the walk's tile), and the single reference
+// gradient kernel refuses the one-MMA arithmetic. Death tests fork, which a real GPU's context
+// does not survive: the emulator's build only (the host code is the same in both builds).
 static Prob *death_prob;
-static void bad_switch_forward(void *arg) {
-    (void)arg;
+typedef struct {
+    const char *name, *value;
+} EnvSetting;
+// the forward with one variable of the environment set (arg: an EnvSetting)
+static void forward_with_env(void *arg) {
+    const EnvSetting *set = arg;
     const Prob *p = death_prob;
     DevIn d = upload(p);
     P = &PATHS[0];
     void *od = dev_bf16(NULL, p->nv), *wg = gpu_ws(p, 0);
-    setenv("HYBRID_DR_BF16", "yes", 1);
-    P->fwd(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, NULL, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets,
-           p->nseq, CHUNK, wg);
-}
-static void bad_diag_switch(void *arg) {
-    (void)arg;
-    const Prob *p = death_prob;
-    DevIn d = upload(p);
-    P = &PATHS[0];
-    void *od = dev_bf16(NULL, p->nv), *wg = gpu_ws(p, 0);
-    setenv("HYBRID_DR_DIAG_SIMT", "on", 1);  // (refused in the split arithmetic too: HYBRID_DR_BF16=0)
+    setenv(set->name, set->value, 1);
     P->fwd(p->kind, od, NULL, d.q, d.k, d.v, d.g, d.beta, NULL, p->scale, p->B, p->T, p->H, p->K, p->V, d.offsets,
            p->nseq, CHUNK, wg);
 }
@@ -513,10 +507,15 @@ static void ref_kernel_bf16(void *arg) {
 static void test_switch_errors(void) {
     Prob p = make_prob(LINEAR_KDA, 1, 70, 1, 16, 16, NULL, 0);
     death_prob = &p;
-    CHECK(expect_death(bad_switch_forward, NULL, "HYBRID_DR_BF16=yes", "HYBRID_DR_BF16=yes", "expected 0"),
-          "a bad HYBRID_DR_BF16 is refused by name");
-    CHECK(expect_death(bad_diag_switch, NULL, "HYBRID_DR_DIAG_SIMT=on", "HYBRID_DR_DIAG_SIMT=on", "expected 0"),
-          "a bad HYBRID_DR_DIAG_SIMT is refused by name");
+    // (HYBRID_DR_DIAG_SIMT is read in the split arithmetic too, which these runs are in)
+    static const EnvSetting bad[] = {{"HYBRID_DR_BF16", "yes"}, {"HYBRID_DR_DIAG_SIMT", "on"},
+                                     {"HYBRID_DR_DELTA_F32", "2"}, {"HYBRID_DR_WALK_BV", "48"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s=%s", bad[i].name, bad[i].value);
+        CHECK(expect_death(forward_with_env, (void *)&bad[i], want, want, "expected"), "a bad %s is refused by name",
+              bad[i].name);
+    }
     CHECK(expect_death(ref_kernel_bf16, NULL, "HYBRID_DR_GRAD_REF with HYBRID_DR_BF16", "HYBRID_DR_GRAD_REF=1",
                        "split arithmetic only"),
           "the single gradient kernel refuses the one-MMA arithmetic");
