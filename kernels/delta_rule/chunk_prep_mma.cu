@@ -250,6 +250,19 @@ __device__ __forceinline__ void drp_tile_1mma(float acc[4], const bf16 *Ah, cons
         }
     }
 }
+// The same in three MMAs a k-step (hi hi + hi lo + lo hi: chunk.cuh, dr_mma3): A hi, lo tiles Ah,
+// Al; Bp this lane's address of the ldmatrix.x4 that gives B's hi (matrices 0, 1) and lo (2, 3)
+// of a k-step
+__device__ __forceinline__ void drp_tile_3mma(float acc[4], const bf16 *Ah, const bf16 *Al, const bf16 *Bp, int LK,
+                                              int ks16, int lane) {
+    for (int kk = 0; kk < ks16; kk++) {
+        uint32_t ah[4], al[4], bb[4];
+        dr_lda(ah, Ah, LK, 0, kk * 16, lane);
+        dr_lda(al, Al, LK, 0, kk * 16, lane);
+        ldsm_x4(bb, Bp + kk * 16);
+        dr_mma3(acc, ah, al, bb, bb + 2);
+    }
+}
 // Step 2's 16x8 result (an MMA accumulator) of row block I, column block J, half nh to L (isL:
 // beta_r times it, strictly below the diagonal) or Aqk (scale times it, on and below the
 // diagonal; hi + lo where LO); 0 elsewhere and in the rows past n. A select, not a product,
@@ -480,14 +493,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                 const bf16 *Brow = Bkh + (size_t)(16 * (J - J0) + 8 * nh + (lane & 7)) * LK;
                 float acc[4] = {0.f, 0.f, 0.f, 0.f};
                 if (split_lo) {  // one ldmatrix.x4 gives B's hi and lo of a k-step; three MMAs
-                    const bf16 *Bp = (m < 2 ? Brow : Brow + (Bkl - Bkh)) + 8 * (m & 1);
-                    for (int kk = 0; kk < ks16; kk++) {
-                        uint32_t ah[4], al[4], bb[4];
-                        dr_lda(ah, Ah, LK, 0, kk * 16, lane);
-                        dr_lda(al, Al, LK, 0, kk * 16, lane);
-                        ldsm_x4(bb, Bp + kk * 16);
-                        dr_mma3(acc, ah, al, bb, bb + 2);
-                    }
+                    drp_tile_3mma(acc, Ah, Al, (m < 2 ? Brow : Brow + (Bkl - Bkh)) + 8 * (m & 1), LK, ks16, lane);
                 } else {
                     drp_tile_1mma(acc, Ah, Brow, LK, ks16, lane);
                 }
@@ -503,13 +509,7 @@ __global__ void __launch_bounds__(DRM_THREADS, 2)  // 2 blocks an SM: at most 12
                     const bf16 *Ah = isL ? Dkh : Dqh, *Al = isL ? Dkl : Dql;
                     // one ldmatrix.x4 gives B's hi and lo of a k-step (Dcl is Dch + 16 rows)
                     const bf16 *Bp = Dch + (size_t)(8 * nh + (lane & 7) + 16 * ((lane >> 3) >> 1)) * LK + 8 * ((lane >> 3) & 1);
-                    for (int kk = 0; kk < KP / 16; kk++) {
-                        uint32_t ah[4], al[4], bb[4];
-                        dr_lda(ah, Ah, LK, 0, kk * 16, lane);
-                        dr_lda(al, Al, LK, 0, kk * 16, lane);
-                        ldsm_x4(bb, Bp + kk * 16);
-                        dr_mma3(acc, ah, al, bb, bb + 2);
-                    }
+                    drp_tile_3mma(acc, Ah, Al, Bp, LK, KP / 16, lane);
                     drp_tile_store<false>(acc, Aqk, Aqkl, L, bs, scale, isL, I, I, nh, n, lane);
                 }
             }
