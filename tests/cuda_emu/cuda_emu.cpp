@@ -27,6 +27,7 @@
 
 #include "kernels/common.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/wgmma.cuh"
 
 uint3 threadIdx, blockIdx;
 dim3 blockDim, gridDim;
@@ -35,6 +36,10 @@ namespace {
 
 const size_t kStack = 256 * 1024;    // per thread: kernels keep small arrays in registers
 const size_t kMaxSmem = 232448;      // an H200 block's shared memory (227 KiB)
+// The shared-window address of the dynamic shared memory's first byte (emu_smem_address): 16-byte
+// aligned and no more, as on the GPU (where reserved and static shared memory come first), so a
+// kernel that needs 1024-byte alignment (the wgmma swizzle) must align itself here too.
+const uint32_t kSmemWindowBase = 0x410;
 enum Wait { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, EXITED };
 
 // The switch between fibers: GCC's __builtin_setjmp / __builtin_longjmp save and restore
@@ -59,6 +64,15 @@ struct AsyncCopy {
     bool valid;
 };
 
+// A wgmma.mma_async issued and not yet performed (emu_wgmma_issue): this thread's accumulators
+// and the instruction's operands
+struct WgmmaOp {
+    float *d;
+    int n;
+    uint64_t desc_a, desc_b;
+    int scale_d, trans_b;
+};
+
 struct Fiber {
     ucontext_t start;  // used once, to enter the fiber on its own stack
     JumpBuf jb;        // where the fiber resumes
@@ -68,6 +82,9 @@ struct Fiber {
     uint3 idx;         // its threadIdx
     std::vector<AsyncCopy> open;                 // cp.async issued since the last commit
     std::deque<std::vector<AsyncCopy>> groups;   // committed groups, oldest first
+    std::vector<WgmmaOp> wg_open;                // wgmma issued since the last wgmma commit
+    std::deque<std::vector<WgmmaOp>> wg_groups;  // committed wgmma groups, oldest first
+    size_t wg_issued;                            // wgmma issued by this thread in this block
 };
 
 struct Block {
@@ -89,7 +106,10 @@ struct Block {
     std::vector<uint64_t> exchange;  // 32 slots per warp
     const std::function<void()> *body = nullptr;
     unsigned char *smem = nullptr;
-    size_t smem_cap = 0;
+    size_t smem_cap = 0, smem_size = 0;  // allocated; this launch's
+    // per warpgroup, the descriptors of each wgmma its threads issued, in order (the first thread
+    // to issue one records it, the others must match: a wgmma is one instruction of 128 threads)
+    std::vector<std::vector<std::pair<uint64_t, uint64_t>>> wg_issue;
     const char *where = "";
 } B;
 
@@ -179,6 +199,10 @@ SWITCHES void fiber_main() {
         (*B.body)();
         emu_cp_async_finish();  // (a thread's copies land by the end of the kernel)
         Fiber &f = B.fibers[B.cur];
+        if (!f.wg_open.empty() || !f.wg_groups.empty())
+            emu_die("%s: thread %u ends with wgmma still in flight (no wgmma_wait<0> after its last commit, or "
+                    "an uncommitted wgmma)",
+                    B.where, f.tid);
         f.wait = EXITED;
         B.live--;
         B.warp_live[f.tid / 32]--;
@@ -224,7 +248,9 @@ void run_block(unsigned nthreads) {
         f.wait = RUNNING;
         f.tid = t;
         f.idx = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
+        f.wg_open.clear(), f.wg_groups.clear(), f.wg_issued = 0;
     }
+    B.wg_issue.assign((nthreads + 127) / 128, {});
     B.round = 0, B.pos = 0, B.ran = 0;
     for (int t = pick_next(); t != kBlockDone; t = B.next) resume_fiber((unsigned)t);
 }
@@ -298,6 +324,7 @@ void emu_launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const st
         if (!B.smem) emu_die("out of memory for shared memory");
         B.smem_cap = smem;
     }
+    B.smem_size = smem;
     B.body = &body;
     B.where = "kernel";
     // blocks in a fixed pseudo-random order (a stride coprime with the count)
@@ -480,6 +507,92 @@ void emu_ldmatrix_x4(uint32_t r[4], const void *row_address, int trans) {
             c0 = c1 = (int)lane / 4;
         }
         r[m] = (uint32_t)p0[c0] | (uint32_t)p1[c1] << 16;
+    }
+}
+
+// ---- Hopper's warpgroup MMA (kernels/wgmma.cuh) ----
+// A wgmma is performed at the wgmma_wait that covers its commit group, per thread: each thread
+// computes its own 128 (n / 2) accumulators from the shared memory as it is at that moment,
+// through the instruction's descriptors. So, as the GPU allows: accumulators read before the
+// wait hold their old values, and operand tiles overwritten between the issue and the wait
+// change the result; both reach a test's output instead of passing unseen. The descriptors
+// are decoded as wgmma.cuh describes (128-byte swizzle only: any other mode or a nonzero base
+// offset stops the run, as does an operand outside the block's dynamic shared memory); the
+// 128 threads of a warpgroup must issue the same descriptors (one instruction).
+
+uint32_t emu_smem_address(const void *p) {
+    const unsigned char *c = (const unsigned char *)p;
+    if (c < B.smem || c > B.smem + B.smem_size)
+        emu_die("%s: a shared-memory address of a pointer outside the block's dynamic shared memory", B.where);
+    return kSmemWindowBase + (uint32_t)(c - B.smem);
+}
+
+namespace {
+// element (mn, k) of a wgmma operand, 0 <= k < 16 (mn_major: trans = 1, the MN-major layout)
+float wg_operand(uint64_t desc, int mn, int k, int mn_major) {
+    const int mode = (int)(desc >> 62), base = (int)(desc >> 49) & 7;
+    if (mode != 1 || base != 0)
+        emu_die("%s: a wgmma descriptor with swizzle mode %d, base offset %d: only the 128-byte swizzle (mode 1) "
+                "at base offset 0 is emulated",
+                B.where, mode, base);
+    const uint32_t start = (uint32_t)(desc & 0x3FFF) << 4, lbo = (uint32_t)((desc >> 16) & 0x3FFF) << 4,
+                   sbo = (uint32_t)((desc >> 32) & 0x3FFF) << 4;
+    const uint32_t L = mn_major ? start + (uint32_t)(mn / 64) * lbo + (uint32_t)(k / 8) * sbo + (uint32_t)(k % 8) * 128 +
+                                      (uint32_t)(mn % 64) * 2
+                                : start + (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * 128 + (uint32_t)k * 2;
+    const uint32_t P = L ^ (((L >> 7) & 7u) << 4);  // the 128-byte swizzle: chunk bits 4-6 ^= row bits 7-9
+    if (P < kSmemWindowBase || P + 2 > kSmemWindowBase + B.smem_size)
+        emu_die("%s: a wgmma operand element at shared address 0x%x, outside the block's dynamic shared memory "
+                "[0x%x, 0x%zx)",
+                B.where, P, kSmemWindowBase, kSmemWindowBase + B.smem_size);
+    __nv_bfloat16 h;
+    memcpy(&h.x, B.smem + (P - kSmemWindowBase), 2);
+    return (float)h;
+}
+
+void wgmma_perform(const WgmmaOp &op, unsigned tid) {
+    const int w = (int)(tid / 32) % 4, lane = (int)(tid % 32), g = lane / 4, t = lane % 4;
+    float a[2][16];  // A's rows 16 w + g and + 8
+    for (int h = 0; h < 2; h++)
+        for (int k = 0; k < 16; k++) a[h][k] = wg_operand(op.desc_a, 16 * w + g + 8 * h, k, 0);
+    for (int j = 0; j < op.n / 8; j++)
+        for (int c = 0; c < 2; c++) {
+            float b[16];  // B's row (column of the product) 8 j + 2 t + c
+            for (int k = 0; k < 16; k++) b[k] = wg_operand(op.desc_b, 8 * j + 2 * t + c, k, op.trans_b);
+            for (int h = 0; h < 2; h++) {
+                float &d = op.d[4 * j + 2 * h + c];
+                float acc = op.scale_d ? d : 0.f;
+                for (int k = 0; k < 16; k++) acc += a[h][k] * b[k];
+                d = acc;
+            }
+        }
+}
+}  // namespace
+
+void emu_wgmma_issue(float *d, int n, uint64_t desc_a, uint64_t desc_b, int scale_d, int trans_b) {
+    Fiber &f = B.fibers[B.cur];
+    if (B.nthreads % 128) emu_die("%s: wgmma in a block of %u threads (not whole warpgroups of 128)", B.where, B.nthreads);
+    auto &issued = B.wg_issue[f.tid / 128];
+    const auto descs = std::make_pair(desc_a, desc_b);
+    if (f.wg_issued == issued.size()) issued.push_back(descs);
+    else if (issued[f.wg_issued] != descs)
+        emu_die("%s: thread %u issues wgmma number %zu with other descriptors than its warpgroup's first thread "
+                "(a = 0x%llx, b = 0x%llx against 0x%llx, 0x%llx)",
+                B.where, f.tid, f.wg_issued, (unsigned long long)desc_a, (unsigned long long)desc_b,
+                (unsigned long long)issued[f.wg_issued].first, (unsigned long long)issued[f.wg_issued].second);
+    f.wg_issued++;
+    f.wg_open.push_back(WgmmaOp{d, n, desc_a, desc_b, scale_d, trans_b});
+}
+void emu_wgmma_commit(void) {
+    Fiber &f = B.fibers[B.cur];
+    f.wg_groups.push_back(std::move(f.wg_open));
+    f.wg_open.clear();
+}
+void emu_wgmma_wait(int n) {
+    Fiber &f = B.fibers[B.cur];
+    while ((int)f.wg_groups.size() > n) {
+        for (const WgmmaOp &op : f.wg_groups.front()) wgmma_perform(op, f.tid);
+        f.wg_groups.pop_front();
     }
 }
 

@@ -5,12 +5,15 @@
 // move the right lanes' values; block_sum and warp_sum of kernels/common.cuh reduce; every
 // block of a 3-D grid runs once with its coordinates; dynamic shared memory arrives NaN-filled;
 // the tensor-core MMA and ldmatrix of kernels/mma.cuh multiply from their fragment layouts; a
-// cp.async lands at the wait that covers it (its destination NaN until then);
+// cp.async lands at the wait that covers it (its destination NaN until then); the warpgroup
+// MMA of kernels/wgmma.cuh multiplies through its descriptors (both B layouts) at its wait;
 // a copy into pinned host memory lands only at the wait that covers it (0xff bytes until then);
-// and the errors the emulator reports (a barrier in divergent code, a bad launch) stop the
+// and the errors the emulator reports (a barrier in divergent code, a bad launch, a wgmma whose
+// threads disagree or that is never waited for) stop the
 // program with a message instead of hanging.
 #include "kernels/common.cuh"
 #include "kernels/mma.cuh"
+#include "kernels/wgmma.cuh"
 
 extern "C" {
 #include "tests/testing.h"
@@ -133,6 +136,78 @@ __global__ void mma_kernel(float *out, const bf16 *a, const bf16 *b_kn, const bf
                 out[v * 256 + (g + (i >= 2 ? 8 : 0)) * 16 + nt * 8 + 2 * t + (i & 1)] = c[v][nt][i];
 }
 
+// One warpgroup: D (64 x 256) = 0.5 + A (64 x 64) B^T (B 256 x 64) by four k16 steps of
+// wgmma_m64n256k16_bf16 from the 128-byte-swizzled tiles of kernels/wgmma.cuh, B stored K-major
+// (mode 0) or MN-major (mode 1), each accumulator written out from the documented fragment
+// layout. Mode 2: as 0, and the accumulators read before the wait go to pre (0.5: the wgmma has
+// not happened yet). Mode 3: as 0, with A's tile zeroed between the issue and the wait (the
+// emulator performs the wgmma at the wait: D stays 0.5; on the GPU that is a race).
+__global__ void wgmma_kernel(float *out, float *pre, const bf16 *a, const bf16 *b, int mode) {
+    DYNAMIC_SMEM(unsigned char, raw);
+    unsigned char *sa = wg_align1024(raw), *sb = sa + 64 * 128;
+    const int tid = threadIdx.x;
+    for (int i = tid; i < 64 * 64; i += 128)
+        *reinterpret_cast<bf16 *>(sa + wg_kmajor_offset(i / 64, i % 64)) = a[i];
+    for (int i = tid; i < 256 * 64; i += 128) {
+        const int n = i / 64, k = i % 64;
+        *reinterpret_cast<bf16 *>(sb + (mode == 1 ? wg_mnmajor_offset(n, k, 8 * 1024) : wg_kmajor_offset(n, k))) = b[i];
+    }
+    fence_proxy_async();
+    __syncthreads();
+    float d[128];
+    for (int i = 0; i < 128; i++) d[i] = 0.5f;
+    wgmma_fence();
+    for (int kk = 0; kk < 4; kk++) {
+        const uint64_t da = wg_desc(sa + kk * 32, 16, 1024);
+        if (mode == 1) wgmma_m64n256k16_bf16<1>(d, da, wg_desc(sb + kk * 2048, 8 * 1024, 1024), 1);
+        else wgmma_m64n256k16_bf16<0>(d, da, wg_desc(sb + kk * 32, 16, 1024), 1);
+    }
+    wgmma_commit();
+    if (mode == 2)
+        for (int i = 0; i < 128; i++) pre[tid * 128 + i] = d[i];
+    if (mode == 3) {
+        for (int i = tid; i < 64 * 64; i += 128) *reinterpret_cast<bf16 *>(sa + wg_kmajor_offset(i / 64, i % 64)) = 0.f;
+        __syncthreads();
+    }
+    wgmma_wait<0>(d);
+    const int w = tid / 32, g = (tid % 32) / 4, t = tid % 4;
+    for (int j = 0; j < 32; j++)
+        for (int i = 0; i < 4; i++) out[(16 * w + g + 8 * (i >> 1)) * 256 + 8 * j + 2 * t + (i & 1)] = d[4 * j + i];
+}
+
+// a wgmma whose descriptors differ between threads of the warpgroup (one instruction of 128
+// threads cannot have two): the emulator stops
+__global__ void wgmma_mismatch_kernel(float *out) {
+    DYNAMIC_SMEM(unsigned char, raw);
+    unsigned char *s = wg_align1024(raw);
+    float d[128] = {};
+    wgmma_fence();
+    wgmma_m64n256k16_bf16<0>(d, wg_desc(s + (threadIdx.x == 77 ? 32 : 0), 16, 1024), wg_desc(s, 16, 1024), 0);
+    wgmma_commit();
+    wgmma_wait<0>(d);
+    out[threadIdx.x] = d[0];
+}
+
+// a thread that ends with a wgmma in flight: the emulator stops
+__global__ void wgmma_no_wait_kernel(float *out) {
+    DYNAMIC_SMEM(unsigned char, raw);
+    unsigned char *s = wg_align1024(raw);
+    float d[128] = {};
+    wgmma_fence();
+    wgmma_m64n256k16_bf16<0>(d, wg_desc(s, 16, 1024), wg_desc(s, 16, 1024), 0);
+    wgmma_commit();
+    out[threadIdx.x] = 1.f;
+}
+
+static void run_wgmma_mismatch(void *) {
+    static float out[128];
+    launch_kernel(wgmma_mismatch_kernel, dim3(1), dim3(128), 1024 + 40 * 1024, out);
+}
+static void run_wgmma_no_wait(void *) {
+    static float out[128];
+    launch_kernel(wgmma_no_wait_kernel, dim3(1), dim3(128), 1024 + 40 * 1024, out);
+}
+
 static void run_divergent(void *) {
     float out[64];
     launch_kernel(divergent_kernel, dim3(1), dim3(64), 0, out);
@@ -243,6 +318,33 @@ int main(void) {
         CHECK(bad[2] == 0, "mma with hand-built fragments: %d of 256 wrong", bad[2]);
     }
     {
+        static bf16 a[64 * 64], b[256 * 64];
+        static float fa[64 * 64], fb[256 * 64], out[64 * 256], pre[128 * 128];
+        for (int i = 0; i < 64 * 64; i++) fa[i] = (float)((i * 37) % 19 - 9) / 8.f, a[i] = __float2bfloat16(fa[i]);
+        for (int i = 0; i < 256 * 64; i++) fb[i] = (float)((i * 53) % 23 - 11) / 16.f, b[i] = __float2bfloat16(fb[i]);
+        const size_t smem = 1024 + 64 * 128 + 256 * 128;
+        for (int mode = 0; mode < 4; mode++) {
+            for (int i = 0; i < 64 * 256; i++) out[i] = -1.f;
+            for (int i = 0; i < 128 * 128; i++) pre[i] = -1.f;
+            launch_kernel(wgmma_kernel, dim3(1), dim3(128), smem, out, pre, (const bf16 *)a, (const bf16 *)b, mode);
+            int bad = 0;
+            for (int m = 0; m < 64; m++)
+                for (int n = 0; n < 256; n++) {
+                    double want = 0.5;  // (exact: multiples of 1/128, 64 terms)
+                    if (mode != 3)
+                        for (int k = 0; k < 64; k++) want += (double)fa[m * 64 + k] * fb[n * 64 + k];
+                    bad += out[m * 256 + n] != (float)want;
+                }
+            int early = 0;
+            if (mode == 2)
+                for (int i = 0; i < 128 * 128; i++) early += pre[i] != 0.5f;
+            static const char *const what[4] = {"B K-major", "B MN-major", "B K-major, accumulators read before the wait",
+                                                "B K-major, A overwritten before the wait"};
+            CHECK(bad == 0 && early == 0, "wgmma m64n256k16, %s: %d of %d wrong, %d read early not the old value",
+                  what[mode], bad, 64 * 256, early);
+        }
+    }
+    {
         // a copy from the device into pinned host memory lands at the synchronization that
         // covers it, not before: what host code that forgets to wait would read
         int *dev = NULL, *host = NULL;
@@ -278,5 +380,9 @@ int main(void) {
           "too much shared memory is reported");
     CHECK(expect_death_within(20, run_empty_grid, NULL, "an empty grid", "empty grid"),
           "an empty grid is reported");
+    CHECK(expect_death_within(20, run_wgmma_mismatch, NULL, "a wgmma with per-thread descriptors", "other descriptors"),
+          "a wgmma whose threads disagree on the descriptors is reported");
+    CHECK(expect_death_within(20, run_wgmma_no_wait, NULL, "a wgmma never waited for", "wgmma still in flight"),
+          "a thread that ends with a wgmma in flight is reported");
     TEST_MAIN_END();
 }
