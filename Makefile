@@ -170,6 +170,12 @@ $(BUILD)/d/%.o: %.c $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DREAL_DOUBLE -c -o $@ $<
 
+# wgmma (kernels/wgmma.cuh) exists only in sm_90a's arch-specific instruction set, so the files
+# that use it are built for sm_90a alone (no PTX: sm_90a code runs on compute capability 9.0 only,
+# and their switches refuse any other GPU); every other file keeps CUDA_ARCH
+WGMMA_CU := kernels/moe/experts_wg.cu
+$(patsubst %.cu,$(BUILD)/cu/%.o,$(WGMMA_CU)): CUDA_ARCH = -gencode arch=compute_90a,code=sm_90a
+
 # ptxas's resource usage of every kernel (registers, static shared memory) goes to $@.res, which
 # tests/check_launch_limits.py reads after the emulated tests; the rest of nvcc's messages still
 # show (a failed compile shows its .res whole)

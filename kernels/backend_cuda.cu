@@ -65,6 +65,7 @@ void cuda_init(void) {
         die("--device cuda: %s has compute capability %d.%d; this backend needs bf16 tensor cores (8.0 or newer)",
             prop.name, prop.major, prop.minor);
     g_cuda.sm_count = prop.multiProcessorCount;
+    g_cuda.cc = prop.major * 10 + prop.minor;
     g_cuda.sync_debug = env_flag("HYBRID_CUDA_SYNC");
     CUDA_CHECK(cudaStreamCreateWithFlags(&g_cuda.stream, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasLtCreate(&g_cuda.lt));

@@ -98,6 +98,7 @@ typedef struct {
     int ready;
     int device;
     int sm_count;
+    int cc;                       // compute capability, major * 10 + minor (90: H100/H200)
     int sync_debug;               // HYBRID_CUDA_SYNC=1: synchronize after every launch
     cudaStream_t stream;
     cublasLtHandle_t lt;

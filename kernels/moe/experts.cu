@@ -25,7 +25,9 @@
 // the copy); the GLU passes are the same.
 #include "kernels/common.cuh"
 #include "kernels/moe/experts_cublas.h"
+#include "kernels/moe/experts_wg.h"
 #include "kernels/moe/grouped_gemm.cuh"
+#include "kernels/moe/grouped_walk.cuh"
 #include "kernels/norm_glu/glu.cuh"
 
 // Y (rows, n_out) = X (rows, kd) W_e^T, W_e stored (n_out, kd) (W_T = false) or (kd, n_out)
@@ -40,16 +42,11 @@ __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
     rows_gemm_kernel(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
     DYNAMIC_SMEM(bf16, smem);  // GG_SMEM_BYTES: the tile's ring, then its epilogue
     const int ny = (n_out + GG_BN - 1) / GG_BN;
-    // the expert of the current row tile and the row tiles before it (the same in every
-    // thread: the loop exit is uniform); row tiles only increase along the walk
-    int e = 0, base = 0, nt = (offsets[1] - offsets[0] + GG_BM - 1) / GG_BM;
+    int e, base, nt;  // (row tiles only increase along the walk)
+    row_tiles_start<GG_BM>(offsets, e, base, nt);
     for (long L = blockIdx.x;; L += gridDim.x) {
         const int tile = (int)(L / ny), n0 = (int)(L % ny) * GG_BN;
-        while (tile >= base + nt) {
-            base += nt;
-            if (++e == E) return;
-            nt = (offsets[e + 1] - offsets[e] + GG_BM - 1) / GG_BM;
-        }
+        if (!row_tiles_seek<GG_BM>(tile, offsets, E, e, base, nt)) return;
         const int r0 = offsets[e] + (tile - base) * GG_BM, m_lim = min(GG_BM, offsets[e + 1] - r0);
         const int n_lim = min(GG_BN, n_out - n0);
         const bf16 *We = W + (size_t)e * n_out * kd;
@@ -60,13 +57,6 @@ __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
     }
 }
 
-// The rows of split s of an expert with `rows` rows cut into S splits: [s ch, min(rows, (s + 1) ch))
-// with ch = ceil(rows / S) rounded up to whole k-steps (so a split is empty iff s ch >= rows;
-// the trailing splits of a small expert can be).
-__device__ __forceinline__ int wgrad_split_rows(int rows, int S) {
-    const int ch = (rows + S - 1) / S;
-    return (ch + GG_BK - 1) / GG_BK * GG_BK;
-}
 
 // dW_e (P, Q) += G_e^T X_e over the expert's rows: G (rows, P), X (rows, Q), both read
 // transposed (the reduction runs along their rows); grid (Q tiles, P tiles, E S).
@@ -81,7 +71,7 @@ __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
     const int e = blockIdx.z / S, s = blockIdx.z % S;
     int r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (S > 1) {
-        const int ch = wgrad_split_rows(rows, S);
+        const int ch = wgrad_split_rows<GG_BK>(rows, S);
         r0 += s * ch;
         rows = min(ch, rows - s * ch);
     }
@@ -108,7 +98,7 @@ __global__ void wgrad_reduce_kernel(bf16 *dW, const float *ws, const int *offset
         const long j = (i % per_e) * W;
         const int rows = offsets[e + 1] - offsets[e];
         if (rows <= 0) continue;
-        const int ch = wgrad_split_rows(rows, S), ns = (rows + ch - 1) / ch;
+        const int ch = wgrad_split_rows<GG_BK>(rows, S), ns = (rows + ch - 1) / ch;
         const float *p = ws + (size_t)e * S * PQ + j;
         float v[W], q[W];
         auto load = [&](float *r, const float *a) {  // W floats (VEC: two 16-byte loads)
@@ -189,6 +179,7 @@ static int gg_vec_ok(const void *a, const void *b, const void *c, int d0, int d1
 template <bool W_T>
 static void rows_gemm(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
     if (n_out <= 0) return;
+    if (moe_wg_rows(Y, X, W, offsets, E, n_out, kd, W_T)) return;  // HYBRID_MOE_WGMMA=1 (experts_wg.cu)
     if (gg_vec_ok(Y, X, W, n_out, kd))
         launch_kernel(rows_gemm_kernel<W_T, true>, dim3(gg_resident_blocks<rows_gemm_kernel<W_T, true>>()),
                       dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out, kd);

@@ -249,9 +249,10 @@ typedef struct {
     int mixed_wgrad_cublas;  // mixed mode: 1 forces both weight gradients onto cuBLAS (0: the rule)
 } DispatchCase;
 
-enum { PATH_OWN, PATH_CUBLAS, PATH_MIXED, NPATH };
+enum { PATH_OWN, PATH_CUBLAS, PATH_MIXED, PATH_WGMMA, NPATH };
 static const char *const path_desc[NPATH] = {"our grouped kernels", "cuBLAS's grouped batched GEMM",
-                                             "the forward on ours, the backward on cuBLAS by the rule"};
+                                             "the forward on ours, the backward on cuBLAS by the rule",
+                                             "our grouped kernels, the row GEMMs on wgmma (HYBRID_MOE_WGMMA=1)"};
 
 // The mixed mode's rule for a weight gradient dW (E, P, Q), written out again from experts.cu
 // (mixed_wgrad_on_cublas): cuBLAS unless its 128 x 128 tiles are fewer than 2 x 132 (one wave
@@ -262,7 +263,9 @@ static int mixed_wgrad_rule(int E, int P, int Q) {
 
 // The grouped expert op in GEMM mode `path` (PATH_OWN: our grouped kernels; PATH_CUBLAS:
 // cuBLAS's grouped batched GEMM, HYBRID_MOE_GEMM=cublas; PATH_MIXED: HYBRID_MOE_GEMM=mixed;
-// cuda_moe_set_gemm) on the plan's sorted rows xp (host) / dxp (device) and offsets off (host) /
+// cuda_moe_set_gemm; PATH_WGMMA: PATH_OWN with the row GEMMs on the wgmma kernels,
+// cuda_moe_set_wgmma, which run every row GEMM where the widths are multiples of 8: two a forward,
+// two a backward) on the plan's sorted rows xp (host) / dxp (device) and offsets off (host) /
 // doff (device). Forward against the CPU and rerun bit-identical; backward on the CUDA forward's
 // hp, ap (and xp: exact copies) against the CPU, the parameter gradients accumulated twice from
 // zero; the whole backward again, bit-identical; then once more on a copy of the offsets that no
@@ -284,6 +287,11 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
                          void *dyp) {
     const int N = q.N, K = q.K, E = q.E, C = q.C, M = q.M;
     const size_t nk = (size_t)N * K;
+    const int wgmma = path == PATH_WGMMA;
+    const long wg0 = cuda_moe_wgmma_launches();
+    cuda_moe_set_wgmma(wgmma);
+    const char *desc = path_desc[path];
+    if (wgmma) path = PATH_OWN;  // (the rest is the own mode's)
     cuda_moe_set_gemm(path);
     cuda_moe_set_mixed_wgrad(q.mixed_wgrad_cublas ? 1 : -1);
     const int suits = C % 8 == 0 && M % 8 == 0;  // (every buffer here is 16-byte aligned)
@@ -292,8 +300,8 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
               w13c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, 2 * M, C);
     const int fwd_calls = suits && path == PATH_CUBLAS ? 2 : 0,
               bwd_calls = !suits ? 0 : path == PATH_CUBLAS ? 4 : path == PATH_MIXED ? 2 + w2c + w13c : 0;
-    printf("  experts on %s (%s)%s", path_desc[path], cuda_moe_gemm_name(),
-           path && !suits ? ": widths not multiples of 8, so our kernels run" : "");
+    printf("  experts on %s (%s)%s", desc, cuda_moe_gemm_name(),
+           (path || wgmma) && !suits ? ": widths not multiples of 8, so our (mma.sync) kernels run" : "");
     if (path == PATH_MIXED && suits)
         printf(": dW2 on %s, dW13 on %s%s", w2c ? "cuBLAS" : "ours", w13c ? "cuBLAS" : "ours",
                q.mixed_wgrad_cublas ? " (forced)" : " (the rule)");
@@ -335,6 +343,9 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     CHECK(calls == 2 * fwd_calls && copies == (path ? 2 : 0) && waits == 0,
           "two forwards: %ld cuBLAS calls (expected %d), %ld offsets copies (expected %d), %ld waits (expected 0)",
           calls, 2 * fwd_calls, copies, path ? 2 : 0, waits);
+    const long wg_fwd = cuda_moe_wgmma_launches() - wg0, wg_want = wgmma && suits ? 4 : 0;
+    printf("  %-28s %ld wgmma row GEMMs\n", "forward (twice)", wg_fwd);
+    CHECK(wg_fwd == wg_want, "two forwards: %ld wgmma row GEMM launches (expected %ld)", wg_fwd, wg_want);
     // backward
     float *hpg = get_bf16(dhp, nk * 2 * M), *apg = get_bf16(dap, nk * M);
     float *gyp = host_rand(nk * C, 1.f, 0.f), *gxpe = host_alloc(nk * C), *g13 = calloc(n13, sizeof(float)),
@@ -420,6 +431,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     cuda_moe_set_wgrad_split(0);
     cuda_moe_set_gemm(-1);
     cuda_moe_set_mixed_wgrad(-1);
+    cuda_moe_set_wgmma(-1);
     void *bufs[] = {dw13, dw2, dhp, dap, dgyp, dgxpe, dg13, dg2, dsh, dsa, doff2};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) G->free(bufs[i]);
     void *hb[] = {w13, w2, yp, hp, ap, f_y, f_h, f_a, hpg, apg, gyp, gxpe, g13, g2, sh, sa, f_dx, f_13, f_2};

@@ -1,0 +1,42 @@
+// How the MoE experts' grouped GEMMs divide their work, shared by the mma.sync kernels
+// (kernels/moe/experts.cu) and the wgmma ones (kernels/moe/experts_wg.cu): the row GEMMs' walk over
+// (row tile, column tile) pairs, and the weight gradients' splits of an expert's rows. The
+// experts' rows are sorted (expert e owns rows [offsets[e], offsets[e+1])), the counts live on the
+// device only.
+#ifndef HYBRID_KERNELS_MOE_GROUPED_WALK_CUH
+#define HYBRID_KERNELS_MOE_GROUPED_WALK_CUH
+
+#include "kernels/common.cuh"
+
+// The row tiles, expert by expert (BM rows each, an expert's last one partial), numbered from 0.
+// A block walks increasing tile numbers and keeps e, the expert of the current row tile, base,
+// the tiles of the experts before it, and nt, the tiles of expert e (row_tiles_start sets them
+// for tile 0's expert). Every thread of a block computes the same values (the exits are uniform).
+template <int BM>
+__device__ __forceinline__ void row_tiles_start(const int *offsets, int &e, int &base, int &nt) {
+    e = 0, base = 0, nt = (offsets[1] - offsets[0] + BM - 1) / BM;
+}
+// moves (e, base, nt) to the expert of row tile `tile` (>= the last one asked); false when tile
+// is past the last expert's tiles (the walk is over). The tile's rows are then [r0, r0 + m_lim),
+// r0 = offsets[e] + (tile - base) BM, m_lim = min(BM, offsets[e + 1] - r0).
+template <int BM>
+__device__ __forceinline__ bool row_tiles_seek(int tile, const int *offsets, int E, int &e, int &base, int &nt) {
+    while (tile >= base + nt) {
+        base += nt;
+        if (++e == E) return false;
+        nt = (offsets[e + 1] - offsets[e] + BM - 1) / BM;
+    }
+    return true;
+}
+
+// The rows of split s of an expert with `rows` rows cut into S splits for its weight gradient:
+// [s ch, min(rows, (s + 1) ch)) with ch = ceil(rows / S) rounded up to whole k-steps of KSTEP rows
+// (so a split is empty iff s ch >= rows; the trailing splits of a small expert can be). The
+// split GEMM and the reduction of its partials must cut the same way.
+template <int KSTEP>
+__device__ __forceinline__ int wgrad_split_rows(int rows, int S) {
+    const int ch = (rows + S - 1) / S;
+    return (ch + KSTEP - 1) / KSTEP * KSTEP;
+}
+
+#endif

@@ -1,0 +1,22 @@
+#!/bin/bash
+# The first device call for the MoE experts' wgmma row GEMMs (kernels/moe/experts_wg.cu, written
+# in session 25, which had no device): does the H200 read the swizzled layouts and descriptors as
+# the CPU emulator does, and how fast is it. Build, test_moe on the GPU (its PATH_WGMMA cases:
+# "the row GEMMs on wgmma" lines; every other path as before), then bench_moe three ways in one
+# call: the default (HYBRID_MOE_GEMM=mixed), own (all six on our mma.sync kernels), and own with
+# HYBRID_MOE_WGMMA=1 (the four row GEMMs on wgmma, the weight gradients on mma.sync): compare the
+# moe_experts/gemm_* lines ("of dense" column) and the layer's fwd+bwd medians.
+# Call (no carry needed): bash results/bench/wgmma-s25/run.sh
+export NCCL_NVLS_ENABLE=0; set -u
+make -j16 out/build/gpu/test_moe out/build/gpu/bench_moe > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
+grep -A3 "rows_gemm_wg" out/build/cu/kernels/moe/experts_wg.o.res | grep -i "registers\|spill"
+out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; echo "test_moe rc $?"; tail -1 $OUT/test_moe.log
+grep -n "FAIL" $OUT/test_moe.log | head -20
+for run in "mixed:" "own:" "wg:HYBRID_MOE_WGMMA=1"; do
+    name=${run%%:*}; envs=${run#*:}
+    mode=$name; [ "$name" = wg ] && mode=own
+    env HYBRID_MOE_GEMM=$mode $envs out/build/gpu/bench_moe --json $OUT/moe_$name.json > $OUT/bench_$name.log 2>&1
+    echo "== bench_moe $name (rc $?)"; grep -A8 "grouped GEMM (profiled)" $OUT/bench_$name.log
+    grep "fwdbwd" $OUT/bench_$name.log | head -4
+done
+echo "total $SECONDS s"
