@@ -268,6 +268,13 @@ $(GPU_BIN)/%: $(GPU_BIN)/%.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
 $(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_CU) $(FLAGS)
 	$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
+# what the GPU's wgmma reads from kernels/wgmma.cuh's layouts (each operand orientation, and the
+# MN-major descriptors with LBO and SBO swapped): a probe, not a test; sm_90a like WGMMA_CU
+#   make out/build/gpu/probe_wgmma && out/build/gpu/probe_wgmma
+$(GPU_BIN)/probe_wgmma: tests/gpu/probe_wgmma.cu kernels/wgmma.cuh $(FLAGS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I. -DHAVE_CUDA -o $@ $<
+
 # the delta rule's precision audit on the GPU (docs/delta-rule.md, "Accuracy: the per-operand
 # audit"): the delta-rule kernels built again with -DHYBRID_DR_PRECISION_AUDIT into their own folder
 #   make out/build/gpu/audit_delta_rule_precision && out/build/gpu/audit_delta_rule_precision

@@ -91,11 +91,11 @@ long cuda_moe_dispatch_vec_launches(void);
 // calls that ran a vector kernel.
 void cuda_moe_set_glu_vec(int on);
 long cuda_moe_glu_vec_launches(void);
-// The expert row GEMMs (fwd13, fwd2 and the dgrads where they run ours) on Hopper's warpgroup
-// MMA (kernels/moe/experts_wg.cu): 1 on, 0 off, -1 as HYBRID_MOE_WGMMA says (the default; unset
-// = off); the counter: row GEMM calls that ran the wgmma kernel (since the start).
+// The expert GEMMs that run ours (the forward's two; in the own mode all six) on Hopper's
+// warpgroup MMA (kernels/moe/experts_wg.cu): 1 on, 0 off, -1 as HYBRID_MOE_WGMMA says (the
+// default; unset = off); the counter: GEMM calls that ran a wgmma kernel (since the start).
 void cuda_moe_set_wgmma(int on);
-int cuda_moe_wgmma(void);  // 1 when the row GEMMs of ours run on wgmma now
+int cuda_moe_wgmma(void);  // 1 when our expert GEMMs run on wgmma now
 long cuda_moe_wgmma_launches(void);
 
 #ifdef __cplusplus

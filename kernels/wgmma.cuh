@@ -24,12 +24,12 @@
 // window), and the 16-byte chunk c of row r of an atom sits at chunk c ^ r: the hardware applies
 // that XOR to the address bits 4-6 from bits 7-9, so the atom must start on a 1024-byte boundary
 // (wg_align1024). Two orientations of an operand:
-//   K-major (the 16 k of one row contiguous; A always, B with trans = 0): a row of the atom is
+//   K-major (the 16 k of one row contiguous; A or B with trans = 0): a row of the atom is
 //     one m (or n) row's 64 k values. Element (r, k) of a [rows][64] tile: byte
 //     r * 128 + ((k / 8) ^ (r % 8)) * 16 + (k % 8) * 2. Descriptor: SBO = 1024 (the next 8 rows),
 //     LBO unused (1); the k16 step kk of a 64-wide tile starts 32 kk bytes further.
-//   MN-major (B with trans = 1: the n of one k contiguous): a row of the atom is one k's 64
-//     n values, an atom 64 n x 8 k. Element (n, k): atom (n / 64, k / 8) at
+//   MN-major (A or B with trans = 1: the m or n of one k contiguous): a row of the atom is one
+//     k's 64 n (m) values, an atom 64 n x 8 k. Element (n, k): atom (n / 64, k / 8) at
 //     (n / 64) * LBO + (k / 8) * SBO, then (k % 8) * 128 + (((n % 64) / 8) ^ (k % 8)) * 16 +
 //     (n % 8) * 2: LBO is the stride between atoms along n, SBO along k (the canonical MN-major
 //     layout as CUTLASS's cute writes it, ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) in 16-byte units).
@@ -43,7 +43,7 @@
 #ifdef HYBRID_CUDA_EMU
 // (tests/cuda_emu/cuda_emu.cpp)
 uint32_t emu_smem_address(const void *p);
-void emu_wgmma_issue(float *d, int n, uint64_t desc_a, uint64_t desc_b, int scale_d, int trans_b);
+void emu_wgmma_issue(float *d, int n, uint64_t desc_a, uint64_t desc_b, int scale_d, int trans_a, int trans_b);
 void emu_wgmma_commit(void);
 void emu_wgmma_wait(int n);
 #endif
@@ -143,13 +143,13 @@ __device__ __forceinline__ void wgmma_wait(float d[128]) {
 #define WG_F16(i) WG_F4(i), WG_F4((i) + 4), WG_F4((i) + 8), WG_F4((i) + 12)
 #define WG_F64(i) WG_F16(i), WG_F16((i) + 16), WG_F16((i) + 32), WG_F16((i) + 48)
 
-// d (64 x 256, this thread's 128 values in the layout above) = A (64 x 16, K-major, desc_a)
-// B^T (B 256 x 16, desc_b; TRANS_B = 0 K-major, 1 MN-major) + d (scale_d = 1) or + 0 (scale_d = 0).
-// Asynchronous: see the top of the file.
-template <int TRANS_B>
+// d (64 x 256, this thread's 128 values in the layout above) = A (64 x 16, desc_a; TRANS_A = 0
+// K-major, 1 MN-major) B^T (B 256 x 16, desc_b; TRANS_B likewise) + d (scale_d = 1) or + 0
+// (scale_d = 0). Asynchronous: see the top of the file.
+template <int TRANS_A, int TRANS_B>
 __device__ __forceinline__ void wgmma_m64n256k16_bf16(float d[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
 #if defined(HYBRID_CUDA_EMU)
-    emu_wgmma_issue(d, 256, desc_a, desc_b, scale_d, TRANS_B);
+    emu_wgmma_issue(d, 256, desc_a, desc_b, scale_d, TRANS_A, TRANS_B);
 #elif WG_HAS_WGMMA
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -162,9 +162,9 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float d[128], uint64_t des
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+        "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
         : WG_F64(0), WG_F64(64)
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_B));
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
 #else
     (void)d, (void)desc_a, (void)desc_b, (void)scale_d;
     __trap();

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
     const int e = blockIdx.z / S, s = blockIdx.z % S;
     int r0 = offsets[e], rows = offsets[e + 1] - r0;
     if (S > 1) {
-        const int ch = wgrad_split_rows<GG_BK>(rows, S);
+        const int ch = wgrad_split_rows(rows, S);
         r0 += s * ch;
         rows = min(ch, rows - s * ch);
     }
@@ -98,7 +98,7 @@ __global__ void wgrad_reduce_kernel(bf16 *dW, const float *ws, const int *offset
         const long j = (i % per_e) * W;
         const int rows = offsets[e + 1] - offsets[e];
         if (rows <= 0) continue;
-        const int ch = wgrad_split_rows<GG_BK>(rows, S), ns = (rows + ch - 1) / ch;
+        const int ch = wgrad_split_rows(rows, S), ns = (rows + ch - 1) / ch;
         const float *p = ws + (size_t)e * S * PQ + j;
         float v[W], q[W];
         auto load = [&](float *r, const float *a) {  // W floats (VEC: two 16-byte loads)
@@ -214,13 +214,33 @@ static int wgrad_splits(int E, int P, int Q) {
     return S;
 }
 
+// dW_e = bf16(dW_e + the sum of its S splits' fp32 partials ws (E, S, P, Q), in split order): the
+// second pass of a split weight gradient (in the GEMM's profiled part)
+static void wgrad_reduce(bf16 *dW, const float *ws, const int *offsets, int E, int S, int P, int Q, bool vec) {
+    PROFILE("moe_experts/wgrad_reduce");  // (inside its gemm_wgrad part: shown, not counted twice)
+    const long PQ = (long)P * Q;
+    if (vec)
+        launch_kernel(wgrad_reduce_kernel<true>, dim3(grid_for((size_t)E * PQ / 8, 256, 8)), dim3(256), 0, dW, ws,
+                      offsets, E, S, PQ);
+    else
+        launch_kernel(wgrad_reduce_kernel<false>, dim3(grid_for((size_t)E * PQ, 256, 8)), dim3(256), 0, dW, ws,
+                      offsets, E, S, PQ);
+}
+
 // dW_e += G_e^T X_e for every expert with rows: one launch of wgrad_kernel (E S blocks along z),
 // then, with S > 1, the ordered reduction of the partials (in the same profiled part).
 static void wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q) {
     if (P <= 0 || Q <= 0) return;
-    const int S = wgrad_splits(E, P, Q);
     const bool vec = gg_vec_ok(dW, G, X, P, Q);
-    float *ws = S > 1 ? (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q) : NULL;
+    float *ws = NULL;
+    // HYBRID_MOE_WGMMA=1 (experts_wg.cu): its kernel, with its own split rule, then our reduction
+    int S = moe_wg_wgrad(dW, &ws, G, X, offsets, E, P, Q, wgrad_split_force);
+    if (S) {
+        if (S > 1) wgrad_reduce(dW, ws, offsets, E, S, P, Q, vec);
+        return;
+    }
+    S = wgrad_splits(E, P, Q);
+    if (S > 1) ws = (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q);
     const dim3 grid((Q + GG_BN - 1) / GG_BN, (P + GG_BM - 1) / GG_BM, E * S);
     if (vec) {
         gg_resident_blocks<wgrad_kernel<true>>();  // (the carveout hint, once)
@@ -229,15 +249,7 @@ static void wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, in
         gg_resident_blocks<wgrad_kernel<false>>();
         launch_kernel(wgrad_kernel<false>, grid, dim3(GG_THREADS), GG_SMEM_BYTES, dW, ws, G, X, offsets, P, Q, S);
     }
-    if (S == 1) return;
-    PROFILE("moe_experts/wgrad_reduce");  // (inside its gemm_wgrad part: shown, not counted twice)
-    const long PQ = (long)P * Q;
-    if (vec)
-        launch_kernel(wgrad_reduce_kernel<true>, dim3(grid_for((size_t)E * PQ / 8, 256, 8)), dim3(256), 0, dW,
-                      (const float *)ws, offsets, E, S, PQ);
-    else
-        launch_kernel(wgrad_reduce_kernel<false>, dim3(grid_for((size_t)E * PQ, 256, 8)), dim3(256), 0, dW,
-                      (const float *)ws, offsets, E, S, PQ);
+    if (S > 1) wgrad_reduce(dW, ws, offsets, E, S, P, Q, vec);
 }
 
 // ---- HYBRID_MOE_GEMM=mixed: which GEMM runs where ----

@@ -1,7 +1,8 @@
-// The MoE experts' grouped row GEMMs on Hopper's warpgroup MMA (grouped_gemm_wg.cuh), selected by
-// HYBRID_MOE_WGMMA=1 (off by default until measured on the H200: docs/hybrid.md, "Dropless
-// permutation and grouped expert FFN"). Same operands, walk and contract as experts.cu's
-// rows_gemm, which calls moe_wg_rows first and runs its mma.sync kernel where this returns 0.
+// The MoE experts' grouped GEMMs on Hopper's warpgroup MMA (grouped_gemm_wg.cuh), selected by
+// HYBRID_MOE_WGMMA=1 (off by default until measured on the H200: docs/hybrid.md, "The expert
+// GEMMs on wgmma"): the row GEMMs and the weight gradients that run ours. Same operands, walks, splits
+// and contracts as experts.cu's rows_gemm and wgrad, which call moe_wg_rows / moe_wg_wgrad first
+// and run their mma.sync kernels where these return 0.
 // This file alone is built for sm_90a (Makefile: wgmma exists only there); the switch refuses a
 // GPU that is not compute capability 9.0.
 #include "kernels/cuda_backend.h"
@@ -30,9 +31,35 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         const bf16 *We = W + (size_t)e * n_out * kd;
         const bf16 *B = W_T ? We + n0 : We + (size_t)n0 * kd;
         float d[128];
-        wg_tile<W_T>(d, ring, X + (size_t)r0 * kd, kd, B, W_T ? n_out : kd, m_lim, n_lim, kd);
+        wg_tile<false, W_T>(d, ring, X + (size_t)r0 * kd, kd, B, W_T ? n_out : kd, m_lim, n_lim, kd);
         wg_store(d, ring, Y + (size_t)r0 * n_out + n0, n_out, m_lim, n_lim);
     }
+}
+
+// dW_e (P, Q) += G_e^T X_e over the expert's rows, G (rows, P) and X (rows, Q) both read MN-major
+// (the reduction runs along their rows); grid (Q tiles of WG_BN, P tiles of WG_BM, E S), as
+// experts.cu's wgrad_kernel: S == 1, the block reduces over all the expert's rows and adds once
+// into dW (bf16); S > 1, block (., ., e S + s) reduces over split s's rows (grouped_walk.cuh) and
+// stores its fp32 partial at ws + (e S + s) P Q, which experts.cu's wgrad_reduce_kernel sums in
+// split order. An empty expert or split stores nothing.
+__global__ void __launch_bounds__(WG_THREADS, 1)
+    wgrad_wg_kernel(bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q, int S) {
+    DYNAMIC_SMEM(unsigned char, raw);
+    unsigned char *ring = wg_align1024(raw);
+    const int e = blockIdx.z / S, s = blockIdx.z % S;
+    int r0 = offsets[e], rows = offsets[e + 1] - r0;
+    if (S > 1) {
+        const int ch = wgrad_split_rows(rows, S);
+        r0 += s * ch;
+        rows = min(ch, rows - s * ch);
+    }
+    if (rows <= 0) return;  // exactly nothing added (an empty expert; an empty split)
+    const int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * WG_BN;
+    const int m_lim = min(WG_BM, P - m0), n_lim = min(WG_BN, Q - n0);
+    float d[128];
+    wg_tile<true, true>(d, ring, G + (size_t)r0 * P + m0, P, X + (size_t)r0 * Q + n0, Q, m_lim, n_lim, rows);
+    if (S == 1) wg_store_grad<true>(d, ring, dW + (size_t)e * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
+    else wg_store_grad<false>(d, ring, ws + (size_t)blockIdx.z * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
 }
 
 // ---- the switch (HYBRID_MOE_WGMMA; tests: cuda_moe_set_wgmma) ----
@@ -55,20 +82,19 @@ extern "C" void cuda_moe_set_wgmma(int on) { g_forced = on == 0 || on == 1 ? on 
 extern "C" int cuda_moe_wgmma(void) { return moe_wgmma_on(); }
 extern "C" long cuda_moe_wgmma_launches(void) { return g_launches; }
 
-// The blocks resident at once (one an SM by design: 193 KiB of shared memory), asked once per
-// kernel; under the emulator 3, prime to the emulated shapes' column tile counts (as experts.cu's
-// gg_resident_blocks: each block walks several tiles)
-template <bool W_T>
+// The blocks of KERNEL resident at once (one an SM by design: 193 KiB of shared memory), asked
+// once per kernel; under the emulator 3, prime to the emulated shapes' column tile counts (as
+// experts.cu's gg_resident_blocks: each block walks several tiles)
+template <auto KERNEL>
 static unsigned wg_resident_blocks(void) {
 #ifdef HYBRID_CUDA_EMU
     return 3;
 #else
     static unsigned n;
     if (!n) {
-        cuda_allow_dynamic_smem((const void *)rows_gemm_wg_kernel<W_T>, WG_SMEM_BYTES);
+        cuda_allow_dynamic_smem((const void *)KERNEL, WG_SMEM_BYTES);
         int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, rows_gemm_wg_kernel<W_T>, WG_THREADS,
-                                                                 WG_SMEM_BYTES));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, WG_THREADS, WG_SMEM_BYTES));
         n = (unsigned)((per_sm < 1 ? 1 : per_sm) * g_cuda.sm_count);
     }
     return n;
@@ -80,10 +106,42 @@ int moe_wg_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E
     if (!is_aligned16(Y) || !is_aligned16(X) || !is_aligned16(W) || n_out % 8 || kd % 8) return 0;
     g_launches++;
     if (w_t)
-        launch_kernel(rows_gemm_wg_kernel<true>, dim3(wg_resident_blocks<true>()), dim3(WG_THREADS), WG_SMEM_BYTES, Y,
+        launch_kernel(rows_gemm_wg_kernel<true>, dim3(wg_resident_blocks<rows_gemm_wg_kernel<true>>()), dim3(WG_THREADS), WG_SMEM_BYTES, Y,
                       X, W, offsets, E, n_out, kd);
     else
-        launch_kernel(rows_gemm_wg_kernel<false>, dim3(wg_resident_blocks<false>()), dim3(WG_THREADS), WG_SMEM_BYTES,
+        launch_kernel(rows_gemm_wg_kernel<false>, dim3(wg_resident_blocks<rows_gemm_wg_kernel<false>>()), dim3(WG_THREADS), WG_SMEM_BYTES,
                       Y, X, W, offsets, E, n_out, kd);
     return 1;
+}
+
+// The split count of a weight gradient on this kernel, from its shape alone (experts.cu's
+// wgrad_splits for its 128 x 256 tiles at one block an SM): tiles = E ceil(P/128) ceil(Q/256)
+// blocks of one split each fill WG_REF_SLOTS = 132 block slots (an H100/H200's SMs) in
+// ceil(tiles S / slots) waves; S is the smallest count whose waves are at least 90% full on
+// average, at most 8. A constant, not the device's SM count: the split decides the fp32 sum
+// order, so the bits are the same on every GPU. KL-S (E 16, C 768, M 256): dW2 (768 x 256) 96
+// tiles -> S 4 (384 blocks, 97%); dW13 (512 x 768) 192 tiles -> S 2 (97%). Large (E 64, C 2048,
+// M 1024): 4096 and 8192 tiles, S 1.
+#define WG_REF_SLOTS 132
+static int wg_wgrad_splits(int E, int P, int Q) {
+    const long tiles = (long)E * ((P + WG_BM - 1) / WG_BM) * ((Q + WG_BN - 1) / WG_BN);
+    int S = 1;
+    for (; S < 8; S++) {
+        const long blocks = tiles * S, waves = (blocks + WG_REF_SLOTS - 1) / WG_REF_SLOTS;
+        if (blocks * 10 >= waves * WG_REF_SLOTS * 9) break;
+    }
+    return S;
+}
+
+int moe_wg_wgrad(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q,
+                 int force_splits) {
+    if (!moe_wgmma_on() || P <= 0 || Q <= 0) return 0;
+    if (!is_aligned16(dW) || !is_aligned16(G) || !is_aligned16(X) || P % 8 || Q % 8) return 0;
+    g_launches++;
+    const int S = force_splits > 0 ? force_splits : wg_wgrad_splits(E, P, Q);
+    *ws = S > 1 ? (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q) : NULL;
+    wg_resident_blocks<wgrad_wg_kernel>();  // (the shared-memory opt-in, once)
+    launch_kernel(wgrad_wg_kernel, dim3((Q + WG_BN - 1) / WG_BN, (P + WG_BM - 1) / WG_BM, E * S), dim3(WG_THREADS),
+                  WG_SMEM_BYTES, dW, *ws, G, X, offsets, P, Q, S);
+    return S;
 }

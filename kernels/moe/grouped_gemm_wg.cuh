@@ -1,9 +1,11 @@
-// The grouped row GEMM tile of the MoE experts on Hopper's warpgroup MMA (kernels/wgmma.cuh), the
+// The grouped GEMM tile of the MoE experts on Hopper's warpgroup MMA (kernels/wgmma.cuh), the
 // sm_90a alternative to grouped_gemm.cuh's mma.sync tile that HYBRID_MOE_WGMMA=1 selects
 // (kernels/moe/experts_wg.cu). One block of two warpgroups (256 threads) computes a
 // WG_BM x WG_BN = 128 x 256 tile of A (m, k) B^T with fp32 accumulators in registers, warpgroup
 // wg owning rows 64 wg .. 64 wg + 63 (128 accumulators a thread, wgmma.cuh's layout), k in
-// increasing order (deterministic: the same inputs give the same bits), and stores it as bf16.
+// increasing order (deterministic: the same inputs give the same bits), and stores it as bf16
+// (the row GEMMs), adds it once into a bf16 gradient or stores it as fp32 (a split's partial of
+// a weight gradient), as grouped_gemm.cuh's GG_STORE, GG_ADD and GG_F32.
 //
 // Why this shape: the mma.sync tile reaches ~40-45% of dense cuBLAS on the H200 (BENCHMARKS.md,
 // "H200: the MoE layer against PyTorch"), and mma.sync itself issues at a fraction of the
@@ -11,19 +13,21 @@
 // fragments. A 128 x 256 tile needs 48 KiB of operands a k-step of 64 for 4.2 MFLOP (85 FLOP a
 // byte from L2; a 128 x 128 tile, 64, asks more of L2 than it gives at the tensor cores' rate).
 //
-// Operands (bf16, row-major, in global memory): A[m][k] = A[m lda + k] (k contiguous); B either
-// K-major, B[n][k] = B[n ldb + k] (B_T = false), or MN-major, B[n][k] = B[k ldb + n] (B_T = true,
-// wgmma's transposed B). Entries outside (m_lim, n_lim, k_lim) load as zero (cp.async zero-fill),
-// so partial tiles need no masks in the MMA loop. Requirements (the caller checks them, else it
-// runs grouped_gemm.cuh's tile): every pointer 16-byte aligned, lda, ldb multiples of 8, and
-// k_lim (B_T = false) or n_lim (B_T = true) multiples of 8, so a 16-byte chunk is wholly in or out.
+// Operands (bf16, row-major, in global memory), each K-major or MN-major (wgmma's transposed
+// operand): A[m][k] = A[m lda + k] (A_T = false) or A[k lda + m] (A_T = true: the weight
+// gradients' G^T); B[n][k] = B[n ldb + k] (B_T = false) or B[k ldb + n] (B_T = true). Entries
+// outside (m_lim, n_lim, k_lim) load as zero (cp.async zero-fill), so partial tiles need no masks
+// in the MMA loop. Requirements (the caller checks them, else it runs grouped_gemm.cuh's tile):
+// every pointer 16-byte aligned, lda, ldb multiples of 8, and each operand's limit along its
+// contiguous dimension (k_lim, or m_lim / n_lim when transposed) a multiple of 8, so a 16-byte
+// chunk is wholly in or out.
 //
 // Shared memory (dynamic, WG_SMEM_BYTES: 1024 bytes of alignment slack, then the ring): WG_STAGES
-// = 4 stages of A (128 rows x 64 k, K-major, 16 KiB) and B (256 x 64, 32 KiB; K-major, or
-// MN-major in atoms of 64 n x 8 k: the 8 k-atoms of an n-atom adjacent, n-atoms WG_B_LBO = 8 KiB
-// apart), each tile in wgmma.cuh's 128-byte-swizzled layout, 1024-byte aligned. cp.async chunks
+// = 4 stages of A (128 rows x 64 k, 16 KiB) and B (256 x 64, 32 KiB), each K-major, or MN-major
+// in atoms of 64 m (n) x 8 k: the 8 k-atoms of an m-atom adjacent, m-atoms WG_MN_LBO = 8 KiB
+// apart; each tile in wgmma.cuh's 128-byte-swizzled layout, 1024-byte aligned. cp.async chunks
 // are assigned so a warp's 32 chunks fill four whole 128-byte rows (K-major: 4 rows x 8 chunks;
-// MN-major: one k row of 4 atoms x 8 chunks): four wavefronts for 512 bytes, the minimum.
+// MN-major: k rows of 4 (B) or 2 (A) atoms x 8 chunks): four wavefronts for 512 bytes, the minimum.
 //
 // Pipeline, one k-step of 64 a stage, prefetch distance WG_STAGES - 2 = 2: step kt waits for its
 // own copies (cp.async groups: at most WG_STAGES - 3 younger ones in flight), fences them to the
@@ -46,45 +50,39 @@
 #define WG_A_BYTES (WG_BM * WG_BK * 2)                     // 16 KiB
 #define WG_B_BYTES (WG_BN * WG_BK * 2)                     // 32 KiB
 #define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)           // 48 KiB (a multiple of 1024)
-#define WG_B_LBO (WG_BK / 8 * 1024)                        // MN-major B: bytes between n-atoms
+#define WG_MN_LBO (WG_BK / 8 * 1024)                       // an MN-major tile: bytes between m (n) atoms
 #define WG_SMEM_BYTES (1024 + WG_STAGES * WG_STAGE_BYTES)  // 197,632
-#define WG_LDC (WG_BN + 8)  // row stride (bf16) of the epilogue's staging tile
+#define WG_LDC (WG_BN + 8)  // row stride (bf16 or fp32) of the epilogue's staging tile
 static_assert(WG_BK == 64, "a K-major row of the tile is one 128-byte swizzle row");
 static_assert(WG_BM == 128 && WG_THREADS == 256, "two warpgroups of 64 rows");
-static_assert(WG_BM * WG_LDC * 2 <= WG_STAGES * WG_STAGE_BYTES, "the staging tile fits the ring");
+static_assert(WG_BM * WG_LDC * 4 <= WG_STAGES * WG_STAGE_BYTES, "the fp32 staging tile fits the ring");
 static_assert(WG_SMEM_BYTES <= 227 * 1024, "one block's shared memory fits an H200 SM");
 
-// one k-step [k0, k0 + 64) of A and B into a stage (sa, sb: its 1024-aligned tiles)
-template <bool B_T>
-__device__ __forceinline__ void wg_load(unsigned char *sa, unsigned char *sb, const bf16 *A, long lda, const bf16 *B,
-                                        long ldb, int m_lim, int n_lim, int k0, int k_lim) {
-    const int tid = threadIdx.x;
+// one operand's k-step [k0, k0 + 64) into its stage tile S (ROWS = WG_BM or WG_BN rows of m or n;
+// P at the tile's first row, ld its leading dimension, mn_lim its rows in range)
+template <bool T, int ROWS>
+__device__ __forceinline__ void wg_load(unsigned char *S, const bf16 *P, long ld, int mn_lim, int k0, int k_lim) {
+    constexpr int chunks = ROWS * WG_BK / 8, per_k_row = ROWS / 8;
+    static_assert(chunks % WG_THREADS == 0, "whole chunks per thread");
 #pragma unroll
-    for (int i = 0; i < WG_BM * 8 / WG_THREADS; i++) {  // 4 chunks: (row c / 8, k chunk c % 8)
-        const int c = i * WG_THREADS + tid, r = c >> 3, k = k0 + (c & 7) * 8;
-        const bool ok = r < m_lim && k < k_lim;
-        cp_async16(reinterpret_cast<bf16 *>(sa + wg_kmajor_offset(r, (c & 7) * 8)), ok ? A + (long)r * lda + k : A, ok);
-    }
-#pragma unroll
-    for (int i = 0; i < WG_BN * 8 / WG_THREADS; i++) {  // 8 chunks
-        const int c = i * WG_THREADS + tid;
-        if (B_T) {  // (k row c / 32, n chunk c % 32): a global row of B^T is 256 n of one k
-            const int kr = c >> 5, n = (c & 31) * 8, k = k0 + kr;
-            const bool ok = n < n_lim && k < k_lim;
-            cp_async16(reinterpret_cast<bf16 *>(sb + wg_mnmajor_offset(n, kr, WG_B_LBO)), ok ? B + (long)k * ldb + n : B,
+    for (int i = 0; i < chunks / WG_THREADS; i++) {
+        const int c = i * WG_THREADS + threadIdx.x;
+        if (T) {  // MN-major: (k row c / per_k_row, mn chunk c % per_k_row); a global row is one k's ROWS values
+            const int kr = c / per_k_row, mn = (c % per_k_row) * 8, k = k0 + kr;
+            const bool ok = mn < mn_lim && k < k_lim;
+            cp_async16(reinterpret_cast<bf16 *>(S + wg_mnmajor_offset(mn, kr, WG_MN_LBO)), ok ? P + (long)k * ld + mn : P,
                        ok);
-        } else {  // (n row c / 8, k chunk c % 8)
-            const int n = c >> 3, k = k0 + (c & 7) * 8;
-            const bool ok = n < n_lim && k < k_lim;
-            cp_async16(reinterpret_cast<bf16 *>(sb + wg_kmajor_offset(n, (c & 7) * 8)), ok ? B + (long)n * ldb + k : B,
-                       ok);
+        } else {  // K-major: (row c / 8, k chunk c % 8)
+            const int r = c >> 3, k = k0 + (c & 7) * 8;
+            const bool ok = r < mn_lim && k < k_lim;
+            cp_async16(reinterpret_cast<bf16 *>(S + wg_kmajor_offset(r, (c & 7) * 8)), ok ? P + (long)r * ld + k : P, ok);
         }
     }
 }
 
 // The tile's product into d (this thread's 128 accumulators: warpgroup threadIdx.x / 128's rows).
 // ring: the 1024-aligned ring (wg_align1024 of the dynamic shared memory); free again on return.
-template <bool B_T>
+template <bool A_T, bool B_T>
 __device__ __forceinline__ void wg_tile(float d[128], unsigned char *ring, const bf16 *A, long lda, const bf16 *B,
                                         long ldb, int m_lim, int n_lim, int k_lim) {
 #pragma unroll
@@ -92,7 +90,8 @@ __device__ __forceinline__ void wg_tile(float d[128], unsigned char *ring, const
     const int nk = (k_lim + WG_BK - 1) / WG_BK, wg = threadIdx.x >> 7;
     auto load = [&](int step) {
         unsigned char *sa = ring + (step % WG_STAGES) * WG_STAGE_BYTES;
-        wg_load<B_T>(sa, sa + WG_A_BYTES, A, lda, B, ldb, m_lim, n_lim, step * WG_BK, k_lim);
+        wg_load<A_T, WG_BM>(sa, A, lda, m_lim, step * WG_BK, k_lim);
+        wg_load<B_T, WG_BN>(sa + WG_A_BYTES, B, ldb, n_lim, step * WG_BK, k_lim);
     };
 #pragma unroll
     for (int s = 0; s < WG_STAGES - 2; s++) {
@@ -109,9 +108,13 @@ __device__ __forceinline__ void wg_tile(float d[128], unsigned char *ring, const
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++) {
-            const uint64_t da = wg_desc(sa + wg * (64 * 128) + kk * 32, 16, 1024);
-            if (B_T) wgmma_m64n256k16_bf16<1>(d, da, wg_desc(sb + kk * 2048, WG_B_LBO, 1024), 1);
-            else wgmma_m64n256k16_bf16<0>(d, da, wg_desc(sb + kk * 32, 16, 1024), 1);
+            // warpgroup wg's 64 rows of A: 8 KiB in either layout (8 K-major atoms, or one
+            // MN-major m-atom column); a k16 step is 32 bytes along a K-major row, two k-atoms
+            // (2 KiB) of an MN-major tile
+            const uint64_t da = A_T ? wg_desc(sa + wg * WG_MN_LBO + kk * 2048, WG_MN_LBO, 1024)
+                                    : wg_desc(sa + wg * (64 * 128) + kk * 32, 16, 1024);
+            const uint64_t db = B_T ? wg_desc(sb + kk * 2048, WG_MN_LBO, 1024) : wg_desc(sb + kk * 32, 16, 1024);
+            wgmma_m64n256k16_bf16<A_T, B_T>(d, da, db, 1);
         }
         wgmma_commit();
         wgmma_wait<1>(d);  // step kt - 1's wgmma done (this warpgroup's)
@@ -145,6 +148,47 @@ __device__ __forceinline__ void wg_store(const float d[128], unsigned char *ring
             *reinterpret_cast<uint4 *>(D + (long)row * ldd + col) = *reinterpret_cast<const uint4 *>(S + row * WG_LDC + col);
     }
     __syncthreads();  // the staging tile is read: the next wg_tile may refill the ring
+}
+
+// The tile into a weight gradient: ADD = true, D (bf16) = bf16(D + tile), one rounding of the fp32
+// sum (grouped_gemm.cuh's GG_ADD); ADD = false, D (float *) = the tile as fp32 (a split's partial,
+// GG_F32). Rows < m_lim, columns < n_lim (a multiple of 8). Through an fp32 staging tile
+// [WG_BM][WG_LDC] over the ring (WG_LDC = 264 = 8 mod 32: a half-warp's 8-byte stores, rows g and
+// columns 2t, fall on 16 distinct bank pairs), then 8 consecutive columns a thread.
+template <bool ADD, typename TD>
+__device__ __forceinline__ void wg_store_grad(const float d[128], unsigned char *ring, TD *D, long ldd, int m_lim,
+                                              int n_lim) {
+    static_assert(ADD == (sizeof(TD) == 2), "ADD writes bf16, the partial fp32");
+    float *S = reinterpret_cast<float *>(ring);
+    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
+#pragma unroll
+    for (int j = 0; j < WG_BN / 8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = 64 * wg + 16 * w + g + 8 * h;
+            *reinterpret_cast<float2 *>(S + row * WG_LDC + 8 * j + 2 * t) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        }
+    __syncthreads();
+    constexpr int per_row = WG_BN / 8;
+    for (int c = tid; c < WG_BM * per_row; c += WG_THREADS) {
+        const int row = c / per_row, col = (c % per_row) * 8;
+        if (row >= m_lim || col >= n_lim) continue;
+        float v[8];
+        *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(S + row * WG_LDC + col);
+        *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(S + row * WG_LDC + col + 4);
+        TD *p = D + (long)row * ldd + col;
+        if constexpr (ADD) {
+            float old[8];
+            load8(p, old);
+#pragma unroll
+            for (int i = 0; i < 8; i++) v[i] += old[i];
+            store8(p, v);
+        } else {
+            *reinterpret_cast<float4 *>(p) = *reinterpret_cast<const float4 *>(v);
+            *reinterpret_cast<float4 *>(p + 4) = *reinterpret_cast<const float4 *>(v + 4);
+        }
+    }
+    __syncthreads();
 }
 
 #endif

@@ -30,13 +30,14 @@ __device__ __forceinline__ bool row_tiles_seek(int tile, const int *offsets, int
 }
 
 // The rows of split s of an expert with `rows` rows cut into S splits for its weight gradient:
-// [s ch, min(rows, (s + 1) ch)) with ch = ceil(rows / S) rounded up to whole k-steps of KSTEP rows
-// (so a split is empty iff s ch >= rows; the trailing splits of a small expert can be). The
-// split GEMM and the reduction of its partials must cut the same way.
-template <int KSTEP>
+// [s ch, min(rows, (s + 1) ch)) with ch = ceil(rows / S) rounded up to a multiple of
+// MOE_SPLIT_ALIGN rows, whole k-steps of both tiles (so a split is empty iff s ch >= rows; the
+// trailing splits of a small expert can be). A split GEMM and the reduction of its partials
+// (experts.cu, wgrad_reduce_kernel) cut the same way.
+#define MOE_SPLIT_ALIGN 64
 __device__ __forceinline__ int wgrad_split_rows(int rows, int S) {
     const int ch = (rows + S - 1) / S;
-    return (ch + KSTEP - 1) / KSTEP * KSTEP;
+    return (ch + MOE_SPLIT_ALIGN - 1) / MOE_SPLIT_ALIGN * MOE_SPLIT_ALIGN;
 }
 
 #endif

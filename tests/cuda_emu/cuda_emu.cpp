@@ -70,7 +70,7 @@ struct WgmmaOp {
     float *d;
     int n;
     uint64_t desc_a, desc_b;
-    int scale_d, trans_b;
+    int scale_d, trans_a, trans_b;
 };
 
 struct Fiber {
@@ -554,7 +554,7 @@ void wgmma_perform(const WgmmaOp &op, unsigned tid) {
     const int w = (int)(tid / 32) % 4, lane = (int)(tid % 32), g = lane / 4, t = lane % 4;
     float a[2][16];  // A's rows 16 w + g and + 8
     for (int h = 0; h < 2; h++)
-        for (int k = 0; k < 16; k++) a[h][k] = wg_operand(op.desc_a, 16 * w + g + 8 * h, k, 0);
+        for (int k = 0; k < 16; k++) a[h][k] = wg_operand(op.desc_a, 16 * w + g + 8 * h, k, op.trans_a);
     for (int j = 0; j < op.n / 8; j++)
         for (int c = 0; c < 2; c++) {
             float b[16];  // B's row (column of the product) 8 j + 2 t + c
@@ -569,7 +569,7 @@ void wgmma_perform(const WgmmaOp &op, unsigned tid) {
 }
 }  // namespace
 
-void emu_wgmma_issue(float *d, int n, uint64_t desc_a, uint64_t desc_b, int scale_d, int trans_b) {
+void emu_wgmma_issue(float *d, int n, uint64_t desc_a, uint64_t desc_b, int scale_d, int trans_a, int trans_b) {
     Fiber &f = B.fibers[B.cur];
     if (B.nthreads % 128) emu_die("%s: wgmma in a block of %u threads (not whole warpgroups of 128)", B.where, B.nthreads);
     auto &issued = B.wg_issue[f.tid / 128];
@@ -581,7 +581,7 @@ void emu_wgmma_issue(float *d, int n, uint64_t desc_a, uint64_t desc_b, int scal
                 B.where, f.tid, f.wg_issued, (unsigned long long)desc_a, (unsigned long long)desc_b,
                 (unsigned long long)issued[f.wg_issued].first, (unsigned long long)issued[f.wg_issued].second);
     f.wg_issued++;
-    f.wg_open.push_back(WgmmaOp{d, n, desc_a, desc_b, scale_d, trans_b});
+    f.wg_open.push_back(WgmmaOp{d, n, desc_a, desc_b, scale_d, trans_a, trans_b});
 }
 void emu_wgmma_commit(void) {
     Fiber &f = B.fibers[B.cur];

@@ -138,8 +138,8 @@ __global__ void mma_kernel(float *out, const bf16 *a, const bf16 *b_kn, const bf
 
 // One warpgroup: D (64 x 256) = 0.5 + A (64 x 64) B^T (B 256 x 64) by four k16 steps of
 // wgmma_m64n256k16_bf16 from the 128-byte-swizzled tiles of kernels/wgmma.cuh, B stored K-major
-// (mode 0) or MN-major (mode 1), each accumulator written out from the documented fragment
-// layout. Mode 2: as 0, and the accumulators read before the wait go to pre (0.5: the wgmma has
+// (mode 0) or MN-major (mode 1), or both A and B MN-major (mode 4), each accumulator written out
+// from the documented fragment layout. Mode 2: as 0, and the accumulators read before the wait go to pre (0.5: the wgmma has
 // not happened yet). Mode 3: as 0, with A's tile zeroed between the issue and the wait (the
 // emulator performs the wgmma at the wait: D stays 0.5; on the GPU that is a race).
 __global__ void wgmma_kernel(float *out, float *pre, const bf16 *a, const bf16 *b, int mode) {
@@ -147,10 +147,12 @@ __global__ void wgmma_kernel(float *out, float *pre, const bf16 *a, const bf16 *
     unsigned char *sa = wg_align1024(raw), *sb = sa + 64 * 128;
     const int tid = threadIdx.x;
     for (int i = tid; i < 64 * 64; i += 128)
-        *reinterpret_cast<bf16 *>(sa + wg_kmajor_offset(i / 64, i % 64)) = a[i];
+        *reinterpret_cast<bf16 *>(sa + (mode == 4 ? wg_mnmajor_offset(i / 64, i % 64, 8 * 1024)
+                                                  : wg_kmajor_offset(i / 64, i % 64))) = a[i];
     for (int i = tid; i < 256 * 64; i += 128) {
         const int n = i / 64, k = i % 64;
-        *reinterpret_cast<bf16 *>(sb + (mode == 1 ? wg_mnmajor_offset(n, k, 8 * 1024) : wg_kmajor_offset(n, k))) = b[i];
+        *reinterpret_cast<bf16 *>(sb + (mode == 1 || mode == 4 ? wg_mnmajor_offset(n, k, 8 * 1024)
+                                                               : wg_kmajor_offset(n, k))) = b[i];
     }
     fence_proxy_async();
     __syncthreads();
@@ -159,8 +161,11 @@ __global__ void wgmma_kernel(float *out, float *pre, const bf16 *a, const bf16 *
     wgmma_fence();
     for (int kk = 0; kk < 4; kk++) {
         const uint64_t da = wg_desc(sa + kk * 32, 16, 1024);
-        if (mode == 1) wgmma_m64n256k16_bf16<1>(d, da, wg_desc(sb + kk * 2048, 8 * 1024, 1024), 1);
-        else wgmma_m64n256k16_bf16<0>(d, da, wg_desc(sb + kk * 32, 16, 1024), 1);
+        if (mode == 4)
+            wgmma_m64n256k16_bf16<1, 1>(d, wg_desc(sa + kk * 2048, 8 * 1024, 1024), wg_desc(sb + kk * 2048, 8 * 1024, 1024),
+                                        1);
+        else if (mode == 1) wgmma_m64n256k16_bf16<0, 1>(d, da, wg_desc(sb + kk * 2048, 8 * 1024, 1024), 1);
+        else wgmma_m64n256k16_bf16<0, 0>(d, da, wg_desc(sb + kk * 32, 16, 1024), 1);
     }
     wgmma_commit();
     if (mode == 2)
@@ -182,7 +187,7 @@ __global__ void wgmma_mismatch_kernel(float *out) {
     unsigned char *s = wg_align1024(raw);
     float d[128] = {};
     wgmma_fence();
-    wgmma_m64n256k16_bf16<0>(d, wg_desc(s + (threadIdx.x == 77 ? 32 : 0), 16, 1024), wg_desc(s, 16, 1024), 0);
+    wgmma_m64n256k16_bf16<0, 0>(d, wg_desc(s + (threadIdx.x == 77 ? 32 : 0), 16, 1024), wg_desc(s, 16, 1024), 0);
     wgmma_commit();
     wgmma_wait<0>(d);
     out[threadIdx.x] = d[0];
@@ -194,7 +199,7 @@ __global__ void wgmma_no_wait_kernel(float *out) {
     unsigned char *s = wg_align1024(raw);
     float d[128] = {};
     wgmma_fence();
-    wgmma_m64n256k16_bf16<0>(d, wg_desc(s, 16, 1024), wg_desc(s, 16, 1024), 0);
+    wgmma_m64n256k16_bf16<0, 0>(d, wg_desc(s, 16, 1024), wg_desc(s, 16, 1024), 0);
     wgmma_commit();
     out[threadIdx.x] = 1.f;
 }
@@ -323,7 +328,7 @@ int main(void) {
         for (int i = 0; i < 64 * 64; i++) fa[i] = (float)((i * 37) % 19 - 9) / 8.f, a[i] = __float2bfloat16(fa[i]);
         for (int i = 0; i < 256 * 64; i++) fb[i] = (float)((i * 53) % 23 - 11) / 16.f, b[i] = __float2bfloat16(fb[i]);
         const size_t smem = 1024 + 64 * 128 + 256 * 128;
-        for (int mode = 0; mode < 4; mode++) {
+        for (int mode = 0; mode < 5; mode++) {
             for (int i = 0; i < 64 * 256; i++) out[i] = -1.f;
             for (int i = 0; i < 128 * 128; i++) pre[i] = -1.f;
             launch_kernel(wgmma_kernel, dim3(1), dim3(128), smem, out, pre, (const bf16 *)a, (const bf16 *)b, mode);
@@ -338,8 +343,8 @@ int main(void) {
             int early = 0;
             if (mode == 2)
                 for (int i = 0; i < 128 * 128; i++) early += pre[i] != 0.5f;
-            static const char *const what[4] = {"B K-major", "B MN-major", "B K-major, accumulators read before the wait",
-                                                "B K-major, A overwritten before the wait"};
+            static const char *const what[5] = {"B K-major", "B MN-major", "B K-major, accumulators read before the wait",
+                                                "B K-major, A overwritten before the wait", "A and B MN-major"};
             CHECK(bad == 0 && early == 0, "wgmma m64n256k16, %s: %d of %d wrong, %d read early not the old value",
                   what[mode], bad, 64 * 256, early);
         }

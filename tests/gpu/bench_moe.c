@@ -303,10 +303,8 @@ static void profile_layer(Case *c, int reps, double router_ms, Profile *pr) {
 static const struct {
     const char *part;
     double units;  // FLOPs / (R De m)
-    int row_gemm;  // 1: a GEMM over the expert's rows (not a weight gradient)
-} gemm_parts[] = {{"moe_experts/gemm_fwd13", 4, 1},  {"moe_experts/gemm_fwd2", 2, 1},
-                  {"moe_experts/gemm_dgrad2", 2, 1}, {"moe_experts/gemm_wgrad2", 2, 0},
-                  {"moe_experts/gemm_dgrad13", 4, 1}, {"moe_experts/gemm_wgrad13", 4, 0}};
+} gemm_parts[] = {{"moe_experts/gemm_fwd13", 4},   {"moe_experts/gemm_fwd2", 2},  {"moe_experts/gemm_dgrad2", 2},
+                  {"moe_experts/gemm_wgrad2", 2},  {"moe_experts/gemm_dgrad13", 4}, {"moe_experts/gemm_wgrad13", 4}};
 #define NGEMM ((int)(sizeof gemm_parts / sizeof gemm_parts[0]))
 
 // the profiled ms of part `name` per forward+backward (-1: not in the profile)
@@ -319,8 +317,8 @@ static double part_ms(const Profile *pr, const char *name) {
 // one line per grouped GEMM: ms, GFLOP, TFLOP/s (the split-k reduction of a weight gradient
 // is inside its part; moe_experts/wgrad_reduce shows its share); tflops[] for the JSON
 // path: where the mode sends the GEMM (cuda_moe_gemm_on_cublas, whose GEMM numbering is
-// gemm_parts' order; "wgmma": a row GEMM of ours with HYBRID_MOE_WGMMA=1); operands that do not
-// suit cuBLAS (or the wgmma kernel) would run ours (mma.sync) regardless
+// gemm_parts' order; "wgmma": one of ours with HYBRID_MOE_WGMMA=1); operands that do not suit
+// cuBLAS (or the wgmma kernels) would run ours (mma.sync) regardless
 static void print_gemms(const Profile *pr, double R, int E, int De, int M, double dense_tflops, double tflops[]) {
     if (pr->reps < 1) return;
     printf("%-26s %9s %9s %9s %12s %7s\n", "grouped GEMM (profiled)", "ms", "GFLOP", "TFLOP/s", "of dense", "path");
@@ -329,9 +327,7 @@ static void print_gemms(const Profile *pr, double R, int E, int De, int M, doubl
         tflops[g] = ms > 0 ? gf / ms : 0;  // GFLOP / ms = TFLOP/s
         printf("%-26s %9.3f %9.2f %9.1f %11.0f%% %7s\n", gemm_parts[g].part + strlen("moe_experts/"), ms, gf,
                tflops[g], dense_tflops > 0 ? 100 * tflops[g] / dense_tflops : 0,
-               cuda_moe_gemm_on_cublas(g, E, De, M) ? "cublas"
-               : cuda_moe_wgmma() && gemm_parts[g].row_gemm ? "wgmma"
-                                                            : "own");
+               cuda_moe_gemm_on_cublas(g, E, De, M) ? "cublas" : cuda_moe_wgmma() ? "wgmma" : "own");
     }
     const double red = part_ms(pr, "moe_experts/wgrad_reduce");
     if (red > 0) printf("  (of which the weight gradients' split-k reductions: %.3f ms)\n", red);
@@ -522,7 +518,7 @@ int main(int argc, char **argv) {
            "=own: our grouped kernels; =cublas: cuBLAS's grouped batched GEMM, which copies the offsets to the host "
            "once per forward)\n",
            cuda_moe_gemm_name());
-    printf("row GEMMs of ours on wgmma: %s (HYBRID_MOE_WGMMA=1: the sm_90a warpgroup-MMA kernel, "
+    printf("GEMMs of ours on wgmma: %s (HYBRID_MOE_WGMMA=1: the sm_90a warpgroup-MMA kernels, "
            "kernels/moe/experts_wg.cu)\n",
            cuda_moe_wgmma() ? "yes" : "no");
     printf("inputs: x, dout randn (N, C); weights by the init rules (random router, natural load)\n");

@@ -263,9 +263,9 @@ static int mixed_wgrad_rule(int E, int P, int Q) {
 
 // The grouped expert op in GEMM mode `path` (PATH_OWN: our grouped kernels; PATH_CUBLAS:
 // cuBLAS's grouped batched GEMM, HYBRID_MOE_GEMM=cublas; PATH_MIXED: HYBRID_MOE_GEMM=mixed;
-// cuda_moe_set_gemm; PATH_WGMMA: PATH_OWN with the row GEMMs on the wgmma kernels,
-// cuda_moe_set_wgmma, which run every row GEMM where the widths are multiples of 8: two a forward,
-// two a backward) on the plan's sorted rows xp (host) / dxp (device) and offsets off (host) /
+// cuda_moe_set_gemm; PATH_WGMMA: PATH_OWN with the GEMMs on the wgmma kernels,
+// cuda_moe_set_wgmma, which run every GEMM where the widths are multiples of 8: two a forward,
+// four a backward) on the plan's sorted rows xp (host) / dxp (device) and offsets off (host) /
 // doff (device). Forward against the CPU and rerun bit-identical; backward on the CUDA forward's
 // hp, ap (and xp: exact copies) against the CPU, the parameter gradients accumulated twice from
 // zero; the whole backward again, bit-identical; then once more on a copy of the offsets that no
@@ -362,6 +362,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     // back first, which waits for everything): the mixed mode's backward must wait for the copy
     // its forward issued (under the emulator the copy reads as 0xff bytes until then). Rounds 2
     // and 3 concern the host copy of the offsets: not our kernels' (above).
+    const long wg_bwd0 = cuda_moe_wgmma_launches();
     for (int round = 0; round < (path == PATH_OWN ? 2 : 4); round++) {
         const long c0 = cuda_moe_cublas_calls(), k0 = cuda_moe_offsets_copies(), w0 = cuda_moe_offsets_waits();
         poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
@@ -409,6 +410,9 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
             snprintf(w, sizeof w, "dw2 %s", tag), expect_same(w, dg2, f_2, n2 * 2);
         }
     }
+    const long wg_bwd = cuda_moe_wgmma_launches() - wg_bwd0, wg_bwd_want = wgmma && suits ? 4 * 4 : 0;
+    printf("  %-28s %ld wgmma GEMMs\n", "backward (4 times)", wg_bwd);
+    CHECK(wg_bwd == wg_bwd_want, "four backwards: %ld wgmma GEMM launches (expected %ld)", wg_bwd, wg_bwd_want);
     // the GLU's scalar kernels (cuda_moe_set_glu_vec(0)) give the bits of the vector ones, which
     // run where M % 8 == 0 (every buffer here is 16-byte aligned): forward and backward again on
     // the scalar kernels, bit-identical to the first (our GEMMs only: the GLU is the same pass on
@@ -477,10 +481,12 @@ static void test_dispatch(DispatchCase q) {
     expect_same("dx rerun", dgx, first, (size_t)N * C * 2);
     free(first);
     // experts, on each GEMM path (forward outputs left in dyp for the combine below); a forced
-    // split count concerns only our kernels' weight gradients, so those cases run ours alone
-    // (the cuBLAS and mixed paths run on the same shapes with the rule's split)
+    // split count concerns only our kernels' weight gradients (mma.sync or wgmma), so those cases
+    // run those two paths alone (the cuBLAS and mixed paths run on the same shapes with the rule's
+    // split)
     void *dyp = dev_bf16(NULL, nk * C);
-    for (int path = 0; path < (q.split ? 1 : NPATH); path++) test_experts(q, path, xp, dxp, off, doff, dyp);
+    for (int path = 0; path < NPATH; path++)
+        if (!q.split || path == PATH_OWN || path == PATH_WGMMA) test_experts(q, path, xp, dxp, off, doff, dyp);
     float *ypg = get_bf16(dyp, nk * C);
     // combine
     float *wt = host_rand(nk, 0.5f, 0.5f), *out = host_alloc((size_t)N * C);

@@ -1,15 +1,18 @@
 #!/bin/bash
-# The first device call for the MoE experts' wgmma row GEMMs (kernels/moe/experts_wg.cu, written
-# in session 25, which had no device): does the H200 read the swizzled layouts and descriptors as
-# the CPU emulator does, and how fast is it. Build, test_moe on the GPU (its PATH_WGMMA cases:
-# "the row GEMMs on wgmma" lines; every other path as before), then bench_moe three ways in one
-# call: the default (HYBRID_MOE_GEMM=mixed), own (all six on our mma.sync kernels), and own with
-# HYBRID_MOE_WGMMA=1 (the four row GEMMs on wgmma, the weight gradients on mma.sync): compare the
-# moe_experts/gemm_* lines ("of dense" column) and the layer's fwd+bwd medians.
+# The first device call for the MoE experts' wgmma GEMMs (kernels/moe/experts_wg.cu, written in
+# session 25, which had no device): does the H200 read the swizzled layouts and descriptors as the
+# CPU emulator does, and how fast is it. Build, test_moe on the GPU (its PATH_WGMMA cases: the
+# "on wgmma" lines; every other path as before), then bench_moe three ways in one call: the
+# default (HYBRID_MOE_GEMM=mixed), own (all six on our mma.sync kernels), and own with
+# HYBRID_MOE_WGMMA=1 (all six on wgmma): compare the moe_experts/gemm_* lines ("of dense" column,
+# target 70%) and the layer's fwd+bwd medians; then decide the mixed mode's rule.
 # Call (no carry needed): bash results/bench/wgmma-s25/run.sh
 export NCCL_NVLS_ENABLE=0; set -u
-make -j16 out/build/gpu/test_moe out/build/gpu/bench_moe > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
-grep -A3 "rows_gemm_wg" out/build/cu/kernels/moe/experts_wg.o.res | grep -i "registers\|spill"
+make -j16 out/build/gpu/probe_wgmma out/build/gpu/test_moe out/build/gpu/bench_moe > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
+# first: does the hardware read kernels/wgmma.cuh's layouts as the emulator does (and if not, which
+# variant of the MN-major descriptor it reads)
+out/build/gpu/probe_wgmma; echo "probe_wgmma rc $?"
+grep -B2 "Used" out/build/cu/kernels/moe/experts_wg.o.res | grep "properties\|Used\|spill"
 out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; echo "test_moe rc $?"; tail -1 $OUT/test_moe.log
 grep -n "FAIL" $OUT/test_moe.log | head -20
 for run in "mixed:" "own:" "wg:HYBRID_MOE_WGMMA=1"; do
@@ -19,4 +22,8 @@ for run in "mixed:" "own:" "wg:HYBRID_MOE_WGMMA=1"; do
     echo "== bench_moe $name (rc $?)"; grep -A8 "grouped GEMM (profiled)" $OUT/bench_$name.log
     grep "fwdbwd" $OUT/bench_$name.log | head -4
 done
+# last (PyTorch's compile takes a while): the anchor in the same call, ours on wgmma beside it
+# (make bench-moe: bench_moe then scripts/bench_torch_moe.py, the side-by-side at the end)
+HYBRID_MOE_GEMM=own HYBRID_MOE_WGMMA=1 MOE_TORCH_TIMEOUT=240 make bench-moe > $OUT/bench_moe_torch.log 2>&1
+echo "== make bench-moe, ours on wgmma (rc $?)"; tail -25 $OUT/bench_moe_torch.log; cp out/bench/moe_*.json $OUT/ 2>/dev/null
 echo "total $SECONDS s"

@@ -1,0 +1,110 @@
+// What the GPU's wgmma makes of kernels/wgmma.cuh's shared-memory layouts and descriptors, in one
+// run: one warpgroup computes D (64 x 256) = 0.5 + A (64 x 64) B^T (B 256 x 64) by four k16 steps
+// of wgmma_m64n256k16_bf16, for each orientation of A and B (K-major, MN-major), with the
+// descriptors as wgmma.cuh builds them and, for an MN-major operand, with LBO and SBO swapped;
+// prints how many of the 16384 outputs differ from the exact product (the inputs are multiples of
+// 1/128 and the sums exact in fp32). The CPU emulator reads the layouts as wgmma.cuh states them
+// (tests/cuda_emu/test_cuda_emu.cu); this says whether the hardware agrees, and if not, which
+// variant it reads instead. Not a test (test_moe's wgmma path holds the parity checks):
+//   make out/build/gpu/probe_wgmma && out/build/gpu/probe_wgmma
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "kernels/wgmma.cuh"
+
+#define PROBE_CHECK(call)                                                                    \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "probe_wgmma: %s: %s\n", #call, cudaGetErrorString(e_));         \
+            exit(1);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+// byte offset of operand element (mn, k) of a 64-wide-k tile in the given orientation
+__device__ uint32_t probe_offset(int mn, int k, int mn_major) {
+    return mn_major ? wg_mnmajor_offset(mn, k, 8 * 1024) : wg_kmajor_offset(mn, k);
+}
+
+// the descriptor of k16 step kk of a tile at s: K-major as wgmma.cuh's users build it; MN-major
+// with (LBO, SBO) = (8 KiB between mn-atoms, 1 KiB between k-atoms), or swapped
+__device__ uint64_t probe_desc(const unsigned char *s, int kk, int mn_major, int swap) {
+    if (!mn_major) return wg_desc(s + kk * 32, 16, 1024);
+    return swap ? wg_desc(s + kk * 2048, 1024, 8 * 1024) : wg_desc(s + kk * 2048, 8 * 1024, 1024);
+}
+
+template <int TA, int TB>
+__global__ void __launch_bounds__(128, 1) probe_kernel(float *out, const bf16 *a, const bf16 *b, int swap) {
+    extern __shared__ __align__(16) unsigned char raw[];
+    unsigned char *sa = wg_align1024(raw), *sb = sa + 64 * 128;
+    const int tid = threadIdx.x;
+    for (int i = tid; i < 64 * 64; i += 128) *reinterpret_cast<bf16 *>(sa + probe_offset(i / 64, i % 64, TA)) = a[i];
+    for (int i = tid; i < 256 * 64; i += 128) *reinterpret_cast<bf16 *>(sb + probe_offset(i / 64, i % 64, TB)) = b[i];
+    fence_proxy_async();
+    __syncthreads();
+    float d[128];
+#pragma unroll
+    for (int i = 0; i < 128; i++) d[i] = 0.5f;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++)
+        wgmma_m64n256k16_bf16<TA, TB>(d, probe_desc(sa, kk, TA, swap), probe_desc(sb, kk, TB, swap), 1);
+    wgmma_commit();
+    wgmma_wait<0>(d);
+    const int w = tid / 32, g = (tid % 32) / 4, t = tid % 4;
+#pragma unroll
+    for (int j = 0; j < 32; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) out[(16 * w + g + 8 * (i >> 1)) * 256 + 8 * j + 2 * t + (i & 1)] = d[4 * j + i];
+}
+
+int main(void) {
+    int dev = 0;
+    cudaDeviceProp prop;
+    PROBE_CHECK(cudaGetDevice(&dev));
+    PROBE_CHECK(cudaGetDeviceProperties(&prop, dev));
+    printf("probe_wgmma: %s, compute capability %d.%d\n", prop.name, prop.major, prop.minor);
+    if (prop.major != 9 || prop.minor != 0) {
+        printf("probe_wgmma: wgmma (sm_90a) needs compute capability 9.0\n");
+        return 1;
+    }
+    static bf16 ha[64 * 64], hb[256 * 64];
+    static float fa[64 * 64], fb[256 * 64], out[64 * 256];
+    for (int i = 0; i < 64 * 64; i++) fa[i] = (float)((i * 37) % 19 - 9) / 8.f, ha[i] = __float2bfloat16(fa[i]);
+    for (int i = 0; i < 256 * 64; i++) fb[i] = (float)((i * 53) % 23 - 11) / 16.f, hb[i] = __float2bfloat16(fb[i]);
+    bf16 *da, *db;
+    float *dout;
+    PROBE_CHECK(cudaMalloc(&da, sizeof ha));
+    PROBE_CHECK(cudaMalloc(&db, sizeof hb));
+    PROBE_CHECK(cudaMalloc(&dout, sizeof out));
+    PROBE_CHECK(cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice));
+    PROBE_CHECK(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
+    const size_t smem = 1024 + 64 * 128 + 256 * 128;
+    void (*kernels[4])(float *, const bf16 *, const bf16 *, int) = {probe_kernel<0, 0>, probe_kernel<0, 1>,
+                                                                     probe_kernel<1, 0>, probe_kernel<1, 1>};
+    int bad_default = 0;
+    for (int m = 0; m < 4; m++)
+        for (int swap = 0; swap < 2; swap++) {
+            const int ta = m >> 1, tb = m & 1;
+            if (swap && !ta && !tb) continue;  // (no MN-major operand: nothing to swap)
+            PROBE_CHECK(cudaFuncSetAttribute(kernels[m], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            PROBE_CHECK(cudaMemset(dout, 0xff, sizeof out));  // NaN: an output never written shows
+            kernels[m]<<<1, 128, smem>>>(dout, da, db, swap);
+            PROBE_CHECK(cudaGetLastError());
+            PROBE_CHECK(cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost));
+            int bad = 0;
+            for (int i = 0; i < 64; i++)
+                for (int n = 0; n < 256; n++) {
+                    double want = 0.5;
+                    for (int k = 0; k < 64; k++) want += (double)fa[i * 64 + k] * fb[n * 64 + k];
+                    bad += !(out[i * 256 + n] == (float)want);
+                }
+            if (!swap) bad_default += bad;
+            printf("A %-8s B %-8s descriptors %-26s %5d of 16384 wrong%s\n", ta ? "MN-major" : "K-major",
+                   tb ? "MN-major" : "K-major", swap ? "(MN-major: LBO, SBO swapped)" : "(as kernels/wgmma.cuh)", bad,
+                   bad ? "" : "  ok");
+        }
+    printf("probe_wgmma: the layouts as kernels/wgmma.cuh builds them: %s\n",
+           bad_default ? "the GPU reads them OTHERWISE" : "the GPU agrees");
+    return bad_default ? 1 : 0;
+}
