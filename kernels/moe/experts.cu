@@ -68,13 +68,9 @@ template <bool VEC>
 __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
     wgrad_kernel(bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q, int S) {
     DYNAMIC_SMEM(bf16, smem);
-    const int e = blockIdx.z / S, s = blockIdx.z % S;
-    int r0 = offsets[e], rows = offsets[e + 1] - r0;
-    if (S > 1) {
-        const int ch = wgrad_split_rows(rows, S);
-        r0 += s * ch;
-        rows = min(ch, rows - s * ch);
-    }
+    const int e = blockIdx.z / S;
+    int r0;
+    const int rows = wgrad_block_rows(offsets, e, blockIdx.z % S, S, &r0);
     if (rows <= 0) return;  // exactly nothing added (an empty expert; an empty split)
     const int m0 = blockIdx.y * GG_BM, n0 = blockIdx.x * GG_BN;
     const int m_lim = min(GG_BM, P - m0), n_lim = min(GG_BN, Q - n0);

@@ -124,6 +124,23 @@ __device__ __forceinline__ void wg_tile(float d[128], unsigned char *ring, const
     __syncthreads();     // every warpgroup is done with the ring: the epilogue may reuse it
 }
 
+// The accumulators (wgmma.cuh's layout, warpgroup threadIdx.x / 128's rows) into the staging tile
+// S [WG_BM][WG_LDC] over the ring, as bf16 (one rounding) or fp32, each register pair (two adjacent
+// columns) in one 4- or 8-byte store; ends after a barrier (the tile is complete)
+template <typename T>
+__device__ __forceinline__ void wg_stage(const float d[128], T *S) {
+    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
+#pragma unroll
+    for (int j = 0; j < WG_BN / 8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            T *p = S + (64 * wg + 16 * w + g + 8 * h) * WG_LDC + 8 * j + 2 * t;
+            if constexpr (sizeof(T) == 2) *reinterpret_cast<uint32_t *>(p) = pack_bf16(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+            else *reinterpret_cast<float2 *>(p) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        }
+    __syncthreads();
+}
+
 // The tile as bf16 to D (row-major, leading dimension ldd, at the tile's corner), rows < m_lim and
 // columns < n_lim (n_lim a multiple of 8) only: the accumulators go through a bf16 staging tile
 // [WG_BM][WG_LDC] over the ring (one rounding, as the mma.sync tile's GG_STORE), then 16-byte row
@@ -132,15 +149,8 @@ __device__ __forceinline__ void wg_tile(float d[128], unsigned char *ring, const
 __device__ __forceinline__ void wg_store(const float d[128], unsigned char *ring, bf16 *D, long ldd, int m_lim,
                                          int n_lim) {
     bf16 *S = reinterpret_cast<bf16 *>(ring);
-    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
-#pragma unroll
-    for (int j = 0; j < WG_BN / 8; j++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = 64 * wg + 16 * w + g + 8 * h;
-            *reinterpret_cast<uint32_t *>(S + row * WG_LDC + 8 * j + 2 * t) = pack_bf16(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-        }
-    __syncthreads();
+    const int tid = threadIdx.x;
+    wg_stage(d, S);
     constexpr int per_row = WG_BN / 8;
     for (int c = tid; c < WG_BM * per_row; c += WG_THREADS) {
         const int row = c / per_row, col = (c % per_row) * 8;
@@ -160,15 +170,8 @@ __device__ __forceinline__ void wg_store_grad(const float d[128], unsigned char 
                                               int n_lim) {
     static_assert(ADD == (sizeof(TD) == 2), "ADD writes bf16, the partial fp32");
     float *S = reinterpret_cast<float *>(ring);
-    const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
-#pragma unroll
-    for (int j = 0; j < WG_BN / 8; j++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = 64 * wg + 16 * w + g + 8 * h;
-            *reinterpret_cast<float2 *>(S + row * WG_LDC + 8 * j + 2 * t) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-        }
-    __syncthreads();
+    const int tid = threadIdx.x;
+    wg_stage(d, S);
     constexpr int per_row = WG_BN / 8;
     for (int c = tid; c < WG_BM * per_row; c += WG_THREADS) {
         const int row = c / per_row, col = (c % per_row) * 8;

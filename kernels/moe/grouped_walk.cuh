@@ -40,4 +40,17 @@ __device__ __forceinline__ int wgrad_split_rows(int rows, int S) {
     return (ch + MOE_SPLIT_ALIGN - 1) / MOE_SPLIT_ALIGN * MOE_SPLIT_ALIGN;
 }
 
+// The rows of expert e's split s of S (S == 1: all its rows): [*r0, *r0 + return value), the
+// return value <= 0 for an empty expert or split (which then adds or stores nothing)
+__device__ __forceinline__ int wgrad_block_rows(const int *offsets, int e, int s, int S, int *r0) {
+    int r = offsets[e], rows = offsets[e + 1] - r;
+    if (S > 1) {
+        const int ch = wgrad_split_rows(rows, S);
+        r += s * ch;
+        rows = min(ch, rows - s * ch);
+    }
+    *r0 = r;
+    return rows;
+}
+
 #endif
