@@ -97,6 +97,8 @@ long cuda_moe_glu_vec_launches(void);
 void cuda_moe_set_wgmma(int on);
 int cuda_moe_wgmma(void);  // 1 when our expert GEMMs run on wgmma now
 long cuda_moe_wgmma_launches(void);
+// their tile width: 128 or 256 forces it, -1 as HYBRID_MOE_WG_BN says (unset: 256)
+void cuda_moe_set_wg_bn(int bn);
 
 #ifdef __cplusplus
 }

@@ -119,20 +119,20 @@ __device__ __forceinline__ void wgmma_commit() {
 #endif
 }
 
-// until at most N of this warpgroup's committed groups are in flight. d: the accumulators the
-// groups write, passed so that the compiler keeps them in place across the wait (the asm names
-// them as read and written)
-template <int N>
-__device__ __forceinline__ void wgmma_wait(float d[128]) {
+// until at most N of this warpgroup's committed groups are in flight. d: the NACC accumulators
+// the groups write, passed so that the compiler keeps them in place across the wait (the asm
+// names them as read and written)
+template <int N, int NACC = 128>
+__device__ __forceinline__ void wgmma_wait(float d[NACC]) {
 #if defined(HYBRID_CUDA_EMU)
     (void)d;
     emu_wgmma_wait(N);
 #elif WG_HAS_WGMMA
 #pragma unroll
-    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < NACC; i++) asm volatile("" : "+f"(d[i])::"memory");
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #pragma unroll
-    for (int i = 0; i < 128; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < NACC; i++) asm volatile("" : "+f"(d[i])::"memory");
 #else
     (void)d;
     __trap();
@@ -143,17 +143,19 @@ __device__ __forceinline__ void wgmma_wait(float d[128]) {
 #define WG_F16(i) WG_F4(i), WG_F4((i) + 4), WG_F4((i) + 8), WG_F4((i) + 12)
 #define WG_F64(i) WG_F16(i), WG_F16((i) + 16), WG_F16((i) + 32), WG_F16((i) + 48)
 
-// d (64 x 256, this thread's 128 values in the layout above) = A (64 x 16, desc_a; TRANS_A = 0
-// K-major, 1 MN-major) B^T (B 256 x 16, desc_b; TRANS_B likewise) + d (scale_d = 1) or + 0
-// (scale_d = 0). Asynchronous: see the top of the file.
-template <int TRANS_A, int TRANS_B>
-__device__ __forceinline__ void wgmma_m64n256k16_bf16(float d[128], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+// d (64 x N, this thread's N / 2 values in the layout above) = A (64 x 16, desc_a; TRANS_A = 0
+// K-major, 1 MN-major) B^T (B N x 16, desc_b; TRANS_B likewise) + d (scale_d = 1) or + 0
+// (scale_d = 0), N = 128 or 256. Asynchronous: see the top of the file.
+template <int N, int TRANS_A, int TRANS_B>
+__device__ __forceinline__ void wgmma_m64k16_bf16(float d[N / 2], uint64_t desc_a, uint64_t desc_b, int scale_d) {
+    static_assert(N == 128 || N == 256, "the shapes built here: m64n128k16, m64n256k16");
 #if defined(HYBRID_CUDA_EMU)
-    emu_wgmma_issue(d, 256, desc_a, desc_b, scale_d, TRANS_A, TRANS_B);
+    emu_wgmma_issue(d, N, desc_a, desc_b, scale_d, TRANS_A, TRANS_B);
 #elif WG_HAS_WGMMA
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+    if constexpr (N == 256)
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
         "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
         "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
         "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
@@ -162,9 +164,20 @@ __device__ __forceinline__ void wgmma_m64n256k16_bf16(float d[128], uint64_t des
         "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
         "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
         "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
-        : WG_F64(0), WG_F64(64)
-        : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+            "}, %128, %129, p, 1, 1, %131, %132;\n}\n"
+            : WG_F64(0), WG_F64(64)
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
+    else
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+            "}, %64, %65, p, 1, 1, %67, %68;\n}\n"
+            : WG_F64(0)
+            : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TRANS_A), "n"(TRANS_B));
 #else
     (void)d, (void)desc_a, (void)desc_b, (void)scale_d;
     __trap();

@@ -5,6 +5,9 @@
 // and run their mma.sync kernels where these return 0.
 // This file alone is built for sm_90a (Makefile: wgmma exists only there); the switch refuses a
 // GPU that is not compute capability 9.0.
+#include <stdlib.h>
+#include <string.h>
+
 #include "kernels/cuda_backend.h"
 #include "kernels/moe/experts_wg.h"
 #include "kernels/moe/grouped_gemm_wg.cuh"
@@ -12,37 +15,39 @@
 
 // Y (rows, n_out) = X (rows, kd) W_e^T, W_e stored (n_out, kd) (W_T = false: K-major B) or
 // (kd, n_out) (W_T = true: MN-major B). The tiles, linearly: tile L = (row tile L / ny, column
-// tile L % ny), ny = ceil(n_out / WG_BN), the row tiles expert by expert (WG_BM rows each, an
+// tile L % ny), ny = ceil(n_out / BN), the row tiles expert by expert (WG_BM rows each, an
 // expert's last one partial); block b computes tiles b, b + gridDim.x, ... (the grid is what fits
-// on the GPU at once: one block an SM), as experts.cu's rows_gemm_kernel walks its tiles.
-template <bool W_T>
-__global__ void __launch_bounds__(WG_THREADS, 1)
+// on the GPU at once: WgTile<BN>::BLOCKS_PER_SM an SM), as experts.cu's rows_gemm_kernel walks its
+// tiles.
+template <int BN, bool W_T>
+__global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
     rows_gemm_wg_kernel(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
-    DYNAMIC_SMEM(unsigned char, raw);  // WG_SMEM_BYTES: 1024 of alignment slack, then the ring
+    DYNAMIC_SMEM(unsigned char, raw);  // WgTile<BN>::SMEM: 1024 of alignment slack, then the ring
     unsigned char *ring = wg_align1024(raw);
-    const int ny = (n_out + WG_BN - 1) / WG_BN;
+    const int ny = (n_out + BN - 1) / BN;
     int e, base, nt;  // (row tiles only increase along the walk)
     row_tiles_start<WG_BM>(offsets, e, base, nt);
     for (long L = blockIdx.x;; L += gridDim.x) {
-        const int tile = (int)(L / ny), n0 = (int)(L % ny) * WG_BN;
+        const int tile = (int)(L / ny), n0 = (int)(L % ny) * BN;
         if (!row_tiles_seek<WG_BM>(tile, offsets, E, e, base, nt)) return;
         const int r0 = offsets[e] + (tile - base) * WG_BM, m_lim = min(WG_BM, offsets[e + 1] - r0);
-        const int n_lim = min(WG_BN, n_out - n0);
+        const int n_lim = min(BN, n_out - n0);
         const bf16 *We = W + (size_t)e * n_out * kd;
         const bf16 *B = W_T ? We + n0 : We + (size_t)n0 * kd;
-        float d[128];
-        wg_tile<false, W_T>(d, ring, X + (size_t)r0 * kd, kd, B, W_T ? n_out : kd, m_lim, n_lim, kd);
-        wg_store(d, ring, Y + (size_t)r0 * n_out + n0, n_out, m_lim, n_lim);
+        float d[WgTile<BN>::NACC];
+        wg_tile<BN, false, W_T>(d, ring, X + (size_t)r0 * kd, kd, B, W_T ? n_out : kd, m_lim, n_lim, kd);
+        wg_store<BN>(d, ring, Y + (size_t)r0 * n_out + n0, n_out, m_lim, n_lim);
     }
 }
 
 // dW_e (P, Q) += G_e^T X_e over the expert's rows, G (rows, P) and X (rows, Q) both read MN-major
-// (the reduction runs along their rows); grid (Q tiles of WG_BN, P tiles of WG_BM, E S), as
+// (the reduction runs along their rows); grid (Q tiles of BN, P tiles of WG_BM, E S), as
 // experts.cu's wgrad_kernel: S == 1, the block reduces over all the expert's rows and adds once
 // into dW (bf16); S > 1, block (., ., e S + s) reduces over split s's rows (grouped_walk.cuh) and
 // stores its fp32 partial at ws + (e S + s) P Q, which experts.cu's wgrad_reduce_kernel sums in
 // split order. An empty expert or split stores nothing.
-__global__ void __launch_bounds__(WG_THREADS, 1)
+template <int BN>
+__global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
     wgrad_wg_kernel(bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q, int S) {
     DYNAMIC_SMEM(unsigned char, raw);
     unsigned char *ring = wg_align1024(raw);
@@ -50,17 +55,31 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     int r0;
     const int rows = wgrad_block_rows(offsets, e, blockIdx.z % S, S, &r0);
     if (rows <= 0) return;  // exactly nothing added (an empty expert; an empty split)
-    const int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * WG_BN;
-    const int m_lim = min(WG_BM, P - m0), n_lim = min(WG_BN, Q - n0);
-    float d[128];
-    wg_tile<true, true>(d, ring, G + (size_t)r0 * P + m0, P, X + (size_t)r0 * Q + n0, Q, m_lim, n_lim, rows);
-    if (S == 1) wg_store_grad<true>(d, ring, dW + (size_t)e * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
-    else wg_store_grad<false>(d, ring, ws + (size_t)blockIdx.z * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
+    const int m0 = blockIdx.y * WG_BM, n0 = blockIdx.x * BN;
+    const int m_lim = min(WG_BM, P - m0), n_lim = min(BN, Q - n0);
+    float d[WgTile<BN>::NACC];
+    wg_tile<BN, true, true>(d, ring, G + (size_t)r0 * P + m0, P, X + (size_t)r0 * Q + n0, Q, m_lim, n_lim, rows);
+    if (S == 1) wg_store_grad<BN, true>(d, ring, dW + (size_t)e * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
+    else wg_store_grad<BN, false>(d, ring, ws + (size_t)blockIdx.z * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
 }
 
-// ---- the switch (HYBRID_MOE_WGMMA; tests: cuda_moe_set_wgmma) ----
-static int g_env = -1, g_forced = -1;
+// ---- the switches (HYBRID_MOE_WGMMA, HYBRID_MOE_WG_BN; tests: cuda_moe_set_wgmma, _set_wg_bn) ----
+static int g_env = -1, g_forced = -1, g_bn_env = -1, g_bn_forced = -1;
 static long g_launches;
+
+// the tile width: HYBRID_MOE_WG_BN=256 (the default: unset or empty) or 128 (grouped_gemm_wg.cuh's
+// two tiles; which is faster where is the H200's to say), anything else stops the run
+static int wg_bn(void) {
+    if (g_bn_forced > 0) return g_bn_forced;
+    if (g_bn_env < 0) {
+        const char *v = getenv("HYBRID_MOE_WG_BN");
+        if (!v || !*v || !strcmp(v, "256")) g_bn_env = 256;
+        else if (!strcmp(v, "128")) g_bn_env = 128;
+        else die("HYBRID_MOE_WG_BN=%s: expected 256 (the default) or 128, the wgmma expert GEMMs' tile widths", v);
+    }
+    return g_bn_env;
+}
+extern "C" void cuda_moe_set_wg_bn(int bn) { g_bn_forced = bn == 128 || bn == 256 ? bn : -1; }
 
 int moe_wgmma_on(void) {
     if (g_forced >= 0) return g_forced;
@@ -78,54 +97,74 @@ extern "C" void cuda_moe_set_wgmma(int on) { g_forced = on == 0 || on == 1 ? on 
 extern "C" int cuda_moe_wgmma(void) { return moe_wgmma_on(); }
 extern "C" long cuda_moe_wgmma_launches(void) { return g_launches; }
 
-// The blocks of KERNEL resident at once (one an SM by design: 193 KiB of shared memory), asked
-// once per kernel; under the emulator 3, prime to the emulated shapes' column tile counts (as
-// experts.cu's gg_resident_blocks: each block walks several tiles)
-template <auto KERNEL>
+// The blocks of KERNEL (tile width BN) resident at once (WgTile<BN>::BLOCKS_PER_SM an SM by design),
+// asked once per kernel; under the emulator 3, prime to the emulated shapes' column tile counts
+// (as experts.cu's gg_resident_blocks: each block walks several tiles)
+template <auto KERNEL, int BN>
 static unsigned wg_resident_blocks(void) {
 #ifdef HYBRID_CUDA_EMU
     return 3;
 #else
     static unsigned n;
     if (!n) {
-        cuda_allow_dynamic_smem((const void *)KERNEL, WG_SMEM_BYTES);
+        cuda_allow_dynamic_smem((const void *)KERNEL, WgTile<BN>::SMEM);
+        CUDA_CHECK(cudaFuncSetAttribute((const void *)KERNEL, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                        cudaSharedmemCarveoutMaxShared));
         int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, WG_THREADS, WG_SMEM_BYTES));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, WG_THREADS, WgTile<BN>::SMEM));
         n = (unsigned)((per_sm < 1 ? 1 : per_sm) * g_cuda.sm_count);
     }
     return n;
 #endif
 }
 
+template <int BN>
+static void wg_rows_launch(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd, int w_t) {
+    if (w_t)
+        launch_kernel(rows_gemm_wg_kernel<BN, true>, dim3(wg_resident_blocks<rows_gemm_wg_kernel<BN, true>, BN>()),
+                      dim3(WG_THREADS), WgTile<BN>::SMEM, Y, X, W, offsets, E, n_out, kd);
+    else
+        launch_kernel(rows_gemm_wg_kernel<BN, false>, dim3(wg_resident_blocks<rows_gemm_wg_kernel<BN, false>, BN>()),
+                      dim3(WG_THREADS), WgTile<BN>::SMEM, Y, X, W, offsets, E, n_out, kd);
+}
+
 int moe_wg_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd, int w_t) {
     if (!moe_wgmma_on() || n_out <= 0) return 0;
     if (!is_aligned16(Y) || !is_aligned16(X) || !is_aligned16(W) || n_out % 8 || kd % 8) return 0;
     g_launches++;
-    if (w_t)
-        launch_kernel(rows_gemm_wg_kernel<true>, dim3(wg_resident_blocks<rows_gemm_wg_kernel<true>>()), dim3(WG_THREADS), WG_SMEM_BYTES, Y,
-                      X, W, offsets, E, n_out, kd);
-    else
-        launch_kernel(rows_gemm_wg_kernel<false>, dim3(wg_resident_blocks<rows_gemm_wg_kernel<false>>()), dim3(WG_THREADS), WG_SMEM_BYTES,
-                      Y, X, W, offsets, E, n_out, kd);
+    if (wg_bn() == 128) wg_rows_launch<128>(Y, X, W, offsets, E, n_out, kd, w_t);
+    else wg_rows_launch<256>(Y, X, W, offsets, E, n_out, kd, w_t);
     return 1;
 }
 
-// The split count of a weight gradient on this kernel, from its shape alone (experts.cu's
-// wgrad_splits for its 128 x 256 tiles at one block an SM): tiles = E ceil(P/128) ceil(Q/256)
-// blocks of one split each fill WG_REF_SLOTS = 132 block slots (an H100/H200's SMs) in
+// The split count of a weight gradient on these kernels, from its shape alone (experts.cu's
+// wgrad_splits for 128 x BN tiles): tiles = E ceil(P/128) ceil(Q/BN) blocks of one split each fill
+// the block slots of an H100/H200 (132 SMs x WgTile<BN>::BLOCKS_PER_SM, a constant) in
 // ceil(tiles S / slots) waves; S is the smallest count whose waves are at least 90% full on
-// average, at most 8. A constant, not the device's SM count: the split decides the fp32 sum
-// order, so the bits are the same on every GPU. KL-S (E 16, C 768, M 256): dW2 (768 x 256) 96
-// tiles -> S 4 (384 blocks, 97%); dW13 (512 x 768) 192 tiles -> S 2 (97%). Large (E 64, C 2048,
-// M 1024): 4096 and 8192 tiles, S 1.
-#define WG_REF_SLOTS 132
+// average, at most 8. Not the device's SM count: the split decides the fp32 sum order, so the bits
+// are the same on every GPU. BN = 256 (132 slots): KL-S (E 16, C 768, M 256) dW2 (768 x 256) 96
+// tiles -> S 4 (384 blocks, 97%), dW13 (512 x 768) 192 tiles -> S 2 (97%); the large shape (E 64,
+// C 2048, M 1024) 4096 and 8192 tiles, S 1. BN = 128 (264 slots): KL-S 192 -> S 4 (768, 97%),
+// 384 -> S 2 (97%); large S 1.
+template <int BN>
 static int wg_wgrad_splits(int E, int P, int Q) {
-    const long tiles = (long)E * ((P + WG_BM - 1) / WG_BM) * ((Q + WG_BN - 1) / WG_BN);
+    const long tiles = (long)E * ((P + WG_BM - 1) / WG_BM) * ((Q + BN - 1) / BN), slots = 132L * WgTile<BN>::BLOCKS_PER_SM;
     int S = 1;
     for (; S < 8; S++) {
-        const long blocks = tiles * S, waves = (blocks + WG_REF_SLOTS - 1) / WG_REF_SLOTS;
-        if (blocks * 10 >= waves * WG_REF_SLOTS * 9) break;
+        const long blocks = tiles * S, waves = (blocks + slots - 1) / slots;
+        if (blocks * 10 >= waves * slots * 9) break;
     }
+    return S;
+}
+
+template <int BN>
+static int wg_wgrad_launch(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P,
+                           int Q, int force_splits) {
+    const int S = force_splits > 0 ? force_splits : wg_wgrad_splits<BN>(E, P, Q);
+    *ws = S > 1 ? (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q) : NULL;
+    wg_resident_blocks<wgrad_wg_kernel<BN>, BN>();  // (the shared-memory opt-in, once)
+    launch_kernel(wgrad_wg_kernel<BN>, dim3((Q + BN - 1) / BN, (P + WG_BM - 1) / WG_BM, E * S), dim3(WG_THREADS),
+                  WgTile<BN>::SMEM, dW, *ws, G, X, offsets, P, Q, S);
     return S;
 }
 
@@ -134,10 +173,6 @@ int moe_wg_wgrad(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *
     if (!moe_wgmma_on() || P <= 0 || Q <= 0) return 0;
     if (!is_aligned16(dW) || !is_aligned16(G) || !is_aligned16(X) || P % 8 || Q % 8) return 0;
     g_launches++;
-    const int S = force_splits > 0 ? force_splits : wg_wgrad_splits(E, P, Q);
-    *ws = S > 1 ? (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q) : NULL;
-    wg_resident_blocks<wgrad_wg_kernel>();  // (the shared-memory opt-in, once)
-    launch_kernel(wgrad_wg_kernel, dim3((Q + WG_BN - 1) / WG_BN, (P + WG_BM - 1) / WG_BM, E * S), dim3(WG_THREADS),
-                  WG_SMEM_BYTES, dW, *ws, G, X, offsets, P, Q, S);
-    return S;
+    return wg_bn() == 128 ? wg_wgrad_launch<128>(dW, ws, G, X, offsets, E, P, Q, force_splits)
+                          : wg_wgrad_launch<256>(dW, ws, G, X, offsets, E, P, Q, force_splits);
 }

@@ -1,17 +1,22 @@
 // The grouped GEMM tile of the MoE experts on Hopper's warpgroup MMA (kernels/wgmma.cuh), the
 // sm_90a alternative to grouped_gemm.cuh's mma.sync tile that HYBRID_MOE_WGMMA=1 selects
 // (kernels/moe/experts_wg.cu). One block of two warpgroups (256 threads) computes a
-// WG_BM x WG_BN = 128 x 256 tile of A (m, k) B^T with fp32 accumulators in registers, warpgroup
-// wg owning rows 64 wg .. 64 wg + 63 (128 accumulators a thread, wgmma.cuh's layout), k in
+// WG_BM x BN = 128 x BN tile of A (m, k) B^T with fp32 accumulators in registers, warpgroup
+// wg owning rows 64 wg .. 64 wg + 63 (BN / 2 accumulators a thread, wgmma.cuh's layout), k in
 // increasing order (deterministic: the same inputs give the same bits), and stores it as bf16
 // (the row GEMMs), adds it once into a bf16 gradient or stores it as fp32 (a split's partial of
 // a weight gradient), as grouped_gemm.cuh's GG_STORE, GG_ADD and GG_F32.
 //
-// Why this shape: the mma.sync tile reaches ~40-45% of dense cuBLAS on the H200 (BENCHMARKS.md,
+// Why these shapes: the mma.sync tile reaches ~40-45% of dense cuBLAS on the H200 (BENCHMARKS.md,
 // "H200: the MoE layer against PyTorch"), and mma.sync itself issues at a fraction of the
 // tensor cores' sm_90 rate; wgmma reads both operands from shared memory with no register
-// fragments. A 128 x 256 tile needs 48 KiB of operands a k-step of 64 for 4.2 MFLOP (85 FLOP a
-// byte from L2; a 128 x 128 tile, 64, asks more of L2 than it gives at the tensor cores' rate).
+// fragments. Two tiles (WgTile<BN>), to be chosen by measurement (HYBRID_MOE_WG_BN):
+//   BN = 256: 48 KiB of operands a k-step of 64 for 4.2 MFLOP (85 FLOP a byte from L2), 4 stages,
+//     one block an SM (128 accumulators a thread): the tile for long reductions;
+//   BN = 128: 32 KiB for 2.1 MFLOP (64 FLOP a byte), 3 stages (97 KiB), two blocks an SM (64
+//     accumulators, at most 128 registers), so one block's prologue and epilogue overlap the
+//     other's MMAs, which a lone block cannot hide when the reduction is a few k-steps long
+//     (KL-S's fwd2: 4).
 //
 // Operands (bf16, row-major, in global memory), each K-major or MN-major (wgmma's transposed
 // operand): A[m][k] = A[m lda + k] (A_T = false) or A[k lda + m] (A_T = true: the weight
@@ -22,20 +27,22 @@
 // contiguous dimension (k_lim, or m_lim / n_lim when transposed) a multiple of 8, so a 16-byte
 // chunk is wholly in or out.
 //
-// Shared memory (dynamic, WG_SMEM_BYTES: 1024 bytes of alignment slack, then the ring): WG_STAGES
-// = 4 stages of A (128 rows x 64 k, 16 KiB) and B (256 x 64, 32 KiB), each K-major, or MN-major
+// Shared memory (dynamic, WgTile<BN>::SMEM: 1024 bytes of alignment slack, then the ring): STAGES
+// stages of A (128 rows x 64 k, 16 KiB) and B (BN x 64, BN / 8 KiB), each K-major, or MN-major
 // in atoms of 64 m (n) x 8 k: the 8 k-atoms of an m-atom adjacent, m-atoms WG_MN_LBO = 8 KiB
 // apart; each tile in wgmma.cuh's 128-byte-swizzled layout, 1024-byte aligned. cp.async chunks
 // are assigned so a warp's 32 chunks fill four whole 128-byte rows (K-major: 4 rows x 8 chunks;
-// MN-major: k rows of 4 (B) or 2 (A) atoms x 8 chunks): four wavefronts for 512 bytes, the minimum.
+// MN-major: k rows of BN / 64 (B) or 2 (A) atoms x 8 chunks): four wavefronts for 512 bytes, the
+// minimum.
 //
-// Pipeline, one k-step of 64 a stage, prefetch distance WG_STAGES - 2 = 2: step kt waits for its
-// own copies (cp.async groups: at most WG_STAGES - 3 younger ones in flight), fences them to the
-// async proxy, passes one barrier (everyone's copies of step kt landed; everyone has waited, at
-// the end of step kt - 1, for its warpgroup's wgmma of step kt - 2), refills that step's stage
-// with step kt + 2, issues step kt's four k16 wgmma on its stage, commits them, and waits until
-// only they are in flight (step kt - 1's done). So the tensor cores always have the next step's
-// wgmma queued behind the current one, and two steps of loads are in flight behind them.
+// Pipeline, one k-step of 64 a stage, prefetch distance D = STAGES - 2 (2 at BN = 256, 1 at 128):
+// step kt waits for its own copies (cp.async groups: at most D - 1 younger ones in flight),
+// fences them to the async proxy, passes one barrier (everyone's copies of step kt landed;
+// everyone has waited, at the end of step kt - 1, for its warpgroup's wgmma of step kt - 2),
+// refills that step's stage with step kt + D, issues step kt's four k16 wgmma on its stage,
+// commits them, and waits until only they are in flight (step kt - 1's done). So the tensor cores
+// always have the next step's wgmma queued behind the current one, and D steps of loads are in
+// flight behind them.
 #ifndef HYBRID_KERNELS_MOE_GROUPED_GEMM_WG_CUH
 #define HYBRID_KERNELS_MOE_GROUPED_GEMM_WG_CUH
 
@@ -43,22 +50,29 @@
 #include "kernels/wgmma.cuh"
 
 #define WG_BM 128
-#define WG_BN 256
 #define WG_BK 64
-#define WG_STAGES 4
 #define WG_THREADS 256
-#define WG_A_BYTES (WG_BM * WG_BK * 2)                     // 16 KiB
-#define WG_B_BYTES (WG_BN * WG_BK * 2)                     // 32 KiB
-#define WG_STAGE_BYTES (WG_A_BYTES + WG_B_BYTES)           // 48 KiB (a multiple of 1024)
-#define WG_MN_LBO (WG_BK / 8 * 1024)                       // an MN-major tile: bytes between m (n) atoms
-#define WG_SMEM_BYTES (1024 + WG_STAGES * WG_STAGE_BYTES)  // 197,632
-#define WG_LDC (WG_BN + 8)  // row stride (bf16 or fp32) of the epilogue's staging tile
+#define WG_A_BYTES (WG_BM * WG_BK * 2)  // 16 KiB
+#define WG_MN_LBO (WG_BK / 8 * 1024)    // an MN-major tile: bytes between m (n) atoms
 static_assert(WG_BK == 64, "a K-major row of the tile is one 128-byte swizzle row");
 static_assert(WG_BM == 128 && WG_THREADS == 256, "two warpgroups of 64 rows");
-static_assert(WG_BM * WG_LDC * 4 <= WG_STAGES * WG_STAGE_BYTES, "the fp32 staging tile fits the ring");
-static_assert(WG_SMEM_BYTES <= 227 * 1024, "one block's shared memory fits an H200 SM");
 
-// one operand's k-step [k0, k0 + 64) into its stage tile S (ROWS = WG_BM or WG_BN rows of m or n;
+// the tile of width BN (128 or 256): its ring, blocks an SM and staging stride
+template <int BN>
+struct WgTile {
+    static_assert(BN == 128 || BN == 256, "the wgmma tiles built: 128 x 128, 128 x 256");
+    static constexpr int STAGES = BN == 256 ? 4 : 3;
+    static constexpr int BLOCKS_PER_SM = BN == 256 ? 1 : 2;
+    static constexpr int NACC = BN / 2;                       // accumulators a thread
+    static constexpr int B_BYTES = BN * WG_BK * 2;
+    static constexpr int STAGE_BYTES = WG_A_BYTES + B_BYTES;  // a multiple of 1024
+    static constexpr int SMEM = 1024 + STAGES * STAGE_BYTES;  // 197,632 / 99,328
+    static constexpr int LDC = BN + 8;  // row stride (bf16 or fp32) of the epilogue's staging tile
+    static_assert(WG_BM * LDC * 4 <= STAGES * STAGE_BYTES, "the fp32 staging tile fits the ring");
+    static_assert(BLOCKS_PER_SM * (SMEM + 1024) <= 228 * 1024, "the blocks' shared memory fits an H200 SM");
+};
+
+// one operand's k-step [k0, k0 + 64) into its stage tile S (ROWS = WG_BM or BN rows of m or n;
 // P at the tile's first row, ld its leading dimension, mn_lim its rows in range)
 template <bool T, int ROWS>
 __device__ __forceinline__ void wg_load(unsigned char *S, const bf16 *P, long ld, int mn_lim, int k0, int k_lim) {
@@ -82,29 +96,31 @@ __device__ __forceinline__ void wg_load(unsigned char *S, const bf16 *P, long ld
 
 // The tile's product into d (this thread's 128 accumulators: warpgroup threadIdx.x / 128's rows).
 // ring: the 1024-aligned ring (wg_align1024 of the dynamic shared memory); free again on return.
-template <bool A_T, bool B_T>
-__device__ __forceinline__ void wg_tile(float d[128], unsigned char *ring, const bf16 *A, long lda, const bf16 *B,
-                                        long ldb, int m_lim, int n_lim, int k_lim) {
+template <int BN, bool A_T, bool B_T>
+__device__ __forceinline__ void wg_tile(float d[WgTile<BN>::NACC], unsigned char *ring, const bf16 *A, long lda,
+                                        const bf16 *B, long ldb, int m_lim, int n_lim, int k_lim) {
+    using Cfg = WgTile<BN>;
+    constexpr int S = Cfg::STAGES, D = S - 2;
 #pragma unroll
-    for (int i = 0; i < 128; i++) d[i] = 0.f;
+    for (int i = 0; i < Cfg::NACC; i++) d[i] = 0.f;
     const int nk = (k_lim + WG_BK - 1) / WG_BK, wg = threadIdx.x >> 7;
     auto load = [&](int step) {
-        unsigned char *sa = ring + (step % WG_STAGES) * WG_STAGE_BYTES;
+        unsigned char *sa = ring + (step % S) * Cfg::STAGE_BYTES;
         wg_load<A_T, WG_BM>(sa, A, lda, m_lim, step * WG_BK, k_lim);
-        wg_load<B_T, WG_BN>(sa + WG_A_BYTES, B, ldb, n_lim, step * WG_BK, k_lim);
+        wg_load<B_T, BN>(sa + WG_A_BYTES, B, ldb, n_lim, step * WG_BK, k_lim);
     };
 #pragma unroll
-    for (int s = 0; s < WG_STAGES - 2; s++) {
+    for (int s = 0; s < D; s++) {
         if (s < nk) load(s);
         cp_async_commit();
     }
     for (int kt = 0; kt < nk; kt++) {
-        cp_async_wait<WG_STAGES - 3>();  // this thread's copies of step kt have landed
-        fence_proxy_async();             // ... and are visible to the tensor cores' reads
-        __syncthreads();                 // everyone's; step kt - 2's wgmma done in both warpgroups
-        if (kt + WG_STAGES - 2 < nk) load(kt + WG_STAGES - 2);  // into step kt - 2's stage
+        cp_async_wait<D - 1>();  // this thread's copies of step kt have landed
+        fence_proxy_async();     // ... and are visible to the tensor cores' reads
+        __syncthreads();         // everyone's; step kt - 2's wgmma done in both warpgroups
+        if (kt + D < nk) load(kt + D);  // into step kt - 2's stage
         cp_async_commit();
-        const unsigned char *sa = ring + (kt % WG_STAGES) * WG_STAGE_BYTES, *sb = sa + WG_A_BYTES;
+        const unsigned char *sa = ring + (kt % S) * Cfg::STAGE_BYTES, *sb = sa + WG_A_BYTES;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++) {
@@ -114,27 +130,27 @@ __device__ __forceinline__ void wg_tile(float d[128], unsigned char *ring, const
             const uint64_t da = A_T ? wg_desc(sa + wg * WG_MN_LBO + kk * 2048, WG_MN_LBO, 1024)
                                     : wg_desc(sa + wg * (64 * 128) + kk * 32, 16, 1024);
             const uint64_t db = B_T ? wg_desc(sb + kk * 2048, WG_MN_LBO, 1024) : wg_desc(sb + kk * 32, 16, 1024);
-            wgmma_m64n256k16_bf16<A_T, B_T>(d, da, db, 1);
+            wgmma_m64k16_bf16<BN, A_T, B_T>(d, da, db, 1);
         }
         wgmma_commit();
-        wgmma_wait<1>(d);  // step kt - 1's wgmma done (this warpgroup's)
+        wgmma_wait<1, Cfg::NACC>(d);  // step kt - 1's wgmma done (this warpgroup's)
     }
-    wgmma_wait<0>(d);
+    wgmma_wait<0, Cfg::NACC>(d);
     cp_async_wait<0>();  // (only empty groups are left)
     __syncthreads();     // every warpgroup is done with the ring: the epilogue may reuse it
 }
 
 // The accumulators (wgmma.cuh's layout, warpgroup threadIdx.x / 128's rows) into the staging tile
-// S [WG_BM][WG_LDC] over the ring, as bf16 (one rounding) or fp32, each register pair (two adjacent
+// S [WG_BM][LDC] over the ring, as bf16 (one rounding) or fp32, each register pair (two adjacent
 // columns) in one 4- or 8-byte store; ends after a barrier (the tile is complete)
-template <typename T>
-__device__ __forceinline__ void wg_stage(const float d[128], T *S) {
+template <int BN, typename T>
+__device__ __forceinline__ void wg_stage(const float d[WgTile<BN>::NACC], T *S) {
     const int tid = threadIdx.x, wg = tid >> 7, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
 #pragma unroll
-    for (int j = 0; j < WG_BN / 8; j++)
+    for (int j = 0; j < BN / 8; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            T *p = S + (64 * wg + 16 * w + g + 8 * h) * WG_LDC + 8 * j + 2 * t;
+            T *p = S + (64 * wg + 16 * w + g + 8 * h) * WgTile<BN>::LDC + 8 * j + 2 * t;
             if constexpr (sizeof(T) == 2) *reinterpret_cast<uint32_t *>(p) = pack_bf16(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
             else *reinterpret_cast<float2 *>(p) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
         }
@@ -143,19 +159,20 @@ __device__ __forceinline__ void wg_stage(const float d[128], T *S) {
 
 // The tile as bf16 to D (row-major, leading dimension ldd, at the tile's corner), rows < m_lim and
 // columns < n_lim (n_lim a multiple of 8) only: the accumulators go through a bf16 staging tile
-// [WG_BM][WG_LDC] over the ring (one rounding, as the mma.sync tile's GG_STORE), then 16-byte row
-// segments to global memory. (WG_LDC = 264: the 32 lanes' 4-byte stores of one register, rows
-// g + 16 w and columns 2t, fall on 32 distinct banks.)
-__device__ __forceinline__ void wg_store(const float d[128], unsigned char *ring, bf16 *D, long ldd, int m_lim,
-                                         int n_lim) {
+// [WG_BM][LDC] over the ring (one rounding, as the mma.sync tile's GG_STORE), then 16-byte row
+// segments to global memory. (LDC = BN + 8: consecutive rows start 4 banks apart, so the 32 lanes'
+// 4-byte stores of one register, rows g + 16 w and columns 2t, fall on 32 distinct banks.)
+template <int BN>
+__device__ __forceinline__ void wg_store(const float d[WgTile<BN>::NACC], unsigned char *ring, bf16 *D, long ldd,
+                                         int m_lim, int n_lim) {
+    constexpr int LDC = WgTile<BN>::LDC, per_row = BN / 8;
     bf16 *S = reinterpret_cast<bf16 *>(ring);
     const int tid = threadIdx.x;
-    wg_stage(d, S);
-    constexpr int per_row = WG_BN / 8;
+    wg_stage<BN>(d, S);
     for (int c = tid; c < WG_BM * per_row; c += WG_THREADS) {
         const int row = c / per_row, col = (c % per_row) * 8;
         if (row < m_lim && col < n_lim)
-            *reinterpret_cast<uint4 *>(D + (long)row * ldd + col) = *reinterpret_cast<const uint4 *>(S + row * WG_LDC + col);
+            *reinterpret_cast<uint4 *>(D + (long)row * ldd + col) = *reinterpret_cast<const uint4 *>(S + row * LDC + col);
     }
     __syncthreads();  // the staging tile is read: the next wg_tile may refill the ring
 }
@@ -163,22 +180,22 @@ __device__ __forceinline__ void wg_store(const float d[128], unsigned char *ring
 // The tile into a weight gradient: ADD = true, D (bf16) = bf16(D + tile), one rounding of the fp32
 // sum (grouped_gemm.cuh's GG_ADD); ADD = false, D (float *) = the tile as fp32 (a split's partial,
 // GG_F32). Rows < m_lim, columns < n_lim (a multiple of 8). Through an fp32 staging tile
-// [WG_BM][WG_LDC] over the ring (WG_LDC = 264 = 8 mod 32: a half-warp's 8-byte stores, rows g and
+// [WG_BM][LDC] over the ring (LDC = BN + 8 = 8 mod 32: a half-warp's 8-byte stores, rows g and
 // columns 2t, fall on 16 distinct bank pairs), then 8 consecutive columns a thread.
-template <bool ADD, typename TD>
-__device__ __forceinline__ void wg_store_grad(const float d[128], unsigned char *ring, TD *D, long ldd, int m_lim,
-                                              int n_lim) {
+template <int BN, bool ADD, typename TD>
+__device__ __forceinline__ void wg_store_grad(const float d[WgTile<BN>::NACC], unsigned char *ring, TD *D, long ldd,
+                                              int m_lim, int n_lim) {
     static_assert(ADD == (sizeof(TD) == 2), "ADD writes bf16, the partial fp32");
+    constexpr int LDC = WgTile<BN>::LDC, per_row = BN / 8;
     float *S = reinterpret_cast<float *>(ring);
     const int tid = threadIdx.x;
-    wg_stage(d, S);
-    constexpr int per_row = WG_BN / 8;
+    wg_stage<BN>(d, S);
     for (int c = tid; c < WG_BM * per_row; c += WG_THREADS) {
         const int row = c / per_row, col = (c % per_row) * 8;
         if (row >= m_lim || col >= n_lim) continue;
         float v[8];
-        *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(S + row * WG_LDC + col);
-        *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(S + row * WG_LDC + col + 4);
+        *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(S + row * LDC + col);
+        *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(S + row * LDC + col + 4);
         TD *p = D + (long)row * ldd + col;
         if constexpr (ADD) {
             float old[8];

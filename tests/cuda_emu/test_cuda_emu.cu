@@ -162,10 +162,10 @@ __global__ void wgmma_kernel(float *out, float *pre, const bf16 *a, const bf16 *
     for (int kk = 0; kk < 4; kk++) {
         const uint64_t da = wg_desc(sa + kk * 32, 16, 1024);
         if (mode == 4)
-            wgmma_m64n256k16_bf16<1, 1>(d, wg_desc(sa + kk * 2048, 8 * 1024, 1024), wg_desc(sb + kk * 2048, 8 * 1024, 1024),
+            wgmma_m64k16_bf16<256, 1, 1>(d, wg_desc(sa + kk * 2048, 8 * 1024, 1024), wg_desc(sb + kk * 2048, 8 * 1024, 1024),
                                         1);
-        else if (mode == 1) wgmma_m64n256k16_bf16<0, 1>(d, da, wg_desc(sb + kk * 2048, 8 * 1024, 1024), 1);
-        else wgmma_m64n256k16_bf16<0, 0>(d, da, wg_desc(sb + kk * 32, 16, 1024), 1);
+        else if (mode == 1) wgmma_m64k16_bf16<256, 0, 1>(d, da, wg_desc(sb + kk * 2048, 8 * 1024, 1024), 1);
+        else wgmma_m64k16_bf16<256, 0, 0>(d, da, wg_desc(sb + kk * 32, 16, 1024), 1);
     }
     wgmma_commit();
     if (mode == 2)
@@ -187,7 +187,7 @@ __global__ void wgmma_mismatch_kernel(float *out) {
     unsigned char *s = wg_align1024(raw);
     float d[128] = {};
     wgmma_fence();
-    wgmma_m64n256k16_bf16<0, 0>(d, wg_desc(s + (threadIdx.x == 77 ? 32 : 0), 16, 1024), wg_desc(s, 16, 1024), 0);
+    wgmma_m64k16_bf16<256, 0, 0>(d, wg_desc(s + (threadIdx.x == 77 ? 32 : 0), 16, 1024), wg_desc(s, 16, 1024), 0);
     wgmma_commit();
     wgmma_wait<0>(d);
     out[threadIdx.x] = d[0];
@@ -199,7 +199,7 @@ __global__ void wgmma_no_wait_kernel(float *out) {
     unsigned char *s = wg_align1024(raw);
     float d[128] = {};
     wgmma_fence();
-    wgmma_m64n256k16_bf16<0, 0>(d, wg_desc(s, 16, 1024), wg_desc(s, 16, 1024), 0);
+    wgmma_m64k16_bf16<256, 0, 0>(d, wg_desc(s, 16, 1024), wg_desc(s, 16, 1024), 0);
     wgmma_commit();
     out[threadIdx.x] = 1.f;
 }

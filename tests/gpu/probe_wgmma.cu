@@ -1,8 +1,8 @@
 // What the GPU's wgmma makes of kernels/wgmma.cuh's shared-memory layouts and descriptors, in one
-// run: one warpgroup computes D (64 x 256) = 0.5 + A (64 x 64) B^T (B 256 x 64) by four k16 steps
-// of wgmma_m64n256k16_bf16, for each orientation of A and B (K-major, MN-major), with the
+// run: one warpgroup computes D (64 x N) = 0.5 + A (64 x 64) B^T (B N x 64) by four k16 steps of
+// wgmma_m64k16_bf16, N = 256 and 128, for each orientation of A and B (K-major, MN-major), with the
 // descriptors as wgmma.cuh builds them and, for an MN-major operand, with LBO and SBO swapped;
-// prints how many of the 16384 outputs differ from the exact product (the inputs are multiples of
+// prints how many of the 64 N outputs differ from the exact product (the inputs are multiples of
 // 1/128 and the sums exact in fp32). The CPU emulator reads the layouts as wgmma.cuh states them
 // (tests/cuda_emu/test_cuda_emu.cu); this says whether the hardware agrees, and if not, which
 // variant it reads instead. Not a test (test_moe's wgmma path holds the parity checks):
@@ -33,29 +33,29 @@ __device__ uint64_t probe_desc(const unsigned char *s, int kk, int mn_major, int
     return swap ? wg_desc(s + kk * 2048, 1024, 8 * 1024) : wg_desc(s + kk * 2048, 8 * 1024, 1024);
 }
 
-template <int TA, int TB>
+template <int N, int TA, int TB>
 __global__ void __launch_bounds__(128, 1) probe_kernel(float *out, const bf16 *a, const bf16 *b, int swap) {
     extern __shared__ __align__(16) unsigned char raw[];
     unsigned char *sa = wg_align1024(raw), *sb = sa + 64 * 128;
     const int tid = threadIdx.x;
     for (int i = tid; i < 64 * 64; i += 128) *reinterpret_cast<bf16 *>(sa + probe_offset(i / 64, i % 64, TA)) = a[i];
-    for (int i = tid; i < 256 * 64; i += 128) *reinterpret_cast<bf16 *>(sb + probe_offset(i / 64, i % 64, TB)) = b[i];
+    for (int i = tid; i < N * 64; i += 128) *reinterpret_cast<bf16 *>(sb + probe_offset(i / 64, i % 64, TB)) = b[i];
     fence_proxy_async();
     __syncthreads();
-    float d[128];
+    float d[N / 2];
 #pragma unroll
-    for (int i = 0; i < 128; i++) d[i] = 0.5f;
+    for (int i = 0; i < N / 2; i++) d[i] = 0.5f;
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++)
-        wgmma_m64n256k16_bf16<TA, TB>(d, probe_desc(sa, kk, TA, swap), probe_desc(sb, kk, TB, swap), 1);
+        wgmma_m64k16_bf16<N, TA, TB>(d, probe_desc(sa, kk, TA, swap), probe_desc(sb, kk, TB, swap), 1);
     wgmma_commit();
-    wgmma_wait<0>(d);
+    wgmma_wait<0, N / 2>(d);
     const int w = tid / 32, g = (tid % 32) / 4, t = tid % 4;
 #pragma unroll
-    for (int j = 0; j < 32; j++)
+    for (int j = 0; j < N / 8; j++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) out[(16 * w + g + 8 * (i >> 1)) * 256 + 8 * j + 2 * t + (i & 1)] = d[4 * j + i];
+        for (int i = 0; i < 4; i++) out[(16 * w + g + 8 * (i >> 1)) * N + 8 * j + 2 * t + (i & 1)] = d[4 * j + i];
 }
 
 int main(void) {
@@ -80,12 +80,13 @@ int main(void) {
     PROBE_CHECK(cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice));
     PROBE_CHECK(cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice));
     const size_t smem = 1024 + 64 * 128 + 256 * 128;
-    void (*kernels[4])(float *, const bf16 *, const bf16 *, int) = {probe_kernel<0, 0>, probe_kernel<0, 1>,
-                                                                     probe_kernel<1, 0>, probe_kernel<1, 1>};
+    void (*kernels[8])(float *, const bf16 *, const bf16 *, int) = {
+        probe_kernel<256, 0, 0>, probe_kernel<256, 0, 1>, probe_kernel<256, 1, 0>, probe_kernel<256, 1, 1>,
+        probe_kernel<128, 0, 0>, probe_kernel<128, 0, 1>, probe_kernel<128, 1, 0>, probe_kernel<128, 1, 1>};
     int bad_default = 0;
-    for (int m = 0; m < 4; m++)
+    for (int m = 0; m < 8; m++)
         for (int swap = 0; swap < 2; swap++) {
-            const int ta = m >> 1, tb = m & 1;
+            const int N = m < 4 ? 256 : 128, ta = (m >> 1) & 1, tb = m & 1;
             if (swap && !ta && !tb) continue;  // (no MN-major operand: nothing to swap)
             PROBE_CHECK(cudaFuncSetAttribute(kernels[m], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             PROBE_CHECK(cudaMemset(dout, 0xff, sizeof out));  // NaN: an output never written shows
@@ -94,15 +95,15 @@ int main(void) {
             PROBE_CHECK(cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost));
             int bad = 0;
             for (int i = 0; i < 64; i++)
-                for (int n = 0; n < 256; n++) {
+                for (int n = 0; n < N; n++) {
                     double want = 0.5;
                     for (int k = 0; k < 64; k++) want += (double)fa[i * 64 + k] * fb[n * 64 + k];
-                    bad += !(out[i * 256 + n] == (float)want);
+                    bad += !(out[i * N + n] == (float)want);
                 }
             if (!swap) bad_default += bad;
-            printf("A %-8s B %-8s descriptors %-26s %5d of 16384 wrong%s\n", ta ? "MN-major" : "K-major",
+            printf("N %d, A %-8s B %-8s descriptors %-26s %5d of %d wrong%s\n", N, ta ? "MN-major" : "K-major",
                    tb ? "MN-major" : "K-major", swap ? "(MN-major: LBO, SBO swapped)" : "(as kernels/wgmma.cuh)", bad,
-                   bad ? "" : "  ok");
+                   64 * N, bad ? "" : "  ok");
         }
     printf("probe_wgmma: the layouts as kernels/wgmma.cuh builds them: %s\n",
            bad_default ? "the GPU reads them OTHERWISE" : "the GPU agrees");

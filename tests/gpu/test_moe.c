@@ -249,10 +249,11 @@ typedef struct {
     int mixed_wgrad_cublas;  // mixed mode: 1 forces both weight gradients onto cuBLAS (0: the rule)
 } DispatchCase;
 
-enum { PATH_OWN, PATH_CUBLAS, PATH_MIXED, PATH_WGMMA, NPATH };
+enum { PATH_OWN, PATH_CUBLAS, PATH_MIXED, PATH_WGMMA, PATH_WGMMA_128, NPATH };
 static const char *const path_desc[NPATH] = {"our grouped kernels", "cuBLAS's grouped batched GEMM",
                                              "the forward on ours, the backward on cuBLAS by the rule",
-                                             "our grouped kernels, the row GEMMs on wgmma (HYBRID_MOE_WGMMA=1)"};
+                                             "our grouped kernels on wgmma (HYBRID_MOE_WGMMA=1), 128 x 256 tiles",
+                                             "our grouped kernels on wgmma, 128 x 128 tiles (HYBRID_MOE_WG_BN=128)"};
 
 // The mixed mode's rule for a weight gradient dW (E, P, Q), written out again from experts.cu
 // (mixed_wgrad_on_cublas): cuBLAS unless its 128 x 128 tiles are fewer than 2 x 132 (one wave
@@ -263,9 +264,9 @@ static int mixed_wgrad_rule(int E, int P, int Q) {
 
 // The grouped expert op in GEMM mode `path` (PATH_OWN: our grouped kernels; PATH_CUBLAS:
 // cuBLAS's grouped batched GEMM, HYBRID_MOE_GEMM=cublas; PATH_MIXED: HYBRID_MOE_GEMM=mixed;
-// cuda_moe_set_gemm; PATH_WGMMA: PATH_OWN with the GEMMs on the wgmma kernels,
-// cuda_moe_set_wgmma, which run every GEMM where the widths are multiples of 8: two a forward,
-// four a backward) on the plan's sorted rows xp (host) / dxp (device) and offsets off (host) /
+// cuda_moe_set_gemm; PATH_WGMMA, PATH_WGMMA_128: PATH_OWN with the GEMMs on the wgmma kernels,
+// cuda_moe_set_wgmma, at either tile width, cuda_moe_set_wg_bn; they run every GEMM where the
+// widths are multiples of 8: two a forward, four a backward) on the plan's sorted rows xp (host) / dxp (device) and offsets off (host) /
 // doff (device). Forward against the CPU and rerun bit-identical; backward on the CUDA forward's
 // hp, ap (and xp: exact copies) against the CPU, the parameter gradients accumulated twice from
 // zero; the whole backward again, bit-identical; then once more on a copy of the offsets that no
@@ -287,9 +288,10 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
                          void *dyp) {
     const int N = q.N, K = q.K, E = q.E, C = q.C, M = q.M;
     const size_t nk = (size_t)N * K;
-    const int wgmma = path == PATH_WGMMA;
+    const int wgmma = path == PATH_WGMMA || path == PATH_WGMMA_128;
     const long wg0 = cuda_moe_wgmma_launches();
     cuda_moe_set_wgmma(wgmma);
+    cuda_moe_set_wg_bn(path == PATH_WGMMA_128 ? 128 : 256);
     const char *desc = path_desc[path];
     if (wgmma) path = PATH_OWN;  // (the rest is the own mode's)
     cuda_moe_set_gemm(path);
@@ -436,6 +438,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     cuda_moe_set_gemm(-1);
     cuda_moe_set_mixed_wgrad(-1);
     cuda_moe_set_wgmma(-1);
+    cuda_moe_set_wg_bn(-1);
     void *bufs[] = {dw13, dw2, dhp, dap, dgyp, dgxpe, dg13, dg2, dsh, dsa, doff2};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) G->free(bufs[i]);
     void *hb[] = {w13, w2, yp, hp, ap, f_y, f_h, f_a, hpg, apg, gyp, gxpe, g13, g2, sh, sa, f_dx, f_13, f_2};
@@ -482,11 +485,12 @@ static void test_dispatch(DispatchCase q) {
     free(first);
     // experts, on each GEMM path (forward outputs left in dyp for the combine below); a forced
     // split count concerns only our kernels' weight gradients (mma.sync or wgmma), so those cases
-    // run those two paths alone (the cuBLAS and mixed paths run on the same shapes with the rule's
+    // run those paths alone (the cuBLAS and mixed paths run on the same shapes with the rule's
     // split)
     void *dyp = dev_bf16(NULL, nk * C);
     for (int path = 0; path < NPATH; path++)
-        if (!q.split || path == PATH_OWN || path == PATH_WGMMA) test_experts(q, path, xp, dxp, off, doff, dyp);
+        if (!q.split || path == PATH_OWN || path == PATH_WGMMA || path == PATH_WGMMA_128)
+            test_experts(q, path, xp, dxp, off, doff, dyp);
     float *ypg = get_bf16(dyp, nk * C);
     // combine
     float *wt = host_rand(nk, 0.5f, 0.5f), *out = host_alloc((size_t)N * C);
