@@ -30,6 +30,7 @@
 #include "tests/testing.h"
 #include "tests/gpu/harness.h"
 #include "kernels/cuda_backend.h"  // cuda_moe_set_gemm and its counters
+#include "tests/expect_death.h"
 
 const MoeOps *cuda_moe_ops(void);  // kernels/moe/table.cu
 void cuda_moe_set_wgrad_split(int s);  // kernels/moe/experts.cu: > 0 forces the wgrad split count
@@ -674,10 +675,43 @@ static void test_dispatch_io(int N, int K, int E, int C, int stride, int shift) 
 
 static const GluAct SWIGLU = {GLU_SWIGLU, 0.0, 0.0}, SITU = {GLU_SITU, 4.0, 25.0};
 
+#ifdef HYBRID_CUDA_EMU
+// The expert GEMMs' switches refuse a value they do not know, naming it (a typo must not run the
+// default silently). Each child sets one bad value and runs a small forward of the expert op, which
+// reads the switches at its first call (so these run before any other expert call of the program:
+// the values are kept once read).
+typedef struct {
+    const char *name, *value, *also;  // also: a second variable set to 1 first (or NULL)
+} BadSwitch;
+static void experts_with_env(void *arg) {
+    const BadSwitch *b = arg;
+    if (b->also) setenv(b->also, "1", 1);
+    setenv(b->name, b->value, 1);
+    const int E = 2, C = 16, M = 16, rows = 8, off[3] = {0, 5, 8};
+    void *x = dev_bf16(NULL, (size_t)rows * C), *y = dev_bf16(NULL, (size_t)rows * C),
+         *h = dev_bf16(NULL, (size_t)rows * 2 * M), *a = dev_bf16(NULL, (size_t)rows * M),
+         *w13 = dev_bf16(NULL, (size_t)E * 2 * M * C), *w2 = dev_bf16(NULL, (size_t)E * C * M);
+    int *doff = dev_bytes(off, sizeof off);
+    X->moe_experts_forward(y, h, a, x, w13, w2, doff, E, C, M, SWIGLU);
+}
+static void test_switch_errors(void) {
+    static const BadSwitch bad[] = {{"HYBRID_MOE_GEMM", "owned", NULL},
+                                    {"HYBRID_MOE_WGMMA", "on", NULL},
+                                    {"HYBRID_MOE_WG_BN", "64", "HYBRID_MOE_WGMMA"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s=%s", bad[i].name, bad[i].value);
+        CHECK(expect_death(experts_with_env, (void *)&bad[i], want, want, "expected"), "a bad %s is refused by name",
+              bad[i].name);
+    }
+}
+#endif
+
 int main(void) {
     gpu_test_init("test_moe");
     X = cuda_moe_ops();
 #ifdef HYBRID_CUDA_EMU
+    test_switch_errors();  // (first: the switches are read once)
     test_router(61, 16, 2, ROUTER_SIGMOID, 1, 1.0, BIAS_RAND);
     test_router(40, 16, 1, ROUTER_SIGMOID, 1, 2.5, BIAS_NONE);   // top-1: no renormalisation
     test_router(33, 16, 8, ROUTER_SOFTMAX, 0, 1.0, BIAS_NONE);
