@@ -316,13 +316,17 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
         PROFILE("moe_experts/offsets_to_host");
         moe_cublas_offsets_async(offsets, E);
     }
+    bool glu_done = false;  // the GLU fused into fwd13 (HYBRID_MOE_WGMMA=1: experts_wg.cu)
     {
         PROFILE("moe_experts/gemm_fwd13");
         if (!hoff || !gemm_on_cublas(mode, G_FWD13, E, C, M) ||
-            !moe_cublas_rows((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, hoff, offsets, E, 2 * M, C, 0))
-            rows_gemm<false>((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, offsets, E, 2 * M, C);
+            !moe_cublas_rows((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, hoff, offsets, E, 2 * M, C, 0)) {
+            glu_done = moe_wg_rows_glu((bf16 *)hp, (bf16 *)ap, (const bf16 *)xp, (const bf16 *)w13, offsets, E, C, M,
+                                       kind, (float)act.beta, (float)act.linear_beta);
+            if (!glu_done) rows_gemm<false>((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, offsets, E, 2 * M, C);
+        }
     }
-    {
+    if (!glu_done) {
         PROFILE("moe_experts/glu_fwd");
         launch_kernel(experts_glu_vec(M, ap, hp, NULL) ? glu_forward_vec_kernel<const int *>
                                                        : glu_forward_kernel<const int *>,
@@ -359,17 +363,21 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
         PROFILE("moe_experts/offsets_to_host");
         hoff = moe_cublas_offsets(offsets, E, 0);
     }
+    bool dglu_done = false;  // the GLU's backward fused into dgrad2 (HYBRID_MOE_WGMMA=1; dap not written)
     {
         PROFILE("moe_experts/gemm_dgrad2");  // dap = dyp W2_e
-        if (!c_dgrad2 || !moe_cublas_rows((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, hoff, offsets, E, M, C, 1))
-            rows_gemm<true>((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, offsets, E, M, C);
+        if (!c_dgrad2 || !moe_cublas_rows((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, hoff, offsets, E, M, C, 1)) {
+            dglu_done = moe_wg_rows_dglu((bf16 *)dhp, (const bf16 *)dyp, (const bf16 *)w2, (const bf16 *)hp, offsets, E,
+                                         C, M, kind, (float)act.beta, (float)act.linear_beta);
+            if (!dglu_done) rows_gemm<true>((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, offsets, E, M, C);
+        }
     }
     {
         PROFILE("moe_experts/gemm_wgrad2");  // dW2_e += dyp^T ap
         if (!c_wgrad2 || !moe_cublas_wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, hoff, offsets, E, C, M))
             wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, offsets, E, C, M);
     }
-    {
+    if (!dglu_done) {
         PROFILE("moe_experts/glu_bwd");
         launch_kernel(experts_glu_vec(M, dhp, dap, hp) ? glu_backward_vec_kernel<const int *>
                                                        : glu_backward_kernel<const int *>,

@@ -12,6 +12,7 @@
 #include "kernels/moe/experts_wg.h"
 #include "kernels/moe/grouped_gemm_wg.cuh"
 #include "kernels/moe/grouped_walk.cuh"
+#include "kernels/norm_glu/glu.cuh"
 
 // Y (rows, n_out) = X (rows, kd) W_e^T, W_e stored (n_out, kd) (W_T = false: K-major B) or
 // (kd, n_out) (W_T = true: MN-major B). The tiles, linearly: tile L = (row tile L / ny, column
@@ -37,6 +38,120 @@ __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
         float d[WgTile<BN>::NACC];
         wg_tile<BN, false, W_T>(d, ring, X + (size_t)r0 * kd, kd, B, W_T ? n_out : kd, m_lim, n_lim, kd);
         wg_store<BN>(d, ring, Y + (size_t)r0 * n_out + n0, n_out, m_lim, n_lim);
+    }
+}
+
+// ---- the GLU fused into the row GEMMs around it (HYBRID_MOE_WGMMA=1; tests: cuda_moe_set_wg_glu) ----
+// The experts' GLU (kernels/norm_glu/glu.cuh's elementwise math) reads the up projection's output
+// hp and writes ap, and its backward reads dap and hp and writes dhp: passes over the rows that
+// the GEMMs beside them can do in their epilogues, from the same bf16 values with the same
+// per-element functions, so the bits are the separate passes' (test_moe compares them):
+// - forward: a tile of hp holds the gate columns of BN / 2 hidden units in its first half and
+//   their up columns (M further in W13) in its second (wg_load's hi_skip), so the epilogue has
+//   both halves of every hidden unit it stores: hp's two halves to their places, ap from the
+//   rounded values (M % (BN / 2) == 0);
+// - backward: dgrad2's tile is dap for BN hidden units; the epilogue rounds it (as dap's store
+//   did), reads those units' gate and up columns of hp and writes dhp; dap (scratch, the op
+//   contract) is never written.
+static int g_glu_forced = -1;
+extern "C" void cuda_moe_set_wg_glu(int on) { g_glu_forced = on == 0 || on == 1 ? on : -1; }
+static int wg_glu_on(void) { return g_glu_forced != 0; }
+
+// the forward's epilogue: the staged tile's gate half and up half of rows < m_lim to hp (rows of
+// 2M) at columns n0h and M + n0h, and glu(gate, up) to ap (rows of M) at column n0h
+template <int BN>
+__device__ __forceinline__ void wg_store_glu_fwd(const float d[WgTile<BN>::NACC], unsigned char *ring, bf16 *hp,
+                                                 bf16 *ap, int M, int m_lim, int kind, float beta, float lbeta) {
+    constexpr int LDC = WgTile<BN>::LDC, H2 = BN / 2, groups = H2 / 8;
+    bf16 *S = reinterpret_cast<bf16 *>(ring);
+    wg_stage<BN>(d, S);
+    for (int c = threadIdx.x; c < WG_BM * groups; c += WG_THREADS) {
+        const int row = c / groups, col = (c % groups) * 8;
+        if (row >= m_lim) continue;
+        const bf16 *sg = S + row * LDC + col, *su = sg + H2;
+        bf16 *h = hp + (long)row * 2 * M + col;
+        *reinterpret_cast<uint4 *>(h) = *reinterpret_cast<const uint4 *>(sg);
+        *reinterpret_cast<uint4 *>(h + M) = *reinterpret_cast<const uint4 *>(su);
+        float g[8], u[8], a[8];
+        load8(sg, g);
+        load8(su, u);
+#pragma unroll
+        for (int j = 0; j < 8; j++) a[j] = glu_fwd_elem(g[j], u[j], kind, beta, lbeta);
+        store8(ap + (long)row * M + col, a);
+    }
+    __syncthreads();  // the staging tile is read: the next tile may refill the ring
+}
+
+// the backward's epilogue: the staged tile (dap of BN hidden units, rounded once) of rows < m_lim,
+// columns < n_lim, with hp's gate and up columns of those units, to dhp's two halves
+template <int BN>
+__device__ __forceinline__ void wg_store_glu_bwd(const float d[WgTile<BN>::NACC], unsigned char *ring, bf16 *dhp,
+                                                 const bf16 *hp, int M, int m_lim, int n_lim, int kind, float beta,
+                                                 float lbeta) {
+    constexpr int LDC = WgTile<BN>::LDC, groups = BN / 8;
+    bf16 *S = reinterpret_cast<bf16 *>(ring);
+    wg_stage<BN>(d, S);
+    for (int c = threadIdx.x; c < WG_BM * groups; c += WG_THREADS) {
+        const int row = c / groups, col = (c % groups) * 8;
+        if (row >= m_lim || col >= n_lim) continue;
+        const long o = (long)row * 2 * M + col;
+        float dh[8], g[8], u[8], dg[8], du[8];
+        load8(S + row * LDC + col, dh);
+        load8(hp + o, g);
+        load8(hp + o + M, u);
+#pragma unroll
+        for (int j = 0; j < 8; j++) glu_bwd_elem(g[j], u[j], dh[j], kind, beta, lbeta, dg[j], du[j]);
+        store8(dhp + o, dg);
+        store8(dhp + o + M, du);
+    }
+    __syncthreads();
+}
+
+// hp = xp W13_e^T and ap = glu(hp) per expert (W13_e (2M, C), K-major): the walk of
+// rows_gemm_wg_kernel over (row tile, tile of BN / 2 hidden units)
+template <int BN>
+__global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
+    rows_glu_wg_kernel(bf16 *hp, bf16 *ap, const bf16 *xp, const bf16 *w13, const int *offsets, int E, int C, int M,
+                       int kind, float beta, float lbeta) {
+    DYNAMIC_SMEM(unsigned char, raw);
+    unsigned char *ring = wg_align1024(raw);
+    constexpr int H2 = BN / 2;
+    const int ny = M / H2;
+    int e, base, nt;
+    row_tiles_start<WG_BM>(offsets, e, base, nt);
+    for (long L = blockIdx.x;; L += gridDim.x) {
+        const int tile = (int)(L / ny), n0h = (int)(L % ny) * H2;
+        if (!row_tiles_seek<WG_BM>(tile, offsets, E, e, base, nt)) return;
+        const int r0 = offsets[e] + (tile - base) * WG_BM, m_lim = min(WG_BM, offsets[e + 1] - r0);
+        float d[WgTile<BN>::NACC];
+        // B: the gate rows n0h.. of W13_e, then (hi_skip M - H2 rows on) its up rows M + n0h..
+        wg_tile<BN, false, false>(d, ring, xp + (size_t)r0 * C, C, w13 + ((size_t)e * 2 * M + n0h) * C, C, m_lim, BN, C,
+                                  (long)(M - H2));
+        wg_store_glu_fwd<BN>(d, ring, hp + (size_t)r0 * 2 * M + n0h, ap + (size_t)r0 * M + n0h, M, m_lim, kind, beta,
+                             lbeta);
+    }
+}
+
+// dhp = glu'(hp) (dyp W2_e) per expert (W2_e (C, M): MN-major B), dap never stored: the walk of
+// rows_gemm_wg_kernel over (row tile, tile of BN hidden units)
+template <int BN>
+__global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
+    rows_dglu_wg_kernel(bf16 *dhp, const bf16 *dyp, const bf16 *w2, const bf16 *hp, const int *offsets, int E, int C,
+                        int M, int kind, float beta, float lbeta) {
+    DYNAMIC_SMEM(unsigned char, raw);
+    unsigned char *ring = wg_align1024(raw);
+    const int ny = (M + BN - 1) / BN;
+    int e, base, nt;
+    row_tiles_start<WG_BM>(offsets, e, base, nt);
+    for (long L = blockIdx.x;; L += gridDim.x) {
+        const int tile = (int)(L / ny), n0 = (int)(L % ny) * BN;
+        if (!row_tiles_seek<WG_BM>(tile, offsets, E, e, base, nt)) return;
+        const int r0 = offsets[e] + (tile - base) * WG_BM, m_lim = min(WG_BM, offsets[e + 1] - r0);
+        const int n_lim = min(BN, M - n0);
+        float d[WgTile<BN>::NACC];
+        wg_tile<BN, false, true>(d, ring, dyp + (size_t)r0 * C, C, w2 + (size_t)e * C * M + n0, M, m_lim, n_lim, C);
+        wg_store_glu_bwd<BN>(d, ring, dhp + (size_t)r0 * 2 * M + n0, hp + (size_t)r0 * 2 * M + n0, M, m_lim, n_lim,
+                             kind, beta, lbeta);
     }
 }
 
@@ -175,4 +290,39 @@ int moe_wg_wgrad(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *
     g_launches++;
     return wg_bn() == 128 ? wg_wgrad_launch<128>(dW, ws, G, X, offsets, E, P, Q, force_splits)
                           : wg_wgrad_launch<256>(dW, ws, G, X, offsets, E, P, Q, force_splits);
+}
+
+template <int BN>
+static void wg_glu_launch(bf16 *hp, bf16 *ap, const bf16 *xp, const bf16 *w13, const int *offsets, int E, int C, int M,
+                          int kind, float beta, float lbeta) {
+    launch_kernel(rows_glu_wg_kernel<BN>, dim3(wg_resident_blocks<rows_glu_wg_kernel<BN>, BN>()), dim3(WG_THREADS),
+                  WgTile<BN>::SMEM, hp, ap, xp, w13, offsets, E, C, M, kind, beta, lbeta);
+}
+template <int BN>
+static void wg_dglu_launch(bf16 *dhp, const bf16 *dyp, const bf16 *w2, const bf16 *hp, const int *offsets, int E,
+                           int C, int M, int kind, float beta, float lbeta) {
+    launch_kernel(rows_dglu_wg_kernel<BN>, dim3(wg_resident_blocks<rows_dglu_wg_kernel<BN>, BN>()), dim3(WG_THREADS),
+                  WgTile<BN>::SMEM, dhp, dyp, w2, hp, offsets, E, C, M, kind, beta, lbeta);
+}
+
+int moe_wg_rows_glu(bf16 *hp, bf16 *ap, const bf16 *xp, const bf16 *w13, const int *offsets, int E, int C, int M,
+                    int kind, float beta, float lbeta) {
+    const int bn = moe_wgmma_on() ? wg_bn() : 0;
+    if (!bn || !wg_glu_on() || M <= 0 || M % (bn / 2) || C % 8) return 0;
+    if (!is_aligned16(hp) || !is_aligned16(ap) || !is_aligned16(xp) || !is_aligned16(w13)) return 0;
+    g_launches++;
+    if (bn == 128) wg_glu_launch<128>(hp, ap, xp, w13, offsets, E, C, M, kind, beta, lbeta);
+    else wg_glu_launch<256>(hp, ap, xp, w13, offsets, E, C, M, kind, beta, lbeta);
+    return 1;
+}
+
+int moe_wg_rows_dglu(bf16 *dhp, const bf16 *dyp, const bf16 *w2, const bf16 *hp, const int *offsets, int E, int C,
+                     int M, int kind, float beta, float lbeta) {
+    const int bn = moe_wgmma_on() ? wg_bn() : 0;
+    if (!bn || !wg_glu_on() || M <= 0 || M % 8 || C % 8) return 0;
+    if (!is_aligned16(dhp) || !is_aligned16(dyp) || !is_aligned16(w2) || !is_aligned16(hp)) return 0;
+    g_launches++;
+    if (bn == 128) wg_dglu_launch<128>(dhp, dyp, w2, hp, offsets, E, C, M, kind, beta, lbeta);
+    else wg_dglu_launch<256>(dhp, dyp, w2, hp, offsets, E, C, M, kind, beta, lbeta);
+    return 1;
 }

@@ -24,4 +24,15 @@ int moe_wg_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E
 int moe_wg_wgrad(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q,
                  int force_splits);
 
+// The GLU fused into the GEMMs around it (experts_wg.cu, "the GLU fused"): hp = xp W13_e^T with
+// ap = glu(hp) (the forward's fwd13 and GLU pass), and dhp = glu'(hp) (dyp W2_e) (the backward's
+// dgrad2 and GLU pass; dap not written). kind, beta, lbeta: the GLU's (glu.cuh). Return 0 and do
+// nothing where the wgmma kernels are off, the fusion is off (tests), the shape does not suit
+// (forward: M a multiple of half the tile width; both: C, M multiples of 8) or a pointer is not
+// 16-byte aligned: the caller then runs the GEMM and the GLU pass apart.
+int moe_wg_rows_glu(bf16 *hp, bf16 *ap, const bf16 *xp, const bf16 *w13, const int *offsets, int E, int C, int M,
+                    int kind, float beta, float lbeta);
+int moe_wg_rows_dglu(bf16 *dhp, const bf16 *dyp, const bf16 *w2, const bf16 *hp, const int *offsets, int E, int C,
+                     int M, int kind, float beta, float lbeta);
+
 #endif

@@ -73,9 +73,12 @@ struct WgTile {
 };
 
 // one operand's k-step [k0, k0 + 64) into its stage tile S (ROWS = WG_BM or BN rows of m or n;
-// P at the tile's first row, ld its leading dimension, mn_lim its rows in range)
+// P at the tile's first row, ld its leading dimension, mn_lim its rows in range). hi_skip (K-major
+// only): the tile's rows ROWS / 2.. come from hi_skip rows further down P (0: the rows in order;
+// the fused GLU's tile takes the gate rows of its hidden units, then their up rows M further)
 template <bool T, int ROWS>
-__device__ __forceinline__ void wg_load(unsigned char *S, const bf16 *P, long ld, int mn_lim, int k0, int k_lim) {
+__device__ __forceinline__ void wg_load(unsigned char *S, const bf16 *P, long ld, int mn_lim, int k0, int k_lim,
+                                        long hi_skip = 0) {
     constexpr int chunks = ROWS * WG_BK / 8, per_k_row = ROWS / 8;
     static_assert(chunks % WG_THREADS == 0, "whole chunks per thread");
 #pragma unroll
@@ -89,16 +92,18 @@ __device__ __forceinline__ void wg_load(unsigned char *S, const bf16 *P, long ld
         } else {  // K-major: (row c / 8, k chunk c % 8)
             const int r = c >> 3, k = k0 + (c & 7) * 8;
             const bool ok = r < mn_lim && k < k_lim;
-            cp_async16(reinterpret_cast<bf16 *>(S + wg_kmajor_offset(r, (c & 7) * 8)), ok ? P + (long)r * ld + k : P, ok);
+            const long gr = r + (r >= ROWS / 2 ? hi_skip : 0);
+            cp_async16(reinterpret_cast<bf16 *>(S + wg_kmajor_offset(r, (c & 7) * 8)), ok ? P + gr * ld + k : P, ok);
         }
     }
 }
 
-// The tile's product into d (this thread's 128 accumulators: warpgroup threadIdx.x / 128's rows).
-// ring: the 1024-aligned ring (wg_align1024 of the dynamic shared memory); free again on return.
+// The tile's product into d (this thread's BN / 2 accumulators: warpgroup threadIdx.x / 128's
+// rows). ring: the 1024-aligned ring (wg_align1024 of the dynamic shared memory); free again on
+// return. b_hi_skip: wg_load's hi_skip for B (K-major B only).
 template <int BN, bool A_T, bool B_T>
 __device__ __forceinline__ void wg_tile(float d[WgTile<BN>::NACC], unsigned char *ring, const bf16 *A, long lda,
-                                        const bf16 *B, long ldb, int m_lim, int n_lim, int k_lim) {
+                                        const bf16 *B, long ldb, int m_lim, int n_lim, int k_lim, long b_hi_skip = 0) {
     using Cfg = WgTile<BN>;
     constexpr int S = Cfg::STAGES, D = S - 2;
 #pragma unroll
@@ -107,7 +112,7 @@ __device__ __forceinline__ void wg_tile(float d[WgTile<BN>::NACC], unsigned char
     auto load = [&](int step) {
         unsigned char *sa = ring + (step % S) * Cfg::STAGE_BYTES;
         wg_load<A_T, WG_BM>(sa, A, lda, m_lim, step * WG_BK, k_lim);
-        wg_load<B_T, BN>(sa + WG_A_BYTES, B, ldb, n_lim, step * WG_BK, k_lim);
+        wg_load<B_T, BN>(sa + WG_A_BYTES, B, ldb, n_lim, step * WG_BK, k_lim, b_hi_skip);
     };
 #pragma unroll
     for (int s = 0; s < D; s++) {

@@ -528,8 +528,10 @@ uint32_t emu_smem_address(const void *p) {
 }
 
 namespace {
-// element (mn, k) of a wgmma operand, 0 <= k < 16 (mn_major: trans = 1, the MN-major layout)
-float wg_operand(uint64_t desc, int mn, int k, int mn_major) {
+// row mn (an m of A, an n of B) of a wgmma operand, its 16 k values (mn_major: trans = 1, the
+// MN-major layout), decoded once a row: the fields, the checks, and for a K-major row its two
+// 16-byte chunks (8 k each, contiguous after the swizzle)
+void wg_operand_row(uint64_t desc, int mn, int mn_major, float out[16]) {
     const int mode = (int)(desc >> 62), base = (int)(desc >> 49) & 7;
     if (mode != 1 || base != 0)
         emu_die("%s: a wgmma descriptor with swizzle mode %d, base offset %d: only the 128-byte swizzle (mode 1) "
@@ -537,28 +539,38 @@ float wg_operand(uint64_t desc, int mn, int k, int mn_major) {
                 B.where, mode, base);
     const uint32_t start = (uint32_t)(desc & 0x3FFF) << 4, lbo = (uint32_t)((desc >> 16) & 0x3FFF) << 4,
                    sbo = (uint32_t)((desc >> 32) & 0x3FFF) << 4;
-    const uint32_t L = mn_major ? start + (uint32_t)(mn / 64) * lbo + (uint32_t)(k / 8) * sbo + (uint32_t)(k % 8) * 128 +
-                                      (uint32_t)(mn % 64) * 2
-                                : start + (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * 128 + (uint32_t)k * 2;
-    const uint32_t P = L ^ (((L >> 7) & 7u) << 4);  // the 128-byte swizzle: chunk bits 4-6 ^= row bits 7-9
-    if (P < kSmemWindowBase || P + 2 > kSmemWindowBase + B.smem_size)
-        emu_die("%s: a wgmma operand element at shared address 0x%x, outside the block's dynamic shared memory "
-                "[0x%x, 0x%zx)",
-                B.where, P, kSmemWindowBase, kSmemWindowBase + B.smem_size);
-    __nv_bfloat16 h;
-    memcpy(&h.x, B.smem + (P - kSmemWindowBase), 2);
-    return (float)h;
+    auto at = [&](uint32_t L, int bytes) {  // the 128-byte swizzle: chunk bits 4-6 ^= row bits 7-9
+        const uint32_t P = L ^ (((L >> 7) & 7u) << 4);
+        if (P < kSmemWindowBase || P + bytes > kSmemWindowBase + B.smem_size)
+            emu_die("%s: a wgmma operand element at shared address 0x%x, outside the block's dynamic shared memory "
+                    "[0x%x, 0x%zx)",
+                    B.where, P, kSmemWindowBase, kSmemWindowBase + B.smem_size);
+        return B.smem + (P - kSmemWindowBase);
+    };
+    __nv_bfloat16 h[8];
+    if (!mn_major) {
+        const uint32_t row = start + (uint32_t)(mn / 8) * sbo + (uint32_t)(mn % 8) * 128;
+        for (int c = 0; c < 2; c++) {  // (16-byte aligned: start is, and the chunk does not cross a swizzle row)
+            memcpy(h, at(row + 16 * c, 16), 16);
+            for (int i = 0; i < 8; i++) out[8 * c + i] = (float)h[i];
+        }
+    } else {
+        const uint32_t col = start + (uint32_t)(mn / 64) * lbo + (uint32_t)(mn % 64) * 2;
+        for (int k = 0; k < 16; k++) {
+            memcpy(&h[0].x, at(col + (uint32_t)(k / 8) * sbo + (uint32_t)(k % 8) * 128, 2), 2);
+            out[k] = (float)h[0];
+        }
+    }
 }
 
 void wgmma_perform(const WgmmaOp &op, unsigned tid) {
     const int w = (int)(tid / 32) % 4, lane = (int)(tid % 32), g = lane / 4, t = lane % 4;
     float a[2][16];  // A's rows 16 w + g and + 8
-    for (int h = 0; h < 2; h++)
-        for (int k = 0; k < 16; k++) a[h][k] = wg_operand(op.desc_a, 16 * w + g + 8 * h, k, op.trans_a);
+    for (int h = 0; h < 2; h++) wg_operand_row(op.desc_a, 16 * w + g + 8 * h, op.trans_a, a[h]);
     for (int j = 0; j < op.n / 8; j++)
         for (int c = 0; c < 2; c++) {
             float b[16];  // B's row (column of the product) 8 j + 2 t + c
-            for (int k = 0; k < 16; k++) b[k] = wg_operand(op.desc_b, 8 * j + 2 * t + c, k, op.trans_b);
+            wg_operand_row(op.desc_b, 8 * j + 2 * t + c, op.trans_b, b);
             for (int h = 0; h < 2; h++) {
                 float &d = op.d[4 * j + 2 * h + c];
                 float acc = op.scale_d ? d : 0.f;

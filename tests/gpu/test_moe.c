@@ -294,6 +294,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     cuda_moe_set_wgmma(wgmma);
     cuda_moe_set_wg_bn(path == PATH_WGMMA_128 ? 128 : 256);
     const char *desc = path_desc[path];
+    const int path_orig = path;
     if (wgmma) path = PATH_OWN;  // (the rest is the own mode's)
     cuda_moe_set_gemm(path);
     cuda_moe_set_mixed_wgrad(q.mixed_wgrad_cublas ? 1 : -1);
@@ -416,11 +417,41 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     const long wg_bwd = cuda_moe_wgmma_launches() - wg_bwd0, wg_bwd_want = wgmma && suits ? 4 * 4 : 0;
     printf("  %-28s %ld wgmma GEMMs\n", "backward (4 times)", wg_bwd);
     CHECK(wg_bwd == wg_bwd_want, "four backwards: %ld wgmma GEMM launches (expected %ld)", wg_bwd, wg_bwd_want);
+    // wgmma: the GLU fused into fwd13 and dgrad2 (the default where the shape suits it) against
+    // the separate passes (cuda_moe_set_wg_glu(0)): the same bits, forward and backward
+    if (wgmma) {
+        // where it ran: the forward's GLU pass left no kernel of its own (M a multiple of half the
+        // tile width), the backward's where M % 8 == 0 (the vector GLU kernels' launches count them)
+        const int bn = path_orig == PATH_WGMMA_128 ? 128 : 256, fused = suits && M % (bn / 2) == 0;
+        const long v0 = cuda_moe_glu_vec_launches();
+        X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
+        const long v1 = cuda_moe_glu_vec_launches();
+        X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, doff, E, C, M, q.act);
+        const long fwd_glu = v1 - v0, bwd_glu = cuda_moe_glu_vec_launches() - v1;
+        printf("  %-28s forward %s, backward %s\n", "GLU in the GEMMs", fused ? "yes" : "no", suits ? "yes" : "no");
+        CHECK(fwd_glu == (fused ? 0 : M % 8 == 0) && bwd_glu == (suits ? 0 : M % 8 == 0),
+              "GLU passes of their own: forward %ld, backward %ld (fused: forward %d, backward %d)", fwd_glu, bwd_glu,
+              fused, suits);
+        cuda_moe_set_wg_glu(0);
+        poison_bf16(dyp, nk * C), poison_bf16(dhp, nk * 2 * M), poison_bf16(dap, nk * M);
+        X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
+        expect_same("hp (GLU apart)", dhp, f_h, nk * 2 * M * 2);
+        expect_same("ap (GLU apart)", dap, f_a, nk * M * 2);
+        expect_same("yp (GLU apart)", dyp, f_y, nk * C * 2);
+        poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
+        G->zero(dg13, n13), G->zero(dg2, n2);
+        for (int rep = 0; rep < 2; rep++)
+            X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, doff, E, C, M, q.act);
+        expect_same("dxp (GLU apart)", dgxpe, f_dx, nk * C * 2);
+        expect_same("dw13 (GLU apart)", dg13, f_13, n13 * 2);
+        expect_same("dw2 (GLU apart)", dg2, f_2, n2 * 2);
+        cuda_moe_set_wg_glu(-1);
+    }
     // the GLU's scalar kernels (cuda_moe_set_glu_vec(0)) give the bits of the vector ones, which
     // run where M % 8 == 0 (every buffer here is 16-byte aligned): forward and backward again on
     // the scalar kernels, bit-identical to the first (our GEMMs only: the GLU is the same pass on
     // every path)
-    if (path == PATH_OWN) {
+    if (path == PATH_OWN && !wgmma) {  // (on wgmma the GLU runs inside the GEMMs: above)
         const long v0 = cuda_moe_glu_vec_launches();
         X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
         const long vec_runs = cuda_moe_glu_vec_launches() - v0;
@@ -740,6 +771,10 @@ int main(void) {
     test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU, 0, 1});  // top-1, all to expert 0
     test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU, 0, 0});    // top-8 = E
     test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU, 0, 0});  // several plan chunks
+    // M a multiple of 64 and 128: the wgmma paths' GLU fused into fwd13 at both tile widths (at
+    // 128 x 128, two hidden tiles a row tile with M = 128; M = 192: at 128 x 128 only)
+    test_dispatch((DispatchCase){40, 2, 3, 16, 128, 1, 0, SITU, 0, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 16, 192, 1, 0, SWIGLU, 0, 0});
     // the grouped GEMM tile (128 x 128 x 64, 3 stages, 4 warps of 64 x 64): ~200 rows per expert
     // (2 row tiles, the second partial; the row GEMMs' 5 emulated blocks walk 2 x 3 tiles per
     // expert), experts 1, 3, 5 empty; K dims 264, 136, 272 = 8 odd multiples, 5, 3 and 5 k-steps
