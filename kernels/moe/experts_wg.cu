@@ -53,9 +53,19 @@ __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
 // - backward: dgrad2's tile is dap for BN hidden units; the epilogue rounds it (as dap's store
 //   did), reads those units' gate and up columns of hp and writes dhp; dap (scratch, the op
 //   contract) is never written.
-static int g_glu_forced = -1;
+// HYBRID_MOE_WG_GLU=0 runs the GEMMs and the GLU passes apart (to measure what the fusion gains;
+// unset, empty or 1: fused), anything else stops the run; the tests force either
+static int g_glu_forced = -1, g_glu_env = -1;
 extern "C" void cuda_moe_set_wg_glu(int on) { g_glu_forced = on == 0 || on == 1 ? on : -1; }
-static int wg_glu_on(void) { return g_glu_forced != 0; }
+static int wg_glu_on(void) {
+    if (g_glu_forced >= 0) return g_glu_forced;
+    if (g_glu_env < 0) {
+        const char *v = getenv("HYBRID_MOE_WG_GLU");
+        g_glu_env = !v || !*v || !strcmp(v, "1") ? 1 : !strcmp(v, "0") ? 0 : -1;
+        if (g_glu_env < 0) die("HYBRID_MOE_WG_GLU=%s: expected 1 (the default: the GLU in the GEMMs) or 0", v);
+    }
+    return g_glu_env;
+}
 
 // the forward's epilogue: the staged tile's gate half and up half of rows < m_lim to hp (rows of
 // 2M) at columns n0h and M + n0h, and glu(gate, up) to ap (rows of M) at column n0h

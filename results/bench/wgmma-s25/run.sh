@@ -2,11 +2,13 @@
 # The first device call for the MoE experts' wgmma GEMMs (kernels/moe/experts_wg.cu, written in
 # session 25, which had no device): does the H200 read the swizzled layouts and descriptors as the
 # CPU emulator does, and how fast is it. Build, probe_wgmma (each operand layout on the GPU), test_moe
-# on the GPU (its wgmma cases: the "on wgmma" lines; every other path as before), then bench_moe four
+# on the GPU (its wgmma cases: the "on wgmma" lines; every other path as before), then bench_moe five
 # ways in one call: the default (HYBRID_MOE_GEMM=mixed), own (all six on our mma.sync kernels), and
-# own with HYBRID_MOE_WGMMA=1 (all six on wgmma) at both tile widths (HYBRID_MOE_WG_BN=256, 128):
-# compare the moe_experts/gemm_* lines ("of dense" column, target 70%) and the layer's fwd+bwd
-# medians; then decide the mixed mode's rule and the tile per GEMM.
+# own with HYBRID_MOE_WGMMA=1 (all six on wgmma) at both tile widths (HYBRID_MOE_WG_BN=256, 128),
+# and once with the GLU apart (HYBRID_MOE_WG_GLU=0: then gemm_fwd13 and gemm_dgrad2 are GEMMs
+# alone, comparable with dense; fused, they hold the GLU too): compare the moe_experts/gemm_*
+# lines ("of dense" column, target 70%) and the layer's fwd+bwd medians; then decide the mixed
+# mode's rule and the tile per GEMM.
 # Call (no carry needed): bash results/bench/wgmma-s25/run.sh
 export NCCL_NVLS_ENABLE=0; set -u
 make -j16 out/build/gpu/probe_wgmma out/build/gpu/test_moe out/build/gpu/bench_moe > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
@@ -16,7 +18,8 @@ out/build/gpu/probe_wgmma; echo "probe_wgmma rc $?"
 grep -B2 "Used" out/build/cu/kernels/moe/experts_wg.o.res | grep "properties\|Used\|spill"
 out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; echo "test_moe rc $?"; tail -1 $OUT/test_moe.log
 grep -n "FAIL" $OUT/test_moe.log | head -20
-for run in "mixed:" "own:" "wg:HYBRID_MOE_WGMMA=1" "wg128:HYBRID_MOE_WGMMA=1 HYBRID_MOE_WG_BN=128"; do
+for run in "mixed:" "own:" "wg:HYBRID_MOE_WGMMA=1" "wg128:HYBRID_MOE_WGMMA=1 HYBRID_MOE_WG_BN=128" \
+    "wgapart:HYBRID_MOE_WGMMA=1 HYBRID_MOE_WG_GLU=0"; do
     name=${run%%:*}; envs=${run#*:}
     mode=$name; case $name in wg*) mode=own;; esac
     env HYBRID_MOE_GEMM=$mode $envs out/build/gpu/bench_moe --json $OUT/moe_$name.json > $OUT/bench_$name.log 2>&1
