@@ -9,8 +9,12 @@
 # alone, comparable with dense; fused, they hold the GLU too): compare the moe_experts/gemm_*
 # lines ("of dense" column, target 70%) and the layer's fwd+bwd medians; then decide the mixed
 # mode's rule and the tile per GEMM.
-# Call (no carry needed): bash results/bench/wgmma-s25/run.sh
+# Calls (no carry needed), two since a fresh build, the tests and five bench runs fill most of one
+# call's 600 s: `bash results/bench/wgmma-s25/run.sh 1` (build, probe, test_moe, the five benches),
+# then, on the warm machine, `bash results/bench/wgmma-s25/run.sh 2` (make bench-moe with PyTorch).
 export NCCL_NVLS_ENABLE=0; set -u
+part=${1:-1}
+if [ "$part" = 1 ]; then
 make -j16 out/build/gpu/probe_wgmma out/build/gpu/test_moe out/build/gpu/bench_moe > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
 # first: does the hardware read kernels/wgmma.cuh's layouts as the emulator does (and if not, which
 # variant of the MN-major descriptor it reads)
@@ -26,8 +30,12 @@ for run in "mixed:" "own:" "wg:HYBRID_MOE_WGMMA=1" "wg128:HYBRID_MOE_WGMMA=1 HYB
     echo "== bench_moe $name (rc $?)"; grep -A8 "grouped GEMM (profiled)" $OUT/bench_$name.log
     grep "fwdbwd" $OUT/bench_$name.log | head -4
 done
-# last (PyTorch's compile takes a while): the anchor in the same call, ours on wgmma beside it
-# (make bench-moe: bench_moe then scripts/bench_torch_moe.py, the side-by-side at the end)
+fi
+if [ "$part" = 2 ]; then
+# PyTorch's compile takes a while: the anchor, ours on wgmma beside it in the same call (make
+# bench-moe: bench_moe then scripts/bench_torch_moe.py, the side-by-side at the end)
+make -j16 out/build/gpu/bench_moe > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
 HYBRID_MOE_GEMM=own HYBRID_MOE_WGMMA=1 MOE_TORCH_TIMEOUT=240 make bench-moe > $OUT/bench_moe_torch.log 2>&1
 echo "== make bench-moe, ours on wgmma (rc $?)"; tail -25 $OUT/bench_moe_torch.log; cp out/bench/moe_*.json $OUT/ 2>/dev/null
+fi
 echo "total $SECONDS s"
