@@ -11,7 +11,9 @@
 # mode's rule and the tile per GEMM.
 # Calls (no carry needed), two since a fresh build, the tests and five bench runs fill most of one
 # call's 600 s: `bash results/bench/wgmma-s25/run.sh 1` (build, probe, test_moe, the five benches),
-# then, on the warm machine, `bash results/bench/wgmma-s25/run.sh 2` (make bench-moe with PyTorch).
+# then, on the warm machine, `bash results/bench/wgmma-s25/run.sh 2` (make bench-moe with PyTorch),
+# and `bash results/bench/wgmma-s25/run.sh 3` with out/data carried (the Brown shards: `make data`
+# here first): the whole KL-S (MoE) 3:1 model's training tok/s, default against the wgmma kernels.
 export NCCL_NVLS_ENABLE=0; set -u
 part=${1:-1}
 if [ "$part" = 1 ]; then
@@ -37,5 +39,13 @@ if [ "$part" = 2 ]; then
 make -j16 out/build/gpu/bench_moe > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
 HYBRID_MOE_GEMM=own HYBRID_MOE_WGMMA=1 MOE_TORCH_TIMEOUT=240 make bench-moe > $OUT/bench_moe_torch.log 2>&1
 echo "== make bench-moe, ours on wgmma (rc $?)"; tail -25 $OUT/bench_moe_torch.log; cp out/bench/moe_*.json $OUT/ 2>/dev/null
+fi
+if [ "$part" = 3 ]; then
+make -j16 hybrid > $OUT/build.log 2>&1 || { tail -40 $OUT/build.log; exit 1; }
+for run in "mixed:" "wg:HYBRID_MOE_WGMMA=1"; do
+    name=${run%%:*}; envs=${run#*:}
+    env $envs make bench-moe-model > $OUT/model_$name.log 2>&1
+    echo "== bench-moe-model $name (rc $?)"; tail -6 $OUT/model_$name.log
+done
 fi
 echo "total $SECONDS s"
