@@ -5,6 +5,9 @@ reference (scripts/bench_torch_moe.py), as Markdown tables ready for BENCHMARKS.
 usage: bench_summary_moe.py OURS.json TORCH.json
        bench_summary_moe.py model METRICS.jsonl [SKIP]   (`make bench-moe-model`: the whole model's
            median tok/s and ms/step over the steps after the first SKIP (default 2) of a train run)
+       bench_summary_moe.py paths NAME=OURS.json ...   (several bench_moe runs of ours, e.g. the GEMM
+           modes and switches of results/bench/wgmma-s25/run.sh: per shape, each profiled grouped
+           GEMM and GLU pass and the layer's forward+backward side by side, the fastest marked)
 
 Either file may be missing or hold failed cases: those cells say so. Targets (issue 17 item 4):
   layer:  the MoE layer's forward+backward >= 1.5x the PyTorch reference's speed (torch ms / ours ms)
@@ -66,9 +69,60 @@ def model(path, skip):
     return 0
 
 
+GEMM_PARTS = ("gemm_fwd13", "glu_fwd", "gemm_fwd2", "gemm_dgrad2", "gemm_wgrad2", "glu_bwd", "gemm_dgrad13",
+              "gemm_wgrad13")
+
+
+def paths(args):
+    """Several runs of ours side by side: where each grouped GEMM is fastest. A part a run does not
+    have (the GLU fused into its GEMMs) is 0 there: compare gemm_fwd13 + glu_fwd and gemm_dgrad2 +
+    glu_bwd together across runs that fuse and runs that do not."""
+    runs = []
+    for a in args:
+        if "=" not in a:
+            sys.exit(f"bench_summary_moe.py paths: expected NAME=FILE, got {a}")
+        name, path = a.split("=", 1)
+        d, recs, shapes = load(path, name)
+        if d and d.get("emulated"):
+            print(f"WARNING: {name} comes from the CPU emulator build: not GPU timings")
+        runs.append((name, d, recs, shapes))
+    keys = []
+    for _, _, _, shapes in runs:
+        keys += [k for k in shapes if k not in keys]
+    if not keys:
+        print("no shape measured")
+        return 1
+    for k in keys:
+        C, E, K, M, S, N = k
+        print(f"\nC {C}, E {E}, top-{K}, expert hidden {M}, shared {S}, N {N} (ms per forward+backward, profiled; "
+              f"* the fastest)")
+        names = [r[0] for r in runs]
+        print("| part | " + " | ".join(names) + " |")
+        print("| --- |" + " ---: |" * len(names))
+        rows = [(p, [r[3].get(k, {}).get("ops_ms", {}).get("moe_experts/" + p) for r in runs]) for p in GEMM_PARTS]
+        rows.append(("fwd13 + glu_fwd", [None if rows[0][1][i] is None else rows[0][1][i] + (rows[1][1][i] or 0)
+                                         for i in range(len(runs))]))
+        rows.append(("dgrad2 + glu_bwd", [None if rows[3][1][i] is None else rows[3][1][i] + (rows[5][1][i] or 0)
+                                          for i in range(len(runs))]))
+        rows.append(("grouped GEMMs (all)", [r[3].get(k, {}).get("grouped_gemm_ms") for r in runs]))
+        layer = []
+        for r in runs:
+            rec = r[2].get(k + ("fwdbwd",))
+            layer.append(rec["median_ms"] if ok(rec) else None)
+        rows.append(("layer fwd+bwd (median)", layer))
+        for part, vals in rows:
+            have = [v for v in vals if v]
+            best = min(have) if have else None
+            cells = ["-" if v is None else (f"{v:.3f}" + (" *" if v == best else "")) for v in vals]
+            print(f"| {part} | " + " | ".join(cells) + " |")
+    return 0
+
+
 def main():
     if len(sys.argv) in (3, 4) and sys.argv[1] == "model":
         sys.exit(model(sys.argv[2], int(sys.argv[3]) if len(sys.argv) == 4 else 2))
+    if len(sys.argv) >= 3 and sys.argv[1] == "paths":
+        sys.exit(paths(sys.argv[2:]))
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     om, ours, oshapes = load(sys.argv[1], "hybrid.c")

@@ -32,6 +32,8 @@ for run in "mixed:" "own:" "wg:HYBRID_MOE_WGMMA=1" "wg128:HYBRID_MOE_WGMMA=1 HYB
     echo "== bench_moe $name (rc $?)"; grep -A8 "grouped GEMM (profiled)" $OUT/bench_$name.log
     grep "fwdbwd" $OUT/bench_$name.log | head -4
 done
+python3 scripts/bench_summary_moe.py paths mixed=$OUT/moe_mixed.json own=$OUT/moe_own.json wg=$OUT/moe_wg.json \
+    wg128=$OUT/moe_wg128.json wgapart=$OUT/moe_wgapart.json
 fi
 if [ "$part" = 2 ]; then
 # PyTorch's compile takes a while: the anchor, ours on wgmma beside it in the same call (make
