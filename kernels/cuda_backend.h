@@ -94,7 +94,8 @@ long cuda_moe_glu_vec_launches(void);
 // The expert GEMMs that run ours (the forward's two; in the own mode all six) on Hopper's
 // warpgroup MMA (kernels/moe/experts_wg.cu): 1 on, 0 off, -1 as HYBRID_MOE_WGMMA says (the
 // default; unset = off); the counter: GEMM calls that ran a wgmma kernel (since the start).
-void cuda_moe_set_wgmma(int on);
+void cuda_moe_set_wgmma(int on);  // (1 on a GPU other than compute capability 9.0 stops the run)
+int cuda_moe_wgmma_supported(void);  // 1 on compute capability 9.0 (and under the emulator)
 int cuda_moe_wgmma(void);  // 1 when our expert GEMMs run on wgmma now
 long cuda_moe_wgmma_launches(void);
 // their tile width: 128 or 256 forces it, -1 as HYBRID_MOE_WG_BN says (unset: 256)

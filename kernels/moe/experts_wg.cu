@@ -206,19 +206,27 @@ static int wg_bn(void) {
 }
 extern "C" void cuda_moe_set_wg_bn(int bn) { g_bn_forced = bn == 128 || bn == 256 ? bn : -1; }
 
+// wgmma on a GPU that is not compute capability 9.0 stops the run (the kernels exist for sm_90a only)
+static void wgmma_gpu_check(const char *who) {
+    if (g_cuda.cc != 90)
+        die("%s: the wgmma expert GEMMs are built for sm_90a (H100/H200); this GPU has compute capability %d.%d", who,
+            g_cuda.cc / 10, g_cuda.cc % 10);
+}
+
 int moe_wgmma_on(void) {
     if (g_forced >= 0) return g_forced;
     if (g_env < 0) {
         g_env = env_flag("HYBRID_MOE_WGMMA");
-        if (g_env && g_cuda.cc != 90)
-            die("HYBRID_MOE_WGMMA=1: the wgmma expert GEMMs are built for sm_90a (H100/H200); this GPU has compute "
-                "capability %d.%d",
-                g_cuda.cc / 10, g_cuda.cc % 10);
+        if (g_env) wgmma_gpu_check("HYBRID_MOE_WGMMA=1");
     }
     return g_env;
 }
 
-extern "C" void cuda_moe_set_wgmma(int on) { g_forced = on == 0 || on == 1 ? on : -1; }
+extern "C" int cuda_moe_wgmma_supported(void) { return g_cuda.cc == 90; }
+extern "C" void cuda_moe_set_wgmma(int on) {
+    if (on == 1) wgmma_gpu_check("cuda_moe_set_wgmma(1)");
+    g_forced = on == 0 || on == 1 ? on : -1;
+}
 extern "C" int cuda_moe_wgmma(void) { return moe_wgmma_on(); }
 extern "C" long cuda_moe_wgmma_launches(void) { return g_launches; }
 
