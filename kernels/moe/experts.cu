@@ -22,7 +22,9 @@
 // forward only issues the offsets' copy to the host; the backward waits for it);
 // HYBRID_MOE_GEMM=own runs all six on ours, HYBRID_MOE_GEMM=cublas all six on cuBLAS (the
 // forward then copies the offsets once, one stream synchronization, and its backward reuses
-// the copy); the GLU passes are the same.
+// the copy); the GLU passes are the same. HYBRID_MOE_WGMMA=1 runs every GEMM of ours on the sm_90a
+// warpgroup-MMA kernels instead (experts_wg.h; the same walks, splits and contracts), with the
+// GLU passes inside fwd13 and dgrad2 where the shape suits.
 #include "kernels/common.cuh"
 #include "kernels/moe/experts_cublas.h"
 #include "kernels/moe/experts_wg.h"
@@ -56,7 +58,6 @@ __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
         gg_epilogue<GG_STORE, VEC>(acc, smem, Y + (size_t)r0 * n_out + n0, n_out, m_lim, n_lim);
     }
 }
-
 
 // dW_e (P, Q) += G_e^T X_e over the expert's rows: G (rows, P), X (rows, Q), both read
 // transposed (the reduction runs along their rows); grid (Q tiles, P tiles, E S).
