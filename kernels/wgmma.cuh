@@ -12,7 +12,8 @@
 //   writes of the operand tiles (st.shared or cp.async, then its wait), fence_proxy_async()
 //   by every writing thread (the tensor cores read shared memory through the async proxy, which
 //   does not see generic writes without it), a barrier, wgmma_fence() (orders the registers),
-//   the wgmma_bf16 calls, wgmma_commit(), later wgmma_wait<N>() (at most N groups still in flight).
+//   the wgmma_m64k16_bf16 calls, wgmma_commit(), later wgmma_wait<N>() (at most N groups still in
+//   flight).
 //
 // Accumulator layout (m64nNk16, fp32): warp w of the warpgroup owns rows 16 w .. 16 w + 15, and
 // within them each 8-column block j is an mma.m16n8k16 C fragment (kernels/mma.cuh):
@@ -31,8 +32,8 @@
 //   MN-major (A or B with trans = 1: the m or n of one k contiguous): a row of the atom is one
 //     k's 64 n (m) values, an atom 64 n x 8 k. Element (n, k): atom (n / 64, k / 8) at
 //     (n / 64) * LBO + (k / 8) * SBO, then (k % 8) * 128 + (((n % 64) / 8) ^ (k % 8)) * 16 +
-//     (n % 8) * 2: LBO is the stride between atoms along n, SBO along k (the canonical MN-major
-//     layout as CUTLASS's cute writes it, ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) in 16-byte units).
+//     (n % 8) * 2: LBO is the stride between atoms along n, SBO along k (the PTX ISA's canonical
+//     MN-major layout with the 128-byte swizzle; tests/gpu/probe_wgmma.cu checks it on the GPU).
 // Descriptor bits (PTX ISA, "Matrix Descriptor Format"): 0-13 start address >> 4, 16-29 LBO >> 4,
 // 32-45 SBO >> 4, 49-51 base offset (0: atoms 1024-aligned), 62-63 swizzle (1 = 128 bytes).
 #ifndef HYBRID_KERNELS_WGMMA_CUH
