@@ -167,6 +167,29 @@ __device__ __forceinline__ void gg_tile(float acc[GG_MI][GG_NI][4], bf16 *smem, 
 // rounding of the fp32 sum); GG_F32: D = acc as fp32 (a split-k partial; D is float *).
 enum { GG_STORE = 0, GG_ADD = 1, GG_F32 = 2 };
 
+// 8 consecutive fp32 values s (16-byte aligned) to d as MODE says (GG_STORE bf16(s), GG_ADD
+// bf16(d + s), one rounding, GG_F32 s), by 16-byte accesses (d 16-byte aligned); the mma.sync and
+// the wgmma epilogues' (grouped_gemm_wg.cuh) last step
+template <int MODE, typename TD>
+__device__ __forceinline__ void gg_put8(TD *d, const float *s) {
+    static_assert((MODE == GG_F32) == (sizeof(TD) == 4), "GG_F32 writes float, the others bf16");
+    float v[8];
+    *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(s);
+    *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(s + 4);
+    if constexpr (MODE == GG_F32) {
+        *reinterpret_cast<float4 *>(d) = *reinterpret_cast<const float4 *>(v);
+        *reinterpret_cast<float4 *>(d + 4) = *reinterpret_cast<const float4 *>(v + 4);
+    } else {
+        if (MODE == GG_ADD) {
+            float old[8];
+            load8(d, old);
+#pragma unroll
+            for (int j = 0; j < 8; j++) v[j] += old[j];
+        }
+        store8(d, v);
+    }
+}
+
 // The tile to D (row-major, leading dimension ldd in elements of D's type, at the tile's
 // corner), rows < m_lim and columns < n_lim only, as MODE says. The accumulators go through
 // shared memory first (fp32 [GG_BM][GG_LDC] over the ring: each thread writes float2 pairs;
@@ -196,21 +219,7 @@ __device__ __forceinline__ void gg_epilogue(const float acc[GG_MI][GG_NI][4], bf
         const float *s = Cs + row * GG_LDC + col;
         TD *d = D + (long)row * ldd + col;
         if (VEC) {
-            float v[8];
-            *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(s);
-            *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(s + 4);
-            if constexpr (MODE == GG_F32) {
-                *reinterpret_cast<float4 *>(d) = *reinterpret_cast<const float4 *>(v);
-                *reinterpret_cast<float4 *>(d + 4) = *reinterpret_cast<const float4 *>(v + 4);
-            } else {
-                if (MODE == GG_ADD) {
-                    float old[8];
-                    load8(d, old);
-#pragma unroll
-                    for (int j = 0; j < 8; j++) v[j] += old[j];
-                }
-                store8(d, v);
-            }
+            gg_put8<MODE>(d, s);
         } else {
             for (int j = 0; j < 8 && col + j < n_lim; j++) {
                 if constexpr (MODE == GG_F32) d[j] = s[j];

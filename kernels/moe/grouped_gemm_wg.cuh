@@ -47,6 +47,7 @@
 #define HYBRID_KERNELS_MOE_GROUPED_GEMM_WG_CUH
 
 #include "kernels/mma.cuh"
+#include "kernels/moe/grouped_gemm.cuh"  // gg_put8, GG_ADD / GG_F32: the epilogues' last step
 #include "kernels/wgmma.cuh"
 
 #define WG_BM 128
@@ -162,6 +163,18 @@ __device__ __forceinline__ void wg_stage(const float d[WgTile<BN>::NACC], T *S) 
     __syncthreads();
 }
 
+// f(row, col) for each 8-column chunk of a staged tile ([WG_BM][COLS]) with row < m_lim and col <
+// n_lim, spread over the block's threads (consecutive threads: consecutive chunks of a row, so a
+// warp's 16-byte accesses are contiguous); every epilogue's second half
+template <int COLS, typename F>
+__device__ __forceinline__ void wg_each_chunk(int m_lim, int n_lim, F f) {
+    constexpr int per_row = COLS / 8;
+    for (int c = threadIdx.x; c < WG_BM * per_row; c += WG_THREADS) {
+        const int row = c / per_row, col = (c % per_row) * 8;
+        if (row < m_lim && col < n_lim) f(row, col);
+    }
+}
+
 // The tile as bf16 to D (row-major, leading dimension ldd, at the tile's corner), rows < m_lim and
 // columns < n_lim (n_lim a multiple of 8) only: the accumulators go through a bf16 staging tile
 // [WG_BM][LDC] over the ring (one rounding, as the mma.sync tile's GG_STORE), then 16-byte row
@@ -170,49 +183,29 @@ __device__ __forceinline__ void wg_stage(const float d[WgTile<BN>::NACC], T *S) 
 template <int BN>
 __device__ __forceinline__ void wg_store(const float d[WgTile<BN>::NACC], unsigned char *ring, bf16 *D, long ldd,
                                          int m_lim, int n_lim) {
-    constexpr int LDC = WgTile<BN>::LDC, per_row = BN / 8;
+    constexpr int LDC = WgTile<BN>::LDC;
     bf16 *S = reinterpret_cast<bf16 *>(ring);
-    const int tid = threadIdx.x;
     wg_stage<BN>(d, S);
-    for (int c = tid; c < WG_BM * per_row; c += WG_THREADS) {
-        const int row = c / per_row, col = (c % per_row) * 8;
-        if (row < m_lim && col < n_lim)
-            *reinterpret_cast<uint4 *>(D + (long)row * ldd + col) = *reinterpret_cast<const uint4 *>(S + row * LDC + col);
-    }
+    wg_each_chunk<BN>(m_lim, n_lim, [&](int row, int col) {
+        *reinterpret_cast<uint4 *>(D + (long)row * ldd + col) = *reinterpret_cast<const uint4 *>(S + row * LDC + col);
+    });
     __syncthreads();  // the staging tile is read: the next wg_tile may refill the ring
 }
 
 // The tile into a weight gradient: ADD = true, D (bf16) = bf16(D + tile), one rounding of the fp32
-// sum (grouped_gemm.cuh's GG_ADD); ADD = false, D (float *) = the tile as fp32 (a split's partial,
-// GG_F32). Rows < m_lim, columns < n_lim (a multiple of 8). Through an fp32 staging tile
-// [WG_BM][LDC] over the ring (LDC = BN + 8 = 8 mod 32: a half-warp's 8-byte stores, rows g and
-// columns 2t, fall on 16 distinct bank pairs), then 8 consecutive columns a thread.
+// sum (GG_ADD); ADD = false, D (float *) = the tile as fp32 (a split's partial, GG_F32). Rows <
+// m_lim, columns < n_lim (a multiple of 8). Through an fp32 staging tile [WG_BM][LDC] over the ring
+// (LDC = BN + 8 = 8 mod 32: a half-warp's 8-byte stores, rows g and columns 2t, fall on 16
+// distinct bank pairs), then grouped_gemm.cuh's gg_put8 a chunk.
 template <int BN, bool ADD, typename TD>
 __device__ __forceinline__ void wg_store_grad(const float d[WgTile<BN>::NACC], unsigned char *ring, TD *D, long ldd,
                                               int m_lim, int n_lim) {
-    static_assert(ADD == (sizeof(TD) == 2), "ADD writes bf16, the partial fp32");
-    constexpr int LDC = WgTile<BN>::LDC, per_row = BN / 8;
+    constexpr int LDC = WgTile<BN>::LDC;
     float *S = reinterpret_cast<float *>(ring);
-    const int tid = threadIdx.x;
     wg_stage<BN>(d, S);
-    for (int c = tid; c < WG_BM * per_row; c += WG_THREADS) {
-        const int row = c / per_row, col = (c % per_row) * 8;
-        if (row >= m_lim || col >= n_lim) continue;
-        float v[8];
-        *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(S + row * LDC + col);
-        *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(S + row * LDC + col + 4);
-        TD *p = D + (long)row * ldd + col;
-        if constexpr (ADD) {
-            float old[8];
-            load8(p, old);
-#pragma unroll
-            for (int i = 0; i < 8; i++) v[i] += old[i];
-            store8(p, v);
-        } else {
-            *reinterpret_cast<float4 *>(p) = *reinterpret_cast<const float4 *>(v);
-            *reinterpret_cast<float4 *>(p + 4) = *reinterpret_cast<const float4 *>(v + 4);
-        }
-    }
+    wg_each_chunk<BN>(m_lim, n_lim, [&](int row, int col) {
+        gg_put8<ADD ? GG_ADD : GG_F32>(D + (long)row * ldd + col, S + row * LDC + col);
+    });
     __syncthreads();
 }
 
