@@ -101,7 +101,7 @@ long cuda_moe_wgmma_launches(void);
 // their tile width: 128 or 256 forces it, -1 as HYBRID_MOE_WG_BN says (unset: 256)
 void cuda_moe_set_wg_bn(int bn);
 // the experts' GLU fused into the wgmma GEMMs around it: 0 off (the separate passes, for the
-// tests' bit comparison), 1 on, -1 as HYBRID_MOE_WG_GLU says (unset: on)
+// tests' bit comparison), 1 on, -1 as HYBRID_MOE_WG_GLU_APART says (unset: on)
 void cuda_moe_set_wg_glu(int on);
 
 #ifdef __cplusplus

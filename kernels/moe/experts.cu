@@ -165,14 +165,6 @@ static unsigned gg_resident_blocks(void) {
 #endif
 }
 
-// the 16-byte paths' conditions (grouped_gemm.cuh, "VEC"): pointers 16-byte aligned, every
-// leading dimension and tile limit along a contiguous dimension a multiple of 8. The configs'
-// widths (C, M) all are; a parameter tensor at an offset that is not 16-byte aligned takes the
-// element-by-element path (correct, slower).
-static int gg_vec_ok(const void *a, const void *b, const void *c, int d0, int d1) {
-    return is_aligned16(a) && is_aligned16(b) && is_aligned16(c) && d0 % 8 == 0 && d1 % 8 == 0;
-}
-
 template <bool W_T>
 static void rows_gemm(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
     if (n_out <= 0) return;

@@ -14,34 +14,7 @@
 #include "kernels/moe/grouped_walk.cuh"
 #include "kernels/norm_glu/glu.cuh"
 
-// Y (rows, n_out) = X (rows, kd) W_e^T, W_e stored (n_out, kd) (W_T = false: K-major B) or
-// (kd, n_out) (W_T = true: MN-major B). The tiles, linearly: tile L = (row tile L / ny, column
-// tile L % ny), ny = ceil(n_out / BN), the row tiles expert by expert (WG_BM rows each, an
-// expert's last one partial); block b computes tiles b, b + gridDim.x, ... (the grid is what fits
-// on the GPU at once: WgTile<BN>::BLOCKS_PER_SM an SM), as experts.cu's rows_gemm_kernel walks its
-// tiles.
-template <int BN, bool W_T>
-__global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
-    rows_gemm_wg_kernel(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
-    DYNAMIC_SMEM(unsigned char, raw);  // WgTile<BN>::SMEM: 1024 of alignment slack, then the ring
-    unsigned char *ring = wg_align1024(raw);
-    const int ny = (n_out + BN - 1) / BN;
-    int e, base, nt;  // (row tiles only increase along the walk)
-    row_tiles_start<WG_BM>(offsets, e, base, nt);
-    for (long L = blockIdx.x;; L += gridDim.x) {
-        const int tile = (int)(L / ny), n0 = (int)(L % ny) * BN;
-        if (!row_tiles_seek<WG_BM>(tile, offsets, E, e, base, nt)) return;
-        const int r0 = offsets[e] + (tile - base) * WG_BM, m_lim = min(WG_BM, offsets[e + 1] - r0);
-        const int n_lim = min(BN, n_out - n0);
-        const bf16 *We = W + (size_t)e * n_out * kd;
-        const bf16 *B = W_T ? We + n0 : We + (size_t)n0 * kd;
-        float d[WgTile<BN>::NACC];
-        wg_tile<BN, false, W_T>(d, ring, X + (size_t)r0 * kd, kd, B, W_T ? n_out : kd, m_lim, n_lim, kd);
-        wg_store<BN>(d, ring, Y + (size_t)r0 * n_out + n0, n_out, m_lim, n_lim);
-    }
-}
-
-// ---- the GLU fused into the row GEMMs around it (HYBRID_MOE_WGMMA=1; tests: cuda_moe_set_wg_glu) ----
+// ---- the GLU fused into the row GEMMs around it (HYBRID_MOE_WGMMA=1) ----
 // The experts' GLU (kernels/norm_glu/glu.cuh's elementwise math) reads the up projection's output
 // hp and writes ap, and its backward reads dap and hp and writes dhp: passes over the rows that
 // the GEMMs beside them can do in their epilogues, from the same bf16 values with the same
@@ -53,31 +26,40 @@ __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
 // - backward: dgrad2's tile is dap for BN hidden units; the epilogue rounds it (as dap's store
 //   did), reads those units' gate and up columns of hp and writes dhp; dap (scratch, the op
 //   contract) is never written.
-// HYBRID_MOE_WG_GLU=0 runs the GEMMs and the GLU passes apart (to measure what the fusion gains;
-// unset, empty or 1: fused), anything else stops the run; the tests force either
-static int g_glu_forced = -1, g_glu_env = -1;
+// HYBRID_MOE_WG_GLU_APART=1 runs the GEMMs and the GLU passes apart (to measure what the fusion
+// gains); the tests force either (cuda_moe_set_wg_glu)
+static int g_glu_forced = -1;
 extern "C" void cuda_moe_set_wg_glu(int on) { g_glu_forced = on == 0 || on == 1 ? on : -1; }
-static int wg_glu_on(void) {
-    if (g_glu_forced >= 0) return g_glu_forced;
-    if (g_glu_env < 0) {
-        const char *v = getenv("HYBRID_MOE_WG_GLU");
-        g_glu_env = !v || !*v || !strcmp(v, "1") ? 1 : !strcmp(v, "0") ? 0 : -1;
-        if (g_glu_env < 0) die("HYBRID_MOE_WG_GLU=%s: expected 1 (the default: the GLU in the GEMMs) or 0", v);
-    }
-    return g_glu_env;
-}
+static int wg_glu_on(void) { return g_glu_forced >= 0 ? g_glu_forced : !env_flag("HYBRID_MOE_WG_GLU_APART"); }
 
-// the forward's epilogue: the staged tile's gate half and up half of rows < m_lim to hp (rows of
-// 2M) at columns n0h and M + n0h, and glu(gate, up) to ap (rows of M) at column n0h
+// What a row GEMM's epilogue does with its tile (rows_wg_kernel: the walk and the tile are shared)
+enum { WG_EPI_STORE, WG_EPI_GLU_FWD, WG_EPI_GLU_BWD };
+
+// A row GEMM's operands. Y (rows, n_out) = X (rows, kd) W_e^T, W_e stored (n_out, kd) (W_T = false:
+// K-major B) or (kd, n_out) (W_T = true: MN-major B), rows sorted by expert (offsets). The GLU
+// epilogues: WG_EPI_GLU_FWD, Y is hp (n_out = 2M) and ap receives glu(hp) (rows, M); WG_EPI_GLU_BWD,
+// the product is dap (n_out = M), never stored, and Y is dhp (rows, 2M), from hp's gate and up
+// columns. kind, beta, lbeta: the GLU's (glu.cuh).
+struct WgRows {
+    bf16 *Y;
+    const bf16 *X, *W;
+    const int *offsets;
+    int E, n_out, kd;
+    bf16 *ap;
+    const bf16 *hp;
+    int kind;
+    float beta, lbeta;
+};
+
+// the forward GLU's epilogue: the staged tile's gate half and up half of rows < m_lim to hp (rows
+// of 2M) at columns n0h and M + n0h, and glu(gate, up) to ap (rows of M) at column n0h
 template <int BN>
 __device__ __forceinline__ void wg_store_glu_fwd(const float d[WgTile<BN>::NACC], unsigned char *ring, bf16 *hp,
                                                  bf16 *ap, int M, int m_lim, int kind, float beta, float lbeta) {
-    constexpr int LDC = WgTile<BN>::LDC, H2 = BN / 2, groups = H2 / 8;
+    constexpr int LDC = WgTile<BN>::LDC, H2 = BN / 2;
     bf16 *S = reinterpret_cast<bf16 *>(ring);
     wg_stage<BN>(d, S);
-    for (int c = threadIdx.x; c < WG_BM * groups; c += WG_THREADS) {
-        const int row = c / groups, col = (c % groups) * 8;
-        if (row >= m_lim) continue;
+    wg_each_chunk<H2>(m_lim, H2, [&](int row, int col) {
         const bf16 *sg = S + row * LDC + col, *su = sg + H2;
         bf16 *h = hp + (long)row * 2 * M + col;
         *reinterpret_cast<uint4 *>(h) = *reinterpret_cast<const uint4 *>(sg);
@@ -88,22 +70,20 @@ __device__ __forceinline__ void wg_store_glu_fwd(const float d[WgTile<BN>::NACC]
 #pragma unroll
         for (int j = 0; j < 8; j++) a[j] = glu_fwd_elem(g[j], u[j], kind, beta, lbeta);
         store8(ap + (long)row * M + col, a);
-    }
+    });
     __syncthreads();  // the staging tile is read: the next tile may refill the ring
 }
 
-// the backward's epilogue: the staged tile (dap of BN hidden units, rounded once) of rows < m_lim,
-// columns < n_lim, with hp's gate and up columns of those units, to dhp's two halves
+// the backward GLU's epilogue: the staged tile (dap of BN hidden units, rounded once) of rows <
+// m_lim, columns < n_lim, with hp's gate and up columns of those units, to dhp's two halves
 template <int BN>
 __device__ __forceinline__ void wg_store_glu_bwd(const float d[WgTile<BN>::NACC], unsigned char *ring, bf16 *dhp,
                                                  const bf16 *hp, int M, int m_lim, int n_lim, int kind, float beta,
                                                  float lbeta) {
-    constexpr int LDC = WgTile<BN>::LDC, groups = BN / 8;
+    constexpr int LDC = WgTile<BN>::LDC;
     bf16 *S = reinterpret_cast<bf16 *>(ring);
     wg_stage<BN>(d, S);
-    for (int c = threadIdx.x; c < WG_BM * groups; c += WG_THREADS) {
-        const int row = c / groups, col = (c % groups) * 8;
-        if (row >= m_lim || col >= n_lim) continue;
+    wg_each_chunk<BN>(m_lim, n_lim, [&](int row, int col) {
         const long o = (long)row * 2 * M + col;
         float dh[8], g[8], u[8], dg[8], du[8];
         load8(S + row * LDC + col, dh);
@@ -113,55 +93,44 @@ __device__ __forceinline__ void wg_store_glu_bwd(const float d[WgTile<BN>::NACC]
         for (int j = 0; j < 8; j++) glu_bwd_elem(g[j], u[j], dh[j], kind, beta, lbeta, dg[j], du[j]);
         store8(dhp + o, dg);
         store8(dhp + o + M, du);
-    }
+    });
     __syncthreads();
 }
 
-// hp = xp W13_e^T and ap = glu(hp) per expert (W13_e (2M, C), K-major): the walk of
-// rows_gemm_wg_kernel over (row tile, tile of BN / 2 hidden units)
-template <int BN>
-__global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
-    rows_glu_wg_kernel(bf16 *hp, bf16 *ap, const bf16 *xp, const bf16 *w13, const int *offsets, int E, int C, int M,
-                       int kind, float beta, float lbeta) {
-    DYNAMIC_SMEM(unsigned char, raw);
+// The row GEMMs (WgRows). The tiles, linearly: tile L = (row tile L / ny, column tile L % ny), the
+// row tiles expert by expert (WG_BM rows each, an expert's last one partial; grouped_walk.cuh), a
+// column tile BN columns of Y (WG_EPI_GLU_FWD: BN / 2 hidden units, their gate and up columns);
+// block b computes tiles b, b + gridDim.x, ... (the grid is what fits on the GPU at once:
+// WgTile<BN>::BLOCKS_PER_SM an SM), as experts.cu's rows_gemm_kernel walks its tiles.
+template <int BN, bool W_T, int EPI>
+__global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM) rows_wg_kernel(WgRows a) {
+    static_assert(EPI != WG_EPI_GLU_FWD || !W_T, "the fused forward GLU reads W13 K-major");
+    DYNAMIC_SMEM(unsigned char, raw);  // WgTile<BN>::SMEM: 1024 of alignment slack, then the ring
     unsigned char *ring = wg_align1024(raw);
-    constexpr int H2 = BN / 2;
-    const int ny = M / H2;
-    int e, base, nt;
-    row_tiles_start<WG_BM>(offsets, e, base, nt);
+    constexpr int CW = EPI == WG_EPI_GLU_FWD ? BN / 2 : BN;  // Y's columns (or hidden units) a tile
+    const int cols = EPI == WG_EPI_GLU_FWD ? a.n_out / 2 : a.n_out, ny = (cols + CW - 1) / CW;
+    int e, base, nt;  // (row tiles only increase along the walk)
+    row_tiles_start<WG_BM>(a.offsets, e, base, nt);
     for (long L = blockIdx.x;; L += gridDim.x) {
-        const int tile = (int)(L / ny), n0h = (int)(L % ny) * H2;
-        if (!row_tiles_seek<WG_BM>(tile, offsets, E, e, base, nt)) return;
-        const int r0 = offsets[e] + (tile - base) * WG_BM, m_lim = min(WG_BM, offsets[e + 1] - r0);
+        const int tile = (int)(L / ny), n0 = (int)(L % ny) * CW;
+        if (!row_tiles_seek<WG_BM>(tile, a.offsets, a.E, e, base, nt)) return;
+        const int r0 = a.offsets[e] + (tile - base) * WG_BM, m_lim = min(WG_BM, a.offsets[e + 1] - r0);
+        // (the fused forward's hidden units fill whole tiles: cols % CW == 0, checked at the launch)
+        const int n_lim = EPI == WG_EPI_GLU_FWD ? BN : min(BN, cols - n0);
+        const bf16 *We = a.W + (size_t)e * a.n_out * a.kd;
+        const bf16 *B = W_T ? We + n0 : We + (size_t)n0 * a.kd;
         float d[WgTile<BN>::NACC];
-        // B: the gate rows n0h.. of W13_e, then (hi_skip M - H2 rows on) its up rows M + n0h..
-        wg_tile<BN, false, false>(d, ring, xp + (size_t)r0 * C, C, w13 + ((size_t)e * 2 * M + n0h) * C, C, m_lim, BN, C,
-                                  (long)(M - H2));
-        wg_store_glu_fwd<BN>(d, ring, hp + (size_t)r0 * 2 * M + n0h, ap + (size_t)r0 * M + n0h, M, m_lim, kind, beta,
-                             lbeta);
-    }
-}
-
-// dhp = glu'(hp) (dyp W2_e) per expert (W2_e (C, M): MN-major B), dap never stored: the walk of
-// rows_gemm_wg_kernel over (row tile, tile of BN hidden units)
-template <int BN>
-__global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
-    rows_dglu_wg_kernel(bf16 *dhp, const bf16 *dyp, const bf16 *w2, const bf16 *hp, const int *offsets, int E, int C,
-                        int M, int kind, float beta, float lbeta) {
-    DYNAMIC_SMEM(unsigned char, raw);
-    unsigned char *ring = wg_align1024(raw);
-    const int ny = (M + BN - 1) / BN;
-    int e, base, nt;
-    row_tiles_start<WG_BM>(offsets, e, base, nt);
-    for (long L = blockIdx.x;; L += gridDim.x) {
-        const int tile = (int)(L / ny), n0 = (int)(L % ny) * BN;
-        if (!row_tiles_seek<WG_BM>(tile, offsets, E, e, base, nt)) return;
-        const int r0 = offsets[e] + (tile - base) * WG_BM, m_lim = min(WG_BM, offsets[e + 1] - r0);
-        const int n_lim = min(BN, M - n0);
-        float d[WgTile<BN>::NACC];
-        wg_tile<BN, false, true>(d, ring, dyp + (size_t)r0 * C, C, w2 + (size_t)e * C * M + n0, M, m_lim, n_lim, C);
-        wg_store_glu_bwd<BN>(d, ring, dhp + (size_t)r0 * 2 * M + n0, hp + (size_t)r0 * 2 * M + n0, M, m_lim, n_lim,
-                             kind, beta, lbeta);
+        // B's rows BN / 2.. of the fused forward: the up rows, cols - CW further than the gate rows
+        wg_tile<BN, false, W_T>(d, ring, a.X + (size_t)r0 * a.kd, a.kd, B, W_T ? a.n_out : a.kd, m_lim, n_lim, a.kd,
+                                EPI == WG_EPI_GLU_FWD ? (long)(cols - CW) : 0);
+        if (EPI == WG_EPI_STORE)
+            wg_store<BN>(d, ring, a.Y + (size_t)r0 * a.n_out + n0, a.n_out, m_lim, n_lim);
+        else if (EPI == WG_EPI_GLU_FWD)
+            wg_store_glu_fwd<BN>(d, ring, a.Y + (size_t)r0 * a.n_out + n0, a.ap + (size_t)r0 * cols + n0, cols, m_lim,
+                                 a.kind, a.beta, a.lbeta);
+        else
+            wg_store_glu_bwd<BN>(d, ring, a.Y + (size_t)r0 * 2 * cols + n0, a.hp + (size_t)r0 * 2 * cols + n0, cols,
+                                 m_lim, n_lim, a.kind, a.beta, a.lbeta);
     }
 }
 
@@ -251,22 +220,23 @@ static unsigned wg_resident_blocks(void) {
 #endif
 }
 
-template <int BN>
-static void wg_rows_launch(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd, int w_t) {
-    if (w_t)
-        launch_kernel(rows_gemm_wg_kernel<BN, true>, dim3(wg_resident_blocks<rows_gemm_wg_kernel<BN, true>, BN>()),
-                      dim3(WG_THREADS), WgTile<BN>::SMEM, Y, X, W, offsets, E, n_out, kd);
-    else
-        launch_kernel(rows_gemm_wg_kernel<BN, false>, dim3(wg_resident_blocks<rows_gemm_wg_kernel<BN, false>, BN>()),
-                      dim3(WG_THREADS), WgTile<BN>::SMEM, Y, X, W, offsets, E, n_out, kd);
+template <int BN, bool W_T, int EPI>
+static void wg_rows_run(const WgRows &a) {
+    launch_kernel(rows_wg_kernel<BN, W_T, EPI>, dim3(wg_resident_blocks<rows_wg_kernel<BN, W_T, EPI>, BN>()),
+                  dim3(WG_THREADS), WgTile<BN>::SMEM, a);
+}
+template <bool W_T, int EPI>
+static void wg_rows_launch(const WgRows &a) {
+    g_launches++;
+    if (wg_bn() == 128) wg_rows_run<128, W_T, EPI>(a);
+    else wg_rows_run<256, W_T, EPI>(a);
 }
 
 int moe_wg_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd, int w_t) {
-    if (!moe_wgmma_on() || n_out <= 0) return 0;
-    if (!is_aligned16(Y) || !is_aligned16(X) || !is_aligned16(W) || n_out % 8 || kd % 8) return 0;
-    g_launches++;
-    if (wg_bn() == 128) wg_rows_launch<128>(Y, X, W, offsets, E, n_out, kd, w_t);
-    else wg_rows_launch<256>(Y, X, W, offsets, E, n_out, kd, w_t);
+    if (!moe_wgmma_on() || n_out <= 0 || !gg_vec_ok(Y, X, W, n_out, kd)) return 0;
+    const WgRows a = {Y, X, W, offsets, E, n_out, kd, NULL, NULL, 0, 0.f, 0.f};
+    if (w_t) wg_rows_launch<true, WG_EPI_STORE>(a);
+    else wg_rows_launch<false, WG_EPI_STORE>(a);
     return 1;
 }
 
@@ -303,44 +273,24 @@ static int wg_wgrad_launch(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, c
 
 int moe_wg_wgrad(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q,
                  int force_splits) {
-    if (!moe_wgmma_on() || P <= 0 || Q <= 0) return 0;
-    if (!is_aligned16(dW) || !is_aligned16(G) || !is_aligned16(X) || P % 8 || Q % 8) return 0;
+    if (!moe_wgmma_on() || P <= 0 || Q <= 0 || !gg_vec_ok(dW, G, X, P, Q)) return 0;
     g_launches++;
     return wg_bn() == 128 ? wg_wgrad_launch<128>(dW, ws, G, X, offsets, E, P, Q, force_splits)
                           : wg_wgrad_launch<256>(dW, ws, G, X, offsets, E, P, Q, force_splits);
 }
 
-template <int BN>
-static void wg_glu_launch(bf16 *hp, bf16 *ap, const bf16 *xp, const bf16 *w13, const int *offsets, int E, int C, int M,
-                          int kind, float beta, float lbeta) {
-    launch_kernel(rows_glu_wg_kernel<BN>, dim3(wg_resident_blocks<rows_glu_wg_kernel<BN>, BN>()), dim3(WG_THREADS),
-                  WgTile<BN>::SMEM, hp, ap, xp, w13, offsets, E, C, M, kind, beta, lbeta);
-}
-template <int BN>
-static void wg_dglu_launch(bf16 *dhp, const bf16 *dyp, const bf16 *w2, const bf16 *hp, const int *offsets, int E,
-                           int C, int M, int kind, float beta, float lbeta) {
-    launch_kernel(rows_dglu_wg_kernel<BN>, dim3(wg_resident_blocks<rows_dglu_wg_kernel<BN>, BN>()), dim3(WG_THREADS),
-                  WgTile<BN>::SMEM, dhp, dyp, w2, hp, offsets, E, C, M, kind, beta, lbeta);
-}
-
 int moe_wg_rows_glu(bf16 *hp, bf16 *ap, const bf16 *xp, const bf16 *w13, const int *offsets, int E, int C, int M,
                     int kind, float beta, float lbeta) {
-    const int bn = moe_wgmma_on() ? wg_bn() : 0;
-    if (!bn || !wg_glu_on() || M <= 0 || M % (bn / 2) || C % 8) return 0;
-    if (!is_aligned16(hp) || !is_aligned16(ap) || !is_aligned16(xp) || !is_aligned16(w13)) return 0;
-    g_launches++;
-    if (bn == 128) wg_glu_launch<128>(hp, ap, xp, w13, offsets, E, C, M, kind, beta, lbeta);
-    else wg_glu_launch<256>(hp, ap, xp, w13, offsets, E, C, M, kind, beta, lbeta);
+    if (!moe_wgmma_on() || !wg_glu_on() || M <= 0 || M % (wg_bn() / 2) || !gg_vec_ok(hp, xp, w13, C, 8) ||
+        !is_aligned16(ap))
+        return 0;
+    wg_rows_launch<false, WG_EPI_GLU_FWD>(WgRows{hp, xp, w13, offsets, E, 2 * M, C, ap, NULL, kind, beta, lbeta});
     return 1;
 }
 
 int moe_wg_rows_dglu(bf16 *dhp, const bf16 *dyp, const bf16 *w2, const bf16 *hp, const int *offsets, int E, int C,
                      int M, int kind, float beta, float lbeta) {
-    const int bn = moe_wgmma_on() ? wg_bn() : 0;
-    if (!bn || !wg_glu_on() || M <= 0 || M % 8 || C % 8) return 0;
-    if (!is_aligned16(dhp) || !is_aligned16(dyp) || !is_aligned16(w2) || !is_aligned16(hp)) return 0;
-    g_launches++;
-    if (bn == 128) wg_dglu_launch<128>(dhp, dyp, w2, hp, offsets, E, C, M, kind, beta, lbeta);
-    else wg_dglu_launch<256>(dhp, dyp, w2, hp, offsets, E, C, M, kind, beta, lbeta);
+    if (!moe_wgmma_on() || !wg_glu_on() || M <= 0 || !gg_vec_ok(dhp, dyp, w2, C, M) || !is_aligned16(hp)) return 0;
+    wg_rows_launch<true, WG_EPI_GLU_BWD>(WgRows{dhp, dyp, w2, offsets, E, M, C, NULL, hp, kind, beta, lbeta});
     return 1;
 }

@@ -1,12 +1,21 @@
 // How the MoE experts' grouped GEMMs divide their work, shared by the mma.sync kernels
 // (kernels/moe/experts.cu) and the wgmma ones (kernels/moe/experts_wg.cu): the row GEMMs' walk over
-// (row tile, column tile) pairs, and the weight gradients' splits of an expert's rows. The
-// experts' rows are sorted (expert e owns rows [offsets[e], offsets[e+1])), the counts live on the
-// device only.
+// (row tile, column tile) pairs, the weight gradients' splits of an expert's rows, and when a
+// GEMM's operands suit the 16-byte paths. The experts' rows are sorted (expert e owns rows
+// [offsets[e], offsets[e+1])), the counts live on the device only.
 #ifndef HYBRID_KERNELS_MOE_GROUPED_WALK_CUH
 #define HYBRID_KERNELS_MOE_GROUPED_WALK_CUH
 
 #include "kernels/common.cuh"
+
+// the 16-byte paths' conditions (grouped_gemm.cuh's "VEC"; the wgmma kernels have no other path):
+// pointers 16-byte aligned, every
+// leading dimension and tile limit along a contiguous dimension a multiple of 8. The configs'
+// widths (C, M) all are; a parameter tensor at an offset that is not 16-byte aligned takes the
+// element-by-element path (correct, slower).
+static inline int gg_vec_ok(const void *a, const void *b, const void *c, int d0, int d1) {
+    return is_aligned16(a) && is_aligned16(b) && is_aligned16(c) && d0 % 8 == 0 && d1 % 8 == 0;
+}
 
 // The row tiles, expert by expert (BM rows each, an expert's last one partial), numbered from 0.
 // A block walks increasing tile numbers and keeps e, the expert of the current row tile, base,

@@ -734,7 +734,7 @@ static void test_switch_errors(void) {
     static const BadSwitch bad[] = {{"HYBRID_MOE_GEMM", "owned", NULL},
                                     {"HYBRID_MOE_WGMMA", "on", NULL},
                                     {"HYBRID_MOE_WG_BN", "64", "HYBRID_MOE_WGMMA"},
-                                    {"HYBRID_MOE_WG_GLU", "yes", "HYBRID_MOE_WGMMA"}};
+                                    {"HYBRID_MOE_WG_GLU_APART", "yes", "HYBRID_MOE_WGMMA"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char want[64];
         snprintf(want, sizeof want, "%s=%s", bad[i].name, bad[i].value);

@@ -7,7 +7,7 @@
 #                                            test_moe on the GPU (its "on wgmma" lines)
 #   bash results/bench/wgmma-s25/run.sh 2   bench_moe five ways: the default (HYBRID_MOE_GEMM=mixed),
 #       own (all six on our mma.sync kernels), own with HYBRID_MOE_WGMMA=1 (all six on wgmma) at both
-#       tile widths (HYBRID_MOE_WG_BN=256, 128), and once with the GLU apart (HYBRID_MOE_WG_GLU=0:
+#       tile widths (HYBRID_MOE_WG_BN=256, 128), and once with the GLU apart (HYBRID_MOE_WG_GLU_APART=1:
 #       then gemm_fwd13 and gemm_dgrad2 are GEMMs alone, comparable with dense; fused, they hold the
 #       GLU too); then scripts/bench_summary_moe.py paths side by side: compare the
 #       moe_experts/gemm_* lines ("of dense", target 70%) and the layer's fwd+bwd, then choose the
@@ -30,7 +30,7 @@ case $part in
     ;;
 2)
     for run in "mixed:" "own:" "wg:HYBRID_MOE_WGMMA=1" "wg128:HYBRID_MOE_WGMMA=1 HYBRID_MOE_WG_BN=128" \
-        "wgapart:HYBRID_MOE_WGMMA=1 HYBRID_MOE_WG_GLU=0"; do
+        "wgapart:HYBRID_MOE_WGMMA=1 HYBRID_MOE_WG_GLU_APART=1"; do
         name=${run%%:*}; envs=${run#*:}
         mode=$name; case $name in wg*) mode=own;; esac
         env HYBRID_MOE_GEMM=$mode $envs out/build/gpu/bench_moe --json $OUT/moe_$name.json > $OUT/bench_$name.log 2>&1
