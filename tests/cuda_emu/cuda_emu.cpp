@@ -73,6 +73,28 @@ struct WgmmaOp {
     int scale_d, trans_a, trans_b;
 };
 
+// A thread's asynchronous operations of one kind in commit groups (cp.async, wgmma): issued ops
+// wait in `open` until a commit closes their group; wait(n, perform) performs the oldest groups
+// until at most n are left, as the instructions' wait_group does
+template <typename Op>
+struct AsyncGroups {
+    std::vector<Op> open;
+    std::deque<std::vector<Op>> groups;  // committed, oldest first
+    void commit() {
+        groups.push_back(std::move(open));
+        open.clear();
+    }
+    template <typename F>
+    void wait(int n, F perform) {
+        while ((int)groups.size() > n) {
+            for (const Op &op : groups.front()) perform(op);
+            groups.pop_front();
+        }
+    }
+    bool empty() const { return open.empty() && groups.empty(); }
+    void clear() { open.clear(), groups.clear(); }
+};
+
 struct Fiber {
     ucontext_t start;  // used once, to enter the fiber on its own stack
     JumpBuf jb;        // where the fiber resumes
@@ -80,11 +102,9 @@ struct Fiber {
     Wait wait;
     unsigned tid;      // linear thread index in the block
     uint3 idx;         // its threadIdx
-    std::vector<AsyncCopy> open;                 // cp.async issued since the last commit
-    std::deque<std::vector<AsyncCopy>> groups;   // committed groups, oldest first
-    std::vector<WgmmaOp> wg_open;                // wgmma issued since the last wgmma commit
-    std::deque<std::vector<WgmmaOp>> wg_groups;  // committed wgmma groups, oldest first
-    size_t wg_issued;                            // wgmma issued by this thread in this block
+    AsyncGroups<AsyncCopy> copies;  // cp.async
+    AsyncGroups<WgmmaOp> wgmma;     // wgmma.mma_async
+    size_t wg_issued;               // wgmma issued by this thread in this block
 };
 
 struct Block {
@@ -199,7 +219,7 @@ SWITCHES void fiber_main() {
         (*B.body)();
         emu_cp_async_finish();  // (a thread's copies land by the end of the kernel)
         Fiber &f = B.fibers[B.cur];
-        if (!f.wg_open.empty() || !f.wg_groups.empty())
+        if (!f.wgmma.empty())
             emu_die("%s: thread %u ends with wgmma still in flight (no wgmma_wait<0> after its last commit, or "
                     "an uncommitted wgmma)",
                     B.where, f.tid);
@@ -248,7 +268,7 @@ void run_block(unsigned nthreads) {
         f.wait = RUNNING;
         f.tid = t;
         f.idx = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
-        f.wg_open.clear(), f.wg_groups.clear(), f.wg_issued = 0;
+        f.wgmma.clear(), f.wg_issued = 0;
     }
     B.wg_issue.assign((nthreads + 127) / 128, {});
     B.round = 0, B.pos = 0, B.ran = 0;
@@ -385,25 +405,14 @@ static void land(const AsyncCopy &c) {
 }
 void emu_cp_async16(void *dst, const void *src, bool valid) {
     memset(dst, 0xff, 16);
-    B.fibers[B.cur].open.push_back(AsyncCopy{dst, src, valid});
+    B.fibers[B.cur].copies.open.push_back(AsyncCopy{dst, src, valid});
 }
-void emu_cp_async_commit(void) {
-    Fiber &f = B.fibers[B.cur];
-    f.groups.push_back(std::move(f.open));
-    f.open.clear();
-}
-void emu_cp_async_wait(int n) {
-    Fiber &f = B.fibers[B.cur];
-    while ((int)f.groups.size() > n) {
-        for (const AsyncCopy &c : f.groups.front()) land(c);
-        f.groups.pop_front();
-    }
-}
+void emu_cp_async_commit(void) { B.fibers[B.cur].copies.commit(); }
+void emu_cp_async_wait(int n) { B.fibers[B.cur].copies.wait(n, land); }
 void emu_cp_async_finish(void) {
-    Fiber &f = B.fibers[B.cur];
-    emu_cp_async_wait(0);
-    for (const AsyncCopy &c : f.open) land(c);
-    f.open.clear();
+    AsyncGroups<AsyncCopy> &c = B.fibers[B.cur].copies;
+    c.commit();  // (copies never committed land too)
+    c.wait(0, land);
 }
 
 void __syncwarp(unsigned) { warp_barrier(); }
@@ -593,19 +602,12 @@ void emu_wgmma_issue(float *d, int n, uint64_t desc_a, uint64_t desc_b, int scal
                 B.where, f.tid, f.wg_issued, (unsigned long long)desc_a, (unsigned long long)desc_b,
                 (unsigned long long)issued[f.wg_issued].first, (unsigned long long)issued[f.wg_issued].second);
     f.wg_issued++;
-    f.wg_open.push_back(WgmmaOp{d, n, desc_a, desc_b, scale_d, trans_a, trans_b});
+    f.wgmma.open.push_back(WgmmaOp{d, n, desc_a, desc_b, scale_d, trans_a, trans_b});
 }
-void emu_wgmma_commit(void) {
-    Fiber &f = B.fibers[B.cur];
-    f.wg_groups.push_back(std::move(f.wg_open));
-    f.wg_open.clear();
-}
+void emu_wgmma_commit(void) { B.fibers[B.cur].wgmma.commit(); }
 void emu_wgmma_wait(int n) {
     Fiber &f = B.fibers[B.cur];
-    while ((int)f.wg_groups.size() > n) {
-        for (const WgmmaOp &op : f.wg_groups.front()) wgmma_perform(op, f.tid);
-        f.wg_groups.pop_front();
-    }
+    f.wgmma.wait(n, [&](const WgmmaOp &op) { wgmma_perform(op, f.tid); });
 }
 
 // ---- the runtime API subset: device memory is host memory ----
