@@ -52,6 +52,21 @@ int env_flag(const char *name) {
     return 1;
 }
 
+// An implementation choice from the environment among n named values: unset or empty gives 0
+// (values[0], the default), values[i] gives i; any other value stops the run naming the variable
+// and the values it takes (a typo must not silently pick the default)
+int env_choice(const char *name, const char *const *values, int n) {
+    const char *v = getenv(name);
+    if (!v || !*v) return 0;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(v, values[i])) return i;
+    char list[256] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s%s", i ? ", " : "", values[i],
+                 i ? "" : " (the default)");
+    die("%s=%s: expected one of %s", name, v, list);
+}
+
 void cuda_init(void) {
     if (g_cuda.ready) return;
     int n = 0;

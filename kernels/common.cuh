@@ -113,6 +113,9 @@ extern CudaState g_cuda;
 
 void cuda_init(void);  // idempotent
 int env_flag(const char *name);  // "1": 1; unset, empty or "0": 0; anything else stops the run by name
+// the index of the environment's value among values[0..n) (unset or empty: 0, the default);
+// anything else stops the run naming the variable and the values
+int env_choice(const char *name, const char *const *values, int n);
 // A device buffer of at least `bytes`, valid until the next scratch_get. Ops use it for
 // partial sums and the like; the stream orders every use, so one op's scratch is free
 // again for the next op. Growing synchronizes (rare: first calls only).

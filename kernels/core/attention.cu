@@ -702,8 +702,8 @@ enum { ATT_BWD_DS, ATT_BWD_SPLIT, ATT_BWD_FUSED };
 static int attn_bwd_mode(void) {
     static int v = -1;
     if (v < 0) {
-        const char *e = getenv("HYBRID_ATTN_BWD");
-        v = e && !strcmp(e, "fused") ? ATT_BWD_FUSED : e && !strcmp(e, "split") ? ATT_BWD_SPLIT : ATT_BWD_DS;
+        static const char *const names[] = {"ds", "split", "fused"};  // (ATT_BWD_*'s order)
+        v = env_choice("HYBRID_ATTN_BWD", names, 3);
 #ifdef HYBRID_CUDA_EMU
         if (v == ATT_BWD_FUSED)
             die("HYBRID_ATTN_BWD=fused: its blocks wait on each other (the ordered dQ accumulation), which the CPU "
@@ -716,8 +716,8 @@ static int attn_bwd_mode(void) {
 static int attn_occupancy(void) {
     static int v = -1;
     if (v < 0) {
-        const char *e = getenv("HYBRID_ATTN_OCC");
-        v = e && !strcmp(e, "4") ? 4 : 3;
+        static const char *const names[] = {"3", "4"};
+        v = 3 + env_choice("HYBRID_ATTN_OCC", names, 2);
     }
     return v;
 }

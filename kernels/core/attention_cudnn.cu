@@ -41,9 +41,9 @@ long cuda_attention_cudnn_runs(void) { return g_cudnn_runs; }
 int cudnn_attention_selected(void) {
     static int env = -1, asked;
     if (env < 0) {
+        static const char *const names[] = {"cudnn", "own"};
+        env = env_choice("HYBRID_ATTN", names, 2) == 0;
         const char *e = getenv("HYBRID_ATTN");
-        if (e && *e && strcmp(e, "own") && strcmp(e, "cudnn")) die("HYBRID_ATTN=%s: expected own or cudnn", e);
-        env = !(e && !strcmp(e, "own"));
         asked = e && !strcmp(e, "cudnn");
     }
     const int on = g_cudnn_force >= 0 ? g_cudnn_force : env;
@@ -490,10 +490,8 @@ static Plan *find_plan(const Key &k) {
 static int bwd_atomic(void) {
     static int v = -1;
     if (v < 0) {
-        const char *e = getenv("HYBRID_ATTN_CUDNN_BWD");
-        if (e && *e && strcmp(e, "det") && strcmp(e, "atomic"))
-            die("HYBRID_ATTN_CUDNN_BWD=%s: expected det or atomic", e);
-        v = e && !strcmp(e, "atomic");
+        static const char *const names[] = {"det", "atomic"};
+        v = env_choice("HYBRID_ATTN_CUDNN_BWD", names, 2);
     }
     return v;
 }

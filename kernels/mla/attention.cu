@@ -21,8 +21,8 @@ static void check_layout(const AttnLayout *L, int backward, const char *who) {
 }
 
 static int force_simt(void) {
-    const char *e = getenv("HYBRID_MLA_ATTN");
-    return e && !strcmp(e, "simt");
+    static const char *const names[] = {"mma", "simt"};
+    return env_choice("HYBRID_MLA_ATTN", names, 2);
 }
 
 // D[b, h, t] = dO . out of row b*T + t, head h (any dv): one warp per (row, head)

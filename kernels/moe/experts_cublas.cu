@@ -40,16 +40,11 @@ static long g_calls, g_copies, g_waits;
 static int gemm_mode(void) {
     if (g_forced >= 0) return g_forced;
     if (g_env_mode < 0) {
-        const char *v = getenv("HYBRID_MOE_GEMM");
         // the default: mixed, the fastest layer on the H200 at both benchmark shapes
         // (docs/hybrid.md, "The mixed mode measured")
-        if (!v || !*v || !strcmp(v, "mixed")) g_env_mode = MOE_GEMM_MIXED;
-        else if (!strcmp(v, "own")) g_env_mode = MOE_GEMM_OWN;
-        else if (!strcmp(v, "cublas")) g_env_mode = MOE_GEMM_CUBLAS;
-        else
-            die("HYBRID_MOE_GEMM=%s: expected mixed (the default: the forward on ours, the backward on cuBLAS by "
-                "kernels/moe/experts.cu's rule), own (our grouped kernels) or cublas (cuBLAS's grouped batched GEMM)",
-                v);
+        static const char *const names[] = {"mixed", "own", "cublas"};
+        static const int modes[] = {MOE_GEMM_MIXED, MOE_GEMM_OWN, MOE_GEMM_CUBLAS};
+        g_env_mode = modes[env_choice("HYBRID_MOE_GEMM", names, 3)];
     }
     return g_env_mode;
 }

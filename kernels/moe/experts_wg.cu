@@ -5,9 +5,6 @@
 // and run their mma.sync kernels where these return 0.
 // This file alone is built for sm_90a (Makefile: wgmma exists only there); the switch refuses a
 // GPU that is not compute capability 9.0.
-#include <stdlib.h>
-#include <string.h>
-
 #include "kernels/cuda_backend.h"
 #include "kernels/moe/experts_wg.h"
 #include "kernels/moe/grouped_gemm_wg.cuh"
@@ -166,10 +163,8 @@ static long g_launches;
 static int wg_bn(void) {
     if (g_bn_forced > 0) return g_bn_forced;
     if (g_bn_env < 0) {
-        const char *v = getenv("HYBRID_MOE_WG_BN");
-        if (!v || !*v || !strcmp(v, "256")) g_bn_env = 256;
-        else if (!strcmp(v, "128")) g_bn_env = 128;
-        else die("HYBRID_MOE_WG_BN=%s: expected 256 (the default) or 128, the wgmma expert GEMMs' tile widths", v);
+        static const char *const names[] = {"256", "128"};
+        g_bn_env = env_choice("HYBRID_MOE_WG_BN", names, 2) ? 128 : 256;
     }
     return g_bn_env;
 }
