@@ -271,7 +271,7 @@ $(GPU_TESTS): $(GPU_BIN)/%: $(GPU_BIN)/%.o $(GPU_BIN)/harness.o $(OBJ_F) $(OBJ_C
 # what the GPU's wgmma reads from kernels/wgmma.cuh's layouts (each operand orientation, and the
 # MN-major descriptors with LBO and SBO swapped): a probe, not a test; sm_90a like WGMMA_CU
 #   make out/build/gpu/probe_wgmma && out/build/gpu/probe_wgmma
-$(GPU_BIN)/probe_wgmma: tests/gpu/probe_wgmma.cu kernels/wgmma.cuh $(FLAGS)
+$(GPU_BIN)/probe_wgmma: tests/gpu/probe_wgmma.cu tests/gpu/wgmma_tile.cuh kernels/wgmma.cuh $(FLAGS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I. -DHAVE_CUDA -o $@ $<
 

@@ -15,6 +15,7 @@
 #include "kernels/common.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/wgmma.cuh"
+#include "tests/gpu/wgmma_tile.cuh"
 
 extern "C" {
 #include "tests/testing.h"
@@ -137,41 +138,27 @@ __global__ void mma_kernel(float *out, const bf16 *a, const bf16 *b_kn, const bf
                 out[v * 256 + (g + (i >= 2 ? 8 : 0)) * 16 + nt * 8 + 2 * t + (i & 1)] = c[v][nt][i];
 }
 
-// One warpgroup: D (64 x 256) = 0.5 + A (64 x 64) B^T (B 256 x 64) by four k16 steps of
-// wgmma_m64n256k16_bf16 from the 128-byte-swizzled tiles of kernels/wgmma.cuh, B stored K-major
-// (mode 0) or MN-major (mode 1), or both A and B MN-major (mode 4), each accumulator written out
-// from the documented fragment layout. Mode 2: as 0, and the accumulators read before the wait go to pre (0.5: the wgmma has
-// not happened yet). Mode 3: as 0, with A's tile zeroed between the issue and the wait (the
-// emulator performs the wgmma at the wait: D stays 0.5; on the GPU that is a race).
+// One warpgroup: D (64 x 256) = 0.5 + A (64 x 64) B^T (B 256 x 64), tests/gpu/wgmma_tile.cuh's
+// product (the GPU probe's), B stored K-major (mode 0) or MN-major (mode 1), or both A and B
+// MN-major (mode 4). Mode 2: as 0, and the accumulators read before the wait go to pre (0.5: the
+// wgmma has not happened yet). Mode 3: as 0, with A's tile zeroed between the issue and the wait
+// (the emulator performs the wgmma at the wait: D stays 0.5; on the GPU that is a race). Mode 5:
+// as 0 with the tiles where the dynamic shared memory starts, not aligned to 1024 bytes (the
+// emulator's window puts that start at 0x410, as the GPU may): the swizzle the hardware applies to
+// the address bits then differs from the one the stores applied, so D is wrong.
 __global__ void wgmma_kernel(float *out, float *pre, const bf16 *a, const bf16 *b, int mode) {
     DYNAMIC_SMEM(unsigned char, raw);
-    // mode 5: as 0 with the tiles where the dynamic shared memory starts, not aligned to 1024 bytes
-    // (the emulator's window puts that start at 0x410, as the GPU may): the swizzle the hardware
-    // applies to the address bits then differs from the one the stores applied, so D is wrong
     unsigned char *sa = mode == 5 ? raw : wg_align1024(raw), *sb = sa + 64 * 128;
     const int tid = threadIdx.x;
-    for (int i = tid; i < 64 * 64; i += 128)
-        *reinterpret_cast<bf16 *>(sa + (mode == 4 ? wg_mnmajor_offset(i / 64, i % 64, 8 * 1024)
-                                                  : wg_kmajor_offset(i / 64, i % 64))) = a[i];
-    for (int i = tid; i < 256 * 64; i += 128) {
-        const int n = i / 64, k = i % 64;
-        *reinterpret_cast<bf16 *>(sb + (mode == 1 || mode == 4 ? wg_mnmajor_offset(n, k, 8 * 1024)
-                                                               : wg_kmajor_offset(n, k))) = b[i];
-    }
+    wgt_fill(sa, a, 64, mode == 4);
+    wgt_fill(sb, b, 256, mode == 1 || mode == 4);
     fence_proxy_async();
     __syncthreads();
     float d[128];
     for (int i = 0; i < 128; i++) d[i] = 0.5f;
-    wgmma_fence();
-    for (int kk = 0; kk < 4; kk++) {
-        const uint64_t da = wg_desc(sa + kk * 32, 16, 1024);
-        if (mode == 4)
-            wgmma_m64k16_bf16<256, 1, 1>(d, wg_desc(sa + kk * 2048, 8 * 1024, 1024), wg_desc(sb + kk * 2048, 8 * 1024, 1024),
-                                        1);
-        else if (mode == 1) wgmma_m64k16_bf16<256, 0, 1>(d, da, wg_desc(sb + kk * 2048, 8 * 1024, 1024), 1);
-        else wgmma_m64k16_bf16<256, 0, 0>(d, da, wg_desc(sb + kk * 32, 16, 1024), 1);
-    }
-    wgmma_commit();
+    if (mode == 4) wgt_mma<256, 1, 1>(d, sa, sb, 0);
+    else if (mode == 1) wgt_mma<256, 0, 1>(d, sa, sb, 0);
+    else wgt_mma<256, 0, 0>(d, sa, sb, 0);
     if (mode == 2)
         for (int i = 0; i < 128; i++) pre[tid * 128 + i] = d[i];
     if (mode == 3) {
@@ -179,9 +166,7 @@ __global__ void wgmma_kernel(float *out, float *pre, const bf16 *a, const bf16 *
         __syncthreads();
     }
     wgmma_wait<0>(d);
-    const int w = tid / 32, g = (tid % 32) / 4, t = tid % 4;
-    for (int j = 0; j < 32; j++)
-        for (int i = 0; i < 4; i++) out[(16 * w + g + 8 * (i >> 1)) * 256 + 8 * j + 2 * t + (i & 1)] = d[4 * j + i];
+    wgt_write<256>(out, d);
 }
 
 // a wgmma whose descriptors differ between threads of the warpgroup (one instruction of 128

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "kernels/wgmma.cuh"
+#include "tests/gpu/wgmma_tile.cuh"
 
 #define PROBE_CHECK(call)                                                                    \
     do {                                                                                     \
@@ -21,41 +21,20 @@
         }                                                                                    \
     } while (0)
 
-// byte offset of operand element (mn, k) of a 64-wide-k tile in the given orientation
-__device__ uint32_t probe_offset(int mn, int k, int mn_major) {
-    return mn_major ? wg_mnmajor_offset(mn, k, 8 * 1024) : wg_kmajor_offset(mn, k);
-}
-
-// the descriptor of k16 step kk of a tile at s: K-major as wgmma.cuh's users build it; MN-major
-// with (LBO, SBO) = (8 KiB between mn-atoms, 1 KiB between k-atoms), or swapped
-__device__ uint64_t probe_desc(const unsigned char *s, int kk, int mn_major, int swap) {
-    if (!mn_major) return wg_desc(s + kk * 32, 16, 1024);
-    return swap ? wg_desc(s + kk * 2048, 1024, 8 * 1024) : wg_desc(s + kk * 2048, 8 * 1024, 1024);
-}
-
 template <int N, int TA, int TB>
 __global__ void __launch_bounds__(128, 1) probe_kernel(float *out, const bf16 *a, const bf16 *b, int swap) {
     extern __shared__ __align__(16) unsigned char raw[];
     unsigned char *sa = wg_align1024(raw), *sb = sa + 64 * 128;
-    const int tid = threadIdx.x;
-    for (int i = tid; i < 64 * 64; i += 128) *reinterpret_cast<bf16 *>(sa + probe_offset(i / 64, i % 64, TA)) = a[i];
-    for (int i = tid; i < N * 64; i += 128) *reinterpret_cast<bf16 *>(sb + probe_offset(i / 64, i % 64, TB)) = b[i];
+    wgt_fill(sa, a, 64, TA);
+    wgt_fill(sb, b, N, TB);
     fence_proxy_async();
     __syncthreads();
     float d[N / 2];
 #pragma unroll
     for (int i = 0; i < N / 2; i++) d[i] = 0.5f;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++)
-        wgmma_m64k16_bf16<N, TA, TB>(d, probe_desc(sa, kk, TA, swap), probe_desc(sb, kk, TB, swap), 1);
-    wgmma_commit();
+    wgt_mma<N, TA, TB>(d, sa, sb, swap);
     wgmma_wait<0, N / 2>(d);
-    const int w = tid / 32, g = (tid % 32) / 4, t = tid % 4;
-#pragma unroll
-    for (int j = 0; j < N / 8; j++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) out[(16 * w + g + 8 * (i >> 1)) * N + 8 * j + 2 * t + (i & 1)] = d[4 * j + i];
+    wgt_write<N>(out, d);
 }
 
 int main(void) {
