@@ -57,7 +57,7 @@ def ptxas_usage(cu_dir):
     if stale or not res_files:
         die(f"{len(stale) or 'no'} CUDA object(s) under {cu_dir} without ptxas's resource usage (.o.res), e.g. "
             f"{(stale or [cu_dir])[0]}: built by an older rule; delete them (`rm -r {cu_dir}`) and build again")
-    entry = re.compile(r"^ptxas info\s*: Compiling entry function '([^']+)' for 'sm_\d+'")
+    entry = re.compile(r"^ptxas info\s*: Compiling entry function '([^']+)' for 'sm_\d+a?'")
     used = re.compile(r"^ptxas info\s*: Used (\d+) registers(.*)$")
     smem = re.compile(r"(\d+) bytes smem")
     for path in res_files:
