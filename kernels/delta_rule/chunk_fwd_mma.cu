@@ -31,16 +31,27 @@
 // Shared memory (bf16): W, Wl, Ke, Kel [64][LK]; h, hl (then Delta, Deltal) [max(KP, 64)][BV + 8].
 // K = V = 128, BV = 64: 104 KiB (122 before Delta shared h's buffer), so two blocks an SM with
 // MU = 1's 128 registers; 256 blocks at B8 H16 fit one wave of 264 on the H200's 132 SMs.
-// One MMA a product (!LO; chunk.cuh, dr_mma3x): no lo tiles, 52 KiB there.
-static size_t walk_mma_smem(int K, int BV, bool lo) {
+// One MMA a product (!LO; chunk.cuh, dr_mma3x): no lo tiles, 52 KiB there. Its forward (o given)
+// runs the OUT instances, which form o too (below: the output kernel's products) and store
+// neither h[n] nor Delta: 78 KiB, still two blocks an SM (K = V = 128, BV = 64: 124 registers,
+// spilling 8 bytes at BV = 64 with K = V = 128 fixed).
+// OUT (one MMA a product's forward): + Qg [64][LK] and Aqk [64][72] (26 KiB at K = 128).
+static size_t walk_mma_smem(int K, int BV, bool lo, bool out) {
     const size_t KP = dr_pad16(K), LK = KP + DR_PAD, HR = KP > DR_BT ? KP : DR_BT, parts = lo ? 2 : 1;
-    return (2 * parts * DR_BT * LK + parts * HR * (BV + DR_PAD)) * 2;
+    return (2 * parts * DR_BT * LK + parts * HR * (BV + DR_PAD) + (out ? DR_BT * (LK + 72) : 0)) * 2;
 }
 
-template <bool LO, int BV, int MU, int KV>  // LO: chunk.cuh's dr_mma3x; KV: 0, or DR_KV_FIXED (chunk.cuh)
+// OUT (one MMA a product only): the output kernel's o = scale Qg h[n] + Aqk Delta of the chunk and
+// V tile, here (the forward with o; the backward's recomputation has none): Qg h[n] beside W
+// h[n] in step b (the same h fragments), Aqk Delta after it, so neither h[n] nor Delta goes to
+// the workspace (the output kernel read them back); each accumulator takes the output kernel's
+// products in its order, so o has its bits. Qg and Aqk arrive by cp.async in a group of their own
+// between W's and Ke's, issued after the chunk before is done with them.
+template <bool LO, int BV, int MU, int KV, bool OUT = false>  // LO: chunk.cuh's dr_mma3x; KV: 0, or DR_KV_FIXED (chunk.cuh)
 __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 blocks an SM, <= 128 registers
     dr_walk_mma_kernel(DrWsMma ws, float *hT, const float *h0, int Tlen, int H, int K_arg, int V_arg,
-                       const int *offsets) {
+                       const int *offsets, bf16 *o, float scale) {
+    static_assert(!OUT || !LO, "the walk computes o in one MMA a product only");
     const int K = KV ? KV : K_arg, V = KV ? KV : V_arg;
     // NT column tiles of the state, NB of a warp's Delta (BV / 2 columns)
     constexpr int NT = BV / 8, NB = BV / 16;
@@ -55,6 +66,7 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
     // (!LO: no lo tiles; Wl, Kl, hl name the next tile and are never touched)
     bf16 *Wh = sm, *Wl = Wh + C * LK, *Kh = LO ? Wl + C * LK : Wl, *Kl = Kh + C * LK, *hh = LO ? Kl + C * LK : Kl,
          *hl = hh + HR * LH, *Dh = hh, *Dl = hl;  // Delta [64][LH] over h (step b)
+    bf16 *Qs = hl, *As = Qs + C * LK;  // OUT: Qg [64][LK], Aqk [64][72] (!LO: hl names the end)
     int bos, len;
     dr_seq_range(offsets, Tlen, s, &bos, &len);
     const int base = dr_seq_base(bos, s), nch = (len + C - 1) / C;
@@ -87,8 +99,16 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
         if constexpr (LO) dr_load_tile(Kl, LK, ws.Kel + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
         cp_async_commit();
     };
+    auto issue_qa = [&](int ci) {  // OUT: Qg, Aqk of chunk ci
+        const int n = dr_chunk_rows(len, ci);
+        const size_t sh = (size_t)(base + ci) * H + h;
+        dr_load_tile(Qs, LK, ws.Qg + sh * C * K, K, C, KP, n, K, tid, DRM_THREADS);
+        dr_load_tile(As, 72, ws.Aqk + sh * C * C, C, C, C, n, C, tid, DRM_THREADS);
+        cp_async_commit();
+    };
     if (nch > 0) {
         issue_w(0);
+        if constexpr (OUT) issue_qa(0);
         issue_k(0);
     }
     for (int ci = 0; ci < nch; ci++) {
@@ -133,18 +153,21 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
                         const int i = (warp + 8 * u) * 16 + gq + (e2 ? 8 : 0), jj = nt * 8 + 2 * t4;
                         dr_walk_put2<LO>(DRS_H, hacc[u][nt][e2], hacc[u][nt][e2 + 1], hh, hl, i * LH + jj);
                     }
-        cp_async_wait<1>();  // W of this chunk (its Ke may still be in flight)
+        cp_async_wait<1>();  // W (and OUT's Qg, Aqk) of this chunk (its Ke may still be in flight)
         __syncthreads();
-        dr_walk_store_tile(hg + j0, V, hh, LH, K, bv, BV, tid, DRM_THREADS);  // (before step b's barrier)
+        if constexpr (!OUT) dr_walk_store_tile(hg + j0, V, hh, LH, K, bv, BV, tid, DRM_THREADS);  // (before step b's barrier)
         if (LO && hgl) dr_walk_store_tile(hgl + j0, V, hl, LH, K, bv, BV, tid, DRM_THREADS);
-        // b. Delta = U - W h[n]
+        // OUT: this warp's part of o (rows of m-tile mtb, columns c0..), as the output kernel's acc
+        float oacc[OUT ? NB : 1][4] = {};
+        // b. Delta = U - W h[n] (OUT: and Qg h[n])
         {
             const int mt = mtb;
             float acc[NB][4] = {};
             for (int kk = 0; kk < nmt; kk++) {
-                uint32_t ah[4], al[4];
+                uint32_t ah[4], al[4], qa[4];
                 dr_lda(ah, Wh, LK, mt * 16, kk * 16, lane);
                 if constexpr (LO) dr_lda(al, Wl, LK, mt * 16, kk * 16, lane);
+                if constexpr (OUT) dr_lda(qa, Qs, LK, mt * 16, kk * 16, lane);
 #pragma unroll
                 for (int p = 0; p < NB / 2; p++) {
                     uint32_t bh[4], bl[4];
@@ -152,6 +175,10 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
                     if constexpr (LO) dr_ldb_kn(bl, hl, LH, kk * 16, c0 + p * 16, lane);
                     dr_mma3x<LO>(acc[2 * p], ah, al, bh, bl);
                     dr_mma3x<LO>(acc[2 * p + 1], ah, al, bh + 2, bl + 2);
+                    if constexpr (OUT) {
+                        mma16816(oacc[2 * p], qa, bh[0], bh[1]);
+                        mma16816(oacc[2 * p + 1], qa, bh[2], bh[3]);
+                    }
                 }
             }
             __syncthreads();  // every warp has read h: Delta takes its buffer
@@ -163,7 +190,7 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
                     const bool in0 = r < n && jj < bv, in1 = r < n && jj + 1 < bv;
                     const float d0 = in0 ? uv[nt][e2] - acc[nt][e2] : 0.f, d1 = in1 ? uv[nt][e2 + 1] - acc[nt][e2 + 1] : 0.f;
                     dr_walk_put2<LO>(DRS_DELTA, d0, d1, Dh, Dl, r * LH + jj);
-                    if (!ws.dsplit) {  // the fp32 layout (HYBRID_DR_DELTA_F32=1); pairs: after the barrier
+                    if (!OUT && !ws.dsplit) {  // the fp32 layout (HYBRID_DR_DELTA_F32=1); pairs: after the barrier
                         if (in0) Ug[(size_t)r * V + j0 + jj] = d0;
                         if (in1) Ug[(size_t)r * V + j0 + jj + 1] = d1;
                     }
@@ -175,7 +202,38 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
         // Delta's hi + lo pairs over U (chunk.cuh, the Delta pair layout) from the shared tiles by
         // 16-byte groups. Every thread's U loads of this chunk have completed (their values are
         // in Delta, before the barrier), so the copy may write entries that other threads read.
-        if (ws.dsplit) dr_walk_store_split_tile<LO>((bf16 *)Ug, V, j0, Dh, Dl, LH, n, bv, BV, tid, DRM_THREADS);
+        if (!OUT && ws.dsplit) dr_walk_store_split_tile<LO>((bf16 *)Ug, V, j0, Dh, Dl, LH, n, bv, BV, tid, DRM_THREADS);
+        if constexpr (OUT) {  // o = scale Qg h[n] + Aqk Delta (Aqk lower triangular: k-steps kk <= mtb)
+#pragma unroll
+            for (int nt = 0; nt < NB; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) oacc[nt][e] *= scale;
+            for (int kk = 0; kk <= mtb; kk++) {
+                uint32_t aa[4];
+                dr_lda(aa, As, 72, mtb * 16, kk * 16, lane);
+#pragma unroll
+                for (int p = 0; p < NB / 2; p++) {
+                    uint32_t bh[4];
+                    dr_ldb_kn(bh, Dh, LH, kk * 16, c0 + p * 16, lane);
+                    mma16816(oacc[2 * p], aa, bh[0], bh[1]);
+                    mma16816(oacc[2 * p + 1], aa, bh[2], bh[3]);
+                }
+            }
+            bf16 *og = o + ((size_t)(bos + ci * C) * H + h) * V + j0;  // row r of the chunk at og + r H V
+#pragma unroll
+            for (int nt = 0; nt < NB; nt++)
+#pragma unroll
+                for (int e2 = 0; e2 < 4; e2 += 2) {
+                    const int r = mtb * 16 + gq + (e2 ? 8 : 0), jj = c0 + nt * 8 + 2 * t4;
+                    if (r >= n || jj >= bv) continue;
+                    bf16 *d = og + (size_t)r * H * V + jj;
+                    if (jj + 1 < bv && V % 2 == 0) *reinterpret_cast<uint32_t *>(d) = pack_bf16(oacc[nt][e2], oacc[nt][e2 + 1]);
+                    else {
+                        d[0] = __float2bfloat16(oacc[nt][e2]);
+                        if (jj + 1 < bv) d[1] = __float2bfloat16(oacc[nt][e2 + 1]);
+                    }
+                }
+        }
         // c. h[n+1] = diag(e^Gamma_end) h[n] + Ke^T Delta
 #pragma unroll
         for (int u = 0; u < MU; u++)
@@ -202,7 +260,8 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
                     }
                 }
             }
-        __syncthreads();  // Ke, h and Delta are rewritten
+        __syncthreads();  // Ke, h and Delta are rewritten (OUT: Qg, Aqk too)
+        if (OUT && ci + 1 < nch) issue_qa(ci + 1);
         if (ci + 1 < nch) issue_k(ci + 1);
     }
     if (hT)
@@ -221,10 +280,10 @@ __global__ void __launch_bounds__(DRM_THREADS, MU == 1 ? 2 : 1)  // MU = 1: 2 bl
 // The walk's tiles at head size K: BV = 32 and 64, built with MU = 1 (K <= 128: 2 blocks an
 // SM by registers) or 2 (1 block); lo: the split arithmetic's shared memory, else one MMA a
 // product's.
-static void dr_walk_tiles(int K, bool lo, DrWalkTile tiles[2]) {
+static void dr_walk_tiles(int K, bool lo, bool out, DrWalkTile tiles[2]) {
     const int rb = dr_pad16(K) <= 128 ? 2 : 1;
-    tiles[0] = DrWalkTile{32, walk_mma_smem(K, 32, lo), rb};
-    tiles[1] = DrWalkTile{64, walk_mma_smem(K, 64, lo), rb};
+    tiles[0] = DrWalkTile{32, walk_mma_smem(K, 32, lo, out), rb};
+    tiles[1] = DrWalkTile{64, walk_mma_smem(K, 64, lo, out), rb};
 }
 
 // The V tile width the walk launches with for `pairs` (sequence, head) pairs at K, V in the
@@ -232,30 +291,33 @@ static void dr_walk_tiles(int K, bool lo, DrWalkTile tiles[2]) {
 // forces the other tile).
 extern "C" int cuda_delta_walk_tile(int K, int V, int pairs) {
     DrWalkTile tiles[2];
-    dr_walk_tiles(K, true, tiles);
+    dr_walk_tiles(K, true, false, tiles);
     return tiles[dr_walk_pick(tiles, 2, (size_t)pairs, V, "HYBRID_DR_WALK_BV")].bv;
 }
 
 // Launches the walk for N sequences at the tile of walk.cuh's choice: BV = 32 or 64,
-// MU = 1 (K <= 128: 2 blocks an SM where the shared memory allows) or 2.
-template <bool LO, int MU>
+// MU = 1 (K <= 128: 2 blocks an SM where the shared memory allows) or 2. OUT: o of the chunks
+// too (one MMA a product's forward: the walk's OUT instances).
+template <bool LO, int MU, bool OUT = false>
 static void dr_walk_launch(const DrWsMma *ws, float *hT, const float *h0, int T, int H, int K, int V,
-                           const int *offsets, int N) {
+                           const int *offsets, int N, bf16 *o = NULL, float scale = 0.f) {
     DrWalkTile tiles[2];
-    dr_walk_tiles(K, LO, tiles);
+    dr_walk_tiles(K, LO, OUT, tiles);
     const int a = dr_walk_pick(tiles, 2, (size_t)N * H, V, "HYBRID_DR_WALK_BV");
     const unsigned vt = (unsigned)((V + tiles[a].bv - 1) / tiles[a].bv);
     constexpr int K1 = MU == 1 ? DR_KV_FIXED : 0;  // (K = DR_KV_FIXED runs at MU = 1 only)
     const bool kv128 = dr_kv_fixed(K, V);
     if (tiles[a].bv == 32)
-        launch_kernel(kv128 ? dr_walk_mma_kernel<LO, 32, MU, K1> : dr_walk_mma_kernel<LO, 32, MU, 0>,
-                      dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
+        launch_kernel(kv128 ? dr_walk_mma_kernel<LO, 32, MU, K1, OUT> : dr_walk_mma_kernel<LO, 32, MU, 0, OUT>,
+                      dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets, o, scale);
     else
-        launch_kernel(kv128 ? dr_walk_mma_kernel<LO, 64, MU, K1> : dr_walk_mma_kernel<LO, 64, MU, 0>,
-                      dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets);
+        launch_kernel(kv128 ? dr_walk_mma_kernel<LO, 64, MU, K1, OUT> : dr_walk_mma_kernel<LO, 64, MU, 0, OUT>,
+                      dim3(N * vt, H), dim3(DRM_THREADS), tiles[a].smem, *ws, hT, h0, T, H, K, V, offsets, o, scale);
 }
 
 // ---- output: one block per (chunk slot, head, V-tile of 64), 4 warps ---------------------
+// (The split arithmetic's forward; one MMA a product's forms o in the walk, OUT above, with the
+// same products in the same order, so the same bits: the emulated hashes of o equal.)
 // o = scale Qg h[n] + Aqk Delta (Aqk carries scale): warp w the rows 16w.., all 64 columns;
 // Aqk is lower triangular, so the Delta product takes k-steps kk <= w. Qg h[n]: two MMAs (h[n]
 // one bf16, chunk.cuh); Aqk Delta: three.
@@ -422,15 +484,19 @@ void dr_forward_mma(int gate, bf16 *o, float *hT, const bf16 *q, const bf16 *k, 
         PROFILE("delta_chunk/prep");
         dr_prep_launch(ws, q, k, v, g, beta, gate, scale, slots, T, H, K, V, offsets, N);  // chunk_prep_mma.cu
     }
+    // one MMA a product's forward: o in the walk (its OUT instances), no output kernel
+    const bool walk_out = !ws->lo && o && slots > 0;
     {
         PROFILE("delta_chunk/walk");
         const bool k128 = dr_pad16(K) <= 128;
         if (ws->lo) k128 ? dr_walk_launch<true, 1>(ws, hT, h0, T, H, K, V, offsets, N)
                          : dr_walk_launch<true, 2>(ws, hT, h0, T, H, K, V, offsets, N);
+        else if (walk_out) k128 ? dr_walk_launch<false, 1, true>(ws, hT, h0, T, H, K, V, offsets, N, o, scale)
+                                : dr_walk_launch<false, 2, true>(ws, hT, h0, T, H, K, V, offsets, N, o, scale);
         else k128 ? dr_walk_launch<false, 1>(ws, hT, h0, T, H, K, V, offsets, N)
                   : dr_walk_launch<false, 2>(ws, hT, h0, T, H, K, V, offsets, N);
     }
-    if (slots > 0 && o) {
+    if (slots > 0 && o && !walk_out) {
         PROFILE("delta_chunk/output");
         const bool kv128 = dr_kv_fixed(K, V), full = kv128 && dr_full_chunks(offsets, T);
         if (ws->lo) dr_output_launch<true>(ws, o, scale, slots * vt, T, H, K, V, offsets, N, kv128, full);
