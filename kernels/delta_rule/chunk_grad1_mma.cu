@@ -48,7 +48,8 @@
 //   2. dA = scale dO Delta^T (c <= r) straight to ws.dA, dT's V part dDelta V^T to shared memory:
 //      their own pass over V tiles of 64 (the one-block version's first K tile carried these 32
 //      accumulators next to the 48 of B1 / B3: 195 registers).
-//   3. B1, B3 by K tiles of 64, V tiles of 32: HD, DK, dW, <h_i, dH'_i> (48 + 8 accumulators).
+//   3. B1, B3 by K tiles of 64, V tiles of 32: HD, DK, dW, <h_i, dH'_i> (48 + 8 accumulators);
+//      one MMA a product with the Delta pairs loads step j + 1's tiles during step j (PIPE).
 //   4. the dGamma_end extras (k . dk over the rows, 16 rows' loads a batch).
 //   5. dT's K part and Wbar, 6. Ubar: T^T rounded once into one [64][72] bf16 tile read by
 //      ldmatrix (the one-block version held it, hi + lo, as 32 registers through both passes); dW and k
@@ -270,65 +271,135 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         bf16 *dOt = tiles, *Dh = dOt + C * LB, *Dl = Dh + C * LB, *dDh = Dl + C * LB, *dDl = dDh + C * LB,
              *hh = dDl + C * LB, *hl = hh + C * LB, *gh = hl + C * LB, *gl = gh + C * LB, *qs = gl + C * LB,
              *ks = qs + C * LQ;
+        // One MMA a product with the Delta pairs (PIPE): a second set of the step's five tiles in
+        // the four lo tiles it leaves free and in qs (qs, ks then arrive after the V steps, for the
+        // epilogue), so step j + 1's tiles load while step j multiplies; the other instances load
+        // a step's tiles and wait for them (below, unchanged). Stage 3's waits for its tiles were
+        // most of grad1's warp samples (docs/delta-rule.md, "CUDA kernels"). Set 1: dOt in qs,
+        // Delta in Dl, dDelta in dDl, h in hl, dH' in gl (selects, not an indexed array: that went
+        // to the stack).
+        constexpr bool PIPE = !LO && SPLIT;
+        auto set_o = [&](int st) { return st ? qs : dOt; };
+        auto set_d = [&](int st) { return st ? Dl : Dh; };
+        auto set_dd = [&](int st) { return st ? dDl : dDh; };
+        auto set_h = [&](int st) { return st ? hl : hh; };
+        auto set_g = [&](int st) { return st ? gl : gh; };
         for (int kt = 0; kt < nkt; kt++) {
             const int i0 = kt * 64;
             float aq[4][4] = {}, ak[4][4] = {}, aw[4][4] = {};
             float hd[8] = {};
-            if (kt > 0) __syncthreads();  // the previous epilogue has read qs, ks
-            dr_load_tile(qs, LQ, q + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
-            dr_load_tile(ks, LQ, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
-            for (int j0 = 0; j0 < V; j0 += 32) {
-                dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
-                dr_load_tile(hh, LB, Hh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                if constexpr (LO)
-                    dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                if constexpr (LO)
-                    dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                if (SPLIT) {
-                    dr_load_split_tile<32, DR_THREADS, LO>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
-                    dr_load_split_tile<32, DR_THREADS, LO>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
+            if constexpr (PIPE) {
+                if (kt > 0) __syncthreads();  // the previous epilogue has read qs, ks
+                auto issue = [&](int j0, int st) {  // step j0's five tiles into set st, one commit group
+                    dr_load_tile(set_o(st), LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+                    dr_load_tile(set_h(st), LB, Hh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                    dr_load_tile(set_g(st), LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                    dr_load_split_tile<32, DR_THREADS, false>(set_d(st), set_d(st), LB, (const bf16 *)D, V, j0, n, tid);
+                    dr_load_split_tile<32, DR_THREADS, false>(set_dd(st), set_dd(st), LB, (const bf16 *)dD, V, j0, n, tid);
+                    cp_async_commit();
+                };
+                const int nj = (V + 31) / 32;
+                issue(0, 0);
+                for (int j = 0; j < nj; j++) {
+                    if (j + 1 < nj) {  // (set (j + 1) & 1 was last read by step j - 1, before its barrier)
+                        issue((j + 1) * 32, (j + 1) & 1);
+                        cp_async_wait<1>();
+                    } else {
+                        cp_async_wait<0>();
+                    }
+                    __syncthreads();
+                    const int st = j & 1;
+                    const bf16 *tO = set_o(st), *tD = set_d(st), *tdD = set_dd(st), *th = set_h(st), *tg = set_g(st);
+                    // the products below, one MMA each (the lo parts absent)
+#pragma unroll
+                    for (int kk = 0; kk < 2; kk++) {
+                        uint32_t ao[4], ad[4], ag[4];
+                        dr_lda(ao, tO, LB, mt * 16, kk * 16, lane);
+                        dr_lda(ad, tD, LB, mt * 16, kk * 16, lane);
+                        dr_lda(ag, tdD, LB, mt * 16, kk * 16, lane);
+#pragma unroll
+                        for (int p = 0; p < 2; p++) {
+                            const int n0 = c0 + p * 16;
+                            uint32_t b[4];
+                            dr_ldb_nk(b, th, LB, kk * 16, n0, lane);
+                            for (int u = 0; u < 2; u++) {
+                                mma16816(aq[2 * p + u], ao, b[2 * u], b[2 * u + 1]);
+                                mma16816(aw[2 * p + u], ag, b[2 * u], b[2 * u + 1]);
+                            }
+                            dr_ldb_nk(b, tg, LB, kk * 16, n0, lane);
+                            for (int u = 0; u < 2; u++) mma16816(ak[2 * p + u], ad, b[2 * u], b[2 * u + 1]);
+                        }
+                    }
+                    if (j * 32 + lane < V)
+#pragma unroll
+                        for (int u = 0; u < 8; u++) {
+                            const int xx = (warp + 8 * u) * LB + lane;
+                            hd[u] += __bfloat162float(th[xx]) * __bfloat162float(tg[xx]);
+                        }
+                    __syncthreads();  // set st is refilled by step j + 2 (or qs below)
                 }
+                dr_load_tile(qs, LQ, q + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+                dr_load_tile(ks, LQ, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
                 cp_async_commit();
-                if (!SPLIT) {
-                    dr_tile_bf16<32, LO>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
-                    dr_tile_bf16<32, LO>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
-                }
                 cp_async_wait<0>();
                 __syncthreads();
+            } else {
+                if (kt > 0) __syncthreads();  // the previous epilogue has read qs, ks
+                dr_load_tile(qs, LQ, q + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+                dr_load_tile(ks, LQ, k + ROWQK(0) + i0, (size_t)H * K, C, 64, n, K - i0, tid, DR_THREADS);
+                for (int j0 = 0; j0 < V; j0 += 32) {
+                    dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 32, n, V - j0, tid, DR_THREADS);
+                    dr_load_tile(hh, LB, Hh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                    if constexpr (LO)
+                        dr_load_tile(hl, LB, Hl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                    dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                    if constexpr (LO)
+                        dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
+                    if (SPLIT) {
+                        dr_load_split_tile<32, DR_THREADS, LO>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
+                        dr_load_split_tile<32, DR_THREADS, LO>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
+                    }
+                    cp_async_commit();
+                    if (!SPLIT) {
+                        dr_tile_bf16<32, LO>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
+                        dr_tile_bf16<32, LO>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
+                    }
+                    cp_async_wait<0>();
+                    __syncthreads();
 #pragma unroll
-                for (int kk = 0; kk < 2; kk++) {
-                    uint32_t ao[4], adh[4], adl[4], agh[4], agl[4];
-                    dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
-                    dr_lda(adh, Dh, LB, mt * 16, kk * 16, lane);
-                    if constexpr (LO) dr_lda(adl, Dl, LB, mt * 16, kk * 16, lane);
-                    dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
-                    if constexpr (LO) dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
+                    for (int kk = 0; kk < 2; kk++) {
+                        uint32_t ao[4], adh[4], adl[4], agh[4], agl[4];
+                        dr_lda(ao, dOt, LB, mt * 16, kk * 16, lane);
+                        dr_lda(adh, Dh, LB, mt * 16, kk * 16, lane);
+                        if constexpr (LO) dr_lda(adl, Dl, LB, mt * 16, kk * 16, lane);
+                        dr_lda(agh, dDh, LB, mt * 16, kk * 16, lane);
+                        if constexpr (LO) dr_lda(agl, dDl, LB, mt * 16, kk * 16, lane);
 #pragma unroll
-                    for (int p = 0; p < 2; p++) {
-                        const int n0 = c0 + p * 16;
-                        uint32_t bh[4], bl[4];
-                        dr_ldb_nk(bh, hh, LB, kk * 16, n0, lane);
-                        if constexpr (LO) dr_ldb_nk(bl, hl, LB, kk * 16, n0, lane);
-                        for (int u = 0; u < 2; u++) {  // dO exact: two MMAs (one: !LO)
-                            dr_mma2x<LO>(aq[2 * p + u], ao, bh + 2 * u, bl + 2 * u);
-                            dr_mma3x<LO>(aw[2 * p + u], agh, agl, bh + 2 * u, bl + 2 * u);
+                        for (int p = 0; p < 2; p++) {
+                            const int n0 = c0 + p * 16;
+                            uint32_t bh[4], bl[4];
+                            dr_ldb_nk(bh, hh, LB, kk * 16, n0, lane);
+                            if constexpr (LO) dr_ldb_nk(bl, hl, LB, kk * 16, n0, lane);
+                            for (int u = 0; u < 2; u++) {  // dO exact: two MMAs (one: !LO)
+                                dr_mma2x<LO>(aq[2 * p + u], ao, bh + 2 * u, bl + 2 * u);
+                                dr_mma3x<LO>(aw[2 * p + u], agh, agl, bh + 2 * u, bl + 2 * u);
+                            }
+                            dr_ldb_nk(bh, gh, LB, kk * 16, n0, lane);
+                            if constexpr (LO) dr_ldb_nk(bl, gl, LB, kk * 16, n0, lane);
+                            for (int u = 0; u < 2; u++) dr_mma3x<LO>(ak[2 * p + u], adh, adl, bh + 2 * u, bl + 2 * u);
                         }
-                        dr_ldb_nk(bh, gh, LB, kk * 16, n0, lane);
-                        if constexpr (LO) dr_ldb_nk(bl, gl, LB, kk * 16, n0, lane);
-                        for (int u = 0; u < 2; u++) dr_mma3x<LO>(ak[2 * p + u], adh, adl, bh + 2 * u, bl + 2 * u);
                     }
-                }
-                if (j0 + lane < V)
+                    if (j0 + lane < V)
 #pragma unroll
-                    for (int u = 0; u < 8; u++) {
-                        const int xx = (warp + 8 * u) * LB + lane;
-                        if constexpr (LO)
-                            hd[u] += (__bfloat162float(hh[xx]) + __bfloat162float(hl[xx])) *
-                                     (__bfloat162float(gh[xx]) + __bfloat162float(gl[xx]));
-                        else hd[u] += __bfloat162float(hh[xx]) * __bfloat162float(gh[xx]);
-                    }
-                __syncthreads();  // the tiles are reloaded
+                        for (int u = 0; u < 8; u++) {
+                            const int xx = (warp + 8 * u) * LB + lane;
+                            if constexpr (LO)
+                                hd[u] += (__bfloat162float(hh[xx]) + __bfloat162float(hl[xx])) *
+                                         (__bfloat162float(gh[xx]) + __bfloat162float(gl[xx]));
+                            else hd[u] += __bfloat162float(hh[xx]) * __bfloat162float(gh[xx]);
+                        }
+                    __syncthreads();  // the tiles are reloaded
+                }
             }
 #pragma unroll
             for (int u = 0; u < 8; u++) {
