@@ -64,8 +64,8 @@ void cuda_matmul_set_dgelu_bgrad(int on);
 int cuda_matmul_dgelu_bgrad_path(void);
 
 // The MoE expert GEMMs (kernels/moe/experts.cu): mode 0 our grouped kernels, 1 cuBLAS's
-// grouped batched GEMM (kernels/moe/experts_cublas.cu), 2 mixed (the forward's GEMMs on ours,
-// the backward's on cuBLAS by experts.cu's rule), -1 as HYBRID_MOE_GEMM says (the default;
+// grouped batched GEMM (kernels/moe/experts_cublas.cu), 2 mixed (each GEMM on ours or on cuBLAS
+// by experts.cu's rule, which depends on whether ours run on wgmma), -1 as HYBRID_MOE_GEMM says (the default;
 // unset = mixed). cuda_moe_gemm_name: "own", "cublas" or "mixed", what a call of 1 to 512 experts
 // runs now. cuda_moe_gemm_on_cublas: 1 when GEMM g (0 fwd13, 1 fwd2, 2 dgrad2, 3 wgrad2,
 // 4 dgrad13, 5 wgrad13) of shape (E, C, M) goes to cuBLAS in the current mode (operands that do
@@ -91,17 +91,19 @@ long cuda_moe_dispatch_vec_launches(void);
 // calls that ran a vector kernel.
 void cuda_moe_set_glu_vec(int on);
 long cuda_moe_glu_vec_launches(void);
-// The expert GEMMs that run ours (the forward's two; in the own mode all six) on Hopper's
-// warpgroup MMA (kernels/moe/experts_wg.cu): 1 on, 0 off, -1 as HYBRID_MOE_WGMMA says (the
-// default; unset = off); the counter: GEMM calls that ran a wgmma kernel (since the start).
+// The expert GEMMs that run ours (the mixed mode: the four row GEMMs and the weight gradients
+// its rule keeps off cuBLAS; the own mode: all six) on Hopper's warpgroup MMA
+// (kernels/moe/experts_wg.cu): 1 on, 0 off, -1 as HYBRID_MOE_WGMMA says (the default; unset =
+// auto: on where the GPU is compute capability 9.0); the counter: GEMM calls that ran a wgmma
+// kernel (since the start).
 void cuda_moe_set_wgmma(int on);  // (1 on a GPU other than compute capability 9.0 stops the run)
 int cuda_moe_wgmma_supported(void);  // 1 on compute capability 9.0 (and under the emulator)
 int cuda_moe_wgmma(void);  // 1 when our expert GEMMs run on wgmma now
 long cuda_moe_wgmma_launches(void);
 // their tile width: 128 or 256 forces it, -1 as HYBRID_MOE_WG_BN says (unset: 256)
 void cuda_moe_set_wg_bn(int bn);
-// the experts' GLU fused into the wgmma GEMMs around it: 0 off (the separate passes, for the
-// tests' bit comparison), 1 on, -1 as HYBRID_MOE_WG_GLU_APART says (unset: on)
+// the experts' GLU fused into the wgmma GEMMs around it: 0 off (the separate passes, the default;
+// tests' bit comparison), 1 on, -1 as HYBRID_MOE_WG_GLU_FUSED says (unset: off)
 void cuda_moe_set_wg_glu(int on);
 
 #ifdef __cplusplus

@@ -17,14 +17,15 @@
 // The GLU runs as a separate elementwise pass: the dense GLU's kernels (kernels/norm_glu/glu.cuh;
 // the equations of model/ops/norm_glu/glu.c, in fp32), their row count offsets[E] read on the
 // device.
-// The default mode (HYBRID_MOE_GEMM=mixed) runs the forward's two GEMMs on ours and the
-// backward's on cuBLAS's grouped batched GEMM where gemm_on_cublas says (experts_cublas.h: the
-// forward only issues the offsets' copy to the host; the backward waits for it);
-// HYBRID_MOE_GEMM=own runs all six on ours, HYBRID_MOE_GEMM=cublas all six on cuBLAS (the
-// forward then copies the offsets once, one stream synchronization, and its backward reuses
-// the copy); the GLU passes are the same. HYBRID_MOE_WGMMA=1 runs every GEMM of ours on the sm_90a
-// warpgroup-MMA kernels instead (experts_wg.h; the same walks, splits and contracts), with the
-// GLU passes inside fwd13 and dgrad2 where the shape suits.
+// The default mode (HYBRID_MOE_GEMM=mixed) runs the forward's two GEMMs on ours and each of the
+// backward's four on ours or on cuBLAS's grouped batched GEMM where gemm_on_cublas says
+// (experts_cublas.h: the forward only issues the offsets' copy to the host; a backward that
+// calls cuBLAS waits for it); HYBRID_MOE_GEMM=own runs all six on ours, HYBRID_MOE_GEMM=cublas
+// all six on cuBLAS (the forward then copies the offsets once, one stream synchronization, and
+// its backward reuses the copy); the GLU passes are the same. On a GPU of compute capability 9.0
+// (HYBRID_MOE_WGMMA=auto, the default) every GEMM of ours runs on the sm_90a warpgroup-MMA
+// kernels (experts_wg.h; the same walks, splits and contracts), elsewhere on the mma.sync ones
+// below.
 #include "kernels/common.cuh"
 #include "kernels/moe/experts_cublas.h"
 #include "kernels/moe/experts_wg.h"
@@ -168,7 +169,7 @@ static unsigned gg_resident_blocks(void) {
 template <bool W_T>
 static void rows_gemm(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd) {
     if (n_out <= 0) return;
-    if (moe_wg_rows(Y, X, W, offsets, E, n_out, kd, W_T)) return;  // HYBRID_MOE_WGMMA=1 (experts_wg.cu)
+    if (moe_wg_rows(Y, X, W, offsets, E, n_out, kd, W_T)) return;  // on wgmma (experts_wg.cu)
     if (gg_vec_ok(Y, X, W, n_out, kd))
         launch_kernel(rows_gemm_kernel<W_T, true>, dim3(gg_resident_blocks<rows_gemm_kernel<W_T, true>>()),
                       dim3(GG_THREADS), GG_SMEM_BYTES, Y, X, W, offsets, E, n_out, kd);
@@ -222,7 +223,7 @@ static void wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, in
     if (P <= 0 || Q <= 0) return;
     const bool vec = gg_vec_ok(dW, G, X, P, Q);
     float *ws = NULL;
-    // HYBRID_MOE_WGMMA=1 (experts_wg.cu): its kernel, with its own split rule, then our reduction
+    // on wgmma (experts_wg.cu): its kernel, with its own split rule, then our reduction
     int S = moe_wg_wgrad(dW, &ws, G, X, offsets, E, P, Q, wgrad_split_force);
     if (S) {
         if (S > 1) wgrad_reduce(dW, ws, offsets, E, S, P, Q, vec);
@@ -255,15 +256,28 @@ static void wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, in
 //   dgrad2, dgrad13: cuBLAS;
 //   wgrad2, wgrad13: cuBLAS, unless the gradient has fewer than GG_REF_SLOTS tiles: ours.
 // The rule reads the shape alone (a constant slot count, as wgrad_splits), so which path, and
-// so which bits, a GEMM gets does not depend on the GPU or the run. Expected from the same table
-// (the better path per GEMM): KL-S 1.93 ms of GEMMs (own 2.11, cublas 2.04), large 14.4 (18.0,
-// 14.8).
+// so which bits, a GEMM gets does not depend on the run. Expected from the same table (the
+// better path per GEMM): KL-S 1.93 ms of GEMMs (own 2.11, cublas 2.04), large 14.4 (18.0, 14.8).
+// With ours on wgmma (experts_wg.cu; measured on the H200 2026-12-05, bench_moe, the GLU apart;
+// docs/hybrid.md, "The expert GEMMs on wgmma") the row GEMMs beat cuBLAS's everywhere (dgrad2
+// 0.142 vs 0.232 ms KL-S, 1.302 vs 2.005 large; dgrad13 0.302 vs 0.478, 2.553 vs 3.921; the
+// forward's likewise), and the weight gradients win at KL-S (wgrad2 0.184 vs mma.sync's 0.237,
+// wgrad13 0.314 vs cuBLAS's 0.341) but lose on the large shape's many tiles, where cuBLAS reaches
+// ~80% of dense and our wgmma weight gradient 52-54% (wgrad2 1.791 vs 1.182, wgrad13 3.434 vs
+// 2.001). So on wgmma:
+//   fwd13, fwd2, dgrad2, dgrad13: ours;
+//   wgrad2, wgrad13: cuBLAS when the gradient has at least MIXED_WG_CUBLAS_TILES 128 x 128 tiles
+//   (8 waves of GG_REF_SLOTS: KL-S's 192 and 384 below, the large shape's 8192 and 16384 above;
+//   no shape between those was measured), else ours.
+// Which GPU runs decides wgmma (auto), and so which bits a GEMM gives: an H200 and an A100 give
+// different bits for the same MoE step, each the same run to run.
+#define MIXED_WG_CUBLAS_TILES (8 * GG_REF_SLOTS)
 static int mixed_wgrad_force = -1;  // tests: 0 or 1 forces the weight gradients' path (cuda_moe_set_mixed_wgrad)
 extern "C" void cuda_moe_set_mixed_wgrad(int mode) { mixed_wgrad_force = mode == 0 || mode == 1 ? mode : -1; }
 
 static int mixed_wgrad_on_cublas(int E, int P, int Q) {
     if (mixed_wgrad_force >= 0) return mixed_wgrad_force;
-    return wgrad_tiles(E, P, Q) >= GG_REF_SLOTS;
+    return wgrad_tiles(E, P, Q) >= (moe_wgmma_on() ? MIXED_WG_CUBLAS_TILES : GG_REF_SLOTS);
 }
 
 enum { G_FWD13, G_FWD2, G_DGRAD2, G_WGRAD2, G_DGRAD13, G_WGRAD13 };
@@ -275,7 +289,7 @@ static int gemm_on_cublas(int mode, int g, int E, int C, int M) {
     if (mode != MOE_GEMM_MIXED) return 0;
     switch (g) {
     case G_DGRAD2:
-    case G_DGRAD13: return 1;
+    case G_DGRAD13: return !moe_wgmma_on();
     case G_WGRAD2: return mixed_wgrad_on_cublas(E, C, M);  // dW2 (E, C, M)
     case G_WGRAD13: return mixed_wgrad_on_cublas(E, 2 * M, C);  // dW13 (E, 2M, C)
     default: return 0;  // the forward's
@@ -299,7 +313,8 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     // of the same FLOPs)
     // hoff: the host copy of the offsets on the cuBLAS path (NULL: our kernels); a GEMM whose
     // operands do not suit cuBLAS (experts_cublas.h) runs our kernel. The mixed mode runs both
-    // GEMMs on ours and only issues the copy for its backward (pinned memory: nothing waits).
+    // GEMMs on ours and only issues the copy for its backward (pinned memory: nothing waits; a
+    // backward whose GEMMs all run ours never reads it).
     const int mode = moe_gemm_mode(E);
     const int *hoff = NULL;
     if (mode == MOE_GEMM_CUBLAS) {
@@ -309,7 +324,7 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
         PROFILE("moe_experts/offsets_to_host");
         moe_cublas_offsets_async(offsets, E);
     }
-    bool glu_done = false;  // the GLU fused into fwd13 (HYBRID_MOE_WGMMA=1: experts_wg.cu)
+    bool glu_done = false;  // the GLU fused into fwd13 (HYBRID_MOE_WG_GLU_FUSED=1: experts_wg.cu)
     {
         PROFILE("moe_experts/gemm_fwd13");
         if (!hoff || !gemm_on_cublas(mode, G_FWD13, E, C, M) ||
@@ -356,7 +371,7 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
         PROFILE("moe_experts/offsets_to_host");
         hoff = moe_cublas_offsets(offsets, E, 0);
     }
-    bool dglu_done = false;  // the GLU's backward fused into dgrad2 (HYBRID_MOE_WGMMA=1; dap not written)
+    bool dglu_done = false;  // the GLU's backward fused into dgrad2 (HYBRID_MOE_WG_GLU_FUSED=1; dap not written)
     {
         PROFILE("moe_experts/gemm_dgrad2");  // dap = dyp W2_e
         if (!c_dgrad2 || !moe_cublas_rows((bf16 *)dap, (const bf16 *)dyp, (const bf16 *)w2, hoff, offsets, E, M, C, 1)) {

@@ -1,17 +1,18 @@
-// The MoE experts' grouped GEMMs on Hopper's warpgroup MMA (grouped_gemm_wg.cuh), selected by
-// HYBRID_MOE_WGMMA=1 (off by default until measured on the H200: docs/hybrid.md, "The expert
-// GEMMs on wgmma"): the row GEMMs and the weight gradients that run ours. Same operands, walks, splits
-// and contracts as experts.cu's rows_gemm and wgrad, which call moe_wg_rows / moe_wg_wgrad first
-// and run their mma.sync kernels where these return 0.
-// This file alone is built for sm_90a (Makefile: wgmma exists only there); the switch refuses a
-// GPU that is not compute capability 9.0.
+// The MoE experts' grouped GEMMs on Hopper's warpgroup MMA (grouped_gemm_wg.cuh): the row GEMMs
+// and the weight gradients that run ours, on by default on a GPU of compute capability 9.0
+// (HYBRID_MOE_WGMMA: auto, 0, 1; measured on the H200 in session 26: docs/hybrid.md, "The expert
+// GEMMs on wgmma"). Same operands, walks, splits and contracts as experts.cu's rows_gemm and
+// wgrad, which call moe_wg_rows / moe_wg_wgrad first and run their mma.sync kernels where these
+// return 0.
+// This file alone is built for sm_90a (Makefile: wgmma exists only there); HYBRID_MOE_WGMMA=1
+// refuses a GPU that is not compute capability 9.0, and auto leaves such a GPU on mma.sync.
 #include "kernels/cuda_backend.h"
 #include "kernels/moe/experts_wg.h"
 #include "kernels/moe/grouped_gemm_wg.cuh"
 #include "kernels/moe/grouped_walk.cuh"
 #include "kernels/norm_glu/glu.cuh"
 
-// ---- the GLU fused into the row GEMMs around it (HYBRID_MOE_WGMMA=1) ----
+// ---- the GLU fused into the row GEMMs around it (HYBRID_MOE_WG_GLU_FUSED=1) ----
 // The experts' GLU (kernels/norm_glu/glu.cuh's elementwise math) reads the up projection's output
 // hp and writes ap, and its backward reads dap and hp and writes dhp: passes over the rows that
 // the GEMMs beside them can do in their epilogues, from the same bf16 values with the same
@@ -23,11 +24,14 @@
 // - backward: dgrad2's tile is dap for BN hidden units; the epilogue rounds it (as dap's store
 //   did), reads those units' gate and up columns of hp and writes dhp; dap (scratch, the op
 //   contract) is never written.
-// HYBRID_MOE_WG_GLU_APART=1 runs the GEMMs and the GLU passes apart (to measure what the fusion
-// gains); the tests force either (cuda_moe_set_wg_glu)
+// Off by default: on the H200 the fused kernels were slower than the GEMM and the GLU pass apart
+// (session 26, bench_moe: fwd13 + GLU 2.940 fused against 2.286 ms apart at d 2048, 64 experts,
+// top-8, hidden 1024, 16384 tokens; 0.309 against 0.294 at KL-S; dgrad2 + GLU 1.908 against
+// 1.641 and 0.266 against 0.228). HYBRID_MOE_WG_GLU_FUSED=1 fuses them (to measure again after a
+// change); the tests force either (cuda_moe_set_wg_glu)
 static int g_glu_forced = -1;
 extern "C" void cuda_moe_set_wg_glu(int on) { g_glu_forced = on == 0 || on == 1 ? on : -1; }
-static int wg_glu_on(void) { return g_glu_forced >= 0 ? g_glu_forced : !env_flag("HYBRID_MOE_WG_GLU_APART"); }
+static int wg_glu_on(void) { return g_glu_forced >= 0 ? g_glu_forced : env_flag("HYBRID_MOE_WG_GLU_FUSED"); }
 
 // What a row GEMM's epilogue does with its tile (rows_wg_kernel: the walk and the tile are shared)
 enum { WG_EPI_STORE, WG_EPI_GLU_FWD, WG_EPI_GLU_BWD };
@@ -177,11 +181,16 @@ static void wgmma_gpu_check(const char *who) {
             g_cuda.cc / 10, g_cuda.cc % 10);
 }
 
+// HYBRID_MOE_WGMMA: auto (the default: unset or empty) is on where the GPU is compute capability
+// 9.0, 0 is off (our mma.sync kernels), 1 is on and stops the run on any other GPU; anything else
+// stops the run naming the switch
 int moe_wgmma_on(void) {
     if (g_forced >= 0) return g_forced;
     if (g_env < 0) {
-        g_env = env_flag("HYBRID_MOE_WGMMA");
-        if (g_env) wgmma_gpu_check("HYBRID_MOE_WGMMA=1");
+        static const char *const names[] = {"auto", "0", "1"};
+        const int v = env_choice("HYBRID_MOE_WGMMA", names, 3);
+        if (v == 2) wgmma_gpu_check("HYBRID_MOE_WGMMA=1");
+        g_env = v == 0 ? g_cuda.cc == 90 : v == 2;
     }
     return g_env;
 }

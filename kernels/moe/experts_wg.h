@@ -1,12 +1,14 @@
 // The MoE experts' grouped GEMMs on Hopper's warpgroup MMA (kernels/moe/experts_wg.cu), the
-// alternative to experts.cu's mma.sync kernels that HYBRID_MOE_WGMMA=1 selects.
+// alternative to experts.cu's mma.sync kernels, on by default on compute capability 9.0
+// (HYBRID_MOE_WGMMA).
 #ifndef HYBRID_KERNELS_MOE_EXPERTS_WG_H
 #define HYBRID_KERNELS_MOE_EXPERTS_WG_H
 
 #include "kernels/common.cuh"
 
-// 1 when the switch is on (HYBRID_MOE_WGMMA=1, strict 0/1; the tests' cuda_moe_set_wgmma). On,
-// with a GPU other than compute capability 9.0, stops the run naming the switch.
+// 1 when the wgmma kernels run: HYBRID_MOE_WGMMA=auto (the default) on a GPU of compute
+// capability 9.0, or =1 (the tests: cuda_moe_set_wgmma). =1 with another GPU stops the run naming
+// the switch; =0 is off.
 int moe_wgmma_on(void);
 
 // Y (rows, n_out) = X (rows, kd) W_e^T per expert, W_e stored (n_out, kd) (w_t = 0) or
@@ -27,7 +29,8 @@ int moe_wg_wgrad(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *
 // The GLU fused into the GEMMs around it (experts_wg.cu, "the GLU fused"): hp = xp W13_e^T with
 // ap = glu(hp) (the forward's fwd13 and GLU pass), and dhp = glu'(hp) (dyp W2_e) (the backward's
 // dgrad2 and GLU pass; dap not written). kind, beta, lbeta: the GLU's (glu.cuh). Return 0 and do
-// nothing where the wgmma kernels are off, the fusion is off (tests), the shape does not suit
+// nothing where the wgmma kernels are off, the fusion is off (the default: HYBRID_MOE_WG_GLU_FUSED
+// unset; the tests force it), the shape does not suit
 // (forward: M a multiple of half the tile width; both: C, M multiples of 8) or a pointer is not
 // 16-byte aligned: the caller then runs the GEMM and the GLU pass apart.
 int moe_wg_rows_glu(bf16 *hp, bf16 *ap, const bf16 *xp, const bf16 *w13, const int *offsets, int E, int C, int M,

@@ -317,7 +317,7 @@ static double part_ms(const Profile *pr, const char *name) {
 // one line per grouped GEMM: ms, GFLOP, TFLOP/s (the split-k reduction of a weight gradient
 // is inside its part; moe_experts/wgrad_reduce shows its share); tflops[] for the JSON
 // path: where the mode sends the GEMM (cuda_moe_gemm_on_cublas, whose GEMM numbering is
-// gemm_parts' order; "wgmma": one of ours with HYBRID_MOE_WGMMA=1); operands that do not suit
+// gemm_parts' order; "wgmma": one of ours on the wgmma kernels); operands that do not suit
 // cuBLAS (or the wgmma kernels) would run ours (mma.sync) regardless
 static void print_gemms(const Profile *pr, double R, int E, int De, int M, double dense_tflops, double tflops[]) {
     if (pr->reps < 1) return;
@@ -513,13 +513,14 @@ int main(int argc, char **argv) {
            "CUDA events on the backend's stream",
 #endif
            (unsigned long long)seed);
-    printf("expert GEMMs: %s (HYBRID_MOE_GEMM=mixed, the default: the forward on ours, the backward on cuBLAS by "
-           "kernels/moe/experts.cu's rule, the offsets' copy issued by the forward and waited for by the backward; "
+    printf("expert GEMMs: %s (HYBRID_MOE_GEMM=mixed, the default: the forward on ours, the backward on ours or "
+           "cuBLAS by kernels/moe/experts.cu's rule, the offsets' copy issued by the forward and waited for by a "
+           "backward that calls cuBLAS; "
            "=own: our grouped kernels; =cublas: cuBLAS's grouped batched GEMM, which copies the offsets to the host "
            "once per forward)\n",
            cuda_moe_gemm_name());
-    printf("GEMMs of ours on wgmma: %s (HYBRID_MOE_WGMMA=1: the sm_90a warpgroup-MMA kernels, "
-           "kernels/moe/experts_wg.cu)\n",
+    printf("GEMMs of ours on wgmma: %s (HYBRID_MOE_WGMMA=auto, the default, on compute capability 9.0, or =1: "
+           "the sm_90a warpgroup-MMA kernels, kernels/moe/experts_wg.cu; =0: mma.sync)\n",
            cuda_moe_wgmma() ? "yes" : "no");
     printf("inputs: x, dout randn (N, C); weights by the init rules (random router, natural load)\n");
 

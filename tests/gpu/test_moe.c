@@ -250,24 +250,27 @@ typedef struct {
     int mixed_wgrad_cublas;  // mixed mode: 1 forces both weight gradients onto cuBLAS (0: the rule)
 } DispatchCase;
 
-enum { PATH_OWN, PATH_CUBLAS, PATH_MIXED, PATH_WGMMA, PATH_WGMMA_128, NPATH };
-static const char *const path_desc[NPATH] = {"our grouped kernels", "cuBLAS's grouped batched GEMM",
-                                             "the forward on ours, the backward on cuBLAS by the rule",
-                                             "our grouped kernels on wgmma (HYBRID_MOE_WGMMA=1), 128 x 256 tiles",
-                                             "our grouped kernels on wgmma, 128 x 128 tiles (HYBRID_MOE_WG_BN=128)"};
+enum { PATH_OWN, PATH_CUBLAS, PATH_MIXED, PATH_WGMMA, PATH_WGMMA_128, PATH_MIXED_WGMMA, NPATH };
+static const char *const path_desc[NPATH] = {
+    "our grouped kernels (mma.sync)", "cuBLAS's grouped batched GEMM", "the mixed mode's rule, ours on mma.sync",
+    "our grouped kernels on wgmma, 128 x 256 tiles", "our grouped kernels on wgmma, 128 x 128 tiles (HYBRID_MOE_WG_BN=128)",
+    "the mixed mode's rule, ours on wgmma (the default on compute capability 9.0)"};
 
 // The mixed mode's rule for a weight gradient dW (E, P, Q), written out again from experts.cu
 // (mixed_wgrad_on_cublas): cuBLAS unless its 128 x 128 tiles are fewer than 2 x 132 (one wave
-// of our kernels' block slots on an H200). A change of the rule must change this copy too.
-static int mixed_wgrad_rule(int E, int P, int Q) {
-    return (long)E * ((P + 127) / 128) * ((Q + 127) / 128) >= 2 * 132;
+// of our mma.sync kernels' block slots on an H200), or with ours on wgmma fewer than 8 x 2 x 132.
+// A change of the rule must change this copy too.
+static int mixed_wgrad_rule(int E, int P, int Q, int wgmma) {
+    return (long)E * ((P + 127) / 128) * ((Q + 127) / 128) >= (wgmma ? 8 : 1) * 2 * 132;
 }
 
 // The grouped expert op in GEMM mode `path` (PATH_OWN: our grouped kernels; PATH_CUBLAS:
 // cuBLAS's grouped batched GEMM, HYBRID_MOE_GEMM=cublas; PATH_MIXED: HYBRID_MOE_GEMM=mixed;
-// cuda_moe_set_gemm; PATH_WGMMA, PATH_WGMMA_128: PATH_OWN with the GEMMs on the wgmma kernels,
-// cuda_moe_set_wgmma, at either tile width, cuda_moe_set_wg_bn; they run every GEMM where the
-// widths are multiples of 8: two a forward, four a backward) on the plan's sorted rows xp (host) / dxp (device) and offsets off (host) /
+// cuda_moe_set_gemm, with ours on mma.sync; PATH_WGMMA, PATH_WGMMA_128: PATH_OWN with the GEMMs on
+// the wgmma kernels, cuda_moe_set_wgmma, at either tile width, cuda_moe_set_wg_bn; they run every
+// GEMM where the widths are multiples of 8: two a forward, four a backward; PATH_MIXED_WGMMA:
+// PATH_MIXED with ours on wgmma, the four row GEMMs ours and the weight gradients by its rule)
+// on the plan's sorted rows xp (host) / dxp (device) and offsets off (host) /
 // doff (device). Forward against the CPU and rerun bit-identical; backward on the CUDA forward's
 // hp, ap (and xp: exact copies) against the CPU, the parameter gradients accumulated twice from
 // zero; the whole backward again, bit-identical; then once more on a copy of the offsets that no
@@ -280,8 +283,9 @@ static int mixed_wgrad_rule(int E, int P, int Q) {
 // count their work, where the widths suit cuBLAS (multiples of 8; else every GEMM runs ours):
 // cublas, both forward GEMMs and all four backward ones on cuBLAS, one synchronous copy of the
 // offsets per forward, none per backward of a forward's offsets; mixed, no cuBLAS call in the
-// forward, one asynchronous copy per forward, the backward's two dgrads and the weight gradients
-// the rule (or the case) puts there on cuBLAS, and one wait for the copy in the first backward
+// forward, one asynchronous copy per forward, the backward's two dgrads (with ours on mma.sync;
+// on wgmma they run ours) and the weight gradients the rule (or the case) puts there on cuBLAS,
+// and one wait for the copy in the first backward
 // after a forward, none in the next (it reuses the copy). On our GEMMs, the GLU's vector kernels
 // against its scalar ones, bit for bit. The forward's outputs stay in dyp (the combine checks
 // read them).
@@ -289,21 +293,22 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
                          void *dyp) {
     const int N = q.N, K = q.K, E = q.E, C = q.C, M = q.M;
     const size_t nk = (size_t)N * K;
-    const int wgmma = path == PATH_WGMMA || path == PATH_WGMMA_128;
+    const int wgmma = path == PATH_WGMMA || path == PATH_WGMMA_128 || path == PATH_MIXED_WGMMA;
     const long wg0 = cuda_moe_wgmma_launches();
     cuda_moe_set_wgmma(wgmma);
     cuda_moe_set_wg_bn(path == PATH_WGMMA_128 ? 128 : 256);
     const char *desc = path_desc[path];
     const int path_orig = path;
-    if (wgmma) path = PATH_OWN;  // (the rest is the own mode's)
+    if (wgmma) path = path == PATH_MIXED_WGMMA ? PATH_MIXED : PATH_OWN;  // (the rest is that mode's)
     cuda_moe_set_gemm(path);
     cuda_moe_set_mixed_wgrad(q.mixed_wgrad_cublas ? 1 : -1);
     const int suits = C % 8 == 0 && M % 8 == 0;  // (every buffer here is 16-byte aligned)
     // cuBLAS calls per forward and per backward; the mixed backward's weight gradients
-    const int w2c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, C, M),
-              w13c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, 2 * M, C);
+    // (mixed: the dgrads on cuBLAS with ours on mma.sync, on ours with ours on wgmma)
+    const int w2c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, C, M, wgmma),
+              w13c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, 2 * M, C, wgmma), dgc = !wgmma;
     const int fwd_calls = suits && path == PATH_CUBLAS ? 2 : 0,
-              bwd_calls = !suits ? 0 : path == PATH_CUBLAS ? 4 : path == PATH_MIXED ? 2 + w2c + w13c : 0;
+              bwd_calls = !suits ? 0 : path == PATH_CUBLAS ? 4 : path == PATH_MIXED ? 2 * dgc + w2c + w13c : 0;
     printf("  experts on %s (%s)%s", desc, cuda_moe_gemm_name(),
            (path || wgmma) && !suits ? ": widths not multiples of 8, so our (mma.sync) kernels run" : "");
     if (path == PATH_MIXED && suits)
@@ -313,9 +318,9 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     // the library's own view of the split agrees with the rule's copy above
     const int paths_ok = cuda_moe_gemm_on_cublas(0, E, C, M) == (path == PATH_CUBLAS) &&
                          cuda_moe_gemm_on_cublas(1, E, C, M) == (path == PATH_CUBLAS) &&
-                         cuda_moe_gemm_on_cublas(2, E, C, M) == (path != PATH_OWN) &&
+                         cuda_moe_gemm_on_cublas(2, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
                          cuda_moe_gemm_on_cublas(3, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && w2c)) &&
-                         cuda_moe_gemm_on_cublas(4, E, C, M) == (path != PATH_OWN) &&
+                         cuda_moe_gemm_on_cublas(4, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
                          cuda_moe_gemm_on_cublas(5, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && w13c));
     CHECK(paths_ok, "cuda_moe_gemm_on_cublas disagrees with the mode's rule (path %d)", path);
     const long calls0 = cuda_moe_cublas_calls(), copies0 = cuda_moe_offsets_copies(), waits0 = cuda_moe_offsets_waits();
@@ -414,37 +419,40 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
             snprintf(w, sizeof w, "dw2 %s", tag), expect_same(w, dg2, f_2, n2 * 2);
         }
     }
-    const long wg_bwd = cuda_moe_wgmma_launches() - wg_bwd0, wg_bwd_want = wgmma && suits ? 4 * 4 : 0;
+    // (own: 2 rounds of two backwards, four GEMMs each; mixed: 4 rounds, the row GEMMs and the weight
+    // gradients the rule keeps off cuBLAS, and round 3's forward)
+    const long wg_bwd = cuda_moe_wgmma_launches() - wg_bwd0,
+               wg_bwd_want = !wgmma || !suits ? 0 : path == PATH_OWN ? 4 * 4 : 8 * (2 + !w2c + !w13c) + 2;
     printf("  %-28s %ld wgmma GEMMs\n", "backward (4 times)", wg_bwd);
     CHECK(wg_bwd == wg_bwd_want, "four backwards: %ld wgmma GEMM launches (expected %ld)", wg_bwd, wg_bwd_want);
-    // wgmma: the GLU fused into fwd13 and dgrad2 (the default where the shape suits it) against
-    // the separate passes (cuda_moe_set_wg_glu(0)): the same bits, forward and backward
-    if (wgmma) {
-        // where it ran: the forward's GLU pass left no kernel of its own (M a multiple of half the
-        // tile width), the backward's where M % 8 == 0 (the vector GLU kernels' launches count them)
+    // wgmma: the GLU fused into fwd13 and dgrad2 (HYBRID_MOE_WG_GLU_FUSED=1: cuda_moe_set_wg_glu(1))
+    // against the separate passes of the rounds above (the default): the same bits, forward and
+    // backward; and where it ran: the forward's GLU pass left no kernel of its own where M is a
+    // multiple of half the tile width, the backward's where M % 8 == 0 (the vector GLU kernels'
+    // launches count them). Own mode only (the fusion concerns our row GEMMs alone)
+    if (wgmma && path == PATH_OWN) {
         const int bn = path_orig == PATH_WGMMA_128 ? 128 : 256, fused = suits && M % (bn / 2) == 0;
+        cuda_moe_set_wg_glu(1);
+        poison_bf16(dyp, nk * C), poison_bf16(dhp, nk * 2 * M), poison_bf16(dap, nk * M);
         const long v0 = cuda_moe_glu_vec_launches();
         X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
         const long v1 = cuda_moe_glu_vec_launches();
+        expect_same("hp (GLU fused)", dhp, f_h, nk * 2 * M * 2);
+        expect_same("ap (GLU fused)", dap, f_a, nk * M * 2);
+        expect_same("yp (GLU fused)", dyp, f_y, nk * C * 2);
+        poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
+        G->zero(dg13, n13), G->zero(dg2, n2);
         X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, doff, E, C, M, q.act);
         const long fwd_glu = v1 - v0, bwd_glu = cuda_moe_glu_vec_launches() - v1;
-        printf("  %-28s forward %s, backward %s\n", "GLU in the GEMMs", fused ? "yes" : "no", suits ? "yes" : "no");
+        X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, doff, E, C, M, q.act);
+        printf("  %-28s forward %s, backward %s\n", "GLU in the GEMMs (fused)", fused ? "yes" : "no",
+               suits ? "yes" : "no");
         CHECK(fwd_glu == (fused ? 0 : M % 8 == 0) && bwd_glu == (suits ? 0 : M % 8 == 0),
               "GLU passes of their own: forward %ld, backward %ld (fused: forward %d, backward %d)", fwd_glu, bwd_glu,
               fused, suits);
-        cuda_moe_set_wg_glu(0);
-        poison_bf16(dyp, nk * C), poison_bf16(dhp, nk * 2 * M), poison_bf16(dap, nk * M);
-        X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
-        expect_same("hp (GLU apart)", dhp, f_h, nk * 2 * M * 2);
-        expect_same("ap (GLU apart)", dap, f_a, nk * M * 2);
-        expect_same("yp (GLU apart)", dyp, f_y, nk * C * 2);
-        poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
-        G->zero(dg13, n13), G->zero(dg2, n2);
-        for (int rep = 0; rep < 2; rep++)
-            X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, doff, E, C, M, q.act);
-        expect_same("dxp (GLU apart)", dgxpe, f_dx, nk * C * 2);
-        expect_same("dw13 (GLU apart)", dg13, f_13, n13 * 2);
-        expect_same("dw2 (GLU apart)", dg2, f_2, n2 * 2);
+        expect_same("dxp (GLU fused)", dgxpe, f_dx, nk * C * 2);
+        expect_same("dw13 (GLU fused)", dg13, f_13, n13 * 2);
+        expect_same("dw2 (GLU fused)", dg2, f_2, n2 * 2);
         cuda_moe_set_wg_glu(-1);
     }
     // the GLU's scalar kernels (cuda_moe_set_glu_vec(0)) give the bits of the vector ones, which
@@ -521,12 +529,13 @@ static void test_dispatch(DispatchCase q) {
     // split)
     void *dyp = dev_bf16(NULL, nk * C);
     for (int path = 0; path < NPATH; path++) {
-        const int wg = path == PATH_WGMMA || path == PATH_WGMMA_128;
+        const int wg = path == PATH_WGMMA || path == PATH_WGMMA_128 || path == PATH_MIXED_WGMMA;
         if (wg && !cuda_moe_wgmma_supported()) {  // (sm_90a kernels: said once a case, not counted as run)
             printf("  experts on %s: skipped, this GPU is not compute capability 9.0\n", path_desc[path]);
             continue;
         }
-        if (!q.split || path == PATH_OWN || wg) test_experts(q, path, xp, dxp, off, doff, dyp);
+        if (!q.split || path == PATH_OWN || path == PATH_WGMMA || path == PATH_WGMMA_128)
+            test_experts(q, path, xp, dxp, off, doff, dyp);
     }
     float *ypg = get_bf16(dyp, nk * C);
     // combine
@@ -734,7 +743,7 @@ static void test_switch_errors(void) {
     static const BadSwitch bad[] = {{"HYBRID_MOE_GEMM", "owned", NULL},
                                     {"HYBRID_MOE_WGMMA", "on", NULL},
                                     {"HYBRID_MOE_WG_BN", "64", "HYBRID_MOE_WGMMA"},
-                                    {"HYBRID_MOE_WG_GLU_APART", "yes", "HYBRID_MOE_WGMMA"}};
+                                    {"HYBRID_MOE_WG_GLU_FUSED", "yes", "HYBRID_MOE_WGMMA"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char want[64];
         snprintf(want, sizeof want, "%s=%s", bad[i].name, bad[i].value);
