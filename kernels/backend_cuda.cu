@@ -91,6 +91,13 @@ void cuda_init(void) {
     g_cuda.ready = 1;
 }
 
+#ifdef HYBRID_CUDA_EMU
+extern "C" void cuda_emu_set_cc(int cc) {
+    cuda_init();
+    g_cuda.cc = cc;
+}
+#endif
+
 void cuda_allow_dynamic_smem(const void *kernel, size_t bytes) {
     static struct {
         const void *kernel;

@@ -106,6 +106,13 @@ void cuda_moe_set_wg_bn(int bn);
 // tests' bit comparison), 1 on, -1 as HYBRID_MOE_WG_GLU_FUSED says (unset: off)
 void cuda_moe_set_wg_glu(int on);
 
+#ifdef HYBRID_CUDA_EMU
+// The CPU emulator's GPU as another compute capability (major * 10 + minor; the emulator
+// reports 9.0): the tests of what a switch does on another GPU (HYBRID_MOE_WGMMA's auto and its
+// refusal). Call before the first use of the switch.
+void cuda_emu_set_cc(int cc);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

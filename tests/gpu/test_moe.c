@@ -739,6 +739,35 @@ static void experts_with_env(void *arg) {
     int *doff = dev_bytes(off, sizeof off);
     X->moe_experts_forward(y, h, a, x, w13, w2, doff, E, C, M, SWIGLU);
 }
+// HYBRID_MOE_WGMMA on another GPU than compute capability 9.0 (the emulator's cc set to 8.0):
+// =1 stops the run naming the switch and the GPU; auto (unset) keeps our mma.sync kernels. Each
+// child reports what its forward ran by dying with it (wgmma on or off, wgmma launches), so the
+// same fork-and-read harness checks it; on 9.0, auto runs the forward's two GEMMs on wgmma.
+typedef struct {
+    int cc;
+    const char *value;  // HYBRID_MOE_WGMMA's (NULL: unset, auto)
+} WgmmaGpu;
+static void experts_on_gpu(void *arg) {
+    const WgmmaGpu *w = arg;
+    cuda_emu_set_cc(w->cc);
+    if (w->value) setenv("HYBRID_MOE_WGMMA", w->value, 1);
+    else unsetenv("HYBRID_MOE_WGMMA");
+    const BadSwitch none = {"HYBRID_MOE_GEMM", "", NULL};  // (the default mode)
+    experts_with_env((void *)&none);
+    die("ran: wgmma %d, %ld wgmma launches", cuda_moe_wgmma(), cuda_moe_wgmma_launches());
+}
+static void test_wgmma_gpu(void) {
+    static const WgmmaGpu on80 = {80, "1"}, auto80 = {80, NULL}, auto90 = {90, NULL}, off90 = {90, "0"};
+    CHECK(expect_death(experts_on_gpu, (void *)&on80, "HYBRID_MOE_WGMMA=1 on cc 8.0", "HYBRID_MOE_WGMMA=1",
+                       "compute capability 8.0"),
+          "HYBRID_MOE_WGMMA=1 on a GPU of compute capability 8.0 is refused");
+    CHECK(expect_death(experts_on_gpu, (void *)&auto80, "auto on cc 8.0", "ran: wgmma 0, 0 wgmma launches"),
+          "HYBRID_MOE_WGMMA unset (auto) on compute capability 8.0: mma.sync");
+    CHECK(expect_death(experts_on_gpu, (void *)&auto90, "auto on cc 9.0", "ran: wgmma 1, 2 wgmma launches"),
+          "HYBRID_MOE_WGMMA unset (auto) on compute capability 9.0: wgmma");
+    CHECK(expect_death(experts_on_gpu, (void *)&off90, "0 on cc 9.0", "ran: wgmma 0, 0 wgmma launches"),
+          "HYBRID_MOE_WGMMA=0 on compute capability 9.0: mma.sync");
+}
 static void test_switch_errors(void) {
     static const BadSwitch bad[] = {{"HYBRID_MOE_GEMM", "owned", NULL},
                                     {"HYBRID_MOE_WGMMA", "on", NULL},
@@ -758,6 +787,7 @@ int main(void) {
     X = cuda_moe_ops();
 #ifdef HYBRID_CUDA_EMU
     test_switch_errors();  // (first: the switches are read once)
+    test_wgmma_gpu();
     test_router(61, 16, 2, ROUTER_SIGMOID, 1, 1.0, BIAS_RAND);
     test_router(40, 16, 1, ROUTER_SIGMOID, 1, 2.5, BIAS_NONE);   // top-1: no renormalisation
     test_router(33, 16, 8, ROUTER_SOFTMAX, 0, 1.0, BIAS_NONE);
