@@ -7,7 +7,9 @@ usage: bench_summary_moe.py OURS.json TORCH.json
            median tok/s and ms/step over the steps after the first SKIP (default 2) of a train run)
        bench_summary_moe.py paths NAME=OURS.json ...   (several bench_moe runs of ours, e.g. the GEMM
            modes and switches of results/bench/wgmma-s25/run.sh: per shape, each profiled grouped
-           GEMM and GLU pass and the layer's forward+backward side by side, the fastest marked)
+           GEMM and GLU pass and the layer's forward+backward side by side, the fastest marked; runs
+           named STEM1, STEM2, ... (repeats of one build, e.g. results/bench/wgmma-s26/run3.sh's
+           alternating rounds) get a second table: each stem's median over its runs, the spread)
 
 Either file may be missing or hold failed cases: those cells say so. Targets (issue 17 item 4):
   layer:  the MoE layer's forward+backward >= 1.5x the PyTorch reference's speed (torch ms / ours ms)
@@ -16,6 +18,7 @@ Either file may be missing or hold failed cases: those cells say so. Targets (is
 """
 import json
 import os
+import re
 import sys
 
 LAYER_TARGET = 1.5
@@ -115,7 +118,40 @@ def paths(args):
             best = min(have) if have else None
             cells = ["-" if v is None else (f"{v:.3f}" + (" *" if v == best else "")) for v in vals]
             print(f"| {part} | " + " | ".join(cells) + " |")
+        repeated_medians(names, rows)
     return 0
+
+
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+def repeated_medians(names, rows):
+    """Runs named STEM1, STEM2, ... are repeats of one build (alternated with the others, so a drift
+    of the machine falls on every stem alike): per stem with two runs or more, each part's median
+    over its runs and their spread (min-max), the smallest median marked."""
+    stems = {}
+    for i, name in enumerate(names):
+        m = re.fullmatch(r"(.*?)(\d+)", name)
+        if m:
+            stems.setdefault(m.group(1), []).append(i)
+    stems = {st: idx for st, idx in stems.items() if len(idx) > 1}
+    if not stems:
+        return
+    print("\nmedians over the repeated runs (min-max in brackets; * the smallest median)")
+    print("| part | " + " | ".join(f"{st} ({len(idx)} runs)" for st, idx in stems.items()) + " |")
+    print("| --- |" + " ---: |" * len(stems))
+    for part, vals in rows:
+        meds = {}
+        for st, idx in stems.items():
+            have = [vals[i] for i in idx if vals[i] is not None]
+            meds[st] = (median(have), min(have), max(have)) if have else None
+        best = min((m[0] for m in meds.values() if m), default=None)
+        cells = ["-" if m is None else f"{m[0]:.3f}" + (" *" if m[0] == best else "") + f" ({m[1]:.3f}-{m[2]:.3f})"
+                 for m in meds.values()]
+        print(f"| {part} | " + " | ".join(cells) + " |")
 
 
 def main():
