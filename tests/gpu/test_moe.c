@@ -793,6 +793,10 @@ int main(void) {
     test_router(33, 16, 8, ROUTER_SOFTMAX, 0, 1.0, BIAS_NONE);
     test_router(20, 8, 8, ROUTER_SIGMOID, 1, 1.0, BIAS_ONE);     // K = E; all first to one expert
     test_router(17, 12, 3, ROUTER_SOFTMAX, 1, 1.0, TIES);
+    test_router(50, 64, 8, ROUTER_SIGMOID, 1, 2.5, BIAS_RAND);   // the large shape's E and top-k
+    test_router(23, 40, 6, ROUTER_SOFTMAX, 1, 1.0, BIAS_NONE);   // E past one warp's 32, not a multiple
+    test_router(19, 70, 5, ROUTER_SIGMOID, 0, 1.0, TIES);        // ties across lanes: the lower index first
+    test_router(9, 600, 40, ROUTER_SOFTMAX, 1, 1.0, BIAS_ONE);   // E past 512, top-k past 32
     test_aux(48, 16, 2, 16);
     test_aux(32, 8, 8, 32);
     test_balance(300, 2, 16, 3);
