@@ -155,6 +155,23 @@ __device__ __forceinline__ void dr_round_tile(bf16 *Xh, int lds, const float *sr
     dr_tile_bf16<W, false>(DRS_COUNT, Xh, NULL, lds, src, ld, n, ncols, tid);
 }
 
+// Delta and dDelta's columns [j0, j0 + W) into their bf16 tiles (hi; lo where LO): SPLIT, the
+// stored pairs by cp.async; else the fp32 values split (or rounded) here. Commits one cp.async
+// group between the two (the caller's loads issued before it join that group).
+template <int W, bool SPLIT, bool LO>
+__device__ __forceinline__ void dr_grad1_deltas(bf16 *Dh, bf16 *Dl, bf16 *dDh, bf16 *dDl, int lds, const float *D,
+                                                const float *dD, int V, int j0, int n, int tid) {
+    if (SPLIT) {
+        dr_load_split_tile<W, DR_THREADS, LO>(Dh, Dl, lds, (const bf16 *)D, V, j0, n, tid);
+        dr_load_split_tile<W, DR_THREADS, LO>(dDh, dDl, lds, (const bf16 *)dD, V, j0, n, tid);
+    }
+    cp_async_commit();
+    if (!SPLIT) {
+        dr_tile_bf16<W, LO>(DRS_DELTA, Dh, Dl, lds, D + j0, V, n, V - j0, tid);
+        dr_tile_bf16<W, LO>(DRS_DDELTA, dDh, dDl, lds, dD + j0, V, n, V - j0, tid);
+    }
+}
+
 // LO: the split arithmetic, else one MMA a product (chunk.cuh, dr_mma3x: Delta, dDelta, h and dH'
 // as their hi parts alone, their lo tiles never filled). SPLIT: Delta, dDelta as hi + lo pairs
 // (ws.dsplit): cp.async; else fp32, split here. KV: 0, or DR_KV_FIXED (chunk.cuh)
@@ -221,15 +238,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
         for (int j0 = 0; j0 < V; j0 += 64) {
             dr_load_tile(dOt, LB, dout + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
             dr_load_tile(vt, LB, v + ROWV(0) + j0, (size_t)H * V, C, 64, n, V - j0, tid, DR_THREADS);
-            if (SPLIT) {
-                dr_load_split_tile<64, DR_THREADS, LO>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
-                dr_load_split_tile<64, DR_THREADS, LO>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
-            }
-            cp_async_commit();
-            if (!SPLIT) {
-                dr_tile_bf16<64, LO>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
-                dr_tile_bf16<64, LO>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
-            }
+            dr_grad1_deltas<64, SPLIT, LO>(Dh, Dl, dDh, dDl, LB, D, dD, V, j0, n, tid);
             cp_async_wait<0>();
             __syncthreads();
 #pragma unroll
@@ -355,15 +364,7 @@ __global__ void __launch_bounds__(DR_THREADS, 2)  // 2 blocks an SM: at most 128
                     dr_load_tile(gh, LB, dHh + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
                     if constexpr (LO)
                         dr_load_tile(gl, LB, dHl + (size_t)i0 * V + j0, V, C, 32, K - i0, V - j0, tid, DR_THREADS);
-                    if (SPLIT) {
-                        dr_load_split_tile<32, DR_THREADS, LO>(Dh, Dl, LB, (const bf16 *)D, V, j0, n, tid);
-                        dr_load_split_tile<32, DR_THREADS, LO>(dDh, dDl, LB, (const bf16 *)dD, V, j0, n, tid);
-                    }
-                    cp_async_commit();
-                    if (!SPLIT) {
-                        dr_tile_bf16<32, LO>(DRS_DELTA, Dh, Dl, LB, D + j0, V, n, V - j0, tid);
-                        dr_tile_bf16<32, LO>(DRS_DDELTA, dDh, dDl, LB, dD + j0, V, n, V - j0, tid);
-                    }
+                    dr_grad1_deltas<32, SPLIT, LO>(Dh, Dl, dDh, dDl, LB, D, dD, V, j0, n, tid);
                     cp_async_wait<0>();
                     __syncthreads();
 #pragma unroll
