@@ -64,8 +64,7 @@ def model(path, skip):
         print(f"{path}: no training step after step {skip}: not measured")
         return 1
     tps = sorted(r["tok_per_s"] for r in steps)
-    n = len(tps)
-    med = tps[n // 2] if n % 2 else 0.5 * (tps[n // 2 - 1] + tps[n // 2])
+    med = median(tps)
     tokens = steps[-1]["tokens"] - (steps[0]["tokens"] if len(steps) > 1 else 0)
     print(f"whole model: median {med / 1e3:.1f}k tok/s over steps {steps[0]['step']}..{steps[-1]['step']} "
           f"(min {tps[0] / 1e3:.1f}k, max {tps[-1] / 1e3:.1f}k; {tokens / max(len(steps) - 1, 1):.0f} tokens a step)")
