@@ -739,6 +739,7 @@ static void experts_small_forward(void) {
 }
 static void experts_with_env(void *arg) {
     const BadSwitch *b = arg;
+    unsetenv("HYBRID_MOE_GEMM");  // (the default mode, where every switch is read; b may set it)
     if (b->also) setenv(b->also, "1", 1);
     setenv(b->name, b->value, 1);
     experts_small_forward();
