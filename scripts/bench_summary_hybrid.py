@@ -39,8 +39,8 @@ def record(path, case, B, T, layers, rc, log, metrics):
     B, T, rc = int(B), int(T), int(rc)
     d = load(path) or dict(impl="hybrid.c", trainer="./hybrid train", records=[])
     text = open(log, errors="replace").read() if os.path.isfile(log) else ""
-    r = dict(case=case, B=B, T=T, layers=layers,
-             delta_rule_arith="split" if "HYBRID_DR_BF16=0: the chunkwise delta rule runs the split" in text else "one MMA")
+    split = "HYBRID_DR_BF16=0: the chunkwise delta rule runs the split" in text
+    r = dict(case=case, B=B, T=T, layers=layers, delta_rule_arith="split" if split else "one MMA")
     errors = [l[len("hybrid: error: "):] for l in text.splitlines() if l.startswith("hybrid: error: ")]
     steps = []
     if os.path.isfile(metrics):

@@ -253,7 +253,8 @@ static void forward(LinearKind kind, T *o, float *hT, const T *q, const T *k, co
 int dr_arith_lo(void) {
     const char *v = getenv("HYBRID_DR_BF16");
     if (!v || !*v || !strcmp(v, "1")) return 0;
-    if (strcmp(v, "0")) die("HYBRID_DR_BF16=%s: expected 1 (one bf16 MMA a product, the default) or 0 (the split hi + lo products)", v);
+    if (strcmp(v, "0"))
+        die("HYBRID_DR_BF16=%s: expected 1 (one bf16 MMA a product, the default) or 0 (the split hi + lo products)", v);
     static int told = 0;
     if (!told) {
         told = 1;

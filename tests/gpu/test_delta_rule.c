@@ -182,9 +182,9 @@ static void alt_off(int a, char *saved) {
 // groups and plain copies), varlen, and K >= 128 (the full-width tile paths)
 static int layout_case(const Prob *p) { return p->K % 16 || p->V % 16 || p->offsets || p->K >= 128; }
 
-// The tensor-core forward in one MMA a product (the default arithmetic, HYBRID_DR_BF16 unset or 1;
-// kernels/delta_rule/chunk.cuh's dr_mma3x: fla's arithmetic, no lo parts) against the CPU reference o, hT: o at the bf16 bar
-// TOL_OUT, and hT at it too: in that arithmetic the state carries bf16-level errors (the
+// The tensor-core forward in one MMA a product (the default arithmetic, HYBRID_DR_BF16 unset or
+// 1; kernels/delta_rule/chunk.cuh's dr_mma3x: fla's arithmetic, no lo parts) against the CPU
+// reference o, hT: o at the bf16 bar TOL_OUT, and hT at it too: in that arithmetic the state carries bf16-level errors (the
 // precision audit measured ~2e-3 at T 4096 on the H200; docs/delta-rule.md, "One MMA a
 // product"), which the split arithmetic's 1e-4 would not admit. Its hT must differ from the
 // split run's (hTd) somewhere: else the switch did not take effect. The first run has the variable
@@ -228,8 +228,8 @@ static void test_bf16_forward(const Prob *p, const DevIn *d, float *h0d, const f
 }
 
 // The backward in one MMA a product (the default, run with HYBRID_DR_BF16 unset: the recomputed
-// forward, the reverse walk and grad1 in that arithmetic) against the CPU reference gradients at fla's bars, dh0 at the
-// gradients' 8e-3 as fla's own tests hold it (docs/delta-rule.md, "One MMA a product"). The
+// forward, the reverse walk and grad1 in that arithmetic) against the CPU reference gradients at
+// fla's bars, dh0 at the gradients' 8e-3 as fla's own tests hold it (docs/delta-rule.md, "One MMA a product"). The
 // emulator's worst is DeltaNet's dh0 at K 13, V 16 (7.8e-3): with no decay and a 13-wide key
 // space the 70 tokens contract dh0 while the rounding of each product does not shrink with it.
 // The one-MMA kernels compute exactly the split kernels' arithmetic with every lo part zero (the
