@@ -184,9 +184,9 @@ static int layout_case(const Prob *p) { return p->K % 16 || p->V % 16 || p->offs
 
 // The tensor-core forward in one MMA a product (the default arithmetic, HYBRID_DR_BF16 unset or
 // 1; kernels/delta_rule/chunk.cuh's dr_mma3x: fla's arithmetic, no lo parts) against the CPU
-// reference o, hT: o at the bf16 bar TOL_OUT, and hT at it too: in that arithmetic the state carries bf16-level errors (the
-// precision audit measured ~2e-3 at T 4096 on the H200; docs/delta-rule.md, "One MMA a
-// product"), which the split arithmetic's 1e-4 would not admit. Its hT must differ from the
+// reference o, hT: o at the bf16 bar TOL_OUT, and hT at it too: in that arithmetic the state
+// carries bf16-level errors (the precision audit measured ~2e-3 at T 4096 on the H200;
+// docs/delta-rule.md, "One MMA a product"), which the split arithmetic's 1e-4 would not admit. Its hT must differ from the
 // split run's (hTd) somewhere: else the switch did not take effect. The first run has the variable
 // unset (so the default is what is checked to be one MMA), the second sets it to 1.
 // the cases of each kind whose one-MMA forward gives other bits with the diagonal blocks in SIMT
