@@ -187,8 +187,8 @@ static int layout_case(const Prob *p) { return p->K % 16 || p->V % 16 || p->offs
 // reference o, hT: o at the bf16 bar TOL_OUT, and hT at it too: in that arithmetic the state
 // carries bf16-level errors (the precision audit measured ~2e-3 at T 4096 on the H200;
 // docs/delta-rule.md, "One MMA a product"), which the split arithmetic's 1e-4 would not admit. Its hT must differ from the
-// split run's (hTd) somewhere: else the switch did not take effect. The first run has the variable
-// unset (so the default is what is checked to be one MMA), the second sets it to 1.
+// split run's (hTd) somewhere: else the switch did not take effect. The first run has the
+// variable unset (so the default is what is checked to be one MMA), the second sets it to 1.
 // the cases of each kind whose one-MMA forward gives other bits with the diagonal blocks in SIMT
 static int diag_cases_differing[LINEAR_ATTN + 1];
 static void test_bf16_forward(const Prob *p, const DevIn *d, float *h0d, const float *o, const float *hT,
