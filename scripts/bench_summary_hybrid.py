@@ -9,6 +9,9 @@ against fla").
       zero_grad to after the device synchronize that ends it; the data loader's next batch included),
       the steps fla's peer takes (ts[8:]); peak: the log's "backend peak" (our CUDA allocator's
       high-water mark). A run that died on "has no ... op family yet" is "refused" with that message.
+      delta_rule_arith: "split" where the log has the trainer's note for HYBRID_DR_BF16=0 (the split
+      hi + lo products), else "one MMA" (the default since session 27; docs/delta-rule.md, "The
+      default arithmetic").
   bench_summary_hybrid.py table OURS.json FLA.json
       the side-by-side (Markdown rows for BENCHMARKS.md): ours, fla, ratio ours/fla of tok/s (above 1:
       ours is faster) and of peak memory (below 1: ours is smaller). Targets (issue 16): on 3:1 at
@@ -36,7 +39,8 @@ def record(path, case, B, T, layers, rc, log, metrics):
     B, T, rc = int(B), int(T), int(rc)
     d = load(path) or dict(impl="hybrid.c", trainer="./hybrid train", records=[])
     text = open(log, errors="replace").read() if os.path.isfile(log) else ""
-    r = dict(case=case, B=B, T=T, layers=layers)
+    split = "HYBRID_DR_BF16=0: the chunkwise delta rule runs the split" in text
+    r = dict(case=case, B=B, T=T, layers=layers, delta_rule_arith="split" if split else "one MMA")
     errors = [l[len("hybrid: error: "):] for l in text.splitlines() if l.startswith("hybrid: error: ")]
     steps = []
     if os.path.isfile(metrics):
@@ -66,7 +70,7 @@ def record(path, case, B, T, layers, rc, log, metrics):
     if r["status"] == "ok":
         mem = f"{r['peak_mem_gib']:.2f} GiB" if r["peak_mem_gib"] is not None else "not in the log (not CUDA)"
         print(f"ours {case:11s} B={B} T={T} {layers}: {r['ms_per_step']:.1f} ms/step  {r['tok_per_s']:,.0f} tok/s  "
-              f"backend peak {mem}")
+              f"backend peak {mem}  (delta rule: {r['delta_rule_arith']})")
     else:
         print(f"ours {case:11s} B={B} T={T} {layers}: {r['status']}: {r['reason']}")
 
@@ -122,6 +126,8 @@ def table(ours_path, fla_path):
         met = met and sp >= TARGET_SPEEDUP and mem_ok
     print("peak: ours, the CUDA backend allocator's high-water mark (`backend peak`); fla, "
           "torch.cuda.max_memory_allocated()")
+    arith = sorted({r.get("delta_rule_arith", "not recorded") for r in o.values()})
+    print(f"ours: the delta rule in {' and '.join(arith)} arithmetic (HYBRID_DR_BF16; fla: one MMA a product)")
     print(f"targets: {'all met' if met else 'not all met'}")
     return 0
 

@@ -23,9 +23,16 @@ kernel_data() { mkdir -p out/data && cp out/devrun/data/* out/data/ 2>/dev/null;
 
 # kernel_fingerprints FILE: the GPU loss fingerprints (scripts/loss_fingerprint.sh: the first 20
 # losses and the weight / optimizer hashes) of kda-tiny and kl-xs-3-1 with the ./hybrid built
-# now, appended to FILE; two builds meant to give the same bits give equal files
+# now, in both arithmetics of the delta rule (HYBRID_DR_BF16=1, one MMA a product, the default
+# since session 27, and =0, the split products: set explicitly, so that a build from before that
+# default compares too), appended to FILE; two builds meant to give the same bits give equal files
 kernel_fingerprints() {
-    for c in kda-tiny kl-xs-3-1; do sh scripts/loss_fingerprint.sh --device cuda "configs/$c.conf" >> "$1" 2>&1; done
+    for a in 1 0; do
+        echo "HYBRID_DR_BF16=$a" >> "$1"
+        for c in kda-tiny kl-xs-3-1; do
+            HYBRID_DR_BF16=$a sh scripts/loss_fingerprint.sh --device cuda "configs/$c.conf" >> "$1" 2>&1
+        done
+    done
 }
 
 # kernel_fp_verdict NEW OLD: FINGERPRINTS EQUAL, FINGERPRINTS DIFFER (with the first lines of the

@@ -22,13 +22,13 @@ extern "C" void cuda_delta_chunk_backward(LinearKind kind, real *dq, real *dk, r
     const size_t slots = dr_num_slots(B, T, N);
     DrWsMma ws;
     dr_ws_mma_bind(&ws, workspace, 1, slots * H, K, V);
-    // HYBRID_DR_BF16=1: one MMA a product (chunk.cuh, dr_mma3x) in the recomputation, the reverse
-    // walk and grad1 (grad2's products are one MMA in both); the single reference kernel runs
-    // the split arithmetic only
+    // one MMA a product (the default; chunk.cuh, dr_mma3x) in the recomputation, the reverse walk
+    // and grad1, or the split products under HYBRID_DR_BF16=0 (grad2's products are one MMA in
+    // both); the single reference kernel runs the split arithmetic only
     ws.lo = dr_arith_lo();
     if (!ws.lo && dr_grad_ref())
         die("delta_chunk_backward: HYBRID_DR_GRAD_REF=1 (the single gradient kernel) runs the split arithmetic "
-            "only; unset HYBRID_DR_BF16 or HYBRID_DR_GRAD_REF");
+            "only; set HYBRID_DR_BF16=0 with it");
     dr_forward_mma(gate, NULL, NULL, (const bf16 *)q, (const bf16 *)k, (const bf16 *)v, (const bf16 *)g,
                    (const bf16 *)beta, (const float *)h0, scale, B, T, H, K, V, offsets, N, &ws);
     {

@@ -244,19 +244,24 @@ static void forward(LinearKind kind, T *o, float *hT, const T *q, const T *k, co
 }
 
 // The arithmetic of a call of the table's forward or backward (chunk.cuh, dr_mma3x;
-// docs/delta-rule.md, "One MMA a product"): 1, the split hi + lo products (HYBRID_DR_BF16 unset,
-// empty or 0); 0, one MMA a product, fla's (HYBRID_DR_BF16=1). Read at each call, so a test can
-// switch; any other value stops the run with its name (env_flag); the one-MMA arithmetic is announced
-// once on stderr, so that a run's log says which arithmetic trained it.
+// docs/delta-rule.md, "One MMA a product"): 0, one bf16 MMA a product, fla's arithmetic (the
+// default since session 27: HYBRID_DR_BF16 unset, empty or 1); 1, the split hi + lo products
+// (HYBRID_DR_BF16=0), which hold the states to 1e-4 of the double reference where one MMA holds
+// them to fla's bf16 bars. Read at each call, so a test can switch; any other value stops the run
+// with its name; the split arithmetic is announced once on stderr, so that a run's log says that
+// it did not train in the default arithmetic.
 int dr_arith_lo(void) {
-    if (!env_flag("HYBRID_DR_BF16")) return 1;
+    const char *v = getenv("HYBRID_DR_BF16");
+    if (!v || !*v || !strcmp(v, "1")) return 0;
+    if (strcmp(v, "0"))
+        die("HYBRID_DR_BF16=%s: expected 1 (one bf16 MMA a product, the default) or 0 (the split hi + lo products)", v);
     static int told = 0;
     if (!told) {
         told = 1;
-        fprintf(stderr, "hybrid: note: HYBRID_DR_BF16=1: the chunkwise delta rule runs one bf16 MMA a product "
-                        "(fla's arithmetic), not the split hi + lo products\n");
+        fprintf(stderr, "hybrid: note: HYBRID_DR_BF16=0: the chunkwise delta rule runs the split hi + lo products, "
+                        "not one bf16 MMA a product (the default, fla's arithmetic)\n");
     }
-    return 0;
+    return 1;
 }
 
 // The bound of the one-MMA prep's diagonal blocks on tensor cores (chunk.cuh, DR_DIAG_BOUND;

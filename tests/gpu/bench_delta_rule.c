@@ -6,9 +6,10 @@
 // training shape); both kinds; both arithmetics; 20 timed repetitions after 5 warm-up runs;
 // chunk 64.
 //
-// --arith: the tensor-core kernels' arithmetic, each case run in every one listed: split (the
-// default's hi + lo products) and bf16 (one bf16 MMA a product, fla's: HYBRID_DR_BF16=1, which
-// this program sets for each run; docs/delta-rule.md, "One MMA a product"). The records say which.
+// --arith: the tensor-core kernels' arithmetic, each case run in every one listed: split (the hi +
+// lo products, HYBRID_DR_BF16=0) and bf16 (one bf16 MMA a product, fla's and the default,
+// HYBRID_DR_BF16=1); this program sets the variable for each run (docs/delta-rule.md, "One MMA a
+// product"). The records say which.
 //
 // What runs: the table's delta_chunk_forward (fwd), delta_chunk_backward (bwd: it recomputes
 // the forward, so it needs only the inputs and dout) and the two back to back (fwdbwd), each
@@ -68,8 +69,8 @@ static const char *usage =
     "                        [--warmup N] [--chunk C] [--seed S] [--json FILE] [--conv B,T,D,W]...\n"
     "  --shape   repeatable; default: 8,4096,16,128,128 2,16384,16,128,128 64,1024,6,128,128\n"
     "  --kinds   comma-separated subset of kda,gdn (default kda,gdn)\n"
-    "  --arith   comma-separated subset of split,bf16 (default split,bf16): the split hi + lo products,\n"
-    "            one bf16 MMA a product (HYBRID_DR_BF16=1, set here for each run)\n"
+    "  --arith   comma-separated subset of split,bf16 (default split,bf16): the split hi + lo products\n"
+    "            (HYBRID_DR_BF16=0), one bf16 MMA a product (=1, the kernels' default); set here for each run\n"
     "  --reps    timed repetitions per pass (default 20); --warmup untimed runs before (default 5)\n"
     "  --chunk   chunk size (default 64, fla's); --seed the inputs' seed (default 1)\n"
     "  --json    also write one record per kind, shape, arithmetic and pass (bench_summary_kda.py reads it)\n"

@@ -12,7 +12,10 @@
 // Each line: the case, the output, an FNV-1a hash of its bits and one with -0 folded to +0 (a
 // difference in the sign of zero alone shows as a first hash that differs and a second that
 // does not). --alt also runs each backward under HYBRID_DR_GRAD_REF=1 (the single gradient
-// kernel) and each forward and backward under HYBRID_DR_DELTA_F32=1 (the fp32 Delta layout).
+// kernel) and each forward and backward under HYBRID_DR_DELTA_F32=1 (the fp32 Delta layout); the
+// single gradient kernel has the split arithmetic only, so --alt wants HYBRID_DR_BF16=0 (the
+// kernels' default is one bf16 MMA a product) and says so otherwise. The hashes are of the
+// arithmetic the environment selects: compare two builds with HYBRID_DR_BF16 set explicitly.
 // Not a test (no bars): the GPU build works too, for comparing two GPU builds.
 #include <stdint.h>
 #include <stdio.h>
@@ -98,6 +101,13 @@ int main(int argc, char **argv) {
             printf("usage: hash_delta_rule [--mask TAG,TAG,..|all|N] [--alt]\n");
             return !strcmp(argv[a], "--help") ? 0 : 2;
         }
+    }
+    const char *arith = getenv("HYBRID_DR_BF16");
+    if ((alt || mask) && !(arith && !strcmp(arith, "0"))) {
+        // (the audit's lo masks and the single gradient kernel exist in the split arithmetic only)
+        fprintf(stderr, "hash_delta_rule: --%s needs the split arithmetic: run with HYBRID_DR_BF16=0 (the kernels' "
+                        "default is one bf16 MMA a product)\n", alt ? "alt" : "mask");
+        return 2;
     }
     if (mask && !cuda_delta_precision_audit_mask) {
         fprintf(stderr, "hash_delta_rule: --mask needs the audit build (hash_delta_rule_audit)\n");

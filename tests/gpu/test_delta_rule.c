@@ -182,12 +182,13 @@ static void alt_off(int a, char *saved) {
 // groups and plain copies), varlen, and K >= 128 (the full-width tile paths)
 static int layout_case(const Prob *p) { return p->K % 16 || p->V % 16 || p->offsets || p->K >= 128; }
 
-// The tensor-core forward in one MMA a product (HYBRID_DR_BF16=1, kernels/delta_rule/chunk.cuh's
-// dr_mma3x: fla's arithmetic, no lo parts) against the CPU reference o, hT: o at the bf16 bar
-// TOL_OUT, and hT at it too: in that arithmetic the state carries bf16-level errors (the
-// precision audit measured ~2e-3 at T 4096 on the H200; docs/delta-rule.md, "One MMA a
-// product"), which the split arithmetic's 1e-4 would not admit. Its hT must differ from the
-// split run's (hTd) somewhere: else the switch did not take effect.
+// The tensor-core forward in one MMA a product (the default arithmetic, HYBRID_DR_BF16 unset or
+// 1; kernels/delta_rule/chunk.cuh's dr_mma3x: fla's arithmetic, no lo parts) against the CPU
+// reference o, hT: o at the bf16 bar TOL_OUT, and hT at it too: in that arithmetic the state
+// carries bf16-level errors (the precision audit measured ~2e-3 at T 4096 on the H200;
+// docs/delta-rule.md, "One MMA a product"), which the split arithmetic's 1e-4 would not admit. Its hT must differ from the
+// split run's (hTd) somewhere: else the switch did not take effect. The first run has the
+// variable unset (so the default is what is checked to be one MMA), the second sets it to 1.
 // the cases of each kind whose one-MMA forward gives other bits with the diagonal blocks in SIMT
 static int diag_cases_differing[LINEAR_ATTN + 1];
 static void test_bf16_forward(const Prob *p, const DevIn *d, float *h0d, const float *o, const float *hT,
@@ -195,13 +196,13 @@ static void test_bf16_forward(const Prob *p, const DevIn *d, float *h0d, const f
     void *ob = dev_bf16(NULL, p->nv);
     float *hb = dev_f32(NULL, p->ns);
     poison_bf16(ob, p->nv), poison_f32(hb, p->ns);
-    setenv("HYBRID_DR_BF16", "1", 1);
+    unsetenv("HYBRID_DR_BF16");  // the default
     P->fwd(p->kind, ob, (real *)hb, d->q, d->k, d->v, d->g, d->beta, (const real *)h0d, p->scale, p->B, p->T, p->H,
            p->K, p->V, d->offsets, p->nseq, CHUNK, wg);
     setenv("HYBRID_DR_BF16", "0", 1);
-    cmp_bf16("forward o, one MMA a product", ob, o, p->nv, TOL_OUT);
-    cmp_f32("forward hT, one MMA a product", hb, hT, p->ns, TOL_OUT);
-    differs_f32("forward hT, one MMA a product against the split arithmetic's", hb, hTd, p->ns);
+    cmp_bf16("forward o, one MMA a product (the default)", ob, o, p->nv, TOL_OUT);
+    cmp_f32("forward hT, one MMA a product (the default)", hb, hT, p->ns, TOL_OUT);
+    differs_f32("forward hT, one MMA a product (the default) against the split arithmetic's", hb, hTd, p->ns);
     // The prep's diagonal blocks: on tensor cores where their factors allow, else in SIMT
     // (chunk.cuh, DR_DIAG_BOUND); HYBRID_DR_DIAG_SIMT=1 puts every block in SIMT. Both within the
     // bars; with the gates in fla's range every diagonal block is on tensor cores, so the two
@@ -226,9 +227,9 @@ static void test_bf16_forward(const Prob *p, const DevIn *d, float *h0d, const f
     G->free(ob), G->free(hb), G->free(os), G->free(hs);
 }
 
-// The backward in one MMA a product (HYBRID_DR_BF16=1: the recomputed forward, the reverse walk
-// and grad1 in that arithmetic) against the CPU reference gradients at fla's bars, dh0 at the
-// gradients' 8e-3 as fla's own tests hold it (docs/delta-rule.md, "One MMA a product"). The
+// The backward in one MMA a product (the default, run with HYBRID_DR_BF16 unset: the recomputed
+// forward, the reverse walk and grad1 in that arithmetic) against the CPU reference gradients at
+// fla's bars, dh0 at the gradients' 8e-3 as fla's own tests hold it (docs/delta-rule.md, "One MMA a product"). The
 // emulator's worst is DeltaNet's dh0 at K 13, V 16 (7.8e-3): with no decay and a 13-wide key
 // space the 70 tokens contract dh0 while the rounding of each product does not shrink with it.
 // The one-MMA kernels compute exactly the split kernels' arithmetic with every lo part zero (the
@@ -245,7 +246,7 @@ static void test_bf16_backward(const Prob *p, const DevIn *d, float *h0d, float 
     if (rg) poison_bf16(rg, p->ng);
     poison_f32(rh, p->ns);
     void *wg = gpu_ws(p, 1);
-    setenv("HYBRID_DR_BF16", "1", 1);
+    unsetenv("HYBRID_DR_BF16");  // the default
     P->bwd(p->kind, rq, rk, rv, rg, rb, (real *)rh, d->dout, (const real *)dhTd, d->q, d->k, d->v, d->g, d->beta,
            (const real *)h0d, p->scale, p->B, p->T, p->H, p->K, p->V, d->offsets, p->nseq, CHUNK, wg);
     setenv("HYBRID_DR_BF16", "0", 1);
@@ -499,7 +500,7 @@ static void ref_kernel_bf16(void *arg) {
     P = &PATHS[0];
     void *dqd = dev_bf16(NULL, p->nq), *dkd = dev_bf16(NULL, p->nq), *dvd = dev_bf16(NULL, p->nv),
          *dgd = dev_bf16(NULL, p->ng), *dbd = dev_bf16(NULL, p->nb), *wg = gpu_ws(p, 1);
-    setenv("HYBRID_DR_BF16", "1", 1);
+    unsetenv("HYBRID_DR_BF16");  // the default: one MMA a product
     setenv("HYBRID_DR_GRAD_REF", "1", 1);
     P->bwd(p->kind, dqd, dkd, dvd, dgd, dbd, NULL, d.dout, NULL, d.q, d.k, d.v, d.g, d.beta, NULL, p->scale, p->B,
            p->T, p->H, p->K, p->V, d.offsets, p->nseq, CHUNK, wg);
@@ -516,7 +517,7 @@ static void test_switch_errors(void) {
         CHECK(expect_death(forward_with_env, (void *)&bad[i], want, want, "expected"), "a bad %s is refused by name",
               bad[i].name);
     }
-    CHECK(expect_death(ref_kernel_bf16, NULL, "HYBRID_DR_GRAD_REF with HYBRID_DR_BF16", "HYBRID_DR_GRAD_REF=1",
+    CHECK(expect_death(ref_kernel_bf16, NULL, "HYBRID_DR_GRAD_REF in the default arithmetic", "HYBRID_DR_GRAD_REF=1",
                        "split arithmetic only"),
           "the single gradient kernel refuses the one-MMA arithmetic");
     free_prob(&p);
@@ -525,8 +526,9 @@ static void test_switch_errors(void) {
 
 int main(void) {
     gpu_test_init("test_delta_rule");
-    // the split arithmetic for every check but the one-MMA ones, whatever the environment says
-    // (its states are held to 1e-4; the one-MMA calls set HYBRID_DR_BF16=1 for themselves)
+    // the split arithmetic (HYBRID_DR_BF16=0) for every check but the one-MMA ones, whatever the
+    // environment says (its states are held to 1e-4; the one-MMA calls unset the variable, the
+    // default, or set it to 1, for themselves)
     setenv("HYBRID_DR_BF16", "0", 1);
     setenv("HYBRID_DR_DIAG_SIMT", "0", 1);  // (the one-MMA checks set it where they compare)
     D = G->delta_rule;
