@@ -40,7 +40,7 @@ const size_t kMaxSmem = 232448;      // an H200 block's shared memory (227 KiB)
 // aligned and no more, as on the GPU (where reserved and static shared memory come first), so a
 // kernel that needs 1024-byte alignment (the wgmma swizzle) must align itself here too.
 const uint32_t kSmemWindowBase = 0x410;
-enum Wait { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, EXITED };
+enum Wait { RUNNING, AT_BLOCK_BARRIER, AT_WARP_BARRIER, AT_MBARRIER, EXITED };
 
 // The switch between fibers: GCC's __builtin_setjmp / __builtin_longjmp save and restore
 // only the frame, stack pointer and resume address (the function that calls
@@ -105,6 +105,15 @@ struct Fiber {
     AsyncGroups<AsyncCopy> copies;  // cp.async
     AsyncGroups<WgmmaOp> wgmma;     // wgmma.mma_async
     size_t wg_issued;               // wgmma issued by this thread in this block
+    const void *mbar;               // AT_MBARRIER: the mbarrier waited on, and the parity of the
+    unsigned mbar_parity;           // phase that must complete (emu_mbar_wait)
+};
+
+// An mbarrier (kernels/mbarrier.cuh): arrivals a phase, those still pending, bytes owed, parity
+struct MBar {
+    unsigned expected, pending;
+    long tx;
+    unsigned phase;
 };
 
 struct Block {
@@ -130,6 +139,7 @@ struct Block {
     // per warpgroup, the descriptors of each wgmma its threads issued, in order (the first thread
     // to issue one records it, the others must match: a wgmma is one instruction of 128 threads)
     std::vector<std::vector<std::pair<uint64_t, uint64_t>>> wg_issue;
+    std::map<const void *, MBar> mbars;  // this block's, by address (mbar_init)
     const char *where = "";
 } B;
 
@@ -162,7 +172,8 @@ int pick_next() {
         }
         if (!B.ran)
             emu_die("%s: every live thread waits at a barrier that cannot complete (__syncthreads in "
-                    "divergent code, or a warp operation with lanes missing)",
+                    "divergent code, a warp operation with lanes missing, or an mbarrier phase whose "
+                    "arrivals never come)",
                     B.where);
         if (B.live == 0) return kBlockDone;
         B.round++, B.pos = 0, B.ran = 0;
@@ -269,7 +280,9 @@ void run_block(unsigned nthreads) {
         f.tid = t;
         f.idx = {t % blockDim.x, t / blockDim.x % blockDim.y, t / (blockDim.x * blockDim.y)};
         f.wgmma.clear(), f.wg_issued = 0;
+        f.mbar = nullptr;
     }
+    B.mbars.clear();
     B.wg_issue.assign((nthreads + 127) / 128, {});
     B.round = 0, B.pos = 0, B.ran = 0;
     for (int t = pick_next(); t != kBlockDone; t = B.next) resume_fiber((unsigned)t);
@@ -413,6 +426,57 @@ void emu_cp_async_finish(void) {
     AsyncGroups<AsyncCopy> &c = B.fibers[B.cur].copies;
     c.commit();  // (copies never committed land too)
     c.wait(0, land);
+}
+
+// ---- mbarriers (kernels/mbarrier.cuh) ----
+// The object lives here, keyed by its shared-memory address (which must be in the block's dynamic
+// shared memory); the 8 bytes there are not used. A thread waiting for a phase (mbar_wait) stops
+// until the arrival that completes it, like a thread at a __syncthreads, so a phase that can never
+// complete is the scheduler's deadlock (every live thread waiting) and stops the run, where the
+// GPU would hang. More arrivals in a phase than its count, a barrier used before mbar_init or
+// initialised twice in a block, stop the run too (undefined on the GPU).
+uint32_t emu_smem_address(const void *p);  // (below, with the warpgroup MMA)
+namespace {
+MBar &mbar_of(const void *bar, const char *what) {
+    auto it = B.mbars.find(bar);
+    if (it == B.mbars.end()) emu_die("%s: %s on an mbarrier never initialised in this block (mbar_init)", B.where, what);
+    return it->second;
+}
+void mbar_complete_if_done(const void *bar, MBar &m) {
+    if (m.pending != 0 || m.tx != 0) return;
+    m.phase ^= 1;
+    m.pending = m.expected;
+    for (Fiber &f : B.fibers)
+        if (f.wait == AT_MBARRIER && f.mbar == bar && f.mbar_parity != m.phase) f.wait = RUNNING, f.mbar = nullptr;
+}
+}  // namespace
+void emu_mbar_init(uint64_t *bar, unsigned count) {
+    (void)emu_smem_address(bar);  // (dies outside the block's dynamic shared memory)
+    if (count == 0) emu_die("%s: mbar_init with an arrival count of 0", B.where);
+    if (!B.mbars.emplace(bar, MBar{count, count, 0, 0}).second)
+        emu_die("%s: mbar_init on an mbarrier already initialised in this block", B.where);
+}
+void emu_mbar_arrive(uint64_t *bar, unsigned tx_bytes) {
+    MBar &m = mbar_of(bar, "an arrival");
+    if (m.pending == 0) emu_die("%s: more arrivals on an mbarrier than its count in one phase", B.where);
+    m.tx += tx_bytes;
+    m.pending--;
+    mbar_complete_if_done(bar, m);
+}
+void emu_mbar_wait(uint64_t *bar, unsigned parity) {
+    MBar &m = mbar_of(bar, "a wait");
+    if (m.phase != (parity & 1)) return;  // that phase has completed
+    Fiber &f = B.fibers[B.cur];
+    f.wait = AT_MBARRIER, f.mbar = bar, f.mbar_parity = parity & 1;
+    yield_to_scheduler();
+}
+// the thread's cp.async so far land now (the earliest the GPU may land them), then its arrival
+void emu_cp_async_mbar_arrive(uint64_t *bar) {
+    AsyncGroups<AsyncCopy> &c = B.fibers[B.cur].copies;
+    for (const AsyncCopy &a : c.open) land(a);
+    c.open.clear();
+    c.wait(0, land);
+    emu_mbar_arrive(bar, 0);
 }
 
 void __syncwarp(unsigned) { warp_barrier(); }

@@ -24,9 +24,9 @@
 // cases (not all: the emulator is no race detector).
 //
 // The tensor-core instructions of kernels/mma.cuh (mma.sync m16n8k16, ldmatrix, cp.async) are
-// emulated from their fragment layouts, and kernels/wgmma.cuh's warpgroup MMA from its
-// descriptors and accumulator layout, performed at the wait that covers it (cuda_emu.cpp); no
-// other inline PTX is.
+// emulated from their fragment layouts, kernels/wgmma.cuh's warpgroup MMA from its
+// descriptors and accumulator layout, performed at the wait that covers it, and
+// kernels/mbarrier.cuh's barriers with phases (cuda_emu.cpp); no other inline PTX is.
 // cuBLASLt's GEMM (with the epilogues kernels/core/matmul.cu uses) is a plain loop (emu_lt_matmul)
 // and CUB's radix sort a stable sort, so the whole backend (kernels/backend_cuda.cu and every
 // family) runs here.

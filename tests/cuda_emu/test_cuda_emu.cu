@@ -9,10 +9,12 @@
 // MMA of kernels/wgmma.cuh multiplies through its descriptors (both B layouts) at its wait, and
 // reads unaligned swizzled tiles wrong, as the GPU would;
 // a copy into pinned host memory lands only at the wait that covers it (0xff bytes until then);
+// a producer warp and two consumer warps pass a ring of stages through mbarriers (kernels/mbarrier.cuh);
 // and the errors the emulator reports (a barrier in divergent code, a bad launch, a wgmma whose
 // threads disagree or that is never waited for) stop the
 // program with a message instead of hanging.
 #include "kernels/common.cuh"
+#include "kernels/mbarrier.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/wgmma.cuh"
 #include "tests/gpu/wgmma_tile.cuh"
@@ -202,6 +204,59 @@ static void run_wgmma_no_wait(void *) {
     launch_kernel(wgmma_no_wait_kernel, dim3(1), dim3(128), 1024 + 40 * 1024, out);
 }
 
+// A ring of MBAR_STAGES stages through mbarriers (kernels/mbarrier.cuh), as a warp-specialized
+// kernel runs one: warp 2 produces, each of its 32 threads copying 4 floats of step i's 128 into
+// stage i % MBAR_STAGES by cp.async (one arrival each on the stage's "full" barrier once its copy
+// lands); warps 0 and 1 consume, thread c adding floats 2c and 2c + 1 of the stage to its sum,
+// then arriving on the stage's "empty" barrier, which the producer waits for before it refills
+// the stage. MBAR_STEPS > MBAR_STAGES, so every stage's barriers go through several phases.
+// unsynced = 1 leaves out every wait (the arrivals stay): the consumers, which the emulator runs
+// first, then read the ring before any copy (NaN-filled dynamic shared memory), so the sums are
+// wrong: the waits are what orders the two sides.
+#define MBAR_STAGES 2
+#define MBAR_STEPS 7
+__global__ void mbar_ring_kernel(float *out, const float *in, int unsynced) {
+    DYNAMIC_SMEM(unsigned char, raw);
+    uint64_t *full = reinterpret_cast<uint64_t *>(raw), *empty = full + MBAR_STAGES;
+    float *ring = reinterpret_cast<float *>(raw + 64);
+    const int t = threadIdx.x;
+    if (t == 0)
+        for (int s = 0; s < MBAR_STAGES; s++) mbar_init(&full[s], 32), mbar_init(&empty[s], 64);
+    __syncthreads();
+    if (t >= 64) {
+        const int p = t - 64;
+        for (int i = 0; i < MBAR_STEPS; i++) {
+            const int s = i % MBAR_STAGES;
+            if (!unsynced) mbar_wait(&empty[s], ((i / MBAR_STAGES) & 1) ^ 1);
+            cp_async16(reinterpret_cast<bf16 *>(ring + s * 128 + 4 * p), reinterpret_cast<const bf16 *>(in + i * 128 + 4 * p),
+                       true);  // (16 bytes: four floats)
+            cp_async_mbar_arrive(&full[s]);
+        }
+    } else {
+        float sum = 0.f;
+        for (int i = 0; i < MBAR_STEPS; i++) {
+            const int s = i % MBAR_STAGES;
+            if (!unsynced) mbar_wait(&full[s], (i / MBAR_STAGES) & 1);
+            sum += ring[s * 128 + 2 * t] + ring[s * 128 + 2 * t + 1];
+            mbar_arrive(&empty[s]);
+        }
+        out[t] = sum;
+    }
+}
+// every thread waits for a phase that needs two arrivals, and only one comes
+__global__ void mbar_deadlock_kernel(float *out) {
+    DYNAMIC_SMEM(uint64_t, bar);
+    if (threadIdx.x == 0) mbar_init(bar, 2);
+    __syncthreads();
+    if (threadIdx.x == 0) mbar_arrive(bar);
+    mbar_wait(bar, 0);
+    out[threadIdx.x] = 1.f;
+}
+static void run_mbar_deadlock(void *) {
+    static float out[32];
+    launch_kernel(mbar_deadlock_kernel, dim3(1), dim3(32), 64, out);
+}
+
 static void run_divergent(void *) {
     float out[64];
     launch_kernel(divergent_kernel, dim3(1), dim3(64), 0, out);
@@ -372,6 +427,24 @@ int main(void) {
         CUDA_CHECK(cudaFreeHost(host));
         CUDA_CHECK(cudaFree(dev));
     }
+    {
+        static float in[MBAR_STEPS * 128], out[64];
+        for (int i = 0; i < MBAR_STEPS * 128; i++) in[i] = (float)(i % 97) - 40.f;
+        for (int skip = 0; skip < 2; skip++) {
+            for (int c = 0; c < 64; c++) out[c] = -1e30f;
+            launch_kernel(mbar_ring_kernel, dim3(1), dim3(96), 64 + MBAR_STAGES * 128 * sizeof(float), out, in, skip);
+            int bad = 0;
+            for (int c = 0; c < 64; c++) {
+                float want = 0.f;
+                for (int i = 0; i < MBAR_STEPS; i++) want += in[i * 128 + 2 * c] + in[i * 128 + 2 * c + 1];
+                bad += out[c] != want;
+            }
+            if (!skip) CHECK(bad == 0, "a ring of stages through mbarriers: %d of 64 sums wrong", bad);
+            else CHECK(bad > 0, "the ring without its waits: only %d of 64 sums wrong", bad);
+        }
+    }
+    CHECK(expect_death_within(20, run_mbar_deadlock, NULL, "an mbarrier phase that cannot complete", "mbarrier phase"),
+          "an mbarrier phase whose arrivals never come is reported");
     CHECK(expect_death_within(20, run_divergent, NULL, "divergent __syncthreads", "different __syncthreads"),
           "a barrier in divergent code is reported");
     CHECK(expect_death_within(20, run_huge_smem, NULL, "300 KiB of shared memory", "dynamic shared memory"),
