@@ -27,7 +27,9 @@
 //    one bf16 (dr_mma2; q, k, v, dO exact): so the states hT, dh0 keep the fp32 kernels' 1e-4
 //    and o, the gradients the bf16 I/O rounding only (tests/gpu/test_delta_rule.c). One bf16
 //    MMA for every product (fla's arithmetic) is 3x cheaper on the tensor cores but puts hT at
-//    ~3e-3 and o at ~4e-3: HYBRID_DR_BF16=1 runs it (the template flag LO below, dr_mma3x).
+//    ~3e-3 and o at ~4e-3; it is the default since session 27 (HYBRID_DR_BF16 unset or 1; =0 the
+//    split products: the template flag LO below, dr_mma3x; docs/delta-rule.md, "The default
+//    arithmetic").
 //    Which operands need their lo part: docs/delta-rule.md, "Accuracy: the per-operand audit"
 //    (the hook: dr_lo below, split_operand.h). One bf16 since branch
 //    dr-fewer-mma: the gradient kernels' operands that feed no state, grad1's T^T, dW, K_b (dW
@@ -559,13 +561,15 @@ __device__ __forceinline__ void dr_mma2(float c[4], const uint32_t a[4], const u
 
 // ---- the arithmetic of a run: split pairs (LO) or one bf16 MMA a product -----------------
 // The forward's kernels (prep, walk, output) take a template flag LO. LO = true is the split
-// arithmetic above (the default, and the only one of the backward). LO = false is fla's: every
-// operand is its hi part alone, one bf16, and every product one MMA; no lo part is computed,
+// arithmetic above (HYBRID_DR_BF16=0; the single reference gradient kernel has only it, grad2 only
+// one MMA). LO = false is fla's, the default since session 27: every operand is its hi part
+// alone, one bf16, and every product one MMA; no lo part is computed,
 // stored or loaded, and the walk's and output kernel's lo tiles are not in shared memory
 // (docs/delta-rule.md, "One MMA a product"). Its states carry bf16-level errors (hT ~2e-3
 // relative at T 4096 on the H200, the precision audit's "all 21" row) where the split
-// arithmetic holds 1e-4. Chosen by DrWsMma::lo (HYBRID_DR_BF16=1, read by the forward and the
-// backward entries); the backward's reverse walk and grad1 take the same flag.
+// arithmetic holds 1e-4. Chosen by DrWsMma::lo (LO = false, one MMA, unless HYBRID_DR_BF16=0;
+// read by the forward and the backward entries); the backward's reverse walk and grad1 take the
+// same flag.
 // dr_mma3x / dr_mma2x: dr_mma3 / dr_mma2 where LO, else the one MMA of the hi parts.
 // (the host side: chunk_fwd.cu's dr_arith_lo gives DrWsMma::lo for a call)
 int dr_arith_lo(void);
