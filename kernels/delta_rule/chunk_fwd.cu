@@ -248,13 +248,11 @@ static void forward(LinearKind kind, T *o, float *hT, const T *q, const T *k, co
 // default since session 27: HYBRID_DR_BF16 unset, empty or 1); 1, the split hi + lo products
 // (HYBRID_DR_BF16=0), which hold the states to 1e-4 of the double reference where one MMA holds
 // them to fla's bf16 bars. Read at each call, so a test can switch; any other value stops the run
-// with its name; the split arithmetic is announced once on stderr, so that a run's log says that
-// it did not train in the default arithmetic.
+// with its name (env_choice); the split arithmetic is announced once on stderr, so that a run's log
+// says that it did not train in the default arithmetic.
 int dr_arith_lo(void) {
-    const char *v = getenv("HYBRID_DR_BF16");
-    if (!v || !*v || !strcmp(v, "1")) return 0;
-    if (strcmp(v, "0"))
-        die("HYBRID_DR_BF16=%s: expected 1 (one bf16 MMA a product, the default) or 0 (the split hi + lo products)", v);
+    static const char *const names[] = {"1", "0"};  // (index 1: the split products)
+    if (!env_choice("HYBRID_DR_BF16", names, 2)) return 0;
     static int told = 0;
     if (!told) {
         told = 1;
