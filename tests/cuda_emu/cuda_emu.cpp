@@ -472,10 +472,7 @@ void emu_mbar_wait(uint64_t *bar, unsigned parity) {
 }
 // the thread's cp.async so far land now (the earliest the GPU may land them), then its arrival
 void emu_cp_async_mbar_arrive(uint64_t *bar) {
-    AsyncGroups<AsyncCopy> &c = B.fibers[B.cur].copies;
-    for (const AsyncCopy &a : c.open) land(a);
-    c.open.clear();
-    c.wait(0, land);
+    emu_cp_async_finish();
     emu_mbar_arrive(bar, 0);
 }
 
