@@ -9,6 +9,7 @@
 #include "kernels/cuda_backend.h"
 #include "kernels/moe/experts_wg.h"
 #include "kernels/moe/grouped_gemm_wg.cuh"
+#include "kernels/moe/grouped_gemm_ws.cuh"
 #include "kernels/moe/grouped_walk.cuh"
 #include "kernels/norm_glu/glu.cuh"
 
@@ -135,6 +136,38 @@ __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM) rows_wg
     }
 }
 
+// The plain-store row GEMMs (WG_EPI_STORE) warp-specialized (grouped_gemm_ws.cuh;
+// HYBRID_MOE_WG_WS=1): the same tiles in the same walk as rows_wg_kernel<WS_BN, W_T, WG_EPI_STORE>,
+// warpgroup 0 copying every tile's k-steps into the ring, warpgroups 1 and 2 multiplying and storing.
+// Both sides walk the tiles themselves (the walk is a function of the offsets alone).
+template <bool W_T>
+__global__ void __launch_bounds__(WS_THREADS, 1) rows_ws_kernel(WgRows a) {
+    DYNAMIC_SMEM(unsigned char, raw);  // WS_SMEM: 1024 of alignment slack, the ring, its barriers
+    unsigned char *ring = wg_align1024(raw);
+    ws_ring_init(ring);
+    const int ny = (a.n_out + WS_BN - 1) / WS_BN;
+    const bool producer = threadIdx.x < 128;
+    unsigned step = 0;  // the ring step of the next k-step (this side's count; the sides agree)
+    int e, base, nt;
+    row_tiles_start<WG_BM>(a.offsets, e, base, nt);
+    for (long L = blockIdx.x;; L += gridDim.x) {
+        const int tile = (int)(L / ny), n0 = (int)(L % ny) * WS_BN;
+        if (!row_tiles_seek<WG_BM>(tile, a.offsets, a.E, e, base, nt)) break;
+        const int r0 = a.offsets[e] + (tile - base) * WG_BM, m_lim = min(WG_BM, a.offsets[e + 1] - r0);
+        const int n_lim = min(WS_BN, a.n_out - n0);
+        if (producer) {
+            const bf16 *We = a.W + (size_t)e * a.n_out * a.kd;
+            ws_produce_tile<W_T>(ring, step, a.X + (size_t)r0 * a.kd, a.kd, W_T ? We + n0 : We + (size_t)n0 * a.kd,
+                                 W_T ? a.n_out : a.kd, m_lim, n_lim, a.kd);
+        } else {
+            float d[WsTile::NACC];
+            ws_consume_tile<W_T>(d, ring, step, a.kd);
+            wg_put_rows(d, a.Y + (size_t)r0 * a.n_out + n0, a.n_out, m_lim, n_lim);
+        }
+    }
+    if (producer) ws_produce_end(ring, step);
+}
+
 // dW_e (P, Q) += G_e^T X_e over the expert's rows, G (rows, P) and X (rows, Q) both read MN-major
 // (the reduction runs along their rows); grid (Q tiles of BN, P tiles of WG_BM, E S), as
 // experts.cu's wgrad_kernel: S == 1, the block reduces over all the expert's rows and adds once
@@ -158,9 +191,10 @@ __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
     else wg_store_grad<BN, false>(d, ring, ws + (size_t)blockIdx.z * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
 }
 
-// ---- the switches (HYBRID_MOE_WGMMA, HYBRID_MOE_WG_BN; tests: cuda_moe_set_wgmma, _set_wg_bn) ----
-static int g_env = -1, g_forced = -1, g_bn_env = -1, g_bn_forced = -1;
-static long g_launches;
+// ---- the switches (HYBRID_MOE_WGMMA, HYBRID_MOE_WG_BN, HYBRID_MOE_WG_WS; tests: cuda_moe_set_wgmma,
+// _set_wg_bn, _set_wg_ws) ----
+static int g_env = -1, g_forced = -1, g_bn_env = -1, g_bn_forced = -1, g_ws_env = -1, g_ws_forced = -1;
+static long g_launches, g_ws_launches;
 
 // the tile width: HYBRID_MOE_WG_BN=256 (the default: unset or empty) or 128 (grouped_gemm_wg.cuh's
 // two tiles; which is faster where is the H200's to say), anything else stops the run
@@ -173,6 +207,23 @@ static int wg_bn(void) {
     return g_bn_env;
 }
 extern "C" void cuda_moe_set_wg_bn(int bn) { g_bn_forced = bn == 128 || bn == 256 ? bn : -1; }
+
+// the warp-specialized plain-store row GEMMs: HYBRID_MOE_WG_WS=0 (the default: unset or empty) or 1,
+// anything else stops the run; they exist for the 128 x 256 tile only, so =1 with
+// HYBRID_MOE_WG_BN=128 stops it too (the tests' forcing, cuda_moe_set_wg_ws, applies at width 256 only)
+static int wg_ws_on(void) {
+    if (g_ws_forced >= 0) return g_ws_forced;
+    if (g_ws_env < 0) {
+        static const char *const names[] = {"0", "1"};
+        g_ws_env = env_choice("HYBRID_MOE_WG_WS", names, 2);
+        if (g_ws_env && wg_bn() != WS_BN)
+            die("HYBRID_MOE_WG_WS=1: the warp-specialized row GEMMs have 128 x %d tiles only, not HYBRID_MOE_WG_BN=%d",
+                WS_BN, wg_bn());
+    }
+    return g_ws_env;
+}
+extern "C" void cuda_moe_set_wg_ws(int on) { g_ws_forced = on == 0 || on == 1 ? on : -1; }
+extern "C" long cuda_moe_wg_ws_launches(void) { return g_ws_launches; }
 
 // wgmma on a GPU that is not compute capability 9.0 stops the run (the kernels exist for sm_90a only)
 static void wgmma_gpu_check(const char *who) {
@@ -203,21 +254,22 @@ extern "C" void cuda_moe_set_wgmma(int on) {
 extern "C" int cuda_moe_wgmma(void) { return moe_wgmma_on(); }
 extern "C" long cuda_moe_wgmma_launches(void) { return g_launches; }
 
-// The blocks of KERNEL (tile width BN) resident at once (WgTile<BN>::BLOCKS_PER_SM an SM by design),
-// asked once per kernel; under the emulator 3, prime to the emulated shapes' column tile counts
-// (as experts.cu's gg_resident_blocks: each block walks several tiles)
-template <auto KERNEL, int BN>
+// The blocks of KERNEL (THREADS threads and SMEM bytes of dynamic shared memory a block) resident at
+// once (WgTile<BN>::BLOCKS_PER_SM an SM by design, the warp-specialized kernels one), asked once per
+// kernel; under the emulator 3, prime to the emulated shapes' column tile counts (as experts.cu's
+// gg_resident_blocks: each block walks several tiles)
+template <auto KERNEL, int THREADS, int SMEM>
 static unsigned wg_resident_blocks(void) {
 #ifdef HYBRID_CUDA_EMU
     return 3;
 #else
     static unsigned n;
     if (!n) {
-        cuda_allow_dynamic_smem((const void *)KERNEL, WgTile<BN>::SMEM);
+        cuda_allow_dynamic_smem((const void *)KERNEL, SMEM);
         CUDA_CHECK(cudaFuncSetAttribute((const void *)KERNEL, cudaFuncAttributePreferredSharedMemoryCarveout,
                                         cudaSharedmemCarveoutMaxShared));
         int per_sm = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, WG_THREADS, WgTile<BN>::SMEM));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, THREADS, SMEM));
         n = (unsigned)((per_sm < 1 ? 1 : per_sm) * g_cuda.sm_count);
     }
     return n;
@@ -226,13 +278,18 @@ static unsigned wg_resident_blocks(void) {
 
 template <int BN, bool W_T, int EPI>
 static void wg_rows_run(const WgRows &a) {
-    launch_kernel(rows_wg_kernel<BN, W_T, EPI>, dim3(wg_resident_blocks<rows_wg_kernel<BN, W_T, EPI>, BN>()),
+    launch_kernel(rows_wg_kernel<BN, W_T, EPI>,
+                  dim3(wg_resident_blocks<rows_wg_kernel<BN, W_T, EPI>, WG_THREADS, WgTile<BN>::SMEM>()),
                   dim3(WG_THREADS), WgTile<BN>::SMEM, a);
 }
 template <bool W_T, int EPI>
 static void wg_rows_launch(const WgRows &a) {
     g_launches++;
-    if (wg_bn() == 128) wg_rows_run<128, W_T, EPI>(a);
+    if (EPI == WG_EPI_STORE && wg_ws_on() && wg_bn() == WS_BN) {
+        g_ws_launches++;
+        launch_kernel(rows_ws_kernel<W_T>, dim3(wg_resident_blocks<rows_ws_kernel<W_T>, WS_THREADS, WS_SMEM>()),
+                      dim3(WS_THREADS), WS_SMEM, a);
+    } else if (wg_bn() == 128) wg_rows_run<128, W_T, EPI>(a);
     else wg_rows_run<256, W_T, EPI>(a);
 }
 
@@ -269,7 +326,7 @@ static int wg_wgrad_launch(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, c
                            int Q, int force_splits) {
     const int S = force_splits > 0 ? force_splits : wg_wgrad_splits<BN>(E, P, Q);
     *ws = S > 1 ? (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q) : NULL;
-    wg_resident_blocks<wgrad_wg_kernel<BN>, BN>();  // (the shared-memory opt-in, once)
+    wg_resident_blocks<wgrad_wg_kernel<BN>, WG_THREADS, WgTile<BN>::SMEM>();  // (the shared-memory opt-in, once)
     launch_kernel(wgrad_wg_kernel<BN>, dim3((Q + BN - 1) / BN, (P + WG_BM - 1) / WG_BM, E * S), dim3(WG_THREADS),
                   WgTile<BN>::SMEM, dW, *ws, G, X, offsets, P, Q, S);
     return S;

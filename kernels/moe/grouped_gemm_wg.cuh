@@ -76,15 +76,16 @@ struct WgTile {
 // one operand's k-step [k0, k0 + 64) into its stage tile S (ROWS = WG_BM or BN rows of m or n;
 // P at the tile's first row, ld its leading dimension, mn_lim its rows in range). hi_skip (K-major
 // only): the tile's rows ROWS / 2.. come from hi_skip rows further down P (0: the rows in order;
-// the fused GLU's tile takes the gate rows of its hidden units, then their up rows M further)
-template <bool T, int ROWS>
+// the fused GLU's tile takes the gate rows of its hidden units, then their up rows M further). NT: the threads that copy, threadIdx.x 0 .. NT - 1 (the
+// whole block, or the warp-specialized kernels' producer warpgroup: grouped_gemm_ws.cuh)
+template <bool T, int ROWS, int NT = WG_THREADS>
 __device__ __forceinline__ void wg_load(unsigned char *S, const bf16 *P, long ld, int mn_lim, int k0, int k_lim,
                                         long hi_skip = 0) {
     constexpr int chunks = ROWS * WG_BK / 8, per_k_row = ROWS / 8;
-    static_assert(chunks % WG_THREADS == 0, "whole chunks per thread");
+    static_assert(chunks % NT == 0, "whole chunks per thread");
 #pragma unroll
-    for (int i = 0; i < chunks / WG_THREADS; i++) {
-        const int c = i * WG_THREADS + threadIdx.x;
+    for (int i = 0; i < chunks / NT; i++) {
+        const int c = i * NT + threadIdx.x;
         if (T) {  // MN-major: (k row c / per_k_row, mn chunk c % per_k_row); a global row is one k's ROWS values
             const int kr = c / per_k_row, mn = (c % per_k_row) * 8, k = k0 + kr;
             const bool ok = mn < mn_lim && k < k_lim;

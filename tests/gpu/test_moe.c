@@ -264,6 +264,41 @@ static int mixed_wgrad_rule(int E, int P, int Q, int wgmma) {
     return (long)E * ((P + 127) / 128) * ((Q + 127) / 128) >= (wgmma ? 8 : 1) * 2 * 132;
 }
 
+// test_experts' buffers (device) and the fingerprints of its default path's outputs (host bytes)
+typedef struct {
+    const DispatchCase *q;
+    void *dyp, *dhp, *dap, *dxp, *dw13, *dw2, *dgyp, *dgxpe, *dg13, *dg2, *dsh, *dsa;
+    const int *doff;
+    const void *f_y, *f_h, *f_a, *f_dx, *f_13, *f_2;
+} ExpertsRun;
+
+// A variant of the expert op (a switch the caller has set) against the default's bits: a forward,
+// then two backwards from zeroed parameter gradients (outputs poisoned first), each output
+// compared bit for bit under `tag`; *fwd_n and *bwd_n: how far count() advanced in the forward and
+// in the two backwards (the caller's evidence that the variant ran)
+static void experts_same_bits(const ExpertsRun *r, const char *tag, long (*count)(void), long *fwd_n, long *bwd_n) {
+    const DispatchCase *q = r->q;
+    const int E = q->E, C = q->C, M = q->M;
+    const size_t nk = (size_t)q->N * q->K, n13 = (size_t)E * 2 * M * C, n2 = (size_t)E * C * M;
+    char w[64];
+    poison_bf16(r->dyp, nk * C), poison_bf16(r->dhp, nk * 2 * M), poison_bf16(r->dap, nk * M);
+    const long c0 = count();
+    X->moe_experts_forward(r->dyp, r->dhp, r->dap, r->dxp, r->dw13, r->dw2, r->doff, E, C, M, q->act);
+    const long c1 = count();
+    snprintf(w, sizeof w, "hp (%s)", tag), expect_same(w, r->dhp, r->f_h, nk * 2 * M * 2);
+    snprintf(w, sizeof w, "ap (%s)", tag), expect_same(w, r->dap, r->f_a, nk * M * 2);
+    snprintf(w, sizeof w, "yp (%s)", tag), expect_same(w, r->dyp, r->f_y, nk * C * 2);
+    poison_bf16(r->dgxpe, nk * C), poison_bf16(r->dsh, nk * 2 * M), poison_bf16(r->dsa, nk * M);
+    G->zero(r->dg13, n13), G->zero(r->dg2, n2);
+    for (int rep = 0; rep < 2; rep++)
+        X->moe_experts_backward(r->dgxpe, r->dg13, r->dg2, r->dsh, r->dsa, r->dgyp, r->dxp, r->dhp, r->dap, r->dw13,
+                                r->dw2, r->doff, E, C, M, q->act);
+    *fwd_n = c1 - c0, *bwd_n = count() - c1;
+    snprintf(w, sizeof w, "dxp (%s)", tag), expect_same(w, r->dgxpe, r->f_dx, nk * C * 2);
+    snprintf(w, sizeof w, "dw13 (%s)", tag), expect_same(w, r->dg13, r->f_13, n13 * 2);
+    snprintf(w, sizeof w, "dw2 (%s)", tag), expect_same(w, r->dg2, r->f_2, n2 * 2);
+}
+
 // The grouped expert op in GEMM mode `path` (PATH_OWN: our grouped kernels; PATH_CUBLAS:
 // cuBLAS's grouped batched GEMM, HYBRID_MOE_GEMM=cublas; PATH_MIXED: HYBRID_MOE_GEMM=mixed;
 // cuda_moe_set_gemm, with ours on mma.sync; PATH_WGMMA, PATH_WGMMA_128: PATH_OWN with the GEMMs on
@@ -430,30 +465,33 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     // backward; and where it ran: the forward's GLU pass left no kernel of its own where M is a
     // multiple of half the tile width, the backward's where M % 8 == 0 (the vector GLU kernels'
     // launches count them). Own mode only (the fusion concerns our row GEMMs alone)
+    const ExpertsRun run = {&q, dyp, dhp, dap, dxp, dw13, dw2, dgyp, dgxpe, dg13, dg2, dsh, dsa, doff,
+                            f_y, f_h, f_a, f_dx, f_13, f_2};
     if (wgmma && path == PATH_OWN) {
         const int bn = path_orig == PATH_WGMMA_128 ? 128 : 256, fused = suits && M % (bn / 2) == 0;
+        long fwd_glu, bwd_glu;
         cuda_moe_set_wg_glu(1);
-        poison_bf16(dyp, nk * C), poison_bf16(dhp, nk * 2 * M), poison_bf16(dap, nk * M);
-        const long v0 = cuda_moe_glu_vec_launches();
-        X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
-        const long v1 = cuda_moe_glu_vec_launches();
-        expect_same("hp (GLU fused)", dhp, f_h, nk * 2 * M * 2);
-        expect_same("ap (GLU fused)", dap, f_a, nk * M * 2);
-        expect_same("yp (GLU fused)", dyp, f_y, nk * C * 2);
-        poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
-        G->zero(dg13, n13), G->zero(dg2, n2);
-        X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, doff, E, C, M, q.act);
-        const long fwd_glu = v1 - v0, bwd_glu = cuda_moe_glu_vec_launches() - v1;
-        X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, doff, E, C, M, q.act);
+        experts_same_bits(&run, "GLU fused", cuda_moe_glu_vec_launches, &fwd_glu, &bwd_glu);
+        cuda_moe_set_wg_glu(-1);
         printf("  %-28s forward %s, backward %s\n", "GLU in the GEMMs (fused)", fused ? "yes" : "no",
                suits ? "yes" : "no");
-        CHECK(fwd_glu == (fused ? 0 : M % 8 == 0) && bwd_glu == (suits ? 0 : M % 8 == 0),
-              "GLU passes of their own: forward %ld, backward %ld (fused: forward %d, backward %d)", fwd_glu, bwd_glu,
-              fused, suits);
-        expect_same("dxp (GLU fused)", dgxpe, f_dx, nk * C * 2);
-        expect_same("dw13 (GLU fused)", dg13, f_13, n13 * 2);
-        expect_same("dw2 (GLU fused)", dg2, f_2, n2 * 2);
-        cuda_moe_set_wg_glu(-1);
+        CHECK(fwd_glu == (fused ? 0 : M % 8 == 0) && bwd_glu == (suits ? 0 : 2 * (M % 8 == 0)),
+              "GLU passes of their own: forward %ld, two backwards %ld (fused: forward %d, backward %d)", fwd_glu,
+              bwd_glu, fused, suits);
+    }
+    // wgmma at width 256: the plain-store row GEMMs warp-specialized (HYBRID_MOE_WG_WS=1:
+    // cuda_moe_set_wg_ws(1); a producer warpgroup, two consumers, mbarriers) against the rounds
+    // above (the default, one role a thread): the same bits, forward and backward; where the widths
+    // suit wgmma both row GEMMs of a forward and both dgrads of a backward run it
+    if (wgmma && path == PATH_OWN && path_orig == PATH_WGMMA) {
+        long fwd_ws, bwd_ws;
+        cuda_moe_set_wg_ws(1);
+        experts_same_bits(&run, "warp-specialized", cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
+        cuda_moe_set_wg_ws(-1);
+        printf("  %-28s forward %ld, backward (twice) %ld\n", "warp-specialized row GEMMs", fwd_ws, bwd_ws);
+        CHECK(fwd_ws == (suits ? 2 : 0) && bwd_ws == (suits ? 4 : 0),
+              "warp-specialized row GEMM launches: forward %ld (expected %d), two backwards %ld (expected %d)", fwd_ws,
+              suits ? 2 : 0, bwd_ws, suits ? 4 : 0);
     }
     // the GLU's scalar kernels (cuda_moe_set_glu_vec(0)) give the bits of the vector ones, which
     // run where M % 8 == 0 (every buffer here is 16-byte aligned): forward and backward again on
@@ -773,11 +811,22 @@ static void test_wgmma_gpu(void) {
     CHECK(expect_death(experts_on_gpu, (void *)&off90, "0 on cc 9.0", "ran: wgmma 0, 0 wgmma launches"),
           "HYBRID_MOE_WGMMA=0 on compute capability 9.0: mma.sync");
 }
+// the warp-specialized row GEMMs at the 128-wide tile they do not have: refused, naming both switches
+static void experts_ws_bn128(void *arg) {
+    (void)arg;
+    unsetenv("HYBRID_MOE_GEMM");
+    setenv("HYBRID_MOE_WGMMA", "1", 1), setenv("HYBRID_MOE_WG_BN", "128", 1), setenv("HYBRID_MOE_WG_WS", "1", 1);
+    experts_small_forward();
+}
 static void test_switch_errors(void) {
+    CHECK(expect_death(experts_ws_bn128, NULL, "HYBRID_MOE_WG_WS=1 with HYBRID_MOE_WG_BN=128", "HYBRID_MOE_WG_WS=1",
+                       "HYBRID_MOE_WG_BN=128"),
+          "HYBRID_MOE_WG_WS=1 with the 128-wide tile is refused by name");
     static const BadSwitch bad[] = {{"HYBRID_MOE_GEMM", "owned", NULL},
                                     {"HYBRID_MOE_WGMMA", "on", NULL},
                                     {"HYBRID_MOE_WG_BN", "64", "HYBRID_MOE_WGMMA"},
-                                    {"HYBRID_MOE_WG_GLU_FUSED", "yes", "HYBRID_MOE_WGMMA"}};
+                                    {"HYBRID_MOE_WG_GLU_FUSED", "yes", "HYBRID_MOE_WGMMA"},
+                                    {"HYBRID_MOE_WG_WS", "on", "HYBRID_MOE_WGMMA"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char want[64];
         snprintf(want, sizeof want, "%s=%s", bad[i].name, bad[i].value);

@@ -1,0 +1,142 @@
+// The MoE row GEMMs' 128 x 256 wgmma tile, warp-specialized (HYBRID_MOE_WG_WS=1; off by default:
+// not yet measured on a GPU): the same product and the same bits as grouped_gemm_wg.cuh's wg_tile +
+// wg_store, with the copies and the MMAs on different warps, so that neither waits for the other
+// at every k-step.
+//
+// Why: Nsight Compute on the H200 (session 27; docs/hybrid.md, "The expert GEMMs on wgmma") put the
+// KL-S row GEMMs at 35-56% of L2 throughput, 34-57% of the SMs' and 26-44% of DRAM's: nothing
+// saturated, so the kernels wait on latency. In wg_tile every thread both copies and multiplies and
+// the whole block meets at a __syncthreads each k-step; the prefetch distance is 2 of its 4 stages
+// (a stage is refilled only once the block has passed the barrier after its wgmma), and the
+// epilogue holds the ring, so the next tile's loads start only after the stores. Here:
+//
+//   block: 3 warpgroups (384 threads), one block an SM; the ring of wg_tile (4 stages of A 128 x 64
+//     and B 256 x 64, bf16, 48 KiB a stage, the same layouts), then 8 mbarriers (kernels/mbarrier.cuh):
+//     full[s] (128 arrivals: each producer thread's copies of stage s have landed) and empty[s]
+//     (8 arrivals: each consumer warp has finished the wgmma that read stage s).
+//   warpgroup 0, the producer: walks the block's tiles and k-steps in order, a ring step i in stage
+//     i % 4: waits for empty[s] (the consumers are done with step i - 4), issues its share of the
+//     step's cp.async (wg_load with NT = 128), and cp_async_mbar_arrive(full[s]); it runs up to 4
+//     steps ahead of the MMAs, across tile boundaries (through the consumers' epilogue).
+//   warpgroups 1 and 2, the consumers: rows 0-63 and 64-127 of the tile, as wg_tile's warpgroups
+//     0 and 1. Step i: wait for full[s], fence the async proxy (cp.async writes are generic-proxy
+//     writes; the tensor cores read through the async proxy), the four k16 wgmma, commit, wait
+//     until only they are in flight; then step i - 1's wgmma are done, so its stage is released
+//     (a fence, then one arrival a warp on empty). After the tile's last step: wait for all, release
+//     it, and store the accumulators straight from registers (wg_put_rows: no staging tile, the
+//     ring stays the producer's).
+//
+// The same bits as wg_tile + wg_store: each accumulator sees the same wgmma in the same k order,
+// and wg_put_rows rounds it to bf16 once as wg_stage does. Each k-step's copies zero-fill outside
+// (m_lim, n_lim, k_lim) as in wg_tile. The ring walk's parities: step i waits on full[i % 4] for
+// parity (i / 4) & 1 and on empty[i % 4] for ((i / 4) & 1) ^ 1 (a fresh barrier passes parity 1:
+// the first 4 steps wait for nothing).
+#ifndef HYBRID_KERNELS_MOE_GROUPED_GEMM_WS_CUH
+#define HYBRID_KERNELS_MOE_GROUPED_GEMM_WS_CUH
+
+#include "kernels/mbarrier.cuh"
+#include "kernels/moe/grouped_gemm_wg.cuh"
+
+#define WS_BN 256
+#define WS_THREADS 384  // a producer warpgroup, two consumer warpgroups
+#define WS_CONSUMER_WARPS 8
+using WsTile = WgTile<WS_BN>;
+// the ring, then full[STAGES] and empty[STAGES]
+#define WS_SMEM (WsTile::SMEM + 2 * WsTile::STAGES * 8)
+static_assert(WS_SMEM <= 227 * 1024, "one block's shared memory fits an H200 SM");
+
+// the ring's barriers, right after its stages (8-byte aligned: the stages are multiples of 1024)
+__device__ __forceinline__ uint64_t *ws_full(unsigned char *ring) {
+    return reinterpret_cast<uint64_t *>(ring + WsTile::STAGES * WsTile::STAGE_BYTES);
+}
+__device__ __forceinline__ uint64_t *ws_empty(unsigned char *ring) { return ws_full(ring) + WsTile::STAGES; }
+
+// thread 0 initialises the barriers; then a __syncthreads (the last one of the kernel)
+__device__ __forceinline__ void ws_ring_init(unsigned char *ring) {
+    if (threadIdx.x == 0)
+        for (int s = 0; s < WsTile::STAGES; s++) {
+            mbar_init(ws_full(ring) + s, 128);
+            mbar_init(ws_empty(ring) + s, WS_CONSUMER_WARPS);
+        }
+    __syncthreads();
+}
+
+// The producer's k-steps of one tile (warpgroup 0: threadIdx.x < 128). A (m_lim rows of the tile)
+// K-major at A, lda; B (n_lim rows) K-major (B_T = false: B[n ldb + k]) or MN-major (B[k ldb + n]);
+// k_lim the reduction's length. step: the ring step of the tile's first k-step, advanced past its last.
+template <bool B_T>
+__device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &step, const bf16 *A, long lda,
+                                                const bf16 *B, long ldb, int m_lim, int n_lim, int k_lim) {
+    constexpr int S = WsTile::STAGES;
+    const int nk = (k_lim + WG_BK - 1) / WG_BK;
+    for (int kt = 0; kt < nk; kt++, step++) {
+        const int s = step % S;
+        mbar_wait(ws_empty(ring) + s, ((step / S) & 1) ^ 1);
+        unsigned char *sa = ring + s * WsTile::STAGE_BYTES;
+        wg_load<false, WG_BM, 128>(sa, A, lda, m_lim, kt * WG_BK, k_lim);
+        wg_load<B_T, WS_BN, 128>(sa + WG_A_BYTES, B, ldb, n_lim, kt * WG_BK, k_lim);
+        cp_async_mbar_arrive(ws_full(ring) + s);
+    }
+}
+
+// The producer's last act: wait until the consumers have released every stage it filled (its
+// steps 0 .. step - 1), so that every phase of every barrier it armed completes before it exits
+__device__ __forceinline__ void ws_produce_end(unsigned char *ring, unsigned step) {
+    constexpr int S = WsTile::STAGES;
+    for (unsigned i = step < S ? 0 : step - S; i < step; i++) mbar_wait(ws_empty(ring) + i % S, (i / S) & 1);
+}
+
+// warp `warp` of the consumers (0 .. 7) releases stage s: its wgmma that read it are done
+__device__ __forceinline__ void ws_release(unsigned char *ring, int s) {
+    fence_proxy_async();  // (the tensor cores' reads before the producer's next writes)
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) mbar_arrive(ws_empty(ring) + s);
+}
+
+// A consumer warpgroup's product of one tile into d (this thread's 128 accumulators of rows
+// 64 cw .. 64 cw + 63, cw = threadIdx.x / 128 - 1), from the ring steps step .. step + nk - 1
+// (advanced past them): wg_tile's MMAs, waiting on the barriers instead of the block
+template <bool B_T>
+__device__ __forceinline__ void ws_consume_tile(float d[WsTile::NACC], unsigned char *ring, unsigned &step,
+                                                int k_lim) {
+    constexpr int S = WsTile::STAGES;
+    const int nk = (k_lim + WG_BK - 1) / WG_BK, cw = (threadIdx.x >> 7) - 1;
+#pragma unroll
+    for (int i = 0; i < WsTile::NACC; i++) d[i] = 0.f;
+    for (int kt = 0; kt < nk; kt++, step++) {
+        const int s = step % S;
+        mbar_wait(ws_full(ring) + s, (step / S) & 1);
+        fence_proxy_async();  // the producer's cp.async writes, visible to the tensor cores
+        const unsigned char *sa = ring + s * WsTile::STAGE_BYTES, *sb = sa + WG_A_BYTES;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 16; kk++) {  // (wg_tile's descriptors, warpgroup cw's rows)
+            const uint64_t da = wg_desc(sa + cw * (64 * 128) + kk * 32, 16, 1024);
+            const uint64_t db = B_T ? wg_desc(sb + kk * 2048, WG_MN_LBO, 1024) : wg_desc(sb + kk * 32, 16, 1024);
+            wgmma_m64k16_bf16<WS_BN, false, B_T>(d, da, db, 1);
+        }
+        wgmma_commit();
+        wgmma_wait<1, WsTile::NACC>(d);  // step - 1's wgmma done (this warpgroup's)
+        if (kt > 0) ws_release(ring, (step - 1) % S);
+    }
+    wgmma_wait<0, WsTile::NACC>(d);
+    if (nk > 0) ws_release(ring, (step - 1) % S);
+}
+
+// A consumer warpgroup's accumulators (wgmma.cuh's layout, rows 64 cw ..) as bf16 to D (row-major,
+// leading dimension ldd, at the tile's corner), rows < m_lim and columns < n_lim (a multiple of 8)
+// only: each register pair (two adjacent columns) rounded once and stored as 4 bytes, as wg_stage
+// rounds it, so the bits are wg_store's
+__device__ __forceinline__ void wg_put_rows(const float d[WsTile::NACC], bf16 *D, long ldd, int m_lim, int n_lim) {
+    const int tid = threadIdx.x, cw = (tid >> 7) - 1, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
+#pragma unroll
+    for (int j = 0; j < WS_BN / 8; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int row = 64 * cw + 16 * w + g + 8 * h, col = 8 * j + 2 * t;
+            if (row < m_lim && col < n_lim)
+                *reinterpret_cast<uint32_t *>(D + (long)row * ldd + col) = pack_bf16(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        }
+}
+
+#endif
