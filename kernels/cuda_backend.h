@@ -105,10 +105,10 @@ void cuda_moe_set_wg_bn(int bn);
 // the experts' GLU fused into the wgmma GEMMs around it: 0 off (the separate passes, the default;
 // tests' bit comparison), 1 on, -1 as HYBRID_MOE_WG_GLU_FUSED says (unset: off)
 void cuda_moe_set_wg_glu(int on);
-// the plain-store row GEMMs warp-specialized (kernels/moe/grouped_gemm_ws.cuh; at tile width 256
-// only): 1 on, 0 off, -1 as HYBRID_MOE_WG_WS says (unset: off); the counter: row GEMM calls that
-// ran the warp-specialized kernel
-void cuda_moe_set_wg_ws(int on);
+// the warp-specialized wgmma GEMMs (kernels/moe/grouped_gemm_ws.cuh; at tile width 256 only): 0 off,
+// 1 the plain-store row GEMMs, 2 those and our weight gradients, -1 as HYBRID_MOE_WG_WS says (0,
+// rows, all; unset: off); the counter: GEMM calls that ran a warp-specialized kernel
+void cuda_moe_set_wg_ws(int level);
 long cuda_moe_wg_ws_launches(void);
 
 #ifdef HYBRID_CUDA_EMU

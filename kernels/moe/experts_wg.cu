@@ -137,35 +137,45 @@ __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM) rows_wg
 }
 
 // The plain-store row GEMMs (WG_EPI_STORE) warp-specialized (grouped_gemm_ws.cuh;
-// HYBRID_MOE_WG_WS=1): the same tiles in the same walk as rows_wg_kernel<WS_BN, W_T, WG_EPI_STORE>,
+// HYBRID_MOE_WG_WS=rows or all): the same tiles in the same walk as rows_wg_kernel<WS_BN, W_T, WG_EPI_STORE>,
 // warpgroup 0 copying every tile's k-steps into the ring, warpgroups 1 and 2 multiplying and storing.
-// Both sides walk the tiles themselves (the walk is a function of the offsets alone).
+// Both sides walk the tiles themselves (the walk is a function of the offsets alone), each in a
+// loop of its own (one loop with the roles inside let the compiler keep the producer's hoisted
+// addresses live through the consumers' code: spills).
+// f(e, r0, m_lim, n0, n_lim) for each of this block's tiles, in order
+template <typename F>
+__device__ __forceinline__ void ws_rows_walk(const WgRows &a, F f) {
+    const int ny = (a.n_out + WS_BN - 1) / WS_BN;
+    int e, base, nt;
+    row_tiles_start<WG_BM>(a.offsets, e, base, nt);
+    for (long L = blockIdx.x;; L += gridDim.x) {
+        const int tile = (int)(L / ny), n0 = (int)(L % ny) * WS_BN;
+        if (!row_tiles_seek<WG_BM>(tile, a.offsets, a.E, e, base, nt)) return;
+        const int r0 = a.offsets[e] + (tile - base) * WG_BM;
+        f(e, r0, min(WG_BM, a.offsets[e + 1] - r0), n0, min(WS_BN, a.n_out - n0));
+    }
+}
 template <bool W_T>
 __global__ void __launch_bounds__(WS_THREADS, 1) rows_ws_kernel(WgRows a) {
     DYNAMIC_SMEM(unsigned char, raw);  // WS_SMEM: 1024 of alignment slack, the ring, its barriers
     unsigned char *ring = wg_align1024(raw);
     ws_ring_init(ring);
-    const int ny = (a.n_out + WS_BN - 1) / WS_BN;
-    const bool producer = threadIdx.x < 128;
     unsigned step = 0;  // the ring step of the next k-step (this side's count; the sides agree)
-    int e, base, nt;
-    row_tiles_start<WG_BM>(a.offsets, e, base, nt);
-    for (long L = blockIdx.x;; L += gridDim.x) {
-        const int tile = (int)(L / ny), n0 = (int)(L % ny) * WS_BN;
-        if (!row_tiles_seek<WG_BM>(tile, a.offsets, a.E, e, base, nt)) break;
-        const int r0 = a.offsets[e] + (tile - base) * WG_BM, m_lim = min(WG_BM, a.offsets[e + 1] - r0);
-        const int n_lim = min(WS_BN, a.n_out - n0);
-        if (producer) {
+    if (threadIdx.x < 128) {
+        ws_rows_walk(a, [&](int e, int r0, int m_lim, int n0, int n_lim) {
             const bf16 *We = a.W + (size_t)e * a.n_out * a.kd;
-            ws_produce_tile<W_T>(ring, step, a.X + (size_t)r0 * a.kd, a.kd, W_T ? We + n0 : We + (size_t)n0 * a.kd,
-                                 W_T ? a.n_out : a.kd, m_lim, n_lim, a.kd);
-        } else {
+            ws_produce_tile<false, W_T>(ring, step, a.X + (size_t)r0 * a.kd, a.kd,
+                                        W_T ? We + n0 : We + (size_t)n0 * a.kd, W_T ? a.n_out : a.kd, m_lim, n_lim,
+                                        a.kd);
+        });
+        ws_produce_end(ring, step);
+    } else {
+        ws_rows_walk(a, [&](int, int r0, int m_lim, int n0, int n_lim) {
             float d[WsTile::NACC];
-            ws_consume_tile<W_T>(d, ring, step, a.kd);
-            wg_put_rows(d, a.Y + (size_t)r0 * a.n_out + n0, a.n_out, m_lim, n_lim);
-        }
+            ws_consume_tile<false, W_T>(d, ring, step, a.kd);
+            ws_put<GG_STORE>(d, a.Y + (size_t)r0 * a.n_out + n0, a.n_out, m_lim, n_lim);
+        });
     }
-    if (producer) ws_produce_end(ring, step);
 }
 
 // dW_e (P, Q) += G_e^T X_e over the expert's rows, G (rows, P) and X (rows, Q) both read MN-major
@@ -191,6 +201,48 @@ __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
     else wg_store_grad<BN, false>(d, ring, ws + (size_t)blockIdx.z * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
 }
 
+// The weight gradients warp-specialized (grouped_gemm_ws.cuh; HYBRID_MOE_WG_WS=all): wgrad_wg_kernel<WS_BN>'s
+// blocks as units, walked: unit u is that kernel's block (u % nx, u / nx % ny, u / (nx ny)) of
+// its grid (nx, ny, E S), and block b takes units b, b + gridDim.x, ... (the grid is what fits at
+// once), so a unit's epilogue runs while the producer copies the next unit's first k-steps. An
+// empty expert or split is skipped by both sides (its rows come from the offsets alone). The
+// epilogue from registers: S == 1 adds into dW (GG_ADD), S > 1 stores the fp32 partial (GG_F32),
+// the same bits as wgrad_wg_kernel<WS_BN>'s staged epilogue.
+__global__ void __launch_bounds__(WS_THREADS, 1)
+    wgrad_ws_kernel(bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q, int S) {
+    DYNAMIC_SMEM(unsigned char, raw);
+    unsigned char *ring = wg_align1024(raw);
+    ws_ring_init(ring);
+    unsigned step = 0;
+    // f(e, z, r0, rows, m0, m_lim, n0, n_lim) for each of this block's units that has rows
+    auto walk = [&](auto f) {
+        const int nx = (Q + WS_BN - 1) / WS_BN, ny = (P + WG_BM - 1) / WG_BM;
+        const long units = (long)nx * ny * E * S;
+        for (long u = blockIdx.x; u < units; u += gridDim.x) {
+            const int x = (int)(u % nx), y = (int)(u / nx % ny), z = (int)(u / ((long)nx * ny)), e = z / S;
+            int r0;
+            const int rows = wgrad_block_rows(offsets, e, z % S, S, &r0);
+            if (rows <= 0) continue;  // exactly nothing added (an empty expert; an empty split)
+            const int m0 = y * WG_BM, n0 = x * WS_BN;
+            f(e, z, r0, rows, m0, min(WG_BM, P - m0), n0, min(WS_BN, Q - n0));
+        }
+    };
+    if (threadIdx.x < 128) {
+        walk([&](int, int, int r0, int rows, int m0, int m_lim, int n0, int n_lim) {
+            ws_produce_tile<true, true>(ring, step, G + (size_t)r0 * P + m0, P, X + (size_t)r0 * Q + n0, Q, m_lim, n_lim,
+                                        rows);
+        });
+        ws_produce_end(ring, step);
+    } else {
+        walk([&](int e, int z, int, int rows, int m0, int m_lim, int n0, int n_lim) {
+            float d[WsTile::NACC];
+            ws_consume_tile<true, true>(d, ring, step, rows);
+            if (S == 1) ws_put<GG_ADD>(d, dW + (size_t)e * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
+            else ws_put<GG_F32>(d, ws + (size_t)z * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
+        });
+    }
+}
+
 // ---- the switches (HYBRID_MOE_WGMMA, HYBRID_MOE_WG_BN, HYBRID_MOE_WG_WS; tests: cuda_moe_set_wgmma,
 // _set_wg_bn, _set_wg_ws) ----
 static int g_env = -1, g_forced = -1, g_bn_env = -1, g_bn_forced = -1, g_ws_env = -1, g_ws_forced = -1;
@@ -208,21 +260,24 @@ static int wg_bn(void) {
 }
 extern "C" void cuda_moe_set_wg_bn(int bn) { g_bn_forced = bn == 128 || bn == 256 ? bn : -1; }
 
-// the warp-specialized plain-store row GEMMs: HYBRID_MOE_WG_WS=0 (the default: unset or empty) or 1,
-// anything else stops the run; they exist for the 128 x 256 tile only, so =1 with
-// HYBRID_MOE_WG_BN=128 stops it too (the tests' forcing, cuda_moe_set_wg_ws, applies at width 256 only)
-static int wg_ws_on(void) {
+// The warp-specialized kernels (grouped_gemm_ws.cuh): HYBRID_MOE_WG_WS=0 (the default: unset or
+// empty), WS_ROWS (`rows`: the plain-store row GEMMs) or WS_ALL (`all`: those and our weight
+// gradients); anything else stops the run. They exist for the 128 x 256 tile only, so rows or all
+// with HYBRID_MOE_WG_BN=128 stops it too (the tests' forcing, cuda_moe_set_wg_ws, applies at
+// width 256 only).
+enum { WS_OFF, WS_ROWS, WS_ALL };
+static int wg_ws(void) {
     if (g_ws_forced >= 0) return g_ws_forced;
     if (g_ws_env < 0) {
-        static const char *const names[] = {"0", "1"};
-        g_ws_env = env_choice("HYBRID_MOE_WG_WS", names, 2);
+        static const char *const names[] = {"0", "rows", "all"};
+        g_ws_env = env_choice("HYBRID_MOE_WG_WS", names, 3);
         if (g_ws_env && wg_bn() != WS_BN)
-            die("HYBRID_MOE_WG_WS=1: the warp-specialized row GEMMs have 128 x %d tiles only, not HYBRID_MOE_WG_BN=%d",
-                WS_BN, wg_bn());
+            die("HYBRID_MOE_WG_WS=%s: the warp-specialized GEMMs have 128 x %d tiles only, not HYBRID_MOE_WG_BN=%d",
+                names[g_ws_env], WS_BN, wg_bn());
     }
     return g_ws_env;
 }
-extern "C" void cuda_moe_set_wg_ws(int on) { g_ws_forced = on == 0 || on == 1 ? on : -1; }
+extern "C" void cuda_moe_set_wg_ws(int level) { g_ws_forced = level >= WS_OFF && level <= WS_ALL ? level : -1; }
 extern "C" long cuda_moe_wg_ws_launches(void) { return g_ws_launches; }
 
 // wgmma on a GPU that is not compute capability 9.0 stops the run (the kernels exist for sm_90a only)
@@ -285,7 +340,7 @@ static void wg_rows_run(const WgRows &a) {
 template <bool W_T, int EPI>
 static void wg_rows_launch(const WgRows &a) {
     g_launches++;
-    if (EPI == WG_EPI_STORE && wg_ws_on() && wg_bn() == WS_BN) {
+    if (EPI == WG_EPI_STORE && wg_ws() >= WS_ROWS && wg_bn() == WS_BN) {
         g_ws_launches++;
         launch_kernel(rows_ws_kernel<W_T>, dim3(wg_resident_blocks<rows_ws_kernel<W_T>, WS_THREADS, WS_SMEM>()),
                       dim3(WS_THREADS), WS_SMEM, a);
@@ -326,6 +381,14 @@ static int wg_wgrad_launch(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, c
                            int Q, int force_splits) {
     const int S = force_splits > 0 ? force_splits : wg_wgrad_splits<BN>(E, P, Q);
     *ws = S > 1 ? (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q) : NULL;
+    if (BN == WS_BN && wg_ws() == WS_ALL) {
+        g_ws_launches++;
+        const long units = (long)((Q + BN - 1) / BN) * ((P + WG_BM - 1) / WG_BM) * E * S;
+        const unsigned fit = wg_resident_blocks<wgrad_ws_kernel, WS_THREADS, WS_SMEM>();
+        launch_kernel(wgrad_ws_kernel, dim3(units < fit ? (unsigned)units : fit), dim3(WS_THREADS), WS_SMEM, dW, *ws, G,
+                      X, offsets, E, P, Q, S);
+        return S;
+    }
     wg_resident_blocks<wgrad_wg_kernel<BN>, WG_THREADS, WgTile<BN>::SMEM>();  // (the shared-memory opt-in, once)
     launch_kernel(wgrad_wg_kernel<BN>, dim3((Q + BN - 1) / BN, (P + WG_BM - 1) / WG_BM, E * S), dim3(WG_THREADS),
                   WgTile<BN>::SMEM, dW, *ws, G, X, offsets, P, Q, S);

@@ -1,7 +1,8 @@
-// The MoE row GEMMs' 128 x 256 wgmma tile, warp-specialized (HYBRID_MOE_WG_WS=1; off by default:
-// not yet measured on a GPU): the same product and the same bits as grouped_gemm_wg.cuh's wg_tile +
-// wg_store, with the copies and the MMAs on different warps, so that neither waits for the other
-// at every k-step.
+// The MoE expert GEMMs' 128 x 256 wgmma tile, warp-specialized (HYBRID_MOE_WG_WS=rows: the
+// plain-store row GEMMs; =all: our weight gradients too; off by default: not yet measured on a
+// GPU; kernels/moe/experts_wg.cu's rows_ws_kernel and wgrad_ws_kernel): the same product and the
+// same bits as grouped_gemm_wg.cuh's wg_tile + wg_store (wg_store_grad), with the copies and the
+// MMAs on different warps, so that neither waits for the other at every k-step.
 //
 // Why: Nsight Compute on the H200 (session 27; docs/hybrid.md, "The expert GEMMs on wgmma") put the
 // KL-S row GEMMs at 35-56% of L2 throughput, 34-57% of the SMs' and 26-44% of DRAM's: nothing
@@ -23,11 +24,11 @@
 //     writes; the tensor cores read through the async proxy), the four k16 wgmma, commit, wait
 //     until only they are in flight; then step i - 1's wgmma are done, so its stage is released
 //     (a fence, then one arrival a warp on empty). After the tile's last step: wait for all, release
-//     it, and store the accumulators straight from registers (wg_put_rows: no staging tile, the
-//     ring stays the producer's).
+//     it, and store the accumulators straight from registers (ws_put: no staging tile, the ring
+//     stays the producer's).
 //
 // The same bits as wg_tile + wg_store: each accumulator sees the same wgmma in the same k order,
-// and wg_put_rows rounds it to bf16 once as wg_stage does. Each k-step's copies zero-fill outside
+// and ws_put rounds it to bf16 once as wg_stage does (or adds or stores fp32 as wg_store_grad). Each k-step's copies zero-fill outside
 // (m_lim, n_lim, k_lim) as in wg_tile. The ring walk's parities: step i waits on full[i % 4] for
 // parity (i / 4) & 1 and on empty[i % 4] for ((i / 4) & 1) ^ 1 (a fresh barrier passes parity 1:
 // the first 4 steps wait for nothing).
@@ -61,10 +62,11 @@ __device__ __forceinline__ void ws_ring_init(unsigned char *ring) {
     __syncthreads();
 }
 
-// The producer's k-steps of one tile (warpgroup 0: threadIdx.x < 128). A (m_lim rows of the tile)
-// K-major at A, lda; B (n_lim rows) K-major (B_T = false: B[n ldb + k]) or MN-major (B[k ldb + n]);
-// k_lim the reduction's length. step: the ring step of the tile's first k-step, advanced past its last.
-template <bool B_T>
+// The producer's k-steps of one tile (warpgroup 0: threadIdx.x < 128), operands as wg_tile's: A
+// (m_lim rows of the tile) K-major (A_T = false: A[m lda + k]) or MN-major (A[k lda + m]), B (n_lim
+// rows) K-major (B[n ldb + k]) or MN-major (B_T: B[k ldb + n]); k_lim the reduction's length. step:
+// the ring step of the tile's first k-step, advanced past its last.
+template <bool A_T, bool B_T>
 __device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &step, const bf16 *A, long lda,
                                                 const bf16 *B, long ldb, int m_lim, int n_lim, int k_lim) {
     constexpr int S = WsTile::STAGES;
@@ -73,7 +75,7 @@ __device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &s
         const int s = step % S;
         mbar_wait(ws_empty(ring) + s, ((step / S) & 1) ^ 1);
         unsigned char *sa = ring + s * WsTile::STAGE_BYTES;
-        wg_load<false, WG_BM, 128>(sa, A, lda, m_lim, kt * WG_BK, k_lim);
+        wg_load<A_T, WG_BM, 128>(sa, A, lda, m_lim, kt * WG_BK, k_lim);
         wg_load<B_T, WS_BN, 128>(sa + WG_A_BYTES, B, ldb, n_lim, kt * WG_BK, k_lim);
         cp_async_mbar_arrive(ws_full(ring) + s);
     }
@@ -96,7 +98,7 @@ __device__ __forceinline__ void ws_release(unsigned char *ring, int s) {
 // A consumer warpgroup's product of one tile into d (this thread's 128 accumulators of rows
 // 64 cw .. 64 cw + 63, cw = threadIdx.x / 128 - 1), from the ring steps step .. step + nk - 1
 // (advanced past them): wg_tile's MMAs, waiting on the barriers instead of the block
-template <bool B_T>
+template <bool A_T, bool B_T>
 __device__ __forceinline__ void ws_consume_tile(float d[WsTile::NACC], unsigned char *ring, unsigned &step,
                                                 int k_lim) {
     constexpr int S = WsTile::STAGES;
@@ -111,9 +113,10 @@ __device__ __forceinline__ void ws_consume_tile(float d[WsTile::NACC], unsigned 
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 16; kk++) {  // (wg_tile's descriptors, warpgroup cw's rows)
-            const uint64_t da = wg_desc(sa + cw * (64 * 128) + kk * 32, 16, 1024);
+            const uint64_t da = A_T ? wg_desc(sa + cw * WG_MN_LBO + kk * 2048, WG_MN_LBO, 1024)
+                                    : wg_desc(sa + cw * (64 * 128) + kk * 32, 16, 1024);
             const uint64_t db = B_T ? wg_desc(sb + kk * 2048, WG_MN_LBO, 1024) : wg_desc(sb + kk * 32, 16, 1024);
-            wgmma_m64k16_bf16<WS_BN, false, B_T>(d, da, db, 1);
+            wgmma_m64k16_bf16<WS_BN, A_T, B_T>(d, da, db, 1);
         }
         wgmma_commit();
         wgmma_wait<1, WsTile::NACC>(d);  // step - 1's wgmma done (this warpgroup's)
@@ -123,19 +126,33 @@ __device__ __forceinline__ void ws_consume_tile(float d[WsTile::NACC], unsigned 
     if (nk > 0) ws_release(ring, (step - 1) % S);
 }
 
-// A consumer warpgroup's accumulators (wgmma.cuh's layout, rows 64 cw ..) as bf16 to D (row-major,
-// leading dimension ldd, at the tile's corner), rows < m_lim and columns < n_lim (a multiple of 8)
-// only: each register pair (two adjacent columns) rounded once and stored as 4 bytes, as wg_stage
-// rounds it, so the bits are wg_store's
-__device__ __forceinline__ void wg_put_rows(const float d[WsTile::NACC], bf16 *D, long ldd, int m_lim, int n_lim) {
+// A consumer warpgroup's accumulators (wgmma.cuh's layout, rows 64 cw ..) to D (row-major, leading
+// dimension ldd, at the tile's corner), rows < m_lim and columns < n_lim (a multiple of 8) only,
+// each register pair (two adjacent columns) in one access, as MODE (grouped_gemm.cuh) says:
+// GG_STORE, bf16 rounded once (4 bytes), as wg_stage rounds it, so the bits are wg_store's; GG_ADD,
+// D = bf16(D + tile) (a 4-byte read, one rounding of the fp32 sum), gg_put8's arithmetic; GG_F32,
+// the fp32 pair (8 bytes)
+template <int MODE, typename TD>
+__device__ __forceinline__ void ws_put(const float d[WsTile::NACC], TD *D, long ldd, int m_lim, int n_lim) {
+    static_assert((MODE == GG_F32) == (sizeof(TD) == 4), "GG_F32 writes float, the others bf16");
     const int tid = threadIdx.x, cw = (tid >> 7) - 1, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
 #pragma unroll
     for (int j = 0; j < WS_BN / 8; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int row = 64 * cw + 16 * w + g + 8 * h, col = 8 * j + 2 * t;
-            if (row < m_lim && col < n_lim)
-                *reinterpret_cast<uint32_t *>(D + (long)row * ldd + col) = pack_bf16(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+            if (row >= m_lim || col >= n_lim) continue;
+            float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
+            TD *p = D + (long)row * ldd + col;
+            if constexpr (MODE == GG_F32) {
+                *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
+            } else {
+                if constexpr (MODE == GG_ADD) {
+                    const float2 old = bf16x2_to_float2(*reinterpret_cast<const uint32_t *>(p));
+                    v0 += old.x, v1 += old.y;
+                }
+                *reinterpret_cast<uint32_t *>(p) = pack_bf16(v0, v1);
+            }
         }
 }
 

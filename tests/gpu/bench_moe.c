@@ -522,8 +522,9 @@ int main(int argc, char **argv) {
     printf("GEMMs of ours on wgmma: %s (HYBRID_MOE_WGMMA=auto, the default, on compute capability 9.0, or =1: "
            "the sm_90a warpgroup-MMA kernels, kernels/moe/experts_wg.cu; =0: mma.sync)\n",
            cuda_moe_wgmma() ? "yes" : "no");
-    printf("wgmma row GEMMs warp-specialized: HYBRID_MOE_WG_WS=%s (0, the default: one role a thread; 1: a producer "
-           "warpgroup and two consumers, kernels/moe/grouped_gemm_ws.cuh; launches counted at the end)\n",
+    printf("wgmma GEMMs warp-specialized: HYBRID_MOE_WG_WS=%s (0, the default: one role a thread; rows: the row "
+           "GEMMs on a producer warpgroup and two consumers, kernels/moe/grouped_gemm_ws.cuh; all: our weight gradients "
+           "too; launches counted at the end)\n",
            getenv("HYBRID_MOE_WG_WS") && *getenv("HYBRID_MOE_WG_WS") ? getenv("HYBRID_MOE_WG_WS") : "0");
     printf("inputs: x, dout randn (N, C); weights by the init rules (random router, natural load)\n");
 
@@ -682,7 +683,7 @@ int main(int argc, char **argv) {
 #ifdef HYBRID_CUDA_EMU
     printf("(CPU emulator: these times mean nothing)\n");
 #endif
-    printf("warp-specialized row GEMM launches: %ld\n", cuda_moe_wg_ws_launches());
+    printf("warp-specialized GEMM launches: %ld\n", cuda_moe_wg_ws_launches());
     if (json) printf("wrote %s\n", json);
     free(rec);
     free(info);

@@ -479,20 +479,26 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
               "GLU passes of their own: forward %ld, two backwards %ld (fused: forward %d, backward %d)", fwd_glu,
               bwd_glu, fused, suits);
     }
-    // wgmma at width 256: the plain-store row GEMMs warp-specialized (HYBRID_MOE_WG_WS=1:
-    // cuda_moe_set_wg_ws(1); a producer warpgroup, two consumers, mbarriers) against the rounds
-    // above (the default, one role a thread): the same bits, forward and backward; where the widths
-    // suit wgmma both row GEMMs of a forward and both dgrads of a backward run it
-    if (wgmma && path == PATH_OWN && path_orig == PATH_WGMMA) {
-        long fwd_ws, bwd_ws;
-        cuda_moe_set_wg_ws(1);
-        experts_same_bits(&run, "warp-specialized", cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
-        cuda_moe_set_wg_ws(-1);
-        printf("  %-28s forward %ld, backward (twice) %ld\n", "warp-specialized row GEMMs", fwd_ws, bwd_ws);
-        CHECK(fwd_ws == (suits ? 2 : 0) && bwd_ws == (suits ? 4 : 0),
-              "warp-specialized row GEMM launches: forward %ld (expected %d), two backwards %ld (expected %d)", fwd_ws,
-              suits ? 2 : 0, bwd_ws, suits ? 4 : 0);
-    }
+    // wgmma at width 256: the warp-specialized kernels (a producer warpgroup, two consumers,
+    // mbarriers; cuda_moe_set_wg_ws) against the rounds above (the default, one role a thread): the
+    // same bits, forward and backward, at HYBRID_MOE_WG_WS=rows (level 1: the plain-store row GEMMs)
+    // and =all (level 2: the weight gradients too, walking, any forced split); where the widths suit
+    // wgmma both row GEMMs of a forward run it, and both dgrads (and at level 2 both weight
+    // gradients) of a backward
+    if (wgmma && path == PATH_OWN && path_orig == PATH_WGMMA)
+        for (int level = 1; level <= 2; level++) {
+            long fwd_ws, bwd_ws;
+            cuda_moe_set_wg_ws(level);
+            experts_same_bits(&run, level == 1 ? "warp-specialized rows" : "warp-specialized all",
+                              cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
+            cuda_moe_set_wg_ws(-1);
+            const int want_f = suits ? 2 : 0, want_b = suits ? 4 * level : 0;
+            printf("  %-28s forward %ld, backward (twice) %ld\n",
+                   level == 1 ? "warp-specialized rows" : "warp-specialized all", fwd_ws, bwd_ws);
+            CHECK(fwd_ws == want_f && bwd_ws == want_b,
+                  "warp-specialized GEMM launches (level %d): forward %ld (expected %d), two backwards %ld (expected %d)",
+                  level, fwd_ws, want_f, bwd_ws, want_b);
+        }
     // the GLU's scalar kernels (cuda_moe_set_glu_vec(0)) give the bits of the vector ones, which
     // run where M % 8 == 0 (every buffer here is 16-byte aligned): forward and backward again on
     // the scalar kernels, bit-identical to the first (our GEMMs only: the GLU is the same pass on
@@ -815,18 +821,18 @@ static void test_wgmma_gpu(void) {
 static void experts_ws_bn128(void *arg) {
     (void)arg;
     unsetenv("HYBRID_MOE_GEMM");
-    setenv("HYBRID_MOE_WGMMA", "1", 1), setenv("HYBRID_MOE_WG_BN", "128", 1), setenv("HYBRID_MOE_WG_WS", "1", 1);
+    setenv("HYBRID_MOE_WGMMA", "1", 1), setenv("HYBRID_MOE_WG_BN", "128", 1), setenv("HYBRID_MOE_WG_WS", "rows", 1);
     experts_small_forward();
 }
 static void test_switch_errors(void) {
-    CHECK(expect_death(experts_ws_bn128, NULL, "HYBRID_MOE_WG_WS=1 with HYBRID_MOE_WG_BN=128", "HYBRID_MOE_WG_WS=1",
-                       "HYBRID_MOE_WG_BN=128"),
-          "HYBRID_MOE_WG_WS=1 with the 128-wide tile is refused by name");
+    CHECK(expect_death(experts_ws_bn128, NULL, "HYBRID_MOE_WG_WS=rows with HYBRID_MOE_WG_BN=128",
+                       "HYBRID_MOE_WG_WS=rows", "HYBRID_MOE_WG_BN=128"),
+          "HYBRID_MOE_WG_WS=rows with the 128-wide tile is refused by name");
     static const BadSwitch bad[] = {{"HYBRID_MOE_GEMM", "owned", NULL},
                                     {"HYBRID_MOE_WGMMA", "on", NULL},
                                     {"HYBRID_MOE_WG_BN", "64", "HYBRID_MOE_WGMMA"},
                                     {"HYBRID_MOE_WG_GLU_FUSED", "yes", "HYBRID_MOE_WGMMA"},
-                                    {"HYBRID_MOE_WG_WS", "on", "HYBRID_MOE_WGMMA"}};
+                                    {"HYBRID_MOE_WG_WS", "1", "HYBRID_MOE_WGMMA"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char want[64];
         snprintf(want, sizeof want, "%s=%s", bad[i].name, bad[i].value);

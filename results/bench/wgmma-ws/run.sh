@@ -1,23 +1,23 @@
 #!/bin/bash
-# One device call for the warp-specialized MoE row GEMMs (HYBRID_MOE_WG_WS=1,
+# One device call for the warp-specialized MoE GEMMs (HYBRID_MOE_WG_WS=rows|all,
 # kernels/moe/grouped_gemm_ws.cuh; issue 17), on main. In order of need, each step under the
 # call's clock (what is cut still leaves the steps before it):
 #   1. test_moe on the GPU (the WS kernels against the default bit for bit, every case);
-#   2. bench_moe with HYBRID_MOE_WG_WS 0 and 1, alternating, up to three rounds, then the
-#      per-stem medians (scripts/bench_summary_moe.py paths);
+#   2. bench_moe with HYBRID_MOE_WG_WS 0, rows and all, alternating, up to three rounds, then
+#      the per-stem medians (scripts/bench_summary_moe.py paths);
 #   3. PyTorch's reference on the same shapes (the large layer's 1.5x in the same call) and the
-#      side-by-side with the first WS=0 and WS=1 runs;
+#      side-by-side with each setting's first run;
 #   4. Nsight Compute (SpeedOfLight, WarpStateStats) of the row GEMMs at KL-S, both kernels.
 # Call: carry nothing. Outputs under $OUT.
 export NCCL_NVLS_ENABLE=0; set -u
 make -j16 out/build/gpu/test_moe out/build/gpu/bench_moe > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 echo "built at $SECONDS s"
-grep -A3 "rows_ws_kernel" $OUT/build.log | grep -E "registers|spill" | head -4
+grep -h -A3 "Compiling entry function .*_ws_kernel" out/build/cu/kernels/moe/experts_wg.o.res | grep -E "Compiling|spill|Used"  # (ptxas: registers, spills)
 timeout 200 out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; echo "test_moe rc $? at $SECONDS s: $(tail -1 $OUT/test_moe.log)"
-grep -m 6 "FAIL\|warp-specialized row GEMMs" $OUT/test_moe.log
+grep -m 6 "FAIL\|warp-specialized all  " $OUT/test_moe.log
 cols=""
 for i in 1 2 3; do
-    for v in 0 1; do
+    for v in 0 rows all; do
         [ $SECONDS -lt 330 ] || break 2
         HYBRID_MOE_WG_WS=$v out/build/gpu/bench_moe --json $OUT/moe_ws${v}_$i.json > $OUT/bench_ws${v}_$i.log 2>&1 ||
             echo "bench_moe WS $v round $i failed"
@@ -31,16 +31,16 @@ left=$((500 - SECONDS))
 if [ $left -gt 60 ]; then
     timeout $left python3 -u scripts/bench_torch_moe.py --json $OUT/moe_torch.json > $OUT/torch.log 2>&1
     echo "torch rc $? at $SECONDS s"
-    for v in 0 1; do
+    for v in 0 rows all; do
         [ -f $OUT/moe_ws${v}_1.json ] && [ -f $OUT/moe_torch.json ] &&
             { echo "== WS $v vs PyTorch"; python3 scripts/bench_summary_moe.py $OUT/moe_ws${v}_1.json $OUT/moe_torch.json; }
     done
 fi
-for v in 0 1; do
+for v in 0 all; do
     left=$((585 - SECONDS)); [ $left -gt 20 ] || break
     HYBRID_MOE_WG_WS=$v timeout $left ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
-        -k regex:rows_w -c 4 out/build/gpu/bench_moe --shape config --reps 1 --warmup 0 --profile-reps 0 > $OUT/ncu_ws$v.txt 2>&1
+        -k regex:"rows_w|wgrad_w" -c 6 out/build/gpu/bench_moe --shape config --reps 1 --warmup 0 --profile-reps 0 > $OUT/ncu_ws$v.txt 2>&1
     echo "ncu WS $v rc $? at $SECONDS s"
-    grep -E "rows_w[gs]_kernel|Duration|L2 Cache Throughput|DRAM Throughput|Compute \(SM\) Throughput|Stall|Warp Cycles" $OUT/ncu_ws$v.txt | head -40
+    grep -E "rows_w[gs]_kernel|wgrad_w[gs]_kernel|Duration|L2 Cache Throughput|DRAM Throughput|Compute \(SM\) Throughput|Stall|Warp Cycles" $OUT/ncu_ws$v.txt | head -40
 done
 echo "total $SECONDS s"
