@@ -391,7 +391,10 @@ int main(void) {
           "data mismatch message:\n%s", out);
     free(out);
 
-    // ---- a rank that dies takes the job down (no hang): a bad token in rank 1's slice ----
+    // ---- a rank that dies takes the job down (no hang): a bad token in rank 1's slice. Every
+    // rank checks every shard when it opens the set (data/shardcheck.c, since the manifests), so
+    // both find the token; whichever check ends first names its rank and aborts the job, so the
+    // message may come from either (a rank that alone dies: the kill below) ----
     CHECK(run("mkdir -p " DIR_ "/bad && cp " DIR_ "/data/train_000000.bin " DIR_ "/bad/train_000000.bin") == 0, "copy");
     {
         // token 70 lies in rank 1's half of the first global micro-batch (rank 1 reads 64..128)
@@ -408,7 +411,23 @@ int main(void) {
     double took = now_seconds() - t0;
     out = log_text();
     CHECK(rc != 0 && rc != 124 && took < 120, "the job should fail fast (rc %d after %.0f s):\n%s", rc, took, out);
-    CHECK(strstr(out, "[rank 1]") && strstr(out, "9999"), "the dying rank's message:\n%s", out);
+    CHECK((strstr(out, "[rank 0]") || strstr(out, "[rank 1]")) && strstr(out, "9999"), "the dying rank's message:\n%s",
+          out);
+    free(out);
+
+    // ---- rank 1 alone killed (SIGKILL after its second step: HYBRID_KILL_AT in its environment
+    // only, through env as its program) while rank 0 goes on: mpirun ends the job fast, naming
+    // the killed rank ----
+    t0 = now_seconds();
+    rc = run(MPIRUN "-np 1 %s" TINY "--batch_size 2 --out_dir " DIR_ "/killed : -np 1 env HYBRID_KILL_AT=train-step:2 %s"
+                    TINY "--batch_size 2 --out_dir " DIR_ "/killed",
+             g_bin, g_bin);
+    took = now_seconds() - t0;
+    out = log_text();
+    CHECK(rc != 0 && rc != 124 && took < 120, "a killed rank should end the job fast (rc %d after %.0f s):\n%s", rc,
+          took, out);
+    CHECK(strstr(out, "rank 1") && (strstr(out, "signal 9") || strstr(out, "Killed")), "mpirun names the killed rank:\n%s",
+          out);
     free(out);
 
     // ---- SIGTERM to mpirun (a scheduler's stop): every rank finishes the same step, one
