@@ -110,6 +110,10 @@ void cuda_moe_set_wg_glu(int on);
 // rows, all; unset: off); the counter: GEMM calls that ran a warp-specialized kernel
 void cuda_moe_set_wg_ws(int level);
 long cuda_moe_wg_ws_launches(void);
+// their row GEMMs' expert weights copied by TMA (kernels/tma.cuh): 1 on, 0 off, -1 as
+// HYBRID_MOE_WG_TMA says (unset: off); the counter: row GEMM calls that ran it
+void cuda_moe_set_wg_tma(int on);
+long cuda_moe_wg_tma_launches(void);
 
 #ifdef HYBRID_CUDA_EMU
 // The CPU emulator's GPU as another compute capability (major * 10 + minor; the emulator

@@ -155,14 +155,21 @@ __device__ __forceinline__ void ws_rows_walk(const WgRows &a, F f) {
         f(e, r0, min(WG_BM, a.offsets[e + 1] - r0), n0, min(WS_BN, a.n_out - n0));
     }
 }
-template <bool W_T>
-__global__ void __launch_bounds__(WS_THREADS, 1) rows_ws_kernel(WgRows a) {
+// TMA: the weights copied by TMA through wmap (ws_produce_tile's TMA; HYBRID_MOE_WG_TMA=1), else
+// wmap is not read.
+template <bool W_T, bool TMA>
+__global__ void __launch_bounds__(WS_THREADS, 1) rows_ws_kernel(WgRows a, const __grid_constant__ CUtensorMap wmap) {
     DYNAMIC_SMEM(unsigned char, raw);  // WS_SMEM: 1024 of alignment slack, the ring, its barriers
     unsigned char *ring = wg_align1024(raw);
-    ws_ring_init(ring);
+    ws_ring_init(ring, TMA ? 129 : 128);
     unsigned step = 0;  // the ring step of the next k-step (this side's count; the sides agree)
     if (threadIdx.x < 128) {
         ws_rows_walk(a, [&](int e, int r0, int m_lim, int n0, int n_lim) {
+            if (TMA) {
+                ws_produce_tile<false, W_T, true>(ring, step, a.X + (size_t)r0 * a.kd, a.kd, nullptr, 0, m_lim, n_lim,
+                                                  a.kd, &wmap, e, n0);
+                return;
+            }
             const bf16 *We = a.W + (size_t)e * a.n_out * a.kd;
             ws_produce_tile<false, W_T>(ring, step, a.X + (size_t)r0 * a.kd, a.kd,
                                         W_T ? We + n0 : We + (size_t)n0 * a.kd, W_T ? a.n_out : a.kd, m_lim, n_lim,
@@ -245,8 +252,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 
 // ---- the switches (HYBRID_MOE_WGMMA, HYBRID_MOE_WG_BN, HYBRID_MOE_WG_WS; tests: cuda_moe_set_wgmma,
 // _set_wg_bn, _set_wg_ws) ----
-static int g_env = -1, g_forced = -1, g_bn_env = -1, g_bn_forced = -1, g_ws_env = -1, g_ws_forced = -1;
-static long g_launches, g_ws_launches;
+static int g_env = -1, g_forced = -1, g_bn_env = -1, g_bn_forced = -1, g_ws_env = -1, g_ws_forced = -1,
+           g_tma_env = -1, g_tma_forced = -1;
+static long g_launches, g_ws_launches, g_tma_launches;
 
 // the tile width: HYBRID_MOE_WG_BN=256 (the default: unset or empty) or 128 (grouped_gemm_wg.cuh's
 // two tiles; which is faster where is the H200's to say), anything else stops the run
@@ -278,6 +286,34 @@ static int wg_ws(void) {
     return g_ws_env;
 }
 extern "C" void cuda_moe_set_wg_ws(int level) { g_ws_forced = level >= WS_OFF && level <= WS_ALL ? level : -1; }
+
+// The warp-specialized row GEMMs' weights by TMA (ws_produce_tile's TMA): HYBRID_MOE_WG_TMA=0 (the
+// default: unset or empty) or 1, which needs HYBRID_MOE_WG_WS=rows or all (else it stops the run);
+// anything else stops it too. (Only the weights: the rows of X are a device-side count, which a
+// map made on the host cannot bound; nor the weight gradients, whose reductions end at an
+// expert's last row, which a box would run past.)
+static int wg_tma(void) {
+    if (g_tma_forced >= 0) return g_tma_forced;
+    if (g_tma_env < 0) {
+        static const char *const names[] = {"0", "1"};
+        g_tma_env = env_choice("HYBRID_MOE_WG_TMA", names, 2);
+        if (g_tma_env && wg_ws() == WS_OFF)
+            die("HYBRID_MOE_WG_TMA=1: the TMA copies are the warp-specialized row GEMMs' (set HYBRID_MOE_WG_WS=rows "
+                "or all)");
+    }
+    return g_tma_env;
+}
+extern "C" void cuda_moe_set_wg_tma(int on) { g_tma_forced = on == 0 || on == 1 ? on : -1; }
+extern "C" long cuda_moe_wg_tma_launches(void) { return g_tma_launches; }
+
+// the TMA map of the expert weights W of a row GEMM (E experts of n_out x kd, K-major, W_T = false;
+// or kd x n_out, MN-major), its boxes as ws_produce_tile's TMA takes them
+static void ws_weight_map(CUtensorMap *m, const WgRows &a, bool w_t) {
+    const uint64_t inner = w_t ? a.n_out : a.kd, outer = w_t ? a.kd : a.n_out;
+    const uint64_t dims[3] = {inner, outer, (uint64_t)a.E}, strides[2] = {inner * 2, inner * outer * 2};
+    const uint32_t box[3] = {64, w_t ? 64u : (uint32_t)WS_BN, 1};
+    tma_map_bf16(m, a.W, 3, dims, strides, box);
+}
 extern "C" long cuda_moe_wg_ws_launches(void) { return g_ws_launches; }
 
 // wgmma on a GPU that is not compute capability 9.0 stops the run (the kernels exist for sm_90a only)
@@ -340,10 +376,22 @@ static void wg_rows_run(const WgRows &a) {
 template <bool W_T, int EPI>
 static void wg_rows_launch(const WgRows &a) {
     g_launches++;
+    const int tma = wg_tma();  // (read at every launch: a bad value stops the run even where unused)
     if (EPI == WG_EPI_STORE && wg_ws() >= WS_ROWS && wg_bn() == WS_BN) {
         g_ws_launches++;
-        launch_kernel(rows_ws_kernel<W_T>, dim3(wg_resident_blocks<rows_ws_kernel<W_T>, WS_THREADS, WS_SMEM>()),
-                      dim3(WS_THREADS), WS_SMEM, a);
+        CUtensorMap wmap;
+        memset(&wmap, 0, sizeof wmap);
+        if (tma) {
+            g_tma_launches++;
+            ws_weight_map(&wmap, a, W_T);
+            launch_kernel(rows_ws_kernel<W_T, true>,
+                          dim3(wg_resident_blocks<rows_ws_kernel<W_T, true>, WS_THREADS, WS_SMEM>()), dim3(WS_THREADS),
+                          WS_SMEM, a, wmap);
+        } else {
+            launch_kernel(rows_ws_kernel<W_T, false>,
+                          dim3(wg_resident_blocks<rows_ws_kernel<W_T, false>, WS_THREADS, WS_SMEM>()), dim3(WS_THREADS),
+                          WS_SMEM, a, wmap);
+        }
     } else if (wg_bn() == 128) wg_rows_run<128, W_T, EPI>(a);
     else wg_rows_run<256, W_T, EPI>(a);
 }

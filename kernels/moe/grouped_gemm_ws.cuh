@@ -37,6 +37,7 @@
 
 #include "kernels/mbarrier.cuh"
 #include "kernels/moe/grouped_gemm_wg.cuh"
+#include "kernels/tma.cuh"
 
 #define WS_BN 256
 #define WS_THREADS 384  // a producer warpgroup, two consumer warpgroups
@@ -52,11 +53,12 @@ __device__ __forceinline__ uint64_t *ws_full(unsigned char *ring) {
 }
 __device__ __forceinline__ uint64_t *ws_empty(unsigned char *ring) { return ws_full(ring) + WsTile::STAGES; }
 
-// thread 0 initialises the barriers; then a __syncthreads (the last one of the kernel)
-__device__ __forceinline__ void ws_ring_init(unsigned char *ring) {
+// thread 0 initialises the barriers (full_arrivals: each stage's arrivals, 128 producer threads'
+// copies, + 1 with the weights on TMA); then a __syncthreads (the last one of the kernel)
+__device__ __forceinline__ void ws_ring_init(unsigned char *ring, unsigned full_arrivals = 128) {
     if (threadIdx.x == 0)
         for (int s = 0; s < WsTile::STAGES; s++) {
-            mbar_init(ws_full(ring) + s, 128);
+            mbar_init(ws_full(ring) + s, full_arrivals);
             mbar_init(ws_empty(ring) + s, WS_CONSUMER_WARPS);
         }
     __syncthreads();
@@ -66,18 +68,35 @@ __device__ __forceinline__ void ws_ring_init(unsigned char *ring) {
 // (m_lim rows of the tile) K-major (A_T = false: A[m lda + k]) or MN-major (A[k lda + m]), B (n_lim
 // rows) K-major (B[n ldb + k]) or MN-major (B_T: B[k ldb + n]); k_lim the reduction's length. step:
 // the ring step of the tile's first k-step, advanced past its last.
-template <bool A_T, bool B_T>
+// TMA (HYBRID_MOE_WG_TMA=1; the row GEMMs, A K-major): B, the expert weights, copied by TMA through
+// map wmap (rank 3, the expert e its third coordinate) instead of B and ldb: thread 0 announces
+// B's 32 KiB on full[s] (its 129th arrival) and issues B's boxes: K-major (B_T = false: dims {k, n,
+// e}), one box {64 k, 256 n} at column n0; MN-major (dims {n, k, e}), four boxes {64 n, 64 k}, one
+// for each column of 64 n (WG_MN_LBO apart). Rows past the tensor's n and k read as zero, as the
+// cp.async zero-fill gives.
+template <bool A_T, bool B_T, bool TMA = false>
 __device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &step, const bf16 *A, long lda,
-                                                const bf16 *B, long ldb, int m_lim, int n_lim, int k_lim) {
+                                                const bf16 *B, long ldb, int m_lim, int n_lim, int k_lim,
+                                                const CUtensorMap *wmap = nullptr, int e = 0, int n0 = 0) {
+    static_assert(!TMA || !A_T, "TMA: the row GEMMs' weights");
     constexpr int S = WsTile::STAGES;
     const int nk = (k_lim + WG_BK - 1) / WG_BK;
     for (int kt = 0; kt < nk; kt++, step++) {
         const int s = step % S;
         mbar_wait(ws_empty(ring) + s, ((step / S) & 1) ^ 1);
-        unsigned char *sa = ring + s * WsTile::STAGE_BYTES;
+        unsigned char *sa = ring + s * WsTile::STAGE_BYTES, *sb = sa + WG_A_BYTES;
+        uint64_t *full = ws_full(ring) + s;
+        if (!TMA) {
+            wg_load<B_T, WS_BN, 128>(sb, B, ldb, n_lim, kt * WG_BK, k_lim);
+        } else if (threadIdx.x == 0) {
+            mbar_arrive_expect_tx(full, WsTile::B_BYTES);
+            if (B_T)
+                for (int j = 0; j < WS_BN / 64; j++) tma_load_3d(sb + j * WG_MN_LBO, wmap, n0 + 64 * j, kt * WG_BK, e, full);
+            else
+                tma_load_3d(sb, wmap, kt * WG_BK, n0, e, full);
+        }
         wg_load<A_T, WG_BM, 128>(sa, A, lda, m_lim, kt * WG_BK, k_lim);
-        wg_load<B_T, WS_BN, 128>(sa + WG_A_BYTES, B, ldb, n_lim, kt * WG_BK, k_lim);
-        cp_async_mbar_arrive(ws_full(ring) + s);
+        cp_async_mbar_arrive(full);
     }
 }
 

@@ -109,11 +109,30 @@ struct Fiber {
     unsigned mbar_parity;           // phase that must complete (emu_mbar_wait)
 };
 
-// An mbarrier (kernels/mbarrier.cuh): arrivals a phase, those still pending, bytes owed, parity
+// A TMA map as emu_tma_encode writes it into a CUtensorMap's 128 bytes (kernels/tma.cuh)
+struct EmuTmaMap {
+    uint32_t magic;  // kTmaMagic: a map this emulator encoded
+    int rank;
+    const unsigned char *base;
+    uint64_t dims[3], strides[3];  // strides in bytes, strides[0] = 2 (bf16)
+    uint32_t box[3];
+};
+static_assert(sizeof(EmuTmaMap) <= sizeof(CUtensorMap), "the map fits a CUtensorMap");
+const uint32_t kTmaMagic = 0x544d4131;
+// A TMA copy issued and not yet landed (emu_tma_load)
+struct TmaOp {
+    unsigned char *dst;
+    EmuTmaMap map;
+    int c[3];
+};
+
+// An mbarrier (kernels/mbarrier.cuh): arrivals a phase, those still pending, bytes owed, parity;
+// the TMA copies that complete against it, not yet landed
 struct MBar {
     unsigned expected, pending;
     long tx;
     unsigned phase;
+    std::vector<TmaOp> tma;
 };
 
 struct Block {
@@ -286,6 +305,10 @@ void run_block(unsigned nthreads) {
     B.wg_issue.assign((nthreads + 127) / 128, {});
     B.round = 0, B.pos = 0, B.ran = 0;
     for (int t = pick_next(); t != kBlockDone; t = B.next) resume_fiber((unsigned)t);
+    for (const auto &kv : B.mbars)
+        if (!kv.second.tma.empty())
+            emu_die("%s: the block ends with %zu TMA copies that nobody waited for (their mbarrier's phase)", B.where,
+                    kv.second.tma.size());
 }
 
 }  // namespace
@@ -449,11 +472,50 @@ void mbar_complete_if_done(const void *bar, MBar &m) {
     for (Fiber &f : B.fibers)
         if (f.wait == AT_MBARRIER && f.mbar == bar && f.mbar_parity != m.phase) f.wait = RUNNING, f.mbar = nullptr;
 }
+uint64_t tma_box_bytes(const EmuTmaMap &t) {
+    uint64_t n = 2;
+    for (int d = 0; d < t.rank; d++) n *= t.box[d];
+    return n;
+}
+// The TMA copies queued on bar land (in issue order), each paying its bytes against the phase.
+// The emulator lands them at the first wait on the barrier, or at once when a thread is waiting
+// on it already (tma_land_if_waited: at a copy's issue and at each arrival), so that a thread
+// that reads the box without waiting reads the 0xff bytes emu_tma_load left there.
+void tma_land(const void *bar, MBar &m) {
+    if (m.tma.empty()) return;
+    for (const TmaOp &op : m.tma) {
+        const EmuTmaMap &t = op.map;
+        const uint32_t b1 = t.box[1], b2 = t.rank > 2 ? t.box[2] : 1;
+        for (uint32_t i2 = 0; i2 < b2; i2++)
+            for (uint32_t i1 = 0; i1 < b1; i1++) {
+                const uint32_t r = i2 * b1 + i1;  // the box's row: 128 bytes of shared memory
+                const int64_t g1 = (int64_t)op.c[1] + i1, g2 = t.rank > 2 ? (int64_t)op.c[2] + i2 : 0;
+                const bool row_in = g1 >= 0 && (uint64_t)g1 < t.dims[1] && g2 >= 0 &&
+                                    (t.rank < 3 || (uint64_t)g2 < t.dims[2]);
+                for (uint32_t i0 = 0; i0 < t.box[0]; i0++) {
+                    const int64_t g0 = (int64_t)op.c[0] + i0;
+                    const uint32_t o = r * 128 + i0 * 2, sw = o ^ (((o >> 7) & 7) << 4);  // the 128-byte swizzle
+                    if (row_in && g0 >= 0 && (uint64_t)g0 < t.dims[0])
+                        memcpy(op.dst + sw, t.base + (uint64_t)g0 * 2 + (uint64_t)g1 * t.strides[1] +
+                                                (uint64_t)g2 * t.strides[2], 2);
+                    else
+                        memset(op.dst + sw, 0, 2);
+                }
+            }
+        m.tx -= (long)tma_box_bytes(t);
+    }
+    m.tma.clear();
+    mbar_complete_if_done(bar, m);
+}
+void tma_land_if_waited(const void *bar, MBar &m) {
+    for (const Fiber &f : B.fibers)
+        if (f.wait == AT_MBARRIER && f.mbar == bar) return tma_land(bar, m);
+}
 }  // namespace
 void emu_mbar_init(uint64_t *bar, unsigned count) {
     (void)emu_smem_address(bar);  // (dies outside the block's dynamic shared memory)
     if (count == 0) emu_die("%s: mbar_init with an arrival count of 0", B.where);
-    if (!B.mbars.emplace(bar, MBar{count, count, 0, 0}).second)
+    if (!B.mbars.emplace(bar, MBar{count, count, 0, 0, {}}).second)
         emu_die("%s: mbar_init on an mbarrier already initialised in this block", B.where);
 }
 void emu_mbar_arrive(uint64_t *bar, unsigned tx_bytes) {
@@ -462,14 +524,61 @@ void emu_mbar_arrive(uint64_t *bar, unsigned tx_bytes) {
     m.tx += tx_bytes;
     m.pending--;
     mbar_complete_if_done(bar, m);
+    tma_land_if_waited(bar, m);
 }
 void emu_mbar_wait(uint64_t *bar, unsigned parity) {
     MBar &m = mbar_of(bar, "a wait");
+    tma_land(bar, m);
     if (m.phase != (parity & 1)) return;  // that phase has completed
     Fiber &f = B.fibers[B.cur];
     f.wait = AT_MBARRIER, f.mbar = bar, f.mbar_parity = parity & 1;
     yield_to_scheduler();
 }
+// ---- TMA (kernels/tma.cuh) ----
+// The map checked as the driver checks what these kernels use (rank 2 or 3, base 16-byte aligned,
+// strides multiples of 16, each box extent 1..256, the box's rows 128 bytes: the 128-byte
+// swizzle's), then written into the CUtensorMap; a map that breaks a rule stops the run.
+void emu_tma_encode(CUtensorMap *m, const void *base, int rank, const uint64_t *dims, const uint64_t *strides,
+                    const uint32_t *box) {
+    if (rank < 2 || rank > 3) emu_die("TMA map: rank %d (the emulator models 2 and 3)", rank);
+    if ((uintptr_t)base % 16) emu_die("TMA map: base %p is not 16-byte aligned", base);
+    EmuTmaMap t = {};
+    t.magic = kTmaMagic, t.rank = rank, t.base = (const unsigned char *)base, t.strides[0] = 2;
+    for (int d = 0; d < rank; d++) {
+        if (dims[d] == 0 || box[d] == 0 || box[d] > 256)
+            emu_die("TMA map: dimension %d of %llu elements, box %u (each box extent 1..256)", d,
+                    (unsigned long long)dims[d], box[d]);
+        t.dims[d] = dims[d], t.box[d] = box[d];
+        if (d > 0) {
+            if (strides[d - 1] % 16) emu_die("TMA map: stride %llu bytes of dimension %d is not a multiple of 16",
+                                             (unsigned long long)strides[d - 1], d);
+            t.strides[d] = strides[d - 1];
+        }
+    }
+    if (box[0] * 2 != 128) emu_die("TMA map: a box row of %u bytes (the 128-byte swizzle's rows are 128)", box[0] * 2);
+    memset(m, 0, sizeof *m);
+    memcpy(m, &t, sizeof t);
+}
+// One thread's copy of a box into dst: dst's bytes read 0xff until the copy lands (tma_land, at the
+// first wait on bar); dst must be a 1024-byte aligned place in the block's dynamic shared memory
+// with the whole box inside it, and bar an initialised mbarrier.
+void emu_tma_load(void *dst, const CUtensorMap *m, const int *coords, int rank, uint64_t *bar) {
+    EmuTmaMap t;
+    memcpy(&t, m, sizeof t);
+    if (t.magic != kTmaMagic) emu_die("%s: a TMA copy through a map that emu_tma_encode did not write", B.where);
+    if (t.rank != rank) emu_die("%s: a rank-%d TMA copy through a rank-%d map", B.where, rank, t.rank);
+    if (emu_smem_address(dst) % 1024) emu_die("%s: a TMA copy (128-byte swizzle) to a shared address not 1024-byte aligned", B.where);
+    const uint64_t bytes = tma_box_bytes(t);
+    if ((unsigned char *)dst + bytes > B.smem + B.smem_size)
+        emu_die("%s: a TMA box of %llu bytes runs past the block's dynamic shared memory", B.where,
+                (unsigned long long)bytes);
+    MBar &mb = mbar_of(bar, "a TMA copy");
+    memset(dst, 0xff, bytes);
+    TmaOp op = {(unsigned char *)dst, t, {coords[0], coords[1], rank > 2 ? coords[2] : 0}};
+    mb.tma.push_back(op);
+    tma_land_if_waited(bar, mb);
+}
+
 // the thread's cp.async so far land now (the earliest the GPU may land them), then its arrival
 void emu_cp_async_mbar_arrive(uint64_t *bar) {
     emu_cp_async_finish();

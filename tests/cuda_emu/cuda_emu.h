@@ -186,6 +186,10 @@ template <typename T> static inline T atomicMax(T *p, T v) {
 }
 
 // ---- the runtime API subset ----
+// a TMA map (kernels/tma.cuh): 128 bytes, as the driver's; here the emulator's own encoding
+struct alignas(64) CUtensorMap {
+    unsigned long long opaque[16];
+};
 typedef int cudaError_t;
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 typedef struct EmuStream *cudaStream_t;

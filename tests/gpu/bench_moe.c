@@ -526,6 +526,8 @@ int main(int argc, char **argv) {
            "GEMMs on a producer warpgroup and two consumers, kernels/moe/grouped_gemm_ws.cuh; all: our weight gradients "
            "too; launches counted at the end)\n",
            getenv("HYBRID_MOE_WG_WS") && *getenv("HYBRID_MOE_WG_WS") ? getenv("HYBRID_MOE_WG_WS") : "0");
+    printf("their row GEMMs' weights by TMA: HYBRID_MOE_WG_TMA=%s (0, the default, or 1)\n",
+           getenv("HYBRID_MOE_WG_TMA") && *getenv("HYBRID_MOE_WG_TMA") ? getenv("HYBRID_MOE_WG_TMA") : "0");
     printf("inputs: x, dout randn (N, C); weights by the init rules (random router, natural load)\n");
 
     Record *rec = xmalloc(sizeof(Record) * (size_t)nshapes * NPASS);
@@ -683,7 +685,8 @@ int main(int argc, char **argv) {
 #ifdef HYBRID_CUDA_EMU
     printf("(CPU emulator: these times mean nothing)\n");
 #endif
-    printf("warp-specialized GEMM launches: %ld\n", cuda_moe_wg_ws_launches());
+    printf("warp-specialized GEMM launches: %ld (row GEMMs with TMA: %ld)\n", cuda_moe_wg_ws_launches(),
+           cuda_moe_wg_tma_launches());
     if (json) printf("wrote %s\n", json);
     free(rec);
     free(info);

@@ -481,23 +481,27 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     }
     // wgmma at width 256: the warp-specialized kernels (a producer warpgroup, two consumers,
     // mbarriers; cuda_moe_set_wg_ws) against the rounds above (the default, one role a thread): the
-    // same bits, forward and backward, at HYBRID_MOE_WG_WS=rows (level 1: the plain-store row GEMMs)
-    // and =all (level 2: the weight gradients too, walking, any forced split); where the widths suit
-    // wgmma both row GEMMs of a forward run it, and both dgrads (and at level 2 both weight
-    // gradients) of a backward
+    // same bits, forward and backward, at HYBRID_MOE_WG_WS=rows (level 1: the plain-store row GEMMs),
+    // =all (level 2: the weight gradients too, walking, any forced split) and =all with
+    // HYBRID_MOE_WG_TMA=1 (the row GEMMs' weights copied by TMA: cuda_moe_set_wg_tma); where the
+    // widths suit wgmma both row GEMMs of a forward run it, and both dgrads (and at level 2 both
+    // weight gradients) of a backward, the row GEMMs through TMA where it is on
     if (wgmma && path == PATH_OWN && path_orig == PATH_WGMMA)
-        for (int level = 1; level <= 2; level++) {
+        for (int v = 0; v < 3; v++) {
+            static const char *const tags[3] = {"warp-specialized rows", "warp-specialized all", "warp-spec. all + TMA"};
+            const int level = v == 0 ? 1 : 2, tma = v == 2;
             long fwd_ws, bwd_ws;
-            cuda_moe_set_wg_ws(level);
-            experts_same_bits(&run, level == 1 ? "warp-specialized rows" : "warp-specialized all",
-                              cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
-            cuda_moe_set_wg_ws(-1);
-            const int want_f = suits ? 2 : 0, want_b = suits ? 4 * level : 0;
-            printf("  %-28s forward %ld, backward (twice) %ld\n",
-                   level == 1 ? "warp-specialized rows" : "warp-specialized all", fwd_ws, bwd_ws);
-            CHECK(fwd_ws == want_f && bwd_ws == want_b,
-                  "warp-specialized GEMM launches (level %d): forward %ld (expected %d), two backwards %ld (expected %d)",
-                  level, fwd_ws, want_f, bwd_ws, want_b);
+            const long t0 = cuda_moe_wg_tma_launches();
+            cuda_moe_set_wg_ws(level), cuda_moe_set_wg_tma(tma);
+            experts_same_bits(&run, tags[v], cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
+            cuda_moe_set_wg_ws(-1), cuda_moe_set_wg_tma(-1);
+            const long tma_n = cuda_moe_wg_tma_launches() - t0;
+            const int want_f = suits ? 2 : 0, want_b = suits ? 4 * level : 0, want_t = tma && suits ? 2 + 4 : 0;
+            printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld\n", tags[v], fwd_ws, bwd_ws, tma_n);
+            CHECK(fwd_ws == want_f && bwd_ws == want_b && tma_n == want_t,
+                  "%s: launches forward %ld (expected %d), two backwards %ld (expected %d), row GEMMs by TMA %ld "
+                  "(expected %d)",
+                  tags[v], fwd_ws, want_f, bwd_ws, want_b, tma_n, want_t);
         }
     // the GLU's scalar kernels (cuda_moe_set_glu_vec(0)) give the bits of the vector ones, which
     // run where M % 8 == 0 (every buffer here is 16-byte aligned): forward and backward again on
@@ -824,7 +828,17 @@ static void experts_ws_bn128(void *arg) {
     setenv("HYBRID_MOE_WGMMA", "1", 1), setenv("HYBRID_MOE_WG_BN", "128", 1), setenv("HYBRID_MOE_WG_WS", "rows", 1);
     experts_small_forward();
 }
+// TMA without the warp-specialized kernels it belongs to: refused, naming both switches
+static void experts_tma_alone(void *arg) {
+    (void)arg;
+    unsetenv("HYBRID_MOE_GEMM"), unsetenv("HYBRID_MOE_WG_WS");
+    setenv("HYBRID_MOE_WGMMA", "1", 1), setenv("HYBRID_MOE_WG_TMA", "1", 1);
+    experts_small_forward();
+}
 static void test_switch_errors(void) {
+    CHECK(expect_death(experts_tma_alone, NULL, "HYBRID_MOE_WG_TMA=1 without HYBRID_MOE_WG_WS", "HYBRID_MOE_WG_TMA=1",
+                       "HYBRID_MOE_WG_WS=rows"),
+          "HYBRID_MOE_WG_TMA=1 without the warp-specialized kernels is refused by name");
     CHECK(expect_death(experts_ws_bn128, NULL, "HYBRID_MOE_WG_WS=rows with HYBRID_MOE_WG_BN=128",
                        "HYBRID_MOE_WG_WS=rows", "HYBRID_MOE_WG_BN=128"),
           "HYBRID_MOE_WG_WS=rows with the 128-wide tile is refused by name");
@@ -832,7 +846,8 @@ static void test_switch_errors(void) {
                                     {"HYBRID_MOE_WGMMA", "on", NULL},
                                     {"HYBRID_MOE_WG_BN", "64", "HYBRID_MOE_WGMMA"},
                                     {"HYBRID_MOE_WG_GLU_FUSED", "yes", "HYBRID_MOE_WGMMA"},
-                                    {"HYBRID_MOE_WG_WS", "1", "HYBRID_MOE_WGMMA"}};
+                                    {"HYBRID_MOE_WG_WS", "1", "HYBRID_MOE_WGMMA"},
+                                    {"HYBRID_MOE_WG_TMA", "yes", "HYBRID_MOE_WGMMA"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char want[64];
         snprintf(want, sizeof want, "%s=%s", bad[i].name, bad[i].value);

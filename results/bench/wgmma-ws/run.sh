@@ -1,10 +1,10 @@
 #!/bin/bash
-# One device call for the warp-specialized MoE GEMMs (HYBRID_MOE_WG_WS=rows|all,
-# kernels/moe/grouped_gemm_ws.cuh; issue 17), on main. In order of need, each step under the
+# One device call for the warp-specialized MoE GEMMs (HYBRID_MOE_WG_WS=rows|all, and with
+# HYBRID_MOE_WG_TMA=1 the row GEMMs' weights by TMA; kernels/moe/grouped_gemm_ws.cuh; issue 17), on main. In order of need, each step under the
 # call's clock (what is cut still leaves the steps before it):
-#   1. test_moe on the GPU (the WS kernels against the default bit for bit, every case);
-#   2. bench_moe with HYBRID_MOE_WG_WS 0, rows and all, alternating, up to three rounds, then
-#      the per-stem medians (scripts/bench_summary_moe.py paths);
+#   1. test_moe on the GPU (the WS and TMA kernels against the default bit for bit, every case);
+#   2. bench_moe with HYBRID_MOE_WG_WS 0, rows, all and all + TMA, alternating, up to three
+#      rounds, then the per-stem medians (scripts/bench_summary_moe.py paths);
 #   3. PyTorch's reference on the same shapes (the large layer's 1.5x in the same call) and the
 #      side-by-side with each setting's first run;
 #   4. Nsight Compute (SpeedOfLight, WarpStateStats) of the row GEMMs at KL-S, both kernels.
@@ -14,12 +14,13 @@ make -j16 out/build/gpu/test_moe out/build/gpu/bench_moe > $OUT/build.log 2>&1 |
 echo "built at $SECONDS s"
 grep -h -A3 "Compiling entry function .*_ws_kernel" out/build/cu/kernels/moe/experts_wg.o.res | grep -E "Compiling|spill|Used"  # (ptxas: registers, spills)
 timeout 200 out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; echo "test_moe rc $? at $SECONDS s: $(tail -1 $OUT/test_moe.log)"
-grep -m 6 "FAIL\|warp-specialized all  " $OUT/test_moe.log
+grep -m 6 "FAIL\|warp-specialized all  \|+ TMA  " $OUT/test_moe.log
 cols=""
 for i in 1 2 3; do
-    for v in 0 rows all; do
+    for v in 0 rows all tma; do
         [ $SECONDS -lt 330 ] || break 2
-        HYBRID_MOE_WG_WS=$v out/build/gpu/bench_moe --json $OUT/moe_ws${v}_$i.json > $OUT/bench_ws${v}_$i.log 2>&1 ||
+        ws=$v; tma=0; [ $v = tma ] && ws=all tma=1
+        HYBRID_MOE_WG_WS=$ws HYBRID_MOE_WG_TMA=$tma timeout 150 out/build/gpu/bench_moe --json $OUT/moe_ws${v}_$i.json > $OUT/bench_ws${v}_$i.log 2>&1 ||
             echo "bench_moe WS $v round $i failed"
         cols="$cols ws${v}_$i=$OUT/moe_ws${v}_$i.json"
         echo "bench WS $v round $i at $SECONDS s"
@@ -31,7 +32,7 @@ left=$((500 - SECONDS))
 if [ $left -gt 60 ]; then
     timeout $left python3 -u scripts/bench_torch_moe.py --json $OUT/moe_torch.json > $OUT/torch.log 2>&1
     echo "torch rc $? at $SECONDS s"
-    for v in 0 rows all; do
+    for v in 0 rows all tma; do
         [ -f $OUT/moe_ws${v}_1.json ] && [ -f $OUT/moe_torch.json ] &&
             { echo "== WS $v vs PyTorch"; python3 scripts/bench_summary_moe.py $OUT/moe_ws${v}_1.json $OUT/moe_torch.json; }
     done
