@@ -13,11 +13,14 @@ export NCCL_NVLS_ENABLE=0; set -u
 make -j16 out/build/gpu/test_moe out/build/gpu/bench_moe > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 echo "built at $SECONDS s"
 grep -h -A3 "Compiling entry function .*_ws_kernel" out/build/cu/kernels/moe/experts_wg.o.res | grep -E "Compiling|spill|Used"  # (ptxas: registers, spills)
-timeout 200 out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; echo "test_moe rc $? at $SECONDS s: $(tail -1 $OUT/test_moe.log)"
+timeout 200 out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; rc=$?
+echo "test_moe rc $rc at $SECONDS s: $(tail -1 $OUT/test_moe.log)"
+# (a failing or hanging test: the warp-specialized kernels are not benchmarked, the default is)
+settings="0 rows all tma"; [ $rc -eq 0 ] || settings=0
 grep -m 6 "FAIL\|warp-specialized all  \|+ TMA  " $OUT/test_moe.log
 cols=""
 for i in 1 2 3; do
-    for v in 0 rows all tma; do
+    for v in $settings; do
         [ $SECONDS -lt 330 ] || break 2
         ws=$v; tma=0; [ $v = tma ] && ws=all tma=1
         HYBRID_MOE_WG_WS=$ws HYBRID_MOE_WG_TMA=$tma timeout 150 out/build/gpu/bench_moe --json $OUT/moe_ws${v}_$i.json > $OUT/bench_ws${v}_$i.log 2>&1 ||
