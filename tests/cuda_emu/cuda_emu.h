@@ -186,10 +186,12 @@ template <typename T> static inline T atomicMax(T *p, T v) {
 }
 
 // ---- the runtime API subset ----
-// a TMA map (kernels/tma.cuh): 128 bytes, as the driver's; here the emulator's own encoding
-struct alignas(64) CUtensorMap {
+// a TMA map (kernels/tma.cuh): 128 bytes, as the driver's; here the emulator's own encoding (the
+// struct named as cuda.h names it, so that kernel signatures read the same in both builds:
+// tests/check_launch_limits.py matches them)
+typedef struct alignas(64) CUtensorMap_st {
     unsigned long long opaque[16];
-};
+} CUtensorMap;
 typedef int cudaError_t;
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 typedef struct EmuStream *cudaStream_t;
