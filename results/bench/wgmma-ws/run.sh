@@ -4,7 +4,10 @@
 # call's clock (what is cut still leaves the steps before it):
 #   1. test_moe on the GPU (the WS and TMA kernels against the default bit for bit, every case);
 #   2. bench_moe with HYBRID_MOE_WG_WS 0, rows, all and all + TMA, alternating, up to three
-#      rounds, then the per-stem medians (scripts/bench_summary_moe.py paths);
+#      rounds, then the per-stem medians (scripts/bench_summary_moe.py paths); in round 1 also
+#      all + TMA with HYBRID_MOE_GEMM=own ("ownall": the large shape's weight gradients on ours,
+#      warp-specialized, against cuBLAS's in the mixed mode: is the mixed rule's threshold still
+#      right?);
 #   3. PyTorch's reference on the same shapes (the large layer's 1.5x in the same call) and the
 #      side-by-side with each setting's first run;
 #   4. Nsight Compute (SpeedOfLight, WarpStateStats) of the row GEMMs at KL-S, both kernels.
@@ -16,14 +19,15 @@ grep -h -A3 "Compiling entry function .*_ws_kernel" out/build/cu/kernels/moe/exp
 timeout 200 out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; rc=$?
 echo "test_moe rc $rc at $SECONDS s: $(tail -1 $OUT/test_moe.log)"
 # (a failing or hanging test: the warp-specialized kernels are not benchmarked, the default is)
-settings="0 rows all tma"; [ $rc -eq 0 ] || settings=0
+settings="0 rows all tma ownall"; [ $rc -eq 0 ] || settings=0
 grep -m 6 "FAIL\|warp-specialized all  \|+ TMA  " $OUT/test_moe.log
 cols=""
 for i in 1 2 3; do
     for v in $settings; do
         [ $SECONDS -lt 330 ] || break 2
-        ws=$v; tma=0; [ $v = tma ] && ws=all tma=1
-        HYBRID_MOE_WG_WS=$ws HYBRID_MOE_WG_TMA=$tma timeout 150 out/build/gpu/bench_moe --json $OUT/moe_ws${v}_$i.json > $OUT/bench_ws${v}_$i.log 2>&1 ||
+        [ $v = ownall ] && [ $i -gt 1 ] && continue
+        ws=$v; tma=0; gemm=mixed; [ $v = tma ] && ws=all tma=1; [ $v = ownall ] && ws=all tma=1 gemm=own
+        HYBRID_MOE_GEMM=$gemm HYBRID_MOE_WG_WS=$ws HYBRID_MOE_WG_TMA=$tma timeout 150 out/build/gpu/bench_moe --json $OUT/moe_ws${v}_$i.json > $OUT/bench_ws${v}_$i.log 2>&1 ||
             echo "bench_moe WS $v round $i failed"
         cols="$cols ws${v}_$i=$OUT/moe_ws${v}_$i.json"
         echo "bench WS $v round $i at $SECONDS s"
