@@ -3,7 +3,8 @@
 // (HYBRID_MOE_WGMMA: auto, 0, 1; measured on the H200 in session 26: docs/hybrid.md, "The expert
 // GEMMs on wgmma"). Same operands, walks, splits and contracts as experts.cu's rows_gemm and
 // wgrad, which call moe_wg_rows / moe_wg_wgrad first and run their mma.sync kernels where these
-// return 0.
+// return 0. The same GEMMs warp-specialized (grouped_gemm_ws.cuh: HYBRID_MOE_WG_WS, and
+// HYBRID_MOE_WG_TMA for the row GEMMs' weights; off, not yet measured) give the same bits.
 // This file alone is built for sm_90a (Makefile: wgmma exists only there); HYBRID_MOE_WGMMA=1
 // refuses a GPU that is not compute capability 9.0, and auto leaves such a GPU on mma.sync.
 #include "kernels/cuda_backend.h"
@@ -250,8 +251,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     }
 }
 
-// ---- the switches (HYBRID_MOE_WGMMA, HYBRID_MOE_WG_BN, HYBRID_MOE_WG_WS; tests: cuda_moe_set_wgmma,
-// _set_wg_bn, _set_wg_ws) ----
+// ---- the switches (HYBRID_MOE_WGMMA, HYBRID_MOE_WG_BN, HYBRID_MOE_WG_WS, HYBRID_MOE_WG_TMA; tests:
+// cuda_moe_set_wgmma, _set_wg_bn, _set_wg_ws, _set_wg_tma) ----
 static int g_env = -1, g_forced = -1, g_bn_env = -1, g_bn_forced = -1, g_ws_env = -1, g_ws_forced = -1,
            g_tma_env = -1, g_tma_forced = -1;
 static long g_launches, g_ws_launches, g_tma_launches;
