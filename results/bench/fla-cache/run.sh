@@ -1,8 +1,8 @@
 #!/bin/bash
 # One device call that measures ours and fla's KDA / GDN (make bench-kda) in the same call and
 # brings fla's Triton cache back, so that later calls pay fla's compile and autotune once
-# (~440 s cold for chunk_kda's three benchmark shapes; BENCHMARKS.md, "A cache made in one call
-# serves the next"). Before the call: fetch fla, `sh ../shared/peers/prepare_fla.sh FLA_GIT_DIR
+# (~440 s cold for chunk_kda's three benchmark shapes; BENCHMARKS.md, "H200: chunkwise KDA and
+# GDN against fla", its paragraph on the cache). Before the call: fetch fla, `sh ../shared/peers/prepare_fla.sh FLA_GIT_DIR
 # out/peers/fla`, and, if an earlier call brought a cache back, copy its parts into
 # out/devrun/triton/. Call: carry out/peers/fla (and out/devrun/triton when there).
 # After it: copy $OUT/triton_cache.tgz.* into out/devrun/triton/ for the next call.
