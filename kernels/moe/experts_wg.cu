@@ -137,51 +137,98 @@ __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM) rows_wg
     }
 }
 
-// The plain-store row GEMMs (WG_EPI_STORE) warp-specialized (grouped_gemm_ws.cuh;
-// HYBRID_MOE_WG_WS=rows or all): the same tiles in the same walk as rows_wg_kernel<WS_BN, W_T, WG_EPI_STORE>,
-// warpgroup 0 copying every tile's k-steps into the ring, warpgroups 1 and 2 multiplying and storing.
-// Both sides walk the tiles themselves (the walk is a function of the offsets alone), each in a
-// loop of its own (one loop with the roles inside let the compiler keep the producer's hoisted
-// addresses live through the consumers' code: spills).
-// f(e, r0, m_lim, n0, n_lim) for each of this block's tiles, in order
-template <typename F>
+// The fused GLU's epilogues straight from a consumer warpgroup's accumulators (grouped_gemm_ws.cuh's
+// layout: this thread's column pairs 8 j + 2 t of rows 64 cw + 16 w + g + 8 h), the per-element
+// arithmetic of wg_store_glu_fwd / _bwd on the same rounded values, so the same bits.
+// Forward: the tile's columns 0..127 are the gate of 128 hidden units, 128..255 their up (j and
+// j + 16 of one thread), so a thread has both halves of each unit it stores: hp's two halves (rows
+// of 2M, at the unit's column and M further) and ap = glu(gate, up) (rows of M), rows < m_lim.
+__device__ __forceinline__ void ws_put_glu_fwd(const float d[WsTile::NACC], bf16 *hp, bf16 *ap, int M, int m_lim,
+                                               int kind, float beta, float lbeta) {
+    constexpr int UP = WS_BN / 2 / 8 * 4;  // the up half's accumulators: 16 column blocks further
+    ws_each_pair<WS_BN / 16>([&](int row, int col, int i) {
+        if (row >= m_lim) return;
+        const uint32_t gp = pack_bf16(d[i], d[i + 1]), up = pack_bf16(d[i + UP], d[i + UP + 1]);
+        const float2 gv = bf16x2_to_float2(gp), uv = bf16x2_to_float2(up);
+        bf16 *hr = hp + (long)row * 2 * M + col;
+        *reinterpret_cast<uint32_t *>(hr) = gp;
+        *reinterpret_cast<uint32_t *>(hr + M) = up;
+        *reinterpret_cast<uint32_t *>(ap + (long)row * M + col) =
+            pack_bf16(glu_fwd_elem(gv.x, uv.x, kind, beta, lbeta), glu_fwd_elem(gv.y, uv.y, kind, beta, lbeta));
+    });
+}
+// Backward: the tile is dap for WS_BN hidden units, rounded once (as its store would), with hp's
+// gate and up columns of those units to dhp's two halves, rows < m_lim, columns < n_lim
+__device__ __forceinline__ void ws_put_glu_bwd(const float d[WsTile::NACC], bf16 *dhp, const bf16 *hp, int M,
+                                               int m_lim, int n_lim, int kind, float beta, float lbeta) {
+    ws_each_pair<WS_BN / 8>([&](int row, int col, int i) {
+        if (row >= m_lim || col >= n_lim) return;
+        const long o = (long)row * 2 * M + col;
+        const float2 dh = bf16x2_to_float2(pack_bf16(d[i], d[i + 1])),
+                     gv = bf16x2_to_float2(*reinterpret_cast<const uint32_t *>(hp + o)),
+                     uv = bf16x2_to_float2(*reinterpret_cast<const uint32_t *>(hp + o + M));
+        float dg0, du0, dg1, du1;
+        glu_bwd_elem(gv.x, uv.x, dh.x, kind, beta, lbeta, dg0, du0);
+        glu_bwd_elem(gv.y, uv.y, dh.y, kind, beta, lbeta, dg1, du1);
+        *reinterpret_cast<uint32_t *>(dhp + o) = pack_bf16(dg0, dg1);
+        *reinterpret_cast<uint32_t *>(dhp + o + M) = pack_bf16(du0, du1);
+    });
+}
+
+// The row GEMMs warp-specialized (grouped_gemm_ws.cuh; HYBRID_MOE_WG_WS=rows or all), with any of
+// rows_wg_kernel's epilogues (the GLU ones where HYBRID_MOE_WG_GLU_FUSED=1): the same tiles in the
+// same walk as rows_wg_kernel<WS_BN, W_T, EPI>, warpgroup 0 copying every tile's k-steps into the
+// ring, warpgroups 1 and 2 multiplying and storing. Both sides walk the tiles themselves (the walk
+// is a function of the offsets alone), each in a loop of its own (one loop with the roles inside
+// let the compiler keep the producer's hoisted addresses live through the consumers' code: spills).
+// f(e, r0, m_lim, n0, n_lim) for each of this block's tiles, in order (n0: the tile's first column
+// of Y, or with the forward GLU its first hidden unit)
+template <int EPI, typename F>
 __device__ __forceinline__ void ws_rows_walk(const WgRows &a, F f) {
-    const int ny = (a.n_out + WS_BN - 1) / WS_BN;
+    constexpr int CW = EPI == WG_EPI_GLU_FWD ? WS_BN / 2 : WS_BN;
+    const int cols = EPI == WG_EPI_GLU_FWD ? a.n_out / 2 : a.n_out, ny = (cols + CW - 1) / CW;
     int e, base, nt;
     row_tiles_start<WG_BM>(a.offsets, e, base, nt);
     for (long L = blockIdx.x;; L += gridDim.x) {
-        const int tile = (int)(L / ny), n0 = (int)(L % ny) * WS_BN;
+        const int tile = (int)(L / ny), n0 = (int)(L % ny) * CW;
         if (!row_tiles_seek<WG_BM>(tile, a.offsets, a.E, e, base, nt)) return;
         const int r0 = a.offsets[e] + (tile - base) * WG_BM;
-        f(e, r0, min(WG_BM, a.offsets[e + 1] - r0), n0, min(WS_BN, a.n_out - n0));
+        f(e, r0, min(WG_BM, a.offsets[e + 1] - r0), n0, EPI == WG_EPI_GLU_FWD ? WS_BN : min(WS_BN, cols - n0));
     }
 }
 // TMA: the weights copied by TMA through wmap (ws_produce_tile's TMA; HYBRID_MOE_WG_TMA=1), else
 // wmap is not read.
-template <bool W_T, bool TMA>
+template <bool W_T, bool TMA, int EPI>
 __global__ void __launch_bounds__(WS_THREADS, 1) rows_ws_kernel(WgRows a, const __grid_constant__ CUtensorMap wmap) {
+    static_assert(EPI != WG_EPI_GLU_FWD || !W_T, "the fused forward GLU reads W13 K-major");
+    constexpr bool HALVES = EPI == WG_EPI_GLU_FWD;
     DYNAMIC_SMEM(unsigned char, raw);  // WS_SMEM: 1024 of alignment slack, the ring, its barriers
     unsigned char *ring = wg_align1024(raw);
     ws_ring_init(ring, TMA ? 129 : 128);
+    const int cols = HALVES ? a.n_out / 2 : a.n_out;
     unsigned step = 0;  // the ring step of the next k-step (this side's count; the sides agree)
     if (threadIdx.x < 128) {
-        ws_rows_walk(a, [&](int e, int r0, int m_lim, int n0, int n_lim) {
-            if (TMA) {
-                ws_produce_tile<false, W_T, true>(ring, step, a.X + (size_t)r0 * a.kd, a.kd, nullptr, 0, m_lim, n_lim,
-                                                  a.kd, &wmap, e, n0);
-                return;
-            }
+        ws_rows_walk<EPI>(a, [&](int e, int r0, int m_lim, int n0, int n_lim) {
+            // B's rows WS_BN / 2.. of the fused forward: the up rows, cols - WS_BN / 2 further
+            const long skip = HALVES ? (long)(cols - WS_BN / 2) : 0;
             const bf16 *We = a.W + (size_t)e * a.n_out * a.kd;
-            ws_produce_tile<false, W_T>(ring, step, a.X + (size_t)r0 * a.kd, a.kd,
-                                        W_T ? We + n0 : We + (size_t)n0 * a.kd, W_T ? a.n_out : a.kd, m_lim, n_lim,
-                                        a.kd);
+            ws_produce_tile<false, W_T, TMA, HALVES>(ring, step, a.X + (size_t)r0 * a.kd, a.kd,
+                                                     W_T ? We + n0 : We + (size_t)n0 * a.kd, W_T ? a.n_out : a.kd,
+                                                     m_lim, n_lim, a.kd, skip, &wmap, e, n0);
         });
         ws_produce_end(ring, step);
     } else {
-        ws_rows_walk(a, [&](int, int r0, int m_lim, int n0, int n_lim) {
+        ws_rows_walk<EPI>(a, [&](int, int r0, int m_lim, int n0, int n_lim) {
             float d[WsTile::NACC];
             ws_consume_tile<false, W_T>(d, ring, step, a.kd);
-            ws_put<GG_STORE>(d, a.Y + (size_t)r0 * a.n_out + n0, a.n_out, m_lim, n_lim);
+            if (EPI == WG_EPI_STORE)
+                ws_put<GG_STORE>(d, a.Y + (size_t)r0 * a.n_out + n0, a.n_out, m_lim, n_lim);
+            else if (EPI == WG_EPI_GLU_FWD)
+                ws_put_glu_fwd(d, a.Y + (size_t)r0 * a.n_out + n0, a.ap + (size_t)r0 * cols + n0, cols, m_lim, a.kind,
+                               a.beta, a.lbeta);
+            else
+                ws_put_glu_bwd(d, a.Y + (size_t)r0 * 2 * cols + n0, a.hp + (size_t)r0 * 2 * cols + n0, cols, m_lim,
+                               n_lim, a.kind, a.beta, a.lbeta);
         });
     }
 }
@@ -308,11 +355,12 @@ extern "C" void cuda_moe_set_wg_tma(int on) { g_tma_forced = on == 0 || on == 1 
 extern "C" long cuda_moe_wg_tma_launches(void) { return g_tma_launches; }
 
 // the TMA map of the expert weights W of a row GEMM (E experts of n_out x kd, K-major, W_T = false;
-// or kd x n_out, MN-major), its boxes as ws_produce_tile's TMA takes them
-static void ws_weight_map(CUtensorMap *m, const WgRows &a, bool w_t) {
+// or kd x n_out, MN-major), its boxes as ws_produce_tile's TMA takes them (halves: the fused
+// forward GLU's two boxes of 128 rows)
+static void ws_weight_map(CUtensorMap *m, const WgRows &a, bool w_t, bool halves) {
     const uint64_t inner = w_t ? a.n_out : a.kd, outer = w_t ? a.kd : a.n_out;
     const uint64_t dims[3] = {inner, outer, (uint64_t)a.E}, strides[2] = {inner * 2, inner * outer * 2};
-    const uint32_t box[3] = {64, w_t ? 64u : (uint32_t)WS_BN, 1};
+    const uint32_t box[3] = {64, w_t ? 64u : halves ? (uint32_t)WS_BN / 2 : (uint32_t)WS_BN, 1};
     tma_map_bf16(m, a.W, 3, dims, strides, box);
 }
 extern "C" long cuda_moe_wg_ws_launches(void) { return g_ws_launches; }
@@ -378,20 +426,20 @@ template <bool W_T, int EPI>
 static void wg_rows_launch(const WgRows &a) {
     g_launches++;
     const int tma = wg_tma();  // (read at every launch: a bad value stops the run even where unused)
-    if (EPI == WG_EPI_STORE && wg_ws() >= WS_ROWS && wg_bn() == WS_BN) {
+    if (wg_ws() >= WS_ROWS && wg_bn() == WS_BN) {
         g_ws_launches++;
         CUtensorMap wmap;
         memset(&wmap, 0, sizeof wmap);
         if (tma) {
             g_tma_launches++;
-            ws_weight_map(&wmap, a, W_T);
-            launch_kernel(rows_ws_kernel<W_T, true>,
-                          dim3(wg_resident_blocks<rows_ws_kernel<W_T, true>, WS_THREADS, WS_SMEM>()), dim3(WS_THREADS),
-                          WS_SMEM, a, wmap);
+            ws_weight_map(&wmap, a, W_T, EPI == WG_EPI_GLU_FWD);
+            launch_kernel(rows_ws_kernel<W_T, true, EPI>,
+                          dim3(wg_resident_blocks<rows_ws_kernel<W_T, true, EPI>, WS_THREADS, WS_SMEM>()),
+                          dim3(WS_THREADS), WS_SMEM, a, wmap);
         } else {
-            launch_kernel(rows_ws_kernel<W_T, false>,
-                          dim3(wg_resident_blocks<rows_ws_kernel<W_T, false>, WS_THREADS, WS_SMEM>()), dim3(WS_THREADS),
-                          WS_SMEM, a, wmap);
+            launch_kernel(rows_ws_kernel<W_T, false, EPI>,
+                          dim3(wg_resident_blocks<rows_ws_kernel<W_T, false, EPI>, WS_THREADS, WS_SMEM>()),
+                          dim3(WS_THREADS), WS_SMEM, a, wmap);
         }
     } else if (wg_bn() == 128) wg_rows_run<128, W_T, EPI>(a);
     else wg_rows_run<256, W_T, EPI>(a);

@@ -68,16 +68,20 @@ __device__ __forceinline__ void ws_ring_init(unsigned char *ring, unsigned full_
 // (m_lim rows of the tile) K-major (A_T = false: A[m lda + k]) or MN-major (A[k lda + m]), B (n_lim
 // rows) K-major (B[n ldb + k]) or MN-major (B_T: B[k ldb + n]); k_lim the reduction's length. step:
 // the ring step of the tile's first k-step, advanced past its last.
+// b_hi_skip (K-major B only): B's rows WS_BN / 2.. come from b_hi_skip rows further (wg_load's
+// hi_skip: the fused forward GLU's up rows).
 // TMA (HYBRID_MOE_WG_TMA=1; the row GEMMs, A K-major): B, the expert weights, copied by TMA through
 // map wmap (rank 3, the expert e its third coordinate) instead of B and ldb: thread 0 announces
 // B's 32 KiB on full[s] (its 129th arrival) and issues B's boxes: K-major (B_T = false: dims {k, n,
-// e}), one box {64 k, 256 n} at column n0; MN-major (dims {n, k, e}), four boxes {64 n, 64 k}, one
-// for each column of 64 n (WG_MN_LBO apart). Rows past the tensor's n and k read as zero, as the
-// cp.async zero-fill gives.
-template <bool A_T, bool B_T, bool TMA = false>
+// e}), one box {64 k, 256 n} at row n0 of B, or with HALVES (the fused forward GLU) two boxes
+// {64 k, 128 n} (the map's box then), at rows n0 and n0 + 128 + b_hi_skip; MN-major (dims {n, k, e}), four boxes {64 n,
+// 64 k}, one for each column of 64 n (WG_MN_LBO apart). Rows past the tensor's n and k read as
+// zero, as the cp.async zero-fill gives.
+template <bool A_T, bool B_T, bool TMA = false, bool HALVES = false>
 __device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &step, const bf16 *A, long lda,
                                                 const bf16 *B, long ldb, int m_lim, int n_lim, int k_lim,
-                                                const CUtensorMap *wmap = nullptr, int e = 0, int n0 = 0) {
+                                                long b_hi_skip = 0, const CUtensorMap *wmap = nullptr, int e = 0,
+                                                int n0 = 0) {
     static_assert(!TMA || !A_T, "TMA: the row GEMMs' weights");
     constexpr int S = WsTile::STAGES;
     const int nk = (k_lim + WG_BK - 1) / WG_BK;
@@ -87,13 +91,17 @@ __device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &s
         unsigned char *sa = ring + s * WsTile::STAGE_BYTES, *sb = sa + WG_A_BYTES;
         uint64_t *full = ws_full(ring) + s;
         if (!TMA) {
-            wg_load<B_T, WS_BN, 128>(sb, B, ldb, n_lim, kt * WG_BK, k_lim);
+            wg_load<B_T, WS_BN, 128>(sb, B, ldb, n_lim, kt * WG_BK, k_lim, b_hi_skip);
         } else if (threadIdx.x == 0) {
             mbar_arrive_expect_tx(full, WsTile::B_BYTES);
-            if (B_T)
+            if (B_T) {
                 for (int j = 0; j < WS_BN / 64; j++) tma_load_3d(sb + j * WG_MN_LBO, wmap, n0 + 64 * j, kt * WG_BK, e, full);
-            else
+            } else if (HALVES) {
                 tma_load_3d(sb, wmap, kt * WG_BK, n0, e, full);
+                tma_load_3d(sb + WS_BN / 2 * 128, wmap, kt * WG_BK, n0 + WS_BN / 2 + (int)b_hi_skip, e, full);
+            } else {
+                tma_load_3d(sb, wmap, kt * WG_BK, n0, e, full);
+            }
         }
         wg_load<A_T, WG_BM, 128>(sa, A, lda, m_lim, kt * WG_BK, k_lim);
         cp_async_mbar_arrive(full);
@@ -145,6 +153,19 @@ __device__ __forceinline__ void ws_consume_tile(float d[WsTile::NACC], unsigned 
     if (nk > 0) ws_release(ring, (step - 1) % S);
 }
 
+// f(row, col, i) for each accumulator pair of this consumer thread in the tile's first J blocks of 8
+// columns: d[i] and d[i + 1] are row `row`, columns col and col + 1 (wgmma.cuh's layout, warpgroup
+// cw = threadIdx.x / 128 - 1 owning rows 64 cw ..). Unrolled, so i is a constant and d stays in
+// registers: every epilogue from registers walks its accumulators through this.
+template <int J, typename F>
+__device__ __forceinline__ void ws_each_pair(F f) {
+    const int tid = threadIdx.x, cw = (tid >> 7) - 1, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
+#pragma unroll
+    for (int j = 0; j < J; j++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) f(64 * cw + 16 * w + g + 8 * h, 8 * j + 2 * t, 4 * j + 2 * h);
+}
+
 // A consumer warpgroup's accumulators (wgmma.cuh's layout, rows 64 cw ..) to D (row-major, leading
 // dimension ldd, at the tile's corner), rows < m_lim and columns < n_lim (a multiple of 8) only,
 // each register pair (two adjacent columns) in one access, as MODE (grouped_gemm.cuh) says:
@@ -154,25 +175,20 @@ __device__ __forceinline__ void ws_consume_tile(float d[WsTile::NACC], unsigned 
 template <int MODE, typename TD>
 __device__ __forceinline__ void ws_put(const float d[WsTile::NACC], TD *D, long ldd, int m_lim, int n_lim) {
     static_assert((MODE == GG_F32) == (sizeof(TD) == 4), "GG_F32 writes float, the others bf16");
-    const int tid = threadIdx.x, cw = (tid >> 7) - 1, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
-#pragma unroll
-    for (int j = 0; j < WS_BN / 8; j++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int row = 64 * cw + 16 * w + g + 8 * h, col = 8 * j + 2 * t;
-            if (row >= m_lim || col >= n_lim) continue;
-            float v0 = d[4 * j + 2 * h], v1 = d[4 * j + 2 * h + 1];
-            TD *p = D + (long)row * ldd + col;
-            if constexpr (MODE == GG_F32) {
-                *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
-            } else {
-                if constexpr (MODE == GG_ADD) {
-                    const float2 old = bf16x2_to_float2(*reinterpret_cast<const uint32_t *>(p));
-                    v0 += old.x, v1 += old.y;
-                }
-                *reinterpret_cast<uint32_t *>(p) = pack_bf16(v0, v1);
+    ws_each_pair<WS_BN / 8>([&](int row, int col, int i) {
+        if (row >= m_lim || col >= n_lim) return;
+        float v0 = d[i], v1 = d[i + 1];
+        TD *p = D + (long)row * ldd + col;
+        if constexpr (MODE == GG_F32) {
+            *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
+        } else {
+            if constexpr (MODE == GG_ADD) {
+                const float2 old = bf16x2_to_float2(*reinterpret_cast<const uint32_t *>(p));
+                v0 += old.x, v1 += old.y;
             }
+            *reinterpret_cast<uint32_t *>(p) = pack_bf16(v0, v1);
         }
+    });
 }
 
 #endif

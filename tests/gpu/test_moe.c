@@ -482,26 +482,32 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     // wgmma at width 256: the warp-specialized kernels (a producer warpgroup, two consumers,
     // mbarriers; cuda_moe_set_wg_ws) against the rounds above (the default, one role a thread): the
     // same bits, forward and backward, at HYBRID_MOE_WG_WS=rows (level 1: the plain-store row GEMMs),
-    // =all (level 2: the weight gradients too, walking, any forced split) and =all with
-    // HYBRID_MOE_WG_TMA=1 (the row GEMMs' weights copied by TMA: cuda_moe_set_wg_tma); where the
+    // =all (level 2: the weight gradients too, walking, any forced split), =all with
+    // HYBRID_MOE_WG_TMA=1 (the row GEMMs' weights copied by TMA: cuda_moe_set_wg_tma), and that with
+    // the GLU fused into the row GEMMs' epilogues (from registers; cuda_moe_set_wg_glu(1)); where the
     // widths suit wgmma both row GEMMs of a forward run it, and both dgrads (and at level 2 both
-    // weight gradients) of a backward, the row GEMMs through TMA where it is on
+    // weight gradients) of a backward, the row GEMMs through TMA where it is on, and the GLU passes
+    // of their own are the fused-GLU check's above
     if (wgmma && path == PATH_OWN && path_orig == PATH_WGMMA)
-        for (int v = 0; v < 3; v++) {
-            static const char *const tags[3] = {"warp-specialized rows", "warp-specialized all", "warp-spec. all + TMA"};
-            const int level = v == 0 ? 1 : 2, tma = v == 2;
+        for (int v = 0; v < 4; v++) {
+            static const char *const tags[4] = {"warp-specialized rows", "warp-specialized all", "warp-spec. all + TMA",
+                                                "warp-spec. TMA, GLU fused"};
+            const int level = v == 0 ? 1 : 2, tma = v >= 2, glu = v == 3;
             long fwd_ws, bwd_ws;
-            const long t0 = cuda_moe_wg_tma_launches();
-            cuda_moe_set_wg_ws(level), cuda_moe_set_wg_tma(tma);
+            const long t0 = cuda_moe_wg_tma_launches(), g0 = cuda_moe_glu_vec_launches();
+            cuda_moe_set_wg_ws(level), cuda_moe_set_wg_tma(tma), cuda_moe_set_wg_glu(glu);
             experts_same_bits(&run, tags[v], cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
-            cuda_moe_set_wg_ws(-1), cuda_moe_set_wg_tma(-1);
-            const long tma_n = cuda_moe_wg_tma_launches() - t0;
-            const int want_f = suits ? 2 : 0, want_b = suits ? 4 * level : 0, want_t = tma && suits ? 2 + 4 : 0;
-            printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld\n", tags[v], fwd_ws, bwd_ws, tma_n);
-            CHECK(fwd_ws == want_f && bwd_ws == want_b && tma_n == want_t,
+            cuda_moe_set_wg_ws(-1), cuda_moe_set_wg_tma(-1), cuda_moe_set_wg_glu(-1);
+            const long tma_n = cuda_moe_wg_tma_launches() - t0, glu_n = cuda_moe_glu_vec_launches() - g0;
+            const int fused = glu && suits && M % 128 == 0;
+            const int want_f = suits ? 2 : 0, want_b = suits ? 4 * level : 0, want_t = tma && suits ? 2 + 4 : 0,
+                      want_g = (fused ? 0 : M % 8 == 0) + (glu && suits ? 0 : 2 * (M % 8 == 0));
+            printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld, GLU passes %ld\n", tags[v], fwd_ws, bwd_ws,
+                   tma_n, glu_n);
+            CHECK(fwd_ws == want_f && bwd_ws == want_b && tma_n == want_t && glu_n == want_g,
                   "%s: launches forward %ld (expected %d), two backwards %ld (expected %d), row GEMMs by TMA %ld "
-                  "(expected %d)",
-                  tags[v], fwd_ws, want_f, bwd_ws, want_b, tma_n, want_t);
+                  "(expected %d), GLU passes %ld (expected %d)",
+                  tags[v], fwd_ws, want_f, bwd_ws, want_b, tma_n, want_t, glu_n, want_g);
         }
     // the GLU's scalar kernels (cuda_moe_set_glu_vec(0)) give the bits of the vector ones, which
     // run where M % 8 == 0 (every buffer here is 16-byte aligned): forward and backward again on
@@ -896,9 +902,12 @@ int main(void) {
     test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU, 0, 0});    // top-8 = E
     test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU, 0, 0});  // several plan chunks
     // M a multiple of 64 and 128: the wgmma paths' GLU fused into fwd13 at both tile widths (at
-    // 128 x 128, two hidden tiles a row tile with M = 128; M = 192: at 128 x 128 only)
+    // 128 x 128, two hidden tiles a row tile with M = 128; M = 192: at 128 x 128 only; M = 256: at
+    // 128 x 256 two hidden tiles, the up rows 128 past the gate rows' end: the warp-specialized
+    // producer's two TMA boxes apart)
     test_dispatch((DispatchCase){40, 2, 3, 16, 128, 1, 0, SITU, 0, 0});
     test_dispatch((DispatchCase){24, 2, 2, 16, 192, 1, 0, SWIGLU, 0, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 16, 256, 1, 0, SITU, 0, 0});
     // the grouped GEMM tile (128 x 128 x 64, 3 stages, 4 warps of 64 x 64): ~200 rows per expert
     // (2 row tiles, the second partial; the row GEMMs' 5 emulated blocks walk 2 x 3 tiles per
     // expert), experts 1, 3, 5 empty; K dims 264, 136, 272 = 8 odd multiples, 5, 3 and 5 k-steps

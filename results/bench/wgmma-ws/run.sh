@@ -1,11 +1,14 @@
 #!/bin/bash
-# One device call for the warp-specialized MoE GEMMs (HYBRID_MOE_WG_WS=rows|all, and with
-# HYBRID_MOE_WG_TMA=1 the row GEMMs' weights by TMA; kernels/moe/grouped_gemm_ws.cuh; issue 17), on main. In order of need, each step under the
-# call's clock (what is cut still leaves the steps before it):
+# One device call for the warp-specialized MoE GEMMs (HYBRID_MOE_WG_WS=rows|all, with
+# HYBRID_MOE_WG_TMA=1 the row GEMMs' weights by TMA; kernels/moe/grouped_gemm_ws.cuh; issue 17),
+# on main. In order of need, each step under the call's clock (what is cut still leaves the
+# steps before it):
 #   1. test_moe on the GPU (the WS and TMA kernels against the default bit for bit, every case);
-#   2. bench_moe with HYBRID_MOE_WG_WS 0, rows, all and all + TMA, alternating, up to three
-#      rounds, then the per-stem medians (scripts/bench_summary_moe.py paths); in round 1 also
-#      all + TMA with HYBRID_MOE_GEMM=own ("ownall": the large shape's weight gradients on ours,
+#   2. bench_moe with HYBRID_MOE_WG_WS=0, =all, =all + TMA and =all + TMA + the GLU fused
+#      (HYBRID_MOE_WG_GLU_FUSED=1), alternating, up to three rounds (each run prints every GEMM's
+#      time, so `all` shows the row GEMMs and the weight gradients apart), then the per-stem
+#      medians (scripts/bench_summary_moe.py paths); in round 1 also all + TMA with
+#      HYBRID_MOE_GEMM=own ("ownall": the large shape's weight gradients on ours,
 #      warp-specialized, against cuBLAS's in the mixed mode: is the mixed rule's threshold still
 #      right?);
 #   3. PyTorch's reference on the same shapes (the large layer's 1.5x in the same call) and the
@@ -19,15 +22,17 @@ grep -h -A3 "Compiling entry function .*_ws_kernel" out/build/cu/kernels/moe/exp
 timeout 200 out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; rc=$?
 echo "test_moe rc $rc at $SECONDS s: $(tail -1 $OUT/test_moe.log)"
 # (a failing or hanging test: the warp-specialized kernels are not benchmarked, the default is)
-settings="0 rows all tma ownall"; [ $rc -eq 0 ] || settings=0
+settings="0 all tma glu ownall"; [ $rc -eq 0 ] || settings=0
 grep -m 6 "FAIL\|warp-specialized all  \|+ TMA  " $OUT/test_moe.log
 cols=""
 for i in 1 2 3; do
     for v in $settings; do
         [ $SECONDS -lt 330 ] || break 2
         [ $v = ownall ] && [ $i -gt 1 ] && continue
-        ws=$v; tma=0; gemm=mixed; [ $v = tma ] && ws=all tma=1; [ $v = ownall ] && ws=all tma=1 gemm=own
-        HYBRID_MOE_GEMM=$gemm HYBRID_MOE_WG_WS=$ws HYBRID_MOE_WG_TMA=$tma timeout 150 out/build/gpu/bench_moe --json $OUT/moe_ws${v}_$i.json > $OUT/bench_ws${v}_$i.log 2>&1 ||
+        ws=$v; tma=0; glu=0; gemm=mixed
+        case $v in tma) ws=all tma=1 ;; glu) ws=all tma=1 glu=1 ;; ownall) ws=all tma=1 gemm=own ;; esac
+        HYBRID_MOE_GEMM=$gemm HYBRID_MOE_WG_WS=$ws HYBRID_MOE_WG_TMA=$tma HYBRID_MOE_WG_GLU_FUSED=$glu \
+            timeout 150 out/build/gpu/bench_moe --json $OUT/moe_ws${v}_$i.json > $OUT/bench_ws${v}_$i.log 2>&1 ||
             echo "bench_moe WS $v round $i failed"
         cols="$cols ws${v}_$i=$OUT/moe_ws${v}_$i.json"
         echo "bench WS $v round $i at $SECONDS s"
@@ -39,7 +44,7 @@ left=$((500 - SECONDS))
 if [ $left -gt 60 ]; then
     timeout $left python3 -u scripts/bench_torch_moe.py --json $OUT/moe_torch.json > $OUT/torch.log 2>&1
     echo "torch rc $? at $SECONDS s"
-    for v in 0 rows all tma; do
+    for v in 0 all tma glu; do
         [ -f $OUT/moe_ws${v}_1.json ] && [ -f $OUT/moe_torch.json ] &&
             { echo "== WS $v vs PyTorch"; python3 scripts/bench_summary_moe.py $OUT/moe_ws${v}_1.json $OUT/moe_torch.json; }
     done
