@@ -100,6 +100,22 @@ __device__ __forceinline__ void wg_load(unsigned char *S, const bf16 *P, long ld
     }
 }
 
+// One k-step's four k16 wgmma into d, warpgroup wg's 64 rows of A: the stage's A at sa and B at sb
+// (wg_load's layouts). Warpgroup wg's rows of A are 8 KiB in either layout (8 K-major atoms, or
+// one MN-major m-atom column); a k16 step is 32 bytes along a K-major row, two k-atoms (2 KiB) of
+// an MN-major tile. Issued only: the caller fences, commits and waits.
+template <int BN, bool A_T, bool B_T>
+__device__ __forceinline__ void wg_step_mma(float d[WgTile<BN>::NACC], const unsigned char *sa, const unsigned char *sb,
+                                            int wg) {
+#pragma unroll
+    for (int kk = 0; kk < WG_BK / 16; kk++) {
+        const uint64_t da = A_T ? wg_desc(sa + wg * WG_MN_LBO + kk * 2048, WG_MN_LBO, 1024)
+                                : wg_desc(sa + wg * (64 * 128) + kk * 32, 16, 1024);
+        const uint64_t db = B_T ? wg_desc(sb + kk * 2048, WG_MN_LBO, 1024) : wg_desc(sb + kk * 32, 16, 1024);
+        wgmma_m64k16_bf16<BN, A_T, B_T>(d, da, db, 1);
+    }
+}
+
 // The tile's product into d (this thread's BN / 2 accumulators: warpgroup threadIdx.x / 128's
 // rows). ring: the 1024-aligned ring (wg_align1024 of the dynamic shared memory); free again on
 // return. b_hi_skip: wg_load's hi_skip for B (K-major B only).
@@ -129,16 +145,7 @@ __device__ __forceinline__ void wg_tile(float d[WgTile<BN>::NACC], unsigned char
         cp_async_commit();
         const unsigned char *sa = ring + (kt % S) * Cfg::STAGE_BYTES, *sb = sa + WG_A_BYTES;
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++) {
-            // warpgroup wg's 64 rows of A: 8 KiB in either layout (8 K-major atoms, or one
-            // MN-major m-atom column); a k16 step is 32 bytes along a K-major row, two k-atoms
-            // (2 KiB) of an MN-major tile
-            const uint64_t da = A_T ? wg_desc(sa + wg * WG_MN_LBO + kk * 2048, WG_MN_LBO, 1024)
-                                    : wg_desc(sa + wg * (64 * 128) + kk * 32, 16, 1024);
-            const uint64_t db = B_T ? wg_desc(sb + kk * 2048, WG_MN_LBO, 1024) : wg_desc(sb + kk * 32, 16, 1024);
-            wgmma_m64k16_bf16<BN, A_T, B_T>(d, da, db, 1);
-        }
+        wg_step_mma<BN, A_T, B_T>(d, sa, sb, wg);
         wgmma_commit();
         wgmma_wait<1, Cfg::NACC>(d);  // step kt - 1's wgmma done (this warpgroup's)
     }

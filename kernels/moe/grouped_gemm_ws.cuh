@@ -138,13 +138,7 @@ __device__ __forceinline__ void ws_consume_tile(float d[WsTile::NACC], unsigned 
         fence_proxy_async();  // the producer's cp.async writes, visible to the tensor cores
         const unsigned char *sa = ring + s * WsTile::STAGE_BYTES, *sb = sa + WG_A_BYTES;
         wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < WG_BK / 16; kk++) {  // (wg_tile's descriptors, warpgroup cw's rows)
-            const uint64_t da = A_T ? wg_desc(sa + cw * WG_MN_LBO + kk * 2048, WG_MN_LBO, 1024)
-                                    : wg_desc(sa + cw * (64 * 128) + kk * 32, 16, 1024);
-            const uint64_t db = B_T ? wg_desc(sb + kk * 2048, WG_MN_LBO, 1024) : wg_desc(sb + kk * 32, 16, 1024);
-            wgmma_m64k16_bf16<WS_BN, A_T, B_T>(d, da, db, 1);
-        }
+        wg_step_mma<WS_BN, A_T, B_T>(d, sa, sb, cw);  // (wg_tile's k-step, warpgroup cw's rows)
         wgmma_commit();
         wgmma_wait<1, WsTile::NACC>(d);  // step - 1's wgmma done (this warpgroup's)
         if (kt > 0) ws_release(ring, (step - 1) % S);
