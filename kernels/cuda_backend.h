@@ -106,13 +106,15 @@ void cuda_moe_set_wg_bn(int bn);
 // tests' bit comparison), 1 on, -1 as HYBRID_MOE_WG_GLU_FUSED says (unset: off)
 void cuda_moe_set_wg_glu(int on);
 // the warp-specialized wgmma GEMMs (kernels/moe/grouped_gemm_ws.cuh; at tile width 256 only): 0 off,
-// 1 the plain-store row GEMMs, 2 those and our weight gradients, -1 as HYBRID_MOE_WG_WS says (0,
+// 1 the row GEMMs, 2 those and our weight gradients, -1 as HYBRID_MOE_WG_WS says (0,
 // rows, all; unset: off); the counter: GEMM calls that ran a warp-specialized kernel
 void cuda_moe_set_wg_ws(int level);
+int cuda_moe_wg_ws(void);  // the level now (reads the switch)
 long cuda_moe_wg_ws_launches(void);
 // their row GEMMs' expert weights copied by TMA (kernels/tma.cuh): 1 on, 0 off, -1 as
 // HYBRID_MOE_WG_TMA says (unset: off); the counter: row GEMM calls that ran it
 void cuda_moe_set_wg_tma(int on);
+int cuda_moe_wg_tma(void);  // 1 when it is on now (reads the switch)
 long cuda_moe_wg_tma_launches(void);
 
 #ifdef HYBRID_CUDA_EMU

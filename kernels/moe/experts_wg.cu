@@ -317,7 +317,7 @@ static int wg_bn(void) {
 extern "C" void cuda_moe_set_wg_bn(int bn) { g_bn_forced = bn == 128 || bn == 256 ? bn : -1; }
 
 // The warp-specialized kernels (grouped_gemm_ws.cuh): HYBRID_MOE_WG_WS=0 (the default: unset or
-// empty), WS_ROWS (`rows`: the plain-store row GEMMs) or WS_ALL (`all`: those and our weight
+// empty), WS_ROWS (`rows`: the row GEMMs, with any of their epilogues) or WS_ALL (`all`: those and our weight
 // gradients); anything else stops the run. They exist for the 128 x 256 tile only, so rows or all
 // with HYBRID_MOE_WG_BN=128 stops it too (the tests' forcing, cuda_moe_set_wg_ws, applies at
 // width 256 only).
@@ -334,6 +334,7 @@ static int wg_ws(void) {
     return g_ws_env;
 }
 extern "C" void cuda_moe_set_wg_ws(int level) { g_ws_forced = level >= WS_OFF && level <= WS_ALL ? level : -1; }
+extern "C" int cuda_moe_wg_ws(void) { return wg_ws(); }
 
 // The warp-specialized row GEMMs' weights by TMA (ws_produce_tile's TMA): HYBRID_MOE_WG_TMA=0 (the
 // default: unset or empty) or 1, which needs HYBRID_MOE_WG_WS=rows or all (else it stops the run);
@@ -352,6 +353,7 @@ static int wg_tma(void) {
     return g_tma_env;
 }
 extern "C" void cuda_moe_set_wg_tma(int on) { g_tma_forced = on == 0 || on == 1 ? on : -1; }
+extern "C" int cuda_moe_wg_tma(void) { return wg_tma(); }
 extern "C" long cuda_moe_wg_tma_launches(void) { return g_tma_launches; }
 
 // the TMA map of the expert weights W of a row GEMM (E experts of n_out x kd, K-major, W_T = false;

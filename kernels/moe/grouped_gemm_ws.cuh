@@ -1,5 +1,5 @@
 // The MoE expert GEMMs' 128 x 256 wgmma tile, warp-specialized (HYBRID_MOE_WG_WS=rows: the
-// plain-store row GEMMs; =all: our weight gradients too; off by default: not yet measured on a
+// row GEMMs, any epilogue; =all: our weight gradients too; off by default: not yet measured on a
 // GPU; kernels/moe/experts_wg.cu's rows_ws_kernel and wgrad_ws_kernel): the same product and the
 // same bits as grouped_gemm_wg.cuh's wg_tile + wg_store (wg_store_grad), with the copies and the
 // MMAs on different warps, so that neither waits for the other at every k-step.
@@ -115,7 +115,8 @@ __device__ __forceinline__ void ws_produce_end(unsigned char *ring, unsigned ste
     for (unsigned i = step < S ? 0 : step - S; i < step; i++) mbar_wait(ws_empty(ring) + i % S, (i / S) & 1);
 }
 
-// warp `warp` of the consumers (0 .. 7) releases stage s: its wgmma that read it are done
+// this consumer thread's warp releases stage s (lane 0 arrives, after the warp's fence): its
+// wgmma that read the stage are done
 __device__ __forceinline__ void ws_release(unsigned char *ring, int s) {
     fence_proxy_async();  // (the tensor cores' reads before the producer's next writes)
     __syncwarp();

@@ -481,7 +481,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     }
     // wgmma at width 256: the warp-specialized kernels (a producer warpgroup, two consumers,
     // mbarriers; cuda_moe_set_wg_ws) against the rounds above (the default, one role a thread): the
-    // same bits, forward and backward, at HYBRID_MOE_WG_WS=rows (level 1: the plain-store row GEMMs),
+    // same bits, forward and backward, at HYBRID_MOE_WG_WS=rows (level 1: the row GEMMs),
     // =all (level 2: the weight gradients too, walking, any forced split), =all with
     // HYBRID_MOE_WG_TMA=1 (the row GEMMs' weights copied by TMA: cuda_moe_set_wg_tma), and that with
     // the GLU fused into the row GEMMs' epilogues (from registers; cuda_moe_set_wg_glu(1)); where the
