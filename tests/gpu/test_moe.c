@@ -776,12 +776,17 @@ static const GluAct SWIGLU = {GLU_SWIGLU, 0.0, 0.0}, SITU = {GLU_SITU, 4.0, 25.0
 
 #ifdef HYBRID_CUDA_EMU
 // The expert GEMMs' switches refuse a value they do not know, naming it (a typo must not run the
-// default silently). Each child sets one bad value and runs a small forward of the expert op, which
-// reads the switches at its first call (so these run before any other expert call of the program:
-// the values are kept once read).
+// default silently), and a value that another switch's value rules out, naming both. Each child
+// clears every switch (a user's values must not leak in), sets the case's others, then the bad
+// one, and runs a small forward of the expert op, which reads the switches at its first call (so
+// these run before any other expert call of the program: the values are kept once read).
 typedef struct {
-    const char *name, *value, *also;  // also: a second variable set to 1 first (or NULL)
+    const char *name, *value;
+    const char *also[4];  // (name, value) pairs set first (NULL: none)
+    const char *says;     // the message's other part (NULL: "expected", env_choice's list)
 } BadSwitch;
+static const char *const moe_switches[] = {"HYBRID_MOE_GEMM",         "HYBRID_MOE_WGMMA", "HYBRID_MOE_WG_BN",
+                                           "HYBRID_MOE_WG_GLU_FUSED", "HYBRID_MOE_WG_WS", "HYBRID_MOE_WG_TMA"};
 // a small forward of the expert op (two experts, widths 16: every path suits it)
 static void experts_small_forward(void) {
     const int E = 2, C = 16, M = 16, rows = 8, off[3] = {0, 5, 8};
@@ -793,8 +798,8 @@ static void experts_small_forward(void) {
 }
 static void experts_with_env(void *arg) {
     const BadSwitch *b = arg;
-    unsetenv("HYBRID_MOE_GEMM");  // (the default mode, where every switch is read; b may set it)
-    if (b->also) setenv(b->also, "1", 1);
+    for (size_t i = 0; i < sizeof moe_switches / sizeof *moe_switches; i++) unsetenv(moe_switches[i]);
+    for (int i = 0; i < 4 && b->also[i]; i += 2) setenv(b->also[i], b->also[i + 1], 1);
     setenv(b->name, b->value, 1);
     experts_small_forward();
 }
@@ -827,38 +832,26 @@ static void test_wgmma_gpu(void) {
     CHECK(expect_death(experts_on_gpu, (void *)&off90, "0 on cc 9.0", "ran: wgmma 0, 0 wgmma launches"),
           "HYBRID_MOE_WGMMA=0 on compute capability 9.0: mma.sync");
 }
-// the warp-specialized row GEMMs at the 128-wide tile they do not have: refused, naming both switches
-static void experts_ws_bn128(void *arg) {
-    (void)arg;
-    unsetenv("HYBRID_MOE_GEMM");
-    setenv("HYBRID_MOE_WGMMA", "1", 1), setenv("HYBRID_MOE_WG_BN", "128", 1), setenv("HYBRID_MOE_WG_WS", "rows", 1);
-    experts_small_forward();
-}
-// TMA without the warp-specialized kernels it belongs to: refused, naming both switches
-static void experts_tma_alone(void *arg) {
-    (void)arg;
-    unsetenv("HYBRID_MOE_GEMM"), unsetenv("HYBRID_MOE_WG_WS");
-    setenv("HYBRID_MOE_WGMMA", "1", 1), setenv("HYBRID_MOE_WG_TMA", "1", 1);
-    experts_small_forward();
-}
 static void test_switch_errors(void) {
-    CHECK(expect_death(experts_tma_alone, NULL, "HYBRID_MOE_WG_TMA=1 without HYBRID_MOE_WG_WS", "HYBRID_MOE_WG_TMA=1",
-                       "HYBRID_MOE_WG_WS=rows"),
-          "HYBRID_MOE_WG_TMA=1 without the warp-specialized kernels is refused by name");
-    CHECK(expect_death(experts_ws_bn128, NULL, "HYBRID_MOE_WG_WS=rows with HYBRID_MOE_WG_BN=128",
-                       "HYBRID_MOE_WG_WS=rows", "HYBRID_MOE_WG_BN=128"),
-          "HYBRID_MOE_WG_WS=rows with the 128-wide tile is refused by name");
-    static const BadSwitch bad[] = {{"HYBRID_MOE_GEMM", "owned", NULL},
-                                    {"HYBRID_MOE_WGMMA", "on", NULL},
-                                    {"HYBRID_MOE_WG_BN", "64", "HYBRID_MOE_WGMMA"},
-                                    {"HYBRID_MOE_WG_GLU_FUSED", "yes", "HYBRID_MOE_WGMMA"},
-                                    {"HYBRID_MOE_WG_WS", "1", "HYBRID_MOE_WGMMA"},
-                                    {"HYBRID_MOE_WG_TMA", "yes", "HYBRID_MOE_WGMMA"}};
+#define WG1 "HYBRID_MOE_WGMMA", "1"
+    static const BadSwitch bad[] = {
+        {"HYBRID_MOE_GEMM", "owned", {NULL}, NULL},
+        {"HYBRID_MOE_WGMMA", "on", {NULL}, NULL},
+        {"HYBRID_MOE_WG_BN", "64", {WG1}, NULL},
+        {"HYBRID_MOE_WG_GLU_FUSED", "yes", {WG1}, NULL},
+        {"HYBRID_MOE_WG_WS", "1", {WG1}, NULL},
+        {"HYBRID_MOE_WG_TMA", "yes", {WG1}, NULL},
+        // the warp-specialized kernels at the 128-wide tile they do not have
+        {"HYBRID_MOE_WG_WS", "rows", {WG1, "HYBRID_MOE_WG_BN", "128"}, "HYBRID_MOE_WG_BN=128"},
+        // TMA without the warp-specialized kernels it belongs to
+        {"HYBRID_MOE_WG_TMA", "1", {WG1}, "HYBRID_MOE_WG_WS=rows"}};
+#undef WG1
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char want[64];
         snprintf(want, sizeof want, "%s=%s", bad[i].name, bad[i].value);
-        CHECK(expect_death(experts_with_env, (void *)&bad[i], want, want, "expected"), "a bad %s is refused by name",
-              bad[i].name);
+        const char *says = bad[i].says ? bad[i].says : "expected";
+        CHECK(expect_death(experts_with_env, (void *)&bad[i], want, want, says), "%s is refused, the message naming "
+              "it and '%s'", want, says);
     }
 }
 #endif
