@@ -57,3 +57,5 @@ for v in 0 all; do
     grep -E "rows_w[gs]_kernel|wgrad_w[gs]_kernel|Duration|L2 Cache Throughput|DRAM Throughput|Compute \(SM\) Throughput|Stall|Warp Cycles" $OUT/ncu_ws$v.txt | head -40
 done
 echo "total $SECONDS s"
+# (at most 8 files come back from $OUT: everything travels as one archive)
+(cd $OUT && tar czf wgmma-ws.tgz --remove-files *.log *.json *.txt 2>/dev/null; ls -la $OUT)
