@@ -106,13 +106,15 @@ void cuda_moe_set_wg_bn(int bn);
 // tests' bit comparison), 1 on, -1 as HYBRID_MOE_WG_GLU_FUSED says (unset: off)
 void cuda_moe_set_wg_glu(int on);
 // the warp-specialized wgmma GEMMs (kernels/moe/grouped_gemm_ws.cuh; at tile width 256 only): 0 off,
-// 1 the row GEMMs, 2 those and our weight gradients, -1 as HYBRID_MOE_WG_WS says (0,
-// rows, all; unset: off); the counter: GEMM calls that ran a warp-specialized kernel
+// 1 the row GEMMs, 2 those and our weight gradients, 3 auto (the data gradients with reductions
+// of 1024 or more, with TMA weights), -1 as HYBRID_MOE_WG_WS says (auto, 0, rows, all; unset:
+// auto); the counter: GEMM calls that ran a warp-specialized kernel
 void cuda_moe_set_wg_ws(int level);
 int cuda_moe_wg_ws(void);  // the level now (reads the switch)
 long cuda_moe_wg_ws_launches(void);
-// their row GEMMs' expert weights copied by TMA (kernels/tma.cuh): 1 on, 0 off, -1 as
-// HYBRID_MOE_WG_TMA says (unset: off); the counter: row GEMM calls that ran it
+// their row GEMMs' expert weights copied by TMA (kernels/tma.cuh) at levels 1 and 2: 1 on, 0 off, -1
+// as HYBRID_MOE_WG_TMA says (unset: off; auto chooses TMA itself); the counter: row GEMM calls that
+// ran it
 void cuda_moe_set_wg_tma(int on);
 int cuda_moe_wg_tma(void);  // 1 when it is on now (reads the switch)
 long cuda_moe_wg_tma_launches(void);

@@ -4,7 +4,8 @@
 // GEMMs on wgmma"). Same operands, walks, splits and contracts as experts.cu's rows_gemm and
 // wgrad, which call moe_wg_rows / moe_wg_wgrad first and run their mma.sync kernels where these
 // return 0. The same GEMMs warp-specialized (grouped_gemm_ws.cuh: HYBRID_MOE_WG_WS, and
-// HYBRID_MOE_WG_TMA for the row GEMMs' weights; off, not yet measured) give the same bits.
+// HYBRID_MOE_WG_TMA for the row GEMMs' weights; by default the long data gradients only:
+// ws_auto_pick) give the same bits.
 // This file alone is built for sm_90a (Makefile: wgmma exists only there); HYBRID_MOE_WGMMA=1
 // refuses a GPU that is not compute capability 9.0, and auto leaves such a GPU on mma.sync.
 #include "kernels/cuda_backend.h"
@@ -316,39 +317,41 @@ static int wg_bn(void) {
 }
 extern "C" void cuda_moe_set_wg_bn(int bn) { g_bn_forced = bn == 128 || bn == 256 ? bn : -1; }
 
-// The warp-specialized kernels (grouped_gemm_ws.cuh): HYBRID_MOE_WG_WS=0 (the default: unset or
-// empty), WS_ROWS (`rows`: the row GEMMs, with any of their epilogues) or WS_ALL (`all`: those and our weight
-// gradients); anything else stops the run. They exist for the 128 x 256 tile only, so rows or all
-// with HYBRID_MOE_WG_BN=128 stops it too (the tests' forcing, cuda_moe_set_wg_ws, applies at
-// width 256 only).
-enum { WS_OFF, WS_ROWS, WS_ALL };
+// The warp-specialized kernels (grouped_gemm_ws.cuh): HYBRID_MOE_WG_WS=auto (the default: unset or
+// empty; ws_auto_pick), 0 (off), WS_ROWS (`rows`: the row GEMMs, with any of their epilogues) or
+// WS_ALL (`all`: those and our weight gradients); anything else stops the run. They exist for the
+// 128 x 256 tile only, so rows or all with HYBRID_MOE_WG_BN=128 stops it too (auto keeps the
+// 128-wide kernels there; the tests' forcing, cuda_moe_set_wg_ws, applies at width 256 only).
+enum { WS_OFF, WS_ROWS, WS_ALL, WS_AUTO };
 static int wg_ws(void) {
     if (g_ws_forced >= 0) return g_ws_forced;
     if (g_ws_env < 0) {
-        static const char *const names[] = {"0", "rows", "all"};
-        g_ws_env = env_choice("HYBRID_MOE_WG_WS", names, 3);
-        if (g_ws_env && wg_bn() != WS_BN)
+        static const char *const names[] = {"auto", "0", "rows", "all"};
+        static const int level[] = {WS_AUTO, WS_OFF, WS_ROWS, WS_ALL};
+        const int v = env_choice("HYBRID_MOE_WG_WS", names, 4);
+        g_ws_env = level[v];
+        if ((g_ws_env == WS_ROWS || g_ws_env == WS_ALL) && wg_bn() != WS_BN)
             die("HYBRID_MOE_WG_WS=%s: the warp-specialized GEMMs have 128 x %d tiles only, not HYBRID_MOE_WG_BN=%d",
-                names[g_ws_env], WS_BN, wg_bn());
+                names[v], WS_BN, wg_bn());
     }
     return g_ws_env;
 }
-extern "C" void cuda_moe_set_wg_ws(int level) { g_ws_forced = level >= WS_OFF && level <= WS_ALL ? level : -1; }
+extern "C" void cuda_moe_set_wg_ws(int level) { g_ws_forced = level >= WS_OFF && level <= WS_AUTO ? level : -1; }
 extern "C" int cuda_moe_wg_ws(void) { return wg_ws(); }
 
-// The warp-specialized row GEMMs' weights by TMA (ws_produce_tile's TMA): HYBRID_MOE_WG_TMA=0 (the
-// default: unset or empty) or 1, which needs HYBRID_MOE_WG_WS=rows or all (else it stops the run);
-// anything else stops it too. (Only the weights: the rows of X are a device-side count, which a
-// map made on the host cannot bound; nor the weight gradients, whose reductions end at an
-// expert's last row, which a box would run past.)
+// The warp-specialized row GEMMs' weights by TMA (ws_produce_tile's TMA) under HYBRID_MOE_WG_WS=rows or
+// all: HYBRID_MOE_WG_TMA=0 (the default: unset or empty) or 1; 1 with WS off or auto stops the run
+// (auto chooses TMA itself: ws_auto_pick), as does anything else. (Only the weights: the rows of
+// X are a device-side count, which a map made on the host cannot bound; nor the weight
+// gradients, whose reductions end at an expert's last row, which a box would run past.)
 static int wg_tma(void) {
     if (g_tma_forced >= 0) return g_tma_forced;
     if (g_tma_env < 0) {
         static const char *const names[] = {"0", "1"};
         g_tma_env = env_choice("HYBRID_MOE_WG_TMA", names, 2);
-        if (g_tma_env && wg_ws() == WS_OFF)
+        if (g_tma_env && wg_ws() != WS_ROWS && wg_ws() != WS_ALL)
             die("HYBRID_MOE_WG_TMA=1: the TMA copies are the warp-specialized row GEMMs' (set HYBRID_MOE_WG_WS=rows "
-                "or all)");
+                "or all; auto, the default, chooses them itself)");
     }
     return g_tma_env;
 }
@@ -424,11 +427,23 @@ static void wg_rows_run(const WgRows &a) {
                   dim3(wg_resident_blocks<rows_wg_kernel<BN, W_T, EPI>, WG_THREADS, WgTile<BN>::SMEM>()),
                   dim3(WG_THREADS), WgTile<BN>::SMEM, a);
 }
+// HYBRID_MOE_WG_WS=auto: the warp-specialized kernel with TMA weights for a row GEMM with
+// MN-major weights and the plain store (the two data gradients, dgrad2 and dgrad13) whose
+// reduction is at least 1024 long, the default kernels for every other GEMM. From one H200 call
+// (docs/hybrid.md, "The expert GEMMs on wgmma"): at reductions of 2048 (the large shape's
+// dgrads) it took 22-28% off the default's time, at 768 (KL-S's dgrad2) it tied, at 512 (KL-S's
+// dgrad13) it lost 6%; the row GEMMs with K-major weights (the forward) and the weight gradients
+// did not gain at either shape. 1024 lies between the measured tie and gain, unmeasured itself.
+static bool ws_auto_pick(const WgRows &a, bool w_t, int epi) {
+    return w_t && epi == WG_EPI_STORE && a.kd >= 1024;
+}
+
 template <bool W_T, int EPI>
 static void wg_rows_launch(const WgRows &a) {
     g_launches++;
-    const int tma = wg_tma();  // (read at every launch: a bad value stops the run even where unused)
-    if (wg_ws() >= WS_ROWS && wg_bn() == WS_BN) {
+    const int ws = wg_ws(), tma_switch = wg_tma();  // (read at every launch: a bad value stops the run)
+    const bool pick = ws == WS_AUTO && ws_auto_pick(a, W_T, EPI), tma = pick || tma_switch;
+    if ((pick || ws == WS_ROWS || ws == WS_ALL) && wg_bn() == WS_BN) {
         g_ws_launches++;
         CUtensorMap wmap;
         memset(&wmap, 0, sizeof wmap);

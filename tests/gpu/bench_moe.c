@@ -522,10 +522,11 @@ int main(int argc, char **argv) {
     printf("GEMMs of ours on wgmma: %s (HYBRID_MOE_WGMMA=auto, the default, on compute capability 9.0, or =1: "
            "the sm_90a warpgroup-MMA kernels, kernels/moe/experts_wg.cu; =0: mma.sync)\n",
            cuda_moe_wgmma() ? "yes" : "no");
-    static const char *const ws_names[] = {"0", "rows", "all"};
-    printf("wgmma GEMMs warp-specialized: HYBRID_MOE_WG_WS=%s (0, the default: one role a thread; rows: the row "
-           "GEMMs on a producer warpgroup and two consumers, kernels/moe/grouped_gemm_ws.cuh; all: our weight gradients "
-           "too; launches counted at the end); their row GEMMs' weights by TMA: HYBRID_MOE_WG_TMA=%d\n",
+    static const char *const ws_names[] = {"0", "rows", "all", "auto"};
+    printf("wgmma GEMMs warp-specialized: HYBRID_MOE_WG_WS=%s (auto, the default: the data gradients with reductions "
+           "of 1024 or more, their weights by TMA; 0: none, one role a thread; rows: the row GEMMs on a producer "
+           "warpgroup and two consumers, kernels/moe/grouped_gemm_ws.cuh; all: our weight gradients too; launches "
+           "counted at the end); rows' and all's weights by TMA: HYBRID_MOE_WG_TMA=%d\n",
            ws_names[cuda_moe_wg_ws()], cuda_moe_wg_tma());
     printf("inputs: x, dout randn (N, C); weights by the init rules (random router, natural load)\n");
 

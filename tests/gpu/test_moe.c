@@ -480,27 +480,33 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
               bwd_glu, fused, suits);
     }
     // wgmma at width 256: the warp-specialized kernels (a producer warpgroup, two consumers,
-    // mbarriers; cuda_moe_set_wg_ws) against the rounds above (the default, one role a thread): the
-    // same bits, forward and backward, at HYBRID_MOE_WG_WS=rows (level 1: the row GEMMs),
-    // =all (level 2: the weight gradients too, walking, any forced split), =all with
-    // HYBRID_MOE_WG_TMA=1 (the row GEMMs' weights copied by TMA: cuda_moe_set_wg_tma), and that with
-    // the GLU fused into the row GEMMs' epilogues (from registers; cuda_moe_set_wg_glu(1)); where the
-    // widths suit wgmma both row GEMMs of a forward run it, and both dgrads (and at level 2 both
-    // weight gradients) of a backward, the row GEMMs through TMA where it is on, and the GLU passes
-    // of their own are the fused-GLU check's above
+    // mbarriers; cuda_moe_set_wg_ws) against the rounds above (the default, HYBRID_MOE_WG_WS=auto):
+    // the same bits, forward and backward, at =0 (level 0: none of them, one role a thread), auto
+    // forced (level 3: the data gradients whose reductions, C for dgrad2 and 2M for dgrad13, are at
+    // least 1024 long, their weights by TMA, and nothing else), =rows (level 1: the row GEMMs), =all
+    // (level 2: the weight gradients too, walking, any forced split), =all with HYBRID_MOE_WG_TMA=1
+    // (the row GEMMs' weights copied by TMA: cuda_moe_set_wg_tma), and that with the GLU fused into
+    // the row GEMMs' epilogues (from registers; cuda_moe_set_wg_glu(1)); where the widths suit
+    // wgmma, rows runs both row GEMMs of a forward and both dgrads of a backward warp-specialized
+    // (all: and both weight gradients), through TMA where it is on, and the GLU passes of their
+    // own are the fused-GLU check's above
     if (wgmma && path == PATH_OWN && path_orig == PATH_WGMMA)
-        for (int v = 0; v < 4; v++) {
-            static const char *const tags[4] = {"warp-specialized rows", "warp-specialized all", "warp-spec. all + TMA",
-                                                "warp-spec. TMA, GLU fused"};
-            const int level = v == 0 ? 1 : 2, tma = v >= 2, glu = v == 3;
+        for (int v = 0; v < 6; v++) {
+            static const char *const tags[6] = {"warp-specialized none", "warp-specialized auto",
+                                                "warp-specialized rows", "warp-specialized all",
+                                                "warp-spec. all + TMA",  "warp-spec. TMA, GLU fused"};
+            static const int levels[6] = {0, 3, 1, 2, 2, 2};
+            const int level = levels[v], tma = v >= 4, glu = v == 5;
             long fwd_ws, bwd_ws;
             const long t0 = cuda_moe_wg_tma_launches(), g0 = cuda_moe_glu_vec_launches();
             cuda_moe_set_wg_ws(level), cuda_moe_set_wg_tma(tma), cuda_moe_set_wg_glu(glu);
             experts_same_bits(&run, tags[v], cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
             cuda_moe_set_wg_ws(-1), cuda_moe_set_wg_tma(-1), cuda_moe_set_wg_glu(-1);
             const long tma_n = cuda_moe_wg_tma_launches() - t0, glu_n = cuda_moe_glu_vec_launches() - g0;
-            const int fused = glu && suits && M % 128 == 0;
-            const int want_f = suits ? 2 : 0, want_b = suits ? 4 * level : 0, want_t = tma && suits ? 2 + 4 : 0,
+            const int fused = glu && suits && M % 128 == 0, picked = 2 * ((C >= 1024) + (2 * M >= 1024));
+            const int want_f = suits && (level == 1 || level == 2) ? 2 : 0,
+                      want_b = !suits ? 0 : level == 3 ? picked : level == 0 ? 0 : 4 * level,
+                      want_t = !suits ? 0 : level == 3 ? picked : tma ? 2 + 4 : 0,
                       want_g = (fused ? 0 : M % 8 == 0) + (glu && suits ? 0 : 2 * (M % 8 == 0));
             printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld, GLU passes %ld\n", tags[v], fwd_ws, bwd_ws,
                    tma_n, glu_n);
@@ -843,8 +849,11 @@ static void test_switch_errors(void) {
         {"HYBRID_MOE_WG_TMA", "yes", {WG1}, NULL},
         // the warp-specialized kernels at the 128-wide tile they do not have
         {"HYBRID_MOE_WG_WS", "rows", {WG1, "HYBRID_MOE_WG_BN", "128"}, "HYBRID_MOE_WG_BN=128"},
-        // TMA without the warp-specialized kernels it belongs to
-        {"HYBRID_MOE_WG_TMA", "1", {WG1}, "HYBRID_MOE_WG_WS=rows"}};
+        // TMA without the warp-specialized kernels it belongs to (unset: auto, which chooses
+        // TMA itself; auto named; 0)
+        {"HYBRID_MOE_WG_TMA", "1", {WG1}, "HYBRID_MOE_WG_WS=rows"},
+        {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "auto"}, "auto, the default, chooses them itself"},
+        {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "0"}, "HYBRID_MOE_WG_WS=rows"}};
 #undef WG1
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char want[64];
@@ -901,6 +910,10 @@ int main(void) {
     test_dispatch((DispatchCase){40, 2, 3, 16, 128, 1, 0, SITU, 0, 0});
     test_dispatch((DispatchCase){24, 2, 2, 16, 192, 1, 0, SWIGLU, 0, 0});
     test_dispatch((DispatchCase){24, 2, 2, 16, 256, 1, 0, SITU, 0, 0});
+    // reductions of 1024: HYBRID_MOE_WG_WS=auto's pick, dgrad2 (C 1024) and dgrad13 (2M 1024) on the
+    // warp-specialized kernel with TMA weights, the other GEMMs not
+    test_dispatch((DispatchCase){24, 2, 2, 1024, 64, 1, 0, SWIGLU, 0, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 64, 512, 1, 0, SITU, 0, 0});
     // the grouped GEMM tile (128 x 128 x 64, 3 stages, 4 warps of 64 x 64): ~200 rows per expert
     // (2 row tiles, the second partial; the row GEMMs' 5 emulated blocks walk 2 x 3 tiles per
     // expert), experts 1, 3, 5 empty; K dims 264, 136, 272 = 8 odd multiples, 5, 3 and 5 k-steps
