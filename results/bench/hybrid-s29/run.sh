@@ -3,12 +3,13 @@
 # (`make bench-hybrid`'s cases, scripts/bench_hybrid.sh), then fla's KDAForCausalLM on the same
 # cases in the same call with whatever time is left (its Triton cache, if carried as
 # out/devrun/triton/, unpacked first; packed back into $OUT at the end so the next call skips
-# fla's compile), then the side-by-side table. Issue 16.
+# fla's autotuning), then the side-by-side table. Issue 16.
 # Call: carry out/peers/fla (prepared by ../shared/peers/prepare_fla.sh) and out/devrun/triton
-# when there. Outputs: $OUT/hybrid.tgz (logs, JSON), $OUT/triton_cache.tgz.NN.
+# when there. Outputs: $OUT/hybrid.tgz (logs, JSON), $OUT/triton_tuned.tgz (fla's autotune
+# choices: scripts/triton_cache.sh pack-tuned; session 29's call packed the whole cache instead).
 export NCCL_NVLS_ENABLE=0; set -u
 export TRITON_CACHE_DIR=/tmp/tc TRITON_CACHE_AUTOTUNING=1
-ls out/devrun/triton/triton_cache.tgz.* > /dev/null 2>&1 && sh scripts/triton_cache.sh unpack out/devrun/triton $TRITON_CACHE_DIR
+[ -d out/devrun/triton ] && sh scripts/triton_cache.sh unpack out/devrun/triton $TRITON_CACHE_DIR
 make -j16 hybrid > /tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
 echo "built at $SECONDS s"
 R=/tmp/bh; mkdir -p $R
@@ -22,5 +23,5 @@ fi
 python3 scripts/bench_summary_hybrid.py table $R/bench/hybrid_ours.json $R/bench/hybrid_fla.json
 cp /tmp/build.log $R/
 (cd $R && tar czf $OUT/hybrid.tgz *.log bench/*.json bench/logs 2>/dev/null)
-[ -d $TRITON_CACHE_DIR ] && sh scripts/triton_cache.sh pack $TRITON_CACHE_DIR $OUT
+[ -d $TRITON_CACHE_DIR ] && sh scripts/triton_cache.sh pack-tuned $TRITON_CACHE_DIR $OUT
 echo "total $SECONDS s"
