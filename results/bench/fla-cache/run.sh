@@ -3,7 +3,8 @@
 # brings fla's Triton autotune choices back (scripts/triton_cache.sh pack-tuned), so that later
 # calls skip fla's autotuning (~440 s cold for chunk_kda's three benchmark shapes; BENCHMARKS.md,
 # "H200: chunkwise KDA and GDN against fla", its paragraph on the cache). Before the call: fetch
-# fla, `sh ../shared/peers/prepare_fla.sh FLA_GIT_DIR out/peers/fla`, and, if an earlier call
+# fla, `sh ../shared/peers/prepare_fla.sh FLA_GIT_DIR out/peers/fla`, `git -C FLA_GIT_DIR rev-parse
+# --short HEAD > out/peers/fla/COMMIT` (else the JSON says "commit unknown"), and, if an earlier call
 # brought the choices back, copy triton_tuned.tgz into out/devrun/triton/. Call: carry
 # out/peers/fla (and out/devrun/triton when there). After it: copy $OUT/triton_tuned.tgz into
 # out/devrun/triton/ for the next call. Session 29's call (the whole cache then, of which the

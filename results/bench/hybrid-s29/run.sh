@@ -4,7 +4,8 @@
 # cases in the same call with whatever time is left (its Triton cache, if carried as
 # out/devrun/triton/, unpacked first; packed back into $OUT at the end so the next call skips
 # fla's autotuning), then the side-by-side table. Issue 16.
-# Call: carry out/peers/fla (prepared by ../shared/peers/prepare_fla.sh) and out/devrun/triton
+# Call: carry out/peers/fla (prepared by ../shared/peers/prepare_fla.sh, with its commit in
+# out/peers/fla/COMMIT: `git -C FLA_GIT_DIR rev-parse --short HEAD`) and out/devrun/triton
 # when there. Outputs: $OUT/hybrid.tgz (logs, JSON), $OUT/triton_tuned.tgz (fla's autotune
 # choices: scripts/triton_cache.sh pack-tuned; session 29's call packed the whole cache instead).
 export NCCL_NVLS_ENABLE=0; set -u
