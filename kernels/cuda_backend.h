@@ -112,12 +112,13 @@ void cuda_moe_set_wg_glu(int on);
 void cuda_moe_set_wg_ws(int level);
 int cuda_moe_wg_ws(void);  // the level now (reads the switch)
 long cuda_moe_wg_ws_launches(void);
-// their row GEMMs' expert weights copied by TMA (kernels/tma.cuh) at levels 1 and 2: 1 on, 0 off, -1
-// as HYBRID_MOE_WG_TMA says (unset: off; auto chooses TMA itself); the counter: row GEMM calls that
-// ran it
-void cuda_moe_set_wg_tma(int on);
-int cuda_moe_wg_tma(void);  // 1 when it is on now (reads the switch)
+// their row GEMMs' copies by TMA (kernels/tma.cuh) at levels 1 and 2: 1 the expert weights, 2 those
+// and whole tiles' rows, 0 none, -1 as HYBRID_MOE_WG_TMA says (unset: none; auto chooses the
+// weights itself); the counters: row GEMM calls that ran TMA, and those with the rows by TMA
+void cuda_moe_set_wg_tma(int level);
+int cuda_moe_wg_tma(void);  // the level now (reads the switch)
 long cuda_moe_wg_tma_launches(void);
+long cuda_moe_wg_tma_rows_launches(void);
 
 #ifdef HYBRID_CUDA_EMU
 // The CPU emulator's GPU as another compute capability (major * 10 + minor; the emulator

@@ -197,10 +197,11 @@ __device__ __forceinline__ void ws_rows_walk(const WgRows &a, F f) {
         f(e, r0, min(WG_BM, a.offsets[e + 1] - r0), n0, EPI == WG_EPI_GLU_FWD ? WS_BN : min(WS_BN, cols - n0));
     }
 }
-// TMA: the weights copied by TMA through wmap (ws_produce_tile's TMA; HYBRID_MOE_WG_TMA=1), else
-// wmap is not read.
-template <bool W_T, bool TMA, int EPI>
-__global__ void __launch_bounds__(WS_THREADS, 1) rows_ws_kernel(WgRows a, const __grid_constant__ CUtensorMap wmap) {
+// TMA: WS_TMA_W, the weights copied by TMA through wmap (ws_produce_tile's TMA; HYBRID_MOE_WG_TMA=1);
+// WS_TMA_ROWS, also whole tiles' rows of X through xmap (=2); 0, neither map is read.
+template <bool W_T, int TMA, int EPI>
+__global__ void __launch_bounds__(WS_THREADS, 1)
+    rows_ws_kernel(WgRows a, const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap) {
     static_assert(EPI != WG_EPI_GLU_FWD || !W_T, "the fused forward GLU reads W13 K-major");
     constexpr bool HALVES = EPI == WG_EPI_GLU_FWD;
     DYNAMIC_SMEM(unsigned char, raw);  // WS_SMEM: 1024 of alignment slack, the ring, its barriers
@@ -215,7 +216,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) rows_ws_kernel(WgRows a, const 
             const bf16 *We = a.W + (size_t)e * a.n_out * a.kd;
             ws_produce_tile<false, W_T, TMA, HALVES>(ring, step, a.X + (size_t)r0 * a.kd, a.kd,
                                                      W_T ? We + n0 : We + (size_t)n0 * a.kd, W_T ? a.n_out : a.kd,
-                                                     m_lim, n_lim, a.kd, skip, &wmap, e, n0);
+                                                     m_lim, n_lim, a.kd, skip, &wmap, e, n0, &xmap, r0);
         });
         ws_produce_end(ring, step);
     } else {
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 // cuda_moe_set_wgmma, _set_wg_bn, _set_wg_ws, _set_wg_tma) ----
 static int g_env = -1, g_forced = -1, g_bn_env = -1, g_bn_forced = -1, g_ws_env = -1, g_ws_forced = -1,
            g_tma_env = -1, g_tma_forced = -1;
-static long g_launches, g_ws_launches, g_tma_launches;
+static long g_launches, g_ws_launches, g_tma_launches, g_tma_rows_launches;
 
 // the tile width: HYBRID_MOE_WG_BN=256 (the default: unset or empty) or 128 (grouped_gemm_wg.cuh's
 // two tiles; which is faster where is the H200's to say), anything else stops the run
@@ -339,25 +340,28 @@ static int wg_ws(void) {
 extern "C" void cuda_moe_set_wg_ws(int level) { g_ws_forced = level >= WS_OFF && level <= WS_AUTO ? level : -1; }
 extern "C" int cuda_moe_wg_ws(void) { return wg_ws(); }
 
-// The warp-specialized row GEMMs' weights by TMA (ws_produce_tile's TMA) under HYBRID_MOE_WG_WS=rows or
-// all: HYBRID_MOE_WG_TMA=0 (the default: unset or empty) or 1; 1 with WS off or auto stops the run
-// (auto chooses TMA itself: ws_auto_pick), as does anything else. (Only the weights: the rows of
-// X are a device-side count, which a map made on the host cannot bound; nor the weight
-// gradients, whose reductions end at an expert's last row, which a box would run past.)
+// The warp-specialized row GEMMs' copies by TMA (ws_produce_tile's TMA) under HYBRID_MOE_WG_WS=rows or
+// all: HYBRID_MOE_WG_TMA=0 (the default: unset or empty), 1 (the weights, WS_TMA_W) or 2 (the
+// weights and whole tiles' rows of X, WS_TMA_ROWS); 1 or 2 with WS off or auto stops the run (auto
+// chooses TMA itself: ws_auto_pick), as does anything else. (A partial tile's rows stay on
+// cp.async: the rows' count is on the device, which a map made on the host cannot bound; so do the
+// weight gradients, whose reductions end at an expert's last row, which a box would run past.)
 static int wg_tma(void) {
     if (g_tma_forced >= 0) return g_tma_forced;
     if (g_tma_env < 0) {
-        static const char *const names[] = {"0", "1"};
-        g_tma_env = env_choice("HYBRID_MOE_WG_TMA", names, 2);
+        static const char *const names[] = {"0", "1", "2"};
+        g_tma_env = env_choice("HYBRID_MOE_WG_TMA", names, 3);
         if (g_tma_env && wg_ws() != WS_ROWS && wg_ws() != WS_ALL)
-            die("HYBRID_MOE_WG_TMA=1: the TMA copies are the warp-specialized row GEMMs' (set HYBRID_MOE_WG_WS=rows "
-                "or all; auto, the default, chooses them itself)");
+            die("HYBRID_MOE_WG_TMA=%s: the TMA copies are the warp-specialized row GEMMs' (set HYBRID_MOE_WG_WS=rows "
+                "or all; auto, the default, chooses them itself)",
+                names[g_tma_env]);
     }
     return g_tma_env;
 }
-extern "C" void cuda_moe_set_wg_tma(int on) { g_tma_forced = on == 0 || on == 1 ? on : -1; }
+extern "C" void cuda_moe_set_wg_tma(int level) { g_tma_forced = level >= 0 && level <= WS_TMA_ROWS ? level : -1; }
 extern "C" int cuda_moe_wg_tma(void) { return wg_tma(); }
 extern "C" long cuda_moe_wg_tma_launches(void) { return g_tma_launches; }
+extern "C" long cuda_moe_wg_tma_rows_launches(void) { return g_tma_rows_launches; }
 
 // the TMA map of the expert weights W of a row GEMM (E experts of n_out x kd, K-major, W_T = false;
 // or kd x n_out, MN-major), its boxes as ws_produce_tile's TMA takes them (halves: the fused
@@ -367,6 +371,15 @@ static void ws_weight_map(CUtensorMap *m, const WgRows &a, bool w_t, bool halves
     const uint64_t dims[3] = {inner, outer, (uint64_t)a.E}, strides[2] = {inner * 2, inner * outer * 2};
     const uint32_t box[3] = {64, w_t ? 64u : halves ? (uint32_t)WS_BN / 2 : (uint32_t)WS_BN, 1};
     tma_map_bf16(m, a.W, 3, dims, strides, box);
+}
+// the TMA map of a row GEMM's rows X (rows of kd, K-major), boxes of a whole tile, {64 k, 128 rows}
+// (ws_produce_tile's WS_TMA_ROWS). Its row count is 2^31, a bound and not X's: the op is not told
+// X's rows (their count is the offsets' last, on the device), and only whole tiles, every row of
+// which is an expert's, go by TMA; the third dimension (one) only gives tma_load_3d its rank.
+static void ws_rows_map(CUtensorMap *m, const WgRows &a) {
+    const uint64_t dims[3] = {(uint64_t)a.kd, 1ull << 31, 1}, strides[2] = {(uint64_t)a.kd * 2, (uint64_t)a.kd * 2};
+    const uint32_t box[3] = {64, WG_BM, 1};
+    tma_map_bf16(m, a.X, 3, dims, strides, box);
 }
 extern "C" long cuda_moe_wg_ws_launches(void) { return g_ws_launches; }
 
@@ -438,26 +451,27 @@ static bool ws_auto_pick(const WgRows &a, bool w_t, int epi) {
     return w_t && epi == WG_EPI_STORE && a.kd >= 1024;
 }
 
+template <bool W_T, int TMA, int EPI>
+static void ws_rows_run(const WgRows &a, const CUtensorMap &wmap, const CUtensorMap &xmap) {
+    launch_kernel(rows_ws_kernel<W_T, TMA, EPI>,
+                  dim3(wg_resident_blocks<rows_ws_kernel<W_T, TMA, EPI>, WS_THREADS, WS_SMEM>()), dim3(WS_THREADS),
+                  WS_SMEM, a, wmap, xmap);
+}
 template <bool W_T, int EPI>
 static void wg_rows_launch(const WgRows &a) {
     g_launches++;
     const int ws = wg_ws(), tma_switch = wg_tma();  // (read at every launch: a bad value stops the run)
-    const bool pick = ws == WS_AUTO && ws_auto_pick(a, W_T, EPI), tma = pick || tma_switch;
+    const bool pick = ws == WS_AUTO && ws_auto_pick(a, W_T, EPI);
+    const int tma = pick ? WS_TMA_W : tma_switch;
     if ((pick || ws == WS_ROWS || ws == WS_ALL) && wg_bn() == WS_BN) {
         g_ws_launches++;
-        CUtensorMap wmap;
-        memset(&wmap, 0, sizeof wmap);
-        if (tma) {
-            g_tma_launches++;
-            ws_weight_map(&wmap, a, W_T, EPI == WG_EPI_GLU_FWD);
-            launch_kernel(rows_ws_kernel<W_T, true, EPI>,
-                          dim3(wg_resident_blocks<rows_ws_kernel<W_T, true, EPI>, WS_THREADS, WS_SMEM>()),
-                          dim3(WS_THREADS), WS_SMEM, a, wmap);
-        } else {
-            launch_kernel(rows_ws_kernel<W_T, false, EPI>,
-                          dim3(wg_resident_blocks<rows_ws_kernel<W_T, false, EPI>, WS_THREADS, WS_SMEM>()),
-                          dim3(WS_THREADS), WS_SMEM, a, wmap);
-        }
+        CUtensorMap wmap, xmap;
+        memset(&wmap, 0, sizeof wmap), memset(&xmap, 0, sizeof xmap);
+        if (tma) g_tma_launches++, ws_weight_map(&wmap, a, W_T, EPI == WG_EPI_GLU_FWD);
+        if (tma == WS_TMA_ROWS) g_tma_rows_launches++, ws_rows_map(&xmap, a);
+        if (tma == WS_TMA_ROWS) ws_rows_run<W_T, WS_TMA_ROWS, EPI>(a, wmap, xmap);
+        else if (tma) ws_rows_run<W_T, WS_TMA_W, EPI>(a, wmap, xmap);
+        else ws_rows_run<W_T, 0, EPI>(a, wmap, xmap);
     } else if (wg_bn() == 128) wg_rows_run<128, W_T, EPI>(a);
     else wg_rows_run<256, W_T, EPI>(a);
 }

@@ -78,14 +78,22 @@ __device__ __forceinline__ void ws_ring_init(unsigned char *ring, unsigned full_
 // {64 k, 128 n} (the map's box then), at rows n0 and n0 + 128 + b_hi_skip; MN-major (dims {n, k, e}), four boxes {64 n,
 // 64 k}, one for each column of 64 n (WG_MN_LBO apart). Rows past the tensor's n and k read as
 // zero, as the cp.async zero-fill gives.
-template <bool A_T, bool B_T, bool TMA = false, bool HALVES = false>
+// TMA == WS_TMA_ROWS (HYBRID_MOE_WG_TMA=2): also A, the rows, of a whole tile (m_lim == WG_BM), by
+// TMA through xmap (dims {k, rows, 1}: one box {64 k, 128 rows} at row a_row), which thread 0
+// announces with B's; a partial tile's rows stay on cp.async, whose zero-fill stops at m_lim. Only
+// whole tiles go by TMA because the rows' count is on the device: the map's row count is a bound
+// no box reaches (every row of a whole tile is one of the expert's), not the buffer's.
+#define WS_TMA_W 1     // the weights by TMA
+#define WS_TMA_ROWS 2  // the weights and whole tiles' rows
+template <bool A_T, bool B_T, int TMA = 0, bool HALVES = false>
 __device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &step, const bf16 *A, long lda,
                                                 const bf16 *B, long ldb, int m_lim, int n_lim, int k_lim,
                                                 long b_hi_skip = 0, const CUtensorMap *wmap = nullptr, int e = 0,
-                                                int n0 = 0) {
-    static_assert(!TMA || !A_T, "TMA: the row GEMMs' weights");
+                                                int n0 = 0, const CUtensorMap *xmap = nullptr, int a_row = 0) {
+    static_assert(!TMA || !A_T, "TMA: the row GEMMs' weights (and rows, K-major)");
     constexpr int S = WsTile::STAGES;
     const int nk = (k_lim + WG_BK - 1) / WG_BK;
+    const bool a_tma = TMA == WS_TMA_ROWS && m_lim == WG_BM;
     for (int kt = 0; kt < nk; kt++, step++) {
         const int s = step % S;
         mbar_wait(ws_empty(ring) + s, ((step / S) & 1) ^ 1);
@@ -94,7 +102,8 @@ __device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &s
         if (!TMA) {
             wg_load<B_T, WS_BN, 128>(sb, B, ldb, n_lim, kt * WG_BK, k_lim, b_hi_skip);
         } else if (threadIdx.x == 0) {
-            mbar_arrive_expect_tx(full, WsTile::B_BYTES);
+            mbar_arrive_expect_tx(full, WsTile::B_BYTES + (a_tma ? WG_A_BYTES : 0));
+            if (a_tma) tma_load_3d(sa, xmap, kt * WG_BK, a_row, 0, full);
             if (B_T) {
                 for (int j = 0; j < WS_BN / 64; j++) tma_load_3d(sb + j * WG_MN_LBO, wmap, n0 + 64 * j, kt * WG_BK, e, full);
             } else if (HALVES) {
@@ -104,7 +113,7 @@ __device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &s
                 tma_load_3d(sb, wmap, kt * WG_BK, n0, e, full);
             }
         }
-        wg_load<A_T, WG_BM, 128>(sa, A, lda, m_lim, kt * WG_BK, k_lim);
+        if (!a_tma) wg_load<A_T, WG_BM, 128>(sa, A, lda, m_lim, kt * WG_BK, k_lim);
         cp_async_mbar_arrive(full);
     }
 }

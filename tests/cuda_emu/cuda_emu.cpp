@@ -19,6 +19,7 @@
 #include <time.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <numeric>
@@ -548,10 +549,15 @@ void emu_tma_encode(CUtensorMap *m, const void *base, int rank, const uint64_t *
         if (dims[d] == 0 || box[d] == 0 || box[d] > 256)
             emu_die("TMA map: dimension %d of %llu elements, box %u (each box extent 1..256)", d,
                     (unsigned long long)dims[d], box[d]);
+        if (dims[d] > (1ull << 32)) emu_die("TMA map: dimension %d of %llu elements (the driver's limit: 2^32)", d,
+                                            (unsigned long long)dims[d]);
         t.dims[d] = dims[d], t.box[d] = box[d];
         if (d > 0) {
             if (strides[d - 1] % 16) emu_die("TMA map: stride %llu bytes of dimension %d is not a multiple of 16",
                                              (unsigned long long)strides[d - 1], d);
+            if (strides[d - 1] >= (1ull << 40))
+                emu_die("TMA map: stride %llu bytes of dimension %d (the driver's limit: under 2^40)",
+                        (unsigned long long)strides[d - 1], d);
             t.strides[d] = strides[d - 1];
         }
     }
@@ -559,14 +565,51 @@ void emu_tma_encode(CUtensorMap *m, const void *base, int rank, const uint64_t *
     memset(m, 0, sizeof *m);
     memcpy(m, &t, sizeof t);
 }
+namespace {
+// The device allocations (cudaMalloc), by address: a TMA box reads only inside the one its map's
+// base lies in. The GPU checks a box against the map's dims alone, so a map whose dims reach past
+// its buffer (the MoE rows' map bounds rows by 2^31) reads whatever lies there; the emulator
+// stops the run instead.
+std::map<const unsigned char *, size_t> g_dev_allocs;
+// the allocation holding p: its [lo, hi), or lo == hi == nullptr
+std::pair<const unsigned char *, const unsigned char *> dev_alloc_of(const unsigned char *p) {
+    auto it = g_dev_allocs.upper_bound(p);
+    if (it == g_dev_allocs.begin()) return {nullptr, nullptr};
+    --it;
+    if (p >= it->first + it->second) return {nullptr, nullptr};
+    return {it->first, it->first + it->second};
+}
+// each row of the box inside the tensor (the elements the copy reads) within the allocation of the
+// map's base
+void tma_check_reads(const EmuTmaMap &t, const int *c) {
+    const auto a = dev_alloc_of(t.base);
+    if (!a.first) emu_die("%s: a TMA map's base %p is not in a cudaMalloc allocation", B.where, (const void *)t.base);
+    const int64_t lo0 = std::max<int64_t>(c[0], 0), hi0 = std::min<int64_t>((int64_t)c[0] + t.box[0], (int64_t)t.dims[0]);
+    if (lo0 >= hi0) return;
+    const uint32_t b2 = t.rank > 2 ? t.box[2] : 1;
+    for (uint32_t i2 = 0; i2 < b2; i2++)
+        for (uint32_t i1 = 0; i1 < t.box[1]; i1++) {
+            const int64_t g1 = (int64_t)c[1] + i1, g2 = t.rank > 2 ? (int64_t)c[2] + i2 : 0;
+            if (g1 < 0 || (uint64_t)g1 >= t.dims[1] || g2 < 0 || (t.rank > 2 && (uint64_t)g2 >= t.dims[2])) continue;
+            const unsigned char *row = t.base + (uint64_t)g1 * t.strides[1] + (uint64_t)g2 * t.strides[2];
+            if (row + lo0 * 2 < a.first || row + hi0 * 2 > a.second)
+                emu_die("%s: a TMA box reads row (%lld, %lld) at %p, outside the %zu-byte allocation at %p that its "
+                        "map's base lies in", B.where, (long long)g1, (long long)g2, (const void *)(row + lo0 * 2),
+                        (size_t)(a.second - a.first), (const void *)a.first);
+        }
+}
+}  // namespace
+
 // One thread's copy of a box into dst: dst's bytes read 0xff until the copy lands (tma_land, at the
 // first wait on bar); dst must be a 1024-byte aligned place in the block's dynamic shared memory
-// with the whole box inside it, and bar an initialised mbarrier.
+// with the whole box inside it, bar an initialised mbarrier, and the elements the box reads inside
+// the device allocation of the map's base (tma_check_reads).
 void emu_tma_load(void *dst, const CUtensorMap *m, const int *coords, int rank, uint64_t *bar) {
     EmuTmaMap t;
     memcpy(&t, m, sizeof t);
     if (t.magic != kTmaMagic) emu_die("%s: a TMA copy through a map that emu_tma_encode did not write", B.where);
     if (t.rank != rank) emu_die("%s: a rank-%d TMA copy through a rank-%d map", B.where, rank, t.rank);
+    tma_check_reads(t, coords);
     if (emu_smem_address(dst) % 1024) emu_die("%s: a TMA copy (128-byte swizzle) to a shared address not 1024-byte aligned", B.where);
     const uint64_t bytes = tma_box_bytes(t);
     if ((unsigned char *)dst + bytes > B.smem + B.smem_size)
@@ -788,9 +831,11 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
     if (!*p) return cudaErrorInvalidValue;
     memset(*p, 0xff, bytes);
+    g_dev_allocs[(const unsigned char *)*p] = bytes ? bytes : 1;
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
+    g_dev_allocs.erase((const unsigned char *)p);
     free(p);
     return cudaSuccess;
 }

@@ -526,7 +526,8 @@ int main(int argc, char **argv) {
     printf("wgmma GEMMs warp-specialized: HYBRID_MOE_WG_WS=%s (auto, the default: the data gradients with reductions "
            "of 1024 or more, their weights by TMA; 0: none, one role a thread; rows: the row GEMMs on a producer "
            "warpgroup and two consumers, kernels/moe/grouped_gemm_ws.cuh; all: our weight gradients too; launches "
-           "counted at the end); rows' and all's weights by TMA: HYBRID_MOE_WG_TMA=%d\n",
+           "counted at the end); by TMA under rows and all: HYBRID_MOE_WG_TMA=%d (0: nothing; 1: the weights; 2: the "
+           "weights and whole tiles' rows)\n",
            ws_names[cuda_moe_wg_ws()], cuda_moe_wg_tma());
     printf("inputs: x, dout randn (N, C); weights by the init rules (random router, natural load)\n");
 
@@ -685,8 +686,8 @@ int main(int argc, char **argv) {
 #ifdef HYBRID_CUDA_EMU
     printf("(CPU emulator: these times mean nothing)\n");
 #endif
-    printf("warp-specialized GEMM launches: %ld (row GEMMs with TMA: %ld)\n", cuda_moe_wg_ws_launches(),
-           cuda_moe_wg_tma_launches());
+    printf("warp-specialized GEMM launches: %ld (row GEMMs with TMA: %ld, with the rows by TMA too: %ld)\n",
+           cuda_moe_wg_ws_launches(), cuda_moe_wg_tma_launches(), cuda_moe_wg_tma_rows_launches());
     if (json) printf("wrote %s\n", json);
     free(rec);
     free(info);

@@ -486,34 +486,40 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     // least 1024 long, their weights by TMA, and nothing else), =rows (level 1: the row GEMMs), =all
     // (level 2: the weight gradients too, walking, any forced split), =all with HYBRID_MOE_WG_TMA=1
     // (the row GEMMs' weights copied by TMA: cuda_moe_set_wg_tma), and that with the GLU fused into
-    // the row GEMMs' epilogues (from registers; cuda_moe_set_wg_glu(1)); where the widths suit
+    // the row GEMMs' epilogues (from registers; cuda_moe_set_wg_glu(1)), and =all with
+    // HYBRID_MOE_WG_TMA=2 (whole tiles' rows by TMA too: the cases of ~200 rows an expert have
+    // one whole tile and one partial; the others partial tiles only); where the widths suit
     // wgmma, rows runs both row GEMMs of a forward and both dgrads of a backward warp-specialized
     // (all: and both weight gradients), through TMA where it is on, and the GLU passes of their
     // own are the fused-GLU check's above
     if (wgmma && path == PATH_OWN && path_orig == PATH_WGMMA)
-        for (int v = 0; v < 6; v++) {
-            static const char *const tags[6] = {"warp-specialized none", "warp-specialized auto",
+        for (int v = 0; v < 7; v++) {
+            static const char *const tags[7] = {"warp-specialized none", "warp-specialized auto",
                                                 "warp-specialized rows", "warp-specialized all",
-                                                "warp-spec. all + TMA",  "warp-spec. TMA, GLU fused"};
-            static const int levels[6] = {0, 3, 1, 2, 2, 2};
-            const int level = levels[v], tma = v >= 4, glu = v == 5;
+                                                "warp-spec. all + TMA",  "warp-spec. TMA, GLU fused",
+                                                "warp-spec. TMA w + rows"};
+            static const int levels[7] = {0, 3, 1, 2, 2, 2, 2}, tmas[7] = {0, 0, 0, 0, 1, 1, 2};
+            const int level = levels[v], tma = tmas[v], glu = v == 5;
             long fwd_ws, bwd_ws;
-            const long t0 = cuda_moe_wg_tma_launches(), g0 = cuda_moe_glu_vec_launches();
+            const long t0 = cuda_moe_wg_tma_launches(), r0 = cuda_moe_wg_tma_rows_launches(),
+                       g0 = cuda_moe_glu_vec_launches();
             cuda_moe_set_wg_ws(level), cuda_moe_set_wg_tma(tma), cuda_moe_set_wg_glu(glu);
             experts_same_bits(&run, tags[v], cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
             cuda_moe_set_wg_ws(-1), cuda_moe_set_wg_tma(-1), cuda_moe_set_wg_glu(-1);
-            const long tma_n = cuda_moe_wg_tma_launches() - t0, glu_n = cuda_moe_glu_vec_launches() - g0;
+            const long tma_n = cuda_moe_wg_tma_launches() - t0, rows_n = cuda_moe_wg_tma_rows_launches() - r0,
+                       glu_n = cuda_moe_glu_vec_launches() - g0;
             const int fused = glu && suits && M % 128 == 0, picked = 2 * ((C >= 1024) + (2 * M >= 1024));
             const int want_f = suits && (level == 1 || level == 2) ? 2 : 0,
                       want_b = !suits ? 0 : level == 3 ? picked : level == 0 ? 0 : 4 * level,
                       want_t = !suits ? 0 : level == 3 ? picked : tma ? 2 + 4 : 0,
+                      want_r = suits && tma == 2 ? 2 + 4 : 0,
                       want_g = (fused ? 0 : M % 8 == 0) + (glu && suits ? 0 : 2 * (M % 8 == 0));
-            printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld, GLU passes %ld\n", tags[v], fwd_ws, bwd_ws,
-                   tma_n, glu_n);
-            CHECK(fwd_ws == want_f && bwd_ws == want_b && tma_n == want_t && glu_n == want_g,
+            printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld (rows too %ld), GLU passes %ld\n", tags[v],
+                   fwd_ws, bwd_ws, tma_n, rows_n, glu_n);
+            CHECK(fwd_ws == want_f && bwd_ws == want_b && tma_n == want_t && rows_n == want_r && glu_n == want_g,
                   "%s: launches forward %ld (expected %d), two backwards %ld (expected %d), row GEMMs by TMA %ld "
-                  "(expected %d), GLU passes %ld (expected %d)",
-                  tags[v], fwd_ws, want_f, bwd_ws, want_b, tma_n, want_t, glu_n, want_g);
+                  "(expected %d), with the rows %ld (expected %d), GLU passes %ld (expected %d)",
+                  tags[v], fwd_ws, want_f, bwd_ws, want_b, tma_n, want_t, rows_n, want_r, glu_n, want_g);
         }
     // the GLU's scalar kernels (cuda_moe_set_glu_vec(0)) give the bits of the vector ones, which
     // run where M % 8 == 0 (every buffer here is 16-byte aligned): forward and backward again on
@@ -853,7 +859,8 @@ static void test_switch_errors(void) {
         // TMA itself; auto named; 0)
         {"HYBRID_MOE_WG_TMA", "1", {WG1}, "HYBRID_MOE_WG_WS=rows"},
         {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "auto"}, "auto, the default, chooses them itself"},
-        {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "0"}, "HYBRID_MOE_WG_WS=rows"}};
+        {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "0"}, "HYBRID_MOE_WG_WS=rows"},
+        {"HYBRID_MOE_WG_TMA", "2", {WG1}, "HYBRID_MOE_WG_WS=rows"}};
 #undef WG1
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char want[64];
