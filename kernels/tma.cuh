@@ -59,6 +59,21 @@ static inline void tma_map_bf16(CUtensorMap *m, const void *base, int rank, cons
 #endif
 }
 
+// the box of rank-2 map m at (c0, c1) into dst (shared, 1024-byte aligned); its bytes complete
+// against bar's current phase (announced by the caller's mbar_arrive_expect_tx)
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *m, int c0, int c1, uint64_t *bar) {
+#ifdef HYBRID_CUDA_EMU
+    const int c[2] = {c0, c1};
+    emu_tma_load(dst, m, c, 2, bar);
+#else
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+        "[%4];\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+        "l"(reinterpret_cast<uint64_t>(m)), "r"(c0), "r"(c1), "r"(mbar_address(bar))
+        : "memory");
+#endif
+}
+
 // the box of rank-3 map m at (c0, c1, c2) into dst (shared, 1024-byte aligned); its bytes complete
 // against bar's current phase (announced by the caller's mbar_arrive_expect_tx)
 __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *m, int c0, int c1, int c2, uint64_t *bar) {

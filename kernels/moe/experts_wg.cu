@@ -375,11 +375,11 @@ static void ws_weight_map(CUtensorMap *m, const WgRows &a, bool w_t, bool halves
 // the TMA map of a row GEMM's rows X (rows of kd, K-major), boxes of a whole tile, {64 k, 128 rows}
 // (ws_produce_tile's WS_TMA_ROWS). Its row count is 2^31, a bound and not X's: the op is not told
 // X's rows (their count is the offsets' last, on the device), and only whole tiles, every row of
-// which is an expert's, go by TMA; the third dimension (one) only gives tma_load_3d its rank.
+// which is an expert's, go by TMA.
 static void ws_rows_map(CUtensorMap *m, const WgRows &a) {
-    const uint64_t dims[3] = {(uint64_t)a.kd, 1ull << 31, 1}, strides[2] = {(uint64_t)a.kd * 2, (uint64_t)a.kd * 2};
-    const uint32_t box[3] = {64, WG_BM, 1};
-    tma_map_bf16(m, a.X, 3, dims, strides, box);
+    const uint64_t dims[2] = {(uint64_t)a.kd, 1ull << 31}, strides[1] = {(uint64_t)a.kd * 2};
+    const uint32_t box[2] = {64, WG_BM};
+    tma_map_bf16(m, a.X, 2, dims, strides, box);
 }
 extern "C" long cuda_moe_wg_ws_launches(void) { return g_ws_launches; }
 

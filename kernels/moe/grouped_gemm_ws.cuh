@@ -79,7 +79,7 @@ __device__ __forceinline__ void ws_ring_init(unsigned char *ring, unsigned full_
 // 64 k}, one for each column of 64 n (WG_MN_LBO apart). Rows past the tensor's n and k read as
 // zero, as the cp.async zero-fill gives.
 // TMA == WS_TMA_ROWS (HYBRID_MOE_WG_TMA=2): also A, the rows, of a whole tile (m_lim == WG_BM), by
-// TMA through xmap (dims {k, rows, 1}: one box {64 k, 128 rows} at row a_row), which thread 0
+// TMA through xmap (rank 2, dims {k, rows}: one box {64 k, 128 rows} at row a_row), which thread 0
 // announces with B's; a partial tile's rows stay on cp.async, whose zero-fill stops at m_lim. Only
 // whole tiles go by TMA because the rows' count is on the device: the map's row count is a bound
 // no box reaches (every row of a whole tile is one of the expert's), not the buffer's.
@@ -103,7 +103,7 @@ __device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &s
             wg_load<B_T, WS_BN, 128>(sb, B, ldb, n_lim, kt * WG_BK, k_lim, b_hi_skip);
         } else if (threadIdx.x == 0) {
             mbar_arrive_expect_tx(full, WsTile::B_BYTES + (a_tma ? WG_A_BYTES : 0));
-            if (a_tma) tma_load_3d(sa, xmap, kt * WG_BK, a_row, 0, full);
+            if (a_tma) tma_load_2d(sa, xmap, kt * WG_BK, a_row, full);
             if (B_T) {
                 for (int j = 0; j < WS_BN / 64; j++) tma_load_3d(sb + j * WG_MN_LBO, wmap, n0 + 64 * j, kt * WG_BK, e, full);
             } else if (HALVES) {
