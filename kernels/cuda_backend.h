@@ -119,6 +119,12 @@ void cuda_moe_set_wg_tma(int level);
 int cuda_moe_wg_tma(void);  // the level now (reads the switch)
 long cuda_moe_wg_tma_launches(void);
 long cuda_moe_wg_tma_rows_launches(void);
+// their row GEMMs' plain store through shared memory (16-byte row segments) at levels 1 and 2: 1
+// staged, 0 from registers, -1 as HYBRID_MOE_WG_WS_STORE says (direct or staged; unset: direct);
+// the counter: row GEMM calls that ran it
+void cuda_moe_set_wg_ws_staged(int on);
+int cuda_moe_wg_ws_staged(void);  // 1 when it is on now (reads the switch)
+long cuda_moe_wg_ws_staged_launches(void);
 
 #ifdef HYBRID_CUDA_EMU
 // The CPU emulator's GPU as another compute capability (major * 10 + minor; the emulator

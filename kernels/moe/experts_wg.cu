@@ -198,11 +198,14 @@ __device__ __forceinline__ void ws_rows_walk(const WgRows &a, F f) {
     }
 }
 // TMA: WS_TMA_W, the weights copied by TMA through wmap (ws_produce_tile's TMA; HYBRID_MOE_WG_TMA=1);
-// WS_TMA_ROWS, also whole tiles' rows of X through xmap (=2); 0, neither map is read.
-template <bool W_T, int TMA, int EPI>
+// WS_TMA_ROWS, also whole tiles' rows of X through xmap (=2); 0, neither map is read. STAGED (the
+// plain store only; HYBRID_MOE_WG_WS_STORE=staged): the tile stored through shared memory
+// (ws_put_staged; WS_SMEM_STAGED bytes), else from registers (ws_put).
+template <bool W_T, int TMA, int EPI, bool STAGED = false>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     rows_ws_kernel(WgRows a, const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap) {
     static_assert(EPI != WG_EPI_GLU_FWD || !W_T, "the fused forward GLU reads W13 K-major");
+    static_assert(!STAGED || EPI == WG_EPI_STORE, "the staged store is the plain one's");
     constexpr bool HALVES = EPI == WG_EPI_GLU_FWD;
     DYNAMIC_SMEM(unsigned char, raw);  // WS_SMEM: 1024 of alignment slack, the ring, its barriers
     unsigned char *ring = wg_align1024(raw);
@@ -223,7 +226,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         ws_rows_walk<EPI>(a, [&](int, int r0, int m_lim, int n0, int n_lim) {
             float d[WsTile::NACC];
             ws_consume_tile<false, W_T>(d, ring, step, a.kd);
-            if (EPI == WG_EPI_STORE)
+            if (EPI == WG_EPI_STORE && STAGED)
+                ws_put_staged(d, a.Y + (size_t)r0 * a.n_out + n0, a.n_out, m_lim, n_lim, ring);
+            else if (EPI == WG_EPI_STORE)
                 ws_put<GG_STORE>(d, a.Y + (size_t)r0 * a.n_out + n0, a.n_out, m_lim, n_lim);
             else if (EPI == WG_EPI_GLU_FWD)
                 ws_put_glu_fwd(d, a.Y + (size_t)r0 * a.n_out + n0, a.ap + (size_t)r0 * cols + n0, cols, m_lim, a.kind,
@@ -359,6 +364,28 @@ static int wg_tma(void) {
     return g_tma_env;
 }
 extern "C" void cuda_moe_set_wg_tma(int level) { g_tma_forced = level >= 0 && level <= WS_TMA_ROWS ? level : -1; }
+
+// The warp-specialized row GEMMs' plain store under HYBRID_MOE_WG_WS=rows or all:
+// HYBRID_MOE_WG_WS_STORE=direct (the default: unset or empty; from registers, ws_put) or staged
+// (through shared memory in 16-byte row segments, ws_put_staged; not yet run on a GPU); staged
+// with WS off or auto stops the run (auto's kernels are the measured direct ones), as does
+// anything else. The same bits either way.
+static int g_stage_env = -1, g_stage_forced = -1;
+static long g_staged_launches;
+static int wg_ws_staged(void) {
+    if (g_stage_forced >= 0) return g_stage_forced;
+    if (g_stage_env < 0) {
+        static const char *const names[] = {"direct", "staged"};
+        g_stage_env = env_choice("HYBRID_MOE_WG_WS_STORE", names, 2);
+        if (g_stage_env && wg_ws() != WS_ROWS && wg_ws() != WS_ALL)
+            die("HYBRID_MOE_WG_WS_STORE=staged: the staged store is the warp-specialized row GEMMs' (set "
+                "HYBRID_MOE_WG_WS=rows or all)");
+    }
+    return g_stage_env;
+}
+extern "C" void cuda_moe_set_wg_ws_staged(int on) { g_stage_forced = on == 0 || on == 1 ? on : -1; }
+extern "C" int cuda_moe_wg_ws_staged(void) { return wg_ws_staged(); }
+extern "C" long cuda_moe_wg_ws_staged_launches(void) { return g_staged_launches; }
 extern "C" int cuda_moe_wg_tma(void) { return wg_tma(); }
 extern "C" long cuda_moe_wg_tma_launches(void) { return g_tma_launches; }
 extern "C" long cuda_moe_wg_tma_rows_launches(void) { return g_tma_rows_launches; }
@@ -451,16 +478,24 @@ static bool ws_auto_pick(const WgRows &a, bool w_t, int epi) {
     return w_t && epi == WG_EPI_STORE && a.kd >= 1024;
 }
 
+template <bool W_T, int TMA, int EPI, bool STAGED>
+static void ws_rows_run2(const WgRows &a, const CUtensorMap &wmap, const CUtensorMap &xmap) {
+    constexpr int SMEM = STAGED ? WS_SMEM_STAGED : WS_SMEM;
+    launch_kernel(rows_ws_kernel<W_T, TMA, EPI, STAGED>,
+                  dim3(wg_resident_blocks<rows_ws_kernel<W_T, TMA, EPI, STAGED>, WS_THREADS, SMEM>()), dim3(WS_THREADS),
+                  SMEM, a, wmap, xmap);
+}
 template <bool W_T, int TMA, int EPI>
-static void ws_rows_run(const WgRows &a, const CUtensorMap &wmap, const CUtensorMap &xmap) {
-    launch_kernel(rows_ws_kernel<W_T, TMA, EPI>,
-                  dim3(wg_resident_blocks<rows_ws_kernel<W_T, TMA, EPI>, WS_THREADS, WS_SMEM>()), dim3(WS_THREADS),
-                  WS_SMEM, a, wmap, xmap);
+static void ws_rows_run(const WgRows &a, const CUtensorMap &wmap, const CUtensorMap &xmap, bool staged) {
+    if constexpr (EPI == WG_EPI_STORE)
+        if (staged) return g_staged_launches++, ws_rows_run2<W_T, TMA, EPI, true>(a, wmap, xmap);
+    ws_rows_run2<W_T, TMA, EPI, false>(a, wmap, xmap);
 }
 template <bool W_T, int EPI>
 static void wg_rows_launch(const WgRows &a) {
     g_launches++;
-    const int ws = wg_ws(), tma_switch = wg_tma();  // (read at every launch: a bad value stops the run)
+    // (the switches read at every launch: a bad value stops the run)
+    const int ws = wg_ws(), tma_switch = wg_tma(), staged_switch = wg_ws_staged();
     const bool pick = ws == WS_AUTO && ws_auto_pick(a, W_T, EPI);
     const int tma = pick ? WS_TMA_W : tma_switch;
     if ((pick || ws == WS_ROWS || ws == WS_ALL) && wg_bn() == WS_BN) {
@@ -469,9 +504,10 @@ static void wg_rows_launch(const WgRows &a) {
         memset(&wmap, 0, sizeof wmap), memset(&xmap, 0, sizeof xmap);
         if (tma) g_tma_launches++, ws_weight_map(&wmap, a, W_T, EPI == WG_EPI_GLU_FWD);
         if (tma == WS_TMA_ROWS) g_tma_rows_launches++, ws_rows_map(&xmap, a);
-        if (tma == WS_TMA_ROWS) ws_rows_run<W_T, WS_TMA_ROWS, EPI>(a, wmap, xmap);
-        else if (tma) ws_rows_run<W_T, WS_TMA_W, EPI>(a, wmap, xmap);
-        else ws_rows_run<W_T, 0, EPI>(a, wmap, xmap);
+        const bool staged = !pick && staged_switch;
+        if (tma == WS_TMA_ROWS) ws_rows_run<W_T, WS_TMA_ROWS, EPI>(a, wmap, xmap, staged);
+        else if (tma) ws_rows_run<W_T, WS_TMA_W, EPI>(a, wmap, xmap, staged);
+        else ws_rows_run<W_T, 0, EPI>(a, wmap, xmap, staged);
     } else if (wg_bn() == 128) wg_rows_run<128, W_T, EPI>(a);
     else wg_rows_run<256, W_T, EPI>(a);
 }

@@ -47,6 +47,11 @@ using WsTile = WgTile<WS_BN>;
 // the ring, then full[STAGES] and empty[STAGES]
 #define WS_SMEM (WsTile::SMEM + 2 * WsTile::STAGES * 8)
 static_assert(WS_SMEM <= 227 * 1024, "one block's shared memory fits an H200 SM");
+// with the staged store (ws_put_staged): then, 128 bytes past the ring, a staging tile of 16 rows
+// x 128 columns of bf16 (4 KiB) for each consumer warp
+#define WS_STAGE_WARP_BYTES 4096
+#define WS_SMEM_STAGED (WsTile::SMEM + 128 + WS_CONSUMER_WARPS * WS_STAGE_WARP_BYTES)
+static_assert(WS_SMEM_STAGED <= 227 * 1024, "one block's shared memory fits an H200 SM");
 
 // the ring's barriers, right after its stages (8-byte aligned: the stages are multiples of 1024)
 __device__ __forceinline__ uint64_t *ws_full(unsigned char *ring) {
@@ -177,6 +182,42 @@ __device__ __forceinline__ void ws_each_pair(F f) {
 // GG_STORE, bf16 rounded once (4 bytes), as wg_stage rounds it, so the bits are wg_store's; GG_ADD,
 // D = bf16(D + tile) (a 4-byte read, one rounding of the fp32 sum), gg_put8's arithmetic; GG_F32,
 // the fp32 pair (8 bytes)
+// ws_put<GG_STORE>'s values, stored in 16-byte row segments through shared memory
+// (HYBRID_MOE_WG_WS_STORE=staged): each consumer warp rounds its 16 rows x 128 columns of
+// accumulator pairs into its own staging tile (ring's end + 128 + 4 KiB a warp; the 16-byte chunk c
+// of row r at chunk c ^ (r % 8), so the pairs of a warp's store land in distinct banks), then
+// copies the tile out, two rows of 256 bytes a warp instruction; twice, for columns 0-127 and
+// 128-255. Only __syncwarp between the phases: the tile is the warp's own. Nsight Compute on the
+// H200 (session 29) put the direct pair stores of the KL-S fwd2 (4 k-steps a tile, so the
+// epilogue is a large share) at 80% of L2's throughput, its warps stalled a third of the time on
+// the full global-memory queue; the same values, the same bits. n_lim a multiple of 8, D and ldd
+// 16-byte aligned (the row GEMMs' gg_vec_ok).
+__device__ __forceinline__ void ws_put_staged(const float d[WsTile::NACC], bf16 *D, long ldd, int m_lim, int n_lim,
+                                              unsigned char *ring) {
+    const int tid = threadIdx.x, cw = (tid >> 7) - 1, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    unsigned char *st = ring + WsTile::STAGES * WsTile::STAGE_BYTES + 128 + ((tid >> 5) - 4) * WS_STAGE_WARP_BYTES;
+    const int row0 = 64 * cw + 16 * w;  // the warp's first row of the tile
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+#pragma unroll
+        for (int jj = 0; jj < 16; jj++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = g + 8 * h, i = 4 * (16 * half + jj) + 2 * h;
+                *reinterpret_cast<uint32_t *>(st + r * 256 + ((jj ^ (r & 7)) << 4) + 4 * t) = pack_bf16(d[i], d[i + 1]);
+            }
+        __syncwarp();
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            const int r = 2 * q + (lane >> 4), c = lane & 15, row = row0 + r, col = 128 * half + 8 * c;
+            if (row < m_lim && col < n_lim)
+                *reinterpret_cast<uint4 *>(D + (long)row * ldd + col) =
+                    *reinterpret_cast<const uint4 *>(st + r * 256 + ((c ^ (r & 7)) << 4));
+        }
+        __syncwarp();
+    }
+}
+
 template <int MODE, typename TD>
 __device__ __forceinline__ void ws_put(const float d[WsTile::NACC], TD *D, long ldd, int m_lim, int n_lim) {
     static_assert((MODE == GG_F32) == (sizeof(TD) == 4), "GG_F32 writes float, the others bf16");

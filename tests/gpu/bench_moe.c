@@ -529,6 +529,9 @@ int main(int argc, char **argv) {
            "counted at the end); by TMA under rows and all: HYBRID_MOE_WG_TMA=%d (0: nothing; 1: the weights; 2: the "
            "weights and whole tiles' rows)\n",
            ws_names[cuda_moe_wg_ws()], cuda_moe_wg_tma());
+    printf("their plain store under rows and all: HYBRID_MOE_WG_WS_STORE=%s (direct, the default: from registers; "
+           "staged: through shared memory in 16-byte row segments)\n",
+           cuda_moe_wg_ws_staged() ? "staged" : "direct");
     printf("inputs: x, dout randn (N, C); weights by the init rules (random router, natural load)\n");
 
     Record *rec = xmalloc(sizeof(Record) * (size_t)nshapes * NPASS);
@@ -686,8 +689,10 @@ int main(int argc, char **argv) {
 #ifdef HYBRID_CUDA_EMU
     printf("(CPU emulator: these times mean nothing)\n");
 #endif
-    printf("warp-specialized GEMM launches: %ld (row GEMMs with TMA: %ld, with the rows by TMA too: %ld)\n",
-           cuda_moe_wg_ws_launches(), cuda_moe_wg_tma_launches(), cuda_moe_wg_tma_rows_launches());
+    printf("warp-specialized GEMM launches: %ld (row GEMMs with TMA: %ld, with the rows by TMA too: %ld; stored "
+           "staged: %ld)\n",
+           cuda_moe_wg_ws_launches(), cuda_moe_wg_tma_launches(), cuda_moe_wg_tma_rows_launches(),
+           cuda_moe_wg_ws_staged_launches());
     if (json) printf("wrote %s\n", json);
     free(rec);
     free(info);

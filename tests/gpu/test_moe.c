@@ -493,21 +493,26 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     // (all: and both weight gradients), through TMA where it is on, and the GLU passes of their
     // own are the fused-GLU check's above
     if (wgmma && path == PATH_OWN && path_orig == PATH_WGMMA)
-        for (int v = 0; v < 7; v++) {
-            static const char *const tags[7] = {"warp-specialized none", "warp-specialized auto",
-                                                "warp-specialized rows", "warp-specialized all",
-                                                "warp-spec. all + TMA",  "warp-spec. TMA, GLU fused",
-                                                "warp-spec. TMA w + rows"};
-            static const int levels[7] = {0, 3, 1, 2, 2, 2, 2}, tmas[7] = {0, 0, 0, 0, 1, 1, 2};
-            const int level = levels[v], tma = tmas[v], glu = v == 5;
+        for (int v = 0; v < 9; v++) {
+            static const char *const tags[9] = {"warp-specialized none",   "warp-specialized auto",
+                                                "warp-specialized rows",   "warp-specialized all",
+                                                "warp-spec. all + TMA",    "warp-spec. TMA, GLU fused",
+                                                "warp-spec. TMA w + rows", "warp-spec. rows, staged",
+                                                "warp-spec. TMA 2, staged"};
+            static const int levels[9] = {0, 3, 1, 2, 2, 2, 2, 1, 2}, tmas[9] = {0, 0, 0, 0, 1, 1, 2, 0, 2};
+            const int level = levels[v], tma = tmas[v], glu = v == 5, staged = v >= 7;
             long fwd_ws, bwd_ws;
             const long t0 = cuda_moe_wg_tma_launches(), r0 = cuda_moe_wg_tma_rows_launches(),
-                       g0 = cuda_moe_glu_vec_launches();
+                       g0 = cuda_moe_glu_vec_launches(), s0 = cuda_moe_wg_ws_staged_launches();
             cuda_moe_set_wg_ws(level), cuda_moe_set_wg_tma(tma), cuda_moe_set_wg_glu(glu);
+            cuda_moe_set_wg_ws_staged(staged);
             experts_same_bits(&run, tags[v], cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
-            cuda_moe_set_wg_ws(-1), cuda_moe_set_wg_tma(-1), cuda_moe_set_wg_glu(-1);
+            cuda_moe_set_wg_ws(-1), cuda_moe_set_wg_tma(-1), cuda_moe_set_wg_glu(-1), cuda_moe_set_wg_ws_staged(-1);
             const long tma_n = cuda_moe_wg_tma_launches() - t0, rows_n = cuda_moe_wg_tma_rows_launches() - r0,
-                       glu_n = cuda_moe_glu_vec_launches() - g0;
+                       glu_n = cuda_moe_glu_vec_launches() - g0, staged_n = cuda_moe_wg_ws_staged_launches() - s0;
+            // (the staged store: the row GEMMs' plain stores, both of a forward, both dgrads)
+            CHECK(staged_n == (staged && suits ? 2 + 4 : 0), "%s: %ld row GEMMs stored staged (expected %d)", tags[v],
+                  staged_n, staged && suits ? 6 : 0);
             const int fused = glu && suits && M % 128 == 0, picked = 2 * ((C >= 1024) + (2 * M >= 1024));
             const int want_f = suits && (level == 1 || level == 2) ? 2 : 0,
                       want_b = !suits ? 0 : level == 3 ? picked : level == 0 ? 0 : 4 * level,
@@ -798,7 +803,8 @@ typedef struct {
     const char *says;     // the message's other part (NULL: "expected", env_choice's list)
 } BadSwitch;
 static const char *const moe_switches[] = {"HYBRID_MOE_GEMM",         "HYBRID_MOE_WGMMA", "HYBRID_MOE_WG_BN",
-                                           "HYBRID_MOE_WG_GLU_FUSED", "HYBRID_MOE_WG_WS", "HYBRID_MOE_WG_TMA"};
+                                           "HYBRID_MOE_WG_GLU_FUSED", "HYBRID_MOE_WG_WS", "HYBRID_MOE_WG_TMA",
+                                           "HYBRID_MOE_WG_WS_STORE"};
 // a small forward of the expert op (two experts, widths 16: every path suits it)
 static void experts_small_forward(void) {
     const int E = 2, C = 16, M = 16, rows = 8, off[3] = {0, 5, 8};
@@ -860,7 +866,10 @@ static void test_switch_errors(void) {
         {"HYBRID_MOE_WG_TMA", "1", {WG1}, "HYBRID_MOE_WG_WS=rows"},
         {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "auto"}, "auto, the default, chooses them itself"},
         {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "0"}, "HYBRID_MOE_WG_WS=rows"},
-        {"HYBRID_MOE_WG_TMA", "2", {WG1}, "HYBRID_MOE_WG_WS=rows"}};
+        {"HYBRID_MOE_WG_TMA", "2", {WG1}, "HYBRID_MOE_WG_WS=rows"},
+        {"HYBRID_MOE_WG_WS_STORE", "rows", {WG1}, NULL},
+        // the staged store without the warp-specialized kernels (unset: auto)
+        {"HYBRID_MOE_WG_WS_STORE", "staged", {WG1}, "HYBRID_MOE_WG_WS=rows"}};
 #undef WG1
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char want[64];

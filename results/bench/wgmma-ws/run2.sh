@@ -4,7 +4,9 @@
 # with reductions of 1024 or more warp-specialized with TMA weights; BENCHMARKS.md, "H200: the MoE
 # layer against PyTorch"): the setting itself, measured against HYBRID_MOE_WG_WS=0 (session 26's
 # kernels everywhere), and the warp-specialized row GEMMs (`rows`) with the weights by TMA (=1,
-# measured in session 29) and with whole tiles' rows by TMA too (=2, not yet run on a GPU), on
+# measured in session 29) and with whole tiles' rows by TMA too (=2, not yet run on a GPU), and
+# that with the staged store (HYBRID_MOE_WG_WS_STORE=staged: 16-byte row segments through shared
+# memory instead of 4-byte pairs from registers, which Nsight Compute blamed for KL-S's fwd2), on
 # KL-S, the large shape, and a third shape whose reductions are 1024 exactly (C 384 as KL-S's
 # variant B's latent width, expert hidden 512: dgrad13's reduction 1024, dgrad2's 384),
 # alternating, up to three rounds; then PyTorch's reference on the same three shapes and the
@@ -15,15 +17,15 @@ make -j16 out/build/gpu/test_moe out/build/gpu/bench_moe > $OUT/build.log 2>&1 |
 echo "built at $SECONDS s"
 timeout 200 out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; rc=$?
 echo "test_moe rc $rc at $SECONDS s: $(tail -1 $OUT/test_moe.log)"
-settings="auto 0 rows1 rows2"; [ $rc -eq 0 ] || settings="auto 0"
+settings="auto 0 rows1 rows2 rows2s"; [ $rc -eq 0 ] || settings="auto 0"
 SHAPES="--shape config --shape 2048,64,8,1024,0,16384 --shape 384,16,2,512,0,65536"
 cols=""
 for i in 1 2 3; do
     for v in $settings; do
         [ $SECONDS -lt 330 ] || break 2
-        ws=$v; tma=0
-        case $v in rows1) ws=rows tma=1 ;; rows2) ws=rows tma=2 ;; esac
-        HYBRID_MOE_WG_WS=$ws HYBRID_MOE_WG_TMA=$tma timeout 150 out/build/gpu/bench_moe $SHAPES --json $OUT/moe_ws${v}_$i.json \
+        ws=$v; tma=0; store=direct
+        case $v in rows1) ws=rows tma=1 ;; rows2) ws=rows tma=2 ;; rows2s) ws=rows tma=2 store=staged ;; esac
+        HYBRID_MOE_WG_WS=$ws HYBRID_MOE_WG_TMA=$tma HYBRID_MOE_WG_WS_STORE=$store timeout 150 out/build/gpu/bench_moe $SHAPES --json $OUT/moe_ws${v}_$i.json \
             > $OUT/bench_ws${v}_$i.log 2>&1 || echo "bench_moe WS $v round $i failed"
         cols="$cols ws${v}_$i=$OUT/moe_ws${v}_$i.json"
         echo "bench WS $v round $i at $SECONDS s"
