@@ -10,7 +10,10 @@
 # choices: scripts/triton_cache.sh pack-tuned; session 29's call packed the whole cache instead).
 export NCCL_NVLS_ENABLE=0; set -u
 export TRITON_CACHE_DIR=/tmp/tc TRITON_CACHE_AUTOTUNING=1
-[ -d out/devrun/triton ] && sh scripts/triton_cache.sh unpack out/devrun/triton $TRITON_CACHE_DIR
+# (a carried cache first, else the autotune choices kept in the repository: session 29's, fla
+# bc3b101d, Triton 3.6, sm_90; Triton ignores any whose kernel, version or target differ)
+if [ -d out/devrun/triton ]; then sh scripts/triton_cache.sh unpack out/devrun/triton $TRITON_CACHE_DIR
+else sh scripts/triton_cache.sh unpack results/bench/fla-cache $TRITON_CACHE_DIR; fi
 make -j16 hybrid > /tmp/build.log 2>&1 || { tail -30 /tmp/build.log; exit 1; }
 echo "built at $SECONDS s"
 R=/tmp/bh; mkdir -p $R
