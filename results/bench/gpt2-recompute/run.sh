@@ -1,0 +1,29 @@
+#!/bin/bash
+# One device call for issue 19 item 3 (GPT-2 124M on the H200: memory, and activation
+# recomputation as an option if it frees memory for larger batches, measured): `recompute_mlp`
+# (model/mlp.c: the MLP keeps only its pre-activation and recomputes GELU in the backward; the same
+# numbers, tests/test_hybrid_model.c) against the default, at B64 and B128 (T1024), our
+# tests/gpu/bench_gpt2 (the trainer's step: bf16, AdamW, 20 steps) with peak memory; then
+# PyTorch's reference (scripts/bench_pytorch_gpt2.py, torch.compile, SDPA flash, fused AdamW) at
+# the same two batches, and the side-by-side. Call: carry nothing. Outputs: $OUT/gpt2-recompute.tgz.
+export NCCL_NVLS_ENABLE=0; set -u
+make -j16 out/build/gpu/bench_gpt2 > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
+echo "built at $SECONDS s"
+for B in 64 128; do
+    for r in false true; do
+        timeout 120 out/build/gpu/bench_gpt2 $B 1024 20 --set recompute_mlp $r --json $OUT/ours_B${B}_rc$r.json \
+            > $OUT/ours_B${B}_rc$r.log 2>&1; echo "ours B$B recompute_mlp=$r rc $? at $SECONDS s"
+        grep -iE "ms/step|tok/s|peak|MiB|GiB" $OUT/ours_B${B}_rc$r.log | tail -3
+    done
+done
+for B in 64 128; do
+    left=$((560 - SECONDS)); [ $left -gt 60 ] || break
+    timeout $left python3 -u scripts/bench_pytorch_gpt2.py --batch $B --seq 1024 --steps 20 --json $OUT/torch_B$B.json \
+        > $OUT/torch_B$B.log 2>&1; echo "torch B$B rc $? at $SECONDS s"; tail -3 $OUT/torch_B$B.log
+    for r in false true; do
+        [ -f $OUT/ours_B${B}_rc$r.json ] && [ -f $OUT/torch_B$B.json ] &&
+            { echo "== B$B recompute_mlp=$r vs PyTorch"; python3 scripts/bench_summary.py $OUT/ours_B${B}_rc$r.json $OUT/torch_B$B.json; }
+    done
+done
+echo "total $SECONDS s"
+(cd $OUT && tar czf gpt2-recompute.tgz --remove-files *.log *.json 2>/dev/null; ls -la $OUT)
