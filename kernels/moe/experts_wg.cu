@@ -478,18 +478,26 @@ static bool ws_auto_pick(const WgRows &a, bool w_t, int epi) {
     return w_t && epi == WG_EPI_STORE && a.kd >= 1024;
 }
 
+// one warp-specialized row GEMM kernel, a block an SM (its shared memory: the ring, and the
+// staging tiles when STAGED)
 template <bool W_T, int TMA, int EPI, bool STAGED>
-static void ws_rows_run2(const WgRows &a, const CUtensorMap &wmap, const CUtensorMap &xmap) {
+static void ws_rows_kernel_launch(const WgRows &a, const CUtensorMap &wmap, const CUtensorMap &xmap) {
     constexpr int SMEM = STAGED ? WS_SMEM_STAGED : WS_SMEM;
     launch_kernel(rows_ws_kernel<W_T, TMA, EPI, STAGED>,
                   dim3(wg_resident_blocks<rows_ws_kernel<W_T, TMA, EPI, STAGED>, WS_THREADS, SMEM>()), dim3(WS_THREADS),
                   SMEM, a, wmap, xmap);
 }
+// the staged store exists for the plain store only (the GLU epilogues keep theirs)
 template <bool W_T, int TMA, int EPI>
 static void ws_rows_run(const WgRows &a, const CUtensorMap &wmap, const CUtensorMap &xmap, bool staged) {
-    if constexpr (EPI == WG_EPI_STORE)
-        if (staged) return g_staged_launches++, ws_rows_run2<W_T, TMA, EPI, true>(a, wmap, xmap);
-    ws_rows_run2<W_T, TMA, EPI, false>(a, wmap, xmap);
+    if constexpr (EPI == WG_EPI_STORE) {
+        if (staged) {
+            g_staged_launches++;
+            ws_rows_kernel_launch<W_T, TMA, EPI, true>(a, wmap, xmap);
+            return;
+        }
+    }
+    ws_rows_kernel_launch<W_T, TMA, EPI, false>(a, wmap, xmap);
 }
 template <bool W_T, int EPI>
 static void wg_rows_launch(const WgRows &a) {
@@ -502,8 +510,14 @@ static void wg_rows_launch(const WgRows &a) {
         g_ws_launches++;
         CUtensorMap wmap, xmap;
         memset(&wmap, 0, sizeof wmap), memset(&xmap, 0, sizeof xmap);
-        if (tma) g_tma_launches++, ws_weight_map(&wmap, a, W_T, EPI == WG_EPI_GLU_FWD);
-        if (tma == WS_TMA_ROWS) g_tma_rows_launches++, ws_rows_map(&xmap, a);
+        if (tma) {
+            g_tma_launches++;
+            ws_weight_map(&wmap, a, W_T, EPI == WG_EPI_GLU_FWD);
+        }
+        if (tma == WS_TMA_ROWS) {
+            g_tma_rows_launches++;
+            ws_rows_map(&xmap, a);
+        }
         const bool staged = !pick && staged_switch;
         if (tma == WS_TMA_ROWS) ws_rows_run<W_T, WS_TMA_ROWS, EPI>(a, wmap, xmap, staged);
         else if (tma) ws_rows_run<W_T, WS_TMA_W, EPI>(a, wmap, xmap, staged);
