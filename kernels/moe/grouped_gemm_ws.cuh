@@ -163,15 +163,16 @@ __device__ __forceinline__ void ws_consume_tile(float d[WsTile::NACC], unsigned 
     if (nk > 0) ws_release(ring, (step - 1) % S);
 }
 
-// f(row, col, i) for each accumulator pair of this consumer thread in the tile's first J blocks of 8
-// columns: d[i] and d[i + 1] are row `row`, columns col and col + 1 (wgmma.cuh's layout, warpgroup
-// cw = threadIdx.x / 128 - 1 owning rows 64 cw ..). Unrolled, so i is a constant and d stays in
-// registers: every epilogue from registers walks its accumulators through this.
+// f(row, col, i) for each accumulator pair of this consumer thread in the tile's blocks of 8
+// columns j0 .. j0 + J - 1: d[i] and d[i + 1] are row `row`, columns col and col + 1 (wgmma.cuh's
+// layout, warpgroup cw = threadIdx.x / 128 - 1 owning rows 64 cw ..; warp w of it rows 16 w ..).
+// Unrolled (j0 a constant where the caller's loop is), so i is a constant and d stays in
+// registers: every epilogue of the consumers walks its accumulators through this.
 template <int J, typename F>
-__device__ __forceinline__ void ws_each_pair(F f) {
+__device__ __forceinline__ void ws_each_pair(F f, int j0 = 0) {
     const int tid = threadIdx.x, cw = (tid >> 7) - 1, w = (tid >> 5) & 3, g = (tid & 31) >> 2, t = tid & 3;
 #pragma unroll
-    for (int j = 0; j < J; j++)
+    for (int j = j0; j < j0 + J; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++) f(64 * cw + 16 * w + g + 8 * h, 8 * j + 2 * t, 4 * j + 2 * h);
 }
@@ -182,42 +183,6 @@ __device__ __forceinline__ void ws_each_pair(F f) {
 // GG_STORE, bf16 rounded once (4 bytes), as wg_stage rounds it, so the bits are wg_store's; GG_ADD,
 // D = bf16(D + tile) (a 4-byte read, one rounding of the fp32 sum), gg_put8's arithmetic; GG_F32,
 // the fp32 pair (8 bytes)
-// ws_put<GG_STORE>'s values, stored in 16-byte row segments through shared memory
-// (HYBRID_MOE_WG_WS_STORE=staged): each consumer warp rounds its 16 rows x 128 columns of
-// accumulator pairs into its own staging tile (ring's end + 128 + 4 KiB a warp; the 16-byte chunk c
-// of row r at chunk c ^ (r % 8), so the pairs of a warp's store land in distinct banks), then
-// copies the tile out, two rows of 256 bytes a warp instruction; twice, for columns 0-127 and
-// 128-255. Only __syncwarp between the phases: the tile is the warp's own. Nsight Compute on the
-// H200 (session 29) put the direct pair stores of the KL-S fwd2 (4 k-steps a tile, so the
-// epilogue is a large share) at 80% of L2's throughput, its warps stalled a third of the time on
-// the full global-memory queue; the same values, the same bits. n_lim a multiple of 8, D and ldd
-// 16-byte aligned (the row GEMMs' gg_vec_ok).
-__device__ __forceinline__ void ws_put_staged(const float d[WsTile::NACC], bf16 *D, long ldd, int m_lim, int n_lim,
-                                              unsigned char *ring) {
-    const int tid = threadIdx.x, cw = (tid >> 7) - 1, w = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    unsigned char *st = ring + WsTile::STAGES * WsTile::STAGE_BYTES + 128 + ((tid >> 5) - 4) * WS_STAGE_WARP_BYTES;
-    const int row0 = 64 * cw + 16 * w;  // the warp's first row of the tile
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-#pragma unroll
-        for (int jj = 0; jj < 16; jj++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = g + 8 * h, i = 4 * (16 * half + jj) + 2 * h;
-                *reinterpret_cast<uint32_t *>(st + r * 256 + ((jj ^ (r & 7)) << 4) + 4 * t) = pack_bf16(d[i], d[i + 1]);
-            }
-        __syncwarp();
-#pragma unroll
-        for (int q = 0; q < 8; q++) {
-            const int r = 2 * q + (lane >> 4), c = lane & 15, row = row0 + r, col = 128 * half + 8 * c;
-            if (row < m_lim && col < n_lim)
-                *reinterpret_cast<uint4 *>(D + (long)row * ldd + col) =
-                    *reinterpret_cast<const uint4 *>(st + r * 256 + ((c ^ (r & 7)) << 4));
-        }
-        __syncwarp();
-    }
-}
-
 template <int MODE, typename TD>
 __device__ __forceinline__ void ws_put(const float d[WsTile::NACC], TD *D, long ldd, int m_lim, int n_lim) {
     static_assert((MODE == GG_F32) == (sizeof(TD) == 4), "GG_F32 writes float, the others bf16");
@@ -235,6 +200,41 @@ __device__ __forceinline__ void ws_put(const float d[WsTile::NACC], TD *D, long 
             *reinterpret_cast<uint32_t *>(p) = pack_bf16(v0, v1);
         }
     });
+}
+
+// ws_put<GG_STORE>'s values, stored in 16-byte row segments through shared memory
+// (HYBRID_MOE_WG_WS_STORE=staged): each consumer warp rounds its 16 rows x 128 columns of
+// accumulator pairs into its own staging tile (ring's end + 128 + 4 KiB a warp; the 16-byte chunk c
+// of row r at chunk c ^ (r % 8), so the pairs of a warp's store land in distinct banks), then
+// copies the tile out, two rows of 256 bytes a warp instruction; twice, for columns 0-127 and
+// 128-255. Only __syncwarp between the phases: the tile is the warp's own. Nsight Compute on the
+// H200 (session 29) put the direct pair stores of the KL-S fwd2 (4 k-steps a tile, so the
+// epilogue is a large share) at 80% of L2's throughput, its warps stalled a third of the time on
+// the full global-memory queue; the same values, the same bits. n_lim a multiple of 8, D and ldd
+// 16-byte aligned (the row GEMMs' gg_vec_ok).
+__device__ __forceinline__ void ws_put_staged(const float d[WsTile::NACC], bf16 *D, long ldd, int m_lim, int n_lim,
+                                              unsigned char *ring) {
+    const int lane = threadIdx.x & 31, row0 = 16 * ((threadIdx.x >> 5) - 4);  // the warp's first row of the tile
+    unsigned char *st = ring + WsTile::STAGES * WsTile::STAGE_BYTES + 128 + ((threadIdx.x >> 5) - 4) * WS_STAGE_WARP_BYTES;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        ws_each_pair<WS_BN / 16>(
+            [&](int row, int col, int i) {  // row r of the warp's 16, byte 2 c of the half's 256
+                const int r = row - row0, c = col - 128 * half;
+                *reinterpret_cast<uint32_t *>(st + r * 256 + (((c >> 3) ^ (r & 7)) << 4) + 2 * (c & 7)) =
+                    pack_bf16(d[i], d[i + 1]);
+            },
+            16 * half);
+        __syncwarp();
+#pragma unroll
+        for (int q = 0; q < 8; q++) {
+            const int r = 2 * q + (lane >> 4), c = lane & 15, row = row0 + r, col = 128 * half + 8 * c;
+            if (row < m_lim && col < n_lim)
+                *reinterpret_cast<uint4 *>(D + (long)row * ldd + col) =
+                    *reinterpret_cast<const uint4 *>(st + r * 256 + ((c ^ (r & 7)) << 4));
+        }
+        __syncwarp();
+    }
 }
 
 #endif
