@@ -345,6 +345,18 @@ static int wg_ws(void) {
 extern "C" void cuda_moe_set_wg_ws(int level) { g_ws_forced = level >= WS_OFF && level <= WS_AUTO ? level : -1; }
 extern "C" int cuda_moe_wg_ws(void) { return wg_ws(); }
 
+// An option of the warp-specialized kernels forced by HYBRID_MOE_WG_WS=rows or all (TMA, the staged
+// store): its value by env_choice; any but the first (the default) with WS off or auto stops the
+// run naming both switches (auto chooses its own kernels: ws_auto_pick).
+static int ws_option(const char *name, const char *const *names, int n) {
+    const int v = env_choice(name, names, n);
+    if (v && wg_ws() != WS_ROWS && wg_ws() != WS_ALL)
+        die("%s=%s: an option of the warp-specialized row GEMMs (set HYBRID_MOE_WG_WS=rows or all; auto, the "
+            "default, chooses its own kernels)",
+            name, names[v]);
+    return v;
+}
+
 // The warp-specialized row GEMMs' copies by TMA (ws_produce_tile's TMA) under HYBRID_MOE_WG_WS=rows or
 // all: HYBRID_MOE_WG_TMA=0 (the default: unset or empty), 1 (the weights, WS_TMA_W) or 2 (the
 // weights and whole tiles' rows of X, WS_TMA_ROWS); 1 or 2 with WS off or auto stops the run (auto
@@ -355,11 +367,7 @@ static int wg_tma(void) {
     if (g_tma_forced >= 0) return g_tma_forced;
     if (g_tma_env < 0) {
         static const char *const names[] = {"0", "1", "2"};
-        g_tma_env = env_choice("HYBRID_MOE_WG_TMA", names, 3);
-        if (g_tma_env && wg_ws() != WS_ROWS && wg_ws() != WS_ALL)
-            die("HYBRID_MOE_WG_TMA=%s: the TMA copies are the warp-specialized row GEMMs' (set HYBRID_MOE_WG_WS=rows "
-                "or all; auto, the default, chooses them itself)",
-                names[g_tma_env]);
+        g_tma_env = ws_option("HYBRID_MOE_WG_TMA", names, 3);
     }
     return g_tma_env;
 }
@@ -376,10 +384,7 @@ static int wg_ws_staged(void) {
     if (g_stage_forced >= 0) return g_stage_forced;
     if (g_stage_env < 0) {
         static const char *const names[] = {"direct", "staged"};
-        g_stage_env = env_choice("HYBRID_MOE_WG_WS_STORE", names, 2);
-        if (g_stage_env && wg_ws() != WS_ROWS && wg_ws() != WS_ALL)
-            die("HYBRID_MOE_WG_WS_STORE=staged: the staged store is the warp-specialized row GEMMs' (set "
-                "HYBRID_MOE_WG_WS=rows or all)");
+        g_stage_env = ws_option("HYBRID_MOE_WG_WS_STORE", names, 2);
     }
     return g_stage_env;
 }

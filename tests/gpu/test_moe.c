@@ -864,7 +864,7 @@ static void test_switch_errors(void) {
         // TMA without the warp-specialized kernels it belongs to (unset: auto, which chooses
         // TMA itself; auto named; 0)
         {"HYBRID_MOE_WG_TMA", "1", {WG1}, "HYBRID_MOE_WG_WS=rows"},
-        {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "auto"}, "auto, the default, chooses them itself"},
+        {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "auto"}, "auto, the default, chooses its own kernels"},
         {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "0"}, "HYBRID_MOE_WG_WS=rows"},
         {"HYBRID_MOE_WG_TMA", "2", {WG1}, "HYBRID_MOE_WG_WS=rows"},
         {"HYBRID_MOE_WG_WS_STORE", "rows", {WG1}, NULL},
