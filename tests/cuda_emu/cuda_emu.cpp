@@ -482,27 +482,31 @@ uint64_t tma_box_bytes(const EmuTmaMap &t) {
 // The emulator lands them at the first wait on the barrier, or at once when a thread is waiting
 // on it already (tma_land_if_waited: at a copy's issue and at each arrival), so that a thread
 // that reads the box without waiting reads the 0xff bytes emu_tma_load left there.
+// f(r, row) for each row of a box at coordinates c: r its place in shared memory (i2 box[1] + i1:
+// 128 bytes each), row the global address of the tensor row's element 0 when the row lies inside
+// the tensor's dimensions 1 and 2, else nullptr (read as zeros)
+template <typename F>
+void tma_each_row(const EmuTmaMap &t, const int *c, F f) {
+    const uint32_t b1 = t.box[1], b2 = t.rank > 2 ? t.box[2] : 1;
+    for (uint32_t i2 = 0; i2 < b2; i2++)
+        for (uint32_t i1 = 0; i1 < b1; i1++) {
+            const int64_t g1 = (int64_t)c[1] + i1, g2 = t.rank > 2 ? (int64_t)c[2] + i2 : 0;
+            const bool in = g1 >= 0 && (uint64_t)g1 < t.dims[1] && g2 >= 0 && (t.rank < 3 || (uint64_t)g2 < t.dims[2]);
+            f(i2 * b1 + i1, in ? t.base + (uint64_t)g1 * t.strides[1] + (uint64_t)g2 * t.strides[2] : nullptr);
+        }
+}
 void tma_land(const void *bar, MBar &m) {
     if (m.tma.empty()) return;
     for (const TmaOp &op : m.tma) {
         const EmuTmaMap &t = op.map;
-        const uint32_t b1 = t.box[1], b2 = t.rank > 2 ? t.box[2] : 1;
-        for (uint32_t i2 = 0; i2 < b2; i2++)
-            for (uint32_t i1 = 0; i1 < b1; i1++) {
-                const uint32_t r = i2 * b1 + i1;  // the box's row: 128 bytes of shared memory
-                const int64_t g1 = (int64_t)op.c[1] + i1, g2 = t.rank > 2 ? (int64_t)op.c[2] + i2 : 0;
-                const bool row_in = g1 >= 0 && (uint64_t)g1 < t.dims[1] && g2 >= 0 &&
-                                    (t.rank < 3 || (uint64_t)g2 < t.dims[2]);
-                for (uint32_t i0 = 0; i0 < t.box[0]; i0++) {
-                    const int64_t g0 = (int64_t)op.c[0] + i0;
-                    const uint32_t o = r * 128 + i0 * 2, sw = o ^ (((o >> 7) & 7) << 4);  // the 128-byte swizzle
-                    if (row_in && g0 >= 0 && (uint64_t)g0 < t.dims[0])
-                        memcpy(op.dst + sw, t.base + (uint64_t)g0 * 2 + (uint64_t)g1 * t.strides[1] +
-                                                (uint64_t)g2 * t.strides[2], 2);
-                    else
-                        memset(op.dst + sw, 0, 2);
-                }
+        tma_each_row(t, op.c, [&](uint32_t r, const unsigned char *row) {
+            for (uint32_t i0 = 0; i0 < t.box[0]; i0++) {
+                const int64_t g0 = (int64_t)op.c[0] + i0;
+                const uint32_t o = r * 128 + i0 * 2, sw = o ^ (((o >> 7) & 7) << 4);  // the 128-byte swizzle
+                if (row && g0 >= 0 && (uint64_t)g0 < t.dims[0]) memcpy(op.dst + sw, row + (uint64_t)g0 * 2, 2);
+                else memset(op.dst + sw, 0, 2);
             }
+        });
         m.tx -= (long)tma_box_bytes(t);
     }
     m.tma.clear();
@@ -586,17 +590,11 @@ void tma_check_reads(const EmuTmaMap &t, const int *c) {
     if (!a.first) emu_die("%s: a TMA map's base %p is not in a cudaMalloc allocation", B.where, (const void *)t.base);
     const int64_t lo0 = std::max<int64_t>(c[0], 0), hi0 = std::min<int64_t>((int64_t)c[0] + t.box[0], (int64_t)t.dims[0]);
     if (lo0 >= hi0) return;
-    const uint32_t b2 = t.rank > 2 ? t.box[2] : 1;
-    for (uint32_t i2 = 0; i2 < b2; i2++)
-        for (uint32_t i1 = 0; i1 < t.box[1]; i1++) {
-            const int64_t g1 = (int64_t)c[1] + i1, g2 = t.rank > 2 ? (int64_t)c[2] + i2 : 0;
-            if (g1 < 0 || (uint64_t)g1 >= t.dims[1] || g2 < 0 || (t.rank > 2 && (uint64_t)g2 >= t.dims[2])) continue;
-            const unsigned char *row = t.base + (uint64_t)g1 * t.strides[1] + (uint64_t)g2 * t.strides[2];
-            if (row + lo0 * 2 < a.first || row + hi0 * 2 > a.second)
-                emu_die("%s: a TMA box reads row (%lld, %lld) at %p, outside the %zu-byte allocation at %p that its "
-                        "map's base lies in", B.where, (long long)g1, (long long)g2, (const void *)(row + lo0 * 2),
-                        (size_t)(a.second - a.first), (const void *)a.first);
-        }
+    tma_each_row(t, c, [&](uint32_t r, const unsigned char *row) {
+        if (row && (row + lo0 * 2 < a.first || row + hi0 * 2 > a.second))
+            emu_die("%s: a TMA box's row %u reads %p, outside the %zu-byte allocation at %p that its map's base lies "
+                    "in", B.where, r, (const void *)(row + lo0 * 2), (size_t)(a.second - a.first), (const void *)a.first);
+    });
 }
 }  // namespace
 
