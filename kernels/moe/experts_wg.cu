@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     static_assert(EPI != WG_EPI_GLU_FWD || !W_T, "the fused forward GLU reads W13 K-major");
     static_assert(!STAGED || EPI == WG_EPI_STORE, "the staged store is the plain one's");
     constexpr bool HALVES = EPI == WG_EPI_GLU_FWD;
-    DYNAMIC_SMEM(unsigned char, raw);  // WS_SMEM: 1024 of alignment slack, the ring, its barriers
+    // WS_SMEM: 1024 of alignment slack, the ring, its barriers (WS_SMEM_STAGED: the staging tiles too)
+    DYNAMIC_SMEM(unsigned char, raw);
     unsigned char *ring = wg_align1024(raw);
     ws_ring_init(ring, TMA ? 129 : 128);
     const int cols = HALVES ? a.n_out / 2 : a.n_out;

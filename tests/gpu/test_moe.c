@@ -324,6 +324,20 @@ static void experts_same_bits(const ExpertsRun *r, const char *tag, long (*count
 // after a forward, none in the next (it reuses the copy). On our GEMMs, the GLU's vector kernels
 // against its scalar ones, bit for bit. The forward's outputs stay in dyp (the combine checks
 // read them).
+// test_experts' warp-specialized variants: cuda_moe_set_wg_ws's level (0 none, 1 rows, 2 all, 3
+// auto), cuda_moe_set_wg_tma's (0, 1 the weights, 2 and whole tiles' rows), the GLU fused, the
+// staged store
+static const struct {
+    const char *tag;
+    int level, tma, glu, staged;
+} ws_variants[] = {
+    {"warp-specialized none", 0, 0, 0, 0},    {"warp-specialized auto", 3, 0, 0, 0},
+    {"warp-specialized rows", 1, 0, 0, 0},    {"warp-specialized all", 2, 0, 0, 0},
+    {"warp-spec. all + TMA", 2, 1, 0, 0},     {"warp-spec. TMA, GLU fused", 2, 1, 1, 0},
+    {"warp-spec. TMA w + rows", 2, 2, 0, 0},  {"warp-spec. rows, staged", 1, 0, 0, 1},
+    {"warp-spec. TMA 2, staged", 2, 2, 0, 1},
+};
+
 static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, const int *off, const int *doff,
                          void *dyp) {
     const int N = q.N, K = q.K, E = q.E, C = q.C, M = q.M;
@@ -493,25 +507,21 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     // (all: and both weight gradients), through TMA where it is on, and the GLU passes of their
     // own are the fused-GLU check's above
     if (wgmma && path == PATH_OWN && path_orig == PATH_WGMMA)
-        for (int v = 0; v < 9; v++) {
-            static const char *const tags[9] = {"warp-specialized none",   "warp-specialized auto",
-                                                "warp-specialized rows",   "warp-specialized all",
-                                                "warp-spec. all + TMA",    "warp-spec. TMA, GLU fused",
-                                                "warp-spec. TMA w + rows", "warp-spec. rows, staged",
-                                                "warp-spec. TMA 2, staged"};
-            static const int levels[9] = {0, 3, 1, 2, 2, 2, 2, 1, 2}, tmas[9] = {0, 0, 0, 0, 1, 1, 2, 0, 2};
-            const int level = levels[v], tma = tmas[v], glu = v == 5, staged = v >= 7;
+        for (size_t v = 0; v < sizeof ws_variants / sizeof *ws_variants; v++) {
+            const char *const tag = ws_variants[v].tag;
+            const int level = ws_variants[v].level, tma = ws_variants[v].tma, glu = ws_variants[v].glu,
+                      staged = ws_variants[v].staged;
             long fwd_ws, bwd_ws;
             const long t0 = cuda_moe_wg_tma_launches(), r0 = cuda_moe_wg_tma_rows_launches(),
                        g0 = cuda_moe_glu_vec_launches(), s0 = cuda_moe_wg_ws_staged_launches();
             cuda_moe_set_wg_ws(level), cuda_moe_set_wg_tma(tma), cuda_moe_set_wg_glu(glu);
             cuda_moe_set_wg_ws_staged(staged);
-            experts_same_bits(&run, tags[v], cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
+            experts_same_bits(&run, tag, cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
             cuda_moe_set_wg_ws(-1), cuda_moe_set_wg_tma(-1), cuda_moe_set_wg_glu(-1), cuda_moe_set_wg_ws_staged(-1);
             const long tma_n = cuda_moe_wg_tma_launches() - t0, rows_n = cuda_moe_wg_tma_rows_launches() - r0,
                        glu_n = cuda_moe_glu_vec_launches() - g0, staged_n = cuda_moe_wg_ws_staged_launches() - s0;
             // (the staged store: the row GEMMs' plain stores, both of a forward, both dgrads)
-            CHECK(staged_n == (staged && suits ? 2 + 4 : 0), "%s: %ld row GEMMs stored staged (expected %d)", tags[v],
+            CHECK(staged_n == (staged && suits ? 2 + 4 : 0), "%s: %ld row GEMMs stored staged (expected %d)", tag,
                   staged_n, staged && suits ? 6 : 0);
             const int fused = glu && suits && M % 128 == 0, picked = 2 * ((C >= 1024) + (2 * M >= 1024));
             const int want_f = suits && (level == 1 || level == 2) ? 2 : 0,
@@ -519,12 +529,12 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
                       want_t = !suits ? 0 : level == 3 ? picked : tma ? 2 + 4 : 0,
                       want_r = suits && tma == 2 ? 2 + 4 : 0,
                       want_g = (fused ? 0 : M % 8 == 0) + (glu && suits ? 0 : 2 * (M % 8 == 0));
-            printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld (rows too %ld), GLU passes %ld\n", tags[v],
+            printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld (rows too %ld), GLU passes %ld\n", tag,
                    fwd_ws, bwd_ws, tma_n, rows_n, glu_n);
             CHECK(fwd_ws == want_f && bwd_ws == want_b && tma_n == want_t && rows_n == want_r && glu_n == want_g,
                   "%s: launches forward %ld (expected %d), two backwards %ld (expected %d), row GEMMs by TMA %ld "
                   "(expected %d), with the rows %ld (expected %d), GLU passes %ld (expected %d)",
-                  tags[v], fwd_ws, want_f, bwd_ws, want_b, tma_n, want_t, rows_n, want_r, glu_n, want_g);
+                  tag, fwd_ws, want_f, bwd_ws, want_b, tma_n, want_t, rows_n, want_r, glu_n, want_g);
         }
     // the GLU's scalar kernels (cuda_moe_set_glu_vec(0)) give the bits of the vector ones, which
     // run where M % 8 == 0 (every buffer here is 16-byte aligned): forward and backward again on
