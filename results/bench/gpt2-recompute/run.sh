@@ -5,7 +5,9 @@
 # numbers, tests/test_hybrid_model.c) against the default, at B64 and B128 (T1024), our
 # tests/gpu/bench_gpt2 (the trainer's step: bf16, AdamW, 20 steps) with peak memory; then
 # PyTorch's reference (scripts/bench_pytorch_gpt2.py, torch.compile, SDPA flash, fused AdamW) at
-# the same two batches, and the side-by-side. Call: carry nothing. Outputs: $OUT/gpt2-recompute.tgz.
+# the same two batches, and the side-by-side. Between them: cuDNN's nondeterministic (atomic dQ)
+# attention backward once at B64, to size what the deterministic default costs, and the per-op
+# profile (HYBRID_CUDA_PROFILE=1) of both backwards. Call: carry nothing. Outputs: $OUT/gpt2-recompute.tgz.
 export NCCL_NVLS_ENABLE=0; set -u
 make -j16 out/build/gpu/bench_gpt2 > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 echo "built at $SECONDS s"
@@ -16,6 +18,16 @@ for B in 64 128; do
         grep -iE "ms/step|tok/s|peak|MiB|GiB" $OUT/ours_B${B}_rc$r.log | tail -3
     done
 done
+# cuDNN's nondeterministic attention backward (dQ accumulated with atomics; not a default
+# candidate: the project's backward is deterministic) once, to size what determinism costs
+HYBRID_ATTN_CUDNN_BWD=atomic timeout 120 out/build/gpu/bench_gpt2 64 1024 20 --json $OUT/ours_B64_atomic.json \
+    > $OUT/ours_B64_atomic.log 2>&1; echo "ours B64 cuDNN atomic backward rc $? at $SECONDS s"
+grep -iE "ms/step|tok/s|peak|MiB|GiB" $OUT/ours_B64_atomic.log | tail -3
+# the per-op profile of the default step (docs/cuda.md's tables), and of the atomic backward
+HYBRID_CUDA_PROFILE=1 timeout 90 out/build/gpu/bench_gpt2 64 1024 5 > $OUT/profile_B64.log 2>&1
+echo "profile rc $? at $SECONDS s"
+HYBRID_ATTN_CUDNN_BWD=atomic HYBRID_CUDA_PROFILE=1 timeout 90 out/build/gpu/bench_gpt2 64 1024 5 \
+    > $OUT/profile_B64_atomic.log 2>&1; echo "profile atomic rc $? at $SECONDS s"
 for B in 64 128; do
     left=$((560 - SECONDS)); [ $left -gt 60 ] || break
     timeout $left python3 -u scripts/bench_pytorch_gpt2.py --batch $B --seq 1024 --steps 20 --json $OUT/torch_B$B.json \
