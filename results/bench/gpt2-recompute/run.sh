@@ -7,9 +7,10 @@
 # PyTorch's reference (scripts/bench_pytorch_gpt2.py, torch.compile, SDPA flash, fused AdamW) at
 # the same two batches, and the side-by-side. Between them: cuDNN's nondeterministic (atomic dQ)
 # attention backward once at B64, to size what the deterministic default costs, and the per-op
-# profile (HYBRID_CUDA_PROFILE=1) of both backwards. Call: carry nothing. Outputs: $OUT/gpt2-recompute.tgz.
+# profile (HYBRID_CUDA_PROFILE=1) of both backwards; and the first 20 losses of the 124M model on
+# cuDNN's attention against our own kernels'. Call: carry out/data (`make data`). Outputs: $OUT/gpt2-recompute.tgz.
 export NCCL_NVLS_ENABLE=0; set -u
-make -j16 out/build/gpu/bench_gpt2 > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
+make -j16 out/build/gpu/bench_gpt2 hybrid > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 echo "built at $SECONDS s"
 for B in 64 128; do
     for r in false true; do
@@ -28,6 +29,18 @@ HYBRID_CUDA_PROFILE=1 timeout 90 out/build/gpu/bench_gpt2 64 1024 5 > $OUT/profi
 echo "profile rc $? at $SECONDS s"
 HYBRID_ATTN_CUDNN_BWD=atomic HYBRID_CUDA_PROFILE=1 timeout 90 out/build/gpu/bench_gpt2 64 1024 5 \
     > $OUT/profile_B64_atomic.log 2>&1; echo "profile atomic rc $? at $SECONDS s"
+# issue 19's parity bar: the first 20 losses of the 124M model on cuDNN's attention (the default)
+# within 1e-3 of our own kernels' (HYBRID_ATTN=own, the path before it), on the Brown shards
+# (carry out/data: `make data` here first)
+if [ -f out/data/brown_train_000000.bin ]; then
+    for a in own cudnn; do
+        HYBRID_ATTN=$a timeout 100 sh scripts/loss_fingerprint.sh --device cuda --set val_data "" configs/gpt2-124m.conf \
+            > $OUT/fingerprint_$a.txt 2> $OUT/fingerprint_$a.err; echo "fingerprint $a rc $? at $SECONDS s"
+    done
+    paste $OUT/fingerprint_own.txt $OUT/fingerprint_cudnn.txt | awk '$2 == "loss" && $7 == "loss" {
+        d = $3 - $8; if (d < 0) d = -d; if (d > m) { m = d; at = $1 } n++ }
+        END { printf "first %d losses, own vs cuDNN attention: max |difference| %.3g (step %s)\n", n, m, at }'
+else echo "out/data not carried: no loss comparison"; fi
 for B in 64 128; do
     left=$((560 - SECONDS)); [ $left -gt 60 ] || break
     timeout $left python3 -u scripts/bench_pytorch_gpt2.py --batch $B --seq 1024 --steps 20 --json $OUT/torch_B$B.json \
@@ -38,4 +51,4 @@ for B in 64 128; do
     done
 done
 echo "total $SECONDS s"
-(cd $OUT && tar czf gpt2-recompute.tgz --remove-files *.log *.json 2>/dev/null; ls -la $OUT)
+(cd $OUT && tar czf gpt2-recompute.tgz --remove-files *.log *.json *.txt *.err 2>/dev/null; ls -la $OUT)
