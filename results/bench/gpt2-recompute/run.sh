@@ -24,6 +24,14 @@ done
 HYBRID_ATTN_CUDNN_BWD=atomic timeout 120 out/build/gpu/bench_gpt2 64 1024 20 --json $OUT/ours_B64_atomic.json \
     > $OUT/ours_B64_atomic.log 2>&1; echo "ours B64 cuDNN atomic backward rc $? at $SECONDS s"
 grep -iE "ms/step|tok/s|peak|MiB|GiB" $OUT/ours_B64_atomic.log | tail -3
+# the fused classifier (HYBRID_CUDA_FUSED_CE=1; measured slower before the classifier ran over
+# row chunks, never since) at 2 (its default) and 4 blocks an SM
+for ce in 2 4; do
+    HYBRID_CUDA_FUSED_CE=1 HYBRID_CUDA_CE_ROWS_PER_SM=$ce timeout 120 out/build/gpu/bench_gpt2 64 1024 20 \
+        --json $OUT/ours_B64_fusedce$ce.json > $OUT/ours_B64_fusedce$ce.log 2>&1
+    echo "ours B64 fused classifier at $ce blocks an SM rc $? at $SECONDS s"
+    grep -iE "ms/step|tok/s" $OUT/ours_B64_fusedce$ce.log | tail -2
+done
 # the per-op profile of the default step (docs/cuda.md's tables), and of the atomic backward
 HYBRID_CUDA_PROFILE=1 timeout 90 out/build/gpu/bench_gpt2 64 1024 5 > $OUT/profile_B64.log 2>&1
 echo "profile rc $? at $SECONDS s"
