@@ -4,8 +4,8 @@
 // GEMMs on wgmma"). Same operands, walks, splits and contracts as experts.cu's rows_gemm and
 // wgrad, which call moe_wg_rows / moe_wg_wgrad first and run their mma.sync kernels where these
 // return 0. The same GEMMs warp-specialized (grouped_gemm_ws.cuh: HYBRID_MOE_WG_WS, and
-// HYBRID_MOE_WG_TMA for the row GEMMs' weights; by default the long data gradients only:
-// ws_auto_pick) give the same bits.
+// HYBRID_MOE_WG_TMA, HYBRID_MOE_WG_WS_STORE; by default every row GEMM with the plain store, by
+// TMA and staged: ws_auto_pick) give the same bits.
 // This file alone is built for sm_90a (Makefile: wgmma exists only there); HYBRID_MOE_WGMMA=1
 // refuses a GPU that is not compute capability 9.0, and auto leaves such a GPU on mma.sync.
 #include "kernels/cuda_backend.h"
@@ -376,9 +376,9 @@ extern "C" void cuda_moe_set_wg_tma(int level) { g_tma_forced = level >= 0 && le
 
 // The warp-specialized row GEMMs' plain store under HYBRID_MOE_WG_WS=rows or all:
 // HYBRID_MOE_WG_WS_STORE=direct (the default: unset or empty; from registers, ws_put) or staged
-// (through shared memory in 16-byte row segments, ws_put_staged; not yet run on a GPU); staged
-// with WS off or auto stops the run (auto's kernels are the measured direct ones), as does
-// anything else. The same bits either way.
+// (through shared memory in 16-byte row segments, ws_put_staged; what auto runs); staged with WS
+// off or auto stops the run (auto chooses it itself), as does anything else. The same bits either
+// way.
 static int g_stage_env = -1, g_stage_forced = -1;
 static long g_staged_launches;
 static int wg_ws_staged(void) {
@@ -473,16 +473,14 @@ static void wg_rows_run(const WgRows &a) {
                   dim3(wg_resident_blocks<rows_wg_kernel<BN, W_T, EPI>, WG_THREADS, WgTile<BN>::SMEM>()),
                   dim3(WG_THREADS), WgTile<BN>::SMEM, a);
 }
-// HYBRID_MOE_WG_WS=auto: the warp-specialized kernel with TMA weights for a row GEMM with
-// MN-major weights and the plain store (the two data gradients, dgrad2 and dgrad13) whose
-// reduction is at least 1024 long, the default kernels for every other GEMM. From one H200 call
-// (docs/hybrid.md, "The expert GEMMs on wgmma"): at reductions of 2048 (the large shape's
-// dgrads) it took 22-28% off the default's time, at 768 (KL-S's dgrad2) it tied, at 512 (KL-S's
-// dgrad13) it lost 6%; the row GEMMs with K-major weights (the forward) and the weight gradients
-// did not gain at either shape. 1024 lies between the measured tie and gain, unmeasured itself.
-static bool ws_auto_pick(const WgRows &a, bool w_t, int epi) {
-    return w_t && epi == WG_EPI_STORE && a.kd >= 1024;
-}
+// HYBRID_MOE_WG_WS=auto: the warp-specialized kernel for every row GEMM with the plain store (both
+// of a forward, both data gradients), its weights and whole tiles' rows by TMA, its store staged
+// through shared memory; the default kernels for the GLU epilogues (HYBRID_MOE_WG_GLU_FUSED=1) and
+// the weight gradients. From the H200 (docs/hybrid.md, "The expert GEMMs on wgmma"; session 30):
+// that setting (rows, TMA 2, staged) took 19-42% off each of the four row GEMMs at KL-S, at the
+// large shape and at C 384 / M 512, against the default kernels and against session 29's auto
+// (the data gradients with reductions of 1024 or more, with TMA weights only), in the same call.
+static bool ws_auto_pick(int epi) { return epi == WG_EPI_STORE; }
 
 // one warp-specialized row GEMM kernel, a block an SM (its shared memory: the ring, and the
 // staging tiles when STAGED)
@@ -510,8 +508,8 @@ static void wg_rows_launch(const WgRows &a) {
     g_launches++;
     // (the switches read at every launch: a bad value stops the run)
     const int ws = wg_ws(), tma_switch = wg_tma(), staged_switch = wg_ws_staged();
-    const bool pick = ws == WS_AUTO && ws_auto_pick(a, W_T, EPI);
-    const int tma = pick ? WS_TMA_W : tma_switch;
+    const bool pick = ws == WS_AUTO && ws_auto_pick(EPI);
+    const int tma = pick ? WS_TMA_ROWS : tma_switch;
     if ((pick || ws == WS_ROWS || ws == WS_ALL) && wg_bn() == WS_BN) {
         g_ws_launches++;
         CUtensorMap wmap, xmap;
@@ -524,7 +522,7 @@ static void wg_rows_launch(const WgRows &a) {
             g_tma_rows_launches++;
             ws_rows_map(&xmap, a);
         }
-        const bool staged = !pick && staged_switch;
+        const bool staged = pick || staged_switch;
         if (tma == WS_TMA_ROWS) ws_rows_run<W_T, WS_TMA_ROWS, EPI>(a, wmap, xmap, staged);
         else if (tma) ws_rows_run<W_T, WS_TMA_W, EPI>(a, wmap, xmap, staged);
         else ws_rows_run<W_T, 0, EPI>(a, wmap, xmap, staged);

@@ -496,8 +496,8 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     // wgmma at width 256: the warp-specialized kernels (a producer warpgroup, two consumers,
     // mbarriers; cuda_moe_set_wg_ws) against the rounds above (the default, HYBRID_MOE_WG_WS=auto):
     // the same bits, forward and backward, at =0 (level 0: none of them, one role a thread), auto
-    // forced (level 3: the data gradients whose reductions, C for dgrad2 and 2M for dgrad13, are at
-    // least 1024 long, their weights by TMA, and nothing else), =rows (level 1: the row GEMMs), =all
+    // forced (level 3: the four row GEMMs with the plain store, by TMA with whole tiles' rows,
+    // stored staged; the weight gradients not), =rows (level 1: the row GEMMs), =all
     // (level 2: the weight gradients too, walking, any forced split), =all with HYBRID_MOE_WG_TMA=1
     // (the row GEMMs' weights copied by TMA: cuda_moe_set_wg_tma), and that with the GLU fused into
     // the row GEMMs' epilogues (from registers; cuda_moe_set_wg_glu(1)), and =all with
@@ -521,13 +521,11 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
             const long tma_n = cuda_moe_wg_tma_launches() - t0, rows_n = cuda_moe_wg_tma_rows_launches() - r0,
                        glu_n = cuda_moe_glu_vec_launches() - g0, staged_n = cuda_moe_wg_ws_staged_launches() - s0;
             // (the staged store: the row GEMMs' plain stores, both of a forward, both dgrads)
-            CHECK(staged_n == (staged && suits ? 2 + 4 : 0), "%s: %ld row GEMMs stored staged (expected %d)", tag,
-                  staged_n, staged && suits ? 6 : 0);
-            const int fused = glu && suits && M % 128 == 0, picked = 2 * ((C >= 1024) + (2 * M >= 1024));
-            const int want_f = suits && (level == 1 || level == 2) ? 2 : 0,
-                      want_b = !suits ? 0 : level == 3 ? picked : level == 0 ? 0 : 4 * level,
-                      want_t = !suits ? 0 : level == 3 ? picked : tma ? 2 + 4 : 0,
-                      want_r = suits && tma == 2 ? 2 + 4 : 0,
+            const int auto_ = level == 3, want_s = (staged || auto_) && suits ? 2 + 4 : 0;
+            CHECK(staged_n == want_s, "%s: %ld row GEMMs stored staged (expected %d)", tag, staged_n, want_s);
+            const int fused = glu && suits && M % 128 == 0;
+            const int want_f = suits && level != 0 ? 2 : 0, want_b = !suits || level == 0 ? 0 : auto_ ? 4 : 4 * level,
+                      want_t = suits && (tma || auto_) ? 2 + 4 : 0, want_r = suits && (tma == 2 || auto_) ? 2 + 4 : 0,
                       want_g = (fused ? 0 : M % 8 == 0) + (glu && suits ? 0 : 2 * (M % 8 == 0));
             printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld (rows too %ld), GLU passes %ld\n", tag,
                    fwd_ws, bwd_ws, tma_n, rows_n, glu_n);
@@ -936,8 +934,8 @@ int main(void) {
     test_dispatch((DispatchCase){40, 2, 3, 16, 128, 1, 0, SITU, 0, 0});
     test_dispatch((DispatchCase){24, 2, 2, 16, 192, 1, 0, SWIGLU, 0, 0});
     test_dispatch((DispatchCase){24, 2, 2, 16, 256, 1, 0, SITU, 0, 0});
-    // reductions of 1024: HYBRID_MOE_WG_WS=auto's pick, dgrad2 (C 1024) and dgrad13 (2M 1024) on the
-    // warp-specialized kernel with TMA weights, the other GEMMs not
+    // reductions of 1024 (session 29's auto picked dgrad2 at C 1024 and dgrad13 at 2M 1024; kept
+    // as long-reduction cases of every variant)
     test_dispatch((DispatchCase){24, 2, 2, 1024, 64, 1, 0, SWIGLU, 0, 0});
     test_dispatch((DispatchCase){24, 2, 2, 64, 512, 1, 0, SITU, 0, 0});
     // the grouped GEMM tile (128 x 128 x 64, 3 stages, 4 warps of 64 x 64): ~200 rows per expert
