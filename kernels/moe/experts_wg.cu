@@ -477,7 +477,7 @@ static void wg_rows_run(const WgRows &a) {
 // of a forward, both data gradients), its weights and whole tiles' rows by TMA, its store staged
 // through shared memory; the default kernels for the GLU epilogues (HYBRID_MOE_WG_GLU_FUSED=1) and
 // the weight gradients. From the H200 (docs/hybrid.md, "The expert GEMMs on wgmma"; session 30):
-// that setting (rows, TMA 2, staged) took 19-42% off each of the four row GEMMs at KL-S, at the
+// that setting (rows, TMA 2, staged) took 16-36% off each of the four row GEMMs at KL-S, at the
 // large shape and at C 384 / M 512, against the default kernels and against session 29's auto
 // (the data gradients with reductions of 1024 or more, with TMA weights only), in the same call.
 static bool ws_auto_pick(int epi) { return epi == WG_EPI_STORE; }
