@@ -9,6 +9,7 @@
 # whole KL-S (MoE) 3:1 model's tokens per second (make bench-moe-model) with the new default and
 # with HYBRID_MOE_WG_WS=0. Call: carry out/data (`make data`). Outputs: $OUT/wgmma-ws3.tgz.
 export NCCL_NVLS_ENABLE=0; set -u
+END=${END:-540}  # the seconds this call may take (each later step is skipped past its share)
 make -j16 out/build/gpu/test_moe out/build/gpu/bench_moe out/build/gpu/test_core out/build/gpu/test_mla hybrid > $OUT/build.log 2>&1 || { tail -30 $OUT/build.log; exit 1; }
 echo "built at $SECONDS s"
 timeout 120 out/build/gpu/test_moe > $OUT/test_moe.log 2>&1; rc=$?
@@ -22,7 +23,7 @@ SHAPES="--shape config --shape 2048,64,8,1024,0,16384 --shape 384,16,2,512,0,655
 cols=""
 for i in 1 2; do
     for v in auto rows2s; do
-        [ $SECONDS -lt 300 ] || break 2
+        [ $SECONDS -lt $((END * 55 / 100)) ] || break 2
         ws=$v; tma=0; store=direct
         case $v in rows2s) ws=rows tma=2 store=staged ;; esac
         HYBRID_MOE_WG_WS=$ws HYBRID_MOE_WG_TMA=$tma HYBRID_MOE_WG_WS_STORE=$store timeout 100 out/build/gpu/bench_moe $SHAPES \
@@ -33,13 +34,13 @@ for i in 1 2; do
 done
 [ -n "$cols" ] && python3 scripts/bench_summary_moe.py paths $cols | grep -E "^C |grouped GEMMs|layer fwd|^\| part"
 grep -h "launches" $OUT/bench_ws*_1.log
-if [ $SECONDS -lt 360 ]; then
+if [ $SECONDS -lt $((END * 65 / 100)) ]; then
     timeout 120 python3 -u scripts/bench_torch_moe.py $SHAPES --json $OUT/moe_torch.json > $OUT/torch.log 2>&1
     echo "torch rc $? at $SECONDS s"
     [ -f $OUT/moe_torch.json ] && python3 scripts/bench_summary_moe.py $OUT/moe_wsauto_1.json $OUT/moe_torch.json | grep -E "fwdbwd|efficiency|^\| config|^\| large|^\| custom|targets"
 fi
 for v in auto 0; do
-    [ $SECONDS -lt 490 ] || break
+    [ $SECONDS -lt $((END - 55)) ] || break
     HYBRID_MOE_WG_WS=$v timeout 100 make bench-moe-model > $OUT/model_ws$v.log 2>&1
     echo "KL-S model, HYBRID_MOE_WG_WS=$v: rc $? at $SECONDS s"; tail -4 $OUT/model_ws$v.log
     cp out/bench/runs/kl-s-3-1/metrics.jsonl $OUT/model_ws${v}_metrics.json 2>/dev/null
