@@ -106,22 +106,24 @@ void cuda_moe_set_wg_bn(int bn);
 // tests' bit comparison), 1 on, -1 as HYBRID_MOE_WG_GLU_FUSED says (unset: off)
 void cuda_moe_set_wg_glu(int on);
 // the warp-specialized wgmma GEMMs (kernels/moe/grouped_gemm_ws.cuh; at tile width 256 only): 0 off,
-// 1 the row GEMMs, 2 those and our weight gradients, 3 auto (the data gradients with reductions
-// of 1024 or more, with TMA weights), -1 as HYBRID_MOE_WG_WS says (auto, 0, rows, all; unset:
-// auto); the counter: GEMM calls that ran a warp-specialized kernel
+// 1 the row GEMMs, 2 those and our weight gradients, 3 auto (every row GEMM with the plain store,
+// weights and whole tiles' rows by TMA, stored staged), -1 as HYBRID_MOE_WG_WS says (auto, 0, rows,
+// all; unset: auto); the counter: GEMM calls that ran a warp-specialized kernel
 void cuda_moe_set_wg_ws(int level);
 int cuda_moe_wg_ws(void);  // the level now (reads the switch)
 long cuda_moe_wg_ws_launches(void);
-// their row GEMMs' copies by TMA (kernels/tma.cuh) at levels 1 and 2: 1 the expert weights, 2 those
-// and whole tiles' rows, 0 none, -1 as HYBRID_MOE_WG_TMA says (unset: none; auto chooses the
-// weights itself); the counters: row GEMM calls that ran TMA, and those with the rows by TMA
+// their copies by TMA (kernels/tma.cuh) at levels 1 and 2: 1 the row GEMMs' expert weights, 2 those
+// and whole tiles' rows, and at level 2 the weight gradients' whole k-steps (both their operands
+// are rows), 0 none, -1 as HYBRID_MOE_WG_TMA says (unset: none; auto chooses its own); the
+// counters: row GEMM calls that ran TMA, those with the rows by TMA, and weight gradients by TMA
 void cuda_moe_set_wg_tma(int level);
 int cuda_moe_wg_tma(void);  // the level now (reads the switch)
 long cuda_moe_wg_tma_launches(void);
 long cuda_moe_wg_tma_rows_launches(void);
+long cuda_moe_wg_tma_wgrad_launches(void);
 // their row GEMMs' plain store through shared memory (16-byte row segments) at levels 1 and 2: 1
-// staged, 0 from registers, -1 as HYBRID_MOE_WG_WS_STORE says (direct or staged; unset: direct);
-// the counter: row GEMM calls that ran it
+// staged, 0 from registers, -1 as HYBRID_MOE_WG_WS_STORE says (direct or staged; unset: direct;
+// auto chooses staged itself); the counter: row GEMM calls that ran it
 void cuda_moe_set_wg_ws_staged(int on);
 int cuda_moe_wg_ws_staged(void);  // 1 when it is on now (reads the switch)
 long cuda_moe_wg_ws_staged_launches(void);

@@ -270,12 +270,17 @@ __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
 // once), so a unit's epilogue runs while the producer copies the next unit's first k-steps. An
 // empty expert or split is skipped by both sides (its rows come from the offsets alone). The
 // epilogue from registers: S == 1 adds into dW (GG_ADD), S > 1 stores the fp32 partial (GG_F32),
-// the same bits as wgrad_wg_kernel<WS_BN>'s staged epilogue.
+// the same bits as wgrad_wg_kernel<WS_BN>'s staged epilogue. TMA == WS_TMA_ROWS
+// (HYBRID_MOE_WG_TMA=2): the whole k-steps of both operands by TMA through gmap and xmap
+// (ws_produce_wgrad_tma); 0: all by cp.async, the maps not read.
+template <int TMA>
 __global__ void __launch_bounds__(WS_THREADS, 1)
-    wgrad_ws_kernel(bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q, int S) {
+    wgrad_ws_kernel(bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q, int S,
+                    const __grid_constant__ CUtensorMap gmap, const __grid_constant__ CUtensorMap xmap) {
+    static_assert(TMA == 0 || TMA == WS_TMA_ROWS, "the weight gradients' operands are rows: by TMA at =2 only");
     DYNAMIC_SMEM(unsigned char, raw);
     unsigned char *ring = wg_align1024(raw);
-    ws_ring_init(ring);
+    ws_ring_init(ring, TMA ? 129 : 128);
     unsigned step = 0;
     // f(e, z, r0, rows, m0, m_lim, n0, n_lim) for each of this block's units that has rows
     auto walk = [&](auto f) {
@@ -292,8 +297,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     };
     if (threadIdx.x < 128) {
         walk([&](int, int, int r0, int rows, int m0, int m_lim, int n0, int n_lim) {
-            ws_produce_tile<true, true>(ring, step, G + (size_t)r0 * P + m0, P, X + (size_t)r0 * Q + n0, Q, m_lim, n_lim,
-                                        rows);
+            if constexpr (TMA == WS_TMA_ROWS)
+                ws_produce_wgrad_tma(ring, step, G, P, X, Q, r0, rows, m0, m_lim, n0, n_lim, &gmap, &xmap);
+            else
+                ws_produce_tile<true, true>(ring, step, G + (size_t)r0 * P + m0, P, X + (size_t)r0 * Q + n0, Q, m_lim,
+                                            n_lim, rows);
         });
         ws_produce_end(ring, step);
     } else {
@@ -310,7 +318,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 // cuda_moe_set_wgmma, _set_wg_bn, _set_wg_ws, _set_wg_tma) ----
 static int g_env = -1, g_forced = -1, g_bn_env = -1, g_bn_forced = -1, g_ws_env = -1, g_ws_forced = -1,
            g_tma_env = -1, g_tma_forced = -1;
-static long g_launches, g_ws_launches, g_tma_launches, g_tma_rows_launches;
+static long g_launches, g_ws_launches, g_tma_launches, g_tma_rows_launches, g_tma_wgrad_launches;
 
 // the tile width: HYBRID_MOE_WG_BN=256 (the default: unset or empty) or 128 (grouped_gemm_wg.cuh's
 // two tiles; which is faster where is the H200's to say), anything else stops the run
@@ -362,8 +370,10 @@ static int ws_option(const char *name, const char *const *names, int n) {
 // all: HYBRID_MOE_WG_TMA=0 (the default: unset or empty), 1 (the weights, WS_TMA_W) or 2 (the
 // weights and whole tiles' rows of X, WS_TMA_ROWS); 1 or 2 with WS off or auto stops the run (auto
 // chooses TMA itself: ws_auto_pick), as does anything else. (A partial tile's rows stay on
-// cp.async: the rows' count is on the device, which a map made on the host cannot bound; so do the
-// weight gradients, whose reductions end at an expert's last row, which a box would run past.)
+// cp.async: the rows' count is on the device, which a map made on the host cannot bound.) Under
+// `all`, =2 also copies the weight gradients' whole k-steps by TMA (ws_produce_wgrad_tma: both of
+// their operands are rows, read MN-major; a unit's last, partial k-step stays on cp.async, since
+// a box would run past the expert's or split's last row).
 static int wg_tma(void) {
     if (g_tma_forced >= 0) return g_tma_forced;
     if (g_tma_env < 0) {
@@ -414,6 +424,16 @@ static void ws_rows_map(CUtensorMap *m, const WgRows &a) {
     const uint32_t box[2] = {64, WG_BM};
     tma_map_bf16(m, a.X, 2, dims, strides, box);
 }
+// the TMA map of a weight gradient's operand R (rows of `cols`, row-major; G with P columns, X with
+// Q), boxes of one whole k-step's MN-major column of 64, {64 cols, 64 rows}
+// (ws_produce_wgrad_tma). Its row count is 2^31 as ws_rows_map's: only whole k-steps, every row of
+// which is the unit's, go by TMA.
+static void ws_wgrad_rows_map(CUtensorMap *m, const bf16 *R, int cols) {
+    const uint64_t dims[2] = {(uint64_t)cols, 1ull << 31}, strides[1] = {(uint64_t)cols * 2};
+    const uint32_t box[2] = {64, WG_BK};
+    tma_map_bf16(m, R, 2, dims, strides, box);
+}
+extern "C" long cuda_moe_wg_tma_wgrad_launches(void) { return g_tma_wgrad_launches; }
 extern "C" long cuda_moe_wg_ws_launches(void) { return g_ws_launches; }
 
 // wgmma on a GPU that is not compute capability 9.0 stops the run (the kernels exist for sm_90a only)
@@ -566,9 +586,19 @@ static int wg_wgrad_launch(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, c
     if (BN == WS_BN && wg_ws() == WS_ALL) {
         g_ws_launches++;
         const long units = (long)((Q + BN - 1) / BN) * ((P + WG_BM - 1) / WG_BM) * E * S;
-        const unsigned fit = wg_resident_blocks<wgrad_ws_kernel, WS_THREADS, WS_SMEM>();
-        launch_kernel(wgrad_ws_kernel, dim3(units < fit ? (unsigned)units : fit), dim3(WS_THREADS), WS_SMEM, dW, *ws, G,
-                      X, offsets, E, P, Q, S);
+        CUtensorMap gmap, xmap;
+        memset(&gmap, 0, sizeof gmap), memset(&xmap, 0, sizeof xmap);
+        if (wg_tma() == WS_TMA_ROWS) {
+            g_tma_wgrad_launches++;
+            ws_wgrad_rows_map(&gmap, G, P), ws_wgrad_rows_map(&xmap, X, Q);
+            const unsigned fit = wg_resident_blocks<wgrad_ws_kernel<WS_TMA_ROWS>, WS_THREADS, WS_SMEM>();
+            launch_kernel(wgrad_ws_kernel<WS_TMA_ROWS>, dim3(units < fit ? (unsigned)units : fit), dim3(WS_THREADS),
+                          WS_SMEM, dW, *ws, G, X, offsets, E, P, Q, S, gmap, xmap);
+        } else {
+            const unsigned fit = wg_resident_blocks<wgrad_ws_kernel<0>, WS_THREADS, WS_SMEM>();
+            launch_kernel(wgrad_ws_kernel<0>, dim3(units < fit ? (unsigned)units : fit), dim3(WS_THREADS), WS_SMEM, dW,
+                          *ws, G, X, offsets, E, P, Q, S, gmap, xmap);
+        }
         return S;
     }
     wg_resident_blocks<wgrad_wg_kernel<BN>, WG_THREADS, WgTile<BN>::SMEM>();  // (the shared-memory opt-in, once)

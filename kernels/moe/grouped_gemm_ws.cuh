@@ -123,6 +123,43 @@ __device__ __forceinline__ void ws_produce_tile(unsigned char *ring, unsigned &s
     }
 }
 
+// The weight gradients' producer with their rows by TMA (HYBRID_MOE_WG_WS=all with
+// HYBRID_MOE_WG_TMA=2): ws_produce_tile<true, true>'s k-steps of one unit, G (rows, P) and X (rows,
+// Q) both MN-major from the unit's first row r0 (the reduction runs along the rows), with each
+// whole k-step (64 rows, every one of them the unit's) copied by TMA: G's columns m0 .. m0 + 127 as
+// two boxes {64 p, 64 rows} and X's n0 .. n0 + 255 as four boxes {64 q, 64 rows}, one MN-major
+// column of 64 (WG_MN_LBO apart) each, through gmap and xmap (rank 2, dims {P or Q, 2^31 rows}:
+// columns past P or Q read as zero, the rows' bound one no box reaches). The unit's last k-step,
+// when partial, stays on cp.async, whose zero-fill stops at the unit's last row where a box would
+// run on into the next expert's or split's rows. Thread 0 arrives on every step (announcing the
+// boxes' bytes, or plainly on a partial step): full[s] takes 129 arrivals (ws_ring_init). The same
+// values in the same places, so the same bits.
+__device__ __forceinline__ void ws_produce_wgrad_tma(unsigned char *ring, unsigned &step, const bf16 *G, int P,
+                                                     const bf16 *X, int Q, int r0, int rows, int m0, int m_lim, int n0,
+                                                     int n_lim, const CUtensorMap *gmap, const CUtensorMap *xmap) {
+    constexpr int S = WsTile::STAGES;
+    const int nk = (rows + WG_BK - 1) / WG_BK;
+    for (int kt = 0; kt < nk; kt++, step++) {
+        const int s = step % S;
+        mbar_wait(ws_empty(ring) + s, ((step / S) & 1) ^ 1);
+        unsigned char *sa = ring + s * WsTile::STAGE_BYTES, *sb = sa + WG_A_BYTES;
+        uint64_t *full = ws_full(ring) + s;
+        if ((kt + 1) * WG_BK <= rows) {
+            if (threadIdx.x == 0) {
+                const int row = r0 + kt * WG_BK;
+                mbar_arrive_expect_tx(full, WsTile::STAGE_BYTES);
+                for (int j = 0; j < WG_BM / 64; j++) tma_load_2d(sa + j * WG_MN_LBO, gmap, m0 + 64 * j, row, full);
+                for (int j = 0; j < WS_BN / 64; j++) tma_load_2d(sb + j * WG_MN_LBO, xmap, n0 + 64 * j, row, full);
+            }
+        } else {
+            wg_load<true, WG_BM, 128>(sa, G + (size_t)r0 * P + m0, P, m_lim, kt * WG_BK, rows);
+            wg_load<true, WS_BN, 128>(sb, X + (size_t)r0 * Q + n0, Q, n_lim, kt * WG_BK, rows);
+            if (threadIdx.x == 0) mbar_arrive(full);
+        }
+        cp_async_mbar_arrive(full);
+    }
+}
+
 // The producer's last act: wait until the consumers have released every stage it filled (its
 // steps 0 .. step - 1), so that every phase of every barrier it armed completes before it exits
 __device__ __forceinline__ void ws_produce_end(unsigned char *ring, unsigned step) {

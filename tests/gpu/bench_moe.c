@@ -690,9 +690,9 @@ int main(int argc, char **argv) {
     printf("(CPU emulator: these times mean nothing)\n");
 #endif
     printf("warp-specialized GEMM launches: %ld (row GEMMs with TMA: %ld, with the rows by TMA too: %ld; stored "
-           "staged: %ld)\n",
+           "staged: %ld; weight gradients by TMA: %ld)\n",
            cuda_moe_wg_ws_launches(), cuda_moe_wg_tma_launches(), cuda_moe_wg_tma_rows_launches(),
-           cuda_moe_wg_ws_staged_launches());
+           cuda_moe_wg_ws_staged_launches(), cuda_moe_wg_tma_wgrad_launches());
     if (json) printf("wrote %s\n", json);
     free(rec);
     free(info);

@@ -513,13 +513,18 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
                       staged = ws_variants[v].staged;
             long fwd_ws, bwd_ws;
             const long t0 = cuda_moe_wg_tma_launches(), r0 = cuda_moe_wg_tma_rows_launches(),
-                       g0 = cuda_moe_glu_vec_launches(), s0 = cuda_moe_wg_ws_staged_launches();
+                       w0 = cuda_moe_wg_tma_wgrad_launches(), g0 = cuda_moe_glu_vec_launches(),
+                       s0 = cuda_moe_wg_ws_staged_launches();
             cuda_moe_set_wg_ws(level), cuda_moe_set_wg_tma(tma), cuda_moe_set_wg_glu(glu);
             cuda_moe_set_wg_ws_staged(staged);
             experts_same_bits(&run, tag, cuda_moe_wg_ws_launches, &fwd_ws, &bwd_ws);
             cuda_moe_set_wg_ws(-1), cuda_moe_set_wg_tma(-1), cuda_moe_set_wg_glu(-1), cuda_moe_set_wg_ws_staged(-1);
             const long tma_n = cuda_moe_wg_tma_launches() - t0, rows_n = cuda_moe_wg_tma_rows_launches() - r0,
-                       glu_n = cuda_moe_glu_vec_launches() - g0, staged_n = cuda_moe_wg_ws_staged_launches() - s0;
+                       wgrad_n = cuda_moe_wg_tma_wgrad_launches() - w0, glu_n = cuda_moe_glu_vec_launches() - g0,
+                       staged_n = cuda_moe_wg_ws_staged_launches() - s0;
+            // (the weight gradients' whole k-steps by TMA: `all` with TMA 2, both of two backwards)
+            const int want_w = suits && level == 2 && tma == 2 ? 4 : 0;
+            CHECK(wgrad_n == want_w, "%s: %ld weight gradients by TMA (expected %d)", tag, wgrad_n, want_w);
             // (the staged store: the row GEMMs' plain stores, both of a forward, both dgrads)
             const int auto_ = level == 3, want_s = (staged || auto_) && suits ? 2 + 4 : 0;
             CHECK(staged_n == want_s, "%s: %ld row GEMMs stored staged (expected %d)", tag, staged_n, want_s);
@@ -527,8 +532,9 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
             const int want_f = suits && level != 0 ? 2 : 0, want_b = !suits || level == 0 ? 0 : auto_ ? 4 : 4 * level,
                       want_t = suits && (tma || auto_) ? 2 + 4 : 0, want_r = suits && (tma == 2 || auto_) ? 2 + 4 : 0,
                       want_g = (fused ? 0 : M % 8 == 0) + (glu && suits ? 0 : 2 * (M % 8 == 0));
-            printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld (rows too %ld), GLU passes %ld\n", tag,
-                   fwd_ws, bwd_ws, tma_n, rows_n, glu_n);
+            printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld (rows too %ld; weight gradients %ld), GLU "
+                   "passes %ld\n",
+                   tag, fwd_ws, bwd_ws, tma_n, rows_n, wgrad_n, glu_n);
             CHECK(fwd_ws == want_f && bwd_ws == want_b && tma_n == want_t && rows_n == want_r && glu_n == want_g,
                   "%s: launches forward %ld (expected %d), two backwards %ld (expected %d), row GEMMs by TMA %ld "
                   "(expected %d), with the rows %ld (expected %d), GLU passes %ld (expected %d)",
