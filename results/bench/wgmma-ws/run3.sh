@@ -21,7 +21,7 @@ echo "test_moe rc $rc at $SECONDS s: $(tail -1 $OUT/test_moe.log)"
 SHAPES="--shape config --shape 2048,64,8,1024,0,16384 --shape 384,16,2,512,0,65536"
 cols=""
 bench_round() {
-    for v in auto rows2s all2s; do
+    for v in auto all2s rows2s; do
         [ $SECONDS -lt $2 ] || return
         ws=$v; tma=0; store=direct
         case $v in rows2s) ws=rows tma=2 store=staged ;; all2s) ws=all tma=2 store=staged ;; esac
@@ -37,7 +37,7 @@ model() {
     echo "KL-S model, HYBRID_MOE_WG_WS=$1: rc $? at $SECONDS s"; tail -3 $OUT/model_ws$1.log
     cp out/bench/runs/kl-s-3-1/metrics.jsonl $OUT/model_ws${1}_metrics.json 2>/dev/null
 }
-bench_round 1 $((END - 150))
+bench_round 1 $((END - 110))
 grep -h "launches" $OUT/bench_ws*_1.log
 # (issue 19's parity on the GPU: the attention ops on cuDNN and on ours, core and MLA)
 for t in test_core test_mla; do
