@@ -523,11 +523,11 @@ int main(int argc, char **argv) {
            "the sm_90a warpgroup-MMA kernels, kernels/moe/experts_wg.cu; =0: mma.sync)\n",
            cuda_moe_wgmma() ? "yes" : "no");
     static const char *const ws_names[] = {"0", "rows", "all", "auto"};
-    printf("wgmma GEMMs warp-specialized: HYBRID_MOE_WG_WS=%s (auto, the default: the data gradients with reductions "
-           "of 1024 or more, their weights by TMA; 0: none, one role a thread; rows: the row GEMMs on a producer "
+    printf("wgmma GEMMs warp-specialized: HYBRID_MOE_WG_WS=%s (auto, the default: every row GEMM with the plain store, "
+           "weights and whole tiles' rows by TMA, stored staged; 0: none, one role a thread; rows: the row GEMMs on a producer "
            "warpgroup and two consumers, kernels/moe/grouped_gemm_ws.cuh; all: our weight gradients too; launches "
            "counted at the end); by TMA under rows and all: HYBRID_MOE_WG_TMA=%d (0: nothing; 1: the weights; 2: the "
-           "weights and whole tiles' rows)\n",
+           "weights and whole tiles' rows, and under all the weight gradients' whole k-steps)\n",
            ws_names[cuda_moe_wg_ws()], cuda_moe_wg_tma());
     printf("their plain store under rows and all: HYBRID_MOE_WG_WS_STORE=%s (direct, the default: from registers; "
            "staged: through shared memory in 16-byte row segments)\n",
