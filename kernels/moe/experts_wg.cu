@@ -415,22 +415,15 @@ static void ws_weight_map(CUtensorMap *m, const WgRows &a, bool w_t, bool halves
     const uint32_t box[3] = {64, w_t ? 64u : halves ? (uint32_t)WS_BN / 2 : (uint32_t)WS_BN, 1};
     tma_map_bf16(m, a.W, 3, dims, strides, box);
 }
-// the TMA map of a row GEMM's rows X (rows of kd, K-major), boxes of a whole tile, {64 k, 128 rows}
-// (ws_produce_tile's WS_TMA_ROWS). Its row count is 2^31, a bound and not X's: the op is not told
-// X's rows (their count is the offsets' last, on the device), and only whole tiles, every row of
-// which is an expert's, go by TMA.
-static void ws_rows_map(CUtensorMap *m, const WgRows &a) {
-    const uint64_t dims[2] = {(uint64_t)a.kd, 1ull << 31}, strides[1] = {(uint64_t)a.kd * 2};
-    const uint32_t box[2] = {64, WG_BM};
-    tma_map_bf16(m, a.X, 2, dims, strides, box);
-}
-// the TMA map of a weight gradient's operand R (rows of `cols`, row-major; G with P columns, X with
-// Q), boxes of one whole k-step's MN-major column of 64, {64 cols, 64 rows}
-// (ws_produce_wgrad_tma). Its row count is 2^31 as ws_rows_map's: only whole k-steps, every row of
-// which is the unit's, go by TMA.
-static void ws_wgrad_rows_map(CUtensorMap *m, const bf16 *R, int cols) {
+// the TMA map of rows R (row-major, `cols` wide: a row GEMM's X, cols = kd; a weight gradient's G
+// or X, cols = P or Q), boxes of {64 cols, box_rows rows}: a row GEMM's whole tile, {64 k, 128 rows}
+// (ws_produce_tile's WS_TMA_ROWS), or one whole k-step's MN-major column of 64, {64, 64}
+// (ws_produce_wgrad_tma). Its row count is 2^31, a bound and not R's: the op is not told R's rows
+// (their count is the offsets' last, on the device), and only whole tiles or k-steps, every row
+// of which is an expert's (a split's), go by TMA.
+static void ws_rows_map(CUtensorMap *m, const bf16 *R, int cols, int box_rows) {
     const uint64_t dims[2] = {(uint64_t)cols, 1ull << 31}, strides[1] = {(uint64_t)cols * 2};
-    const uint32_t box[2] = {64, WG_BK};
+    const uint32_t box[2] = {64, (uint32_t)box_rows};
     tma_map_bf16(m, R, 2, dims, strides, box);
 }
 extern "C" long cuda_moe_wg_tma_wgrad_launches(void) { return g_tma_wgrad_launches; }
@@ -540,7 +533,7 @@ static void wg_rows_launch(const WgRows &a) {
         }
         if (tma == WS_TMA_ROWS) {
             g_tma_rows_launches++;
-            ws_rows_map(&xmap, a);
+            ws_rows_map(&xmap, a.X, a.kd, WG_BM);
         }
         const bool staged = pick || staged_switch;
         if (tma == WS_TMA_ROWS) ws_rows_run<W_T, WS_TMA_ROWS, EPI>(a, wmap, xmap, staged);
@@ -578,6 +571,16 @@ static int wg_wgrad_splits(int E, int P, int Q) {
     return S;
 }
 
+// one warp-specialized weight-gradient kernel, a block an SM walking the units (no more blocks
+// than units)
+template <int TMA>
+static void ws_wgrad_kernel_launch(long units, bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets,
+                                   int E, int P, int Q, int S, const CUtensorMap &gmap, const CUtensorMap &xmap) {
+    const unsigned fit = wg_resident_blocks<wgrad_ws_kernel<TMA>, WS_THREADS, WS_SMEM>();
+    launch_kernel(wgrad_ws_kernel<TMA>, dim3(units < fit ? (unsigned)units : fit), dim3(WS_THREADS), WS_SMEM, dW, ws, G,
+                  X, offsets, E, P, Q, S, gmap, xmap);
+}
+
 template <int BN>
 static int wg_wgrad_launch(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P,
                            int Q, int force_splits) {
@@ -590,14 +593,10 @@ static int wg_wgrad_launch(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, c
         memset(&gmap, 0, sizeof gmap), memset(&xmap, 0, sizeof xmap);
         if (wg_tma() == WS_TMA_ROWS) {
             g_tma_wgrad_launches++;
-            ws_wgrad_rows_map(&gmap, G, P), ws_wgrad_rows_map(&xmap, X, Q);
-            const unsigned fit = wg_resident_blocks<wgrad_ws_kernel<WS_TMA_ROWS>, WS_THREADS, WS_SMEM>();
-            launch_kernel(wgrad_ws_kernel<WS_TMA_ROWS>, dim3(units < fit ? (unsigned)units : fit), dim3(WS_THREADS),
-                          WS_SMEM, dW, *ws, G, X, offsets, E, P, Q, S, gmap, xmap);
+            ws_rows_map(&gmap, G, P, WG_BK), ws_rows_map(&xmap, X, Q, WG_BK);
+            ws_wgrad_kernel_launch<WS_TMA_ROWS>(units, dW, *ws, G, X, offsets, E, P, Q, S, gmap, xmap);
         } else {
-            const unsigned fit = wg_resident_blocks<wgrad_ws_kernel<0>, WS_THREADS, WS_SMEM>();
-            launch_kernel(wgrad_ws_kernel<0>, dim3(units < fit ? (unsigned)units : fit), dim3(WS_THREADS), WS_SMEM, dW,
-                          *ws, G, X, offsets, E, P, Q, S, gmap, xmap);
+            ws_wgrad_kernel_launch<0>(units, dW, *ws, G, X, offsets, E, P, Q, S, gmap, xmap);
         }
         return S;
     }
