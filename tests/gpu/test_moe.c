@@ -502,7 +502,8 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     // (the row GEMMs' weights copied by TMA: cuda_moe_set_wg_tma), and that with the GLU fused into
     // the row GEMMs' epilogues (from registers; cuda_moe_set_wg_glu(1)), and =all with
     // HYBRID_MOE_WG_TMA=2 (whole tiles' rows by TMA too: the cases of ~200 rows an expert have
-    // one whole tile and one partial; the others partial tiles only); where the widths suit
+    // one whole tile and one partial; the others partial tiles only; and the weight gradients'
+    // whole k-steps, each unit's partial last one on cp.async); where the widths suit
     // wgmma, rows runs both row GEMMs of a forward and both dgrads of a backward warp-specialized
     // (all: and both weight gradients), through TMA where it is on, and the GLU passes of their
     // own are the fused-GLU check's above
