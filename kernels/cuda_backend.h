@@ -107,7 +107,8 @@ void cuda_moe_set_wg_bn(int bn);
 void cuda_moe_set_wg_glu(int on);
 // the warp-specialized wgmma GEMMs (kernels/moe/grouped_gemm_ws.cuh; at tile width 256 only): 0 off,
 // 1 the row GEMMs, 2 those and our weight gradients, 3 auto (every row GEMM with the plain store,
-// weights and whole tiles' rows by TMA, stored staged), -1 as HYBRID_MOE_WG_WS says (auto, 0, rows,
+// weights and whole tiles' rows by TMA, stored staged; every weight gradient, its whole k-steps by
+// TMA), -1 as HYBRID_MOE_WG_WS says (auto, 0, rows,
 // all; unset: auto); the counter: GEMM calls that ran a warp-specialized kernel
 void cuda_moe_set_wg_ws(int level);
 int cuda_moe_wg_ws(void);  // the level now (reads the switch)

@@ -5,7 +5,8 @@
 // wgrad, which call moe_wg_rows / moe_wg_wgrad first and run their mma.sync kernels where these
 // return 0. The same GEMMs warp-specialized (grouped_gemm_ws.cuh: HYBRID_MOE_WG_WS, and
 // HYBRID_MOE_WG_TMA, HYBRID_MOE_WG_WS_STORE; by default every row GEMM with the plain store, by
-// TMA and staged: ws_auto_pick) give the same bits.
+// TMA and staged, ws_auto_pick, and every weight gradient, by TMA, wg_wgrad_launch) give the same
+// bits.
 // This file alone is built for sm_90a (Makefile: wgmma exists only there); HYBRID_MOE_WGMMA=1
 // refuses a GPU that is not compute capability 9.0, and auto leaves such a GPU on mma.sync.
 #include "kernels/cuda_backend.h"
@@ -488,8 +489,8 @@ static void wg_rows_run(const WgRows &a) {
 }
 // HYBRID_MOE_WG_WS=auto: the warp-specialized kernel for every row GEMM with the plain store (both
 // of a forward, both data gradients), its weights and whole tiles' rows by TMA, its store staged
-// through shared memory; the default kernels for the GLU epilogues (HYBRID_MOE_WG_GLU_FUSED=1) and
-// the weight gradients. From the H200 (docs/hybrid.md, "The expert GEMMs on wgmma"; session 30):
+// through shared memory; the default kernels for the GLU epilogues (HYBRID_MOE_WG_GLU_FUSED=1). The
+// weight gradients: wg_wgrad_launch. From the H200 (docs/hybrid.md, "The expert GEMMs on wgmma"; session 30):
 // that setting (rows, TMA 2, staged) took 16-36% off each of the four row GEMMs at KL-S, at the
 // large shape and at C 384 / M 512, against the default kernels and against session 29's auto
 // (the data gradients with reductions of 1024 or more, with TMA weights only), in the same call.
@@ -586,12 +587,18 @@ static int wg_wgrad_launch(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, c
                            int Q, int force_splits) {
     const int S = force_splits > 0 ? force_splits : wg_wgrad_splits<BN>(E, P, Q);
     *ws = S > 1 ? (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q) : NULL;
-    if (BN == WS_BN && wg_ws() == WS_ALL) {
+    // auto: every weight gradient warp-specialized, its whole k-steps by TMA (what `all` with
+    // HYBRID_MOE_WG_TMA=2 runs). From the H100 (session 31; docs/hybrid.md, "The expert GEMMs on
+    // wgmma"): 18-33% off both weight gradients at KL-S (dW13 0.300 -> 0.200 ms, dW2 0.185 ->
+    // 0.152) and at C 384 / M 512, in the same call (the large shape's run on cuBLAS, the mixed
+    // mode's rule, either way).
+    const bool pick = wg_ws() == WS_AUTO;
+    if (BN == WS_BN && (pick || wg_ws() == WS_ALL)) {
         g_ws_launches++;
         const long units = (long)((Q + BN - 1) / BN) * ((P + WG_BM - 1) / WG_BM) * E * S;
         CUtensorMap gmap, xmap;
         memset(&gmap, 0, sizeof gmap), memset(&xmap, 0, sizeof xmap);
-        if (wg_tma() == WS_TMA_ROWS) {
+        if (pick || wg_tma() == WS_TMA_ROWS) {
             g_tma_wgrad_launches++;
             ws_rows_map(&gmap, G, P, WG_BK), ws_rows_map(&xmap, X, Q, WG_BK);
             ws_wgrad_kernel_launch<WS_TMA_ROWS>(units, dW, *ws, G, X, offsets, E, P, Q, S, gmap, xmap);

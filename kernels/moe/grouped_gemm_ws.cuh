@@ -1,6 +1,7 @@
 // The MoE expert GEMMs' 128 x 256 wgmma tile, warp-specialized (HYBRID_MOE_WG_WS=rows: the
 // row GEMMs, any epilogue; =all: our weight gradients too; auto, the default: the row GEMMs with
-// the plain store, by TMA and staged, where the H200 measured a gain (experts_wg.cu's ws_auto_pick);
+// the plain store, by TMA and staged, where the H200 measured a gain (experts_wg.cu's ws_auto_pick),
+// and the weight gradients by TMA, where the H100 did (experts_wg.cu's wg_wgrad_launch);
 // kernels/moe/experts_wg.cu's rows_ws_kernel and wgrad_ws_kernel): the same product and the
 // same bits as grouped_gemm_wg.cuh's wg_tile + wg_store (wg_store_grad), with the copies and the
 // MMAs on different warps, so that neither waits for the other at every k-step.

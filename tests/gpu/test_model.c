@@ -652,29 +652,41 @@ int main(void) {
     TEST_MAIN_END();
     }
 #endif
-    test_model_step(2, 256);
+    // HYBRID_TEST_MODEL_PART=steps: only the one-step comparisons below; =train: only the
+    // training, determinism and resume runs after them (unset: both; on the H100, ~3 minutes
+    // each, so a device call with less time left runs the halves in two)
+    const char *part = getenv("HYBRID_TEST_MODEL_PART");
+    const int whole = !part || !*part, steps = whole || !strcmp(part, "steps"), train = whole || !strcmp(part, "train");
+    if (!steps && !train) die("HYBRID_TEST_MODEL_PART=%s: one of steps, train (or unset: both)", part);
     Config c;
-    gpt2_config(&c, 2, 256);
-    test_head_grad_chunks("GPT-2 124M", &c, 32, 1.0);  // 16 chunks of the 512 rows
-    // The hybrids (docs/hybrid.md, "On the GPU"): KL-XS's widths (d 512; MLA 4 heads of
-    // qk 128 + 64, v 128, q and kv ranks 256, output gate; MoE 16 experts top-2 plus a shared
-    // one after a dense first layer; Block AttnRes every 2 layers) cut to 4 layers, with MoE and
-    // dense; then every mixer letter in one dense model.
-    cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 0, 2, 256);
-    test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, MoE, AttnRes)", &c, TOL_MODEL);
-    cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
-    test_model_step_both_arith("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes)", &c);
-    cut_config(&c, "configs/kl-xs-3-1.conf", "KGDLAM", 1, 2, 256);
-    test_model_step_of("every mixer: KGDLAM (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
-    cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
-    c.model.recompute_mlp = 1;  // model/mlp.c; no other key derives from it
-    test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes), recompute_mlp", &c, TOL_MODEL);
-    cut_config(&c, "configs/kl-xs-3-1.conf", "M x2", 1, 2, 256);
-    c.model.mla_rope = 1;  // the ablation's 0:1 RoPE arm (docs/ablation.md)
-    test_model_step_of("MLA with RoPE: M x2 (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
+    if (steps) {
+        test_model_step(2, 256);
+        gpt2_config(&c, 2, 256);
+        test_head_grad_chunks("GPT-2 124M", &c, 32, 1.0);  // 16 chunks of the 512 rows
+        // The hybrids (docs/hybrid.md, "On the GPU"): KL-XS's widths (d 512; MLA 4 heads of
+        // qk 128 + 64, v 128, q and kv ranks 256, output gate; MoE 16 experts top-2 plus a shared
+        // one after a dense first layer; Block AttnRes every 2 layers) cut to 4 layers, with MoE and
+        // dense; then every mixer letter in one dense model.
+        cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 0, 2, 256);
+        test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, MoE, AttnRes)", &c, TOL_MODEL);
+        cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
+        test_model_step_both_arith("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes)", &c);
+        cut_config(&c, "configs/kl-xs-3-1.conf", "KGDLAM", 1, 2, 256);
+        test_model_step_of("every mixer: KGDLAM (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
+        cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 1, 2, 256);
+        c.model.recompute_mlp = 1;  // model/mlp.c; no other key derives from it
+        test_model_step_of("KKKM hybrid (KL-XS widths, 4 layers, dense, AttnRes), recompute_mlp", &c, TOL_MODEL);
+        cut_config(&c, "configs/kl-xs-3-1.conf", "M x2", 1, 2, 256);
+        c.model.mla_rope = 1;  // the ablation's 0:1 RoPE arm (docs/ablation.md)
+        test_model_step_of("MLA with RoPE: M x2 (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
+    }
     if (arith_saved) setenv("HYBRID_DR_BF16", arith_saved, 1);
     else unsetenv("HYBRID_DR_BF16");
     free(arith_saved);
+    if (!train) {
+        gpu_test_summary();
+        TEST_MAIN_END();
+    }
     small_config(&c, "configs/gpt2-tiny.conf", "A x2", 0);
     test_small_training("small GPT-2 (2 layers, d 256, 4 heads)", &c, 10, TOL_OUT, 0);
     small_config(&c, "configs/gpt2-tiny.conf", "A x2", 1);

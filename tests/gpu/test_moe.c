@@ -497,7 +497,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     // mbarriers; cuda_moe_set_wg_ws) against the rounds above (the default, HYBRID_MOE_WG_WS=auto):
     // the same bits, forward and backward, at =0 (level 0: none of them, one role a thread), auto
     // forced (level 3: the four row GEMMs with the plain store, by TMA with whole tiles' rows,
-    // stored staged; the weight gradients not), =rows (level 1: the row GEMMs), =all
+    // stored staged, and the weight gradients, their whole k-steps by TMA), =rows (level 1: the row GEMMs), =all
     // (level 2: the weight gradients too, walking, any forced split), =all with HYBRID_MOE_WG_TMA=1
     // (the row GEMMs' weights copied by TMA: cuda_moe_set_wg_tma), and that with the GLU fused into
     // the row GEMMs' epilogues (from registers; cuda_moe_set_wg_glu(1)), and =all with
@@ -523,14 +523,15 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
             const long tma_n = cuda_moe_wg_tma_launches() - t0, rows_n = cuda_moe_wg_tma_rows_launches() - r0,
                        wgrad_n = cuda_moe_wg_tma_wgrad_launches() - w0, glu_n = cuda_moe_glu_vec_launches() - g0,
                        staged_n = cuda_moe_wg_ws_staged_launches() - s0;
-            // (the weight gradients' whole k-steps by TMA: `all` with TMA 2, both of two backwards)
-            const int want_w = suits && level == 2 && tma == 2 ? 4 : 0;
+            // (the weight gradients' whole k-steps by TMA: `all` with TMA 2, and auto; both of two
+            // backwards)
+            const int auto_ = level == 3, want_w = suits && ((level == 2 && tma == 2) || auto_) ? 4 : 0;
             CHECK(wgrad_n == want_w, "%s: %ld weight gradients by TMA (expected %d)", tag, wgrad_n, want_w);
             // (the staged store: the row GEMMs' plain stores, both of a forward, both dgrads)
-            const int auto_ = level == 3, want_s = (staged || auto_) && suits ? 2 + 4 : 0;
+            const int want_s = (staged || auto_) && suits ? 2 + 4 : 0;
             CHECK(staged_n == want_s, "%s: %ld row GEMMs stored staged (expected %d)", tag, staged_n, want_s);
             const int fused = glu && suits && M % 128 == 0;
-            const int want_f = suits && level != 0 ? 2 : 0, want_b = !suits || level == 0 ? 0 : auto_ ? 4 : 4 * level,
+            const int want_f = suits && level != 0 ? 2 : 0, want_b = !suits || level == 0 ? 0 : auto_ ? 8 : 4 * level,
                       want_t = suits && (tma || auto_) ? 2 + 4 : 0, want_r = suits && (tma == 2 || auto_) ? 2 + 4 : 0,
                       want_g = (fused ? 0 : M % 8 == 0) + (glu && suits ? 0 : 2 * (M % 8 == 0));
             printf("  %-28s forward %ld, backward (twice) %ld, by TMA %ld (rows too %ld; weight gradients %ld), GLU "

@@ -10,6 +10,8 @@
 # attention parity, cuDNN and ours); the whole KL-S (MoE) 3:1 model's tokens per second (make
 # bench-moe-model) with the new default; bench_moe round 2; PyTorch side by side; the model with
 # HYBRID_MOE_WG_WS=0. Call: carry out/data (`make data`). Outputs: $OUT/wgmma-ws3.tgz.
+# (Ran in session 31 on an H100: call3-h100/. Since then auto is all2s's kernels, and rows2s is
+# session 30's auto: the same script measures the new default by name against both.)
 export NCCL_NVLS_ENABLE=0; set -u
 END=${END:-540}
 pack() { (cd $OUT && tar czf wgmma-ws3.tgz --remove-files *.log *.json 2>/dev/null; ls -la $OUT); }
