@@ -88,6 +88,7 @@ static void nc_broadcast(Comm *c, void *buf, size_t n, CommType t, int root, Com
 // all-to-all-v as grouped point-to-point sends and receives (the MoE dispatch)
 static void nc_alltoallv(Comm *c, const void *send, const size_t *send_counts, const size_t *send_displs, void *recv,
                          const size_t *recv_counts, const size_t *recv_displs, CommType t, CommGroup g) {
+    PROFILE("nccl_alltoallv");  // (on the compute stream, as the exchange itself: its time under HYBRID_CUDA_PROFILE=1)
     ncclComm_t comm = group_comm(c, g);
     size_t es = comm_type_size(c, t);
     int P = comm_group_size(g);
