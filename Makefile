@@ -363,12 +363,13 @@ $(EMU)/bench_moe: $(EMU)/gpu/bench_moe.o $(EMU_OBJ) $(EMU)/libcpu_f.a $(FLAGS)
 	@$(CXX) -fopenmp -o $@ $(filter %.o %.a,$^) $(LDLIBS)
 
 ifneq ($(CU_SRC),)
-# Every test program, then the Hugging Face checks (export, import; the fla export too when
+# Every test program, then every config in configs/ trained a few steps and sampled
+# (tests/gpu/check_configs.sh), then the Hugging Face checks (export, import; the fla export too when
 # FLA_DIR names a flash-linear-attention checkout or a prepared copy with flasrc/), one at a
 # time (they share the GPU), one line each (tests/run_all.sh;
 # each program's full output in $(GPU_BIN)/<name>.log). HYBRID_GPU_OPS_ONLY=1: the op
 # families alone (test_model skips itself, the checks are left out).
-GPU_CHECKS := tests/gpu/check_hf.sh tests/gpu/check_import_hf.sh $(if $(FLA_DIR),tests/gpu/check_fla_export.sh)
+GPU_CHECKS := tests/gpu/check_configs.sh tests/gpu/check_hf.sh tests/gpu/check_import_hf.sh $(if $(FLA_DIR),tests/gpu/check_fla_export.sh)
 test-gpu: hybrid $(GPU_TESTS) $(GPU_BIN)/dump_logits
 	@nvidia-smi -L > /dev/null 2>&1 || { echo "test-gpu: no GPU visible (nvidia-smi -L failed)"; exit 1; }
 	@if BUILD=$(BUILD) FLA_DIR=$(FLA_DIR) RUN_SCRIPTS="$(if $(filter-out 0,$(HYBRID_GPU_OPS_ONLY)),,$(GPU_CHECKS))" \

@@ -8,8 +8,8 @@
 #          test_model, one at a time, each line with its seconds), then test_model's one-step
 #          comparisons (HYBRID_TEST_MODEL_PART=steps).
 #   PART=2: test_model's training, determinism and resume runs (HYBRID_TEST_MODEL_PART=train),
-#          then the check scripts `make test-gpu` adds (the Hugging Face export and import
-#          comparisons; fla's export with a carried out/peers/fla).
+#          then the check scripts `make test-gpu` adds (every config trained and sampled, the
+#          Hugging Face export and import comparisons; fla's export with a carried out/peers/fla).
 # Call: carry nothing (or out/peers/fla for PART=2). Outputs: $OUT/test-gpu-$PART.tgz.
 export NCCL_NVLS_ENABLE=0; set -u
 PART=${PART:-1}
@@ -24,7 +24,7 @@ if [ "$PART" = 1 ]; then
     [ $rc -eq 0 ] && model_part steps $((585 - SECONDS))
 else
     model_part train 360
-    scripts="tests/gpu/check_hf.sh tests/gpu/check_import_hf.sh"
+    scripts="tests/gpu/check_configs.sh tests/gpu/check_hf.sh tests/gpu/check_import_hf.sh"
     fla=""; [ -d out/peers/fla ] && { fla=out/peers/fla; scripts="$scripts tests/gpu/check_fla_export.sh"; }
     BUILD=out/build FLA_DIR=$fla RUN_SCRIPTS="$scripts" HYBRID_TEST_JOBS=1 timeout $((585 - SECONDS)) \
         sh tests/run_all.sh > $OUT/test-gpu-scripts.log 2>&1
