@@ -141,8 +141,8 @@ enum { ROUTE_NATURAL, ROUTE_FORCED };
 #define FEW 64
 static void model_step_compare(const char *name, const Config *cfg, double tol, int route) {
     const int B = cfg->batch_size, T = cfg->seq_len;
-    printf("%s, one training step, CPU float vs CUDA bf16, B=%d T=%d%s\n", name, B, T,
-           route == ROUTE_FORCED ? ", routing forced (router bias e for expert e)" : "");
+    printf("%s, one training step, CPU float vs CUDA bf16, B=%d T=%d%s (at %.0f s)\n", name, B, T,
+           route == ROUTE_FORCED ? ", routing forced (router bias e for expert e)" : "", gpu_test_elapsed());
     Config c = *cfg;
     Model mc, mg;
     model_create(&mc, &c.model, backend_cpu(), B, T);
@@ -324,8 +324,8 @@ static void test_model_step_both_arith(const char *name, const Config *cfg) {
 // sum), 5.048e-3 (old).
 static void test_head_grad_chunks(const char *name, const Config *cfg, int chunk, double old_margin) {
     const int B = cfg->batch_size, T = cfg->seq_len, N = B * T;
-    printf("%s: lm_head gradient, one classifier chunk vs %d chunks of %d rows, B=%d T=%d\n", name,
-           (N + chunk - 1) / chunk, chunk, B, T);
+    printf("%s: lm_head gradient, one classifier chunk vs %d chunks of %d rows, B=%d T=%d (at %.0f s)\n", name,
+           (N + chunk - 1) / chunk, chunk, B, T, gpu_test_elapsed());
     Backend old = *G;  // the CUDA backend less matmul_backward_dw_wide: every chunk into the bf16 gradient
     CoreOps old_core = *G->core;
     old_core.matmul_backward_dw_wide = NULL;
@@ -425,8 +425,8 @@ static void gpu_run(Config *c, int steps, int restart_at, double *losses, float 
 }
 
 static void test_determinism_and_resume(const char *name, Config c, int muon) {
-    printf("%s on the GPU, %s: two identical runs, and a run restarted from saved state\n", name,
-           muon ? "Muon" : "AdamW");
+    printf("%s on the GPU, %s: two identical runs, and a run restarted from saved state (at %.0f s)\n", name,
+           muon ? "Muon" : "AdamW", gpu_test_elapsed());
     c.optim.optimizer = muon ? OPT_MUON : OPT_ADAMW;
     c.optim.lr = 1e-3;
     enum { S = 4 };
@@ -478,8 +478,8 @@ static void small_config(Config *c, const char *file, const char *layers, int mu
 // every step's losses agree within tol: relative, or (nats > 0) within that many nats.
 static void test_small_training(const char *name, const Config *cfg, int S, double tol, double nats) {
     Config c = *cfg;
-    printf("%s, %d %s steps: CPU float vs CUDA bf16 losses\n", name, S,
-           c.optim.optimizer == OPT_MUON ? "Muon" : "AdamW");
+    printf("%s, %d %s steps: CPU float vs CUDA bf16 losses (at %.0f s)\n", name, S,
+           c.optim.optimizer == OPT_MUON ? "Muon" : "AdamW", gpu_test_elapsed());
     const int B = c.batch_size, T = c.seq_len;
     size_t N = (size_t)B * T;
     Model mc, mg;
@@ -544,7 +544,8 @@ static int sh(const char *cmd) {
 
 // model: the config file and model keys of the run (a 1000-token vocabulary, T 128)
 static void test_cli_resume(const char *model, const char *optimizer) {
-    printf("hybrid train --device cuda %s (%s): uninterrupted vs stopped + --resume auto\n", model, optimizer);
+    printf("hybrid train --device cuda %s (%s): uninterrupted vs stopped + --resume auto (at %.0f s)\n", model, optimizer,
+           gpu_test_elapsed());
     CLI_REQUIRE_BINARY(return);  // one clear failure, not five (make test-gpu builds it first)
     remove_tree(CLI_DIR);
     mkdir_p(CLI_DIR "/data");
