@@ -14,7 +14,9 @@
 export NCCL_NVLS_ENABLE=0; set -u
 PART=${PART:-1}
 model_part() {
-    make -j16 out/build/gpu/test_model > $OUT/build-test_model.log 2>&1 || { tail -20 $OUT/build-test_model.log; return 1; }
+    # (what PART=2's scripts need too, should the machine be a fresh one: ./hybrid, dump_logits)
+    make -j16 hybrid out/build/gpu/test_model out/build/gpu/dump_logits > $OUT/build-test_model.log 2>&1 ||
+        { tail -20 $OUT/build-test_model.log; return 1; }
     HYBRID_TEST_MODEL_PART=$1 timeout $2 out/build/gpu/test_model > $OUT/test_model_$1.log 2>&1
     echo "test_model ($1) rc $? at $SECONDS s"; grep -v "^  " $OUT/test_model_$1.log | tail -4
 }
