@@ -29,48 +29,51 @@ T=${T:-1024}
 STEPS=${STEPS:-20}
 [ "$NG" -ge 2 ] || { echo "bench_ep_gpu: expert parallelism needs 2 GPUs or more; $NG here"; exit 1; }
 mkdir -p "$RES"
-run() {  # name ranks batch_size extra-args...
+run() {  # name ranks batch_size extra-args...: a fresh out_dir each time
     local name=$1 np=$2 b=$3
     shift 3
     local cmd=(./hybrid train "$CONFIG" --device "$DEVICE" --batch_size "$b" --seq_len "$T" --steps "$STEPS"
                --warmup_steps 5 --shuffle false --val_data '' --sample_tokens 0 --log_every 1 --keep_checkpoints 2
                --out_dir "$RES/$name" "$@")
+    rm -rf "$RES/$name"
     if [ "$np" = 0 ]; then "${cmd[@]}" > "$RES/$name.log" 2>&1
     else mpirun --oversubscribe -np "$np" -x NCCL_NVLS_ENABLE -x HYBRID_CUDA_PROFILE "${cmd[@]}" > "$RES/$name.log" 2>&1; fi
     echo "$name: $(grep -E '^step +[0-9]+/' "$RES/$name.log" | tail -1)"
 }
-fresh() { rm -rf "$RES/$1"; }
+# resumed NAME FROM ranks batch_size extra-args...: run NAME from run FROM's checkpoint at step
+# $half; its metrics.jsonl (the steps after it) then gets FROM's steps in front, so it reads whole
+resumed() {
+    local name=$1 from=$2
+    shift 2
+    run "$name" "$@" --resume "$RES/$from/$(printf 'checkpoints/step_%08d' "$half")"
+    cat "$RES/$from/metrics.jsonl" "$RES/$name/metrics.jsonl" > "$RES/$name/metrics.whole"
+    mv "$RES/$name/metrics.whole" "$RES/$name/metrics.jsonl"
+}
 G=$((2 * B * T))  # the global batch of the 2-GPU runs
+export HYBRID_CUDA_PROFILE=0
 
 # 1, 2: the same global batch on 1 GPU (2 accumulation steps), on EP 2, and DP 2 with replicated experts
-export HYBRID_CUDA_PROFILE=0
-fresh g1acc2 && run g1acc2 0 "$B" --total_batch_size $G
-fresh ep2 && run ep2 2 "$B" --total_batch_size $G --expert_parallel 2
+run g1acc2 0 "$B" --total_batch_size $G
+run ep2 2 "$B" --total_batch_size $G --expert_parallel 2
 grep -q "expert_parallel 2" "$RES/ep2.log" || { echo "ep2: the run was not expert-parallel"; exit 1; }
-fresh dp2 && run dp2 2 "$B" --total_batch_size $G
-fresh g1 && run g1 0 "$B" --total_batch_size $((B * T))
+run dp2 2 "$B" --total_batch_size $G
+run g1 0 "$B" --total_batch_size $((B * T))
 
-# 3. the all-to-all's time (6 steps; profiled runs are slower, so their tok/s is not used)
-STEPS_SAVE=$STEPS
-STEPS=6
-fresh ep2prof && HYBRID_CUDA_PROFILE=$([ "$DEVICE" = cuda ] && echo 1 || echo 0) \
-    run ep2prof 2 "$B" --total_batch_size $G --expert_parallel 2
-STEPS=$STEPS_SAVE
+# 3. the all-to-all's time (6 steps; profiled runs are slower, so their tok/s is not used; the
+# profile is the GPU's: on the CPU the variable is ignored)
+HYBRID_CUDA_PROFILE=1 STEPS=6 run ep2prof 2 "$B" --total_batch_size $G --expert_parallel 2
 
-# 4. checkpoints across EP sizes: stopped at step 10 on one size, resumed on the other
+# 4. checkpoints across EP sizes: stopped halfway on one size, resumed on the other
 half=$((STEPS / 2))
-ckpt=$(printf "checkpoints/step_%08d" "$half")
-fresh ep2stop && run ep2stop 2 "$B" --total_batch_size $G --expert_parallel 2 --stop_at_step "$half"
-fresh ep2to1 && mkdir -p "$RES/ep2to1" && cp "$RES/ep2stop/metrics.jsonl" "$RES/ep2to1/"
-run ep2to1 0 $((2 * B)) --total_batch_size $G --resume "$RES/ep2stop/$ckpt"
-fresh g1b2 && run g1b2 0 $((2 * B)) --total_batch_size $G
-fresh g1stop && run g1stop 0 $((2 * B)) --total_batch_size $G --stop_at_step "$half"
-fresh g1to2 && mkdir -p "$RES/g1to2" && cp "$RES/g1stop/metrics.jsonl" "$RES/g1to2/"
-run g1to2 2 "$B" --total_batch_size $G --expert_parallel 2 --resume "$RES/g1stop/$ckpt"
+run ep2stop 2 "$B" --total_batch_size $G --expert_parallel 2 --stop_at_step "$half"
+resumed ep2to1 ep2stop 0 $((2 * B)) --total_batch_size $G
+run g1b2 0 $((2 * B)) --total_batch_size $G
+run g1stop 0 $((2 * B)) --total_batch_size $G --stop_at_step "$half"
+resumed g1to2 g1stop 2 "$B" --total_batch_size $G --expert_parallel 2
 
 # 5. EP 2 x DP 2
 if [ "$NG" -ge 4 ]; then
-    fresh g1acc4 && run g1acc4 0 "$B" --total_batch_size $((2 * G))
-    fresh ep2dp2 && run ep2dp2 4 "$B" --total_batch_size $((2 * G)) --expert_parallel 2
+    run g1acc4 0 "$B" --total_batch_size $((2 * G))
+    run ep2dp2 4 "$B" --total_batch_size $((2 * G)) --expert_parallel 2
 fi
 python3 scripts/ep_summary.py "$RES" "$NG" "$B" "$T" "$CONFIG"

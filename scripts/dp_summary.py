@@ -1,27 +1,26 @@
 #!/usr/bin/env python3
 """Summary of scripts/bench_dp_gpu.sh: tok/s per GPU, scaling efficiency, memory per GPU,
 and the first 20 losses of the largest run against one GPU with the same global batch."""
-import json
-import re
+import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from metrics_io import median_tok_per_s, run_losses, run_memory  # noqa: E402
 
 res, ng, B, T = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 
 
 def metrics(name):
-    with open(f"{res}/{name}/metrics.jsonl") as f:
-        return [json.loads(l) for l in f if '"loss"' in l]
+    return run_losses(f"{res}/{name}")
 
 
 def memory(name):
-    with open(f"{res}/{name}.log") as f:
-        m = re.search(r"backend peak ([0-9.]+) GiB; device in use ([0-9.]+)", f.read())
-    return (float(m.group(1)), float(m.group(2))) if m else (float("nan"), float("nan"))
+    return run_memory(f"{res}/{name}.log")
 
 
 def tok_per_s(name):  # median over the steps after the first five
-    return statistics.median(r["tok_per_s"] for r in metrics(name)[5:])
+    return median_tok_per_s(f"{res}/{name}")
 
 
 base = tok_per_s("g1")

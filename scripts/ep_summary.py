@@ -6,32 +6,26 @@ checkpoints resumed across EP sizes against the uninterrupted runs.
 Usage: ep_summary.py RESULT_DIR NGPU B T CONFIG"""
 import os
 import re
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from metrics_io import records  # noqa: E402
+from metrics_io import median_tok_per_s, run_losses, run_memory  # noqa: E402
 
 res, ng, B, T, config = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 BAR = 1e-4  # issue 17: EP on GPUs against EP 1 with the same global batch, 20 steps
 
 
 def losses(name):
-    return [r for r in records(f"{res}/{name}/metrics.jsonl") if "loss" in r]
-
-
-def log(name):
-    with open(f"{res}/{name}.log") as f:
-        return f.read()
+    return run_losses(f"{res}/{name}")
 
 
 def memory(name):
-    m = re.search(r"backend peak ([0-9.]+) GiB; device in use ([0-9.]+)", log(name))
-    return f"{float(m.group(1)):.2f} / {float(m.group(2)):.2f}" if m else "-"
+    peak, used = run_memory(f"{res}/{name}.log")
+    return f"{peak:.2f} / {used:.2f}"
 
 
 def tok_per_s(name):  # median over the steps after the first five
-    return statistics.median(r["tok_per_s"] for r in losses(name)[5:])
+    return median_tok_per_s(f"{res}/{name}")
 
 
 def compare(a, b, what, n=20):
@@ -52,7 +46,8 @@ print("| --- | --- | --- | --- | --- | --- |")
 for name, n, experts in (("g1", 1, "all"), ("dp2", 2, "all (replicated)"), ("ep2", 2, "half (EP 2)")):
     t = tok_per_s(name)
     print(f"| {name} | {n} | {experts} | {t / 1e3:.1f}k | {t / n / 1e3:.1f}k | {memory(name)} |")
-m = re.search(r"^nccl_alltoallv\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)%", log("ep2prof"), re.M)
+with open(f"{res}/ep2prof.log") as f:
+    m = re.search(r"^nccl_alltoallv\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)%", f.read(), re.M)
 print("\nthe all-to-all (EP 2, HYBRID_CUDA_PROFILE=1, per step on one rank): " +
       (f"{m.group(1)} ms in {m.group(2)} calls, {m.group(3)}% of the ops' time" if m else "not in the profile"))
 ok = compare("g1acc2", "ep2", "\nEP 2 on 2 GPUs vs 1 GPU with the same global batch (2 accumulation steps)")
