@@ -1,12 +1,14 @@
 #!/bin/sh
 # usage: tests/gpu/check_fla_export.sh FLA_DIR      (or FLA_DIR=... make test-gpu)
 # FLA_DIR: a flash-linear-attention checkout (a folder with fla/), or a prepared copy with
-# flasrc/ (fla's tree) and optionally shim/ (a flash_attn stand-in; KDA layers do not need it). Trains two small K-layer models for 8 steps on the
-# CPU (so norms, gate biases, A_log and dt_bias have left their init), exports each with
-# `hybrid export --fla`, loads it with transformers' AutoModelForCausalLM (fla's
-# KDAForCausalLM, transformers 5 fix applied at import) and compares fla's logits and loss on
-# the GPU with ours (CPU float; the CUDA backend has no KDA kernels yet) on the same tokens,
-# with Triton's fp32 dots in ieee and in tf32 (scripts/check_fla_kda.py: tolerances and why).
+# flasrc/ (fla's tree) and optionally shim/ (a flash_attn stand-in; KDA layers do not need it).
+# Trains two small K-layer models for 8 steps on the CPU (so norms, gate biases, A_log and
+# dt_bias have left their init), exports each with `hybrid export --fla`, loads it with
+# transformers' AutoModelForCausalLM (fla's KDAForCausalLM, transformers 5 fix applied at
+# import) and compares fla's logits and loss on the GPU with ours on the same tokens (CPU float:
+# the export's names and layouts are what is checked, against our reference arithmetic; our
+# CUDA KDA is held to the CPU by test_delta_rule and test_model), with Triton's fp32 dots in
+# ieee and in tf32 (scripts/check_fla_kda.py: tolerances and why).
 # First, row 0 of each also goes through scripts/fla_kda_reference.py (fla's forward written
 # out in pure Python, float64): when fla disagrees but the reference agrees, the difference
 # is in fla's kernels or the loading, not in the export's names and layouts.

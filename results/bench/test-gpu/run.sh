@@ -9,8 +9,14 @@
 #          comparisons (HYBRID_TEST_MODEL_PART=steps).
 #   PART=2: test_model's training, determinism and resume runs (HYBRID_TEST_MODEL_PART=train),
 #          then the check scripts `make test-gpu` adds (every config trained and sampled, the
-#          Hugging Face export and import comparisons; fla's export with a carried out/peers/fla).
-# Call: carry nothing (or out/peers/fla for PART=2). Outputs: $OUT/test-gpu-$PART.tgz.
+#          Hugging Face export and import comparisons). Session 32 on an H100: 63 s + 262 s.
+#   PART=3: fla's export check (carry out/peers/fla), its four parts (variants a b x Triton's
+#          fp32 dots ieee tf32) side by side: one after the other they did not fit a 570-s call
+#          on a fresh machine in session 32, Triton compiling fla's kernels for each. Triton's
+#          cache (out/triton-cache, the check's default) comes back as $OUT/triton-cache.tgz when
+#          small enough: unpack it here (`tar xzf ... -C out`) and carry out/triton-cache with
+#          out/peers/fla next time, and the compiles are not paid again.
+# Call: carry nothing (PART=1, 2) or out/peers/fla (PART=3). Outputs: $OUT/test-gpu-$PART.tgz.
 export NCCL_NVLS_ENABLE=0; set -u
 PART=${PART:-1}
 model_part() {
@@ -24,13 +30,25 @@ if [ "$PART" = 1 ]; then
     make -j16 HYBRID_GPU_OPS_ONLY=1 test-gpu > $OUT/test-gpu-ops.log 2>&1; rc=$?
     echo "make test-gpu (the binaries) rc $rc at $SECONDS s"; tail -14 $OUT/test-gpu-ops.log
     [ $rc -eq 0 ] && model_part steps $((585 - SECONDS))
-else
+elif [ "$PART" = 2 ]; then
     model_part train 360
     scripts="tests/gpu/check_configs.sh tests/gpu/check_hf.sh tests/gpu/check_import_hf.sh"
-    fla=""; [ -d out/peers/fla ] && { fla=out/peers/fla; scripts="$scripts tests/gpu/check_fla_export.sh"; }
-    BUILD=out/build FLA_DIR=$fla RUN_SCRIPTS="$scripts" HYBRID_TEST_JOBS=1 timeout $((585 - SECONDS)) \
+    BUILD=out/build RUN_SCRIPTS="$scripts" HYBRID_TEST_JOBS=1 timeout $((585 - SECONDS)) \
         sh tests/run_all.sh > $OUT/test-gpu-scripts.log 2>&1
     echo "the check scripts rc $? at $SECONDS s"; tail -5 $OUT/test-gpu-scripts.log
+else
+    [ -d out/peers/fla ] || { echo "PART=3 needs out/peers/fla carried (the peers' prepare_fla.sh)"; exit 1; }
+    make -j16 hybrid out/build/gpu/dump_logits > $OUT/build-fla.log 2>&1 || { tail -20 $OUT/build-fla.log; exit 1; }
+    for v in a b; do
+        for mode in ieee tf32; do
+            FLA_VARIANTS=$v FLA_MODES=$mode FLA_EXPORT_OUT=out/test-gpu/fla-export-$v-$mode \
+                timeout $((585 - SECONDS)) sh tests/gpu/check_fla_export.sh out/peers/fla \
+                > $OUT/check_fla_export_$v-$mode.log 2>&1 &
+        done
+    done
+    rc=0; for job in $(jobs -p); do wait $job || rc=1; done
+    echo "check_fla_export (4 parts) rc $rc at $SECONDS s"; tail -n 1 $OUT/check_fla_export_*.log
+    [ $rc -eq 0 ] && [ $(du -sm out/triton-cache | cut -f1) -lt 40 ] && tar czf $OUT/triton-cache.tgz -C out triton-cache
 fi
 cp out/build/gpu/*.log out/build/tests/check_*.log $OUT/ 2>/dev/null
 (cd $OUT && tar czf test-gpu-$PART.tgz --remove-files *.log 2>/dev/null; ls -la $OUT)
