@@ -49,17 +49,11 @@ rm -f "$OURS" "$FLA"
 # synthetic tokens: enough for the largest batch (64 x 1024) over every step without a wrap
 if [ ! -s "$SYNTH" ]; then
     python3 - "$SYNTH" <<'PY' || { echo "bench_hybrid: could not write the synthetic shard"; exit 2; }
-import array, random, sys
-n = 2 * 1024 * 1024
+import random, sys
+sys.path.insert(0, "scripts")
+from shard_io import write_shard
 r = random.Random(1)
-h = array.array("i", [0] * 256)
-h[0], h[1], h[2] = 20240520, 1, n  # llm.c shard header: magic, version 1 (uint16 tokens), count
-t = array.array("H", (r.randrange(50257) for _ in range(n)))
-with open(sys.argv[1] + ".tmp", "wb") as f:
-    h.tofile(f)
-    t.tofile(f)
-import os
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
+write_shard(sys.argv[1], (r.randrange(50257) for _ in range(2 * 1024 * 1024)))
 PY
 fi
 

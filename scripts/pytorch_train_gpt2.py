@@ -50,6 +50,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shard_io import HEADER_BYTES, shard_tokens  # noqa: E402
+
 MASK64 = (1 << 64) - 1
 
 
@@ -91,13 +94,9 @@ def read_safetensors(path):
 
 
 def read_shard(path):
-    """llm.c shard: 256 little-endian int32 (magic 20240520, version 1, token count), uint16 tokens."""
-    header = np.fromfile(path, dtype="<i4", count=256)
-    if header[0] != 20240520 or header[1] != 1:
-        sys.exit(f"{path}: not an llm.c token shard (magic {header[0]}, version {header[1]})")
-    ntok = int(header[2])
-    tokens = np.memmap(path, dtype="<u2", mode="r", offset=256 * 4, shape=(ntok,))
-    return tokens
+    """A token shard's tokens (scripts/shard_io.py checks the header and the size), mapped."""
+    ntok = shard_tokens(path)
+    return np.memmap(path, dtype="<u2", mode="r", offset=HEADER_BYTES, shape=(ntok,))
 
 
 # ---------------------------------------------------------------- data/loader.c, replayed

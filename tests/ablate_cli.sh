@@ -15,16 +15,20 @@ tmp=$(mktemp -d /tmp/hybrid_ablate.XXXXXX)
 trap '[ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 
-# write_shard FILE N SEED: an llm.c shard (header: magic 20240520, version 1, N; then N uint16)
-# of tokens below 64 in a noisy cycle that a model can learn
+# write_shard FILE N SEED: a token shard (scripts/shard_io.py) of N tokens below 64 in a noisy
+# cycle that a model can learn
 write_shard() {
-    awk -v n="$2" -v seed="$3" '
-        function u32(v) { return sprintf("\\%03o\\%03o\\%03o\\%03o", v % 256, int(v / 256) % 256, int(v / 65536) % 256, int(v / 16777216) % 256) }
-        BEGIN { print u32(20240520) u32(1) u32(n); z = u32(0); for (i = 3; i < 256; i++) print z
-            srand(seed); t = 0; line = ""
-            for (i = 0; i < n; i++) { t = (t * 7 + 3 + (rand() < 0.25 ? int(rand() * 64) : 0)) % 64
-                line = line sprintf("\\%03o\\000", t); if (i % 64 == 63) { print line; line = "" } }
-            if (line != "") print line }' | while read -r l; do printf "$l"; done > "$1"
+    /usr/bin/python3 - "$@" <<'PY'
+import random, sys
+sys.path.insert(0, "scripts")
+from shard_io import write_shard
+path, n, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+r, t, toks = random.Random(seed), 0, []
+for _ in range(n):
+    t = (t * 7 + 3 + (r.randrange(64) if r.random() < 0.25 else 0)) % 64
+    toks.append(t)
+write_shard(path, toks)
+PY
 }
 mkdir -p "$tmp/data"
 write_shard "$tmp/data/t_train_000000.bin" 20000 1

@@ -24,6 +24,21 @@ fi
 [ "$(od -An -tu4 -N12 "$tmp/out/t_train_000000.bin" | tr -s ' ')" = " 20240520 1 3" ] || fail "train shard header"
 [ "$(od -An -tu2 -j1024 "$tmp/out/t_train_000000.bin" | tr -s ' ')" = " 50256 15496 995" ] || fail "train shard tokens"
 [ -f "$tmp/out/t_val_000000.bin" ] || fail "no val shard"
+# the scripts' reader and writer of the format (scripts/shard_io.py) agree with the C side: the
+# shard prepare wrote reads back with its count, rewriting its tokens gives the same bytes, and
+# a truncated shard, a wrong magic and an out-of-range token stop with the file named
+shard_py() { /usr/bin/python3 -c "import sys; sys.path.insert(0, 'scripts'); from shard_io import *; $1" 2>&1; }
+[ "$(shard_py "print(shard_tokens('$tmp/out/t_train_000000.bin'))")" = 3 ] || fail "shard_io: count of prepare's shard"
+shard_py "write_shard('$tmp/py.bin', [50256, 15496, 995])" > /dev/null
+cmp -s "$tmp/py.bin" "$tmp/out/t_train_000000.bin" || fail "shard_io: write_shard's bytes differ from prepare's"
+head -c 1029 "$tmp/py.bin" > "$tmp/short.bin"
+shard_py "shard_tokens('$tmp/short.bin')" | grep -q "short.bin: the header counts 3 tokens but the file has 1029 bytes" ||
+    fail "shard_io: truncated shard: $(shard_py "shard_tokens('$tmp/short.bin')")"
+{ printf 'XXXX'; tail -c +5 "$tmp/py.bin"; } > "$tmp/magic.bin"
+shard_py "shard_tokens('$tmp/magic.bin')" | grep -q "magic.bin: not a token shard" || fail "shard_io: bad magic accepted"
+shard_py "write_shard('$tmp/big.bin', [1, 65536])" | grep -q "big.bin: a token id outside 0..65535" ||
+    fail "shard_io: a token id over 65535 accepted"
+[ ! -e "$tmp/big.bin" ] && [ -z "$(ls "$tmp" | grep 'big.bin.tmp')" ] || fail "shard_io: a refused write left a file"
 grep -q "^shard train 3 1030 [0-9a-f]\{8\} t_train_000000.bin$" "$tmp/out/t_manifest.txt" || fail "manifest: $(cat "$tmp/out/t_manifest.txt")"
 
 # a prepare killed after its first shard leaves the earlier set; the next run cleans up and replaces it

@@ -14,15 +14,11 @@ D=out/test-gpu/configs
 rm -rf $D
 mkdir -p $D/data
 python3 - "$D" <<'PY' || { echo "FAIL: check_configs: could not write the token file"; exit 1; }
-import array, sys
-d = sys.argv[1]
-# a period-97 pattern of token ids below 256 (mqar-tiny's vocabulary is 256), 64K tokens, in the
-# shard format (a 256-int32 header: magic, version, token count; then uint16 tokens)
-n = 65536
-toks = array.array("H", [((i % 97) * 37 + 11) % 251 for i in range(n)])
-hdr = array.array("i", [20240520, 1, n] + [0] * 253)
-with open(f"{d}/data/train_000000.bin", "wb") as f:
-    hdr.tofile(f); toks.tofile(f)
+import sys
+sys.path.insert(0, "scripts")
+from shard_io import write_shard
+# a period-97 pattern of token ids below 256 (mqar-tiny's vocabulary is 256), 64K tokens
+write_shard(f"{sys.argv[1]}/data/train_000000.bin", [((i % 97) * 37 + 11) % 251 for i in range(65536)])
 PY
 fail=0 n=0
 for conf in configs/*.conf; do

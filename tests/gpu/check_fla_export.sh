@@ -27,11 +27,11 @@ rm -rf $D
 mkdir -p $D/data
 python3 - "$D" <<'PY' || exit 1
 import sys, numpy as np
+sys.path.insert(0, "scripts")
+from shard_io import write_shard
 d = sys.argv[1]
 rng = np.random.default_rng(7)
-hdr = np.zeros(256, dtype=np.int32); hdr[0], hdr[1], hdr[2] = 20240520, 1, 100000
-with open(f"{d}/data/train_000000.bin", "wb") as f:
-    f.write(hdr.tobytes()); f.write(rng.integers(0, 1024, 100000, dtype=np.uint16).tobytes())
+write_shard(f"{d}/data/train_000000.bin", rng.integers(0, 1024, 100000, dtype=np.uint16).tolist())
 rng.integers(0, 1024, (4, 129), dtype=np.int32).tofile(f"{d}/tokens.i32")
 PY
 COMMON="--norm rmsnorm --position none --mlp swiglu --bias false --vocab_size 1024 --padded_vocab_size 0

@@ -10,12 +10,12 @@ rm -rf $D
 mkdir -p $D/data
 python3 - "$D" <<'PY'
 import sys, numpy as np
+sys.path.insert(0, "scripts")
+from shard_io import write_shard
 d = sys.argv[1]
 rng = np.random.default_rng(7)
 for name, n in (("train", 200000), ("val", 20000)):
-    hdr = np.zeros(256, dtype=np.int32); hdr[0], hdr[1], hdr[2] = 20240520, 1, n
-    with open(f"{d}/data/{name}_000000.bin", "wb") as f:
-        f.write(hdr.tobytes()); f.write(rng.integers(0, 50257, n, dtype=np.uint16).tobytes())
+    write_shard(f"{d}/data/{name}_000000.bin", rng.integers(0, 50257, n, dtype=np.uint16).tolist())
 rng.integers(0, 50257, (4, 129), dtype=np.int32).tofile(f"{d}/tokens.i32")
 PY
 ./hybrid train configs/gpt2-tiny.conf --device cuda --layers 'A x2' --d_model 128 --n_head 2 --seq_len 128 \
