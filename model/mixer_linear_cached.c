@@ -14,24 +14,26 @@
 
 static size_t conv_elems(int D, int W) { return (size_t)D * (W > 1 ? W - 1 : 1); }
 
-// The recurrent state is in statistics elements (fp32 on CUDA; delta_step's contract).
-static size_t state_bytes(const Backend *be, size_t n) { return n * be->stat_size; }
-// zero-fills `bytes` (all-zero bits are 0 in every element type); bytes is a multiple of elem_size
-static void zero_bytes(const Backend *be, real *p, size_t bytes) { be->zero(p, bytes / be->elem_size); }
+// Every cache buffer here is a state: the conv windows and the recurrent state (and L's
+// normaliser) are in statistics elements, fp32 on CUDA (the delta-rule ops' contract,
+// model/ops/delta_rule/delta_rule.h), not the backend's element type. Allocated and zeroed
+// through these two only, so no buffer is sized or cleared in the wrong element.
+static real *state_alloc(const Backend *be, size_t n) { return be->alloc(n * be->stat_size); }
+// (all-zero bits are 0 in every type; be->zero counts elem_size elements)
+static void state_zero(const Backend *be, real *p, size_t n) { be->zero(p, n * be->stat_size / be->elem_size); }
 
 void linear_cache_init(Model *m, int l, int max_len) {
     (void)max_len;  // O(1) in the sequence length
     const LinShape s = lin_shape(&m->cfg, l);
     const Backend *be = m->be;
-    const size_t e = be->elem_size;
     LinearCache *c = m->acts.blocks[l].cache;
     if (s.conv) {
-        c->conv_q = be->alloc(conv_elems(s.HK, s.W) * e);
-        c->conv_k = be->alloc(conv_elems(s.HK, s.W) * e);
-        c->conv_v = be->alloc(conv_elems(s.HV, s.W) * e);
+        c->conv_q = state_alloc(be, conv_elems(s.HK, s.W));
+        c->conv_k = state_alloc(be, conv_elems(s.HK, s.W));
+        c->conv_v = state_alloc(be, conv_elems(s.HV, s.W));
     }
-    c->S = be->alloc(state_bytes(be, (size_t)s.H * s.K * s.V));
-    if (s.kind == LINEAR_ATTN) c->z = be->alloc(state_bytes(be, (size_t)s.H * s.K));
+    c->S = state_alloc(be, (size_t)s.H * s.K * s.V);
+    if (s.kind == LINEAR_ATTN) c->z = state_alloc(be, (size_t)s.H * s.K);
 }
 
 // The conv windows (pass 0 below) and the recurrent state (pass 1) restart separately.
@@ -40,13 +42,13 @@ static void reset_part(Model *m, int l, int state) {
     const Backend *be = m->be;
     LinearCache *c = m->acts.blocks[l].cache;
     if (!state && s.conv) {
-        be->zero(c->conv_q, conv_elems(s.HK, s.W));
-        be->zero(c->conv_k, conv_elems(s.HK, s.W));
-        be->zero(c->conv_v, conv_elems(s.HV, s.W));
+        state_zero(be, c->conv_q, conv_elems(s.HK, s.W));
+        state_zero(be, c->conv_k, conv_elems(s.HK, s.W));
+        state_zero(be, c->conv_v, conv_elems(s.HV, s.W));
     }
     if (state) {
-        zero_bytes(be, c->S, state_bytes(be, (size_t)s.H * s.K * s.V));
-        if (c->z) zero_bytes(be, c->z, state_bytes(be, (size_t)s.H * s.K));
+        state_zero(be, c->S, (size_t)s.H * s.K * s.V);
+        if (c->z) state_zero(be, c->z, (size_t)s.H * s.K);
     }
 }
 

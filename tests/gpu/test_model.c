@@ -374,6 +374,73 @@ static void test_head_grad_chunks(const char *name, const Config *cfg, int chunk
     free(w), free(in), free(tg);
 }
 
+// The one generation path on the GPU (model_forward_cached; tests/test_decode.c checks it in
+// double on the CPU): a model's logits fed one token at a time, and in prefill pieces, against
+// the rows of one full forward over the same tokens on the same backend, with end-of-text tokens
+// among them (inside a piece, two in a row, at a piece's end: reset_at_eot restarts the conv
+// windows and the recurrent states there), then the token-by-token run again after a reset, bit
+// for bit. Dense models only (a MoE token near a routing tie may pick another expert in one of
+// the two). The two forwards round differently in bf16 (the chunkwise forms against the
+// recurrent step), so the bar is the whole-model one, TOL_MODEL; a cache buffer sized or zeroed
+// in the wrong element type (the conv windows are fp32 states on CUDA) misses it by far.
+static void test_cached_decode(const char *name, const Config *cfg) {
+    const int T = cfg->seq_len, V = cfg->model.vocab_size;
+    const size_t Vp = (size_t)cfg->model.padded_vocab_size;
+    printf("%s, cached forward vs full forward on CUDA, T=%d (at %.0f s)\n", name, T, gpu_test_elapsed());
+    Model m;
+    model_create(&m, &cfg->model, G, 1, T);
+    // the init's normal weights made 3x larger, so that the mixers' outputs weigh in the logits
+    // as they would after training (at the init's scale the residual stream is mostly the
+    // embeddings, and a wrong state moves the logits little)
+    model_init_params(&m, 4321);
+    float *w = xmalloc(sizeof(float) * m.table.total);
+    model_get_params(&m, w);
+    for (int i = 0; i < m.table.count; i++)
+        if (m.table.items[i].init == INIT_NORMAL)
+            for (size_t j = 0; j < m.table.items[i].numel; j++) w[m.table.items[i].offset + j] *= 3.0f;
+    model_set_params(&m, w);
+    free(w);
+    int *tok = rand_tokens((size_t)T, V, 0);
+    const int eot = cfg->model.eot_token, at_eot[4] = {4, 12, 13, 3 * T / 4};
+    for (int i = 0; i < T; i++)
+        if (tok[i] == eot) tok[i] = 1;
+    for (int i = 0; i < 4 && cfg->model.reset_at_eot; i++) tok[at_eot[i]] = eot;
+    float *full = xmalloc(sizeof(float) * T * Vp), *steps = xmalloc(sizeof(float) * T * Vp),
+          *pieces = xmalloc(sizeof(float) * T * Vp), *again = xmalloc(sizeof(float) * T * Vp);
+    model_forward(&m, tok, NULL, 1, T);
+    for (int t = 0; t < T; t++) model_logits_row(&m, 0, t, full + (size_t)t * Vp);
+    model_cache_init(&m, T);
+    const int one[1] = {1}, sizes[4] = {3, 2, 8, 13};  // pieces end at 3, 5, 13 (an EOT at 12), 26, ...
+    float *outs[3] = {steps, pieces, again};
+    for (int run = 0; run < 3; run++) {
+        const int *len_of = run == 1 ? sizes : one, nlen = run == 1 ? 4 : 1;
+        model_cache_reset(&m);
+        for (int at = 0, k = 0; at < T; k++) {
+            const int len = len_of[k % nlen] < T - at ? len_of[k % nlen] : T - at;
+            model_forward_cached(&m, tok + at, len);
+            for (int i = 0; i < len; i++) model_logits_row(&m, 0, i, outs[run] + (size_t)(at + i) * Vp);
+            at += len;
+        }
+    }
+    expect("logits token by token vs the full forward", rel_rms(steps, full, T * Vp), TOL_MODEL);
+    expect("logits in prefill pieces vs the full forward", rel_rms(pieces, full, T * Vp), TOL_MODEL);
+    // and the worst single position (a state that restarts wrong spoils the few rows after an
+    // end-of-text token, which the whole's RMS dilutes): the worst-tensor bar of the steps
+    double worst = 0;
+    int worst_t = 0;
+    for (int run = 0; run < 2; run++)
+        for (int t = 0; t < T; t++) {
+            const double e = rel_rms(outs[run] + (size_t)t * Vp, full + (size_t)t * Vp, Vp);
+            if (!(e <= worst)) worst = e, worst_t = t;  // (NaN sticks)
+        }
+    printf("  worst position: %d%s\n", worst_t, cfg->model.reset_at_eot ? " (end-of-text tokens at 4, 12, 13 and 3T/4)" : "");
+    expect("logits, the worst position", worst, 1.5 * TOL_MODEL);
+    CHECK(!memcmp(again, steps, sizeof(float) * T * Vp), "%s: the token-by-token run after a reset gave other logits",
+          name);
+    free(full), free(steps), free(pieces), free(again), free(tok);
+    model_destroy(&m);
+}
+
 static void test_model_step(int B, int T) {
     Config c;
     gpt2_config(&c, B, T);
@@ -649,6 +716,9 @@ int main(void) {
     tiny_config(&c, "configs/hybrid-tiny.conf", "M x2", 2, 128);
     c.model.mla_rope = 1;
     test_model_step_of("MLA tiny with RoPE: M x2 (d 64, MoE, AttnRes)", &c, TOL_MODEL);
+    tiny_config_set(&c, "configs/hybrid-tiny.conf", "KGDLAM", 1, 128, "moe_experts", "0");
+    c.model.reset_at_eot = 1;  // (no other key derives from it)
+    test_cached_decode("every mixer tiny: KGDLAM (d 64, dense, AttnRes)", &c);
     gpu_test_summary();
     TEST_MAIN_END();
     }
@@ -680,6 +750,9 @@ int main(void) {
         cut_config(&c, "configs/kl-xs-3-1.conf", "M x2", 1, 2, 256);
         c.model.mla_rope = 1;  // the ablation's 0:1 RoPE arm (docs/ablation.md)
         test_model_step_of("MLA with RoPE: M x2 (KL-XS widths, dense, AttnRes)", &c, TOL_MODEL);
+        cut_config(&c, "configs/kl-xs-3-1.conf", "KGDLAM", 1, 1, 256);
+        c.model.reset_at_eot = 1;  // (no other key derives from it)
+        test_cached_decode("every mixer: KGDLAM (KL-XS widths, dense, AttnRes)", &c);
     }
     if (arith_saved) setenv("HYBRID_DR_BF16", arith_saved, 1);
     else unsetenv("HYBRID_DR_BF16");
