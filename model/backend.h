@@ -93,6 +93,13 @@ static inline real *backend_stat_offset(const Backend *be, const real *ptr, size
     return (real *)((char *)ptr + n * be->stat_size);
 }
 
+// zeroes n statistics elements at p (be->zero counts elem_size elements; stat_size is a multiple
+// of it in every backend, and all-zero bits are 0 in every type): the fp32 states and
+// accumulators of the CUDA backend, whose elements are bf16
+static inline void backend_stat_zero(const Backend *be, real *p, size_t n) {
+    be->zero(p, n * be->stat_size / be->elem_size);
+}
+
 // The CPU reference backend (model/ops/cpu_backend.c): every family.
 const Backend *backend_cpu(void);
 

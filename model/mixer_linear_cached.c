@@ -19,8 +19,7 @@ static size_t conv_elems(int D, int W) { return (size_t)D * (W > 1 ? W - 1 : 1);
 // model/ops/delta_rule/delta_rule.h), not the backend's element type. Allocated and zeroed
 // through these two only, so no buffer is sized or cleared in the wrong element.
 static real *state_alloc(const Backend *be, size_t n) { return be->alloc(n * be->stat_size); }
-// (all-zero bits are 0 in every type; be->zero counts elem_size elements)
-static void state_zero(const Backend *be, real *p, size_t n) { be->zero(p, n * be->stat_size / be->elem_size); }
+static void state_zero(const Backend *be, real *p, size_t n) { backend_stat_zero(be, p, n); }
 
 void linear_cache_init(Model *m, int l, int max_len) {
     (void)max_len;  // O(1) in the sequence length

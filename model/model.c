@@ -373,7 +373,7 @@ static void classifier(Model *m, int N, ClassifierPass pass, real dloss) {
     Acts *a = &m->acts;
     const int C = m->cfg.d_model, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
     real *wide = pass != CLS_LOSS && N > m->logits_rows ? a->dw_wide : NULL;  // carved only with the op
-    if (wide) be->zero(wide, (size_t)Vp * C * be->stat_size / be->elem_size);
+    if (wide) backend_stat_zero(be, wide, (size_t)Vp * C);
     for (int r = 0; r < N; r += m->logits_rows) {
         const int n = N - r < m->logits_rows ? N - r : m->logits_rows;
         const real *x = backend_offset(be, a->normf.out, (size_t)r * C);
