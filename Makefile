@@ -103,8 +103,9 @@ endif
 # the CUDA emulator's C++ flags (its rules are at "the CUDA emulator" below)
 # (-fno-strict-aliasing: CUDA code reads bf16 pairs through uint4 and the like, as nvcc allows;
 # g++ -O2 would assume those accesses cannot alias and read stale values, e.g. load8's zeros)
+# (-fPIC: the emulated backend is also a CUDA plugin, $(EMU)/libhybrid_cuda_emu.so, below)
 EMU_CXXFLAGS := -O2 -g -std=c++17 -Wall -Wextra -Wno-unknown-pragmas -fopenmp -D_DEFAULT_SOURCE -U_FORTIFY_SOURCE \
-                -fno-strict-aliasing -I. -MMD -MP -DHYBRID_CUDA_EMU
+                -fno-strict-aliasing -I. -MMD -MP -DHYBRID_CUDA_EMU -fPIC
 FLAGS := $(BUILD)/flags
 FLAGS_NOW := $(strip $(CC) $(CFLAGS) $(CUDA_CFLAGS) $(LDLIBS) $(CUDA_LIBS) $(NVCC_PATH) $(NVCCFLAGS) $(CXX) $(EMU_CXXFLAGS))
 ifeq ($(QUIET),)
@@ -152,10 +153,11 @@ all: $(BIN)
 # the CLI; the sanitizer build's copy lives in its build folder. With CUDA, the kernels and the
 # backend are a plugin that ./hybrid loads for --device cuda only (train/cuda_plugin.h): linking
 # the CUDA libraries into ./hybrid cost every start ~0.35 s, CPU commands included. ./hybrid
-# exports its symbols (-rdynamic) for the plugin, which binds its own (-Bsymbolic).
+# exports its symbols (-rdynamic) for the plugin, which binds its own (-Bsymbolic); always, nvcc or
+# not: the CUDA emulator's plugin ($(EMU)/libhybrid_cuda_emu.so) needs them too.
 CUDA_PLUGIN := $(if $(CU_SRC),$(BUILD)/libhybrid_cuda.so)
 $(BIN): $(BUILD)/f/train/main.o $(BUILD)/f/train/cuda_plugin.o $(OBJ_F) $(FLAGS) | $(CUDA_PLUGIN)
-	$(CC) $(CFLAGS) $(if $(CU_SRC),-rdynamic) -o $@ $(filter %.o,$^) $(LDLIBS)
+	$(CC) $(CFLAGS) -rdynamic -o $@ $(filter %.o,$^) $(LDLIBS)
 
 $(BUILD)/f/train/cuda_plugin.o: CFLAGS += -DHYBRID_CUDA_PLUGIN_PATH='"$(abspath $(CUDA_PLUGIN))"'
 
@@ -236,7 +238,8 @@ test:
 CONTRACT_CHECKED := $(filter-out kernels/delta_rule/chunk_bwd.cu,$(wildcard kernels/delta_rule/*.cu)) \
                     kernels/norm_glu/glu.cu kernels/moe/dispatch.cu kernels/core/crossentropy.cu
 
-test-only: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS) $(EMU_TESTS) $(if $(EMU_TESTS),$(EMU)/hash_delta_rule_audit)
+test-only: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS) $(EMU_TESTS) \
+           $(if $(EMU_TESTS),$(EMU)/hash_delta_rule_audit $(EMU)/libhybrid_cuda_emu.so)
 	@rm -f $(EMU)/launches.log
 	@BUILD=$(BUILD) HYBRID=./$(BIN) HYBRID_EMU_LAUNCH_LOG=$(if $(EMU_TESTS),$(CURDIR)/$(EMU)/launches.log) \
 	    sh tests/run_all.sh $(TESTS) $(EMU_TESTS)
@@ -316,6 +319,14 @@ $(EMU)/gpu/%.o: tests/gpu/%.c $(FLAGS)
 $(EMU)/libcpu_f.a: $(OBJ_F)
 	@rm -f $@
 	@ar rcs $@ $^
+
+# The emulated backend as a CUDA plugin: `HYBRID_CUDA_PLUGIN=$(EMU)/libhybrid_cuda_emu.so ./hybrid
+# train --device cuda ...` runs the CUDA backend's code through the CLI on the CPU (slowly), with
+# MPI on host memory standing in for NCCL (kernels/plugin.cu). The host code comes from ./hybrid
+# (-rdynamic), as for the real plugin.
+$(EMU)/libhybrid_cuda_emu.so: $(EMU)/kernels/plugin.o $(EMU_OBJ) $(FLAGS)
+	@echo "LINK $@ (CUDA emulator)"
+	@$(CXX) -shared -fopenmp -Wl,-Bsymbolic -o $@ $(filter %.o,$^)
 
 $(EMU)/test_cuda_emu: $(EMU)/tests/cuda_emu/test_cuda_emu.o $(EMU_OBJ) $(EMU)/libcpu_f.a $(FLAGS)
 	@echo "LINK $@ (CUDA emulator)"

@@ -36,6 +36,7 @@ dim3 blockDim, gridDim;
 namespace {
 
 const size_t kStack = 256 * 1024;    // per thread: kernels keep small arrays in registers
+const size_t kStackGuard = 4096;     // the lowest page of each fiber's kStack: no access
 const size_t kMaxSmem = 232448;      // an H200 block's shared memory (227 KiB)
 // The shared-window address of the dynamic shared memory's first byte (emu_smem_address): 16-byte
 // aligned and no more, as on the GPU (where reserved and static shared memory come first), so a
@@ -276,8 +277,9 @@ SWITCHES void resume_fiber(unsigned t) {
     getcontext(&f.start);
     // (each stack's top is offset by t cache lines within a page, so that the fibers' frames do
     // not all fall into the same cache sets)
-    f.start.uc_stack.ss_sp = B.stacks + (size_t)t * kStack;
-    f.start.uc_stack.ss_size = kStack - (size_t)(t % 64) * 64;
+    // (its lowest page is the guard below it: run_block's mprotect)
+    f.start.uc_stack.ss_sp = B.stacks + (size_t)t * kStack + kStackGuard;
+    f.start.uc_stack.ss_size = kStack - kStackGuard - (size_t)(t % 64) * 64;
     f.start.uc_link = nullptr;
     makecontext(&f.start, fiber_main, 0);
     ucontext_t here;
@@ -372,6 +374,12 @@ void emu_launch(const void *kernel, dim3 grid, dim3 block, size_t smem, const st
         if (p == MAP_FAILED) emu_die("cannot map %zu bytes of fiber stacks", need);
         B.stacks = (char *)p;
         B.stacks_bytes = need;
+        // a page below every fiber's stack that faults when touched: a kernel whose frame outgrows
+        // its stack stops there (SIGSEGV in the deepest frame) instead of writing over its
+        // neighbour's stack or whatever mapping lies below the first
+        for (size_t t = 0; t < nthreads; t++)
+            if (mprotect(B.stacks + t * kStack, kStackGuard, PROT_NONE))
+                emu_die("cannot protect the guard page of fiber stack %zu", t);
         for (Fiber &f : B.fibers) f.started = 0;  // their stacks are gone
     }
     if (B.fibers.size() < nthreads) B.fibers.resize(nthreads);

@@ -596,7 +596,21 @@ static void test_small_training(const char *name, const Config *cfg, int S, doub
 
 // ---- resume through the CLI (train.c's checkpoint save / --resume) ----
 
+// The runs' sizes: the GPU's, or the emulator's (where ./hybrid runs the emulated backend as its
+// CUDA plugin, a few seconds a step)
+#ifdef HYBRID_CUDA_EMU
+#define CLI_DIR "out/test-tmp/emu_cli"
+#define CLI_SIZES                                                                                              \
+    "--context_length 64 --seq_len 32 --batch_size 2 --total_batch_size 128 --warmup_steps 1 --val_every 2 " \
+    "--val_batches 1 --log_every 1 --sample_tokens 4"
+#define CLI_HALF 2  // the steps before the stop; the runs take twice that
+#else
 #define CLI_DIR "out/test-gpu/cli"
+#define CLI_SIZES                                                                                              \
+    "--context_length 128 --seq_len 128 --batch_size 8 --total_batch_size 2048 --warmup_steps 2 --val_every 4 " \
+    "--val_batches 2 --log_every 2 --sample_tokens 8"
+#define CLI_HALF 4
+#endif
 
 // cli_run, and the log on failure
 static int sh(const char *cmd) {
@@ -629,18 +643,16 @@ static void test_cli_resume(const char *model, const char *optimizer) {
     }
     char base[2048];
     snprintf(base, sizeof base,
-             "./hybrid train %s --device cuda "
-             "--vocab_size 1000 --padded_vocab_size 0 --context_length 128 --seq_len 128 --batch_size 8 "
-             "--total_batch_size 2048 --steps 8 --warmup_steps 2 --lr 3e-3 --optimizer %s --val_every 4 "
-             "--val_batches 2 --log_every 2 --sample_tokens 8 --train_data '" CLI_DIR "/data/train_*.bin' "
-             "--val_data '" CLI_DIR "/data/val_*.bin' ",
-             model, optimizer);
+             "./hybrid train %s --device cuda --vocab_size 1000 --padded_vocab_size 0 " CLI_SIZES
+             " --steps %d --lr 3e-3 --optimizer %s --train_data '" CLI_DIR "/data/train_*.bin' "
+             "--val_data '" CLI_DIR "/data/val_*.bin' --checkpoint_every %d ",
+             model, 2 * CLI_HALF, optimizer, CLI_HALF);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s --out_dir " CLI_DIR "/a --checkpoint_every 4", base);
+    snprintf(cmd, sizeof cmd, "%s --out_dir " CLI_DIR "/a", base);
     CHECK(sh(cmd) == 0, "uninterrupted run failed");
-    snprintf(cmd, sizeof cmd, "%s --out_dir " CLI_DIR "/b --checkpoint_every 4 --stop_at_step 4", base);
+    snprintf(cmd, sizeof cmd, "%s --out_dir " CLI_DIR "/b --stop_at_step %d", base, CLI_HALF);
     CHECK(sh(cmd) == 0, "first half failed");
-    snprintf(cmd, sizeof cmd, "%s --out_dir " CLI_DIR "/b --checkpoint_every 4 --resume auto", base);
+    snprintf(cmd, sizeof cmd, "%s --out_dir " CLI_DIR "/b --resume auto", base);
     CHECK(sh(cmd) == 0, "resumed half failed");
     char *a = cli_stable_lines(CLI_DIR "/a/metrics.jsonl"), *b = cli_stable_lines(CLI_DIR "/b/metrics.jsonl");
     int same = !strcmp(a, b) && strlen(a) > 0;
@@ -649,8 +661,11 @@ static void test_cli_resume(const char *model, const char *optimizer) {
     // the final checkpoints must hold the same fp32 master weights, byte for byte
     char *wa = NULL, *wb = NULL;
     size_t la = 0, lb = 0;
-    wa = read_file(CLI_DIR "/a/checkpoints/step_00000008/model.safetensors", &la);
-    wb = read_file(CLI_DIR "/b/checkpoints/step_00000008/model.safetensors", &lb);
+    char pa[256], pb[256];
+    snprintf(pa, sizeof pa, CLI_DIR "/a/checkpoints/step_%08d/model.safetensors", 2 * CLI_HALF);
+    snprintf(pb, sizeof pb, CLI_DIR "/b/checkpoints/step_%08d/model.safetensors", 2 * CLI_HALF);
+    wa = read_file(pa, &la);
+    wb = read_file(pb, &lb);
     CHECK(wa && wb && la == lb && !memcmp(wa, wb, la), "final checkpoints differ");
     free(a), free(b), free(wa), free(wb);
 }
@@ -719,6 +734,20 @@ int main(void) {
     tiny_config_set(&c, "configs/hybrid-tiny.conf", "KGDLAM", 1, 128, "moe_experts", "0");
     c.model.reset_at_eot = 1;  // (no other key derives from it)
     test_cached_decode("every mixer tiny: KGDLAM (d 64, dense, AttnRes)", &c);
+    // ./hybrid train --device cuda itself, with this emulated backend as its CUDA plugin
+    // ($(BUILD)/emu/libhybrid_cuda_emu.so, which make test builds): a run stopped and resumed
+    // against an uninterrupted one (validation, checkpoints, the end-of-training sample), in the
+    // environment's delta-rule arithmetic
+    if (arith_saved) setenv("HYBRID_DR_BF16", arith_saved, 1);
+    else unsetenv("HYBRID_DR_BF16");
+    char plugin[512];
+    snprintf(plugin, sizeof plugin, "%s/emu/libhybrid_cuda_emu.so", getenv("BUILD") ? getenv("BUILD") : "out/build");
+    if (file_exists(plugin)) {
+        setenv("HYBRID_CUDA_PLUGIN", plugin, 1);
+        test_cli_resume("configs/hybrid-tiny.conf --layers 'KGDLAM' --d_model 64 --n_head 1", "adamw");
+    } else {
+        CHECK(0, "%s is not built (make %s)", plugin, plugin);
+    }
     gpu_test_summary();
     TEST_MAIN_END();
     }
