@@ -93,12 +93,22 @@ def launches(log):
         die(f"{log}: empty (no emulated test launched a kernel?)")
     found = {}
     for exe, rows in by_exe.items():
-        out = subprocess.run(["addr2line", "-C", "-f", "-e", exe] + [a for a, _, _ in rows],
+        # -i: a kernel's first instruction may belong to a function inlined into it (position-
+        # independent objects, which the emulator's plugin needs, start the GLU kernels with
+        # glu_rows); -a starts each address's chain with the address, whose last (function,
+        # location) pair is the kernel itself
+        out = subprocess.run(["addr2line", "-a", "-i", "-C", "-f", "-e", exe] + [a for a, _, _ in rows],
                              capture_output=True, text=True, check=True).stdout.splitlines()
-        if len(out) != 2 * len(rows):
-            die(f"addr2line on {exe}: {len(out)} lines for {len(rows)} addresses")
+        chains = []
+        for line in out:
+            if line.startswith("0x") and len(chains) < len(rows) + 1 and (not chains or len(chains[-1]) % 2 == 0):
+                chains.append([])
+            elif chains:
+                chains[-1].append(line)
+        if len(chains) != len(rows) or any(not c or len(c) % 2 for c in chains):
+            die(f"addr2line on {exe}: {len(chains)} address chains for {len(rows)} addresses")
         for i, (_, threads, dsmem) in enumerate(rows):
-            key = (out[2 * i], out[2 * i + 1].split(":")[0])
+            key = (chains[i][-2], chains[i][-1].split(":")[0])
             t, s = found.get(key, (0, 0))
             found[key] = (max(t, threads), max(s, dsmem))
     return found
