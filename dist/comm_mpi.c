@@ -1,4 +1,5 @@
-// Comm over MPI on host memory: the CPU backend's collectives (comm.h).
+// Comm over MPI on host memory: the CPU backend's collectives (comm.h), and those of the CUDA
+// emulator's plugin, whose "device" memory is host memory too (bf16 elements: kernels/plugin.cu).
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,7 +35,10 @@ static MPI_Comm group_comm(CommGroup g) {
 
 static MPI_Datatype mpi_type(const Comm *c, CommType t) {
     switch (t) {
-    case DT_REAL: return c->real_size == sizeof(double) ? MPI_DOUBLE : MPI_FLOAT;
+    case DT_REAL:
+        // 2 bytes: bf16 (the CUDA backend's element, when this Comm stands in for NCCL on the
+        // CUDA emulator's host memory), moved as 16-bit words and summed by bf16_sum_op
+        return c->real_size == 2 ? MPI_UINT16_T : c->real_size == sizeof(double) ? MPI_DOUBLE : MPI_FLOAT;
     case DT_FLOAT: return MPI_FLOAT;
     case DT_DOUBLE: return MPI_DOUBLE;
     case DT_LONG: return MPI_LONG;
@@ -59,6 +63,33 @@ static MPI_Datatype mpi_type(const Comm *c, CommType t) {
 // MPI counts are int: cut large buffers into pieces of at most this many elements
 #define PIECE ((size_t)1 << 28)
 
+// The sum of bf16 elements: each pair added in fp32 and rounded to nearest even, as NCCL's bf16
+// reductions do a step at a time (the order of the steps is MPI's)
+static float bf16_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static uint16_t float_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
+static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+static MPI_Op sum_op(const Comm *c, CommType t) {
+    static MPI_Op bf16_op = MPI_OP_NULL;
+    if (t != DT_REAL || c->real_size != 2) return MPI_SUM;
+    if (bf16_op == MPI_OP_NULL) MPI_CHECK(MPI_Op_create(bf16_sum, 1, &bf16_op), "MPI_Op_create (bf16 sum)");
+    return bf16_op;
+}
+
 static int trivial(CommGroup g) { return !g_dist.mpi || comm_group_size(g) == 1; }
 
 static void mpi_allreduce(Comm *c, void *buf, size_t n, CommType t, CommGroup g) {
@@ -66,7 +97,7 @@ static void mpi_allreduce(Comm *c, void *buf, size_t n, CommType t, CommGroup g)
     size_t es = comm_type_size(c, t);
     for (size_t off = 0; off < n; off += PIECE) {
         size_t len = n - off < PIECE ? n - off : PIECE;
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)len, mpi_type(c, t), MPI_SUM, group_comm(g)),
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * es, (int)len, mpi_type(c, t), sum_op(c, t), group_comm(g)),
                   "MPI_Allreduce (gradients)");
     }
 }
@@ -78,7 +109,7 @@ static void mpi_reduce_scatter(Comm *c, const void *send, void *recv, size_t n_e
         return;
     }
     if (n_each > PIECE) die("reduce-scatter of %zu elements per rank is larger than this build supports", n_each);
-    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)n_each, mpi_type(c, t), MPI_SUM, group_comm(g)),
+    MPI_CHECK(MPI_Reduce_scatter_block(send, recv, (int)n_each, mpi_type(c, t), sum_op(c, t), group_comm(g)),
               "MPI_Reduce_scatter_block (ZeRO-1 gradients)");
 }
 

@@ -927,15 +927,28 @@ cudaError_t cudaDeviceSynchronize(void) {
     return cudaSuccess;
 }
 
+// One device, or HYBRID_EMU_DEVICES of them (1..64) for processes of a multi-rank run through
+// the emulated plugin, each rank on "its" device (all of them host memory)
 cudaError_t cudaGetDeviceCount(int *n) {
+    const char *e = getenv("HYBRID_EMU_DEVICES");
     *n = 1;
+    if (e && *e) {
+        char *end;
+        const long v = strtol(e, &end, 10);
+        if (*end || v < 1 || v > 64) emu_die("HYBRID_EMU_DEVICES=%s: want a count of devices from 1 to 64", e);
+        *n = (int)v;
+    }
     return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int *d) {
     *d = 0;
     return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaSetDevice(int d) {
+    int n;
+    cudaGetDeviceCount(&n);
+    return d >= 0 && d < n ? cudaSuccess : cudaErrorInvalidValue;
+}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int) {
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "CPU emulator of an H200");
