@@ -16,10 +16,9 @@ static size_t conv_elems(int D, int W) { return (size_t)D * (W > 1 ? W - 1 : 1);
 
 // Every cache buffer here is a state: the conv windows and the recurrent state (and L's
 // normaliser) are in statistics elements, fp32 on CUDA (the delta-rule ops' contract,
-// model/ops/delta_rule/delta_rule.h), not the backend's element type. Allocated and zeroed
-// through these two only, so no buffer is sized or cleared in the wrong element.
+// model/ops/delta_rule/delta_rule.h), not the backend's element type. Allocated by state_alloc
+// and zeroed by backend_stat_zero only, so no buffer is sized or cleared in the wrong element.
 static real *state_alloc(const Backend *be, size_t n) { return be->alloc(n * be->stat_size); }
-static void state_zero(const Backend *be, real *p, size_t n) { backend_stat_zero(be, p, n); }
 
 void linear_cache_init(Model *m, int l, int max_len) {
     (void)max_len;  // O(1) in the sequence length
@@ -41,13 +40,13 @@ static void reset_part(Model *m, int l, int state) {
     const Backend *be = m->be;
     LinearCache *c = m->acts.blocks[l].cache;
     if (!state && s.conv) {
-        state_zero(be, c->conv_q, conv_elems(s.HK, s.W));
-        state_zero(be, c->conv_k, conv_elems(s.HK, s.W));
-        state_zero(be, c->conv_v, conv_elems(s.HV, s.W));
+        backend_stat_zero(be, c->conv_q, conv_elems(s.HK, s.W));
+        backend_stat_zero(be, c->conv_k, conv_elems(s.HK, s.W));
+        backend_stat_zero(be, c->conv_v, conv_elems(s.HV, s.W));
     }
     if (state) {
-        state_zero(be, c->S, (size_t)s.H * s.K * s.V);
-        if (c->z) state_zero(be, c->z, (size_t)s.H * s.K);
+        backend_stat_zero(be, c->S, (size_t)s.H * s.K * s.V);
+        if (c->z) backend_stat_zero(be, c->z, (size_t)s.H * s.K);
     }
 }
 

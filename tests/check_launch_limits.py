@@ -77,6 +77,9 @@ def ptxas_usage(cu_dir):
     return {d: mangled[n] for n, d in zip(names, demangle(names))}
 
 
+ADDRESS = re.compile(r"0x[0-9a-f]+$")  # addr2line -a's line before each address's chain
+
+
 def launches(log):
     """(demangled kernel, source file) -> (max threads, max dynamic smem)"""
     if not os.path.exists(log):
@@ -101,7 +104,7 @@ def launches(log):
                              capture_output=True, text=True, check=True).stdout.splitlines()
         chains = []
         for line in out:
-            if line.startswith("0x") and len(chains) < len(rows) + 1 and (not chains or len(chains[-1]) % 2 == 0):
+            if ADDRESS.match(line):
                 chains.append([])
             elif chains:
                 chains[-1].append(line)

@@ -623,7 +623,7 @@ static int sh(const char *cmd) {
     return rc;
 }
 
-// model: the config file and model keys of the run (a 1000-token vocabulary, T 128)
+// model: the config file and model keys of the run (a 1000-token vocabulary; CLI_SIZES)
 static void test_cli_resume(const char *model, const char *optimizer) {
     printf("hybrid train --device cuda %s (%s): uninterrupted vs stopped + --resume auto (at %.0f s)\n", model, optimizer,
            gpu_test_elapsed());
@@ -668,6 +668,13 @@ static void test_cli_resume(const char *model, const char *optimizer) {
     wb = read_file(pb, &lb);
     CHECK(wa && wb && la == lb && !memcmp(wa, wb, la), "final checkpoints differ");
     free(a), free(b), free(wa), free(wb);
+}
+
+// HYBRID_DR_BF16 as the environment had it (value: NULL when unset): main runs the one-step
+// comparisons in the split arithmetic and everything after them in the environment's
+static void restore_arith(const char *value) {
+    if (value) setenv("HYBRID_DR_BF16", value, 1);
+    else unsetenv("HYBRID_DR_BF16");
 }
 
 int main(void) {
@@ -738,8 +745,7 @@ int main(void) {
     // ($(BUILD)/emu/libhybrid_cuda_emu.so, which make test builds): a run stopped and resumed
     // against an uninterrupted one (validation, checkpoints, the end-of-training sample), in the
     // environment's delta-rule arithmetic
-    if (arith_saved) setenv("HYBRID_DR_BF16", arith_saved, 1);
-    else unsetenv("HYBRID_DR_BF16");
+    restore_arith(arith_saved);
     char plugin[512];
     snprintf(plugin, sizeof plugin, "%s/emu/libhybrid_cuda_emu.so", getenv("BUILD") ? getenv("BUILD") : "out/build");
     if (file_exists(plugin)) {
@@ -783,8 +789,7 @@ int main(void) {
         c.model.reset_at_eot = 1;  // (no other key derives from it)
         test_cached_decode("every mixer: KGDLAM (KL-XS widths, dense, AttnRes)", &c);
     }
-    if (arith_saved) setenv("HYBRID_DR_BF16", arith_saved, 1);
-    else unsetenv("HYBRID_DR_BF16");
+    restore_arith(arith_saved);
     free(arith_saved);
     if (!train) {
         gpu_test_summary();
