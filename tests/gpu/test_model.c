@@ -382,7 +382,10 @@ static void test_head_grad_chunks(const char *name, const Config *cfg, int chunk
 // for bit. Dense models only (a MoE token near a routing tie may pick another expert in one of
 // the two). The two forwards round differently in bf16 (the chunkwise forms against the
 // recurrent step), so the bar is the whole-model one, TOL_MODEL; a cache buffer sized or zeroed
-// in the wrong element type (the conv windows are fp32 states on CUDA) misses it by far.
+// in the wrong element type (the conv windows are fp32 states on CUDA) misses it by far. Then
+// both against the CPU's float forward: the cached one no farther from it than CACHED_VS_FULL
+// times the full one, which catches a far smaller fault in the decode path.
+#define CACHED_VS_FULL 1.1
 static void test_cached_decode(const char *name, const Config *cfg) {
     const int T = cfg->seq_len, V = cfg->model.vocab_size;
     const size_t Vp = (size_t)cfg->model.padded_vocab_size;
@@ -424,6 +427,31 @@ static void test_cached_decode(const char *name, const Config *cfg) {
     }
     expect("logits token by token vs the full forward", rel_rms(steps, full, T * Vp), TOL_MODEL);
     expect("logits in prefill pieces vs the full forward", rel_rms(pieces, full, T * Vp), TOL_MODEL);
+    // and both against the truth, the CPU's float full forward of the same (bf16) weights: the
+    // two CUDA forwards round apart, each about as far from it (emulated at KL-XS's widths, two
+    // layers of one mixer each, the cached error over the full one's: 0.99-1.00), so the bar is
+    // 1.1x the full forward's error. A fault that adds an error of its own crosses it at about
+    // half the bf16 noise's size (sqrt(1 + 0.46^2) = 1.1), where the bar above needs about twice
+    // that noise: a decode step with beta 2% too large (emulated, d 64) measured 1.34e-2 against
+    // the full forward, passing, and 1.34x the full forward's error here, failing.
+    Model mc;
+    model_create(&mc, &cfg->model, backend_cpu(), 1, T);
+    float *wb = xmalloc(sizeof(float) * m.table.total), *cpu = xmalloc(sizeof(float) * T * Vp);
+    model_get_params(&m, wb);
+    model_set_params(&mc, wb);
+    model_forward(&mc, tok, NULL, 1, T);
+    for (int t = 0; t < T; t++) model_logits_row(&mc, 0, t, cpu + (size_t)t * Vp);
+    model_destroy(&mc);
+    const double e_full = rel_rms(full, cpu, T * Vp);
+    for (int run = 0; run < 2; run++) {
+        const double e = rel_rms(outs[run], cpu, T * Vp);
+        const char *what = run ? "logits in prefill pieces vs the CPU's" : "logits token by token vs the CPU's";
+        const int ok = e <= CACHED_VS_FULL * e_full;
+        printf("  %-52s %.3e  (the full forward's %.3e; bar %.2fx it)  %s\n", what, e, e_full, CACHED_VS_FULL,
+               ok ? "ok" : "FAIL");
+        CHECK(ok, "%s: %s %.3e, more than %.2fx the full forward's %.3e", name, what, e, CACHED_VS_FULL, e_full);
+    }
+    free(wb), free(cpu);
     // and the worst single position (a state that restarts wrong spoils the few rows after an
     // end-of-text token, which the whole's RMS dilutes): the worst-tensor bar of the steps
     double worst = 0;
