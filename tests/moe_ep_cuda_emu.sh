@@ -11,6 +11,16 @@
 #   - steps 2-4 within 1e-3 relative: the updates differ by bf16 roundings of the gradients (one
 #     rank adds the second micro-batch's gradients into the first's op by op; two ranks sum
 #     theirs once), measured at most 7.6e-5 (2026-12-05).
+# Then the same two checks for EP 2 x DP 2 on 4 ranks (batch 1 each: two ranks hold each expert
+# and sum its gradients) against the 1-rank run (measured 3.8e-5), and checkpoints across EP
+# sizes, whose expert weights and moments the ranks gather into the one format and share out
+# again: the EP 2 run's step-2 checkpoint resumed on 1 rank (batch 4: the global micro-batch a
+# resume keeps), and a 1-rank run's (batch 4) resumed on EP 2, each against the run it was cut
+# from: step 3's loss the same number (every weight came back to its expert), step 4 within 1e-3
+# (measured 5.9e-6 and 1.9e-6). That bar does not see the moments (all of them zeroed on the
+# resume moved step 4 by 8.1e-5 only), so the EP 2 checkpoint is also resumed on EP 2: steps 3
+# and 4 the same numbers as the uninterrupted run's, the moments gathered into the file and
+# shared out again exactly (tests/test_dist_cli.c checks the same across sizes in double).
 # Without mpirun, or without the emulated plugin (SANITIZE builds): "skipped: ..." and 77.
 set -u
 hybrid=${HYBRID:-./hybrid}
@@ -34,31 +44,56 @@ r = random.Random(3)
 write_shard(sys.argv[1], [r.randrange(1000) for _ in range(20000)])
 PY
 args="configs/hybrid-tiny.conf --device cuda --layers KKKM --d_model 64 --n_head 1 --vocab_size 1000
-      --padded_vocab_size 0 --batch_size 2 --seq_len 32 --total_batch_size 128 --steps 4 --warmup_steps 1
+      --padded_vocab_size 0 --seq_len 32 --total_batch_size 128 --steps 4 --warmup_steps 1
       --shuffle false --train_data $tmp/data/t_train_*.bin --val_data '' --sample_tokens 0 --log_every 1"
-eval "$hybrid" train $args --out_dir "$tmp/g1" > "$tmp/g1.log" 2>&1 || { cat "$tmp/g1.log"; fail "the 1-rank run"; }
-eval HYBRID_DIST_TIMEOUT=120 timeout 300 mpirun --oversubscribe -np 2 -x HYBRID_CUDA_PLUGIN -x OMP_NUM_THREADS \
-    -x HYBRID_EMU_DEVICES=2 "$hybrid" train $args --expert_parallel 2 --out_dir "$tmp/ep2" > "$tmp/ep2.log" 2>&1 ||
-    { cat "$tmp/ep2.log"; fail "the expert-parallel run on 2 ranks"; }
-grep -q "sharded over expert_parallel 2: each rank holds 4 of 8 experts" "$tmp/ep2.log" ||
-    { cat "$tmp/ep2.log"; fail "the 2-rank run did not shard the experts"; }
-grep -q "backend cuda-bf16" "$tmp/ep2.log" && grep -q "2 rank(s) over mpi" "$tmp/ep2.log" ||
-    { cat "$tmp/ep2.log"; fail "the 2-rank run was not the CUDA backend over MPI"; }
-/usr/bin/python3 - "$tmp/g1/metrics.jsonl" "$tmp/ep2/metrics.jsonl" <<'PY' || exit 1
+eval "$hybrid" train $args --batch_size 2 --out_dir "$tmp/g1" > "$tmp/g1.log" 2>&1 || { cat "$tmp/g1.log"; fail "the 1-rank run"; }
+# mpi NAME RANKS ARGS...: ./hybrid train on RANKS emulated devices, expert_parallel 2, and the
+# log's word that it ran so (the experts sharded, the CUDA backend, MPI's collectives)
+mpi() {
+    name=$1 np=$2
+    shift 2
+    eval HYBRID_DIST_TIMEOUT=120 timeout 300 mpirun --oversubscribe -np "$np" -x HYBRID_CUDA_PLUGIN -x OMP_NUM_THREADS \
+        -x HYBRID_EMU_DEVICES="$np" "$hybrid" train $args --expert_parallel 2 "$@" --out_dir "$tmp/$name" > "$tmp/$name.log" 2>&1 ||
+        { cat "$tmp/$name.log"; fail "the expert-parallel run $name on $np ranks"; }
+    grep -q "sharded over expert_parallel 2: each rank holds 4 of 8 experts" "$tmp/$name.log" ||
+        { cat "$tmp/$name.log"; fail "the $np-rank run $name did not shard the experts"; }
+    grep -q "backend cuda-bf16" "$tmp/$name.log" && grep -q "$np rank(s) over mpi" "$tmp/$name.log" ||
+        { cat "$tmp/$name.log"; fail "the $np-rank run $name was not the CUDA backend over MPI"; }
+}
+mpi ep2 2 --batch_size 2 --checkpoint_every 2
+# same A B FIRST WHAT [BAR]: the losses of run B from step FIRST on against run A's, the first of
+# them the same number, the rest within BAR relative (1e-3; 0: every one the same number)
+same() {
+    /usr/bin/python3 - "$tmp/$1/metrics.jsonl" "$tmp/$2/metrics.jsonl" "$3" "$4" "${5:-1e-3}" <<'PY' || exit 1
 import sys
 sys.path.insert(0, "scripts")
 from metrics_io import records
-a = [r["loss"] for r in records(sys.argv[1]) if "loss" in r]
-b = [r["loss"] for r in records(sys.argv[2]) if "loss" in r]
-if len(a) != 4 or len(b) != 4:
-    sys.exit(f"FAIL: {len(a)} and {len(b)} losses logged, not 4 each")
-print("losses, 1 rank:", " ".join(f"{x:.7f}" for x in a))
-print("losses, ep 2:  ", " ".join(f"{x:.7f}" for x in b))
-if a[0] != b[0]:
-    sys.exit(f"FAIL: step 1's loss differs ({a[0]} vs {b[0]}): the expert-parallel forward is not the local one")
-worst = max(abs(x - y) / abs(x) for x, y in zip(a[1:], b[1:]))
-print(f"steps 2-4: worst relative difference {worst:.2e} (bar 1e-3)")
-if not worst <= 1e-3:
-    sys.exit(f"FAIL: the expert-parallel losses drift {worst:.2e} from the 1-rank run's (bar 1e-3)")
+a_path, b_path, first, what, bar = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+a = {r["step"]: r["loss"] for r in records(a_path) if "loss" in r}
+b = {r["step"]: r["loss"] for r in records(b_path) if "loss" in r}
+steps = list(range(first, 5))
+if sorted(a)[-1] != 4 or sorted(b) != steps:
+    sys.exit(f"FAIL: {what}: steps {sorted(a)} and {sorted(b)} logged, not 1-4 and {steps}")
+print(f"{what}: steps {first}-4", " ".join(f"{a[s]:.7f}/{b[s]:.7f}" for s in steps))
+if a[first] != b[first]:
+    sys.exit(f"FAIL: {what}: step {first}'s loss differs ({a[first]} vs {b[first]})")
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps[1:])
+rest = f"step 4" if first == 3 else f"steps {first + 1}-4"
+print(f"  step {first} the same number; {rest} within {worst:.2e} (bar {bar:g})")
+if not worst <= bar:
+    sys.exit(f"FAIL: {what}: the losses drift {worst:.2e} apart (bar {bar:g})")
 PY
-echo "moe_ep_cuda_emu: ok (ep 2 on the emulated CUDA backend over MPI: step 1 equal, steps 2-4 within 1e-3)"
+}
+same g1 ep2 1 "1 rank (2 accumulation steps) vs ep 2"
+mpi ep2dp2 4 --batch_size 1
+same g1 ep2dp2 1 "1 rank (2 accumulation steps) vs ep 2 x dp 2"
+eval "$hybrid" train $args --batch_size 4 --resume "$tmp/ep2/checkpoints/step_00000002" --out_dir "$tmp/ep2to1" \
+    > "$tmp/ep2to1.log" 2>&1 || { cat "$tmp/ep2to1.log"; fail "the 1-rank resume of an ep 2 checkpoint"; }
+same ep2 ep2to1 3 "ep 2 vs its step-2 checkpoint resumed on 1 rank"
+mpi ep2again 2 --batch_size 2 --resume "$tmp/ep2/checkpoints/step_00000002"
+same ep2 ep2again 3 "ep 2 vs its step-2 checkpoint resumed on ep 2" 0
+eval "$hybrid" train $args --batch_size 4 --checkpoint_every 2 --out_dir "$tmp/g4" > "$tmp/g4.log" 2>&1 ||
+    { cat "$tmp/g4.log"; fail "the 1-rank run with batch 4"; }
+mpi g4to2 2 --batch_size 2 --resume "$tmp/g4/checkpoints/step_00000002"
+same g4 g4to2 3 "1 rank (batch 4) vs its step-2 checkpoint resumed on ep 2"
+echo "moe_ep_cuda_emu: ok (ep 2 and ep 2 x dp 2 on the emulated CUDA backend over MPI, and checkpoints across ep sizes: the first step equal, the rest within 1e-3; an ep 2 resume bit-exact)"
