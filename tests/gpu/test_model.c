@@ -139,6 +139,16 @@ static long routing_differences(const Model *mc, const Model *mg, int N, long *s
 // would scatter them), and prints the rest.
 enum { ROUTE_NATURAL, ROUTE_FORCED };
 #define FEW 64
+// ROUTE_FORCED: every MoE layer's router bias e for expert e in the host weights w, so that the
+// selection (scores + bias) is the top k experts by index for every token, whatever the scores'
+// last bits (two forwards that round apart could otherwise route a token near a tie apart)
+static void force_routing(const Model *m, float *w) {
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (m->mp.blocks[l].moe_layer) {
+            const ParamInfo *p = &m->table.items[m->mp.blocks[l].moe.router_bias];
+            for (size_t e = 0; e < p->numel; e++) w[p->offset + e] = (float)e;
+        }
+}
 static void model_step_compare(const char *name, const Config *cfg, double tol, int route) {
     const int B = cfg->batch_size, T = cfg->seq_len;
     printf("%s, one training step, CPU float vs CUDA bf16, B=%d T=%d%s (at %.0f s)\n", name, B, T,
@@ -151,11 +161,7 @@ static void model_step_compare(const char *name, const Config *cfg, double tol, 
     float *w = xmalloc(sizeof(float) * np);
     params_init(&mc.table, w, 1234);
     for (size_t i = 0; i < np; i++) w[i] = bf16_round(w[i]);
-    for (int l = 0; route == ROUTE_FORCED && l < c.model.n_layer; l++)
-        if (mc.mp.blocks[l].moe_layer) {
-            const ParamInfo *p = &mc.table.items[mc.mp.blocks[l].moe.router_bias];
-            for (size_t e = 0; e < p->numel; e++) w[p->offset + e] = (float)e;
-        }
+    if (route == ROUTE_FORCED) force_routing(&mc, w);
     model_set_params(&mc, w);
     model_set_params(&mg, w);
     int *in = rand_tokens(N, c.model.vocab_size, 0), *tg = rand_tokens(N, c.model.vocab_size, 0);
@@ -379,8 +385,9 @@ static void test_head_grad_chunks(const char *name, const Config *cfg, int chunk
 // the rows of one full forward over the same tokens on the same backend, with end-of-text tokens
 // among them (inside a piece, two in a row, at a piece's end: reset_at_eot restarts the conv
 // windows and the recurrent states there), then the token-by-token run again after a reset, bit
-// for bit. Dense models only (a MoE token near a routing tie may pick another expert in one of
-// the two). The two forwards round differently in bf16 (the chunkwise forms against the
+// for bit. MoE models with their routing forced (force_routing: a token near a routing tie
+// could pick another expert in one of the two; so only the top k experts by index are used, a
+// single row each in a decode step, the others empty). The two forwards round differently in bf16 (the chunkwise forms against the
 // recurrent step), so the bar is the whole-model one, TOL_MODEL; a cache buffer sized or zeroed
 // in the wrong element type (the conv windows are fp32 states on CUDA) misses it by far. Then
 // both against the CPU's float forward: the cached one no farther from it than CACHED_VS_FULL
@@ -389,7 +396,8 @@ static void test_head_grad_chunks(const char *name, const Config *cfg, int chunk
 static void test_cached_decode(const char *name, const Config *cfg) {
     const int T = cfg->seq_len, V = cfg->model.vocab_size;
     const size_t Vp = (size_t)cfg->model.padded_vocab_size;
-    printf("%s, cached forward vs full forward on CUDA, T=%d (at %.0f s)\n", name, T, gpu_test_elapsed());
+    printf("%s, cached forward vs full forward on CUDA, T=%d%s (at %.0f s)\n", name, T,
+           cfg->model.moe_experts ? ", routing forced (router bias e for expert e)" : "", gpu_test_elapsed());
     Model m;
     model_create(&m, &cfg->model, G, 1, T);
     // the init's normal weights made 3x larger, so that the mixers' outputs weigh in the logits
@@ -401,6 +409,7 @@ static void test_cached_decode(const char *name, const Config *cfg) {
     for (int i = 0; i < m.table.count; i++)
         if (m.table.items[i].init == INIT_NORMAL)
             for (size_t j = 0; j < m.table.items[i].numel; j++) w[m.table.items[i].offset + j] *= 3.0f;
+    force_routing(&m, w);
     model_set_params(&m, w);
     free(w);
     int *tok = rand_tokens((size_t)T, V, 0);
@@ -769,6 +778,9 @@ int main(void) {
     tiny_config_set(&c, "configs/hybrid-tiny.conf", "KGDLAM", 1, 128, "moe_experts", "0");
     c.model.reset_at_eot = 1;  // (no other key derives from it)
     test_cached_decode("every mixer tiny: KGDLAM (d 64, dense, AttnRes)", &c);
+    tiny_config(&c, "configs/hybrid-tiny.conf", "KGDLAM", 1, 128);
+    c.model.reset_at_eot = 1;
+    test_cached_decode("every mixer tiny: KGDLAM (d 64, MoE, AttnRes)", &c);
     // ./hybrid train --device cuda itself, with this emulated backend as its CUDA plugin
     // ($(BUILD)/emu/libhybrid_cuda_emu.so, which make test builds): a run stopped and resumed
     // against an uninterrupted one (validation, checkpoints, the end-of-training sample), in the
@@ -816,6 +828,9 @@ int main(void) {
         cut_config(&c, "configs/kl-xs-3-1.conf", "KGDLAM", 1, 1, 256);
         c.model.reset_at_eot = 1;  // (no other key derives from it)
         test_cached_decode("every mixer: KGDLAM (KL-XS widths, dense, AttnRes)", &c);
+        cut_config(&c, "configs/kl-xs-3-1.conf", "KKKM x1", 0, 1, 256);
+        c.model.reset_at_eot = 1;
+        test_cached_decode("KKKM hybrid (KL-XS widths, 4 layers, MoE, AttnRes)", &c);
     }
     restore_arith(arith_saved);
     free(arith_saved);
