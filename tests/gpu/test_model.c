@@ -387,9 +387,10 @@ static void test_head_grad_chunks(const char *name, const Config *cfg, int chunk
 // windows and the recurrent states there), then the token-by-token run again after a reset, bit
 // for bit. MoE models with their routing forced (force_routing: a token near a routing tie
 // could pick another expert in one of the two; so only the top k experts by index are used, a
-// single row each in a decode step, the others empty). The two forwards round differently in bf16 (the chunkwise forms against the
-// recurrent step), so the bar is the whole-model one, TOL_MODEL; a cache buffer sized or zeroed
-// in the wrong element type (the conv windows are fp32 states on CUDA) misses it by far. Then
+// single row each in a decode step, the others empty). The two forwards round differently in
+// bf16 (the chunkwise forms against the recurrent step), so the bar is the whole-model one,
+// TOL_MODEL; a cache buffer sized or zeroed in the wrong element type (the conv windows are fp32
+// states on CUDA) misses it by far. Then
 // both against the CPU's float forward: the cached one no farther from it than CACHED_VS_FULL
 // times the full one, which catches a far smaller fault in the decode path.
 #define CACHED_VS_FULL 1.1
