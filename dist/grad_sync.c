@@ -97,14 +97,21 @@ void grad_sync_finish(GradSync *g) {
 
 // With sharded experts each expert's (reduced) gradient lives on its EP rank: the squares of
 // the whole tensors count once on every rank, those of the sharded parts are summed over the
-// EP group, so every expert counts exactly once.
+// EP group, so every expert counts exactly once. One reduction per run of tensors of one kind
+// that follow each other in the buffer without a gap (a layer's routed experts, the tensors
+// between two MoE layers), not one per tensor: each is a device round trip on CUDA.
 static double sharded_norm(const Model *m) {
     const Backend *be = m->be;
     const ParamTable *t = &m->table;
     double ss[2] = {0, 0};  // whole tensors, this rank's expert parts
-    for (int i = 0; i < t->count; i++) {
-        const ParamInfo *p = &t->items[i];
-        ss[p->local_numel != p->numel] += be->core->sum_squares(model_tensor(m, m->grads, i), p->local_numel);
+    for (int i = 0, j; i < t->count; i = j) {
+        const int sharded = t->items[i].local_numel != t->items[i].numel;
+        size_t end = t->items[i].local_offset + t->items[i].local_numel;
+        for (j = i + 1; j < t->count && (t->items[j].local_numel != t->items[j].numel) == sharded &&
+                        t->items[j].local_offset == end;
+             j++)
+            end += t->items[j].local_numel;
+        ss[sharded] += be->core->sum_squares(model_tensor(m, m->grads, i), end - t->items[i].local_offset);
     }
     dist_allreduce_sum_double_ep(ss + 1, 1);
     return sqrt(ss[0] + ss[1]);
