@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bf16.h"
 #include "base/util.h"
 
 void hf_tensors_init(HfTensors *e, int max) {
@@ -124,10 +125,7 @@ int hf_to_f32(const char *dtype, const void *src, float *dst, size_t n) {
     if (!strcmp(dtype, "F32")) {
         memcpy(dst, src, n * sizeof(float));
     } else if (!strcmp(dtype, "BF16")) {
-        for (size_t i = 0; i < n; i++) {
-            uint32_t bits = (uint32_t)(s[2 * i] | s[2 * i + 1] << 8) << 16;
-            memcpy(&dst[i], &bits, 4);
-        }
+        for (size_t i = 0; i < n; i++) dst[i] = bf16_to_float((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));
     } else if (!strcmp(dtype, "F16")) {
         for (size_t i = 0; i < n; i++) dst[i] = half_to_float((uint16_t)(s[2 * i] | s[2 * i + 1] << 8));
     } else {

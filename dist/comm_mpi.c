@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "base/bf16.h"
 #include "base/real.h"
 #include "base/util.h"
 
@@ -65,23 +66,11 @@ static MPI_Datatype mpi_type(const Comm *c, CommType t) {
 
 // The sum of bf16 elements: each pair added in fp32 and rounded to nearest even, as NCCL's bf16
 // reductions do a step at a time (the order of the steps is MPI's)
-static float bf16_to_float(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-static uint16_t float_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);  // NaN stays NaN
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-}
 static void bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
     const uint16_t *a = in;
     uint16_t *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = float_to_bf16(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+    for (int i = 0; i < *len; i++) b[i] = bf16_from_float(bf16_to_float(a[i]) + bf16_to_float(b[i]));
 }
 static MPI_Op sum_op(const Comm *c, CommType t) {
     static MPI_Op bf16_op = MPI_OP_NULL;

@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "base/bf16.h"
 #include "kernels/common.cuh"
 #include "kernels/cuda_backend.h"
 #include "kernels/moe/experts_cublas.h"
@@ -323,22 +324,6 @@ static void cu_zero(real *p, size_t n) {
     CUDA_CHECK(cudaMemsetAsync(p, 0, n * sizeof(bf16), g_cuda.stream));
 }
 
-// fp32 -> bf16, round to nearest even (what __float2bfloat16_rn does); NaN stays NaN
-static inline uint16_t host_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float host_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 #define XFER_CHUNK ((size_t)1 << 22)  // elements per host staging chunk
 
 static void cu_upload(real *dst, const float *src, size_t n) {
@@ -347,7 +332,7 @@ static void cu_upload(real *dst, const float *src, size_t n) {
     char *d = (char *)dst;
     for (size_t at = 0; at < n; at += XFER_CHUNK) {
         size_t len = n - at < XFER_CHUNK ? n - at : XFER_CHUNK;
-        for (size_t i = 0; i < len; i++) tmp[i] = host_f32_to_bf16(src[at + i]);
+        for (size_t i = 0; i < len; i++) tmp[i] = bf16_from_float(src[at + i]);
         CUDA_CHECK(cudaMemcpyAsync(d + at * sizeof(bf16), tmp, len * sizeof(bf16), cudaMemcpyHostToDevice,
                                    g_cuda.stream));
         CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
@@ -363,7 +348,7 @@ static void cu_download(float *dst, const real *src, size_t n) {
         CUDA_CHECK(cudaMemcpyAsync(tmp, s + at * sizeof(bf16), len * sizeof(bf16), cudaMemcpyDeviceToHost,
                                    g_cuda.stream));
         CUDA_CHECK(cudaStreamSynchronize(g_cuda.stream));
-        for (size_t i = 0; i < len; i++) dst[at + i] = host_bf16_to_f32(tmp[i]);
+        for (size_t i = 0; i < len; i++) dst[at + i] = bf16_to_float(tmp[i]);
     }
     free(tmp);
 }

@@ -40,6 +40,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/bf16.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -82,20 +84,10 @@ static const int warpSize = 32;
 struct __nv_bfloat16 {
     uint16_t x;
     __nv_bfloat16() = default;
-    __nv_bfloat16(float f) {
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u) x = (uint16_t)((u >> 16) | 0x40u);  // quiet NaN
-        else x = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
+    __nv_bfloat16(float f) : x(bf16_from_float(f)) {}
     __nv_bfloat16(double d) : __nv_bfloat16((float)d) {}
     __nv_bfloat16(int i) : __nv_bfloat16((float)i) {}
-    operator float() const {
-        uint32_t u = (uint32_t)x << 16;
-        float f;
-        memcpy(&f, &u, 4);
-        return f;
-    }
+    operator float() const { return bf16_to_float(x); }
 };
 struct alignas(4) __nv_bfloat162 { __nv_bfloat16 x, y; };
 static inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bf16.h"
 #include "base/util.h"
 #include "kernels/cuda_backend.h"
 
@@ -37,15 +38,7 @@ void gpu_test_summary(void) {
 
 // ---- host tensors ----
 
-float bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return f;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&f, &u, 4);
-    return f;
-}
+float bf16_round(float f) { return bf16_to_float(bf16_from_float(f)); }
 
 float *host_rand(size_t n, float scale, float shift) {
     float *x = xmalloc(sizeof(float) * (n ? n : 1));

@@ -46,7 +46,7 @@ double gpu_test_elapsed(void);  // seconds since gpu_test_init
 void gpu_test_summary(void);
 
 // ---- host tensors (fp32 holding bf16-representable values) ----
-float bf16_round(float f);  // round to nearest even; NaN passes through
+float bf16_round(float f);  // round to nearest even (base/bf16.h); a NaN stays a NaN
 // n values uniform in [-scale, scale) + shift, rounded to bf16
 float *host_rand(size_t n, float scale, float shift);
 float *host_dup(const float *x, size_t n);
