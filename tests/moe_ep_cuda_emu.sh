@@ -46,7 +46,14 @@ PY
 args="configs/hybrid-tiny.conf --device cuda --layers KKKM --d_model 64 --n_head 1 --vocab_size 1000
       --padded_vocab_size 0 --seq_len 32 --total_batch_size 128 --steps 4 --warmup_steps 1
       --shuffle false --train_data $tmp/data/t_train_*.bin --val_data '' --sample_tokens 0 --log_every 1"
-eval "$hybrid" train $args --batch_size 2 --out_dir "$tmp/g1" > "$tmp/g1.log" 2>&1 || { cat "$tmp/g1.log"; fail "the 1-rank run"; }
+# one NAME ARGS...: ./hybrid train on one rank (one emulated device)
+one() {
+    name=$1
+    shift
+    eval "$hybrid" train $args "$@" --out_dir "$tmp/$name" > "$tmp/$name.log" 2>&1 ||
+        { cat "$tmp/$name.log"; fail "the 1-rank run $name"; }
+}
+one g1 --batch_size 2
 # mpi NAME RANKS ARGS...: ./hybrid train on RANKS emulated devices, expert_parallel 2, and the
 # log's word that it ran so (the experts sharded, the CUDA backend, MPI's collectives)
 mpi() {
@@ -64,15 +71,14 @@ mpi ep2 2 --batch_size 2 --checkpoint_every 2
 # same A B FIRST WHAT [BAR]: the losses of run B from step FIRST on against run A's, the first of
 # them the same number, the rest within BAR relative (1e-3; 0: every one the same number)
 same() {
-    /usr/bin/python3 - "$tmp/$1/metrics.jsonl" "$tmp/$2/metrics.jsonl" "$3" "$4" "${5:-1e-3}" <<'PY' || exit 1
+    /usr/bin/python3 - "$tmp/$1" "$tmp/$2" "$3" "$4" "${5:-1e-3}" <<'PY' || exit 1
 import sys
 sys.path.insert(0, "scripts")
-from metrics_io import records
-a_path, b_path, first, what, bar = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
-a = {r["step"]: r["loss"] for r in records(a_path) if "loss" in r}
-b = {r["step"]: r["loss"] for r in records(b_path) if "loss" in r}
+from metrics_io import run_losses
+first, what, bar = int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+a, b = ({r["step"]: r["loss"] for r in run_losses(d)} for d in sys.argv[1:3])
 steps = list(range(first, 5))
-if sorted(a)[-1] != 4 or sorted(b) != steps:
+if sorted(a) != [1, 2, 3, 4] or sorted(b) != steps:
     sys.exit(f"FAIL: {what}: steps {sorted(a)} and {sorted(b)} logged, not 1-4 and {steps}")
 print(f"{what}: steps {first}-4", " ".join(f"{a[s]:.7f}/{b[s]:.7f}" for s in steps))
 if a[first] != b[first]:
@@ -87,13 +93,11 @@ PY
 same g1 ep2 1 "1 rank (2 accumulation steps) vs ep 2"
 mpi ep2dp2 4 --batch_size 1
 same g1 ep2dp2 1 "1 rank (2 accumulation steps) vs ep 2 x dp 2"
-eval "$hybrid" train $args --batch_size 4 --resume "$tmp/ep2/checkpoints/step_00000002" --out_dir "$tmp/ep2to1" \
-    > "$tmp/ep2to1.log" 2>&1 || { cat "$tmp/ep2to1.log"; fail "the 1-rank resume of an ep 2 checkpoint"; }
+one ep2to1 --batch_size 4 --resume "$tmp/ep2/checkpoints/step_00000002"
 same ep2 ep2to1 3 "ep 2 vs its step-2 checkpoint resumed on 1 rank"
 mpi ep2again 2 --batch_size 2 --resume "$tmp/ep2/checkpoints/step_00000002"
 same ep2 ep2again 3 "ep 2 vs its step-2 checkpoint resumed on ep 2" 0
-eval "$hybrid" train $args --batch_size 4 --checkpoint_every 2 --out_dir "$tmp/g4" > "$tmp/g4.log" 2>&1 ||
-    { cat "$tmp/g4.log"; fail "the 1-rank run with batch 4"; }
+one g4 --batch_size 4 --checkpoint_every 2
 mpi g4to2 2 --batch_size 2 --resume "$tmp/g4/checkpoints/step_00000002"
 same g4 g4to2 3 "1 rank (batch 4) vs its step-2 checkpoint resumed on ep 2"
 echo "moe_ep_cuda_emu: ok (ep 2, ep 2 x dp 2, checkpoints across ep sizes on the emulated CUDA backend over MPI)"
