@@ -7,6 +7,15 @@
 
 #include "base/util.h"
 
+// The collectives' type of a parameter gradient: the element type, or fp32 (the CUDA
+// backend's gradients: bf16 elements, fp32 gradients).
+static CommType grad_type(const Backend *be) {
+    if (be->grad_size == be->elem_size) return DT_REAL;
+    if (be->grad_size != sizeof(float))
+        die("grad_sync: backend %s has %zu-byte gradients, which no collective sums", be->name, be->grad_size);
+    return DT_FLOAT;
+}
+
 // Sums [lo, hi) of the gradient buffer: over the world, except the parts of sharded expert
 // tensors, which only the ranks holding the same experts sum (docs/distributed.md, "Expert
 // parallelism"). Every rank has the same layout, so all issue the same calls.
@@ -14,8 +23,9 @@ static void reduce_range(GradSync *g, size_t lo, size_t hi) {
     const Model *m = g->model;
     const Backend *be = m->be;
     const ParamTable *t = &m->table;
+    const CommType dt = grad_type(be);
     if (!params_sharded(t)) {
-        g->comm->allreduce_sum_async(g->comm, backend_offset(be, m->grads, lo), hi - lo, DT_REAL, COMM_WORLD);
+        g->comm->allreduce_sum_async(g->comm, backend_grad_offset(be, m->grads, lo), hi - lo, dt, COMM_WORLD);
         return;
     }
     size_t at = lo;  // the start of the run of world-reduced elements not sent yet
@@ -26,11 +36,11 @@ static void reduce_range(GradSync *g, size_t lo, size_t hi) {
         if (a < lo) a = lo;
         if (b > hi) b = hi;
         if (a > at)
-            g->comm->allreduce_sum_async(g->comm, backend_offset(be, m->grads, at), a - at, DT_REAL, COMM_WORLD);
-        g->comm->allreduce_sum_async(g->comm, backend_offset(be, m->grads, a), b - a, DT_REAL, COMM_EP_DP);
+            g->comm->allreduce_sum_async(g->comm, backend_grad_offset(be, m->grads, at), a - at, dt, COMM_WORLD);
+        g->comm->allreduce_sum_async(g->comm, backend_grad_offset(be, m->grads, a), b - a, dt, COMM_EP_DP);
         at = b;
     }
-    if (hi > at) g->comm->allreduce_sum_async(g->comm, backend_offset(be, m->grads, at), hi - at, DT_REAL, COMM_WORLD);
+    if (hi > at) g->comm->allreduce_sum_async(g->comm, backend_grad_offset(be, m->grads, at), hi - at, dt, COMM_WORLD);
 }
 
 static void launch(GradSync *g, size_t lo) {
@@ -57,11 +67,11 @@ void grad_sync_create(GradSync *g, Model *m, Optimizer *opt, Comm *comm, double 
     g->rank = opt->rank;
     g->zero = opt->zero;
     size_t bytes = (size_t)(bucket_mb * 1024 * 1024);
-    g->bucket_elems = bytes / m->be->elem_size;
+    g->bucket_elems = bytes / m->be->grad_size;
     if (g->bucket_elems < 1) g->bucket_elems = 1;
     if (g->world == 1 || !comm) return;
     if (g->zero) {
-        g->grad_shard = m->be->alloc((opt->hi - opt->lo) * m->be->elem_size);
+        g->grad_shard = m->be->alloc((opt->hi - opt->lo) * m->be->grad_size);
         opt->grad_shard = g->grad_shard;
     } else {
         m->grads_ready = on_grads_ready;
@@ -84,8 +94,8 @@ void grad_sync_arm(GradSync *g) {
 void grad_sync_finish(GradSync *g) {
     if (g->world == 1 || !g->comm) return;
     if (g->zero) {
-        g->comm->reduce_scatter_sum(g->comm, g->model->grads, g->grad_shard, g->opt->hi - g->opt->lo, DT_REAL,
-                                    COMM_WORLD);
+        g->comm->reduce_scatter_sum(g->comm, g->model->grads, g->grad_shard, g->opt->hi - g->opt->lo,
+                                    grad_type(g->model->be), COMM_WORLD);
         g->buckets = 1;
         return;
     }
@@ -111,7 +121,7 @@ static double sharded_norm(const Model *m) {
                         t->items[j].local_offset == end;
              j++)
             end += t->items[j].local_numel;
-        ss[sharded] += be->core->sum_squares(model_tensor(m, m->grads, i), end - t->items[i].local_offset);
+        ss[sharded] += be->core->sum_squares(model_grad(m, i), end - t->items[i].local_offset);
     }
     dist_allreduce_sum_double_ep(ss + 1, 1);
     return sqrt(ss[0] + ss[1]);

@@ -42,7 +42,7 @@ void attnres_forward(Model *m, const AttnResParams *p, AttnResActs *a, const rea
 
 void attnres_backward(Model *m, const AttnResParams *p, const AttnResActs *a, real *const *dsrcs, const real *dout,
                       int N) {
-    m->be->attnres->attnres_backward(dsrcs, model_tensor(m, m->grads, p->query), model_tensor(m, m->grads, p->norm),
+    m->be->attnres->attnres_backward(dsrcs, model_grad(m, p->query), model_grad(m, p->norm),
                             m->acts.ar_work, dout, a->srcs, a->n, model_tensor(m, m->params, p->query),
                             model_tensor(m, m->params, p->norm), a->probs, a->logits, a->rstd, N, m->cfg.d_model);
 }

@@ -26,3 +26,13 @@ void backend_require(const Backend *be, unsigned needs, const char *who) {
                 families[i].name, who);
     }
 }
+
+void backend_grad_download(const Backend *be, float *dst, const real *src, size_t n) {
+    if (be->grad_size == be->elem_size)
+        be->download(dst, src, n);
+    else if (be->grad_size == sizeof(float))
+        be->copy_to_host(dst, src, n * sizeof(float));
+    else
+        die("backend %s: %zu-byte gradients of %zu-byte elements have no download", be->name, be->grad_size,
+            be->elem_size);
+}

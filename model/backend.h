@@ -22,6 +22,10 @@
 //  - Pointers are backend memory. The graph never indexes them; it offsets them only
 //    through backend_offset() so that a backend may store another element type
 //    (the CUDA backend keeps bf16 activations). On the CPU every element is a `real`.
+//  - Parameter gradients (m->grads, and every op's gradient of a parameter: dw, db, dA_log,
+//    ...) are `grad_size` bytes each: a `real` on the CPU, the CUDA backend's own choice
+//    (kernels/backend_cuda.cu). The graph reaches them through model_grad() /
+//    backend_grad_offset(); sum_squares and the optimizers read them.
 //  - Per-row statistics (norm mean/rstd, attention lse, per-row losses, recurrent states)
 //    are `stat_size` bytes each: a `real` on the CPU, fp32 on CUDA (bf16 would lose the
 //    precision the backward needs). The graph carves them with carve_stat().
@@ -46,6 +50,7 @@ typedef struct Backend {
     const char *name;
     size_t elem_size;  // bytes per activation / parameter element
     size_t stat_size;  // bytes per statistics element (mean, rstd, lse, losses, states)
+    size_t grad_size;  // bytes per parameter-gradient element (a multiple of elem_size)
     int keeps_master;  // 1: parameters are a rounded copy; the optimizer keeps fp32 master weights
 
     // ---- memory ----
@@ -92,6 +97,20 @@ static inline real *backend_offset(const Backend *be, const real *ptr, size_t n)
 static inline real *backend_stat_offset(const Backend *be, const real *ptr, size_t n) {
     return (real *)((char *)ptr + n * be->stat_size);
 }
+
+// ptr advanced by n parameter-gradient elements (grad_size each)
+static inline real *backend_grad_offset(const Backend *be, const real *ptr, size_t n) {
+    return (real *)((char *)ptr + n * be->grad_size);
+}
+
+// zeroes n parameter-gradient elements at p (as backend_stat_zero below)
+static inline void backend_grad_zero(const Backend *be, real *p, size_t n) {
+    be->zero(p, n * be->grad_size / be->elem_size);
+}
+
+// n parameter-gradient elements at src (backend memory) -> host fp32: the backend's download
+// when gradients have the element type, else (fp32 gradients of a bf16 backend) raw bytes
+void backend_grad_download(const Backend *be, float *dst, const real *src, size_t n);
 
 // zeroes n statistics elements at p (be->zero counts elem_size elements; stat_size is a multiple
 // of it in every backend, and all-zero bits are 0 in every type): the fp32 states and

@@ -50,7 +50,7 @@ static void attn_layout(const Model *m, int l, Carver *cv, Carver *scratch) {
 }
 
 #define P(idx) model_tensor(m, m->params, (idx))
-#define G(idx) model_tensor(m, m->grads, (idx))
+#define G(idx) model_grad(m, (idx))
 
 static void attn_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     const Backend *be = m->be;

@@ -17,7 +17,7 @@
 #include "model/mixer_linear.h"
 
 #define P(idx) model_tensor(m, m->params, (idx))
-#define G(idx) model_tensor(m, m->grads, (idx))
+#define G(idx) model_grad(m, (idx))
 
 // The core op over the sequences of the last forward: one call per group of at most
 // `cap` sequences (pointers advanced to the group's first row), or one plain call.

@@ -155,7 +155,7 @@ static AttnLayout layout_of(const MlaDims *d, int B, int T) {
 }
 
 #define PRM(idx) model_tensor(m, m->params, (idx))
-#define GRD(idx) model_tensor(m, m->grads, (idx))
+#define GRD(idx) model_grad(m, (idx))
 
 // The query and the latent KV path (shared by the full and the cached forms), on the N = B*T
 // rows at positions pos0 + t: q, kv = [c | kr], chat = RMSNorm(c), RoPE on the decoupled slices.

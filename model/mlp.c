@@ -56,7 +56,7 @@ void mlp_forward(Model *m, int l, real *out, const real *in, int B, int T) {
     be->core->matmul_forward(out, a->act, down_w, down_b, N, H, C);
 }
 
-real *mlp_out_bias_grad(Model *m, int l) { return model_tensor(m, m->grads, m->mp.blocks[l].mlp.down_b); }
+real *mlp_out_bias_grad(Model *m, int l) { return model_grad(m, m->mp.blocks[l].mlp.down_b); }
 
 void mlp_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     const Backend *be = m->be;
@@ -65,9 +65,9 @@ void mlp_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
     MlpActs *a = &m->acts.blocks[l].mlp;
     const int N = B * T, C = c->d_model, H = c->mlp_hidden;
     const real *up_w = model_tensor(m, m->params, p->up_w), *down_w = model_tensor(m, m->params, p->down_w);
-    real *dup_w = model_tensor(m, m->grads, p->up_w), *dup_b = model_tensor(m, m->grads, p->up_b);
-    real *ddown_w = model_tensor(m, m->grads, p->down_w);
-    real *ddown_b = m->dout_bias_summed ? NULL : model_tensor(m, m->grads, p->down_b);  // NULL: summed already
+    real *dup_w = model_grad(m, p->up_w), *dup_b = model_grad(m, p->up_b);
+    real *ddown_w = model_grad(m, p->down_w);
+    real *ddown_b = m->dout_bias_summed ? NULL : model_grad(m, p->down_b);  // NULL: summed already
     if (c->recompute_mlp) {  // act = f(h) again (mlp_layout): the forward's op on the same h
         if (is_glu(c)) be->norm_glu->glu_forward(a->act, a->h, N, H, model_glu_act(c));
         else be->core->gelu_forward(a->act, a->h, (size_t)N * H);

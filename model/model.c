@@ -181,7 +181,7 @@ void model_alloc_buffers(Model *m) {
     if (m->grads) be->free(m->grads);
     m->buffer_elems = (m->table.local_total + m->buffer_multiple - 1) / m->buffer_multiple * m->buffer_multiple;
     m->params = be->alloc(m->buffer_elems * be->elem_size);
-    m->grads = be->alloc(m->buffer_elems * be->elem_size);
+    m->grads = be->alloc(m->buffer_elems * be->grad_size);
 }
 
 void model_init_params(Model *m, unsigned long seed) {
@@ -203,27 +203,34 @@ void model_set_params(Model *m, const float *host) {
     free(local);
 }
 
-static void get_full(const Model *m, const real *buf, float *host) {
-    if (!params_sharded(&m->table)) {
-        m->be->download(host, buf, m->table.total);
-        return;
-    }
-    float *local = params_host_array(&m->table, 1);
-    m->be->download(local, buf, m->table.local_total);
+// (grads: buf holds parameter gradients, grad_size bytes each)
+static void get_full(const Model *m, const real *buf, int grads, float *host) {
+    const size_t n = params_sharded(&m->table) ? m->table.local_total : m->table.total;
+    float *local = params_sharded(&m->table) ? params_host_array(&m->table, 1) : host;
+    if (grads)
+        backend_grad_download(m->be, local, buf, n);
+    else
+        m->be->download(local, buf, n);
+    if (local == host) return;
     params_local_to_full(&m->table, local, host);
     free(local);
 }
 
-void model_get_params(const Model *m, float *host) { get_full(m, m->params, host); }
-void model_get_grads(const Model *m, float *host) { get_full(m, m->grads, host); }
-void model_zero_grad(Model *m) { m->be->zero(m->grads, m->table.local_total); }
+void model_get_params(const Model *m, float *host) { get_full(m, m->params, 0, host); }
+void model_get_grads(const Model *m, float *host) { get_full(m, m->grads, 1, host); }
+void model_zero_grad(Model *m) { backend_grad_zero(m->be, m->grads, m->table.local_total); }
 
 real *model_tensor(const Model *m, real *buf, int index) {
     if (index < 0) return NULL;
     return backend_offset(m->be, buf, m->table.items[index].local_offset);
 }
+
+real *model_grad(const Model *m, int index) {
+    if (index < 0) return NULL;
+    return backend_grad_offset(m->be, m->grads, m->table.items[index].local_offset);
+}
 #define P(idx) model_tensor(m, m->params, (idx))
-#define G(idx) model_tensor(m, m->grads, (idx))
+#define G(idx) model_grad(m, (idx))
 
 // The token mixer of layer l; in cached mode its cached form, from position pos0.
 static void mixer_forward(Model *m, int l, real *out, const real *in, int B, int T, int pos0) {

@@ -160,8 +160,11 @@ void model_logits_row(Model *m, int b, int t, float *out);
 // computed once.
 const real *model_logits(Model *m, int row, int n);
 
-// Pointer to tensor `index` of the table inside buf (m->params or m->grads); NULL for -1.
+// Pointer to tensor `index` of the table inside buf (m->params, or a buffer of the same
+// layout and element type); NULL for -1.
 real *model_tensor(const Model *m, real *buf, int index);
+// Pointer to the gradient of tensor `index` in m->grads (grad_size elements); NULL for -1.
+real *model_grad(const Model *m, int index);
 
 // ---- expert parallelism (docs/hybrid.md, "Expert parallelism" and "Expert-parallel
 //      exchange"), model/moe_dispatch_ep.c

@@ -108,7 +108,7 @@ void moe_layout(const Model *m, Carver *cv, Carver *scratch, MoeActs *a) {
 }
 
 #define PRM(idx) model_tensor(m, m->params, (idx))
-#define GRD(idx) model_tensor(m, m->grads, (idx))
+#define GRD(idx) model_grad(m, (idx))
 
 // The exchange of this layer when the forward runs expert parallel, else NULL. The cached
 // forward (decoding, often on one rank alone) runs every expert locally, which needs the
@@ -130,11 +130,13 @@ static MoeEp *ep_for_forward(Model *m, MoeActs *a) {
     return a->ep;
 }
 
-// The local experts' slice of the stacked expert tensor `idx` in buf (m->params or m->grads):
-// `per` elements per expert. With the experts sharded the buffer holds exactly these rows.
-static real *local_experts(const Model *m, const MoeEp *ep, real *buf, int idx, size_t per) {
-    const ParamInfo *p = &m->table.items[idx];
-    return backend_offset(m->be, model_tensor(m, buf, idx), (size_t)ep->rank * ep->El * per - p->local_lo);
+// The local experts' slice of the stacked expert tensor `idx` in m->params (grads 0) or
+// m->grads (grads 1): `per` elements per expert. With the experts sharded the buffer holds
+// exactly these rows.
+static real *local_experts(const Model *m, const MoeEp *ep, int grads, int idx, size_t per) {
+    const size_t skip = (size_t)ep->rank * ep->El * per - m->table.items[idx].local_lo;
+    return grads ? backend_grad_offset(m->be, model_grad(m, idx), skip)
+                 : backend_offset(m->be, model_tensor(m, m->params, idx), skip);
 }
 
 void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
@@ -167,8 +169,8 @@ void moe_forward(Model *m, int l, real *out, const real *in, int B, int T) {
         const size_t s13 = (size_t)2 * d.M * d.De, s2 = (size_t)d.De * d.M;
         ep_plan(m, ep, a->offsets, d.E);
         ep_dispatch(m, ep, ep->xe, a->xp, d.De);
-        be->moe->moe_experts_forward(ep->ye, ep->he, ep->ae, ep->xe, local_experts(m, ep, m->params, p->w13, s13),
-                                local_experts(m, ep, m->params, p->w2, s2), ep->offsets, ep->El, d.De, d.M, model_glu_act(c));
+        be->moe->moe_experts_forward(ep->ye, ep->he, ep->ae, ep->xe, local_experts(m, ep, 0, p->w13, s13),
+                                local_experts(m, ep, 0, p->w2, s2), ep->offsets, ep->El, d.De, d.M, model_glu_act(c));
         ep_combine(m, ep, a->yp, ep->ye, d.De);
     } else {
         be->moe->moe_experts_forward(a->yp, a->hp, a->ap, a->xp, PRM(p->w13), PRM(p->w2), a->offsets, d.E, d.De, d.M,
@@ -232,9 +234,9 @@ void moe_backward(Model *m, int l, real *din, const real *dout, int B, int T) {
         const size_t s13 = (size_t)2 * d.M * d.De, s2 = (size_t)d.De * d.M;
         real *dye = ep->ye;  // the forward's output rows are not needed any more
         ep_dispatch(m, ep, dye, a->dyp, d.De);
-        be->moe->moe_experts_backward(ep->dxe, local_experts(m, ep, m->grads, p->w13, s13), local_experts(m, ep, m->grads, p->w2, s2),
-                                 ep->dhe, ep->dae, dye, ep->xe, ep->he, ep->ae, local_experts(m, ep, m->params, p->w13, s13),
-                                 local_experts(m, ep, m->params, p->w2, s2), ep->offsets, ep->El, d.De, d.M, model_glu_act(c));
+        be->moe->moe_experts_backward(ep->dxe, local_experts(m, ep, 1, p->w13, s13), local_experts(m, ep, 1, p->w2, s2),
+                                 ep->dhe, ep->dae, dye, ep->xe, ep->he, ep->ae, local_experts(m, ep, 0, p->w13, s13),
+                                 local_experts(m, ep, 0, p->w2, s2), ep->offsets, ep->El, d.De, d.M, model_glu_act(c));
         ep_combine(m, ep, a->dxp, ep->dxe, d.De);
     } else {
         be->moe->moe_experts_backward(a->dxp, GRD(p->w13), GRD(p->w2), a->dhp, a->dap, a->dyp, a->xp, a->hp, a->ap,

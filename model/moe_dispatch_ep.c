@@ -150,17 +150,17 @@ void model_check_expert_parallel(const ModelConfig *c, int ep_size) {
 static void shard_experts(Model *m, int ep_rank) {
     if (m->table.ep_size == m->ep_size) return;  // already sharded this way
     const Backend *be = m->be;
-    const size_t es = be->elem_size, n = m->table.local_total;  // unsharded: the full layout
-    char *old = xmalloc(2 * n * es);
+    const size_t es = be->elem_size, gs = be->grad_size, n = m->table.local_total;  // unsharded: the full layout
+    char *old = xmalloc(n * (es + gs));
     be->copy_to_host(old, m->params, n * es);  // raw elements: no rounding in any build
-    be->copy_to_host(old + n * es, m->grads, n * es);
+    be->copy_to_host(old + n * es, m->grads, n * gs);
     params_shard(&m->table, m->ep_size, ep_rank);
     model_alloc_buffers(m);
     for (int i = 0; i < m->table.count; i++) {
         const ParamInfo *p = &m->table.items[i];
-        const size_t from = (p->offset + p->local_lo) * es, bytes = p->local_numel * es;
-        be->copy_from_host(model_tensor(m, m->params, i), old + from, bytes);
-        be->copy_from_host(model_tensor(m, m->grads, i), old + n * es + from, bytes);
+        const size_t from = p->offset + p->local_lo;
+        be->copy_from_host(model_tensor(m, m->params, i), old + from * es, p->local_numel * es);
+        be->copy_from_host(model_grad(m, i), old + n * es + from * gs, p->local_numel * gs);
     }
     free(old);
 }

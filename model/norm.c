@@ -36,7 +36,7 @@ void norm_backward(Model *m, const NormParams *p, const NormActs *a, real *din, 
                    int N) {
     const int C = m->cfg.d_model;
     real *w = model_tensor(m, m->params, p->w);
-    real *dw = model_tensor(m, m->grads, p->w), *db = model_tensor(m, m->grads, p->b);
+    real *dw = model_grad(m, p->w), *db = model_grad(m, p->b);
     if (m->cfg.norm == NORM_LAYERNORM)
         m->be->core->layernorm_backward(din, dw, db, dout, in, w, a->mean, a->rstd, N, C);
     else m->be->norm_glu->rmsnorm_backward(din, dw, dout, in, w, a->rstd, N, C);
@@ -62,9 +62,9 @@ void norm_forward_add(Model *m, const NormParams *p, NormActs *a, real *res, con
 int norm_backward_add(Model *m, const NormParams *p, const NormActs *a, real *dres, const real *dout, const real *in,
                       int N, real *tmp, real *dsum) {
     const int C = m->cfg.d_model;
-    real *w = model_tensor(m, m->params, p->w), *dw = model_tensor(m, m->grads, p->w);
+    real *w = model_tensor(m, m->params, p->w), *dw = model_grad(m, p->w);
     if (m->cfg.norm == NORM_LAYERNORM && m->be->core->layernorm_backward_add) {
-        real *db = model_tensor(m, m->grads, p->b);
+        real *db = model_grad(m, p->b);
         m->be->core->layernorm_backward_add(dres, dw, db, dsum, dout, in, w, a->mean, a->rstd, N, C);
         return dsum != NULL;
     }

@@ -252,7 +252,8 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
         real group_lr = (real)(group_peak_lr(c, p->group) * schedule);
         real wd = (real)group_weight_decay(c, p->group);
         real *param = backend_offset(be, model->params, a);
-        const real *grad = o->grad_shard ? backend_offset(be, o->grad_shard, a - o->lo) : backend_offset(be, model->grads, a);
+        const real *grad = o->grad_shard ? backend_grad_offset(be, o->grad_shard, a - o->lo)
+                                       : backend_grad_offset(be, model->grads, a);
         float *master = o->master ? o->master + (a - o->lo) : NULL;
         if (optimizer_uses_muon(c, p))
             be->optim->muon_update(param, grad, o->m + (a - o->lo), master, params_local_rows(p), p->shape[1],
@@ -272,7 +273,7 @@ void optimizer_step(Optimizer *o, Model *model, double lr, double grad_norm) {
     if (multi) {
         if (nseg)
             be->optim->adamw_update_multi(backend_offset(be, model->params, o->lo),
-                                   o->grad_shard ? o->grad_shard : backend_offset(be, model->grads, o->lo), o->m, o->v,
+                                   o->grad_shard ? o->grad_shard : backend_grad_offset(be, model->grads, o->lo), o->m, o->v,
                                    o->master, nseg, seg_off, seg_len, seg_lr, seg_wd, (real)c->beta1, (real)c->beta2,
                                    (real)c->adam_eps, (real)scale, o->t);
         free(seg_off);

@@ -73,7 +73,7 @@ static double rel(const real *a, const real *b, size_t n) {
     return s > 0 ? d / s : d;
 }
 
-static const real *grad_of(const Model *m, int index) { return model_tensor(m, m->grads, index); }
+static const real *grad_of(const Model *m, int index) { return model_grad(m, index); }
 static size_t numel(const Model *m, int index) { return m->table.items[index].numel; }
 
 static void batch(int *in, int *tg, unsigned long seed) {

@@ -28,6 +28,7 @@ const Backend *backend_cpu(void) {
     b = (Backend){
         .elem_size = sizeof(real),
         .stat_size = sizeof(real),
+        .grad_size = sizeof(real),
         .keeps_master = 0,
         .alloc = cpu_alloc,
         .free = cpu_free,

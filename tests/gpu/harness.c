@@ -135,8 +135,22 @@ int same_bf16(const void *a, const void *b, size_t n) {
     return same;
 }
 
-double err_bf16_added(const void *dev, const float *base, const float *ref, size_t n) {
-    float *g = get_bf16(dev, n), *r = xmalloc(sizeof(float) * n);
+float *dev_clone_f32(const float *p, size_t n) {
+    float *h = get_f32(p, n), *d = dev_f32(h, n);
+    free(h);
+    return d;
+}
+
+int same_f32(const float *a, const float *b, size_t n) {
+    float *x = get_f32(a, n), *y = get_f32(b, n);
+    int same = !memcmp(x, y, sizeof(float) * n);
+    free(x), free(y);
+    return same;
+}
+
+// (g: the device tensor, downloaded; freed here)
+static double err_added(float *g, const float *base, const float *ref, size_t n) {
+    float *r = xmalloc(sizeof(float) * n);
     for (size_t i = 0; i < n; i++) {
         g[i] -= base[i];
         r[i] = ref[i] - base[i];
@@ -144,6 +158,13 @@ double err_bf16_added(const void *dev, const float *base, const float *ref, size
     double e = rel_rms(g, r, n);
     free(g), free(r);
     return e;
+}
+
+double err_bf16_added(const void *dev, const float *base, const float *ref, size_t n) {
+    return err_added(get_bf16(dev, n), base, ref, n);
+}
+double err_f32_added(const float *dev, const float *base, const float *ref, size_t n) {
+    return err_added(get_f32(dev, n), base, ref, n);
 }
 
 double err_f32(const float *dev, const float *ref, size_t n) {

@@ -63,6 +63,8 @@ float *get_bf16(const void *p, size_t n);  // downloaded to a new host array
 float *get_f32(const float *p, size_t n);
 void *dev_clone_bf16(const void *p, size_t n);               // a new device copy of n bf16 elements
 int same_bf16(const void *a, const void *b, size_t n);       // two device tensors hold the same bits
+float *dev_clone_f32(const float *p, size_t n);             // the same for fp32 (parameter gradients)
+int same_f32(const float *a, const float *b, size_t n);
 
 // ---- comparison ----
 // ||got - ref|| / ||ref|| (||got - ref|| if ref is 0); +inf if got holds a non-finite value
@@ -72,6 +74,7 @@ double err_f32(const float *dev, const float *ref, size_t n);
 // an accumulator (+=): the device tensor started as base (host) and the op added its result;
 // rel_rms of the part added, (got - base) against (ref - base)
 double err_bf16_added(const void *dev, const float *base, const float *ref, size_t n);
+double err_f32_added(const float *dev, const float *base, const float *ref, size_t n);  // (fp32 gradients)
 // prints "  what  err  (tol)  ok|FAIL"; returns err <= tol (false for NaN)
 int report(const char *what, double err, double tol);
 
