@@ -382,7 +382,7 @@ extern "C" const Backend *backend_cuda(void) {
     memset(&b, 0, sizeof b);
     b.elem_size = sizeof(bf16);
     b.stat_size = sizeof(float);
-    b.grad_size = sizeof(bf16);
+    b.grad_size = sizeof(float);  // fp32 parameter gradients (docs/cuda.md, "Precision")
     b.keeps_master = 1;
     b.alloc = cu_alloc;
     b.free = cu_free;

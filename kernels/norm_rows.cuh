@@ -10,7 +10,9 @@
 // lane per 256; the backward keeps its running column sums in shared memory); otherwise a
 // generic strided path.
 // dw/db are deterministic: fixed row chunks per block (depending on N only), partial
-// sums in fixed order per warp, warps added in order, then chunks added in order.
+// sums in fixed order per warp, warps added in order, then chunks added in order. They
+// (and dsum) are parameter gradients, fp32 (model/backend.h, grad_size): the fp32 sums are
+// added to them unrounded.
 #ifndef HYBRID_KERNELS_NORM_ROWS_CUH
 #define HYBRID_KERNELS_NORM_ROWS_CUH
 
@@ -241,10 +243,10 @@ __global__ void norm_bwd_dw_generic_kernel(float *partial, const bf16 *dout, con
     if (Q == 3) partial[(size_t)blockIdx.y * Q * C + 2 * C + c] = ss;
 }
 
-// dw[c] += sum over chunks of partial[chunk][c]; db likewise (db may be NULL), and with
-// Q = 3 dsum from the third part. Block (32, 8): 32 columns; row lane y adds chunks y,
+// dw[c] += sum over chunks of partial[chunk][c] (fp32); db likewise (db may be NULL), and
+// with Q = 3 dsum from the third part. Block (32, 8): 32 columns; row lane y adds chunks y,
 // y + 8, ... in order, then the 8 lane sums are added in order (a fixed order: deterministic).
-static __global__ void norm_dw_reduce_kernel(bf16 *dw, bf16 *db, bf16 *dsum, const float *partial, int chunks,
+static __global__ void norm_dw_reduce_kernel(float *dw, float *db, float *dsum, const float *partial, int chunks,
                                              int C, int Q) {
     __shared__ float sh[8][33];
     int i = blockIdx.x * 32 + threadIdx.x;
@@ -254,11 +256,11 @@ static __global__ void norm_dw_reduce_kernel(bf16 *dw, bf16 *db, bf16 *dsum, con
     sh[threadIdx.y][threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.y || i >= Q * C) return;
-    bf16 *dst = i < C ? dw + i : i < 2 * C ? (db ? db + (i - C) : NULL) : dsum + (i - 2 * C);
+    float *dst = i < C ? dw + i : i < 2 * C ? (db ? db + (i - C) : NULL) : dsum + (i - 2 * C);
     if (!dst) return;
     s = 0.f;
     for (int y = 0; y < 8; y++) s += sh[y][threadIdx.x];
-    *dst = __float2bfloat16(__bfloat162float(*dst) + s);
+    *dst += s;
 }
 
 template <bool RMS>
@@ -304,10 +306,11 @@ static void norm_add_forward(bf16 *res, bf16 *out, float *mean, float *rstd, con
     }
 }
 
-// dsum (ACC only, may be NULL): dsum += the column sums of dinp after the add, as stored.
+// dw, db (may be NULL), dsum: fp32 parameter gradients. dsum (ACC only, may be NULL): dsum +=
+// the column sums of dinp after the add, as stored.
 template <bool RMS, bool ACC = false>
-static void norm_backward(bf16 *dinp, bf16 *dw, bf16 *db, const bf16 *dout, const bf16 *inp, const bf16 *w,
-                          const float *mean, const float *rstd, int N, int C, bf16 *dsum = NULL) {
+static void norm_backward(bf16 *dinp, float *dw, float *db, const bf16 *dout, const bf16 *inp, const bf16 *w,
+                          const float *mean, const float *rstd, int N, int C, float *dsum = NULL) {
     if (N <= 0) return;
     const int Q = dsum ? 3 : 2;
     int chunks = (N + NORM_ROWS_PER_CHUNK - 1) / NORM_ROWS_PER_CHUNK;

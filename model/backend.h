@@ -14,11 +14,7 @@
 //    gradients, unless the comment says otherwise. The named exceptions are optional fused
 //    ops that ACCUMULATE an input gradient too, to save the separate add_inplace:
 //    layernorm_backward_add, rmsnorm_backward_add (dres += d(norm input)) and
-//    matmul_backward_acc (dinp += dout @ w); their plain forms still write. The optional
-//    matmul_backward_dw_wide accumulates its weight gradient in two steps: into a
-//    statistics-typed accumulator (dw_acc +=, every call), then that into the parameter
-//    gradient (dw += dw_acc, the last call), rounding to the gradient's type once over many
-//    calls (the classifier's chunks on CUDA, whose gradients are bf16).
+//    matmul_backward_acc (dinp += dout @ w); their plain forms still write.
 //  - Pointers are backend memory. The graph never indexes them; it offsets them only
 //    through backend_offset() so that a backend may store another element type
 //    (the CUDA backend keeps bf16 activations). On the CPU every element is a `real`.

@@ -43,18 +43,6 @@ static void layout(Model *m, Carver *cv, Carver *scratch) {
         b->res_out = carve(cv, N * C);
         if (s.used > scratch_max) scratch_max = s.used;
     }
-    // The classifier's wide lm_head-gradient accumulator (classifier, below), where it runs in
-    // more than one chunk and the backend has matmul_backward_dw_wide: in the blocks' shared
-    // backward scratch, which is idle while the classifier runs (that runs whole, after the
-    // blocks' forward and before any block's backward; the scratch holds only one layer's
-    // temporaries at a time), so it costs memory only where it is larger than every block's
-    // scratch: GPT-2 124M at B64 T1024 has 805 MB of MLP scratch, the accumulator 155 MB.
-    a->dw_wide = NULL;
-    if (m->be->core->matmul_backward_dw_wide && (size_t)m->logits_rows < N) {
-        Carver s = {scratch->base, 0, scratch->elem, scratch->stat};
-        a->dw_wide = carve_stat(&s, Vp * C);
-        if (s.used > scratch_max) scratch_max = s.used;
-    }
     // the output AttnRes, the sealed blocks and their gradient accumulators (docs/hybrid.md,
     // "Block AttnRes layer algorithm" and "AttnRes backward through the stack")
     if (S) {
@@ -364,13 +352,10 @@ static real loss_grad(int count, float loss_scale) { return count ? (real)loss_s
 //   CLS_GRAD:  dlogits_c in place                        (crossentropy_backward)
 //   with dlogits: dW += dlogits_c^T x_c, dx_c = dlogits_c W  (matmul_backward: rows r.. of
 //              acts.dbranch, the gradient into the final norm's output)
-// Every row is independent; only dW sums over them, a chunk at a time (its rounding is that
-// of one sum over all N rows only when one chunk covers them: logits_rows >= N). A backend
-// whose gradients are narrower than its statistics (CUDA: bf16 against fp32) would round the
-// lm_head gradient once per chunk (26 times at B64 T1024): with matmul_backward_dw_wide the
-// chunks' dW add up in acts.dw_wide ((Vp, C) statistics elements, zeroed first) and go into
-// the gradient once, after the last chunk, so that many chunks round as one does. Without it
-// (the CPU, whose gradients are `real` already) matmul_backward adds each chunk's dW.
+// Every row is independent; only dW sums over them, a chunk at a time, into the lm_head's
+// gradient (its rounding is that of one sum over all N rows only when one chunk covers them:
+// logits_rows >= N). Gradients are never narrower than fp32 (Backend.grad_size), so a chunk's
+// addition rounds as any fp32 sum does: 26 chunks at GPT-2's B64 T1024 cost nothing in bf16.
 typedef enum { CLS_LOSS, CLS_TRAIN, CLS_GRAD } ClassifierPass;
 
 static void classifier(Model *m, int N, ClassifierPass pass, real dloss) {
@@ -379,8 +364,6 @@ static void classifier(Model *m, int N, ClassifierPass pass, real dloss) {
     const ModelParams *mp = &m->mp;
     Acts *a = &m->acts;
     const int C = m->cfg.d_model, V = m->cfg.vocab_size, Vp = m->cfg.padded_vocab_size;
-    real *wide = pass != CLS_LOSS && N > m->logits_rows ? a->dw_wide : NULL;  // carved only with the op
-    if (wide) backend_stat_zero(be, wide, (size_t)Vp * C);
     for (int r = 0; r < N; r += m->logits_rows) {
         const int n = N - r < m->logits_rows ? N - r : m->logits_rows;
         const real *x = backend_offset(be, a->normf.out, (size_t)r * C);
@@ -396,11 +379,7 @@ static void classifier(Model *m, int N, ClassifierPass pass, real dloss) {
         else op->crossentropy_backward(a->logits, a->logits, tg, dloss, n, V, Vp);
         m->logits_count = 0;
         real *dx = backend_offset(be, a->dbranch, (size_t)r * C);
-        if (wide)
-            op->matmul_backward_dw_wide(dx, r + n == N ? G(mp->lm_head) : NULL, wide, a->logits, x, P(mp->lm_head),
-                                        n, C, Vp);
-        else
-            op->matmul_backward(dx, G(mp->lm_head), NULL, a->logits, x, P(mp->lm_head), n, C, Vp);
+        op->matmul_backward(dx, G(mp->lm_head), NULL, a->logits, x, P(mp->lm_head), n, C, Vp);
     }
 }
 

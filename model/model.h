@@ -45,10 +45,6 @@ typedef struct {
     real *logits;                      // (logits_rows, Vp): one chunk of the classifier's logits
                                        // (dlogits in place while it trains), never all N rows
     real *losses;                      // (N)
-    real *dw_wide;                     // (Vp, C) statistics elements, or NULL: the classifier's
-                                       // lm_head gradient summed over its chunks before it is
-                                       // rounded into m->grads (backends with
-                                       // matmul_backward_dw_wide; in the backward scratch)
     // backward scratch; dbranch also carries d(final norm output) from the classifier's
     // backward (model_forward_train) to model_backward
     real *dresid, *dtmp, *dbranch;     // (N,C)

@@ -2,7 +2,8 @@
 // docs/hybrid.md, "AttnRes op backward"):
 //   pi_i = dout . V_i;  dz_i = p_i (pi_i - sum_j p_j pi_j)
 //   dV_i += p_i dout + dz_i rho_i q - (dz_i z_i rho_i^2 / C) V_i       (bf16, accumulated)
-//   dq = sum_tokens sum_i dz_i rho_i V_i;  dw += dq * gamma;  dgamma += dq * w
+//   dq = sum_tokens sum_i dz_i rho_i V_i;  dw += dq * gamma;  dgamma += dq * w   (fp32: the
+//   parameter gradients, model/backend.h, `grad_size`)
 // One warp per token row, blocks of AR_BWD_WARPS warps over a fixed chunk of rows: pass 1
 // reads every V_i for pi_i (kept in `work` by the source's owner lane, attnres.cuh), pass 2
 // reads V_i again for dV_i and adds dz_i rho_i V_i into the warp's dq registers; then the
@@ -85,15 +86,15 @@ __global__ void ar_bwd_kernel(ArDsrcs dsrcs, float *partial, float *work, const 
     for (int c = threadIdx.x; c < C; c += blockDim.x) partial[(size_t)blockIdx.x * C + c] = sh[c];
 }
 
-// dq[c] = sum of the chunks' partials in chunk order; dw += dq gamma, dgamma += dq w (bf16)
-__global__ void ar_dq_reduce_kernel(bf16 *dw, bf16 *dgamma, const float *partial, int chunks, const bf16 *w,
+// dq[c] = sum of the chunks' partials in chunk order; dw += dq gamma, dgamma += dq w (fp32)
+__global__ void ar_dq_reduce_kernel(float *dw, float *dgamma, const float *partial, int chunks, const bf16 *w,
                                     const bf16 *gamma, int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float dq = 0.f;
     for (int k = 0; k < chunks; k++) dq += partial[(size_t)k * C + c];
-    dw[c] = __float2bfloat16(__bfloat162float(dw[c]) + dq * __bfloat162float(gamma[c]));
-    dgamma[c] = __float2bfloat16(__bfloat162float(dgamma[c]) + dq * __bfloat162float(w[c]));
+    dw[c] += dq * __bfloat162float(gamma[c]);
+    dgamma[c] += dq * __bfloat162float(w[c]);
 }
 
 template <int W, int NV>
@@ -128,6 +129,6 @@ extern "C" void cuda_attnres_backward(real *const *dsrcs, real *dw, real *dgamma
     AR_DISPATCH(C, vec, "cuda_attnres_backward", ar_bwd_launch, d, partial, (float *)work, (const bf16 *)dout, s, n,
                 (const bf16 *)w, (const bf16 *)gamma, (const float *)probs, (const float *)logits,
                 (const float *)rstd, N, C, chunks, per);
-    launch_kernel(ar_dq_reduce_kernel, dim3((unsigned)((C + 127) / 128)), dim3(128), 0, (bf16 *)dw, (bf16 *)dgamma,
+    launch_kernel(ar_dq_reduce_kernel, dim3((unsigned)((C + 127) / 128)), dim3(128), 0, (float *)dw, (float *)dgamma,
                   (const float *)partial, chunks, (const bf16 *)w, (const bf16 *)gamma, C);
 }

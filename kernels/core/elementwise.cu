@@ -1,6 +1,7 @@
 // Elementwise ops on bf16 tensors (residual add, gradient accumulation, scaling,
-// tanh-GELU) and the deterministic sums (per-row losses, the gradient norm). Math in
-// fp32; the CPU reference (model/ops/core/elementwise.c, gelu.c) gives the equations.
+// tanh-GELU) and the deterministic sums of fp32 tensors (per-row losses; the squares of the
+// parameter gradients, for the gradient norm). Math in fp32 (the sums in double); the CPU
+// reference (model/ops/core/elementwise.c, gelu.c) gives the equations.
 //
 // Vector path: 8 bf16 (16 bytes) per thread when every pointer is 16-byte aligned;
 // the tail (n % 8) and misaligned tensors take the scalar path. Grid-stride loops.
@@ -126,35 +127,14 @@ void cuda_gelu_backward(real *dinp, const real *inp, const real *dout, size_t n)
 #define SUM_BLOCKS 512
 #define SUM_THREADS 256
 
+// (each element, or its square, added in double)
 template <bool SQUARES>
-__global__ void sum_bf16_kernel(double *partial, const bf16 *x, size_t n, int vec) {
-    double s = 0.0;
-    size_t stride = (size_t)gridDim.x * blockDim.x, tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    size_t done = 0;
-    if (vec) {
-        size_t nvec = n / 8;
-        for (size_t i = tid; i < nvec; i += stride) {
-            float f[8];
-            load8(x + 8 * i, f);
-            float t = 0.f;
-#pragma unroll
-            for (int k = 0; k < 8; k++) t += SQUARES ? f[k] * f[k] : f[k];
-            s += (double)t;
-        }
-        done = nvec * 8;
-    }
-    for (size_t i = done + tid; i < n; i += stride) {
-        float f = __bfloat162float(x[i]);
-        s += SQUARES ? (double)f * f : (double)f;
-    }
-    s = block_sum_d(s);
-    if (threadIdx.x == 0) partial[blockIdx.x] = s;
-}
-
 __global__ void sum_f32_kernel(double *partial, const float *x, size_t n) {
     double s = 0.0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        s += (double)x[i];
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const double v = x[i];
+        s += SQUARES ? v * v : v;
+    }
     s = block_sum_d(s);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
@@ -180,15 +160,16 @@ double cuda_sum(const real *x, size_t n) {
     PROFILE("sum");
     if (!n) return 0.0;
     double *partial = (double *)scratch_get((SUM_BLOCKS + 1) * sizeof(double));
-    launch_kernel(sum_f32_kernel, SUM_BLOCKS, SUM_THREADS, 0, partial, (const float *)x, n);
+    launch_kernel(sum_f32_kernel<false>, SUM_BLOCKS, SUM_THREADS, 0, partial, (const float *)x, n);
     return finish_sum(partial);
 }
 
-// sum of squares of bf16 elements (the gradients)
+// sum of squares of the parameter gradients (fp32 on this backend: model/backend.h, grad_size;
+// the graph calls it on nothing else)
 double cuda_sum_squares(const real *x, size_t n) {
     PROFILE("sum_squares");
     if (!n) return 0.0;
     double *partial = (double *)scratch_get((SUM_BLOCKS + 1) * sizeof(double));
-    launch_kernel(sum_bf16_kernel<true>, SUM_BLOCKS, SUM_THREADS, 0, partial, (const bf16 *)x, n, is_aligned16(x));
+    launch_kernel(sum_f32_kernel<true>, SUM_BLOCKS, SUM_THREADS, 0, partial, (const float *)x, n);
     return finish_sum(partial);
 }

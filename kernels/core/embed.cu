@@ -5,6 +5,8 @@
 //   dwte[v] += sum_{bt: tok = v} dout[bt]  the (token, position) pairs are sorted by
 //   token with CUB's stable radix sort (positions stay in increasing order within a
 //   token); one block per distinct token then sums its rows in that order.
+// dwte and dwpe are parameter gradients: fp32 (model/backend.h, grad_size), the fp32 sums
+// added to them unrounded.
 #ifndef HYBRID_CUDA_EMU  // (the emulator has its own DeviceRadixSort: tests/cuda_emu/cuda_emu.h)
 #include <cub/cub.cuh>
 #endif
@@ -55,12 +57,12 @@ void cuda_embed_forward(real *out, const int *tokens, const real *wte, const rea
 }
 
 // dwpe[t, c] += sum_b dout[b, t, c]
-__global__ void embed_dwpe_kernel(bf16 *dwpe, const bf16 *dout, int B, int T, int C) {
+__global__ void embed_dwpe_kernel(float *dwpe, const bf16 *dout, int B, int T, int C) {
     size_t total = (size_t)T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         float s = 0.f;
         for (int b = 0; b < B; b++) s += __bfloat162float(dout[(size_t)b * T * C + i]);
-        dwpe[i] = __float2bfloat16(__bfloat162float(dwpe[i]) + s);
+        dwpe[i] += s;
     }
 }
 
@@ -71,14 +73,14 @@ __global__ void iota_kernel(int *x, int n) {
 
 // Block i handles the run of equal tokens starting at sorted index i (if one starts
 // there): thread j owns channels j, j + blockDim.x, ... and adds the run's rows in order.
-__global__ void embed_dwte_kernel(bf16 *dwte, const bf16 *dout, const int *sorted_tok, const int *sorted_pos, int N,
+__global__ void embed_dwte_kernel(float *dwte, const bf16 *dout, const int *sorted_tok, const int *sorted_pos, int N,
                                   int C) {
     int i = blockIdx.x;
     int tok = sorted_tok[i];
     if (i > 0 && sorted_tok[i - 1] == tok) return;
     int end = i + 1;
     while (end < N && sorted_tok[end] == tok) end++;
-    bf16 *g = dwte + (size_t)tok * C;
+    float *g = dwte + (size_t)tok * C;
     if (C % 8 == 0) {
         for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
             float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -88,17 +90,14 @@ __global__ void embed_dwte_kernel(bf16 *dwte, const bf16 *dout, const int *sorte
 #pragma unroll
                 for (int k = 0; k < 8; k++) acc[k] += f[k];
             }
-            float cur[8];
-            load8(g + c, cur);
 #pragma unroll
-            for (int k = 0; k < 8; k++) cur[k] += acc[k];
-            store8(g + c, cur);
+            for (int k = 0; k < 8; k++) g[c + k] += acc[k];
         }
     } else {
         for (int c = threadIdx.x; c < C; c += blockDim.x) {
             float acc = 0.f;
             for (int r = i; r < end; r++) acc += __bfloat162float(dout[(size_t)sorted_pos[r] * C + c]);
-            g[c] = __float2bfloat16(__bfloat162float(g[c]) + acc);
+            g[c] += acc;
         }
     }
 }
@@ -108,7 +107,7 @@ void cuda_embed_backward(real *dwte, real *dwpe, const real *dout, const int *to
     int N = B * T;
     if (N <= 0) return;
     if (dwpe) {
-        launch_kernel(embed_dwpe_kernel, grid_for((size_t)T * C, 256), 256, 0, (bf16 *)dwpe, (const bf16 *)dout, B, T,
+        launch_kernel(embed_dwpe_kernel, grid_for((size_t)T * C, 256), 256, 0, (float *)dwpe, (const bf16 *)dout, B, T,
             C);
     }
     // scratch: pos_in | tok_out | pos_out | CUB temp
@@ -124,5 +123,5 @@ void cuda_embed_backward(real *dwte, real *dwpe, const real *dout, const int *to
                                                g_cuda.stream));
     LAUNCH_CHECK();
     int threads = C % 8 == 0 ? (C / 8 < 32 ? 32 : (C / 8 > 256 ? 256 : (C / 8 + 31) / 32 * 32)) : 256;
-    launch_kernel(embed_dwte_kernel, N, threads, 0, (bf16 *)dwte, (const bf16 *)dout, tok_out, pos_out, N, C);
+    launch_kernel(embed_dwte_kernel, N, threads, 0, (float *)dwte, (const bf16 *)dout, tok_out, pos_out, N, C);
 }

@@ -1,5 +1,6 @@
 // LayerNorm (model/ops/core/layernorm.c gives the equations) and its fused forms with the
-// residual add, on the row-normalisation kernels of kernels/norm_rows.cuh.
+// residual add, on the row-normalisation kernels of kernels/norm_rows.cuh. dw, db and dsum
+// are parameter gradients: fp32 (model/backend.h, grad_size).
 #include "kernels/norm_rows.cuh"
 
 void cuda_layernorm_forward(real *out, real *mean, real *rstd, const real *inp, const real *w, const real *b, int N,
@@ -12,7 +13,7 @@ void cuda_layernorm_forward(real *out, real *mean, real *rstd, const real *inp, 
 void cuda_layernorm_backward(real *dinp, real *dw, real *db, const real *dout, const real *inp, const real *w,
                              const real *mean, const real *rstd, int N, int C) {
     PROFILE("layernorm_bwd");
-    norm_backward<false>((bf16 *)dinp, (bf16 *)dw, (bf16 *)db, (const bf16 *)dout, (const bf16 *)inp,
+    norm_backward<false>((bf16 *)dinp, (float *)dw, (float *)db, (const bf16 *)dout, (const bf16 *)inp,
                          (const bf16 *)w, (const float *)mean, (const float *)rstd, N, C);
 }
 
@@ -31,6 +32,6 @@ void cuda_layernorm_backward_add(real *dres, real *dw, real *db, real *dsum, con
                                  const real *w, const real *mean, const real *rstd, int N, int C) {
     PROFILE("layernorm_bwd_add");
     ce_lse_invalidate(dres, (size_t)N * C * sizeof(bf16));
-    norm_backward<false, true>((bf16 *)dres, (bf16 *)dw, (bf16 *)db, (const bf16 *)dout, (const bf16 *)inp,
-                               (const bf16 *)w, (const float *)mean, (const float *)rstd, N, C, (bf16 *)dsum);
+    norm_backward<false, true>((bf16 *)dres, (float *)dw, (float *)db, (const bf16 *)dout, (const bf16 *)inp,
+                               (const bf16 *)w, (const float *)mean, (const float *)rstd, N, C, (float *)dsum);
 }

@@ -1,10 +1,12 @@
 // Linear layers through cuBLASLt: bf16 operands, fp32 accumulation, bf16 results, the
-// bias added in the GEMM epilogue. model/ops/matmul.c gives the equations.
+// bias added in the GEMM epilogue. model/ops/matmul.c gives the equations. The parameter
+// gradients (dw, dbias, dpre_bias) are fp32 (model/backend.h, grad_size; docs/cuda.md,
+// "Precision"): the dW GEMM has fp32 C = D = dw with beta 1, the bias sums are added in fp32.
 //
 // cuBLAS is column-major: a row-major (R, K) matrix is a column-major (K, R) one. So
 //   out (N, OC) = inp (N, C) w^T         is  out^T (OC, N) = w'^T (OC, C) inp' (C, N)   [TN]
 //   dinp (N, C) = dout (N, OC) w          is  dinp^T (C, N) = w' (C, OC) dout' (OC, N)   [NN]
-//   dw (OC, C) += dout^T inp              is  dw^T (C, OC) += inp' (C, N) dout'^T (N, OC) [NT, beta 1]
+//   dw (OC, C) += dout^T inp              is  dw^T (C, OC) += inp' (C, N) dout'^T (N, OC) [NT, beta 1, fp32 C/D]
 // where x' is x's memory read column-major. dbias (sum of dout's rows) is a deterministic
 // kernel: fixed row chunks, then the chunks added in order. HYBRID_CUDA_DBIAS_GEMM=1 takes
 // it from the dw GEMM's BGRADB epilogue instead (the reduction of op(B) = dout over
@@ -20,11 +22,12 @@
 
 #include "kernels/common.cuh"
 
-enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU, EPI_BGRADB, EPI_BGRADB16, EPI_DGELU_BGRAD, EPI_DGELU_BGRAD16 };
-// + bias when a bias pointer is given. EPI_BGRADB(16): the bias pointer RECEIVES (fp32 (bf16),
-// written) the sums of op(B) over k (n values). EPI_DGELU_BGRAD(16): D = X * gelu'(aux) as
-// EPI_DGELU, and the bias pointer RECEIVES (fp32 (bf16), written) sum_j D(i, j) over D's n
-// columns (m values): cuBLASLt's DGELU_BGRAD, the bias gradient of the layer that made aux.
+enum { EPI_NONE, EPI_GELU_AUX, EPI_DGELU, EPI_BGRADB, EPI_DGELU_BGRAD };
+// + bias when a bias pointer is given. EPI_BGRADB: the bias pointer RECEIVES (fp32, written)
+// the sums of op(B) over k (n values). EPI_DGELU_BGRAD: D = X * gelu'(aux) as EPI_DGELU, and
+// the bias pointer RECEIVES (fp32, written) sum_j D(i, j) over D's n columns (m values):
+// cuBLASLt's DGELU_BGRAD, the bias gradient of the layer that made aux. (Their bf16-sum forms
+// are gone: a bias gradient is fp32 and must not be rounded to bf16 on the way.)
 
 #ifdef HYBRID_CUDA_EMU
 // The CPU emulator has no cuBLASLt: the same GEMM and epilogue as a plain loop over bf16
@@ -38,21 +41,15 @@ static int gemm_run(int transa, int transb, int m, int n, int k, const bf16 *A, 
     const int e = epi == EPI_GELU_AUX ? EMU_EPI_GELU_AUX
                   : epi == EPI_DGELU  ? EMU_EPI_DGELU
                   : epi == EPI_BGRADB ? EMU_EPI_BGRADB_F32
-                  : epi == EPI_BGRADB16 ? EMU_EPI_BGRADB_BF16
                   : epi == EPI_DGELU_BGRAD ? EMU_EPI_DGELU_BGRAD_F32
-                  : epi == EPI_DGELU_BGRAD16 ? EMU_EPI_DGELU_BGRAD_BF16
                                            : EMU_EPI_NONE;
     emu_lt_matmul(transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, D, cd_f32, ldc, strideC,
                   batch < 1 ? 1 : batch, e, (void *)bias, (bf16 *)aux);
     return 1;
 }
 #else
-static int epi_is_bgrad(int epi) {
-    return epi == EPI_BGRADB || epi == EPI_BGRADB16 || epi == EPI_DGELU_BGRAD || epi == EPI_DGELU_BGRAD16;
-}
-static int epi_has_aux(int epi) {
-    return epi == EPI_GELU_AUX || epi == EPI_DGELU || epi == EPI_DGELU_BGRAD || epi == EPI_DGELU_BGRAD16;
-}
+static int epi_is_bgrad(int epi) { return epi == EPI_BGRADB || epi == EPI_DGELU_BGRAD; }
+static int epi_has_aux(int epi) { return epi == EPI_GELU_AUX || epi == EPI_DGELU || epi == EPI_DGELU_BGRAD; }
 
 typedef struct {
     int transa, transb, m, n, k, lda, ldb, ldc, batch, bias, beta_zero, c_is_d, epi;
@@ -88,8 +85,8 @@ static void set_layout_batch(cublasLtMatrixLayout_t l, int batch, long long stri
                                                   sizeof stride));
 }
 
-// NULL when the heuristic has no algorithm for a bias-gradient epilogue (EPI_BGRADB*,
-// EPI_DGELU_BGRAD*: the caller then sums the bias with its own kernel); dies for any other.
+// NULL when the heuristic has no algorithm for a bias-gradient epilogue (EPI_BGRADB,
+// EPI_DGELU_BGRAD: the caller then sums the bias with its own kernel); dies for any other.
 static GemmKey g_noplan[MAX_PLANS];
 static int g_nnoplan;
 
@@ -113,15 +110,15 @@ static GemmPlan *get_plan(const GemmKey *key) {
     cublasLtEpilogue_t epi = key->bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
     if (key->epi == EPI_GELU_AUX) epi = key->bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     if (key->epi == EPI_DGELU) epi = CUBLASLT_EPILOGUE_DGELU;
-    if (key->epi == EPI_BGRADB || key->epi == EPI_BGRADB16) epi = CUBLASLT_EPILOGUE_BGRADB;
-    if (key->epi == EPI_DGELU_BGRAD || key->epi == EPI_DGELU_BGRAD16) epi = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    if (key->epi == EPI_BGRADB) epi = CUBLASLT_EPILOGUE_BGRADB;
+    if (key->epi == EPI_DGELU_BGRAD) epi = CUBLASLT_EPILOGUE_DGELU_BGRAD;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (epi_has_aux(key->epi)) {
         int64_t ld = key->ldc;  // aux has D's shape and leading dimension
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
     }
-    if (key->bias) {
-        cudaDataType_t bt = key->epi == EPI_BGRADB || key->epi == EPI_DGELU_BGRAD ? CUDA_R_32F : CUDA_R_16BF;
+    if (key->bias) {  // a bias gradient is fp32 (a parameter gradient); a forward bias is a bf16 parameter
+        cudaDataType_t bt = epi_is_bgrad(key->epi) ? CUDA_R_32F : CUDA_R_16BF;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
     // stored shapes: A is (m, k) after op, so stored (k, m) when transposed
@@ -187,10 +184,9 @@ static GemmPlan *get_plan(const GemmKey *key) {
     return slot;
 }
 
-// Returns 0 (nothing launched) only when epi is a bias-gradient epilogue (EPI_BGRADB*,
-// EPI_DGELU_BGRAD*) and no algorithm supports it. For EPI_BGRADB, bias is an fp32 output (n
-// floats), EPI_BGRADB16 bf16; EPI_DGELU_BGRAD fp32 (m floats), EPI_DGELU_BGRAD16 bf16. cd_f32:
-// C and D are fp32 (else bf16).
+// Returns 0 (nothing launched) only when epi is a bias-gradient epilogue (EPI_BGRADB,
+// EPI_DGELU_BGRAD) and no algorithm supports it. For EPI_BGRADB, bias is an fp32 output (n
+// floats); EPI_DGELU_BGRAD fp32 (m floats). cd_f32: C and D are fp32 (else bf16).
 static int gemm_run(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
                     const bf16 *B, int ldb, long long strideB, const void *C, void *D, int cd_f32, int ldc,
                     long long strideC, float alpha, float beta, const void *bias, int batch, int epi, const bf16 *aux) {
@@ -245,13 +241,16 @@ static int gemm_ex(int transa, int transb, int m, int n, int k, const bf16 *A, i
                     bias, batch, epi, aux);
 }
 
-// bf16 A and B, fp32 C and D, no epilogue, one batch: D = alpha op(A) op(B) + beta C with
-// the fp32 accumulation never rounded to bf16 (C may be D: an fp32 accumulator, beta = 1).
-// cuBLASLt supports this type combination (compute 32F, scale 32F) for every shape the bf16
-// one takes; a shape it had no algorithm for would die in get_plan, naming it (C/D fp32).
-static void gemm_bf16_f32(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, const bf16 *B, int ldb,
-                          const float *C, float *D, int ldc, float alpha, float beta) {
-    gemm_run(transa, transb, m, n, k, A, lda, 0, B, ldb, 0, C, D, 1, ldc, 0, alpha, beta, NULL, 1, EPI_NONE, NULL);
+// bf16 A and B, fp32 C and D, one batch: D = alpha op(A) op(B) + beta C with the fp32
+// accumulation never rounded to bf16 (C may be D: an fp32 accumulator, beta = 1; the fp32
+// weight gradients). cuBLASLt supports this type combination (compute 32F, scale 32F) for
+// every shape the bf16 one takes; a shape it had no algorithm for would die in get_plan,
+// naming it (C/D fp32). epi: EPI_NONE, or EPI_BGRADB with bias (fp32, n values, written):
+// then returns 0 where cuBLASLt has no algorithm for it (nothing launched).
+static int gemm_bf16_f32(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, const bf16 *B, int ldb,
+                         const float *C, float *D, int ldc, float alpha, float beta, float *bias = NULL,
+                         int epi = EPI_NONE) {
+    return gemm_run(transa, transb, m, n, k, A, lda, 0, B, ldb, 0, C, D, 1, ldc, 0, alpha, beta, bias, 1, epi, NULL);
 }
 
 void gemm_bf16(int transa, int transb, int m, int n, int k, const bf16 *A, int lda, long long strideA,
@@ -262,7 +261,7 @@ void gemm_bf16(int transa, int transb, int m, int n, int k, const bf16 *A, int l
 }
 
 // ---------------------------------------------------------------------------
-// dbias[o] += sum_i dout[i, o], in two deterministic steps (fixed order, no atomics):
+// dbias[o] += sum_i dout[i, o] (fp32 dbias), in two deterministic steps (fixed order, no atomics):
 //   bias_partial_vec_kernel: block (8, 32) covers 64 columns (8 per thread, one 16-byte
 //     load a row: 8 lanes read 128 contiguous bytes) of one chunk of BIAS_ROWS_PER_CHUNK
 //     rows; row lane y takes rows y, y + 32, ... in order, four loads in flight at a time,
@@ -323,7 +322,7 @@ __global__ void bias_partial_scalar_kernel(float *partial, const bf16 *dout, int
     partial[(size_t)blockIdx.y * OC + c] = s;
 }
 
-__global__ void bias_reduce_kernel(bf16 *dbias, const float *partial, int chunks, int OC) {
+__global__ void bias_reduce_kernel(float *dbias, const float *partial, int chunks, int OC) {
     __shared__ float sh[8][33];
     const int c = blockIdx.x * 32 + threadIdx.x;
     float s = 0.f;
@@ -334,10 +333,10 @@ __global__ void bias_reduce_kernel(bf16 *dbias, const float *partial, int chunks
     if (threadIdx.y || c >= OC) return;
     s = 0.f;
     for (int y = 0; y < 8; y++) s += sh[y][threadIdx.x];
-    dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + s);
+    dbias[c] += s;  // fp32 gradient (+=)
 }
 
-static void bias_backward(bf16 *dbias, const bf16 *dout, int N, int OC) {
+static void bias_backward(float *dbias, const bf16 *dout, int N, int OC) {
     if (N <= 0 || OC <= 0) return;
     int chunks = (N + BIAS_ROWS_PER_CHUNK - 1) / BIAS_ROWS_PER_CHUNK;
     if (chunks > BIAS_MAX_CHUNKS) chunks = BIAS_MAX_CHUNKS;
@@ -354,11 +353,21 @@ static void bias_backward(bf16 *dbias, const bf16 *dout, int N, int OC) {
     launch_kernel(bias_reduce_kernel, (OC + 31) / 32, dim3(32, 8), 0, dbias, partial, chunks, OC);
 }
 
-// dbias[o] += acc[o] (fp32 or bf16 column sums from the BGRADB epilogue)
-template <typename A>
-__global__ void bias_add_kernel(bf16 *dbias, const A *acc, int OC) {
+// dbias[o] += acc[o] (the fp32 sums a bias-gradient epilogue wrote; both fp32)
+__global__ void bias_add_kernel(float *dbias, const float *acc, int OC) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c < OC) dbias[c] = __float2bfloat16(__bfloat162float(dbias[c]) + (float)acc[c]);
+    if (c < OC) dbias[c] += acc[c];
+}
+
+// The switches below fall back to the column-sum kernel where cuBLASLt has no algorithm for
+// their epilogue with an fp32 bias gradient (there is no bf16 form: it would round the
+// gradient); said once a switch (*said) on stderr, naming it, so that it does not go unnoticed.
+static void note_no_bgrad_plan(int *said, const char *var, const char *epi, int m, int n, int k) {
+    if ((*said)++) return;
+    fprintf(stderr,
+            "hybrid: note: %s on, but cuBLASLt has no %s algorithm with an fp32 bias gradient for m=%d n=%d k=%d: "
+            "the column-sum kernel sums it (the same gradient; unset %s to silence this)\n",
+            var, epi, m, n, k, var);
 }
 
 // HYBRID_CUDA_DBIAS_GEMM=1: the BGRADB epilogue instead of the column-sum kernel. Off by
@@ -370,24 +379,22 @@ static int dbias_in_gemm(void) {
     return v;
 }
 
-// dw += dout^T inp (the GEMM D^T (C, OC) += inp' (C, N) dout'^T (N, OC)) and, when dbias is
-// given, dbias += sum_rows dout: the BGRADB epilogue reduces op(B) = dout over k = N in the
-// same GEMM (into fp32 scratch, or bf16 where the library takes no fp32 bias gradient
-// with bf16 output, then added), else the column-sum kernel. All fixed order for a fixed
-// plan: deterministic.
-static void dw_and_dbias(bf16 *dw, bf16 *dbias, const bf16 *dout, const bf16 *inp, int N, int C, int OC) {
+// dw += dout^T inp (the GEMM D^T (C, OC) += inp' (C, N) dout'^T (N, OC), fp32 C = D = dw,
+// beta 1: the GEMM's fp32 sum added to the fp32 gradient, no bf16 rounding) and, when dbias
+// is given, dbias += sum_rows dout: the BGRADB epilogue reduces op(B) = dout over k = N in the
+// same GEMM (into fp32 scratch, D's type, then added: the epilogue writes), else the
+// column-sum kernel. All fixed order for a fixed plan: deterministic.
+static void dw_and_dbias(float *dw, float *dbias, const bf16 *dout, const bf16 *inp, int N, int C, int OC) {
     if (dbias && dbias_in_gemm() && N > 0 && OC > 0 && C > 0) {
-        void *acc = scratch_get((size_t)OC * sizeof(float));
-        if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB, NULL)) {
-            launch_kernel(bias_add_kernel<float>, (OC + 255) / 256, 256, 0, dbias, (const float *)acc, OC);
+        float *acc = (float *)scratch_get((size_t)OC * sizeof(float));
+        if (gemm_bf16_f32(0, 1, C, OC, N, inp, C, dout, OC, dw, dw, C, 1.f, 1.f, acc, EPI_BGRADB)) {
+            launch_kernel(bias_add_kernel, (OC + 255) / 256, 256, 0, dbias, (const float *)acc, OC);
             return;
         }
-        if (gemm_ex(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, acc, 1, EPI_BGRADB16, NULL)) {
-            launch_kernel(bias_add_kernel<bf16>, (OC + 255) / 256, 256, 0, dbias, (const bf16 *)acc, OC);
-            return;
-        }
+        static int said;
+        note_no_bgrad_plan(&said, "HYBRID_CUDA_DBIAS_GEMM", "BGRADB", C, OC, N);
     }
-    gemm_bf16(0, 1, C, OC, N, inp, C, 0, dout, OC, 0, dw, dw, C, 0, 1.f, 1.f, NULL, 1);
+    gemm_bf16_f32(0, 1, C, OC, N, inp, C, dout, OC, dw, dw, C, 1.f, 1.f);
     if (dbias) bias_backward(dbias, dout, N, OC);
 }
 
@@ -407,7 +414,7 @@ void cuda_matmul_backward(real *dinp, real *dw, real *dbias, const real *dout, c
     // dinp (written)
     gemm_bf16(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, NULL, (bf16 *)dinp, C, 0, 1.f, 0.f,
               NULL, 1);
-    dw_and_dbias((bf16 *)dw, (bf16 *)dbias, (const bf16 *)dout, (const bf16 *)inp, N, C, OC);
+    dw_and_dbias((float *)dw, (float *)dbias, (const bf16 *)dout, (const bf16 *)inp, N, C, OC);
 }
 
 // Optional fused op (model/ops/core/core.h): matmul_backward with the input gradient
@@ -420,7 +427,7 @@ void cuda_matmul_backward_acc(real *dinp, real *dw, real *dbias, const real *dou
     ce_lse_invalidate(dinp, (size_t)N * C * sizeof(bf16));
     gemm_bf16(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, (const bf16 *)dinp, (bf16 *)dinp, C,
               0, 1.f, 1.f, NULL, 1);
-    dw_and_dbias((bf16 *)dw, (bf16 *)dbias, (const bf16 *)dout, (const bf16 *)inp, N, C, OC);
+    dw_and_dbias((float *)dw, (float *)dbias, (const bf16 *)dout, (const bf16 *)inp, N, C, OC);
 }
 
 // Optional fused ops (model/backend.h): the GELU of the MLP in the GEMM epilogues.
@@ -434,18 +441,22 @@ void cuda_matmul_gelu_forward(real *act, real *pre, const real *inp, const real 
             (const bf16 *)bias, 1, EPI_GELU_AUX, (const bf16 *)pre);
 }
 
-// The up projection's bias gradient (dpre_bias += sum_rows dpre) of the GELU MLP: by default
-// the column-sum kernel over the dpre the DGELU GEMM wrote (N x C bf16 read again: 403 MB a
-// layer at GPT-2 124M B64 T1024, C = 3072; ~1.4 ms a step at 3.3 TB/s for the 12 layers);
-// with HYBRID_CUDA_DGELU_BGRAD=1 cuBLASLt's DGELU_BGRAD epilogue sums the rows of D in the
-// same GEMM (fp32 into scratch where the library takes an fp32 bias gradient with bf16
-// output, else bf16), then one small kernel adds the C sums into dpre_bias. The epilogue sums
-// the fp32 values before they are rounded to dpre's bf16, the kernel the stored bf16: the
-// two differ in rounding only. Off by default until the H200 has measured it (the BGRADB
-// epilogue of the dW GEMM was measured slower than the kernel; DGELU_BGRAD reduces over the
+// The up projection's bias gradient (dpre_bias += sum_rows dpre, fp32) of the GELU MLP: by
+// default the column-sum kernel over the dpre the DGELU GEMM wrote (N x C bf16 read again:
+// 403 MB a layer at GPT-2 124M B64 T1024, C = 3072; ~1.4 ms a step at 3.3 TB/s for the 12
+// layers); with HYBRID_CUDA_DGELU_BGRAD=1 cuBLASLt's DGELU_BGRAD epilogue sums the rows of D
+// in the same GEMM (fp32 into scratch: CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, as dpre is bf16;
+// cublasLt.h gives a bias gradient D's type by default, and cuBLASLt 13.1 on the H200 had no
+// fp32 one at GPT-2's shapes: docs/cuda.md), then one small kernel adds the C sums into
+// dpre_bias; where cuBLASLt has no such algorithm (no bf16-sum form: it would round the
+// gradient) the kernel runs, said once on stderr. The
+// epilogue sums the fp32 values before they are rounded to dpre's bf16, the kernel the stored
+// bf16: the two differ in rounding only. Off by default until the H200 has measured it (the
+// BGRADB epilogue of the dW GEMM was measured slower than the kernel; DGELU_BGRAD reduces over the
 // output's columns in the epilogue instead of over k in the main loop, so it may not be).
 // cuda_matmul_set_dgelu_bgrad (1 on, 0 off, -1 the environment) lets the tests run both;
-// cuda_matmul_dgelu_bgrad_path says which path the last call with a dpre_bias took.
+// cuda_matmul_dgelu_bgrad_path says which path the last call with a dpre_bias took (0 the
+// kernel, 1 the epilogue).
 static int g_dgelu_bgrad_force = -1, g_dgelu_bgrad_path = -1;
 extern "C" void cuda_matmul_set_dgelu_bgrad(int on) { g_dgelu_bgrad_force = on < 0 ? -1 : !!on; }
 extern "C" int cuda_matmul_dgelu_bgrad_path(void) { return g_dgelu_bgrad_path; }
@@ -467,61 +478,19 @@ void cuda_matmul_backward_gelu(real *dpre, real *dw, real *dbias, real *dpre_bia
     bf16 *D = (bf16 *)dpre;
     int done = 0;
     if (dpre_bias && dgelu_bgrad_on() && N > 0 && C > 0 && OC > 0) {
-        void *acc = scratch_get((size_t)C * sizeof(float));
+        float *acc = (float *)scratch_get((size_t)C * sizeof(float));
         if (gemm_ex(0, 0, C, N, OC, W, C, 0, DO, OC, 0, NULL, D, C, 0, 1.f, 0.f, acc, 1, EPI_DGELU_BGRAD, P)) {
-            launch_kernel(bias_add_kernel<float>, (C + 255) / 256, 256, 0, (bf16 *)dpre_bias, (const float *)acc, C);
+            launch_kernel(bias_add_kernel, (C + 255) / 256, 256, 0, (float *)dpre_bias, (const float *)acc, C);
             done = 1;
-        } else if (gemm_ex(0, 0, C, N, OC, W, C, 0, DO, OC, 0, NULL, D, C, 0, 1.f, 0.f, acc, 1, EPI_DGELU_BGRAD16, P)) {
-            launch_kernel(bias_add_kernel<bf16>, (C + 255) / 256, 256, 0, (bf16 *)dpre_bias, (const bf16 *)acc, C);
-            done = 2;
+        } else {
+            static int said;
+            note_no_bgrad_plan(&said, "HYBRID_CUDA_DGELU_BGRAD", "DGELU_BGRAD", C, N, OC);
         }
     }
     if (!done) {
         gemm_ex(0, 0, C, N, OC, W, C, 0, DO, OC, 0, NULL, D, C, 0, 1.f, 0.f, NULL, 1, EPI_DGELU, P);
-        if (dpre_bias) bias_backward((bf16 *)dpre_bias, D, N, C);
+        if (dpre_bias) bias_backward((float *)dpre_bias, D, N, C);
     }
     if (dpre_bias) g_dgelu_bgrad_path = done;
-    dw_and_dbias((bf16 *)dw, (bf16 *)dbias, DO, (const bf16 *)act, N, C, OC);
-}
-
-// dw[i] += acc[i] (fp32), rounded to bf16 once; 8 elements a thread (16-byte bf16 and
-// 2 x 16-byte fp32 accesses) where n, dw and acc allow, else one
-__global__ void add_f32_to_bf16_vec_kernel(bf16 *dw, const float *acc, size_t n8) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n8; i += (size_t)gridDim.x * blockDim.x) {
-        float d[8];
-        load8(dw + 8 * i, d);
-        const float4 a0 = reinterpret_cast<const float4 *>(acc)[2 * i], a1 = reinterpret_cast<const float4 *>(acc)[2 * i + 1];
-        d[0] += a0.x, d[1] += a0.y, d[2] += a0.z, d[3] += a0.w;
-        d[4] += a1.x, d[5] += a1.y, d[6] += a1.z, d[7] += a1.w;
-        store8(dw + 8 * i, d);
-    }
-}
-__global__ void add_f32_to_bf16_kernel(bf16 *dw, const float *acc, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dw[i] = __float2bfloat16(__bfloat162float(dw[i]) + acc[i]);
-}
-
-// Optional op (model/ops/core/core.h): matmul_backward with dw summed in fp32 over calls.
-// dinp = dout w as matmul_backward; dw_acc (fp32, (OC, C)) += dout^T inp by the dw GEMM with
-// fp32 C = D = dw_acc and beta = 1 (the GEMM's fp32 sum added to the fp32 accumulator, no
-// bf16 rounding); with dw (the last call), dw = bf16(dw + dw_acc): one rounding for every
-// call's dW together. The classifier's chunks (model.c): 26 roundings of the lm_head
-// gradient become one at B64 T1024; the cost is the fp32 C of the dW GEMMs (2 x 155 MB a
-// chunk at GPT-2's size, read and written, against 2 x 77 MB in bf16) and one pass over dw.
-void cuda_matmul_backward_dw_wide(real *dinp, real *dw, real *dw_acc, const real *dout, const real *inp,
-                                  const real *w, int N, int C, int OC) {
-    PROFILE("matmul_bwd_dw_wide");
-    PROFILE_SHAPE("matmul_bwd_dw_wide", N, C, OC);
-    const size_t nw = (size_t)OC * C;
-    ce_lse_invalidate(dinp, (size_t)N * C * sizeof(bf16));
-    ce_lse_invalidate(dw_acc, nw * sizeof(float));
-    gemm_bf16(0, 0, C, N, OC, (const bf16 *)w, C, 0, (const bf16 *)dout, OC, 0, NULL, (bf16 *)dinp, C, 0, 1.f, 0.f,
-              NULL, 1);
-    float *acc = (float *)dw_acc;
-    gemm_bf16_f32(0, 1, C, OC, N, (const bf16 *)inp, C, (const bf16 *)dout, OC, acc, acc, C, 1.f, 1.f);
-    if (!dw || !nw) return;
-    if (nw % 8 == 0 && is_aligned16(dw) && is_aligned16(acc))
-        launch_kernel(add_f32_to_bf16_vec_kernel, grid_for(nw / 8, 256), 256, 0, (bf16 *)dw, (const float *)acc, nw / 8);
-    else
-        launch_kernel(add_f32_to_bf16_kernel, grid_for(nw, 256), 256, 0, (bf16 *)dw, (const float *)acc, nw);
+    dw_and_dbias((float *)dw, (float *)dbias, DO, (const bf16 *)act, N, C, OC);
 }

@@ -4,7 +4,8 @@
 //   xh = x r, r = (mean_d x^2 + eps)^-1/2,  y = xh w act(z),
 //   act(z) = sigmoid(z), or z sigmoid(z) (swish)
 // Layout: x, z, y, dy, dx, dz (rows = B*T*H, D = V) bf16; weight w (D) bf16 shared by the
-// heads (NULL = 1); rstd (rows) fp32. One warp per row; dw as per-row-chunk partials added in
+// heads (NULL = 1), its gradient dw (D) fp32 (a parameter gradient: model/backend.h,
+// `grad_size`); rstd (rows) fp32. One warp per row; dw as per-row-chunk partials added in
 // a fixed order (grad_reduce.cuh).
 // Two paths with the same bits: register kernels for D <= 256 (a lane keeps its elements of the
 // row in registers, act(z) computed once, and for D = 64, 128, 256 loads and stores them as
@@ -341,7 +342,7 @@ extern "C" void cuda_gated_rmsnorm_backward(real *dx, real *dz, real *dw, const 
             GRN_REG_CASES(GRN_BWD_CASE)
 #undef GRN_BWD_CASE
         }
-        if (dw) grad_reduce_add((bf16 *)dw, partial, chunks, D, (size_t)D);
+        if (dw) grad_reduce_add((float *)dw, partial, chunks, D, (size_t)D);
         return;
     }
     launch_kernel(grn_bwd_kernel, dim3((unsigned)((rows + GRN_WARPS - 1) / GRN_WARPS)), dim3(32 * GRN_WARPS), 0,
@@ -354,5 +355,5 @@ extern "C" void cuda_gated_rmsnorm_backward(real *dx, real *dz, real *dw, const 
     launch_kernel(grn_dw_partial_kernel, dim3((unsigned)chunks, (unsigned)((D + GRN_DW_THREADS - 1) / GRN_DW_THREADS)),
                   dim3(GRN_DW_THREADS), 0, partial, (const bf16 *)dy, (const bf16 *)x, (const bf16 *)z,
                   (const float *)rstd, rows, per, D, swish);
-    grad_reduce_add((bf16 *)dw, partial, chunks, D, (size_t)D);
+    grad_reduce_add((float *)dw, partial, chunks, D, (size_t)D);
 }

@@ -2,7 +2,9 @@
 // dt_bias, A_log, the gated RMSNorm weight): a first kernel writes one fp32 partial sum per
 // (row chunk, parameter) into scratch, each over its rows in order; the kernels here add the
 // chunks in a fixed order (no atomics), so the result does not depend on scheduling
-// (kernels/norm_rows.cuh does the same for LayerNorm and RMSNorm).
+// (kernels/norm_rows.cuh does the same for LayerNorm and RMSNorm). The parameter gradients
+// themselves are fp32 (model/backend.h, `grad_size`; docs/cuda.md, "Precision"): the sum is
+// added to them unrounded.
 #ifndef HYBRID_KERNELS_DELTA_RULE_GRAD_REDUCE_CUH
 #define HYBRID_KERNELS_DELTA_RULE_GRAD_REDUCE_CUH
 
@@ -23,8 +25,8 @@ static inline int grad_row_chunks(size_t rows, int *chunks) {
     return (int)per;
 }
 
-// out[i] (+)= sum_{k < chunks} partial[k * stride + i], i < n: ACC adds into bf16, else
-// writes fp32; for each i the chunks are added in order k = 0, 1, ... from 0.f (the fixed order
+// out[i] (+)= sum_{k < chunks} partial[k * stride + i], i < n (fp32): ACC adds, else
+// writes; for each i the chunks are added in order k = 0, 1, ... from 0.f (the fixed order
 // every caller's bits rest on). A block takes GRAD_RED_COLS consecutive i: its GRAD_RED_WARPS
 // warps stage GRAD_RED_TILE chunks at a time into shared memory (each thread GRAD_RED_TILE /
 // GRAD_RED_WARPS independent loads in flight, two buffers), and its first warp adds them in
@@ -35,7 +37,7 @@ static inline int grad_row_chunks(size_t rows, int *chunks) {
 #define GRAD_RED_WARPS 8   // warps loading
 #define GRAD_RED_TILE 128  // chunks per staged tile (two tiles: 32 KiB)
 template <bool ACC>
-__global__ void grad_reduce_kernel(void *out, const float *partial, int chunks, int n, size_t stride) {
+__global__ void grad_reduce_kernel(float *out, const float *partial, int chunks, int n, size_t stride) {
     __shared__ float tile[2][GRAD_RED_TILE][GRAD_RED_COLS];
     const int lane = threadIdx.x % GRAD_RED_COLS, wp = threadIdx.x / GRAD_RED_COLS;
     const int i = blockIdx.x * GRAD_RED_COLS + lane;
@@ -59,24 +61,19 @@ __global__ void grad_reduce_kernel(void *out, const float *partial, int chunks, 
         }
     }
     if (wp != 0 || i >= n) return;
-    if (ACC) {
-        bf16 *o = (bf16 *)out + i;
-        *o = __float2bfloat16(__bfloat162float(*o) + s);
-    } else {
-        ((float *)out)[i] = s;
-    }
+    out[i] = ACC ? out[i] + s : s;
 }
 
-// dst (bf16, n) += the chunks' partials
-static inline void grad_reduce_add(bf16 *dst, const float *partial, int chunks, int n, size_t stride) {
+// dst (a parameter gradient: fp32, n) += the chunks' partials
+static inline void grad_reduce_add(float *dst, const float *partial, int chunks, int n, size_t stride) {
     launch_kernel(grad_reduce_kernel<true>, dim3((n + GRAD_RED_COLS - 1) / GRAD_RED_COLS),
-                  dim3(GRAD_RED_COLS * GRAD_RED_WARPS), 0, (void *)dst, partial, chunks, n, stride);
+                  dim3(GRAD_RED_COLS * GRAD_RED_WARPS), 0, dst, partial, chunks, n, stride);
 }
 
-// dst (fp32, n) = the chunks' partials
+// dst (fp32 scratch, n) = the chunks' partials
 static inline void grad_reduce_f32(float *dst, const float *partial, int chunks, int n, size_t stride) {
     launch_kernel(grad_reduce_kernel<false>, dim3((n + GRAD_RED_COLS - 1) / GRAD_RED_COLS),
-                  dim3(GRAD_RED_COLS * GRAD_RED_WARPS), 0, (void *)dst, partial, chunks, n, stride);
+                  dim3(GRAD_RED_COLS * GRAD_RED_WARPS), 0, dst, partial, chunks, n, stride);
 }
 
 #endif

@@ -4,7 +4,9 @@
 // mirroring model/ops/delta_rule/layer_ops.c. The gated output RMSNorm is in gated_rmsnorm.cu.
 //
 // Layout: rows of D contiguous bf16 values (rows = B*T*H); rstd (rows) fp32; the gate's x, g,
-// dg, dx (N, H, K) bf16 (GDN: K = 1), A_log (H) and dt_bias (H*K) bf16.
+// dg, dx (N, H, K) bf16 (GDN: K = 1), A_log (H) and dt_bias (H*K) bf16, their gradients
+// dA_log, ddt_bias fp32 (parameter gradients: model/backend.h, `grad_size`); beta_backward's db
+// is the gradient of beta's logits, an activation: bf16.
 // The L2 norm has vector kernels for D = 64, 128, 256 (row_vec.cuh) with the general kernels'
 // bits (HYBRID_L2NORM_REF=1 selects the general ones); not yet measured on a GPU (branch kda-ops).
 // The decay gate has vector kernels for K % 8 == 0 with the scalar kernels' bits
@@ -257,12 +259,12 @@ __global__ void gate_bwd_vec_kernel(bf16 *dx, float *partial, const bf16 *dg, co
 static unsigned gate_threads(int cols) { return cols < 128 ? (unsigned)((cols + 31) / 32 * 32) : 128u; }
 
 // dA_log[h] += sum_i per_col[h*K+i] (i in order)
-__global__ void gate_dA_kernel(bf16 *dA_log, const float *per_col, int H, int K) {
+__global__ void gate_dA_kernel(float *dA_log, const float *per_col, int H, int K) {
     const int h = blockIdx.x * blockDim.x + threadIdx.x;
     if (h >= H) return;
     float s = 0.f;
     for (int i = 0; i < K; i++) s += per_col[(size_t)h * K + i];
-    dA_log[h] = __float2bfloat16(__bfloat162float(dA_log[h]) + s);
+    dA_log[h] += s;
 }
 
 extern "C" void cuda_decay_gate_forward(real *g, const real *x, const real *A_log, const real *dt_bias, size_t N,
@@ -306,10 +308,10 @@ extern "C" void cuda_decay_gate_backward(real *dx, real *dA_log, real *ddt_bias,
                       (const bf16 *)dg, (const bf16 *)x, (const bf16 *)A_log, (const bf16 *)dt_bias, N, per, H, K,
                       (float)lower_bound);
     }
-    if (ddt_bias) grad_reduce_add((bf16 *)ddt_bias, partial, chunks, cols, (size_t)2 * cols);
+    if (ddt_bias) grad_reduce_add((float *)ddt_bias, partial, chunks, cols, (size_t)2 * cols);
     if (dA_log && A_log) {
         grad_reduce_f32(per_col, partial + cols, chunks, cols, (size_t)2 * cols);
-        launch_kernel(gate_dA_kernel, dim3((unsigned)((H + 127) / 128)), dim3(128), 0, (bf16 *)dA_log,
+        launch_kernel(gate_dA_kernel, dim3((unsigned)((H + 127) / 128)), dim3(128), 0, (float *)dA_log,
                       (const float *)per_col, H, K);
     }
 }

@@ -3,7 +3,8 @@
 // mirroring model/ops/delta_rule/short_conv.c.
 //
 // Layout: x, y, dy, dx (rows = B*T, D) bf16, channel fastest; weight w (D, W) bf16 with
-// w[c][W-1] on the current token; bias (D) bf16 or NULL; conv states (N, D, W-1) fp32, oldest
+// w[c][W-1] on the current token; bias (D) bf16 or NULL; their gradients dw, dbias fp32 (the
+// parameter gradients: model/backend.h, `grad_size`); conv states (N, D, W-1) fp32, oldest
 // input first. The window never reaches into the previous sequence: inputs before a
 // sequence start come from state_in (or are 0).
 //
@@ -745,8 +746,8 @@ extern "C" void cuda_short_conv_backward(real *dx, real *dw, real *dbias, real *
             CONV_DISPATCH(conv_bwd_fast, W, V, (bf16 *)dx, partial, (const bf16 *)dy, (const float *)dstate_out,
                           (const bf16 *)x, (const bf16 *)w, (const bf16 *)bias, (const float *)state_in, rows, per,
                           chunks, T, D, offsets, nseq, silu, dbias != NULL);
-            grad_reduce_add((bf16 *)dw, partial, chunks, D * W, part_stride);
-            if (dbias) grad_reduce_add((bf16 *)dbias, partial + (size_t)D * W, chunks, D, part_stride);
+            grad_reduce_add((float *)dw, partial, chunks, D * W, part_stride);
+            if (dbias) grad_reduce_add((float *)dbias, partial + (size_t)D * W, chunks, D, part_stride);
         }
         if (dstate_in && W > 1 && N > 0)
             launch_kernel(conv_dstate_in_kernel, dim3((unsigned)(((size_t)N * D + 255) / 256)), dim3(256), 0,
@@ -768,8 +769,8 @@ extern "C" void cuda_short_conv_backward(real *dx, real *dw, real *dbias, real *
                       (const float *)dstate_out, (const bf16 *)w, rows, T, D, W, offsets, nseq);
         launch_kernel(conv_dw_partial_kernel, dim3((unsigned)chunks, dgrid), dim3(CONV_THREADS), 0, partial,
                       (const float *)da, (const bf16 *)x, (const float *)state_in, rows, per, T, D, W, offsets, nseq);
-        grad_reduce_add((bf16 *)dw, partial, chunks, D * W, part_stride);
-        if (dbias) grad_reduce_add((bf16 *)dbias, partial + (size_t)D * W, chunks, D, part_stride);
+        grad_reduce_add((float *)dw, partial, chunks, D * W, part_stride);
+        if (dbias) grad_reduce_add((float *)dbias, partial + (size_t)D * W, chunks, D, part_stride);
     }
     if (dstate_in && W > 1 && N > 0)
         launch_kernel(conv_dstate_in_kernel, dim3((unsigned)(((size_t)N * D + 255) / 256)), dim3(256), 0,

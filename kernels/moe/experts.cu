@@ -7,22 +7,25 @@
 // fixed grid (gg_resident_blocks: the blocks resident at once) whose blocks walk the list of (row
 // tile, column tile) pairs (row tiles expert by expert, GG_BM rows each, the last one of an
 // expert partial) with a stride of the grid, each tile computed by one block. The weight
-// gradients run one block per (expert, tile of the gradient, split of the expert's rows):
+// gradients (fp32, as every parameter gradient: docs/cuda.md, "Precision"; dw13 and dw2 point to
+// fp32 memory) run one block per (expert, tile of the gradient, split of the expert's rows):
 // with one split (many experts or wide weights) the block reduces over all the expert's rows
-// in order and adds once into the bf16 gradient; with S > 1 splits (wgrad_splits: few
-// experts, where one block per tile would leave SMs idle) each block writes its split's fp32
-// partial to scratch and wgrad_reduce_kernel sums the partials in split order and adds once
-// into the gradient (fp32 sum, then one rounding). S depends on the shape only. No atomics
-// anywhere: the results are the same bits run to run. An expert with no rows writes nothing.
+// in order and adds once into the gradient (dW += tile, in fp32); with S > 1 splits
+// (wgrad_splits: few experts, where one block per tile would leave SMs idle) each block writes
+// its split's fp32 partial to scratch and wgrad_reduce_kernel sums the partials in split order
+// and adds that sum once into the gradient. S depends on the shape only. No atomics anywhere:
+// the results are the same bits run to run. An expert with no rows writes nothing.
 // The GLU runs as a separate elementwise pass: the dense GLU's kernels (kernels/norm_glu/glu.cuh;
 // the equations of model/ops/norm_glu/glu.c, in fp32), their row count offsets[E] read on the
 // device.
 // The default mode (HYBRID_MOE_GEMM=mixed) runs the forward's two GEMMs on ours and each of the
-// backward's four on ours or on cuBLAS's grouped batched GEMM where gemm_on_cublas says
-// (experts_cublas.h: the forward only issues the offsets' copy to the host; a backward that
+// backward's two data gradients on ours or on cuBLAS's grouped batched GEMM where gemm_on_cublas
+// says (experts_cublas.h: the forward only issues the offsets' copy to the host; a backward that
 // calls cuBLAS waits for it); HYBRID_MOE_GEMM=own runs all six on ours, HYBRID_MOE_GEMM=cublas
-// all six on cuBLAS (the forward then copies the offsets once, one stream synchronization, and
-// its backward reuses the copy); the GLU passes are the same. On a GPU of compute capability 9.0
+// the four row GEMMs on cuBLAS (the forward then copies the offsets once, one stream
+// synchronization, and its backward reuses the copy); the two weight gradients run ours in
+// every mode (their fp32 output is no type cuBLAS's grouped GEMM takes: experts_cublas.h); the
+// GLU passes are the same. On a GPU of compute capability 9.0
 // (HYBRID_MOE_WGMMA=auto, the default) every GEMM of ours runs on the sm_90a warpgroup-MMA
 // kernels (experts_wg.h; the same walks, splits and contracts), elsewhere on the mma.sync ones
 // below.
@@ -62,13 +65,13 @@ __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
 
 // dW_e (P, Q) += G_e^T X_e over the expert's rows: G (rows, P), X (rows, Q), both read
 // transposed (the reduction runs along their rows); grid (Q tiles, P tiles, E S).
-// S == 1: the block reduces over all the expert's rows and adds into dW (bf16).
+// S == 1: the block reduces over all the expert's rows and adds into dW (fp32).
 // S > 1: block (., ., e S + s) reduces over split s's rows and stores the fp32 partial at
 //   ws + (e S + s) P Q (ws: (E, S, P, Q) fp32, row-major); an empty split stores nothing
 //   (wgrad_reduce_kernel reads only the non-empty ones).
 template <bool VEC>
 __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
-    wgrad_kernel(bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q, int S) {
+    wgrad_kernel(float *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q, int S) {
     DYNAMIC_SMEM(bf16, smem);
     const int e = blockIdx.z / S;
     int r0;
@@ -84,11 +87,11 @@ __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
         gg_epilogue<GG_F32, VEC>(acc, smem, ws + (size_t)blockIdx.z * P * Q + (size_t)m0 * Q + n0, Q, m_lim, n_lim);
 }
 
-// dW_e = bf16(dW_e + ((p_0 + p_1) + ... + p_{n-1})) over the n non-empty splits of each expert
-// with rows (ws as wgrad_kernel's, PQ = P Q); an expert with no rows is left untouched. VEC:
-// 8 consecutive elements a thread (PQ % 8 == 0, dW 16-byte aligned), else one.
+// dW_e += (p_0 + p_1) + ... + p_{n-1} (fp32) over the n non-empty splits of each expert with
+// rows (ws as wgrad_kernel's, PQ = P Q); an expert with no rows is left untouched. VEC: 8
+// consecutive elements a thread (PQ % 8 == 0, dW 16-byte aligned), else one.
 template <bool VEC>
-__global__ void wgrad_reduce_kernel(bf16 *dW, const float *ws, const int *offsets, int E, int S, long PQ) {
+__global__ void wgrad_reduce_kernel(float *dW, const float *ws, const int *offsets, int E, int S, long PQ) {
     constexpr int W = VEC ? 8 : 1;
     const long per_e = PQ / W, n = (long)E * per_e;
     for (long i = blockIdx.x * (long)blockDim.x + threadIdx.x; i < n; i += (long)gridDim.x * blockDim.x) {
@@ -99,7 +102,7 @@ __global__ void wgrad_reduce_kernel(bf16 *dW, const float *ws, const int *offset
         const int ch = wgrad_split_rows(rows, S), ns = (rows + ch - 1) / ch;
         const float *p = ws + (size_t)e * S * PQ + j;
         float v[W], q[W];
-        auto load = [&](float *r, const float *a) {  // W floats (VEC: two 16-byte loads)
+        auto load = [&](float *r, const float *a) {  // W floats r = a (VEC: two 16-byte copies)
             if (VEC) {
                 *reinterpret_cast<float4 *>(r) = *reinterpret_cast<const float4 *>(a);
                 *reinterpret_cast<float4 *>(r + W / 2) = *reinterpret_cast<const float4 *>(a + W / 2);
@@ -113,16 +116,11 @@ __global__ void wgrad_reduce_kernel(bf16 *dW, const float *ws, const int *offset
 #pragma unroll
             for (int k = 0; k < W; k++) v[k] += q[k];
         }
-        bf16 *d = dW + (size_t)e * PQ + j;
-        if (VEC) {
-            float old[8];
-            load8(d, old);
+        float *d = dW + (size_t)e * PQ + j, old[W];
+        load(old, d);
 #pragma unroll
-            for (int k = 0; k < W; k++) v[k] += old[k];
-            store8(d, v);
-        } else {
-            d[0] = __float2bfloat16(__bfloat162float(d[0]) + v[0]);
-        }
+        for (int k = 0; k < W; k++) v[k] += old[k];
+        load(d, v);
     }
 }
 
@@ -204,9 +202,9 @@ static int wgrad_splits(int E, int P, int Q) {
     return S;
 }
 
-// dW_e = bf16(dW_e + the sum of its S splits' fp32 partials ws (E, S, P, Q), in split order): the
-// second pass of a split weight gradient (in the GEMM's profiled part)
-static void wgrad_reduce(bf16 *dW, const float *ws, const int *offsets, int E, int S, int P, int Q, bool vec) {
+// dW_e += the sum of its S splits' fp32 partials ws (E, S, P, Q), in split order (fp32 throughout):
+// the second pass of a split weight gradient (in the GEMM's profiled part)
+static void wgrad_reduce(float *dW, const float *ws, const int *offsets, int E, int S, int P, int Q, bool vec) {
     PROFILE("moe_experts/wgrad_reduce");  // (inside its gemm_wgrad part: shown, not counted twice)
     const long PQ = (long)P * Q;
     if (vec)
@@ -219,7 +217,7 @@ static void wgrad_reduce(bf16 *dW, const float *ws, const int *offsets, int E, i
 
 // dW_e += G_e^T X_e for every expert with rows: one launch of wgrad_kernel (E S blocks along z),
 // then, with S > 1, the ordered reduction of the partials (in the same profiled part).
-static void wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q) {
+static void wgrad(float *dW, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q) {
     if (P <= 0 || Q <= 0) return;
     const bool vec = gg_vec_ok(dW, G, X, P, Q);
     float *ws = NULL;
@@ -246,57 +244,35 @@ static void wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *offsets, in
 // Measured on the H200 (2026-12-02, bench_moe, both paths; docs/hybrid.md, "Dropless permutation
 // and grouped expert FFN"): cuBLAS's grouped GEMM loses to ours on the forward's row GEMMs
 // (fwd13 0.451 vs 0.423 ms KL-S, 3.946 vs 3.712 large; fwd2 likewise) and wins the dgrads a
-// little (dgrad2 0.219 vs 0.240, 1.917 vs 2.041; dgrad13 0.450 vs 0.483, 3.733 vs 4.017) and the
-// weight gradients clearly (large: wgrad2 1.133 vs 2.111, wgrad13 1.923 vs 4.148; KL-S wgrad13
-// 0.319 vs 0.439), except KL-S's wgrad2 (0.300 vs 0.245 ms). That one is the only weight gradient
-// with fewer tiles than one wave of our block slots (E 16, 768 x 256: 192 tiles < GG_REF_SLOTS =
-// 264), where our kernel cuts each expert's rows into splits (4 there) to fill the GPU and cuBLAS
-// (27% of dense on it, against 51% on KL-S's wgrad13 of 384 tiles) apparently does not. So:
+// little (dgrad2 0.219 vs 0.240, 1.917 vs 2.041; dgrad13 0.450 vs 0.483, 3.733 vs 4.017). So:
 //   fwd13, fwd2: ours (the forward then never waits for the host copy of the offsets);
-//   dgrad2, dgrad13: cuBLAS;
-//   wgrad2, wgrad13: cuBLAS, unless the gradient has fewer than GG_REF_SLOTS tiles: ours.
-// The rule reads the shape alone (a constant slot count, as wgrad_splits), so which path, and
-// so which bits, a GEMM gets does not depend on the run. Expected from the same table (the
-// better path per GEMM): KL-S 1.93 ms of GEMMs (own 2.11, cublas 2.04), large 14.4 (18.0, 14.8).
+//   dgrad2, dgrad13: cuBLAS.
 // With ours on wgmma (experts_wg.cu; measured on the H200 2026-12-05, bench_moe, the GLU apart;
 // docs/hybrid.md, "The expert GEMMs on wgmma") the row GEMMs beat cuBLAS's everywhere (dgrad2
 // 0.142 vs 0.232 ms KL-S, 1.302 vs 2.005 large; dgrad13 0.302 vs 0.478, 2.553 vs 3.921; the
-// forward's likewise), and the weight gradients win at KL-S (wgrad2 0.184 vs mma.sync's 0.237,
-// wgrad13 0.314 vs cuBLAS's 0.341) but lose on the large shape's many tiles, where cuBLAS reaches
-// ~80% of dense and our wgmma weight gradient 52-54% (wgrad2 1.791 vs 1.182, wgrad13 3.434 vs
-// 2.001). So on wgmma:
-//   fwd13, fwd2, dgrad2, dgrad13: ours;
-//   wgrad2, wgrad13: cuBLAS when the gradient has at least MIXED_WG_CUBLAS_TILES 128 x 128 tiles
-//   (8 waves of GG_REF_SLOTS: KL-S's 192 and 384 below, the large shape's 8192 and 16384 above;
-//   no shape between those was measured), else ours.
-// Which GPU runs decides wgmma (auto), and so which bits a GEMM gives: an H200 and an A100 give
-// different bits for the same MoE step, each the same run to run.
-#define MIXED_WG_CUBLAS_TILES (8 * GG_REF_SLOTS)
-static int mixed_wgrad_force = -1;  // tests: 0 or 1 forces the weight gradients' path (cuda_moe_set_mixed_wgrad)
-extern "C" void cuda_moe_set_mixed_wgrad(int mode) { mixed_wgrad_force = mode == 0 || mode == 1 ? mode : -1; }
-
-static int mixed_wgrad_on_cublas(int E, int P, int Q) {
-    if (mixed_wgrad_force >= 0) return mixed_wgrad_force;
-    return wgrad_tiles(E, P, Q) >= (moe_wgmma_on() ? MIXED_WG_CUBLAS_TILES : GG_REF_SLOTS);
-}
-
+// forward's likewise). So on wgmma all four run ours.
+// The weight gradients run ours in every mode: they are parameter gradients, fp32 (docs/cuda.md,
+// "Precision"), and cuBLAS's grouped GEMM takes bf16 A and B with a bf16 C only
+// (experts_cublas.h). Until then cuBLAS had won them on the large shape's many tiles (bf16 C, the
+// H200: wgrad2 1.182 vs 1.791 ms on wgmma, wgrad13 2.001 vs 3.434; ~80% of dense against 52-54%)
+// and lost them at KL-S (wgrad2 0.184 on wgmma vs cuBLAS's 0.300, wgrad13 0.314 vs 0.341).
+// The rule reads the mode and whether ours run on wgmma alone, so which path, and so which bits,
+// a GEMM gets does not depend on the run. Which GPU runs decides wgmma (auto), and so which bits
+// a GEMM gives: an H200 and an A100 give different bits for the same MoE step, each the same run
+// to run.
 enum { G_FWD13, G_FWD2, G_DGRAD2, G_WGRAD2, G_DGRAD13, G_WGRAD13 };
 
-// 1: GEMM g of the expert op (E, C, M) goes to cuBLAS in mode `mode` (moe_gemm_mode), operands
-// aside (one that does not suit cuBLAS runs ours: moe_cublas_rows / moe_cublas_wgrad return 0)
-static int gemm_on_cublas(int mode, int g, int E, int C, int M) {
+// 1: GEMM g of the expert op goes to cuBLAS in mode `mode` (moe_gemm_mode), operands aside (one
+// that does not suit cuBLAS runs ours: moe_cublas_rows returns 0)
+static int gemm_on_cublas(int mode, int g) {
+    if (g == G_WGRAD2 || g == G_WGRAD13) return 0;  // (fp32 dW: ours, above)
     if (mode == MOE_GEMM_CUBLAS) return 1;
     if (mode != MOE_GEMM_MIXED) return 0;
-    switch (g) {
-    case G_DGRAD2:
-    case G_DGRAD13: return !moe_wgmma_on();
-    case G_WGRAD2: return mixed_wgrad_on_cublas(E, C, M);  // dW2 (E, C, M)
-    case G_WGRAD13: return mixed_wgrad_on_cublas(E, 2 * M, C);  // dW13 (E, 2M, C)
-    default: return 0;  // the forward's
-    }
+    return (g == G_DGRAD2 || g == G_DGRAD13) && !moe_wgmma_on();  // (the forward's: ours)
 }
 
-extern "C" int cuda_moe_gemm_on_cublas(int g, int E, int C, int M) { return gemm_on_cublas(moe_gemm_mode(E), g, E, C, M); }
+// (E, C, M: the shape, which the rule does not read now; the tests and bench_moe pass it)
+extern "C" int cuda_moe_gemm_on_cublas(int g, int E, int, int) { return gemm_on_cublas(moe_gemm_mode(E), g); }
 
 static int act_kind(GluAct act) {
     if (act.kind != GLU_SWIGLU && act.kind != GLU_SITU) die("moe experts: unknown activation kind %d", (int)act.kind);
@@ -327,7 +303,7 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     bool glu_done = false;  // the GLU fused into fwd13 (HYBRID_MOE_WG_GLU_FUSED=1: experts_wg.cu)
     {
         PROFILE("moe_experts/gemm_fwd13");
-        if (!hoff || !gemm_on_cublas(mode, G_FWD13, E, C, M) ||
+        if (!hoff || !gemm_on_cublas(mode, G_FWD13) ||
             !moe_cublas_rows((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, hoff, offsets, E, 2 * M, C, 0)) {
             glu_done = moe_wg_rows_glu((bf16 *)hp, (bf16 *)ap, (const bf16 *)xp, (const bf16 *)w13, offsets, E, C, M,
                                        kind, (float)act.beta, (float)act.linear_beta);
@@ -343,7 +319,7 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     }
     {
         PROFILE("moe_experts/gemm_fwd2");
-        if (!hoff || !gemm_on_cublas(mode, G_FWD2, E, C, M) ||
+        if (!hoff || !gemm_on_cublas(mode, G_FWD2) ||
             !moe_cublas_rows((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, hoff, offsets, E, C, M, 0))
             rows_gemm<false>((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, offsets, E, C, M);
     }
@@ -355,19 +331,18 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
     PROFILE("moe_experts_bwd");
     const int kind = act_kind(act);
     if (E <= 0) return;
-    // which of the four run on cuBLAS (the mode's rule, and operands that suit it)
+    // which of the two data gradients run on cuBLAS (the mode's rule, and operands that suit it;
+    // the weight gradients, fp32, run ours: gemm_on_cublas)
     const int mode = moe_gemm_mode(E);
-    const bool c_dgrad2 = gemm_on_cublas(mode, G_DGRAD2, E, C, M) && moe_cublas_suits(dap, dyp, w2, M, C),
-               c_wgrad2 = gemm_on_cublas(mode, G_WGRAD2, E, C, M) && moe_cublas_suits(dw2, dyp, ap, C, M),
-               c_dgrad13 = gemm_on_cublas(mode, G_DGRAD13, E, C, M) && moe_cublas_suits(dxp, dhp, w13, C, 2 * M),
-               c_wgrad13 = gemm_on_cublas(mode, G_WGRAD13, E, C, M) && moe_cublas_suits(dw13, dhp, xp, 2 * M, C);
+    const bool c_dgrad2 = gemm_on_cublas(mode, G_DGRAD2) && moe_cublas_suits(dap, dyp, w2, M, C),
+               c_dgrad13 = gemm_on_cublas(mode, G_DGRAD13) && moe_cublas_suits(dxp, dhp, w13, C, 2 * M);
     // the forward's host copy of these offsets: cublas, no synchronization (the forward waited);
     // mixed, one event synchronization on the copy the forward issued (done long ago: the rest of
     // the forward ran since), and none where no GEMM here runs on cuBLAS. A backward whose forward
     // did not run at this offsets pointer copies them itself, in this part. (Fetched before the
     // first GEMM's part, so the GEMM parts time GEMMs only.)
     const int *hoff = NULL;
-    if (mode == MOE_GEMM_CUBLAS || c_dgrad2 || c_wgrad2 || c_dgrad13 || c_wgrad13) {
+    if (mode == MOE_GEMM_CUBLAS || c_dgrad2 || c_dgrad13) {
         PROFILE("moe_experts/offsets_to_host");
         hoff = moe_cublas_offsets(offsets, E, 0);
     }
@@ -381,9 +356,8 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
         }
     }
     {
-        PROFILE("moe_experts/gemm_wgrad2");  // dW2_e += dyp^T ap
-        if (!c_wgrad2 || !moe_cublas_wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, hoff, offsets, E, C, M))
-            wgrad((bf16 *)dw2, (const bf16 *)dyp, (const bf16 *)ap, offsets, E, C, M);
+        PROFILE("moe_experts/gemm_wgrad2");  // dW2_e += dyp^T ap (fp32 dW2)
+        wgrad((float *)dw2, (const bf16 *)dyp, (const bf16 *)ap, offsets, E, C, M);
     }
     if (!dglu_done) {
         PROFILE("moe_experts/glu_bwd");
@@ -399,9 +373,7 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
             rows_gemm<true>((bf16 *)dxp, (const bf16 *)dhp, (const bf16 *)w13, offsets, E, C, 2 * M);
     }
     {
-        PROFILE("moe_experts/gemm_wgrad13");  // dW13_e += dhp^T xp
-        if (!c_wgrad13 ||
-            !moe_cublas_wgrad((bf16 *)dw13, (const bf16 *)dhp, (const bf16 *)xp, hoff, offsets, E, 2 * M, C))
-            wgrad((bf16 *)dw13, (const bf16 *)dhp, (const bf16 *)xp, offsets, E, 2 * M, C);
+        PROFILE("moe_experts/gemm_wgrad13");  // dW13_e += dhp^T xp (fp32 dW13)
+        wgrad((float *)dw13, (const bf16 *)dhp, (const bf16 *)xp, offsets, E, 2 * M, C);
     }
 }

@@ -219,8 +219,8 @@ static struct {
 } g_arg;
 
 // Every problem: C (m x n, ld ldc) = op(A) (m x k) op(B) (k x n) + beta C, column-major. The
-// experts' rows go in n (rows_n = 1: the row GEMMs) or in k (rows_n = 0: the weight gradients);
-// the other two sizes are fixed.
+// experts' rows go in n (rows_n = 1: the row GEMMs) or in k (rows_n = 0: a weight gradient, which
+// none calls now: experts_cublas.h); the other two sizes are fixed.
 static void grouped_call(const int *hoff, const int *offsets, int E, cublasOperation_t ta, cublasOperation_t tb,
                          int rows_n, int m, int nk_fixed, int lda, int ldb, int ldc, float beta, MoePtrs A, MoePtrs B,
                          MoePtrs C) {
@@ -270,18 +270,5 @@ int moe_cublas_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *hoff, cons
     grouped_call(hoff, offsets, E, w_t ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, 1, n_out, kd, w_t ? n_out : kd, kd,
                  n_out, 0.f, MoePtrs{(const char *)W, 0, (long long)n_out * kd * b}, MoePtrs{(const char *)X, kd * b, 0},
                  MoePtrs{(const char *)Y, n_out * b, 0});
-    return 1;
-}
-
-//   dW_e (P, Q) += G_e^T (P, r) X_e (r, Q)   is   dW_e' (Q, P) += X_e' (Q, r) G_e'^T (r, P)
-//   X_e' (Q, r): ld Q, op N;  G_e' (P, r): ld P, op T;  dW_e' (Q, P): ld Q;
-//   m = Q, n = P, k = r, beta 1 (accumulate: one rounding of dW + the fp32 product)   [NT]
-// (wgrad2: G = dY, X = A, P = C, Q = M; wgrad13: G = dH13, X = X, P = 2M, Q = C)
-int moe_cublas_wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *hoff, const int *offsets, int E, int P,
-                     int Q) {
-    if (P <= 0 || Q <= 0 || !moe_cublas_suits(dW, G, X, P, Q)) return 0;
-    const long long b = sizeof(bf16);
-    grouped_call(hoff, offsets, E, CUBLAS_OP_N, CUBLAS_OP_T, 0, Q, P, Q, P, Q, 1.f, MoePtrs{(const char *)X, Q * b, 0},
-                 MoePtrs{(const char *)G, P * b, 0}, MoePtrs{(const char *)dW, 0, (long long)P * Q * b});
     return 1;
 }

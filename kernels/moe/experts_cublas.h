@@ -1,19 +1,26 @@
 // The grouped expert GEMMs of kernels/moe/experts.cu on cuBLAS's grouped batched GEMM
 // (cublasGemmGroupedBatchedEx; kernels/moe/experts_cublas.cu), the alternative to our grouped
-// tensor-core kernels (grouped_gemm.cuh) that HYBRID_MOE_GEMM=cublas selects for all six GEMMs
-// and HYBRID_MOE_GEMM=mixed for the backward's, by experts.cu's rule (docs/hybrid.md,
-// "Dropless permutation and grouped expert FFN"; docs/cuda.md's switch list). Same operands,
-// layouts and contract as experts.cu's rows_gemm and wgrad: bf16 in and out, fp32 compute; a
-// weight gradient is ACCUMULATED (beta 1: dW = bf16(dW + fp32 product), one rounding); an
-// expert with no rows is left out of the call (nothing written, nothing added).
+// tensor-core kernels (grouped_gemm.cuh) that HYBRID_MOE_GEMM=cublas selects for the four row
+// GEMMs (the forward's two, the backward's two data gradients) and HYBRID_MOE_GEMM=mixed for the
+// data gradients, by experts.cu's rule (docs/hybrid.md, "Dropless permutation and grouped expert
+// FFN"; docs/cuda.md's switch list). Same operands, layouts and contract as experts.cu's
+// rows_gemm: bf16 in and out, fp32 compute; an expert with no rows is left out of the call
+// (nothing written).
+// The weight gradients are not here: they are parameter gradients, fp32 (docs/cuda.md,
+// "Precision"), and the type combinations cuBLAS documents for cublasGemmGroupedBatchedEx pair
+// bf16 A and B with a bf16 C only (with CUBLAS_COMPUTE_32F; cublasGemmEx's list, unlike the
+// grouped one's, has bf16 A and B with an fp32 C); cuBLAS 13.1 on an H200 answers
+// CUBLAS_STATUS_NOT_SUPPORTED to an fp32 C there (session 34). A bf16 product added to the
+// fp32 gradient would round every call's gradient to bf16, which the fp32 gradients exist to
+// avoid; so both weight gradients run our kernels in every mode (experts.cu's gemm_on_cublas).
 //
 // cuBLAS takes the per-expert sizes on the host, and the row counts live on the device
 // (offsets, written by moe_dispatch_plan). So the forward copies offsets to the host once per
 // forward and keeps the copy under the offsets pointer; the backward of the same layer reuses
 // it. HYBRID_MOE_GEMM=cublas: the copy is synchronous (moe_cublas_offsets with forward = 1: one
 // cudaMemcpyAsync + one stream synchronization per forward), since the forward's GEMMs need it.
-// HYBRID_MOE_GEMM=mixed (the forward's two GEMMs on our kernels, the backward's on cuBLAS by
-// experts.cu's per-kind rule): the forward only issues the copy (moe_cublas_offsets_async:
+// HYBRID_MOE_GEMM=mixed (the forward's two GEMMs on our kernels, the backward's data gradients
+// on cuBLAS by experts.cu's per-kind rule): the forward only issues the copy (moe_cublas_offsets_async:
 // cudaMemcpyAsync into pinned host memory, then an event), and the backward waits for that
 // event when it first needs the counts (moe_cublas_offsets with forward = 0), long after the
 // copy landed. Every grouped call checks on the device that the offsets it reads are the host
@@ -54,7 +61,7 @@ void moe_cublas_offsets_async(const int *offsets, int E);
 void moe_cublas_forget(const void *p, size_t bytes);
 
 // 1 when the operands suit cuBLAS (every pointer 16-byte aligned, d0 and d1 multiples of 8):
-// what moe_cublas_rows and moe_cublas_wgrad check before running.
+// what moe_cublas_rows checks before running.
 int moe_cublas_suits(const void *a, const void *b, const void *c, int d0, int d1);
 
 // Y (rows, n_out) = X (rows, kd) W_e^T per expert (W_e stored (n_out, kd), or (kd, n_out) with
@@ -64,10 +71,6 @@ int moe_cublas_suits(const void *a, const void *b, const void *c, int d0, int d1
 int moe_cublas_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *hoff, const int *offsets, int E, int n_out,
                     int kd, int w_t);
 
-// dW_e (P, Q) += G_e^T X_e over each expert's rows (G (rows, P), X (rows, Q)), as experts.cu's
-// wgrad. Returns 0 and does nothing where moe_cublas_rows would.
-int moe_cublas_wgrad(bf16 *dW, const bf16 *G, const bf16 *X, const int *hoff, const int *offsets, int E, int P,
-                     int Q);
 
 // (the switch itself and its counters for the tests: kernels/cuda_backend.h, cuda_moe_*)
 

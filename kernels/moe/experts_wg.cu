@@ -245,12 +245,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 // dW_e (P, Q) += G_e^T X_e over the expert's rows, G (rows, P) and X (rows, Q) both read MN-major
 // (the reduction runs along their rows); grid (Q tiles of BN, P tiles of WG_BM, E S), as
 // experts.cu's wgrad_kernel: S == 1, the block reduces over all the expert's rows and adds once
-// into dW (bf16); S > 1, block (., ., e S + s) reduces over split s's rows (grouped_walk.cuh) and
+// into dW (fp32); S > 1, block (., ., e S + s) reduces over split s's rows (grouped_walk.cuh) and
 // stores its fp32 partial at ws + (e S + s) P Q, which experts.cu's wgrad_reduce_kernel sums in
 // split order. An empty expert or split stores nothing.
 template <int BN>
 __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
-    wgrad_wg_kernel(bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q, int S) {
+    wgrad_wg_kernel(float *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int P, int Q, int S) {
     DYNAMIC_SMEM(unsigned char, raw);
     unsigned char *ring = wg_align1024(raw);
     const int e = blockIdx.z / S;
@@ -270,13 +270,13 @@ __global__ void __launch_bounds__(WG_THREADS, WgTile<BN>::BLOCKS_PER_SM)
 // its grid (nx, ny, E S), and block b takes units b, b + gridDim.x, ... (the grid is what fits at
 // once), so a unit's epilogue runs while the producer copies the next unit's first k-steps. An
 // empty expert or split is skipped by both sides (its rows come from the offsets alone). The
-// epilogue from registers: S == 1 adds into dW (GG_ADD), S > 1 stores the fp32 partial (GG_F32),
+// epilogue from registers: S == 1 adds into dW (GG_ADD, fp32), S > 1 stores the fp32 partial (GG_F32),
 // the same bits as wgrad_wg_kernel<WS_BN>'s staged epilogue. TMA == WS_TMA_ROWS
 // (HYBRID_MOE_WG_TMA=2): the whole k-steps of both operands by TMA through gmap and xmap
 // (ws_produce_wgrad_tma); 0: all by cp.async, the maps not read.
 template <int TMA>
 __global__ void __launch_bounds__(WS_THREADS, 1)
-    wgrad_ws_kernel(bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q, int S,
+    wgrad_ws_kernel(float *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q, int S,
                     const __grid_constant__ CUtensorMap gmap, const __grid_constant__ CUtensorMap xmap) {
     static_assert(TMA == 0 || TMA == WS_TMA_ROWS, "the weight gradients' operands are rows: by TMA at =2 only");
     DYNAMIC_SMEM(unsigned char, raw);
@@ -575,7 +575,7 @@ static int wg_wgrad_splits(int E, int P, int Q) {
 // one warp-specialized weight-gradient kernel, a block an SM walking the units (no more blocks
 // than units)
 template <int TMA>
-static void ws_wgrad_kernel_launch(long units, bf16 *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets,
+static void ws_wgrad_kernel_launch(long units, float *dW, float *ws, const bf16 *G, const bf16 *X, const int *offsets,
                                    int E, int P, int Q, int S, const CUtensorMap &gmap, const CUtensorMap &xmap) {
     const unsigned fit = wg_resident_blocks<wgrad_ws_kernel<TMA>, WS_THREADS, WS_SMEM>();
     launch_kernel(wgrad_ws_kernel<TMA>, dim3(units < fit ? (unsigned)units : fit), dim3(WS_THREADS), WS_SMEM, dW, ws, G,
@@ -583,7 +583,7 @@ static void ws_wgrad_kernel_launch(long units, bf16 *dW, float *ws, const bf16 *
 }
 
 template <int BN>
-static int wg_wgrad_launch(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P,
+static int wg_wgrad_launch(float *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P,
                            int Q, int force_splits) {
     const int S = force_splits > 0 ? force_splits : wg_wgrad_splits<BN>(E, P, Q);
     *ws = S > 1 ? (float *)scratch_get(sizeof(float) * (size_t)E * S * P * Q) : NULL;
@@ -613,7 +613,7 @@ static int wg_wgrad_launch(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, c
     return S;
 }
 
-int moe_wg_wgrad(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q,
+int moe_wg_wgrad(float *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q,
                  int force_splits) {
     if (!moe_wgmma_on() || P <= 0 || Q <= 0 || !gg_vec_ok(dW, G, X, P, Q)) return 0;
     g_launches++;

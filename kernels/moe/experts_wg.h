@@ -17,13 +17,13 @@ int moe_wgmma_on(void);
 // multiple of 8): the caller then runs its own.
 int moe_wg_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *offsets, int E, int n_out, int kd, int w_t);
 
-// dW_e (P, Q) += G_e^T X_e over each expert's rows (G (rows, P), X (rows, Q)), as experts.cu's
-// wgrad. Returns 0 and does nothing where moe_wg_rows would (P, Q for n_out, kd); else the split
+// dW_e (P, Q) += G_e^T X_e over each expert's rows (G (rows, P), X (rows, Q); dW fp32, a parameter
+// gradient), as experts.cu's wgrad. Returns 0 and does nothing where moe_wg_rows would (P, Q for n_out, kd); else the split
 // count S (force_splits > 0: that many, the tests' cuda_moe_set_wgrad_split; else the kernel's own
 // shape rule): S == 1, dW holds the result; S > 1, *ws (the backend's scratch) holds the splits'
 // fp32 partials (E, S, P, Q), which the caller reduces into dW in split order (experts.cu's
 // wgrad_reduce_kernel, the splits cut by grouped_walk.cuh's wgrad_split_rows).
-int moe_wg_wgrad(bf16 *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q,
+int moe_wg_wgrad(float *dW, float **ws, const bf16 *G, const bf16 *X, const int *offsets, int E, int P, int Q,
                  int force_splits);
 
 // The GLU fused into the GEMMs around it (experts_wg.cu, "the GLU fused"): hp = xp W13_e^T with

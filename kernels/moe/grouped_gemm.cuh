@@ -2,8 +2,9 @@
 // mma.m16n8k16 bf16 -> fp32, ldmatrix, cp.async). One block of 4 warps computes a
 // GG_BM x GG_BN tile of A (m, k) B^T, B given as (n, k), with fp32 accumulators in registers,
 // k in increasing order (deterministic), and hands the tile to gg_epilogue, which writes it
-// (Y = tile), adds it once into a bf16 gradient (dW = bf16(dW + tile)) or stores it as fp32
-// (a split-k partial of a weight gradient, experts.cu).
+// (Y = bf16(tile)), adds it into an fp32 weight gradient (dW += tile; parameter gradients are
+// fp32: docs/cuda.md, "Precision") or stores it as fp32 (a split-k partial of a weight
+// gradient, experts.cu).
 //
 // Global operands (bf16, row-major) may be stored either way round:
 //   A_T = false: A[m][k] = A[m lda + k] (k contiguous)   A_T = true: A[m][k] = A[k lda + m]
@@ -163,30 +164,32 @@ __device__ __forceinline__ void gg_tile(float acc[GG_MI][GG_NI][4], bf16 *smem, 
     __syncthreads();     // every warp is done with the ring: the epilogue may reuse it
 }
 
-// What gg_epilogue does with the tile: GG_STORE: D = bf16(acc); GG_ADD: D = bf16(D + acc) (one
-// rounding of the fp32 sum); GG_F32: D = acc as fp32 (a split-k partial; D is float *).
+// What gg_epilogue does with the tile: GG_STORE: D = bf16(acc) (the row GEMMs' activations);
+// GG_ADD: D += acc in fp32 (a weight gradient: parameter gradients are fp32, accumulated, never
+// rounded to bf16; D is float *); GG_F32: D = acc as fp32 (a split-k partial; D is float *).
 enum { GG_STORE = 0, GG_ADD = 1, GG_F32 = 2 };
 
 // 8 consecutive fp32 values s (16-byte aligned) to d as MODE says (GG_STORE bf16(s), GG_ADD
-// bf16(d + s), one rounding, GG_F32 s), by 16-byte accesses (d 16-byte aligned); the mma.sync and
-// the wgmma epilogues' (grouped_gemm_wg.cuh) last step
+// d + s in fp32, GG_F32 s), by 16-byte accesses (d 16-byte aligned); the mma.sync and the wgmma
+// epilogues' (grouped_gemm_wg.cuh) last step
 template <int MODE, typename TD>
 __device__ __forceinline__ void gg_put8(TD *d, const float *s) {
-    static_assert((MODE == GG_F32) == (sizeof(TD) == 4), "GG_F32 writes float, the others bf16");
+    static_assert((MODE != GG_STORE) == (sizeof(TD) == 4), "GG_STORE writes bf16, GG_ADD and GG_F32 float");
     float v[8];
     *reinterpret_cast<float4 *>(v) = *reinterpret_cast<const float4 *>(s);
     *reinterpret_cast<float4 *>(v + 4) = *reinterpret_cast<const float4 *>(s + 4);
-    if constexpr (MODE == GG_F32) {
-        *reinterpret_cast<float4 *>(d) = *reinterpret_cast<const float4 *>(v);
-        *reinterpret_cast<float4 *>(d + 4) = *reinterpret_cast<const float4 *>(v + 4);
+    if constexpr (MODE == GG_STORE) {
+        store8(d, v);
     } else {
-        if (MODE == GG_ADD) {
+        if constexpr (MODE == GG_ADD) {
             float old[8];
-            load8(d, old);
+            *reinterpret_cast<float4 *>(old) = *reinterpret_cast<const float4 *>(d);
+            *reinterpret_cast<float4 *>(old + 4) = *reinterpret_cast<const float4 *>(d + 4);
 #pragma unroll
             for (int j = 0; j < 8; j++) v[j] += old[j];
         }
-        store8(d, v);
+        *reinterpret_cast<float4 *>(d) = *reinterpret_cast<const float4 *>(v);
+        *reinterpret_cast<float4 *>(d + 4) = *reinterpret_cast<const float4 *>(v + 4);
     }
 }
 
@@ -195,11 +198,11 @@ __device__ __forceinline__ void gg_put8(TD *d, const float *s) {
 // shared memory first (fp32 [GG_BM][GG_LDC] over the ring: each thread writes float2 pairs;
 // GG_LDC = GG_BN + 8 puts the 16 lanes of a half-warp's 8-byte stores, rows g and columns 2t,
 // on 16 distinct bank pairs), then each thread moves 8 consecutive columns of a row at a time:
-// 16-byte global loads and stores (two 16-byte stores for fp32).
+// 16-byte global loads and stores (two of each for fp32).
 template <int MODE, bool VEC, typename TD>
 __device__ __forceinline__ void gg_epilogue(const float acc[GG_MI][GG_NI][4], bf16 *smem, TD *D, long ldd,
                                             int m_lim, int n_lim) {
-    static_assert((MODE == GG_F32) == (sizeof(TD) == 4), "GG_F32 writes float, the others bf16");
+    static_assert((MODE != GG_STORE) == (sizeof(TD) == 4), "GG_STORE writes bf16, GG_ADD and GG_F32 float");
     float *Cs = reinterpret_cast<float *>(smem);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int wm = (warp / GG_WARPS_N) * GG_WM, wn = (warp % GG_WARPS_N) * GG_WN, g = lane >> 2, t = lane & 3;
@@ -222,8 +225,8 @@ __device__ __forceinline__ void gg_epilogue(const float acc[GG_MI][GG_NI][4], bf
             gg_put8<MODE>(d, s);
         } else {
             for (int j = 0; j < 8 && col + j < n_lim; j++) {
-                if constexpr (MODE == GG_F32) d[j] = s[j];
-                else d[j] = __float2bfloat16(MODE == GG_ADD ? __bfloat162float(d[j]) + s[j] : s[j]);
+                if constexpr (MODE == GG_STORE) d[j] = __float2bfloat16(s[j]);
+                else d[j] = MODE == GG_ADD ? d[j] + s[j] : s[j];
             }
         }
     }

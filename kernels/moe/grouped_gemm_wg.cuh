@@ -4,8 +4,8 @@
 // WG_BM x BN = 128 x BN tile of A (m, k) B^T with fp32 accumulators in registers, warpgroup
 // wg owning rows 64 wg .. 64 wg + 63 (BN / 2 accumulators a thread, wgmma.cuh's layout), k in
 // increasing order (deterministic: the same inputs give the same bits), and stores it as bf16
-// (the row GEMMs), adds it once into a bf16 gradient or stores it as fp32 (a split's partial of
-// a weight gradient), as grouped_gemm.cuh's GG_STORE, GG_ADD and GG_F32.
+// (the row GEMMs), adds it into an fp32 weight gradient or stores it as fp32 (a split's partial
+// of a weight gradient), as grouped_gemm.cuh's GG_STORE, GG_ADD and GG_F32.
 //
 // Why these shapes: the mma.sync tile reaches ~40-45% of dense cuBLAS on the H200 (BENCHMARKS.md,
 // "H200: the MoE layer against PyTorch"), and mma.sync itself issues at a fraction of the
@@ -200,13 +200,13 @@ __device__ __forceinline__ void wg_store(const float d[WgTile<BN>::NACC], unsign
     __syncthreads();  // the staging tile is read: the next wg_tile may refill the ring
 }
 
-// The tile into a weight gradient: ADD = true, D (bf16) = bf16(D + tile), one rounding of the fp32
-// sum (GG_ADD); ADD = false, D (float *) = the tile as fp32 (a split's partial, GG_F32). Rows <
-// m_lim, columns < n_lim (a multiple of 8). Through an fp32 staging tile [WG_BM][LDC] over the ring
-// (LDC = BN + 8 = 8 mod 32: a half-warp's 8-byte stores, rows g and columns 2t, fall on 16
-// distinct bank pairs), then grouped_gemm.cuh's gg_put8 a chunk.
-template <int BN, bool ADD, typename TD>
-__device__ __forceinline__ void wg_store_grad(const float d[WgTile<BN>::NACC], unsigned char *ring, TD *D, long ldd,
+// The tile into a weight gradient (fp32, as every parameter gradient: docs/cuda.md, "Precision"):
+// ADD = true, D += tile in fp32 (GG_ADD); ADD = false, D = the tile (a split's partial, GG_F32).
+// Rows < m_lim, columns < n_lim (a multiple of 8). Through an fp32 staging tile [WG_BM][LDC] over
+// the ring (LDC = BN + 8 = 8 mod 32: a half-warp's 8-byte stores, rows g and columns 2t, fall on
+// 16 distinct bank pairs), then grouped_gemm.cuh's gg_put8 a chunk.
+template <int BN, bool ADD>
+__device__ __forceinline__ void wg_store_grad(const float d[WgTile<BN>::NACC], unsigned char *ring, float *D, long ldd,
                                               int m_lim, int n_lim) {
     constexpr int LDC = WgTile<BN>::LDC;
     float *S = reinterpret_cast<float *>(ring);

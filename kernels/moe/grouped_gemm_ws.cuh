@@ -30,7 +30,7 @@
 //     stays the producer's).
 //
 // The same bits as wg_tile + wg_store: each accumulator sees the same wgmma in the same k order,
-// and ws_put rounds it to bf16 once as wg_stage does (or adds or stores fp32 as wg_store_grad). Each k-step's copies zero-fill outside
+// and ws_put rounds it to bf16 once as wg_stage does (or adds into or stores fp32 as wg_store_grad). Each k-step's copies zero-fill outside
 // (m_lim, n_lim, k_lim) as in wg_tile. The ring walk's parities: step i waits on full[i % 4] for
 // parity (i / 4) & 1 and on empty[i % 4] for ((i / 4) & 1) ^ 1 (a fresh barrier passes parity 1:
 // the first 4 steps wait for nothing).
@@ -218,24 +218,24 @@ __device__ __forceinline__ void ws_each_pair(F f, int j0 = 0) {
 // A consumer warpgroup's accumulators (wgmma.cuh's layout, rows 64 cw ..) to D (row-major, leading
 // dimension ldd, at the tile's corner), rows < m_lim and columns < n_lim (a multiple of 8) only,
 // each register pair (two adjacent columns) in one access, as MODE (grouped_gemm.cuh) says:
-// GG_STORE, bf16 rounded once (4 bytes), as wg_stage rounds it, so the bits are wg_store's; GG_ADD,
-// D = bf16(D + tile) (a 4-byte read, one rounding of the fp32 sum), gg_put8's arithmetic; GG_F32,
-// the fp32 pair (8 bytes)
+// GG_STORE, bf16 rounded once (4 bytes), as wg_stage rounds it, so the bits are wg_store's; GG_ADD
+// (an fp32 weight gradient), D += tile in fp32 (an 8-byte read and write), gg_put8's arithmetic;
+// GG_F32, the fp32 pair (8 bytes)
 template <int MODE, typename TD>
 __device__ __forceinline__ void ws_put(const float d[WsTile::NACC], TD *D, long ldd, int m_lim, int n_lim) {
-    static_assert((MODE == GG_F32) == (sizeof(TD) == 4), "GG_F32 writes float, the others bf16");
+    static_assert((MODE != GG_STORE) == (sizeof(TD) == 4), "GG_STORE writes bf16, GG_ADD and GG_F32 float");
     ws_each_pair<WS_BN / 8>([&](int row, int col, int i) {
         if (row >= m_lim || col >= n_lim) return;
         float v0 = d[i], v1 = d[i + 1];
         TD *p = D + (long)row * ldd + col;
-        if constexpr (MODE == GG_F32) {
-            *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
+        if constexpr (MODE == GG_STORE) {
+            *reinterpret_cast<uint32_t *>(p) = pack_bf16(v0, v1);
         } else {
             if constexpr (MODE == GG_ADD) {
-                const float2 old = bf16x2_to_float2(*reinterpret_cast<const uint32_t *>(p));
+                const float2 old = *reinterpret_cast<const float2 *>(p);
                 v0 += old.x, v1 += old.y;
             }
-            *reinterpret_cast<uint32_t *>(p) = pack_bf16(v0, v1);
+            *reinterpret_cast<float2 *>(p) = make_float2(v0, v1);
         }
     });
 }

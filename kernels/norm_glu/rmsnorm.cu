@@ -1,6 +1,6 @@
 // RMSNorm (model/ops/norm_glu/rmsnorm.c gives the equations) and its fused forms with the
 // residual add, on the row-normalisation kernels of kernels/norm_rows.cuh (LayerNorm with
-// mean 0 and no shift).
+// mean 0 and no shift). dw is a parameter gradient: fp32 (model/backend.h, grad_size).
 #include "kernels/norm_rows.cuh"
 
 void cuda_rmsnorm_forward(real *out, real *rstd, const real *inp, const real *w, int N, int C, float eps) {
@@ -11,7 +11,7 @@ void cuda_rmsnorm_forward(real *out, real *rstd, const real *inp, const real *w,
 void cuda_rmsnorm_backward(real *dinp, real *dw, const real *dout, const real *inp, const real *w, const real *rstd,
                            int N, int C) {
     PROFILE("rmsnorm_bwd");
-    norm_backward<true>((bf16 *)dinp, (bf16 *)dw, NULL, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w,
+    norm_backward<true>((bf16 *)dinp, (float *)dw, NULL, (const bf16 *)dout, (const bf16 *)inp, (const bf16 *)w,
                         NULL, (const float *)rstd, N, C);
 }
 
@@ -29,6 +29,6 @@ void cuda_rmsnorm_backward_add(real *dres, real *dw, const real *dout, const rea
                                const real *rstd, int N, int C) {
     PROFILE("rmsnorm_bwd_add");
     ce_lse_invalidate(dres, (size_t)N * C * sizeof(bf16));
-    norm_backward<true, true>((bf16 *)dres, (bf16 *)dw, NULL, (const bf16 *)dout, (const bf16 *)inp,
+    norm_backward<true, true>((bf16 *)dres, (float *)dw, NULL, (const bf16 *)dout, (const bf16 *)inp,
                               (const bf16 *)w, NULL, (const float *)rstd, N, C);
 }

@@ -1,5 +1,6 @@
 // Optimizer steps on the device: AdamW (model/ops/optim/optim.h) and Muon (model/ops/optim/muon.h).
-// State (moments, Muon momentum) and master weights are fp32; parameters are bf16,
+// State (moments, Muon momentum), master weights and the gradients read (model/backend.h,
+// `grad_size`; docs/cuda.md, "Precision") are fp32; parameters are bf16,
 // rounded to nearest even from the master after every step (so the master alone
 // decides the trajectory and a checkpoint of it resumes bit for bit). The contract's
 // `real` hyperparameters are spelled float here: CUDA exists only in the float build.
@@ -17,10 +18,10 @@ extern "C" {
 #include "model/ops/optim/muon.h"
 }
 
-__device__ __forceinline__ void adamw_elem(bf16 *param, const bf16 *grad, float *m, float *v, float *master, size_t i,
+__device__ __forceinline__ void adamw_elem(bf16 *param, const float *grad, float *m, float *v, float *master, size_t i,
                                            float lr, float beta1, float beta2, float eps, float wd, float grad_scale,
                                            float bc1, float bc2) {
-    float g = __bfloat162float(grad[i]) * grad_scale;
+    float g = grad[i] * grad_scale;
     float mi = beta1 * m[i] + (1.f - beta1) * g;
     float vi = beta2 * v[i] + (1.f - beta2) * g * g;
     m[i] = mi;
@@ -31,7 +32,7 @@ __device__ __forceinline__ void adamw_elem(bf16 *param, const bf16 *grad, float 
     param[i] = __float2bfloat16(p);
 }
 
-__global__ void adamw_kernel(bf16 *param, const bf16 *grad, float *m, float *v, float *master, size_t n, float lr,
+__global__ void adamw_kernel(bf16 *param, const float *grad, float *m, float *v, float *master, size_t n, float lr,
                              float beta1, float beta2, float eps, float wd, float grad_scale, float bc1, float bc2) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         adamw_elem(param, grad, m, v, master, i, lr, beta1, beta2, eps, wd, grad_scale, bc1, bc2);
@@ -42,7 +43,7 @@ void cuda_adamw_update(real *param, const real *grad, float *m, float *v, float 
     PROFILE("adamw");
     if (!n) return;
     float bc1 = (float)(1.0 - pow((double)beta1, t)), bc2 = (float)(1.0 - pow((double)beta2, t));
-    launch_kernel(adamw_kernel, grid_for(n, 256, 8), 256, 0, (bf16 *)param, (const bf16 *)grad, m, v, master, n, lr,
+    launch_kernel(adamw_kernel, grid_for(n, 256, 8), 256, 0, (bf16 *)param, (const float *)grad, m, v, master, n, lr,
         beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2);
 }
 
@@ -64,7 +65,7 @@ struct AdamwMulti {
     float lr[ADAMW_MT_MAX], wd[ADAMW_MT_MAX];
 };
 
-__global__ void adamw_multi_kernel(const __grid_constant__ AdamwMulti p, bf16 *param, const bf16 *grad, float *m,
+__global__ void adamw_multi_kernel(const __grid_constant__ AdamwMulti p, bf16 *param, const float *grad, float *m,
                                    float *v, float *master, float beta1, float beta2, float eps, float grad_scale,
                                    float bc1, float bc2) {
     const unsigned nchunks = p.cstart[p.n];
@@ -107,7 +108,7 @@ void cuda_adamw_update_multi(real *param, const real *grad, float *m, float *v, 
         if (chunks > 0xffffffffu) die("adamw_update_multi: %zu chunks", chunks);
         p.cstart[p.n] = (unsigned)chunks;
         unsigned grid = (unsigned)(chunks < (size_t)g_cuda.sm_count * 8 ? chunks : (size_t)g_cuda.sm_count * 8);
-        launch_kernel(adamw_multi_kernel, grid, 256, 0, p, (bf16 *)param, (const bf16 *)grad, m, v, master, beta1,
+        launch_kernel(adamw_multi_kernel, grid, 256, 0, p, (bf16 *)param, (const float *)grad, m, v, master, beta1,
             beta2, eps, grad_scale, bc1, bc2);
     }
 }
@@ -130,12 +131,12 @@ __device__ __forceinline__ float muon_u(float g, float mi, float mu, int nestero
 // The momentum (g = grad_scale grad): M = mu M + g (sum form) or M = mu M + (1 - mu) g
 // (EMA form, ema = 1); partial sums of U^2. grid (MUON_PART, n_blocks); block b covers
 // elements [b*len, (b+1)*len).
-__global__ void muon_momentum_kernel(double *partial, float *M, const bf16 *grad, size_t len, float mu, int nesterov,
+__global__ void muon_momentum_kernel(double *partial, float *M, const float *grad, size_t len, float mu, int nesterov,
                                      int ema, float grad_scale) {
     size_t base = (size_t)blockIdx.y * len;
     double s = 0.0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x) {
-        float g = grad_scale * __bfloat162float(grad[base + i]);
+        float g = grad_scale * grad[base + i];
         float mi;
         if (ema) mi = __fmaf_rn(mu, M[base + i], (1.f - mu) * g);
         else mi = mu * M[base + i] + g;
@@ -157,12 +158,12 @@ __global__ void muon_norm_kernel(float *inv, const double *partial, int parts) {
 }
 
 // X = bf16(U * inv[block]), U recomputed from the updated M (same values as above)
-__global__ void muon_scale_kernel(bf16 *X, const float *M, const bf16 *grad, const float *inv, size_t len, float mu,
+__global__ void muon_scale_kernel(bf16 *X, const float *M, const float *grad, const float *inv, size_t len, float mu,
                                   int nesterov, int ema, float grad_scale) {
     size_t base = (size_t)blockIdx.y * len;
     float s = inv[blockIdx.y];
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < len; i += (size_t)gridDim.x * blockDim.x) {
-        float g = grad_scale * __bfloat162float(grad[base + i]);
+        float g = grad_scale * grad[base + i];
         float mi = M[base + i];
         float u = muon_u(g, mi, mu, nesterov, ema);
         X[base + i] = __float2bfloat16(u * s);
@@ -203,10 +204,10 @@ void cuda_muon_update(real *param, const real *grad, float *M, float *master, in
 
     const int ema = muon_momentum_form((MuonScaleRule)scale_rule) == MUON_MOMENTUM_EMA;
     dim3 grid(MUON_PART, n_blocks);
-    launch_kernel(muon_momentum_kernel, grid, 256, 0, partial, M, (const bf16 *)grad, len, momentum, nesterov, ema,
+    launch_kernel(muon_momentum_kernel, grid, 256, 0, partial, M, (const float *)grad, len, momentum, nesterov, ema,
         grad_scale);
     launch_kernel(muon_norm_kernel, n_blocks, 32, 0, inv, partial, MUON_PART);
-    launch_kernel(muon_scale_kernel, grid, 256, 0, X, M, (const bf16 *)grad, inv, len, momentum, nesterov, ema,
+    launch_kernel(muon_scale_kernel, grid, 256, 0, X, M, (const float *)grad, inv, len, momentum, nesterov, ema,
         grad_scale);
 
     const float a = (float)MUON_NS_A, b = (float)MUON_NS_B, c = (float)MUON_NS_C;

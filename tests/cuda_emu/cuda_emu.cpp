@@ -1080,7 +1080,10 @@ void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, con
                    long long strideC, int batch, int epi, void *bias, bf16 *aux) {
     if (batch < 1) batch = 1;
     if (batch > 1 && (epi != EMU_EPI_NONE || bias)) emu_die("a batched GEMM with an epilogue: not emulated");
-    if (cd_f32 && (epi != EMU_EPI_NONE || bias)) emu_die("an fp32-output GEMM with an epilogue: not emulated");
+    // fp32 C/D: no epilogue, or BGRADB with its fp32 bias gradient (cuBLASLt: the bias gradient
+    // has the output's type; the fp32 weight gradients' dW GEMM, kernels/core/matmul.cu)
+    if (cd_f32 && !(epi == EMU_EPI_NONE && !bias) && epi != EMU_EPI_BGRADB_F32)
+        emu_die("an fp32-output GEMM with an epilogue other than BGRADB (fp32 bias): not emulated");
     std::vector<float> a((size_t)m * k), b((size_t)k * n);  // op(A) row-major (m, k); op(B) column by column (n, k)
     const int dgelu = epi == EMU_EPI_DGELU || epi == EMU_EPI_DGELU_BGRAD_F32 || epi == EMU_EPI_DGELU_BGRAD_BF16;
     const int dgelu_bgrad = epi == EMU_EPI_DGELU_BGRAD_F32 || epi == EMU_EPI_DGELU_BGRAD_BF16;

@@ -264,7 +264,8 @@ static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
 //   EMU_EPI_BGRADB_F32 / _BF16  D = X and bias RECEIVES (written) sum_k op(B)[p, j], n values
 //   EMU_EPI_DGELU_BGRAD_F32 / _BF16  D = X * gelu'(aux) as EMU_EPI_DGELU, and bias RECEIVES
 //                  (written) sum_j of those fp32 values before D's rounding, m values, j in order
-// C and D are bf16, or fp32 when cd_f32 (then X is stored unrounded: EMU_EPI_NONE only, no bias).
+// C and D are bf16, or fp32 when cd_f32 (then X is stored unrounded: EMU_EPI_NONE with no bias,
+// or EMU_EPI_BGRADB_F32).
 enum {
     EMU_EPI_NONE,
     EMU_EPI_GELU_AUX,

@@ -59,13 +59,14 @@ int main(int argc, char **argv) {
             die("bench_matmul: bad shape '%s' (want N,C,OC[,bias], positive)", argv[a]);
         real *inp = be->alloc((size_t)N * C * be->elem_size), *w = be->alloc((size_t)OC * C * be->elem_size);
         real *out = be->alloc((size_t)N * OC * be->elem_size), *dinp = be->alloc((size_t)N * C * be->elem_size);
-        real *dw = be->alloc((size_t)OC * C * be->elem_size), *b = bias ? be->alloc((size_t)OC * be->elem_size) : NULL;
-        real *db = bias ? be->alloc((size_t)OC * be->elem_size) : NULL;
+        // dw, db: parameter gradients, grad_size bytes an element (model/backend.h)
+        real *dw = be->alloc((size_t)OC * C * be->grad_size), *b = bias ? be->alloc((size_t)OC * be->elem_size) : NULL;
+        real *db = bias ? be->alloc((size_t)OC * be->grad_size) : NULL;
         fill(be, inp, (size_t)N * C, 1);
         fill(be, w, (size_t)OC * C, 2);
         fill(be, out, (size_t)N * OC, 3);  // (the backward's dout)
-        be->zero(dw, (size_t)OC * C);
-        if (bias) fill(be, b, OC, 4), be->zero(db, OC);
+        backend_grad_zero(be, dw, (size_t)OC * C);
+        if (bias) fill(be, b, OC, 4), backend_grad_zero(be, db, OC);
         double fwd, bwd, mn;
         for (int pass = 0; pass < 2; pass++) {
             for (int r = -3; r < reps; r++) {

@@ -24,7 +24,10 @@
 //   dense_fwd/bwd/fwdbwd    the dense reference: the backend's cuBLASLt matmul on the same
 //           R = N*K rows with one expert's weights: matmul_forward (R,De) x W13_0^T and
 //           (R,m) x W2_0^T, matmul_backward of both (dX and dW each): exactly the FLOPs of the
-//           routed GEMMs (6 R De m forward, 12 R De m backward), no GLU
+//           routed GEMMs (6 R De m forward, 12 R De m backward), no GLU. Its dW GEMMs write the
+//           layer's own gradient tensors, the backend's parameter-gradient type (fp32 on CUDA:
+//           kernels/core/matmul.cu's dW GEMM has bf16 A and B, fp32 C = D), as the grouped
+//           weight gradients do, so the shares of dense below compare like with like
 //   router_matmul           matmul_forward + matmul_backward of the router logits (N, C, E)
 // and --profile-reps more forward+backward repetitions of the layer with the backend's op
 // timers on (HYBRID_CUDA_PROFILE's events, turned on here with cuda_profile_set; not in the
@@ -43,9 +46,10 @@
 // and TFLOP/s, and that rate as a share of the dense fwd+bwd's (JSON: "gemm_tflops"); the
 // weight gradients' parts include their split-k reduction (moe_experts/wgrad_reduce).
 // The expert GEMMs run by default (HYBRID_MOE_GEMM=mixed) the forward's on our grouped kernels
-// and the backward's on cuBLAS by experts.cu's rule, with HYBRID_MOE_GEMM=own all on ours, with
-// HYBRID_MOE_GEMM=cublas all on cuBLAS's grouped batched GEMM (kernels/moe/experts_cublas.h)
-// (the table's "path" column says which ran where): the same moe_experts/gemm_* parts (each
+// and the backward's data gradients on ours or cuBLAS by experts.cu's rule, with
+// HYBRID_MOE_GEMM=own all on ours, with HYBRID_MOE_GEMM=cublas the four row GEMMs on cuBLAS's
+// grouped batched GEMM (kernels/moe/experts_cublas.h); the weight gradients (fp32) run ours in
+// every mode (the table's "path" column says which ran where): the same moe_experts/gemm_* parts (each
 // includes the cuBLAS path's small pointer-array kernel), so the runs' tables compare line by
 // line; the copy of the offsets to the host (cublas: one stream synchronization per forward;
 // mixed: issued by the forward, waited for by the backward) is the part
@@ -158,7 +162,7 @@ typedef struct {
 } Case;
 
 #define PRM(c, idx) model_tensor(&(c)->m, (c)->m.params, (idx))
-#define GRD(c, idx) model_tensor(&(c)->m, (c)->m.grads, (idx))
+#define GRD(c, idx) model_grad(&(c)->m, (idx))  // (grad_size elements: fp32 on CUDA)
 
 static void run_fwd(Case *c) { moe_forward(&c->m, 0, c->out, c->x, c->B, c->T); }
 static void run_bwd(Case *c) { moe_backward(&c->m, 0, c->din, c->dout, c->B, c->T); }
@@ -247,7 +251,7 @@ typedef struct {
     long calls[MAX_OPS];
     double cat_ms[NCAT], gemm_ms, glu_ms, matmul_ms;  // per forward+backward
     double copy_ms;  // the cuBLAS path's copy of the offsets to the host (moe_experts/offsets_to_host)
-    double cublas_calls;  // grouped GEMMs that ran on cuBLAS per forward+backward (6 on that path)
+    double cublas_calls;  // grouped GEMMs that ran on cuBLAS per forward+backward (4 on that path)
 } Profile;
 
 static int starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
@@ -513,11 +517,11 @@ int main(int argc, char **argv) {
            "CUDA events on the backend's stream",
 #endif
            (unsigned long long)seed);
-    printf("expert GEMMs: %s (HYBRID_MOE_GEMM=mixed, the default: the forward on ours, the backward on ours or "
-           "cuBLAS by kernels/moe/experts.cu's rule, the offsets' copy issued by the forward and waited for by a "
-           "backward that calls cuBLAS; "
-           "=own: our grouped kernels; =cublas: cuBLAS's grouped batched GEMM, which copies the offsets to the host "
-           "once per forward)\n",
+    printf("expert GEMMs: %s (HYBRID_MOE_GEMM=mixed, the default: the forward on ours, the backward's data "
+           "gradients on ours or cuBLAS by kernels/moe/experts.cu's rule, the offsets' copy issued by the forward "
+           "and waited for by a backward that calls cuBLAS; "
+           "=own: our grouped kernels; =cublas: the four row GEMMs on cuBLAS's grouped batched GEMM, which copies "
+           "the offsets to the host once per forward; the weight gradients, fp32, on ours in every mode)\n",
            cuda_moe_gemm_name());
     printf("GEMMs of ours on wgmma: %s (HYBRID_MOE_WGMMA=auto, the default, on compute capability 9.0, or =1: "
            "the sm_90a warpgroup-MMA kernels, kernels/moe/experts_wg.cu; =0: mma.sync)\n",
@@ -577,10 +581,14 @@ int main(int argc, char **argv) {
             free(g);
         }
 
-        // the MoE layer's bytes: parameters, saved activations, backward scratch (moe_layout counted)
-        size_t pbytes = 0;
+        // the MoE layer's bytes: parameters, their gradients (grad_size elements), saved activations,
+        // backward scratch (moe_layout counted)
+        size_t pbytes = 0, gbytes = 0;
         for (int i = 0; i < c.m.table.count; i++)
-            if (strstr(c.m.table.items[i].name, ".moe.")) pbytes += c.m.table.items[i].numel * be->elem_size;
+            if (strstr(c.m.table.items[i].name, ".moe.")) {
+                pbytes += c.m.table.items[i].numel * be->elem_size;
+                gbytes += c.m.table.items[i].numel * be->grad_size;
+            }
         Carver cv = {NULL, 0, be->elem_size, be->stat_size}, sc = {NULL, 0, be->elem_size, be->stat_size};
         MoeActs tmp;
         memset(&tmp, 0, sizeof tmp);
@@ -588,8 +596,8 @@ int main(int argc, char **argv) {
         const size_t io = nc * be->elem_size;
         size_t need[NPASS] = {0};
         need[P_FWD] = pbytes + cv.used + 2 * io;
-        need[P_BWD] = 2 * pbytes + cv.used + sc.used + 3 * io;
-        need[P_FWDBWD] = 2 * pbytes + cv.used + sc.used + 4 * io;
+        need[P_BWD] = pbytes + gbytes + cv.used + sc.used + 3 * io;
+        need[P_FWDBWD] = pbytes + gbytes + cv.used + sc.used + 4 * io;
 
         printf("\n== %s: C %d, E %d, top-%d, expert hidden %d, shared hidden %d%s, N %d tokens (%d x %d), %s router%s, "
                "%s\n",
@@ -662,7 +670,8 @@ int main(int argc, char **argv) {
             if (strcmp(cuda_moe_gemm_name(), "own")) {  // (a GEMM whose operands do not suit cuBLAS runs ours)
                 int want = 0;
                 for (int g = 0; g < NGEMM; g++) want += cuda_moe_gemm_on_cublas(g, c.E, c.De, c.M);
-                printf("grouped GEMM calls on cuBLAS per forward+backward: %.1f of 6, the mode sends %d there%s\n",
+                printf("grouped GEMM calls on cuBLAS per forward+backward: %.1f of 6, the mode sends %d there (the "
+                       "weight gradients never: fp32)%s\n",
                        x->prof.cublas_calls, want,
                        x->prof.cublas_calls < want ? " (the others ran our kernels: see kernels/moe/experts_cublas.h)"
                                                    : "");
@@ -676,8 +685,9 @@ int main(int argc, char **argv) {
         }
         printf("experts op (GEMMs + GLU) %.3f ms: op-level efficiency %.2f of the dense GEMMs\n", med[P_EFWDBWD],
                x->op_eff);
-        printf("memory MiB: the MoE layer's parameters %.1f, saved activations %.1f, backward scratch %.1f\n",
-               mib(pbytes), mib(cv.used), mib(sc.used));
+        printf("memory MiB: the MoE layer's parameters %.1f, their gradients %.1f, saved activations %.1f, backward "
+               "scratch %.1f\n",
+               mib(pbytes), mib(gbytes), mib(cv.used), mib(sc.used));
         if (json) write_json(json, rec, nrec, info, si + 1, reps, warmup, profile_reps, config);
         real *bufs[] = {c.x, c.dout, c.out, c.din, c.dx_r, c.dlogits_r};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(bufs[i]);

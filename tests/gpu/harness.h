@@ -31,8 +31,8 @@
 #include "model/backend.h"
 
 #define TOL_OUT 5e-3    // bf16 outputs
-#define TOL_GRAD 8e-3   // bf16 gradients
-#define TOL_F32 1e-4    // fp32 paths: statistics, losses, optimizer state, master weights
+#define TOL_GRAD 8e-3   // bf16 gradients (of activations and inputs)
+#define TOL_F32 1e-4    // fp32 paths: statistics, losses, parameter gradients, optimizer state, master weights
 #define TOL_MODEL 2e-2  // whole model (12 layers of bf16 activations; docs/cuda.md)
 
 extern const Backend *G;  // the CUDA backend, set by gpu_test_init

@@ -3,8 +3,9 @@
 // gated_rmsnorm.cu, linear_attn*.cu): every member against its cpu_<member> (the float CPU
 // reference) on fresh random inputs. Method and helpers: tests/gpu/harness.h (bf16-rounded
 // inputs, NaN-poisoned outputs, parameter gradients accumulated twice from zero, RMS relative
-// error). Tolerances: bf16 outputs TOL_OUT, bf16 gradients TOL_GRAD, fp32 states and
-// statistics TOL_F32. Under HYBRID_CUDA_EMU (the CPU emulator, tests/cuda_emu/) small shapes
+// error). Tolerances: bf16 outputs TOL_OUT, gradients TOL_GRAD (the bf16 input gradients and
+// the fp32 parameter gradients dw, dbias, dA_log, ddt_bias: model/backend.h, `grad_size`), fp32
+// states and statistics TOL_F32. Under HYBRID_CUDA_EMU (the CPU emulator, tests/cuda_emu/) small shapes
 // only; on a GPU also large ones.
 #include <math.h>
 #include <stdio.h>
@@ -93,47 +94,44 @@ static void test_short_conv(Seqs sq, int Dc, int W, int with_bias, int silu, int
 
     float *dy = host_rand(n, 1, 0), *gx = host_alloc(n), *gw = zeros((size_t)Dc * W), *gb = zeros(Dc);
     float *gsi = with_state_in ? host_alloc(ns) : NULL;
-    void *ddy = dev_bf16(dy, n), *ddx = dev_bf16(NULL, n), *dgw = dev_bf16(NULL, (size_t)Dc * W);
-    void *dgb = with_bias ? dev_bf16(NULL, Dc) : NULL;
+    void *ddy = dev_bf16(dy, n), *ddx = dev_bf16(NULL, n);
+    float *dgw = dev_f32(gw, (size_t)Dc * W), *dgb = with_bias ? dev_f32(gb, Dc) : NULL;  // from zero (gw, gb)
     float *dgsi = gsi ? dev_f32(NULL, ns) : NULL;
-    G->zero(dgw, (size_t)Dc * W);
-    if (dgb) G->zero(dgb, Dc);
     for (int rep = 0; rep < 2; rep++) {
         cpu_short_conv_backward(gx, gw, with_bias ? gb : NULL, gsi, dy, dso, x, w, b, si, sq.B, sq.T, Dc, W, sq.off,
                                 sq.N, silu);
         poison_bf16(ddx, n);
         if (dgsi) poison_f32(dgsi, ns);
-        D->short_conv_backward(ddx, dgw, dgb, (real *)dgsi, ddy, (real *)dso_, dx_, dw_, db_, (real *)dsi, sq.B, sq.T,
+        D->short_conv_backward(ddx, (real *)dgw, (real *)dgb, (real *)dgsi, ddy, (real *)dso_, dx_, dw_, db_, (real *)dsi, sq.B, sq.T,
                                Dc, W, sq.doff, sq.N, silu);
     }
     cmp_bf16("backward dx", ddx, gx, n, TOL_GRAD);
-    cmp_bf16("backward dw (x2, accumulated)", dgw, gw, (size_t)Dc * W, TOL_GRAD);
-    if (with_bias) cmp_bf16("backward dbias (x2, accumulated)", dgb, gb, Dc, TOL_GRAD);
+    cmp_f32("backward dw (fp32, x2, accumulated)", dgw, gw, (size_t)Dc * W, TOL_F32);
+    if (with_bias) cmp_f32("backward dbias (fp32, x2, accumulated)", dgb, gb, Dc, TOL_F32);
     if (gsi && ns) cmp_f32("backward dstate_in (fp32)", dgsi, gsi, ns, TOL_F32);
 
     // the fused kernels (W <= 4) against the general ones (HYBRID_CONV_REF=1): the same bits
     if (W <= 4) {
-        void *ry = dev_bf16(NULL, n), *rdx = dev_bf16(NULL, n), *rgw = dev_bf16(NULL, (size_t)Dc * W);
-        void *rgb = with_bias ? dev_bf16(NULL, Dc) : NULL;
+        void *ry = dev_bf16(NULL, n), *rdx = dev_bf16(NULL, n);
+        float *rz = zeros((size_t)Dc * W), *rgw = dev_f32(rz, (size_t)Dc * W), *rgb = with_bias ? dev_f32(rz, Dc) : NULL;
         float *rso = so ? dev_f32(NULL, ns) : NULL, *rgsi = gsi ? dev_f32(NULL, ns) : NULL;
+        free(rz);
         poison_bf16(ry, n);
         if (rso) poison_f32(rso, ns);
-        G->zero(rgw, (size_t)Dc * W);
-        if (rgb) G->zero(rgb, Dc);
         setenv("HYBRID_CONV_REF", "1", 1);
         D->short_conv_forward(ry, (real *)rso, dx_, dw_, db_, (real *)dsi, sq.B, sq.T, Dc, W, sq.doff, sq.N, silu);
         for (int rep = 0; rep < 2; rep++) {
             poison_bf16(rdx, n);
             if (rgsi) poison_f32(rgsi, ns);
-            D->short_conv_backward(rdx, rgw, rgb, (real *)rgsi, ddy, (real *)dso_, dx_, dw_, db_, (real *)dsi, sq.B,
+            D->short_conv_backward(rdx, (real *)rgw, (real *)rgb, (real *)rgsi, ddy, (real *)dso_, dx_, dw_, db_, (real *)dsi, sq.B,
                                    sq.T, Dc, W, sq.doff, sq.N, silu);
         }
         unsetenv("HYBRID_CONV_REF");
         same_bits_bf16("forward y, fused = general", dy_out, ry, n);
         if (so && ns) same_bits_f32("forward state_out, fused = general", dso_out, rso, ns);
         same_bits_bf16("backward dx, fused = general", ddx, rdx, n);
-        same_bits_bf16("backward dw, fused = general", dgw, rgw, (size_t)Dc * W);
-        if (with_bias) same_bits_bf16("backward dbias, fused = general", dgb, rgb, Dc);
+        same_bits_f32("backward dw, fused = general", dgw, rgw, (size_t)Dc * W);
+        if (with_bias) same_bits_f32("backward dbias, fused = general", dgb, rgb, Dc);
         if (gsi && ns) same_bits_f32("backward dstate_in, fused = general", dgsi, rgsi, ns);
         void *rb[] = {ry, rdx, rgw, rgb, rso, rgsi};
         for (size_t i = 0; i < sizeof rb / sizeof *rb; i++)
@@ -259,37 +257,35 @@ static void test_gate(size_t N, int H, int K, float lb, int with_A, int with_dt)
     cmp_bf16("forward g", dg_, g, n, TOL_OUT);
 
     float *dg = host_rand(n, 1, 0), *gx = host_alloc(n), *gA = zeros(H), *gdt = zeros((size_t)H * K);
-    void *ddg = dev_bf16(dg, n), *dgx = dev_bf16(NULL, n), *dgA = dev_bf16(NULL, H), *dgdt = dev_bf16(NULL, (size_t)H * K);
-    G->zero(dgA, H);
-    G->zero(dgdt, (size_t)H * K);
+    void *ddg = dev_bf16(dg, n), *dgx = dev_bf16(NULL, n);
+    float *dgA = dev_f32(gA, H), *dgdt = dev_f32(gdt, (size_t)H * K);  // from zero (gA, gdt)
     for (int rep = 0; rep < 2; rep++) {
         cpu_decay_gate_backward(gx, gA, gdt, dg, x, A, dt, N, H, K, lb);
         poison_bf16(dgx, n);
-        D->decay_gate_backward(dgx, dgA, dgdt, ddg, dx_, dA, ddt, N, H, K, lb);
+        D->decay_gate_backward(dgx, (real *)dgA, (real *)dgdt, ddg, dx_, dA, ddt, N, H, K, lb);
     }
     cmp_bf16("backward dx", dgx, gx, n, TOL_GRAD);
-    if (A) cmp_bf16("backward dA_log (x2, accumulated)", dgA, gA, H, TOL_GRAD);
-    else expect("backward dA_log untouched without A_log", err_bf16(dgA, gA, H), 0);
-    cmp_bf16("backward ddt_bias (x2, accumulated)", dgdt, gdt, (size_t)H * K, TOL_GRAD);
+    if (A) cmp_f32("backward dA_log (fp32, x2, accumulated)", dgA, gA, H, TOL_F32);
+    else expect("backward dA_log untouched without A_log", err_f32(dgA, gA, H), 0);
+    cmp_f32("backward ddt_bias (fp32, x2, accumulated)", dgdt, gdt, (size_t)H * K, TOL_F32);
     // the vector kernels (K % 8 == 0, 16-byte aligned tensors) against the scalar ones
     // (HYBRID_GATE_REF=1): the same bits
     if (K % 8 == 0) {
-        void *rg = dev_bf16(NULL, n), *rgx = dev_bf16(NULL, n), *rgA = dev_bf16(NULL, H),
-             *rgdt = dev_bf16(NULL, (size_t)H * K);
+        void *rg = dev_bf16(NULL, n), *rgx = dev_bf16(NULL, n);
+        float *rz = zeros((size_t)H * K), *rgA = dev_f32(rz, H), *rgdt = dev_f32(rz, (size_t)H * K);
+        free(rz);
         poison_bf16(rg, n);
-        G->zero(rgA, H);
-        G->zero(rgdt, (size_t)H * K);
         setenv("HYBRID_GATE_REF", "1", 1);
         D->decay_gate_forward(rg, dx_, dA, ddt, N, H, K, lb);
         for (int rep = 0; rep < 2; rep++) {
             poison_bf16(rgx, n);
-            D->decay_gate_backward(rgx, rgA, rgdt, ddg, dx_, dA, ddt, N, H, K, lb);
+            D->decay_gate_backward(rgx, (real *)rgA, (real *)rgdt, ddg, dx_, dA, ddt, N, H, K, lb);
         }
         unsetenv("HYBRID_GATE_REF");
         same_bits_bf16("forward g, vector = scalar", dg_, rg, n);
         same_bits_bf16("backward dx, vector = scalar", dgx, rgx, n);
-        if (A) same_bits_bf16("backward dA_log, vector = scalar", dgA, rgA, H);
-        same_bits_bf16("backward ddt_bias, vector = scalar", dgdt, rgdt, (size_t)H * K);
+        if (A) same_bits_f32("backward dA_log, vector = scalar", dgA, rgA, H);
+        same_bits_f32("backward ddt_bias, vector = scalar", dgdt, rgdt, (size_t)H * K);
         G->free(rg), G->free(rgx), G->free(rgA), G->free(rgdt);
     }
     void *bufs[] = {dx_, dA, ddt, dg_, ddg, dgx, dgA, dgdt};
@@ -334,32 +330,31 @@ static void test_gated_rmsnorm(size_t rows, int Dd, int swish, int with_w) {
     cmp_f32("forward rstd (fp32)", drstd, rstd, rows, TOL_F32);
 
     float *dy = host_rand(n, 1, 0), *gx = host_alloc(n), *gz = host_alloc(n), *gw = zeros(Dd);
-    void *ddy = dev_bf16(dy, n), *dgx = dev_bf16(NULL, n), *dgz = dev_bf16(NULL, n), *dgw = dev_bf16(NULL, Dd);
-    float *rsaved = dev_f32(rstd, rows);
-    G->zero(dgw, Dd);
+    void *ddy = dev_bf16(dy, n), *dgx = dev_bf16(NULL, n), *dgz = dev_bf16(NULL, n);
+    float *dgw = dev_f32(gw, Dd), *rsaved = dev_f32(rstd, rows);  // dgw from zero (gw)
     for (int rep = 0; rep < 2; rep++) {
         cpu_gated_rmsnorm_backward(gx, gz, with_w ? gw : NULL, dy, x, z, w, rstd, rows, Dd, swish);
         poison_bf16(dgx, n);
         poison_bf16(dgz, n);
-        D->gated_rmsnorm_backward(dgx, dgz, with_w ? dgw : NULL, ddy, dx_, dz_, dw_, (real *)rsaved, rows, Dd, swish);
+        D->gated_rmsnorm_backward(dgx, dgz, with_w ? (real *)dgw : NULL, ddy, dx_, dz_, dw_, (real *)rsaved, rows, Dd, swish);
     }
     cmp_bf16("backward dx", dgx, gx, n, TOL_GRAD);
     cmp_bf16("backward dz", dgz, gz, n, TOL_GRAD);
-    if (with_w) cmp_bf16("backward dw (x2, accumulated)", dgw, gw, Dd, TOL_GRAD);
+    if (with_w) cmp_f32("backward dw (fp32, x2, accumulated)", dgw, gw, Dd, TOL_F32);
 
     // the register kernels (D <= 256) against the general ones (HYBRID_GRN_REF=1): the same bits
     if (Dd <= 256) {
-        void *ry = dev_bf16(NULL, n), *rgx = dev_bf16(NULL, n), *rgz = dev_bf16(NULL, n), *rgw = dev_bf16(NULL, Dd);
-        float *rr = dev_f32(NULL, rows);
+        void *ry = dev_bf16(NULL, n), *rgx = dev_bf16(NULL, n), *rgz = dev_bf16(NULL, n);
+        float *rz = zeros(Dd), *rgw = dev_f32(rz, Dd), *rr = dev_f32(NULL, rows);
+        free(rz);
         poison_bf16(ry, n);
         poison_f32(rr, rows);
-        G->zero(rgw, Dd);
         setenv("HYBRID_GRN_REF", "1", 1);
         D->gated_rmsnorm_forward(ry, (real *)rr, dx_, dz_, dw_, rows, Dd, 1e-5f, swish);
         for (int rep = 0; rep < 2; rep++) {
             poison_bf16(rgx, n);
             poison_bf16(rgz, n);
-            D->gated_rmsnorm_backward(rgx, rgz, with_w ? rgw : NULL, ddy, dx_, dz_, dw_, (real *)rsaved, rows, Dd,
+            D->gated_rmsnorm_backward(rgx, rgz, with_w ? (real *)rgw : NULL, ddy, dx_, dz_, dw_, (real *)rsaved, rows, Dd,
                                       swish);
         }
         unsetenv("HYBRID_GRN_REF");
@@ -367,7 +362,7 @@ static void test_gated_rmsnorm(size_t rows, int Dd, int swish, int with_w) {
         same_bits_f32("forward rstd, register = general", drstd, rr, rows);
         same_bits_bf16("backward dx, register = general", dgx, rgx, n);
         same_bits_bf16("backward dz, register = general", dgz, rgz, n);
-        if (with_w) same_bits_bf16("backward dw, register = general", dgw, rgw, Dd);
+        if (with_w) same_bits_f32("backward dw, register = general", dgw, rgw, Dd);
         G->free(ry), G->free(rgx), G->free(rgz), G->free(rgw), G->free(rr);
     }
     void *bufs[] = {dx_, dz_, dw_, dy_, drstd, ddy, dgx, dgz, dgw, rsaved};

@@ -4,22 +4,25 @@
 // error; TOL_OUT for bf16 outputs, TOL_GRAD for bf16 gradients, TOL_F32 for the loss and the
 // fp32 master bias). Integer outputs (sel, perm, pos, offsets, counts) must match exactly.
 // Each backward takes the CUDA forward's saved tensors (bf16) as the inputs of both sides,
-// so the error is the op's own. Parameter gradients (dw13, dw2) run twice from zero ("+=");
+// so the error is the op's own. Parameter gradients (dw13, dw2) are fp32 (model/backend.h,
+// `grad_size`), run twice from zero ("+=") and must hold fp32 values, not bf16-rounded ones;
 // every backward (and the plan) runs a second time and must be bit-identical (determinism).
 // Routing cases: top-k 1, 2 and 8, empty experts, all tokens to one expert (a large bias),
 // tied scores (the lower index wins), sigmoid and softmax, SwiGLU and SiTU experts. Gather and
 // combine (kernels/moe/dispatch.cu's vector and scalar kernels, the fused adds): test_dispatch_io;
 // the plan alone at more chunks and experts than the dispatch cases: test_plan.
 // The expert op runs in every GEMM mode (kernels/moe/experts.cu): our grouped kernels, cuBLAS's
-// grouped batched GEMM (HYBRID_MOE_GEMM=cublas; under the emulator cuBLAS is tests/cuda_emu's
-// loop of column-major GEMMs, so the path's plumbing and argument mapping are checked there
-// too) and the mix of the two (HYBRID_MOE_GEMM=mixed: the forward on ours, the backward on
-// cuBLAS by experts.cu's rule, the offsets' copy asynchronous; under the emulator that copy
-// reads as 0xff bytes until waited for), each against the CPU reference and bit-identical run
-// to run (test_experts).
+// grouped batched GEMM (HYBRID_MOE_GEMM=cublas: the four row GEMMs; the fp32 weight gradients
+// run ours in every mode; under the emulator cuBLAS is tests/cuda_emu's loop of column-major
+// GEMMs, so the path's plumbing and argument mapping are checked there too) and the mix of the
+// two (HYBRID_MOE_GEMM=mixed: the forward on ours, the backward's data gradients on cuBLAS by
+// experts.cu's rule, the offsets' copy asynchronous; under the emulator that copy reads as 0xff
+// bytes until waited for), each against the CPU reference and bit-identical run to run
+// (test_experts).
 // The kernels are not handed to the backend yet (docs/cuda.md, "The CPU emulator"): the
 // table comes from cuda_moe_ops() directly.
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,7 +250,6 @@ typedef struct {
     int one;      // every token's first choice is expert 0
     GluAct act;
     int split;    // the weight gradients' split count (0: experts.cu's rule; 1: no split)
-    int mixed_wgrad_cublas;  // mixed mode: 1 forces both weight gradients onto cuBLAS (0: the rule)
 } DispatchCase;
 
 enum { PATH_OWN, PATH_CUBLAS, PATH_MIXED, PATH_WGMMA, PATH_WGMMA_128, PATH_MIXED_WGMMA, NPATH };
@@ -256,12 +258,25 @@ static const char *const path_desc[NPATH] = {
     "our grouped kernels on wgmma, 128 x 256 tiles", "our grouped kernels on wgmma, 128 x 128 tiles (HYBRID_MOE_WG_BN=128)",
     "the mixed mode's rule, ours on wgmma (the default on compute capability 9.0)"};
 
-// The mixed mode's rule for a weight gradient dW (E, P, Q), written out again from experts.cu
-// (mixed_wgrad_on_cublas): cuBLAS unless its 128 x 128 tiles are fewer than 2 x 132 (one wave
-// of our mma.sync kernels' block slots on an H200), or with ours on wgmma fewer than 8 x 2 x 132.
-// A change of the rule must change this copy too.
-static int mixed_wgrad_rule(int E, int P, int Q, int wgmma) {
-    return (long)E * ((P + 127) / 128) * ((Q + 127) / 128) >= (wgmma ? 8 : 1) * 2 * 132;
+// n fp32 elements at p set to zero, in stream order (G->zero counts elem_size elements)
+static void zero_f32(void *p, size_t n) { G->zero(p, n * sizeof(float) / G->elem_size); }
+
+// An fp32 weight gradient (n elements, device) against its CPU reference ref (summed twice from
+// zero), and evidence that it holds fp32 values: of its nonzero entries, fewer than 1 in 16 may
+// be bf16-representable (the low 16 bits zero; a kernel that rounded the gradient to bf16
+// anywhere would make them all so, an fp32 sum about 1 in 65536)
+static void check_wgrad(const char *what, const void *dev, const float *ref, size_t n) {
+    cmp_f32(what, dev, ref, n, TOL_GRAD);
+    float *h = get_f32(dev, n);
+    size_t nz = 0, bf = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &h[i], 4);
+        nz += h[i] != 0.f, bf += h[i] != 0.f && (u & 0xffffu) == 0;
+    }
+    printf("  %-28s %zu of %zu nonzero entries bf16-representable\n", what, bf, nz);
+    CHECK(nz > 0 && bf * 16 < nz, "%s: %zu of %zu nonzero entries are bf16 values: rounded to bf16?", what, bf, nz);
+    free(h);
 }
 
 // test_experts' buffers (device) and the fingerprints of its default path's outputs (host bytes)
@@ -289,14 +304,14 @@ static void experts_same_bits(const ExpertsRun *r, const char *tag, long (*count
     snprintf(w, sizeof w, "ap (%s)", tag), expect_same(w, r->dap, r->f_a, nk * M * 2);
     snprintf(w, sizeof w, "yp (%s)", tag), expect_same(w, r->dyp, r->f_y, nk * C * 2);
     poison_bf16(r->dgxpe, nk * C), poison_bf16(r->dsh, nk * 2 * M), poison_bf16(r->dsa, nk * M);
-    G->zero(r->dg13, n13), G->zero(r->dg2, n2);
+    zero_f32(r->dg13, n13), zero_f32(r->dg2, n2);
     for (int rep = 0; rep < 2; rep++)
         X->moe_experts_backward(r->dgxpe, r->dg13, r->dg2, r->dsh, r->dsa, r->dgyp, r->dxp, r->dhp, r->dap, r->dw13,
                                 r->dw2, r->doff, E, C, M, q->act);
     *fwd_n = c1 - c0, *bwd_n = count() - c1;
     snprintf(w, sizeof w, "dxp (%s)", tag), expect_same(w, r->dgxpe, r->f_dx, nk * C * 2);
-    snprintf(w, sizeof w, "dw13 (%s)", tag), expect_same(w, r->dg13, r->f_13, n13 * 2);
-    snprintf(w, sizeof w, "dw2 (%s)", tag), expect_same(w, r->dg2, r->f_2, n2 * 2);
+    snprintf(w, sizeof w, "dw13 (%s)", tag), expect_same(w, r->dg13, r->f_13, n13 * 4);
+    snprintf(w, sizeof w, "dw2 (%s)", tag), expect_same(w, r->dg2, r->f_2, n2 * 4);
 }
 
 // The grouped expert op in GEMM mode `path` (PATH_OWN: our grouped kernels; PATH_CUBLAS:
@@ -304,7 +319,7 @@ static void experts_same_bits(const ExpertsRun *r, const char *tag, long (*count
 // cuda_moe_set_gemm, with ours on mma.sync; PATH_WGMMA, PATH_WGMMA_128: PATH_OWN with the GEMMs on
 // the wgmma kernels, cuda_moe_set_wgmma, at either tile width, cuda_moe_set_wg_bn; they run every
 // GEMM where the widths are multiples of 8: two a forward, four a backward; PATH_MIXED_WGMMA:
-// PATH_MIXED with ours on wgmma, the four row GEMMs ours and the weight gradients by its rule)
+// PATH_MIXED with ours on wgmma: every GEMM ours)
 // on the plan's sorted rows xp (host) / dxp (device) and offsets off (host) /
 // doff (device). Forward against the CPU and rerun bit-identical; backward on the CUDA forward's
 // hp, ap (and xp: exact copies) against the CPU, the parameter gradients accumulated twice from
@@ -316,12 +331,12 @@ static void experts_same_bits(const ExpertsRun *r, const char *tag, long (*count
 // so on ours they would repeat the first rerun; the own mode's counters stay checked in the
 // first two rounds, and the largest cases spend half their time there). The modes also
 // count their work, where the widths suit cuBLAS (multiples of 8; else every GEMM runs ours):
-// cublas, both forward GEMMs and all four backward ones on cuBLAS, one synchronous copy of the
-// offsets per forward, none per backward of a forward's offsets; mixed, no cuBLAS call in the
-// forward, one asynchronous copy per forward, the backward's two dgrads (with ours on mma.sync;
-// on wgmma they run ours) and the weight gradients the rule (or the case) puts there on cuBLAS,
-// and one wait for the copy in the first backward
-// after a forward, none in the next (it reuses the copy). On our GEMMs, the GLU's vector kernels
+// cublas, both forward GEMMs and the backward's two dgrads on cuBLAS (the fp32 weight gradients
+// run ours in every mode), one synchronous copy of the offsets per forward, none per backward of
+// a forward's offsets; mixed, no cuBLAS call in the forward, one asynchronous copy per forward,
+// the backward's two dgrads on cuBLAS (with ours on mma.sync; on wgmma they run ours), and one
+// wait for the copy in the first backward that calls cuBLAS after a forward, none in the next (it
+// reuses the copy). On our GEMMs, the GLU's vector kernels
 // against its scalar ones, bit for bit. The forward's outputs stay in dyp (the combine checks
 // read them).
 // test_experts' warp-specialized variants: cuda_moe_set_wg_ws's level (0 none, 1 rows, 2 all, 3
@@ -350,27 +365,21 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     const int path_orig = path;
     if (wgmma) path = path == PATH_MIXED_WGMMA ? PATH_MIXED : PATH_OWN;  // (the rest is that mode's)
     cuda_moe_set_gemm(path);
-    cuda_moe_set_mixed_wgrad(q.mixed_wgrad_cublas ? 1 : -1);
     const int suits = C % 8 == 0 && M % 8 == 0;  // (every buffer here is 16-byte aligned)
-    // cuBLAS calls per forward and per backward; the mixed backward's weight gradients
-    // (mixed: the dgrads on cuBLAS with ours on mma.sync, on ours with ours on wgmma)
-    const int w2c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, C, M, wgmma),
-              w13c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, 2 * M, C, wgmma), dgc = !wgmma;
+    // cuBLAS calls per forward and per backward (the dgrads; mixed: on cuBLAS with ours on
+    // mma.sync, on ours with ours on wgmma; the weight gradients never)
+    const int dgc = !wgmma;
     const int fwd_calls = suits && path == PATH_CUBLAS ? 2 : 0,
-              bwd_calls = !suits ? 0 : path == PATH_CUBLAS ? 4 : path == PATH_MIXED ? 2 * dgc + w2c + w13c : 0;
-    printf("  experts on %s (%s)%s", desc, cuda_moe_gemm_name(),
+              bwd_calls = !suits ? 0 : path == PATH_CUBLAS ? 2 : path == PATH_MIXED ? 2 * dgc : 0;
+    printf("  experts on %s (%s)%s\n", desc, cuda_moe_gemm_name(),
            (path || wgmma) && !suits ? ": widths not multiples of 8, so our (mma.sync) kernels run" : "");
-    if (path == PATH_MIXED && suits)
-        printf(": dW2 on %s, dW13 on %s%s", w2c ? "cuBLAS" : "ours", w13c ? "cuBLAS" : "ours",
-               q.mixed_wgrad_cublas ? " (forced)" : " (the rule)");
-    printf("\n");
     // the library's own view of the split agrees with the rule's copy above
     const int paths_ok = cuda_moe_gemm_on_cublas(0, E, C, M) == (path == PATH_CUBLAS) &&
                          cuda_moe_gemm_on_cublas(1, E, C, M) == (path == PATH_CUBLAS) &&
                          cuda_moe_gemm_on_cublas(2, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
-                         cuda_moe_gemm_on_cublas(3, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && w2c)) &&
+                         cuda_moe_gemm_on_cublas(3, E, C, M) == 0 &&
                          cuda_moe_gemm_on_cublas(4, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
-                         cuda_moe_gemm_on_cublas(5, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && w13c));
+                         cuda_moe_gemm_on_cublas(5, E, C, M) == 0;
     CHECK(paths_ok, "cuda_moe_gemm_on_cublas disagrees with the mode's rule (path %d)", path);
     const long calls0 = cuda_moe_cublas_calls(), copies0 = cuda_moe_offsets_copies(), waits0 = cuda_moe_offsets_waits();
     const size_t n13 = (size_t)E * 2 * M * C, n2 = (size_t)E * C * M;
@@ -410,8 +419,8 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
           *g2 = calloc(n2, sizeof(float)), *sh = host_alloc(nk * 2 * M), *sa = host_alloc(nk * M);
     for (int rep = 0; rep < 2; rep++)
         cpu_moe_experts_backward(gxpe, g13, g2, sh, sa, gyp, xp, hpg, apg, w13, w2, off, E, C, M, q.act);
-    void *dgyp = dev_bf16(gyp, nk * C), *dgxpe = dev_bf16(NULL, nk * C), *dg13 = dev_bf16(NULL, n13),
-         *dg2 = dev_bf16(NULL, n2), *dsh = dev_bf16(NULL, nk * 2 * M), *dsa = dev_bf16(NULL, nk * M);
+    void *dgyp = dev_bf16(gyp, nk * C), *dgxpe = dev_bf16(NULL, nk * C), *dg13 = dev_f32(NULL, n13),
+         *dg2 = dev_f32(NULL, n2), *dsh = dev_bf16(NULL, nk * 2 * M), *dsa = dev_bf16(NULL, nk * M);
     int *doff2 = dev_bytes(off, (E + 1) * sizeof(int));  // the offsets again, at an address no forward saw
     void *f_dx = NULL, *f_13 = NULL, *f_2 = NULL;
     cuda_moe_set_wgrad_split(q.split);
@@ -424,7 +433,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     for (int round = 0; round < (path == PATH_OWN ? 2 : 4); round++) {
         const long c0 = cuda_moe_cublas_calls(), k0 = cuda_moe_offsets_copies(), w0 = cuda_moe_offsets_waits();
         poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
-        G->zero(dg13, n13), G->zero(dg2, n2);  // (stream-ordered, no synchronization)
+        zero_f32(dg13, n13), zero_f32(dg2, n2);  // (stream-ordered, no synchronization)
         if (round == 3) X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
         for (int rep = 0; rep < 2; rep++)
             X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, round == 2 ? doff2 : doff,
@@ -447,11 +456,11 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
               round, calls, want_calls, copies, want_copies, waits, want_waits);
         if (!round) {
             cmp_bf16("dxp (experts)", dgxpe, gxpe, nk * C, TOL_GRAD);
-            cmp_bf16("dw13 (twice, +=)", dg13, g13, n13, TOL_GRAD);
-            cmp_bf16("dw2 (twice, +=)", dg2, g2, n2, TOL_GRAD);
-            f_dx = get_bytes(dgxpe, nk * C * 2), f_13 = get_bytes(dg13, n13 * 2), f_2 = get_bytes(dg2, n2 * 2);
+            check_wgrad("dw13 (twice, +=)", dg13, g13, n13);
+            check_wgrad("dw2 (twice, +=)", dg2, g2, n2);
+            f_dx = get_bytes(dgxpe, nk * C * 2), f_13 = get_bytes(dg13, n13 * 4), f_2 = get_bytes(dg2, n2 * 4);
             // an empty expert's gradients stay exactly zero
-            float *h13 = get_bf16(dg13, n13), *h2 = get_bf16(dg2, n2);
+            float *h13 = get_f32(dg13, n13), *h2 = get_f32(dg2, n2);
             size_t nz = 0;
             for (int e = 0; e < E; e++)
                 if (off[e + 1] == off[e]) {
@@ -464,14 +473,14 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
             const char *tag = round == 1 ? "rerun" : round == 2 ? "rerun, new offsets" : "rerun after a forward";
             char w[64];
             snprintf(w, sizeof w, "dxp %s", tag), expect_same(w, dgxpe, f_dx, nk * C * 2);
-            snprintf(w, sizeof w, "dw13 %s", tag), expect_same(w, dg13, f_13, n13 * 2);
-            snprintf(w, sizeof w, "dw2 %s", tag), expect_same(w, dg2, f_2, n2 * 2);
+            snprintf(w, sizeof w, "dw13 %s", tag), expect_same(w, dg13, f_13, n13 * 4);
+            snprintf(w, sizeof w, "dw2 %s", tag), expect_same(w, dg2, f_2, n2 * 4);
         }
     }
-    // (own: 2 rounds of two backwards, four GEMMs each; mixed: 4 rounds, the row GEMMs and the weight
-    // gradients the rule keeps off cuBLAS, and round 3's forward)
+    // (own: 2 rounds of two backwards, four GEMMs each; mixed: 4 rounds of the same, and round 3's
+    // forward)
     const long wg_bwd = cuda_moe_wgmma_launches() - wg_bwd0,
-               wg_bwd_want = !wgmma || !suits ? 0 : path == PATH_OWN ? 4 * 4 : 8 * (2 + !w2c + !w13c) + 2;
+               wg_bwd_want = !wgmma || !suits ? 0 : path == PATH_OWN ? 4 * 4 : 8 * 4 + 2;
     printf("  %-28s %ld wgmma GEMMs\n", "backward (4 times)", wg_bwd);
     CHECK(wg_bwd == wg_bwd_want, "four backwards: %ld wgmma GEMM launches (expected %ld)", wg_bwd, wg_bwd_want);
     // wgmma: the GLU fused into fwd13 and dgrad2 (HYBRID_MOE_WG_GLU_FUSED=1: cuda_moe_set_wg_glu(1))
@@ -563,7 +572,6 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     }
     cuda_moe_set_wgrad_split(0);
     cuda_moe_set_gemm(-1);
-    cuda_moe_set_mixed_wgrad(-1);
     cuda_moe_set_wgmma(-1);
     cuda_moe_set_wg_bn(-1);
     void *bufs[] = {dw13, dw2, dhp, dap, dgyp, dgxpe, dg13, dg2, dsh, dsa, doff2};
@@ -928,24 +936,22 @@ int main(void) {
     test_dispatch_io(29, 2, 5, 12, 1, 0);   // C % 8 != 0: scalar
     test_dispatch_io(29, 3, 5, 4, 1, 0);    // C < 8: scalar
     test_dispatch_io(33, 2, 4, 64, 1, 1);   // tensors 2 bytes off 16: scalar
-    test_dispatch((DispatchCase){48, 2, 4, 72, 40, 1, 0, SWIGLU, 0, 0});
-    // (mixed: the rule puts every emulated weight gradient on ours, its tiles being few; the
-    // cases with a trailing 1 force them onto cuBLAS)
-    test_dispatch((DispatchCase){40, 2, 6, 64, 48, 2, 0, SITU, 0, 1});   // empty experts 1, 3, 5
-    test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU, 0, 1});  // top-1, all to expert 0
-    test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU, 0, 0});    // top-8 = E
-    test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU, 0, 0});  // several plan chunks
+    test_dispatch((DispatchCase){48, 2, 4, 72, 40, 1, 0, SWIGLU, 0});
+    test_dispatch((DispatchCase){40, 2, 6, 64, 48, 2, 0, SITU, 0});   // empty experts 1, 3, 5
+    test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU, 0});  // top-1, all to expert 0
+    test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU, 0});    // top-8 = E
+    test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU, 0});  // several plan chunks
     // M a multiple of 64 and 128: the wgmma paths' GLU fused into fwd13 at both tile widths (at
     // 128 x 128, two hidden tiles a row tile with M = 128; M = 192: at 128 x 128 only; M = 256: at
     // 128 x 256 two hidden tiles, the up rows 128 past the gate rows' end: the warp-specialized
     // producer's two TMA boxes apart)
-    test_dispatch((DispatchCase){40, 2, 3, 16, 128, 1, 0, SITU, 0, 0});
-    test_dispatch((DispatchCase){24, 2, 2, 16, 192, 1, 0, SWIGLU, 0, 0});
-    test_dispatch((DispatchCase){24, 2, 2, 16, 256, 1, 0, SITU, 0, 0});
+    test_dispatch((DispatchCase){40, 2, 3, 16, 128, 1, 0, SITU, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 16, 192, 1, 0, SWIGLU, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 16, 256, 1, 0, SITU, 0});
     // reductions of 1024 (session 29's auto picked dgrad2 at C 1024 and dgrad13 at 2M 1024; kept
     // as long-reduction cases of every variant)
-    test_dispatch((DispatchCase){24, 2, 2, 1024, 64, 1, 0, SWIGLU, 0, 0});
-    test_dispatch((DispatchCase){24, 2, 2, 64, 512, 1, 0, SITU, 0, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 1024, 64, 1, 0, SWIGLU, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 64, 512, 1, 0, SITU, 0});
     // the grouped GEMM tile (128 x 128 x 64, 3 stages, 4 warps of 64 x 64): ~200 rows per expert
     // (2 row tiles, the second partial; the row GEMMs' 5 emulated blocks walk 2 x 3 tiles per
     // expert), experts 1, 3, 5 empty; K dims 264, 136, 272 = 8 odd multiples, 5, 3 and 5 k-steps
@@ -954,13 +960,13 @@ int main(void) {
     // into dW: the ring wraps), the rule's split (8 under the emulator: the tiles are few; 64-row
     // splits, so splits 4..7 of a ~200-row expert are empty), and 3 forced (splits of 128, ~72
     // and none)
-    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 1, 0});
-    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 0, 1});
-    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SITU, 3, 0});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 1});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 0});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SITU, 3});
     // C, M not multiples of 8: the element-by-element path of the same tile (and of the split
     // reduction), with and without splits
-    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SITU, 0, 0});
-    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SWIGLU, 1, 0});
+    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SITU, 0});
+    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SWIGLU, 1});
 #else
     // GPU: the KL-S configs (d_model 768, 16 experts, top-2, expert hidden 256; variant B: 384 / 512)
     test_router(16 * 1024, 16, 2, ROUTER_SIGMOID, 1, 1.0, BIAS_RAND);
@@ -977,14 +983,13 @@ int main(void) {
     test_dispatch_io(4096, 2, 16, 44, 1, 0);   // scalar
     test_dispatch_io(4096, 2, 16, 768, 1, 1);  // shifted: scalar
     // (the wgrad splits by the rule: 4 (dW2) and 2 (dW13) at the first; then split 1 forced.
-    // Mixed by its rule: dW2 on ours and dW13 on cuBLAS at E 16 (192 and 384 tiles), both on
-    // cuBLAS at E 64; the all-to-one case forces both onto cuBLAS)
-    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 0, 0});
-    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 1, 0});
-    test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU, 0, 0});
-    test_dispatch((DispatchCase){2048, 8, 64, 768, 256, 3, 0, SWIGLU, 0, 0});
-    test_dispatch((DispatchCase){4096, 2, 16, 768, 256, 1, 1, SWIGLU, 0, 1});
-    test_dispatch((DispatchCase){4096, 1, 16, 768, 256, 1, 0, SITU, 0, 0});  // top-1
+    // The weight gradients run ours on every path: fp32, which cuBLAS's grouped GEMM does not write)
+    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 0});
+    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 1});
+    test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU, 0});
+    test_dispatch((DispatchCase){2048, 8, 64, 768, 256, 3, 0, SWIGLU, 0});
+    test_dispatch((DispatchCase){4096, 2, 16, 768, 256, 1, 1, SWIGLU, 0});
+    test_dispatch((DispatchCase){4096, 1, 16, 768, 256, 1, 0, SITU, 0});  // top-1
 #endif
     gpu_test_summary();
     TEST_MAIN_END();

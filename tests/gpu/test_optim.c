@@ -5,7 +5,9 @@
 // against the float CPU reference. Method and helpers: tests/gpu/harness.h. Tolerances:
 // fp32 optimizer state and master weights TOL_F32 1e-4; the AdamW update (master minus
 // initial) 1e-3; the Muon update 2e-2 (bf16 Newton-Schulz against the CPU's fp32 NS5);
-// the bf16 parameters must equal bf16(master) exactly.
+// the bf16 parameters must equal bf16(master) exactly. The gradients are fp32 (model/backend.h,
+// `grad_size`) and hold values bf16 cannot (host_rand_f32), so a kernel that rounded them to
+// bf16 would miss the m and momentum checks (a relative error near 1e-3 against TOL_F32).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +18,23 @@
 #include "tests/testing.h"
 #include "tests/gpu/harness.h"
 
+// host_rand's draws (the same random stream) without the rounding to bf16: an fp32 gradient
+static float *host_rand_f32(size_t n, float scale) {
+    float *x = xmalloc(sizeof(float) * (n ? n : 1));
+    for (size_t i = 0; i < n; i++) x[i] = scale * (float)(2.0 * rng_uniform(&g_rng) - 1.0);
+    return x;
+}
+
 static void test_adamw(size_t n) {
     printf("adamw n=%zu (fp32 master)\n", n);
     float *p0 = host_rand(n, 1, 0), *p = host_dup(p0, n), *m = calloc(n, 4), *v = calloc(n, 4);
-    void *dp = dev_bf16(p0, n), *dgr = dev_bf16(NULL, n);
-    float *dm = dev_f32(NULL, n), *dv = dev_f32(NULL, n), *dmaster = dev_f32(p0, n);
+    void *dp = dev_bf16(p0, n);
+    float *dgr = dev_f32(NULL, n), *dm = dev_f32(NULL, n), *dv = dev_f32(NULL, n), *dmaster = dev_f32(p0, n);
     for (int t = 1; t <= 3; t++) {
-        float *gr = host_rand(n, 1, 0);
-        G->upload(dgr, gr, n);
+        float *gr = host_rand_f32(n, 1);
+        G->copy_from_host(dgr, gr, n * sizeof(float));
         cpu_adamw_update(p, gr, m, v, NULL, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
-        G->optim->adamw_update(dp, dgr, dm, dv, dmaster, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+        G->optim->adamw_update(dp, (real *)dgr, dm, dv, dmaster, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
         free(gr);
     }
     cmp_f32("master weights (fp32)", dmaster, p, n, TOL_F32);
@@ -66,19 +75,20 @@ static void test_adamw_multi(void) {
     n += 9;
     printf("adamw multi: %d segments, %zu elements\n", NS, n);
     float *p0 = host_rand(n, 1, 0), *p = host_dup(p0, n), *m = calloc(n, 4), *v = calloc(n, 4);
-    void *dp = dev_bf16(p0, n), *dp2 = dev_bf16(p0, n), *dgr = dev_bf16(NULL, n);
-    float *dm = dev_f32(m, n), *dv = dev_f32(v, n), *dmaster = dev_f32(p0, n);
+    void *dp = dev_bf16(p0, n), *dp2 = dev_bf16(p0, n);
+    float *dgr = dev_f32(NULL, n), *dm = dev_f32(m, n), *dv = dev_f32(v, n), *dmaster = dev_f32(p0, n);
     float *dm2 = dev_f32(m, n), *dv2 = dev_f32(v, n), *dmaster2 = dev_f32(p0, n);
     for (int t = 1; t <= 3; t++) {
-        float *gr = host_rand(n, 1, 0);
-        G->upload(dgr, gr, n);
+        float *gr = host_rand_f32(n, 1);
+        G->copy_from_host(dgr, gr, n * sizeof(float));
         for (int i = 0; i < NS; i++) {
             cpu_adamw_update(p + off[i], gr + off[i], m + off[i], v + off[i], NULL, len[i], lr[i], 0.9f, 0.95f, 1e-8f,
                              wd[i], 0.5f, t);
-            G->optim->adamw_update(backend_offset(G, dp2, off[i]), backend_offset(G, dgr, off[i]), dm2 + off[i],
+            G->optim->adamw_update(backend_offset(G, dp2, off[i]), (real *)(dgr + off[i]), dm2 + off[i],
                             dv2 + off[i], dmaster2 + off[i], len[i], lr[i], 0.9f, 0.95f, 1e-8f, wd[i], 0.5f, t);
         }
-        G->optim->adamw_update_multi(dp, dgr, dm, dv, dmaster, NS, off, len, lr, wd, 0.9f, 0.95f, 1e-8f, 0.5f, t);
+        G->optim->adamw_update_multi(dp, (real *)dgr, dm, dv, dmaster, NS, off, len, lr, wd, 0.9f, 0.95f, 1e-8f, 0.5f,
+                                     t);
         free(gr);
     }
     cmp_f32("master weights (fp32)", dmaster, p, n, TOL_F32);  // gaps: p0 on both sides
@@ -108,14 +118,14 @@ static void test_muon(int rows, int cols, int nb, int rule) {
     size_t n = (size_t)rows * cols;
     float *w0 = host_rand(n, 0.02f, 0), *w = host_dup(w0, n), *M = calloc(n, 4);
     float *work = xmalloc(sizeof(float) * muon_workspace_size(rows / nb, cols));
-    void *dw = dev_bf16(w0, n), *dg = dev_bf16(NULL, n);
-    float *dM = dev_f32(NULL, n), *dmaster = dev_f32(w0, n);
+    void *dw = dev_bf16(w0, n);
+    float *dg = dev_f32(NULL, n), *dM = dev_f32(NULL, n), *dmaster = dev_f32(w0, n);
     void *dwork = G->alloc(muon_workspace_size(rows / nb, cols) * G->elem_size);
     for (int step = 0; step < 2; step++) {
-        float *gr = host_rand(n, 1, 0);
-        G->upload(dg, gr, n);
+        float *gr = host_rand_f32(n, 1);
+        G->copy_from_host(dg, gr, n * sizeof(float));
         cpu_muon_update(w, gr, M, NULL, rows, cols, nb, 0.95f, 1, 5, rule, 0.02f, 0.1f, 0.7f, work);
-        G->optim->muon_update(dw, dg, dM, dmaster, rows, cols, nb, 0.95f, 1, 5, rule, 0.02f, 0.1f, 0.7f, dwork);
+        G->optim->muon_update(dw, (real *)dg, dM, dmaster, rows, cols, nb, 0.95f, 1, 5, rule, 0.02f, 0.1f, 0.7f, dwork);
         free(gr);
     }
     cmp_f32("momentum (fp32)", dM, M, n, TOL_F32);

@@ -110,16 +110,6 @@ typedef struct CoreOps {
     // (dbias may be NULL) as matmul_backward
     void (*matmul_backward_acc)(real *dinp, real *dw, real *dbias, const real *dout, const real *inp, const real *w,
                                 int N, int C, int OC);
-    // matmul_backward (no bias) with dw summed in a wider accumulator first, for a weight
-    // whose gradient sums over several calls (the classifier's row chunks, model.c
-    // classifier): dinp = dout @ w (written); dw_acc += dout^T @ inp, dw_acc being (OC, C)
-    // statistics elements (Backend.stat_size: fp32 on CUDA, whose gradients are bf16), so no
-    // rounding to the gradient's type happens there; then, when dw is given (the last
-    // call), dw += dw_acc, rounded to dw's type once (dw_acc keeps its value). The caller
-    // zeroes dw_acc before the first call. On a backend whose gradients are stat-sized
-    // already (the CPU) this gains nothing and is left NULL: one matmul_backward per call.
-    void (*matmul_backward_dw_wide)(real *dinp, real *dw, real *dw_acc, const real *dout, const real *inp,
-                                    const real *w, int N, int C, int OC);
 } CoreOps;
 
 // The required members (op_table.h).
