@@ -58,8 +58,7 @@ void cuda_crossentropy_set_fused(int on);
 // matmul_backward_gelu's dpre_bias (the GELU MLP's up-projection bias gradient): 1 from cuBLASLt's
 // DGELU_BGRAD epilogue, 0 the column-sum kernel, -1 as the environment says
 // (HYBRID_CUDA_DGELU_BGRAD; kernels/core/matmul.cu); and the path the last call with a dpre_bias
-// took: 0 the column-sum kernel, 1 the epilogue with an fp32 sum, 2 with a bf16 sum (no plan
-// with fp32), -1 no such call yet
+// took: 0 the column-sum kernel, 1 the epilogue (its fp32 sum), -1 no such call yet
 void cuda_matmul_set_dgelu_bgrad(int on);
 int cuda_matmul_dgelu_bgrad_path(void);
 

@@ -122,7 +122,6 @@ int main(int argc, char **argv) {
     printf("  last loss %.4f | classifier chunks of %d rows\n", loss, m.logits_rows);
     const int bgrad = cuda_matmul_dgelu_bgrad_path();  // HYBRID_CUDA_DGELU_BGRAD: which path ran
     printf("  MLP up-projection bias gradient: %s\n", bgrad == 1   ? "DGELU_BGRAD epilogue (fp32 sums)"
-                                                     : bgrad == 2 ? "DGELU_BGRAD epilogue (bf16 sums)"
                                                      : bgrad == 0 ? "column-sum kernel"
                                                                   : "not computed by matmul_backward_gelu");
     if (cuda_profile_enabled()) {
