@@ -26,26 +26,8 @@
 # file and shared out again exactly (tests/test_dist_cli.c checks the same across sizes in double).
 # Without mpirun, or without the emulated plugin (SANITIZE builds): "skipped: ..." and 77.
 set -u
-hybrid=${HYBRID:-./hybrid}
-plugin=${BUILD:-out/build}/emu/libhybrid_cuda_emu.so
-[ -x "$hybrid" ] || { echo "FAIL: $hybrid is not built"; exit 1; }
-[ -f "$plugin" ] || { echo "skipped: moe_ep_cuda_emu: no $plugin (make $plugin; not in SANITIZE builds)"; exit 77; }
-command -v mpirun > /dev/null 2>&1 ||
-    { echo "skipped: moe_ep_cuda_emu: no mpirun (Debian: openmpi-bin libopenmpi-dev)"; exit 77; }
-case $plugin in /*) ;; *) plugin=$(pwd)/$plugin ;; esac
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 HYBRID_CUDA_PLUGIN="$plugin"
-tmp=$(mktemp -d /tmp/hybrid_ep_emu.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-
-mkdir -p "$tmp/data"
-/usr/bin/python3 - "$tmp/data/t_train_000000.bin" <<'PY' || fail "could not write the token shard"
-import random, sys
-sys.path.insert(0, "scripts")
-from shard_io import write_shard
-r = random.Random(3)
-write_shard(sys.argv[1], [r.randrange(1000) for _ in range(20000)])
-PY
+name=moe_ep_cuda_emu
+. tests/cuda_emu/mpi_run_env.sh
 args="configs/hybrid-tiny.conf --device cuda --layers KKKM --d_model 64 --n_head 1 --vocab_size 1000
       --padded_vocab_size 0 --seq_len 32 --total_batch_size 128 --steps 4 --warmup_steps 1
       --shuffle false --train_data $tmp/data/t_train_*.bin --val_data '' --sample_tokens 0 --log_every 1"

@@ -19,7 +19,7 @@ failures="" skips=""
 
 # Run alone: the tests that start MPI jobs of up to 4 ranks (on a small machine those fill the
 # cores by themselves; test_dist_cli also counts the seconds a job with a hung rank takes to end).
-RUN_ALONE=${RUN_ALONE-"test_dist_cli moe_ep.sh moe_ep_cuda_emu.sh"}
+RUN_ALONE=${RUN_ALONE-"test_dist_cli moe_ep.sh moe_ep_cuda_emu.sh dp_cuda_emu.sh"}
 
 jobs=${HYBRID_TEST_JOBS:-}
 if [ -z "$jobs" ]; then
