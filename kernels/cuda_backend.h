@@ -66,16 +66,17 @@ int cuda_matmul_dgelu_bgrad_path(void);
 // grouped batched GEMM (kernels/moe/experts_cublas.cu) for the four row GEMMs, 2 mixed (each row
 // GEMM on ours or on cuBLAS by experts.cu's rule, which depends on whether ours run on wgmma),
 // -1 as HYBRID_MOE_GEMM says (the default; unset = mixed). The two weight gradients run ours in
-// every mode: they are fp32 (docs/cuda.md, "Precision"), an output type cuBLAS's
-// grouped GEMM does not write. cuda_moe_gemm_name: "own", "cublas" or "mixed", what a call of 1
-// to 512 experts runs now. cuda_moe_gemm_on_cublas: 1 when GEMM g (0 fwd13, 1 fwd2, 2 dgrad2,
-// 3 wgrad2, 4 dgrad13, 5 wgrad13) of shape (E, C, M) goes to cuBLAS in the current mode (operands
-// that do not suit cuBLAS aside: those run ours; never 3 or 5). The counters (since the start): grouped GEMM calls that ran on cuBLAS; the copies of the offsets
-// to the host (cublas: one stream synchronization each; mixed: issued asynchronously by the
-// forward); and the backward's waits for such an asynchronous copy (one event synchronization).
+// every mode: they are fp32 (docs/cuda.md, "Precision"), an output type cuBLAS's grouped GEMM
+// does not write. cuda_moe_gemm_name: "own", "cublas" or "mixed", what a call of 1 to 512
+// experts runs now. cuda_moe_gemm_on_cublas: 1 when GEMM g (0 fwd13, 1 fwd2, 2 dgrad2, 3 wgrad2,
+// 4 dgrad13, 5 wgrad13) of an op with E experts goes to cuBLAS in the current mode (operands
+// that do not suit cuBLAS aside: those run ours; never 3 or 5). The counters (since the start):
+// grouped GEMM calls that ran on cuBLAS; the copies of the offsets to the host (cublas: one
+// stream synchronization each; mixed: issued asynchronously by the forward); and the backward's
+// waits for such an asynchronous copy (one event synchronization).
 void cuda_moe_set_gemm(int mode);
 const char *cuda_moe_gemm_name(void);
-int cuda_moe_gemm_on_cublas(int g, int E, int C, int M);
+int cuda_moe_gemm_on_cublas(int g, int E);
 long cuda_moe_cublas_calls(void);
 long cuda_moe_offsets_copies(void);
 long cuda_moe_offsets_waits(void);

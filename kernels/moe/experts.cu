@@ -271,8 +271,7 @@ static int gemm_on_cublas(int mode, int g) {
     return (g == G_DGRAD2 || g == G_DGRAD13) && !moe_wgmma_on();  // (the forward's: ours)
 }
 
-// (E, C, M: the shape, which the rule does not read now; the tests and bench_moe pass it)
-extern "C" int cuda_moe_gemm_on_cublas(int g, int E, int, int) { return gemm_on_cublas(moe_gemm_mode(E), g); }
+extern "C" int cuda_moe_gemm_on_cublas(int g, int E) { return gemm_on_cublas(moe_gemm_mode(E), g); }
 
 static int act_kind(GluAct act) {
     if (act.kind != GLU_SWIGLU && act.kind != GLU_SITU) die("moe experts: unknown activation kind %d", (int)act.kind);

@@ -218,12 +218,11 @@ static struct {
     float alpha[MOE_CUBLAS_MAX_E], beta[MOE_CUBLAS_MAX_E];
 } g_arg;
 
-// Every problem: C (m x n, ld ldc) = op(A) (m x k) op(B) (k x n) + beta C, column-major. The
-// experts' rows go in n (rows_n = 1: the row GEMMs) or in k (rows_n = 0: a weight gradient, which
-// none calls now: experts_cublas.h); the other two sizes are fixed.
-static void grouped_call(const int *hoff, const int *offsets, int E, cublasOperation_t ta, cublasOperation_t tb,
-                         int rows_n, int m, int nk_fixed, int lda, int ldb, int ldc, float beta, MoePtrs A, MoePtrs B,
-                         MoePtrs C) {
+// Every problem: C (m x n, ld ldc) = op(A) (m x k) B (k x n), column-major, C written (beta 0).
+// The experts' rows go in n; m and k are fixed. (Only the row GEMMs call cuBLAS: the weight
+// gradients, whose rows would go in k, are fp32 and run ours: experts_cublas.h.)
+static void grouped_call(const int *hoff, const int *offsets, int E, cublasOperation_t ta, int m, int k, int lda,
+                         int ldb, int ldc, MoePtrs A, MoePtrs B, MoePtrs C) {
     static MoeCallPlan h;  // (static: 3 KiB, copied into the launch)
     h.E = E, h.n = 0;
     for (int e = 0; e < E; e++) {
@@ -231,16 +230,14 @@ static void grouped_call(const int *hoff, const int *offsets, int E, cublasOpera
         h.slot[e] = (short)(rows > 0 ? h.n : -1);
         if (rows <= 0) continue;
         const int j = h.n++;
-        g_arg.ta[j] = ta, g_arg.tb[j] = tb;
-        g_arg.m[j] = m;
-        g_arg.n[j] = rows_n ? rows : nk_fixed;
-        g_arg.k[j] = rows_n ? nk_fixed : rows;
+        g_arg.ta[j] = ta, g_arg.tb[j] = CUBLAS_OP_N;
+        g_arg.m[j] = m, g_arg.n[j] = rows, g_arg.k[j] = k;
         g_arg.lda[j] = lda, g_arg.ldb[j] = ldb, g_arg.ldc[j] = ldc;
         g_arg.size[j] = 1;
-        g_arg.alpha[j] = 1.f, g_arg.beta[j] = beta;
+        g_arg.alpha[j] = 1.f, g_arg.beta[j] = 0.f;
     }
     memcpy(h.off, hoff, sizeof(int) * (size_t)(E + 1));
-    if (h.n == 0) return;  // no rows at all: nothing to write, nothing to add
+    if (h.n == 0) return;  // no rows at all: nothing to write
     void **ptrs = (void **)scratch_get(sizeof(void *) * 3 * (size_t)h.n);
     launch_kernel(moe_cublas_ptrs_kernel, dim3((E + 1 + 127) / 128), dim3(128), 0, ptrs, offsets, h, A, B, C);
     CUBLAS_CHECK(cublasGemmGroupedBatchedEx(moe_handle(), g_arg.ta, g_arg.tb, g_arg.m, g_arg.n, g_arg.k, g_arg.alpha,
@@ -267,8 +264,8 @@ int moe_cublas_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *hoff, cons
                     int kd, int w_t) {
     if (n_out <= 0 || kd <= 0 || !moe_cublas_suits(Y, X, W, n_out, kd)) return 0;  // (ours: the empty shapes too)
     const long long b = sizeof(bf16);
-    grouped_call(hoff, offsets, E, w_t ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, 1, n_out, kd, w_t ? n_out : kd, kd,
-                 n_out, 0.f, MoePtrs{(const char *)W, 0, (long long)n_out * kd * b}, MoePtrs{(const char *)X, kd * b, 0},
+    grouped_call(hoff, offsets, E, w_t ? CUBLAS_OP_N : CUBLAS_OP_T, n_out, kd, w_t ? n_out : kd, kd, n_out,
+                 MoePtrs{(const char *)W, 0, (long long)n_out * kd * b}, MoePtrs{(const char *)X, kd * b, 0},
                  MoePtrs{(const char *)Y, n_out * b, 0});
     return 1;
 }

@@ -1085,8 +1085,8 @@ void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, con
     if (cd_f32 && !(epi == EMU_EPI_NONE && !bias) && epi != EMU_EPI_BGRADB_F32)
         emu_die("an fp32-output GEMM with an epilogue other than BGRADB (fp32 bias): not emulated");
     std::vector<float> a((size_t)m * k), b((size_t)k * n);  // op(A) row-major (m, k); op(B) column by column (n, k)
-    const int dgelu = epi == EMU_EPI_DGELU || epi == EMU_EPI_DGELU_BGRAD_F32 || epi == EMU_EPI_DGELU_BGRAD_BF16;
-    const int dgelu_bgrad = epi == EMU_EPI_DGELU_BGRAD_F32 || epi == EMU_EPI_DGELU_BGRAD_BF16;
+    const int dgelu = epi == EMU_EPI_DGELU || epi == EMU_EPI_DGELU_BGRAD_F32;
+    const int dgelu_bgrad = epi == EMU_EPI_DGELU_BGRAD_F32;
     std::vector<float> rowsum(dgelu_bgrad ? (size_t)m : 0, 0.f);  // DGELU_BGRAD: sum_j of row i
     for (int bi = 0; bi < batch; bi++) {
         const bf16 *Ab = A + bi * strideA, *Bb = B + bi * strideB;
@@ -1123,16 +1123,12 @@ void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, con
                 Db[at] = bf16(x);
             }
         if (dgelu_bgrad)
-            for (int i = 0; i < m; i++) {
-                if (epi == EMU_EPI_DGELU_BGRAD_F32) ((float *)bias)[i] = rowsum[i];
-                else ((bf16 *)bias)[i] = bf16(rowsum[i]);
-            }
-        if (epi == EMU_EPI_BGRADB_F32 || epi == EMU_EPI_BGRADB_BF16)
+            for (int i = 0; i < m; i++) ((float *)bias)[i] = rowsum[i];
+        if (epi == EMU_EPI_BGRADB_F32)
             for (int j = 0; j < n; j++) {
                 float s = 0.f;
                 for (int p = 0; p < k; p++) s += b[(size_t)j * k + p];
-                if (epi == EMU_EPI_BGRADB_F32) ((float *)bias)[j] = s;
-                else ((bf16 *)bias)[j] = bf16(s);
+                ((float *)bias)[j] = s;
             }
     }
 }

@@ -261,9 +261,10 @@ static inline cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
 //   EMU_EPI_NONE   D = X                       (bias: bf16, m values, or NULL)
 //   EMU_EPI_GELU_AUX  aux = X, D = gelu(X)     (tanh GELU of the fp32 X; aux has D's ldc)
 //   EMU_EPI_DGELU  D = X * gelu'(aux)          (no bias)
-//   EMU_EPI_BGRADB_F32 / _BF16  D = X and bias RECEIVES (written) sum_k op(B)[p, j], n values
-//   EMU_EPI_DGELU_BGRAD_F32 / _BF16  D = X * gelu'(aux) as EMU_EPI_DGELU, and bias RECEIVES
+//   EMU_EPI_BGRADB_F32  D = X and bias (fp32) RECEIVES (written) sum_k op(B)[p, j], n values
+//   EMU_EPI_DGELU_BGRAD_F32  D = X * gelu'(aux) as EMU_EPI_DGELU, and bias (fp32) RECEIVES
 //                  (written) sum_j of those fp32 values before D's rounding, m values, j in order
+// (the bias gradients are fp32 parameter gradients: kernels/core/matmul.cu has no bf16 form)
 // C and D are bf16, or fp32 when cd_f32 (then X is stored unrounded: EMU_EPI_NONE with no bias,
 // or EMU_EPI_BGRADB_F32).
 enum {
@@ -271,9 +272,7 @@ enum {
     EMU_EPI_GELU_AUX,
     EMU_EPI_DGELU,
     EMU_EPI_BGRADB_F32,
-    EMU_EPI_BGRADB_BF16,
-    EMU_EPI_DGELU_BGRAD_F32,
-    EMU_EPI_DGELU_BGRAD_BF16
+    EMU_EPI_DGELU_BGRAD_F32
 };
 void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, const __nv_bfloat16 *A, int lda,
                    long long strideA, const __nv_bfloat16 *B, int ldb, long long strideB, float beta, const void *C,

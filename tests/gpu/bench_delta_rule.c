@@ -301,9 +301,9 @@ static void run_conv(const DeltaRuleOps *t, ConvShape s, int warmup, int reps, u
     fill(h, nw, DIST_NORMAL, seed * 7919 + 3);
     for (size_t i = 0; i < nw; i++) h[i] *= 0.5f;
     c.w = upload_new(h, nw);
-    // dw is a parameter gradient: fp32, whatever the activations' element (model/backend.h, `grad_size`)
-    c.y = balloc(n * be->elem_size), c.dx = balloc(n * be->elem_size), c.dw = balloc(nw * sizeof(float));
-    be->zero((real *)c.dw.p, nw * sizeof(float) / be->elem_size);
+    // dw is a parameter gradient: grad_size bytes an element (model/backend.h)
+    c.y = balloc(n * be->elem_size), c.dx = balloc(n * be->elem_size), c.dw = balloc(nw * be->grad_size);
+    backend_grad_zero(be, (real *)c.dw.p, nw);
     char shape[64];
     snprintf(shape, sizeof shape, "%d,%d,%d,%d", s.B, s.T, s.D, s.W);
     void (*fns[2])(void *) = {conv_fwd, conv_bwd};

@@ -40,9 +40,15 @@ void gpu_test_summary(void) {
 
 float bf16_round(float f) { return bf16_to_float(bf16_from_float(f)); }
 
-float *host_rand(size_t n, float scale, float shift) {
+float *host_rand_f32(size_t n, float scale, float shift) {
     float *x = xmalloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) x[i] = bf16_round(shift + scale * (float)(2.0 * rng_uniform(&g_rng) - 1.0));
+    for (size_t i = 0; i < n; i++) x[i] = shift + scale * (float)(2.0 * rng_uniform(&g_rng) - 1.0);
+    return x;
+}
+
+float *host_rand(size_t n, float scale, float shift) {
+    float *x = host_rand_f32(n, scale, shift);
+    for (size_t i = 0; i < n; i++) x[i] = bf16_round(x[i]);
     return x;
 }
 
@@ -79,11 +85,36 @@ int *dev_tokens(const int *h, size_t n) {
     return p;
 }
 
-static void poison_bytes(void *p, size_t bytes) {
+void *dev_bytes(const void *h, size_t bytes) {
+    void *p = G->alloc(bytes ? bytes : 1);
+    if (h) G->copy_from_host(p, h, bytes);
+    return p;
+}
+
+void *get_bytes(const void *p, size_t bytes) {
+    void *h = xmalloc(bytes ? bytes : 1);
+    G->copy_to_host(h, p, bytes);
+    return h;
+}
+
+void poison_bytes(void *p, size_t bytes) {
     void *h = xmalloc(bytes ? bytes : 1);
     memset(h, 0xff, bytes);  // NaN in bf16 and in fp32
     G->copy_from_host(p, h, bytes);
     free(h);
+}
+
+static void *dev_clone_bytes(const void *p, size_t bytes) {
+    void *h = get_bytes(p, bytes), *d = dev_bytes(h, bytes);
+    free(h);
+    return d;
+}
+
+static int same_bytes(const void *a, const void *b, size_t bytes) {
+    void *x = get_bytes(a, bytes), *y = get_bytes(b, bytes);
+    int same = !memcmp(x, y, bytes);
+    free(x), free(y);
+    return same;
 }
 
 void poison_bf16(void *p, size_t n) { poison_bytes(p, n * G->elem_size); }
@@ -121,32 +152,10 @@ double err_bf16(const void *dev, const float *ref, size_t n) {
     return e;
 }
 
-void *dev_clone_bf16(const void *p, size_t n) {
-    float *h = get_bf16(p, n);
-    void *d = dev_bf16(h, n);  // exact: h holds bf16 values
-    free(h);
-    return d;
-}
-
-int same_bf16(const void *a, const void *b, size_t n) {
-    float *x = get_bf16(a, n), *y = get_bf16(b, n);
-    int same = !memcmp(x, y, sizeof(float) * n);
-    free(x), free(y);
-    return same;
-}
-
-float *dev_clone_f32(const float *p, size_t n) {
-    float *h = get_f32(p, n), *d = dev_f32(h, n);
-    free(h);
-    return d;
-}
-
-int same_f32(const float *a, const float *b, size_t n) {
-    float *x = get_f32(a, n), *y = get_f32(b, n);
-    int same = !memcmp(x, y, sizeof(float) * n);
-    free(x), free(y);
-    return same;
-}
+void *dev_clone_bf16(const void *p, size_t n) { return dev_clone_bytes(p, n * G->elem_size); }
+int same_bf16(const void *a, const void *b, size_t n) { return same_bytes(a, b, n * G->elem_size); }
+float *dev_clone_f32(const float *p, size_t n) { return dev_clone_bytes(p, n * sizeof(float)); }
+int same_f32(const float *a, const float *b, size_t n) { return same_bytes(a, b, n * sizeof(float)); }
 
 // (g: the device tensor, downloaded; freed here)
 static double err_added(float *g, const float *base, const float *ref, size_t n) {

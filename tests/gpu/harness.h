@@ -49,6 +49,8 @@ void gpu_test_summary(void);
 float bf16_round(float f);  // round to nearest even (base/bf16.h); a NaN stays a NaN
 // n values uniform in [-scale, scale) + shift, rounded to bf16
 float *host_rand(size_t n, float scale, float shift);
+// the same draws (the same stream) not rounded: fp32 values (parameter gradients)
+float *host_rand_f32(size_t n, float scale, float shift);
 float *host_dup(const float *x, size_t n);
 // n token ids below V; hot: half of them below 64 (many repeats, for the scatter-adds)
 int *rand_tokens(size_t n, int V, int hot);
@@ -57,6 +59,9 @@ int *rand_tokens(size_t n, int V, int hot);
 void *dev_bf16(const float *h, size_t n);  // n bf16 elements, uploaded from h if non-NULL
 float *dev_f32(const float *h, size_t n);  // n fp32 elements, copied from h if non-NULL
 int *dev_tokens(const int *h, size_t n);
+void *dev_bytes(const void *h, size_t bytes);  // raw bytes, copied from h if non-NULL
+void *get_bytes(const void *p, size_t bytes);  // raw bytes, downloaded to a new host array
+void poison_bytes(void *p, size_t bytes);      // all-ones bytes
 void poison_bf16(void *p, size_t n);   // all-ones bits: NaN in bf16
 void poison_f32(float *p, size_t n);   // and in fp32
 float *get_bf16(const void *p, size_t n);  // downloaded to a new host array

@@ -23,7 +23,6 @@ static const DeltaRuleOps *D;
 static float *zeros(size_t n) { return calloc(n ? n : 1, sizeof(float)); }
 static float *host_alloc(size_t n) { return xmalloc(sizeof(float) * (n ? n : 1)); }
 static void *bf16_at(void *p, size_t n) { return backend_offset(G, p, n); }  // element n of a device bf16 tensor
-static void poison_bytes_dev(void *p, size_t bytes) { poison_f32(p, bytes / sizeof(float)); }
 
 // host fp32 values rounded to bf16 in place (what a bf16 tensor holds)
 static void round_bf16(float *x, size_t n) {
@@ -394,7 +393,7 @@ static void test_linear_attn(Seqs sq, int H, int K, int V, int normalize, int fl
     const size_t wsf = D->linear_workspace_size(LINEAR_ATTN, 0, sq.B, sq.T, H, K, V, N, C);
     const size_t wsb = D->linear_workspace_size(LINEAR_ATTN, 1, sq.B, sq.T, H, K, V, N, C);
     void *dws = G->alloc(wsf ? wsf : 16);
-    poison_bytes_dev(dws, wsf);
+    poison_bytes(dws, wsf);
     poison_bf16(do_, nv);
     poison_f32(dST, nS);
     poison_f32(dzT, nz);
@@ -419,7 +418,7 @@ static void test_linear_attn(Seqs sq, int H, int K, int V, int normalize, int fl
     poison_f32(dgz0, nz);
     G->free(dws);
     dws = G->alloc(wsb ? wsb : 16);
-    poison_bytes_dev(dws, wsb);
+    poison_bytes(dws, wsb);
     D->linear_attn_chunk_backward(dgq, dgk, dgv, flags & LA_D0 ? (real *)dgS0 : NULL, flags & LA_D0 ? (real *)dgz0 : NULL,
                                   ddout, (real *)dgST, (real *)dgzT, dq_, dk_, dv_, (real *)dS0, (real *)dz0, scale,
                                   normalize, sq.B, sq.T, H, K, V, sq.doff, sq.N, C, dws);

@@ -40,22 +40,6 @@ void cuda_moe_set_wgrad_split(int s);  // kernels/moe/experts.cu: > 0 forces the
 static const MoeOps *X;
 
 static float *host_alloc(size_t n) { return xmalloc(sizeof(float) * (n ? n : 1)); }
-static void *dev_bytes(const void *h, size_t bytes) {
-    void *p = G->alloc(bytes ? bytes : 1);
-    if (h) G->copy_from_host(p, h, bytes);
-    return p;
-}
-static void *get_bytes(const void *p, size_t bytes) {
-    void *h = xmalloc(bytes ? bytes : 1);
-    G->copy_to_host(h, p, bytes);
-    return h;
-}
-static void poison_bytes_(void *p, size_t bytes) {
-    unsigned char *h = xmalloc(bytes ? bytes : 1);
-    memset(h, 0xff, bytes);
-    G->copy_from_host(p, h, bytes);
-    free(h);
-}
 // integer arrays: the number of differing entries must be 0
 static void expect_ints(const char *what, const int *dev, const int *ref, size_t n) {
     int *got = get_bytes(dev, n * sizeof(int));
@@ -116,7 +100,7 @@ static void test_router(int N, int E, int K, RouterScoreFn fn, int renorm, doubl
     void *dl = dev_bf16(logits, ne), *db = bias ? dev_bf16(bias, E) : NULL, *dw = dev_bf16(NULL, nk),
          *ds = dev_bf16(NULL, ne);
     int *dsel = dev_bytes(NULL, nk * sizeof(int));
-    poison_bf16(dw, nk), poison_bf16(ds, ne), poison_bytes_(dsel, nk * sizeof(int));
+    poison_bf16(dw, nk), poison_bf16(ds, ne), poison_bytes(dsel, nk * sizeof(int));
     X->router_forward(dsel, dw, ds, dl, db, N, E, K, fn, renorm, scale);
     expect_ints("sel", dsel, sel, nk);
     cmp_bf16("scores", ds, s, ne, TOL_OUT);
@@ -225,8 +209,8 @@ static void check_plan(int *dperm, int *dpos, int *doff, const int *dsel, const 
     const size_t nk = (size_t)N * K;
     void *fp = NULL, *fq = NULL, *fo = NULL;
     for (int rep = 0; rep < 2; rep++) {
-        poison_bytes_(dperm, nk * sizeof(int)), poison_bytes_(dpos, nk * sizeof(int)),
-            poison_bytes_(doff, (E + 1) * sizeof(int));
+        poison_bytes(dperm, nk * sizeof(int)), poison_bytes(dpos, nk * sizeof(int)),
+            poison_bytes(doff, (E + 1) * sizeof(int));
         X->moe_dispatch_plan(dperm, dpos, doff, dsel, N, K, E);
         if (!rep) {
             expect_ints("perm", dperm, perm, nk);
@@ -258,14 +242,12 @@ static const char *const path_desc[NPATH] = {
     "our grouped kernels on wgmma, 128 x 256 tiles", "our grouped kernels on wgmma, 128 x 128 tiles (HYBRID_MOE_WG_BN=128)",
     "the mixed mode's rule, ours on wgmma (the default on compute capability 9.0)"};
 
-// n fp32 elements at p set to zero, in stream order (G->zero counts elem_size elements)
-static void zero_f32(void *p, size_t n) { G->zero(p, n * sizeof(float) / G->elem_size); }
-
 // An fp32 weight gradient (n elements, device) against its CPU reference ref (summed twice from
 // zero) within tol (dW2 = dyp^T ap sums bf16 inputs in fp32: TOL_F32; dW13 sums dhp, a bf16
-// gradient the kernel computes and rounds itself, against the CPU's float one: TOL_GRAD), and evidence that it holds fp32 values: of its nonzero entries, fewer than 1 in 16 may
-// be bf16-representable (the low 16 bits zero; a kernel that rounded the gradient to bf16
-// anywhere would make them all so, an fp32 sum about 1 in 65536)
+// gradient the kernel computes and rounds itself, against the CPU's float one: TOL_GRAD), and
+// evidence that it holds fp32 values: of its nonzero entries, fewer than 1 in 16 may be
+// bf16-representable (the low 16 bits zero; a kernel that rounded the gradient to bf16 anywhere
+// would make them all so, an fp32 sum about 1 in 65536)
 static void check_wgrad(const char *what, const void *dev, const float *ref, size_t n, double tol) {
     cmp_f32(what, dev, ref, n, tol);
     float *h = get_f32(dev, n);
@@ -305,7 +287,7 @@ static void experts_same_bits(const ExpertsRun *r, const char *tag, long (*count
     snprintf(w, sizeof w, "ap (%s)", tag), expect_same(w, r->dap, r->f_a, nk * M * 2);
     snprintf(w, sizeof w, "yp (%s)", tag), expect_same(w, r->dyp, r->f_y, nk * C * 2);
     poison_bf16(r->dgxpe, nk * C), poison_bf16(r->dsh, nk * 2 * M), poison_bf16(r->dsa, nk * M);
-    zero_f32(r->dg13, n13), zero_f32(r->dg2, n2);
+    backend_grad_zero(G, r->dg13, n13), backend_grad_zero(G, r->dg2, n2);
     for (int rep = 0; rep < 2; rep++)
         X->moe_experts_backward(r->dgxpe, r->dg13, r->dg2, r->dsh, r->dsa, r->dgyp, r->dxp, r->dhp, r->dap, r->dw13,
                                 r->dw2, r->doff, E, C, M, q->act);
@@ -375,12 +357,12 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     printf("  experts on %s (%s)%s\n", desc, cuda_moe_gemm_name(),
            (path || wgmma) && !suits ? ": widths not multiples of 8, so our (mma.sync) kernels run" : "");
     // the library's own view of the split agrees with the rule's copy above
-    const int paths_ok = cuda_moe_gemm_on_cublas(0, E, C, M) == (path == PATH_CUBLAS) &&
-                         cuda_moe_gemm_on_cublas(1, E, C, M) == (path == PATH_CUBLAS) &&
-                         cuda_moe_gemm_on_cublas(2, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
-                         cuda_moe_gemm_on_cublas(3, E, C, M) == 0 &&
-                         cuda_moe_gemm_on_cublas(4, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
-                         cuda_moe_gemm_on_cublas(5, E, C, M) == 0;
+    const int paths_ok = cuda_moe_gemm_on_cublas(0, E) == (path == PATH_CUBLAS) &&
+                         cuda_moe_gemm_on_cublas(1, E) == (path == PATH_CUBLAS) &&
+                         cuda_moe_gemm_on_cublas(2, E) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
+                         cuda_moe_gemm_on_cublas(3, E) == 0 &&
+                         cuda_moe_gemm_on_cublas(4, E) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
+                         cuda_moe_gemm_on_cublas(5, E) == 0;
     CHECK(paths_ok, "cuda_moe_gemm_on_cublas disagrees with the mode's rule (path %d)", path);
     const long calls0 = cuda_moe_cublas_calls(), copies0 = cuda_moe_offsets_copies(), waits0 = cuda_moe_offsets_waits();
     const size_t n13 = (size_t)E * 2 * M * C, n2 = (size_t)E * C * M;
@@ -434,7 +416,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     for (int round = 0; round < (path == PATH_OWN ? 2 : 4); round++) {
         const long c0 = cuda_moe_cublas_calls(), k0 = cuda_moe_offsets_copies(), w0 = cuda_moe_offsets_waits();
         poison_bf16(dgxpe, nk * C), poison_bf16(dsh, nk * 2 * M), poison_bf16(dsa, nk * M);
-        zero_f32(dg13, n13), zero_f32(dg2, n2);  // (stream-ordered, no synchronization)
+        backend_grad_zero(G, dg13, n13), backend_grad_zero(G, dg2, n2);  // (stream-ordered, no synchronization)
         if (round == 3) X->moe_experts_forward(dyp, dhp, dap, dxp, dw13, dw2, doff, E, C, M, q.act);
         for (int rep = 0; rep < 2; rep++)
             X->moe_experts_backward(dgxpe, dg13, dg2, dsh, dsa, dgyp, dxp, dhp, dap, dw13, dw2, round == 2 ? doff2 : doff,

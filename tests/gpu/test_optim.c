@@ -18,20 +18,13 @@
 #include "tests/testing.h"
 #include "tests/gpu/harness.h"
 
-// host_rand's draws (the same random stream) without the rounding to bf16: an fp32 gradient
-static float *host_rand_f32(size_t n, float scale) {
-    float *x = xmalloc(sizeof(float) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) x[i] = scale * (float)(2.0 * rng_uniform(&g_rng) - 1.0);
-    return x;
-}
-
 static void test_adamw(size_t n) {
     printf("adamw n=%zu (fp32 master)\n", n);
     float *p0 = host_rand(n, 1, 0), *p = host_dup(p0, n), *m = calloc(n, 4), *v = calloc(n, 4);
     void *dp = dev_bf16(p0, n);
     float *dgr = dev_f32(NULL, n), *dm = dev_f32(NULL, n), *dv = dev_f32(NULL, n), *dmaster = dev_f32(p0, n);
     for (int t = 1; t <= 3; t++) {
-        float *gr = host_rand_f32(n, 1);
+        float *gr = host_rand_f32(n, 1, 0);
         G->copy_from_host(dgr, gr, n * sizeof(float));
         cpu_adamw_update(p, gr, m, v, NULL, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
         G->optim->adamw_update(dp, (real *)dgr, dm, dv, dmaster, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
@@ -79,7 +72,7 @@ static void test_adamw_multi(void) {
     float *dgr = dev_f32(NULL, n), *dm = dev_f32(m, n), *dv = dev_f32(v, n), *dmaster = dev_f32(p0, n);
     float *dm2 = dev_f32(m, n), *dv2 = dev_f32(v, n), *dmaster2 = dev_f32(p0, n);
     for (int t = 1; t <= 3; t++) {
-        float *gr = host_rand_f32(n, 1);
+        float *gr = host_rand_f32(n, 1, 0);
         G->copy_from_host(dgr, gr, n * sizeof(float));
         for (int i = 0; i < NS; i++) {
             cpu_adamw_update(p + off[i], gr + off[i], m + off[i], v + off[i], NULL, len[i], lr[i], 0.9f, 0.95f, 1e-8f,
@@ -122,7 +115,7 @@ static void test_muon(int rows, int cols, int nb, int rule) {
     float *dg = dev_f32(NULL, n), *dM = dev_f32(NULL, n), *dmaster = dev_f32(w0, n);
     void *dwork = G->alloc(muon_workspace_size(rows / nb, cols) * G->elem_size);
     for (int step = 0; step < 2; step++) {
-        float *gr = host_rand_f32(n, 1);
+        float *gr = host_rand_f32(n, 1, 0);
         G->copy_from_host(dg, gr, n * sizeof(float));
         cpu_muon_update(w, gr, M, NULL, rows, cols, nb, 0.95f, 1, 5, rule, 0.02f, 0.1f, 0.7f, work);
         G->optim->muon_update(dw, (real *)dg, dM, dmaster, rows, cols, nb, 0.95f, 1, 5, rule, 0.02f, 0.1f, 0.7f, dwork);
