@@ -265,9 +265,9 @@ enum { G_FWD13, G_FWD2, G_DGRAD2, G_WGRAD2, G_DGRAD13, G_WGRAD13 };
 // 1: GEMM g of the expert op goes to cuBLAS in mode `mode` (moe_gemm_mode), operands aside (one
 // that does not suit cuBLAS runs ours: moe_cublas_rows returns 0)
 static int gemm_on_cublas(int mode, int g) {
-    if (g == G_WGRAD2 || g == G_WGRAD13) return 0;  // (fp32 dW: ours, above)
     if (mode == MOE_GEMM_CUBLAS) return 1;
     if (mode != MOE_GEMM_MIXED) return 0;
+    if (g == G_WGRAD2 || g == G_WGRAD13) return 0;  // (fp32 dW: ours, above)
     return (g == G_DGRAD2 || g == G_DGRAD13) && !moe_wgmma_on();  // (the forward's: ours)
 }
 
@@ -330,18 +330,19 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
     PROFILE("moe_experts_bwd");
     const int kind = act_kind(act);
     if (E <= 0) return;
-    // which of the two data gradients run on cuBLAS (the mode's rule, and operands that suit it;
-    // the weight gradients, fp32, run ours: gemm_on_cublas)
+    // which GEMMs run on cuBLAS (the mode's rule, and operands that suit it)
     const int mode = moe_gemm_mode(E);
     const bool c_dgrad2 = gemm_on_cublas(mode, G_DGRAD2) && moe_cublas_suits(dap, dyp, w2, M, C),
-               c_dgrad13 = gemm_on_cublas(mode, G_DGRAD13) && moe_cublas_suits(dxp, dhp, w13, C, 2 * M);
+               c_dgrad13 = gemm_on_cublas(mode, G_DGRAD13) && moe_cublas_suits(dxp, dhp, w13, C, 2 * M),
+               c_wgrad2 = gemm_on_cublas(mode, G_WGRAD2) && moe_cublas_suits(dw2, dyp, ap, C, M),
+               c_wgrad13 = gemm_on_cublas(mode, G_WGRAD13) && moe_cublas_suits(dw13, dhp, xp, 2 * M, C);
     // the forward's host copy of these offsets: cublas, no synchronization (the forward waited);
     // mixed, one event synchronization on the copy the forward issued (done long ago: the rest of
     // the forward ran since), and none where no GEMM here runs on cuBLAS. A backward whose forward
     // did not run at this offsets pointer copies them itself, in this part. (Fetched before the
     // first GEMM's part, so the GEMM parts time GEMMs only.)
     const int *hoff = NULL;
-    if (mode == MOE_GEMM_CUBLAS || c_dgrad2 || c_dgrad13) {
+    if (mode == MOE_GEMM_CUBLAS || c_dgrad2 || c_dgrad13 || c_wgrad2 || c_wgrad13) {
         PROFILE("moe_experts/offsets_to_host");
         hoff = moe_cublas_offsets(offsets, E, 0);
     }
@@ -356,7 +357,9 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
     }
     {
         PROFILE("moe_experts/gemm_wgrad2");  // dW2_e += dyp^T ap (fp32 dW2)
-        wgrad((float *)dw2, (const bf16 *)dyp, (const bf16 *)ap, offsets, E, C, M);
+        if (!c_wgrad2 ||
+            !moe_cublas_wgrad((float *)dw2, (const bf16 *)dyp, (const bf16 *)ap, hoff, offsets, E, C, M))
+            wgrad((float *)dw2, (const bf16 *)dyp, (const bf16 *)ap, offsets, E, C, M);
     }
     if (!dglu_done) {
         PROFILE("moe_experts/glu_bwd");
@@ -373,6 +376,8 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
     }
     {
         PROFILE("moe_experts/gemm_wgrad13");  // dW13_e += dhp^T xp (fp32 dW13)
-        wgrad((float *)dw13, (const bf16 *)dhp, (const bf16 *)xp, offsets, E, 2 * M, C);
+        if (!c_wgrad13 ||
+            !moe_cublas_wgrad((float *)dw13, (const bf16 *)dhp, (const bf16 *)xp, hoff, offsets, E, 2 * M, C))
+            wgrad((float *)dw13, (const bf16 *)dhp, (const bf16 *)xp, offsets, E, 2 * M, C);
     }
 }

@@ -219,8 +219,8 @@ static struct {
 } g_arg;
 
 // Every problem: C (m x n, ld ldc) = op(A) (m x k) B (k x n), column-major, C written (beta 0).
-// The experts' rows go in n; m and k are fixed. (Only the row GEMMs call cuBLAS: the weight
-// gradients, whose rows would go in k, are fp32 and run ours: experts_cublas.h.)
+// The experts' rows go in n; m and k are fixed. (The row GEMMs: the weight gradients, whose rows
+// go in k, are fp32 and run one cublasGemmEx per expert, moe_cublas_wgrad below.)
 static void grouped_call(const int *hoff, const int *offsets, int E, cublasOperation_t ta, int m, int k, int lda,
                          int ldb, int ldc, MoePtrs A, MoePtrs B, MoePtrs C) {
     static MoeCallPlan h;  // (static: 3 KiB, copied into the launch)
@@ -247,6 +247,46 @@ static void grouped_call(const int *hoff, const int *offsets, int E, cublasOpera
                                             CUBLAS_COMPUTE_32F));
     LAUNCH_CHECK();  // (HYBRID_CUDA_SYNC=1: a failing cuBLAS kernel shows here)
     g_calls++;
+}
+
+// ---- the weight gradients: one cublasGemmEx per expert ----
+// Traps where the offsets on the device are not the host copy the calls were sized from (one
+// thread an offset), as moe_cublas_ptrs_kernel does for the grouped calls.
+__global__ void moe_cublas_check_kernel(const int *offsets, MoeCallPlan h) {
+    const int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e > h.E || offsets[e] == h.off[e]) return;
+    printf("moe experts (cuBLAS path): offsets[%d] is %d on the device but %d in the host copy the weight gradient "
+           "was sized from (offsets rewritten between a forward and its backward?)\n",
+           e, offsets[e], h.off[e]);
+    __trap();
+}
+
+// dW_e (P, Q) += G_e^T X_e for every expert with rows (G_e: rows [hoff[e], hoff[e + 1]) of G (., P),
+// X_e: of X (., Q); dW fp32, E P Q floats). cuBLAS's grouped GEMM writes no fp32 C (the header), so
+// one cublasGemmEx per expert: bf16 A and B, fp32 C, CUBLAS_COMPUTE_32F is a combination
+// cublasGemmEx documents. Column-major, as moe_cublas_rows reads our row-major matrices:
+//   dW_e' (Q, P) += X_e' (Q, r) op(G_e') : X_e' ld Q, op N; G_e' (P, r), ld P, op T; ldc Q;
+//   m = Q, n = P, k = r, beta 1 (the accumulator: the gradient is summed over micro-batches).
+// An expert with no rows is not called (its gradient gets nothing). The calls queue on the
+// backend's stream one after the other; each is deterministic (the handle's settings above).
+int moe_cublas_wgrad(float *dW, const bf16 *G, const bf16 *X, const int *hoff, const int *offsets, int E, int P,
+                     int Q) {
+    if (P <= 0 || Q <= 0 || !moe_cublas_suits(dW, G, X, P, Q)) return 0;
+    static MoeCallPlan h;  // (only E and off are read)
+    h.E = E, h.n = 0;
+    memcpy(h.off, hoff, sizeof(int) * (size_t)(E + 1));
+    launch_kernel(moe_cublas_check_kernel, dim3((E + 1 + 127) / 128), dim3(128), 0, offsets, h);
+    const float one = 1.f;
+    for (int e = 0; e < E; e++) {
+        const int r = hoff[e + 1] - hoff[e];
+        if (r <= 0) continue;
+        CUBLAS_CHECK(cublasGemmEx(moe_handle(), CUBLAS_OP_N, CUBLAS_OP_T, Q, P, r, &one, X + (size_t)hoff[e] * Q,
+                                  CUDA_R_16BF, Q, G + (size_t)hoff[e] * P, CUDA_R_16BF, P, &one,
+                                  dW + (size_t)e * P * Q, CUDA_R_32F, Q, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
+    LAUNCH_CHECK();
+    g_calls++;
+    return 1;
 }
 
 // every pointer 16-byte aligned (cuBLAS's rule for bf16 operands whose k is a multiple of 8)

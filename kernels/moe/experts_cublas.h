@@ -1,18 +1,18 @@
 // The grouped expert GEMMs of kernels/moe/experts.cu on cuBLAS's grouped batched GEMM
 // (cublasGemmGroupedBatchedEx; kernels/moe/experts_cublas.cu), the alternative to our grouped
-// tensor-core kernels (grouped_gemm.cuh) that HYBRID_MOE_GEMM=cublas selects for the four row
-// GEMMs (the forward's two, the backward's two data gradients) and HYBRID_MOE_GEMM=mixed for the
-// data gradients, by experts.cu's rule (docs/hybrid.md, "Dropless permutation and grouped expert
+// tensor-core kernels (grouped_gemm.cuh) that HYBRID_MOE_GEMM=cublas selects for all six GEMMs
+// (the forward's two, the backward's two data gradients and two weight gradients) and
+// HYBRID_MOE_GEMM=mixed for the data gradients, by experts.cu's rule (docs/hybrid.md, "Dropless permutation and grouped expert
 // FFN"; docs/cuda.md's switch list). Same operands, layouts and contract as experts.cu's
 // rows_gemm: bf16 in and out, fp32 compute; an expert with no rows is left out of the call
 // (nothing written).
-// The weight gradients are not here: they are parameter gradients, fp32 (docs/cuda.md,
-// "Precision"), and the type combinations cuBLAS documents for cublasGemmGroupedBatchedEx pair
-// bf16 A and B with a bf16 C only (with CUBLAS_COMPUTE_32F; cublasGemmEx's list, unlike the
-// grouped one's, has bf16 A and B with an fp32 C); cuBLAS 13.1 on an H200 answers
-// CUBLAS_STATUS_NOT_SUPPORTED to an fp32 C there (session 34). A bf16 product added to the
-// fp32 gradient would round every call's gradient to bf16, which the fp32 gradients exist to
-// avoid; so both weight gradients run our kernels in every mode (experts.cu's gemm_on_cublas).
+// The weight gradients are parameter gradients, fp32 (docs/cuda.md, "Precision"), and the type
+// combinations cuBLAS documents for cublasGemmGroupedBatchedEx pair bf16 A and B with a bf16 C
+// only (with CUBLAS_COMPUTE_32F); cuBLAS 13.1 on an H200 answers CUBLAS_STATUS_NOT_SUPPORTED to
+// an fp32 C there (session 34). A bf16 product added to the fp32 gradient would round every
+// call's gradient to bf16, which the fp32 gradients exist to avoid. cublasGemmEx's list has bf16
+// A and B with an fp32 C: so on this path a weight gradient is one cublasGemmEx per expert with
+// rows (moe_cublas_wgrad), and where experts.cu's rule does not send it here it runs our kernels.
 //
 // cuBLAS takes the per-expert sizes on the host, and the row counts live on the device
 // (offsets, written by moe_dispatch_plan). So the forward copies offsets to the host once per
@@ -70,6 +70,13 @@ int moe_cublas_suits(const void *a, const void *b, const void *c, int d0, int d1
 // not a multiple of 8): the caller then runs its own kernel.
 int moe_cublas_rows(bf16 *Y, const bf16 *X, const bf16 *W, const int *hoff, const int *offsets, int E, int n_out,
                     int kd, int w_t);
+
+// dW_e (P, Q) += G_e^T X_e per expert with rows (G (rows, P), X (rows, Q), as experts.cu's wgrad;
+// dW fp32): one cublasGemmEx per expert (bf16 A and B, fp32 C; the grouped call has no fp32 C).
+// Returns 0 and does nothing when the operands do not suit cuBLAS (moe_cublas_suits: P, Q
+// multiples of 8, 16-byte aligned pointers): the caller then runs its own kernel.
+int moe_cublas_wgrad(float *dW, const bf16 *G, const bf16 *X, const int *hoff, const int *offsets, int E, int P,
+                     int Q);
 
 
 // (the switch itself and its counters for the tests: kernels/cuda_backend.h, cuda_moe_*)

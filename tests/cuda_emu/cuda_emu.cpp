@@ -1064,6 +1064,28 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
+                            cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+    if (!h || !alpha || !beta || m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T && transa != CUBLAS_OP_C) ||
+        (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T && transb != CUBLAS_OP_C))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (lda < std::max(1, transa == CUBLAS_OP_N ? m : k) || ldb < std::max(1, transb == CUBLAS_OP_N ? k : n) ||
+        ldc < std::max(1, m))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (Atype != CUDA_R_16BF || Btype != CUDA_R_16BF || (Ctype != CUDA_R_16BF && Ctype != CUDA_R_32F) ||
+        computeType != CUBLAS_COMPUTE_32F || algo != CUBLAS_GEMM_DEFAULT)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (!A || !B || !C) return CUBLAS_STATUS_INVALID_VALUE;
+    emu_lt_matmul(transa != CUBLAS_OP_N, transb != CUBLAS_OP_N, m, n, k, *(const float *)alpha, (const bf16 *)A, lda, 0,
+                  (const bf16 *)B, ldb, 0, *(const float *)beta, C, C, Ctype == CUDA_R_32F, ldc, 0, 1, EMU_EPI_NONE,
+                  nullptr, nullptr);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 // ---- cuBLASLt's GEMM (cuda_emu.h says what it computes) ----
 
 namespace {

@@ -286,10 +286,12 @@ void emu_lt_matmul(int transa, int transb, int m, int n, int k, float alpha, con
 // CUBLAS_STATUS_INVALID_VALUE / _NOT_SUPPORTED), then runs each problem of each group through
 // emu_lt_matmul: C[idx] = alpha_i op(A[idx]) op(B[idx]) + beta_i C[idx], column-major, fp32
 // accumulation in k order, one bf16 rounding. Only bf16 A, B, C with CUBLAS_COMPUTE_32F (fp32
-// alpha and beta, host arrays) are emulated.
+// alpha and beta, host arrays) are emulated. cublasGemmEx likewise (the same checks, one problem):
+// bf16 A and B, a bf16 or fp32 C (fp32: the accumulation is never rounded), CUBLAS_COMPUTE_32F.
 typedef struct EmuCublas *cublasHandle_t;
 typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1, CUBLAS_OP_C = 2 } cublasOperation_t;
-typedef enum { CUDA_R_16BF = 14 } cudaDataType_t;
+typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef enum { CUBLAS_GEMM_DEFAULT = -1 } cublasGemmAlgo_t;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUBLAS_DEFAULT_MATH = 0, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16 } cublasMath_t;
 typedef enum { CUBLAS_ATOMICS_NOT_ALLOWED = 0, CUBLAS_ATOMICS_ALLOWED = 1 } cublasAtomicsMode_t;
@@ -308,6 +310,10 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
                                           const void *beta_array, void *const Carray[], cudaDataType_t Ctype,
                                           const int ldc_array[], int group_count, const int group_size[],
                                           cublasComputeType_t computeType);
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
+                            cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo);
 
 // __trap(): the emulated run stops with an error (on the GPU the kernel aborts and the next
 // CUDA call fails)

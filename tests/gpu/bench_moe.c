@@ -48,10 +48,10 @@
 // The expert GEMMs run by default (HYBRID_MOE_GEMM=mixed) the forward's on our grouped kernels
 // and the backward's data gradients on ours or cuBLAS by experts.cu's rule, with
 // HYBRID_MOE_GEMM=own all on ours, with HYBRID_MOE_GEMM=cublas the four row GEMMs on cuBLAS's
-// grouped batched GEMM (kernels/moe/experts_cublas.h); the weight gradients (fp32) run ours in
-// every mode (the table's "path" column says which ran where): the same moe_experts/gemm_* parts (each
-// includes the cuBLAS path's small pointer-array kernel), so the runs' tables compare line by
-// line; the copy of the offsets to the host (cublas: one stream synchronization per forward;
+// grouped batched GEMM and the weight gradients (fp32) one cublasGemmEx per expert
+// (kernels/moe/experts_cublas.h; the table's "path" column says which ran where): the same
+// moe_experts/gemm_* parts (each includes the cuBLAS path's small pointer-array or offsets-check
+// kernel), so the runs' tables compare line by line; the copy of the offsets to the host (cublas: one stream synchronization per forward;
 // mixed: issued by the forward, waited for by the backward) is the part
 // moe_experts/offsets_to_host, inside the experts op and the layer times, not in the GEMMs'.
 // The mode is printed at the start and in the JSON ("moe_gemm").
@@ -251,7 +251,7 @@ typedef struct {
     long calls[MAX_OPS];
     double cat_ms[NCAT], gemm_ms, glu_ms, matmul_ms;  // per forward+backward
     double copy_ms;  // the cuBLAS path's copy of the offsets to the host (moe_experts/offsets_to_host)
-    double cublas_calls;  // grouped GEMMs that ran on cuBLAS per forward+backward (4 on that path)
+    double cublas_calls;  // GEMMs that ran on cuBLAS per forward+backward (6 on that path)
 } Profile;
 
 static int starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
@@ -670,8 +670,8 @@ int main(int argc, char **argv) {
             if (strcmp(cuda_moe_gemm_name(), "own")) {  // (a GEMM whose operands do not suit cuBLAS runs ours)
                 int want = 0;
                 for (int g = 0; g < NGEMM; g++) want += cuda_moe_gemm_on_cublas(g, c.E);
-                printf("grouped GEMM calls on cuBLAS per forward+backward: %.1f of 6, the mode sends %d there (the "
-                       "weight gradients never: fp32)%s\n",
+                printf("GEMM calls on cuBLAS per forward+backward: %.1f of 6 (a weight gradient's per-expert calls "
+                       "count one), the mode sends %d there%s\n",
                        x->prof.cublas_calls, want,
                        x->prof.cublas_calls < want ? " (the others ran our kernels: see kernels/moe/experts_cublas.h)"
                                                    : "");

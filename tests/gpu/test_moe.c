@@ -12,9 +12,9 @@
 // combine (kernels/moe/dispatch.cu's vector and scalar kernels, the fused adds): test_dispatch_io;
 // the plan alone at more chunks and experts than the dispatch cases: test_plan.
 // The expert op runs in every GEMM mode (kernels/moe/experts.cu): our grouped kernels, cuBLAS's
-// grouped batched GEMM (HYBRID_MOE_GEMM=cublas: the four row GEMMs; the fp32 weight gradients
-// run ours in every mode; under the emulator cuBLAS is tests/cuda_emu's loop of column-major
-// GEMMs, so the path's plumbing and argument mapping are checked there too) and the mix of the
+// grouped batched GEMM (HYBRID_MOE_GEMM=cublas: the four row GEMMs, and the fp32 weight
+// gradients one cublasGemmEx per expert; under the emulator cuBLAS is tests/cuda_emu's loop of
+// column-major GEMMs, so the path's plumbing and argument mapping are checked there too) and the mix of the
 // two (HYBRID_MOE_GEMM=mixed: the forward on ours, the backward's data gradients on cuBLAS by
 // experts.cu's rule, the offsets' copy asynchronous; under the emulator that copy reads as 0xff
 // bytes until waited for), each against the CPU reference and bit-identical run to run
@@ -314,8 +314,8 @@ static void experts_same_bits(const ExpertsRun *r, const char *tag, long (*count
 // so on ours they would repeat the first rerun; the own mode's counters stay checked in the
 // first two rounds, and the largest cases spend half their time there). The modes also
 // count their work, where the widths suit cuBLAS (multiples of 8; else every GEMM runs ours):
-// cublas, both forward GEMMs and the backward's two dgrads on cuBLAS (the fp32 weight gradients
-// run ours in every mode), one synchronous copy of the offsets per forward, none per backward of
+// cublas, both forward GEMMs, the backward's two dgrads and its two weight gradients (one
+// cublasGemmEx per expert: fp32 C) on cuBLAS, one synchronous copy of the offsets per forward, none per backward of
 // a forward's offsets; mixed, no cuBLAS call in the forward, one asynchronous copy per forward,
 // the backward's two dgrads on cuBLAS (with ours on mma.sync; on wgmma they run ours), and one
 // wait for the copy in the first backward that calls cuBLAS after a forward, none in the next (it
@@ -349,20 +349,21 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     if (wgmma) path = path == PATH_MIXED_WGMMA ? PATH_MIXED : PATH_OWN;  // (the rest is that mode's)
     cuda_moe_set_gemm(path);
     const int suits = C % 8 == 0 && M % 8 == 0;  // (every buffer here is 16-byte aligned)
-    // cuBLAS calls per forward and per backward (the dgrads; mixed: on cuBLAS with ours on
-    // mma.sync, on ours with ours on wgmma; the weight gradients never)
+    // cuBLAS calls per forward and per backward (cublas: the dgrads' grouped calls and the weight
+    // gradients' per-expert ones, counted one a gradient; mixed: the dgrads, on cuBLAS with ours
+    // on mma.sync, on ours with ours on wgmma)
     const int dgc = !wgmma;
     const int fwd_calls = suits && path == PATH_CUBLAS ? 2 : 0,
-              bwd_calls = !suits ? 0 : path == PATH_CUBLAS ? 2 : path == PATH_MIXED ? 2 * dgc : 0;
+              bwd_calls = !suits ? 0 : path == PATH_CUBLAS ? 4 : path == PATH_MIXED ? 2 * dgc : 0;
     printf("  experts on %s (%s)%s\n", desc, cuda_moe_gemm_name(),
            (path || wgmma) && !suits ? ": widths not multiples of 8, so our (mma.sync) kernels run" : "");
     // the library's own view of the split agrees with the rule's copy above
     const int paths_ok = cuda_moe_gemm_on_cublas(0, E) == (path == PATH_CUBLAS) &&
                          cuda_moe_gemm_on_cublas(1, E) == (path == PATH_CUBLAS) &&
                          cuda_moe_gemm_on_cublas(2, E) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
-                         cuda_moe_gemm_on_cublas(3, E) == 0 &&
+                         cuda_moe_gemm_on_cublas(3, E) == (path == PATH_CUBLAS) &&
                          cuda_moe_gemm_on_cublas(4, E) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
-                         cuda_moe_gemm_on_cublas(5, E) == 0;
+                         cuda_moe_gemm_on_cublas(5, E) == (path == PATH_CUBLAS);
     CHECK(paths_ok, "cuda_moe_gemm_on_cublas disagrees with the mode's rule (path %d)", path);
     const long calls0 = cuda_moe_cublas_calls(), copies0 = cuda_moe_offsets_copies(), waits0 = cuda_moe_offsets_waits();
     const size_t n13 = (size_t)E * 2 * M * C, n2 = (size_t)E * C * M;

@@ -31,6 +31,13 @@ for v in new base; do
     done
     echo "at $(( $(date +%s) - T0 )) s"
 done
+# session 35: the weight gradients on cuBLAS (HYBRID_MOE_GEMM=cublas: one cublasGemmEx per expert,
+# fp32 C) against ours (the runs above), both shapes
+for s in config 2048,64,8,1024,0,16384; do
+    HYBRID_MOE_GEMM=cublas timeout 60 out/build/gpu/bench_moe --shape $s > $OUT/moe_cublas_${s%%,*}.log 2>&1 || echo "bench_moe cublas $s failed"
+    grep -E "^fwdbwd |efficiency|wgrad|dgrad|fwd13|fwd2" $OUT/moe_cublas_${s%%,*}.log | head -12 | sed "s/^/moe cublas ${s%%,*}: /"
+done
+echo "at $(( $(date +%s) - T0 )) s"
 [ $(left) -gt 170 ] && { timeout 150 make bench-moe-model > $OUT/model.log 2>&1 || echo "bench-moe-model failed"; tail -2 $OUT/model.log; cp out/bench/kl-s-3-1.log $OUT/ 2>/dev/null; }
 [ $(left) -gt 120 ] && { timeout $(left) python3 scripts/bench_pytorch_gpt2.py --batch 64 --seq 1024 --steps 20 > $OUT/pytorch.log 2>&1; tail -3 $OUT/pytorch.log; }
 nvidia-smi --query-gpu=name --format=csv,noheader > $OUT/gpu.txt
