@@ -7,7 +7,9 @@
 // and sums TOL_F32 1e-4. The parameter gradients are fp32 (model/backend.h, grad_size): those
 // the op sums from bf16 inputs without rounding on the way are held to TOL_F32 (a bf16
 // rounding of the gradient would fail it); those that sum an intermediate the kernel stores
-// in bf16 (dsum: the stored residual gradient; dpre_bias: the stored dpre) to TOL_GRAD.
+// in bf16 (dsum: the stored residual gradient; dpre_bias: the stored dpre) to TOL_GRAD against
+// the float reference, and to TOL_F32 against the same sums of the kernel's own stored values
+// (dpre_bias where the column-sum kernel runs: the epilogue sums dpre before its rounding).
 // Checked: embed, layernorm, the fused add + layernorm, matmul (and
 // the plan cache over 300 shapes, and bit-identical repeated backwards), the
 // input-gradient-accumulating matmul_backward_acc, the fused matmul + GELU (the up
@@ -125,7 +127,7 @@ static void test_add_norm(int N, int C, int with_sum) {
     // backward: dres (random start) += dinp, twice; dw, db (and dsum) accumulated twice from zero
     float *gout = host_rand(n, 1, 0), *g0 = host_rand(n, 1, 0), *dinp = xmalloc(sizeof(float) * n);
     float *acc = host_dup(g0, n), *gw = calloc(C, sizeof(float)), *gb = calloc(C, sizeof(float));
-    float *gs = calloc(C, sizeof(float));
+    float *gs = calloc(C, sizeof(float)), *gs_own = calloc(C, sizeof(float));
     void *dgout = dev_bf16(gout, n), *dacc = dev_bf16(g0, n);
     float *dgw = dev_f32(NULL, C), *dgb = dev_f32(NULL, C), *dgs = with_sum ? dev_f32(NULL, C) : NULL;
     for (int rep = 0; rep < 2; rep++) {
@@ -134,6 +136,15 @@ static void test_add_norm(int N, int C, int with_sum) {
         for (int i = 0; i < N; i++)  // dsum += sum_rows of the updated dres
             for (int c = 0; c < C; c++) gs[c] += acc[(size_t)i * C + c];
         G->core->layernorm_backward_add(dacc, dgw, dgb, dgs, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
+        if (with_sum) {  // the same sums of the kernel's own stored (bf16) dres, in double
+            float *own = get_bf16(dacc, n);
+            for (int c = 0; c < C; c++) {
+                double sc = 0;
+                for (int i = 0; i < N; i++) sc += own[(size_t)i * C + c];
+                gs_own[c] += (float)sc;
+            }
+            free(own);
+        }
     }
     expect("backward dres += dinp (x2)", err_bf16_added(dacc, g0, acc, n), TOL_GRAD);  // the part the op added
     cmp_f32("backward dw (x2, accumulated, fp32)", dgw, gw, C, TOL_F32);
@@ -141,6 +152,8 @@ static void test_add_norm(int N, int C, int with_sum) {
     if (with_sum) {
         // fp32, but the sums of the stored (bf16) dres, which the reference does not round
         cmp_f32("backward dsum = column sums of dres (x2, accumulated, fp32)", dgs, gs, C, TOL_GRAD);
+        // and of the dres it stored, summed in fp32: an fp32 bar (a bf16 rounding of the sum fails it)
+        cmp_f32("backward dsum = column sums of its own dres (fp32)", dgs, gs_own, C, TOL_F32);
         // deterministic: the same call from the same state gives the same bits, and the
         // residual gradient is the one the call without dsum makes
         void *acc2 = dev_clone_bf16(dacc, n), *acc3 = dev_clone_bf16(dacc, n);
@@ -157,7 +170,7 @@ static void test_add_norm(int N, int C, int with_sum) {
     G->free(dx), G->free(dy), G->free(dw), G->free(db), G->free(dres), G->free(dout), G->free(dmean);
     G->free(drstd), G->free(dgout), G->free(dacc), G->free(dgw), G->free(dgb);
     free(x), free(y), free(w), free(b), free(res), free(out), free(mean), free(rstd), free(gout), free(g0);
-    free(dinp), free(acc), free(gw), free(gb), free(gs);
+    free(dinp), free(acc), free(gw), free(gb), free(gs), free(gs_own);
 }
 
 static void test_matmul(int N, int C, int OC, int with_bias) {
@@ -328,6 +341,16 @@ static void test_matmul_gelu(int N, int C, int OC) {
         cmp_f32(bgrad ? "backward dpre_bias (x2, DGELU_BGRAD, fp32)"
                       : "backward dpre_bias (x2, column sums, fp32)",
                 dgbp, gbp, OC, TOL_GRAD);
+        if (path == 0) {  // the kernel's sums of the dpre it stored (the same both reps), to an fp32 bar
+            float *own = get_bf16(ddpre, no), *gbp_own = xmalloc(sizeof(float) * OC);
+            for (int o = 0; o < OC; o++) {
+                double sb = 0;
+                for (int i = 0; i < N; i++) sb += own[(size_t)i * OC + o];
+                gbp_own[o] = (float)sb + (float)sb;  // (+= twice from zero)
+            }
+            cmp_f32("backward dpre_bias = sums of its own dpre (fp32)", dgbp, gbp_own, OC, TOL_F32);
+            free(own), free(gbp_own);
+        }
         // deterministic: the same call from the same state gives the same bits
         float *sgbp = dev_clone_f32(dgbp, OC), *sgw2 = dev_clone_f32(dgw2, nw2), *sgb2 = dev_clone_f32(dgb2, C2);
         void *sdpre = dev_bf16(NULL, no);
