@@ -967,7 +967,7 @@ int main(void) {
     test_dispatch_io(4096, 2, 16, 44, 1, 0);   // scalar
     test_dispatch_io(4096, 2, 16, 768, 1, 1);  // shifted: scalar
     // (the wgrad splits by the rule: 4 (dW2) and 2 (dW13) at the first; then split 1 forced.
-    // The weight gradients run ours on every path: fp32, which cuBLAS's grouped GEMM does not write)
+    // The weight gradients, fp32, run ours on every path but cublas: one cublasGemmEx per expert)
     test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 0});
     test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 1});
     test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU, 0});
