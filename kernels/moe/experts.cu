@@ -22,10 +22,10 @@
 // backward's two data gradients on ours or on cuBLAS's grouped batched GEMM where gemm_on_cublas
 // says (experts_cublas.h: the forward only issues the offsets' copy to the host; a backward that
 // calls cuBLAS waits for it); HYBRID_MOE_GEMM=own runs all six on ours, HYBRID_MOE_GEMM=cublas
-// the four row GEMMs on cuBLAS (the forward then copies the offsets once, one stream
-// synchronization, and its backward reuses the copy); the two weight gradients run ours in
-// every mode (their fp32 output is no type cuBLAS's grouped GEMM takes: experts_cublas.h); the
-// GLU passes are the same. On a GPU of compute capability 9.0
+// the four row GEMMs on cuBLAS's grouped GEMM (the forward then copies the offsets once, one
+// stream synchronization, and its backward reuses the copy) and the two weight gradients as one
+// cublasGemmEx per expert (their fp32 output is no type cuBLAS's grouped GEMM takes:
+// experts_cublas.h); the GLU passes are the same. On a GPU of compute capability 9.0
 // (HYBRID_MOE_WGMMA=auto, the default) every GEMM of ours runs on the sm_90a warpgroup-MMA
 // kernels (experts_wg.h; the same walks, splits and contracts), elsewhere on the mma.sync ones
 // below.
@@ -251,9 +251,9 @@ static void wgrad(float *dW, const bf16 *G, const bf16 *X, const int *offsets, i
 // docs/hybrid.md, "The expert GEMMs on wgmma") the row GEMMs beat cuBLAS's everywhere (dgrad2
 // 0.142 vs 0.232 ms KL-S, 1.302 vs 2.005 large; dgrad13 0.302 vs 0.478, 2.553 vs 3.921; the
 // forward's likewise). So on wgmma all four run ours.
-// The weight gradients run ours in every mode: they are parameter gradients, fp32 (docs/cuda.md,
+// The weight gradients run ours in the mixed mode: they are parameter gradients, fp32 (docs/cuda.md,
 // "Precision"), and cuBLAS's grouped GEMM takes bf16 A and B with a bf16 C only
-// (experts_cublas.h). Until then cuBLAS had won them on the large shape's many tiles (bf16 C, the
+// (experts_cublas.h; the cublas mode runs one cublasGemmEx per expert instead). Until then cuBLAS had won them on the large shape's many tiles (bf16 C, the
 // H200: wgrad2 1.182 vs 1.791 ms on wgmma, wgrad13 2.001 vs 3.434; ~80% of dense against 52-54%)
 // and lost them at KL-S (wgrad2 0.184 on wgmma vs cuBLAS's 0.300, wgrad13 0.314 vs 0.341).
 // The rule reads the mode and whether ours run on wgmma alone, so which path, and so which bits,
