@@ -62,21 +62,23 @@ void cuda_crossentropy_set_fused(int on);
 void cuda_matmul_set_dgelu_bgrad(int on);
 int cuda_matmul_dgelu_bgrad_path(void);
 
-// The MoE expert GEMMs (kernels/moe/experts.cu): mode 0 our grouped kernels, 1 cuBLAS's
-// grouped batched GEMM (kernels/moe/experts_cublas.cu) for the four row GEMMs, 2 mixed (each row
-// GEMM on ours or on cuBLAS by experts.cu's rule, which depends on whether ours run on wgmma),
-// -1 as HYBRID_MOE_GEMM says (the default; unset = mixed). The two weight gradients run ours in
-// every mode: they are fp32 (docs/cuda.md, "Precision"), an output type cuBLAS's grouped GEMM
-// does not write. cuda_moe_gemm_name: "own", "cublas" or "mixed", what a call of 1 to 512
-// experts runs now. cuda_moe_gemm_on_cublas: 1 when GEMM g (0 fwd13, 1 fwd2, 2 dgrad2, 3 wgrad2,
-// 4 dgrad13, 5 wgrad13) of an op with E experts goes to cuBLAS in the current mode (operands
-// that do not suit cuBLAS aside: those run ours; never 3 or 5). The counters (since the start):
-// grouped GEMM calls that ran on cuBLAS; the copies of the offsets to the host (cublas: one
-// stream synchronization each; mixed: issued asynchronously by the forward); and the backward's
-// waits for such an asynchronous copy (one event synchronization).
+// The MoE expert GEMMs (kernels/moe/experts.cu): mode 0 our grouped kernels, 1 cuBLAS (the four
+// row GEMMs on its grouped batched GEMM, the two fp32 weight gradients as one cublasGemmEx per
+// expert: kernels/moe/experts_cublas.cu), 2 mixed (each GEMM on ours or on cuBLAS by
+// experts.cu's rule, which depends on the shape and on whether ours run on wgmma), -1 as
+// HYBRID_MOE_GEMM says (the default; unset = mixed). cuda_moe_gemm_name: "own", "cublas" or
+// "mixed", what a call of 1 to 512 experts runs now. cuda_moe_gemm_on_cublas: 1 when GEMM g
+// (0 fwd13, 1 fwd2, 2 dgrad2, 3 wgrad2, 4 dgrad13, 5 wgrad13) of shape (E, C, M) goes to cuBLAS
+// in the current mode (operands that do not suit cuBLAS aside: those run ours).
+// cuda_moe_set_mixed_wgrad (tests): the mixed mode's weight gradients by the rule (-1, the
+// default), all on ours (0) or all on cuBLAS (1). The counters (since the start): GEMM calls that
+// ran on cuBLAS (a weight gradient's per-expert calls count one); the copies of the offsets to
+// the host (cublas: one stream synchronization each; mixed: issued asynchronously by the
+// forward); and the backward's waits for such an asynchronous copy (one event synchronization).
 void cuda_moe_set_gemm(int mode);
 const char *cuda_moe_gemm_name(void);
-int cuda_moe_gemm_on_cublas(int g, int E);
+int cuda_moe_gemm_on_cublas(int g, int E, int C, int M);
+void cuda_moe_set_mixed_wgrad(int mode);
 long cuda_moe_cublas_calls(void);
 long cuda_moe_offsets_copies(void);
 long cuda_moe_offsets_waits(void);

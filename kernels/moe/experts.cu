@@ -19,8 +19,8 @@
 // the equations of model/ops/norm_glu/glu.c, in fp32), their row count offsets[E] read on the
 // device.
 // The default mode (HYBRID_MOE_GEMM=mixed) runs the forward's two GEMMs on ours and each of the
-// backward's two data gradients on ours or on cuBLAS's grouped batched GEMM where gemm_on_cublas
-// says (experts_cublas.h: the forward only issues the offsets' copy to the host; a backward that
+// backward's four on ours or on cuBLAS (its grouped batched GEMM for the data gradients, one
+// cublasGemmEx per expert for the weight gradients) where gemm_on_cublas says (experts_cublas.h: the forward only issues the offsets' copy to the host; a backward that
 // calls cuBLAS waits for it); HYBRID_MOE_GEMM=own runs all six on ours, HYBRID_MOE_GEMM=cublas
 // the four row GEMMs on cuBLAS's grouped GEMM (the forward then copies the offsets once, one
 // stream synchronization, and its backward reuses the copy) and the two weight gradients as one
@@ -251,27 +251,54 @@ static void wgrad(float *dW, const bf16 *G, const bf16 *X, const int *offsets, i
 // docs/hybrid.md, "The expert GEMMs on wgmma") the row GEMMs beat cuBLAS's everywhere (dgrad2
 // 0.142 vs 0.232 ms KL-S, 1.302 vs 2.005 large; dgrad13 0.302 vs 0.478, 2.553 vs 3.921; the
 // forward's likewise). So on wgmma all four run ours.
-// The weight gradients run ours in the mixed mode: they are parameter gradients, fp32 (docs/cuda.md,
-// "Precision"), and cuBLAS's grouped GEMM takes bf16 A and B with a bf16 C only
-// (experts_cublas.h; the cublas mode runs one cublasGemmEx per expert instead). Until then cuBLAS had won them on the large shape's many tiles (bf16 C, the
-// H200: wgrad2 1.182 vs 1.791 ms on wgmma, wgrad13 2.001 vs 3.434; ~80% of dense against 52-54%)
-// and lost them at KL-S (wgrad2 0.184 on wgmma vs cuBLAS's 0.300, wgrad13 0.314 vs 0.341).
-// The rule reads the mode and whether ours run on wgmma alone, so which path, and so which bits,
-// a GEMM gets does not depend on the run. Which GPU runs decides wgmma (auto), and so which bits
-// a GEMM gives: an H200 and an A100 give different bits for the same MoE step, each the same run
-// to run.
-enum { G_FWD13, G_FWD2, G_DGRAD2, G_WGRAD2, G_DGRAD13, G_WGRAD13 };
+// The weight gradients are parameter gradients, fp32 (docs/cuda.md, "Precision"), and cuBLAS's
+// grouped GEMM takes bf16 A and B with a bf16 C only, so on cuBLAS they run one cublasGemmEx
+// per expert (fp32 C; experts_cublas.h). Measured on an H100 (2026-12-06, bench_moe, session 35;
+// docs/hybrid.md, "The expert GEMMs on wgmma"): those per-expert calls win on the large shape's
+// many tiles (wgrad2 1.302 vs ours on wgmma 1.776 ms, wgrad13 2.491 vs 3.471) and lose at KL-S
+// (0.272 vs 0.157, 0.337 vs 0.215), as cuBLAS's grouped GEMM did with a bf16 C (the H200,
+// session 26: 1.182 vs 1.791 and 2.001 vs 3.434 large; 0.300 vs 0.184 and 0.341 vs 0.314 KL-S).
+// So on wgmma:
+//   fwd13, fwd2, dgrad2, dgrad13: ours;
+//   wgrad2, wgrad13: cuBLAS when the gradient has at least MIXED_WG_CUBLAS_TILES 128 x 128 tiles
+//   (8 waves of GG_REF_SLOTS: KL-S's 192 and 384 below, the large shape's 8192 and 16384 above;
+//   no shape between those was measured), else ours.
+// With ours on mma.sync (no wgmma: a GPU other than compute capability 9.0) the dgrads go to
+// cuBLAS, and the weight gradients unless they have fewer than GG_REF_SLOTS tiles (the rule of
+// session 25's H200 table, from cuBLAS's grouped GEMM with a bf16 C; not measured again with
+// the per-expert fp32 calls).
+// The rule reads the shape and whether ours run on wgmma alone, so which path, and so which
+// bits, a GEMM gets does not depend on the run. Which GPU runs decides wgmma (auto), and so which
+// bits a GEMM gives: an H200 and an A100 give different bits for the same MoE step, each the
+// same run to run.
+#define MIXED_WG_CUBLAS_TILES (8 * GG_REF_SLOTS)
+static int mixed_wgrad_force = -1;  // tests: 0 or 1 forces the weight gradients' path (cuda_moe_set_mixed_wgrad)
+extern "C" void cuda_moe_set_mixed_wgrad(int mode) { mixed_wgrad_force = mode == 0 || mode == 1 ? mode : -1; }
 
-// 1: GEMM g of the expert op goes to cuBLAS in mode `mode` (moe_gemm_mode), operands aside (one
-// that does not suit cuBLAS runs ours: moe_cublas_rows returns 0)
-static int gemm_on_cublas(int mode, int g) {
-    if (mode == MOE_GEMM_CUBLAS) return 1;
-    if (mode != MOE_GEMM_MIXED) return 0;
-    if (g == G_WGRAD2 || g == G_WGRAD13) return 0;  // (fp32 dW: ours, above)
-    return (g == G_DGRAD2 || g == G_DGRAD13) && !moe_wgmma_on();  // (the forward's: ours)
+static int mixed_wgrad_on_cublas(int E, int P, int Q) {
+    if (mixed_wgrad_force >= 0) return mixed_wgrad_force;
+    return wgrad_tiles(E, P, Q) >= (moe_wgmma_on() ? MIXED_WG_CUBLAS_TILES : GG_REF_SLOTS);
 }
 
-extern "C" int cuda_moe_gemm_on_cublas(int g, int E) { return gemm_on_cublas(moe_gemm_mode(E), g); }
+enum { G_FWD13, G_FWD2, G_DGRAD2, G_WGRAD2, G_DGRAD13, G_WGRAD13 };
+
+// 1: GEMM g of the expert op (E, C, M) goes to cuBLAS in mode `mode` (moe_gemm_mode), operands
+// aside (one that does not suit cuBLAS runs ours: moe_cublas_rows / moe_cublas_wgrad return 0)
+static int gemm_on_cublas(int mode, int g, int E, int C, int M) {
+    if (mode == MOE_GEMM_CUBLAS) return 1;
+    if (mode != MOE_GEMM_MIXED) return 0;
+    switch (g) {
+    case G_DGRAD2:
+    case G_DGRAD13: return !moe_wgmma_on();
+    case G_WGRAD2: return mixed_wgrad_on_cublas(E, C, M);       // dW2 (E, C, M)
+    case G_WGRAD13: return mixed_wgrad_on_cublas(E, 2 * M, C);  // dW13 (E, 2M, C)
+    default: return 0;                                          // the forward's
+    }
+}
+
+extern "C" int cuda_moe_gemm_on_cublas(int g, int E, int C, int M) {
+    return gemm_on_cublas(moe_gemm_mode(E), g, E, C, M);
+}
 
 static int act_kind(GluAct act) {
     if (act.kind != GLU_SWIGLU && act.kind != GLU_SITU) die("moe experts: unknown activation kind %d", (int)act.kind);
@@ -302,7 +329,7 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     bool glu_done = false;  // the GLU fused into fwd13 (HYBRID_MOE_WG_GLU_FUSED=1: experts_wg.cu)
     {
         PROFILE("moe_experts/gemm_fwd13");
-        if (!hoff || !gemm_on_cublas(mode, G_FWD13) ||
+        if (!hoff || !gemm_on_cublas(mode, G_FWD13, E, C, M) ||
             !moe_cublas_rows((bf16 *)hp, (const bf16 *)xp, (const bf16 *)w13, hoff, offsets, E, 2 * M, C, 0)) {
             glu_done = moe_wg_rows_glu((bf16 *)hp, (bf16 *)ap, (const bf16 *)xp, (const bf16 *)w13, offsets, E, C, M,
                                        kind, (float)act.beta, (float)act.linear_beta);
@@ -318,7 +345,7 @@ void cuda_moe_experts_forward(real *yp, real *hp, real *ap, const real *xp, cons
     }
     {
         PROFILE("moe_experts/gemm_fwd2");
-        if (!hoff || !gemm_on_cublas(mode, G_FWD2) ||
+        if (!hoff || !gemm_on_cublas(mode, G_FWD2, E, C, M) ||
             !moe_cublas_rows((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, hoff, offsets, E, C, M, 0))
             rows_gemm<false>((bf16 *)yp, (const bf16 *)ap, (const bf16 *)w2, offsets, E, C, M);
     }
@@ -332,10 +359,10 @@ void cuda_moe_experts_backward(real *dxp, real *dw13, real *dw2, real *dhp, real
     if (E <= 0) return;
     // which GEMMs run on cuBLAS (the mode's rule, and operands that suit it)
     const int mode = moe_gemm_mode(E);
-    const bool c_dgrad2 = gemm_on_cublas(mode, G_DGRAD2) && moe_cublas_suits(dap, dyp, w2, M, C),
-               c_dgrad13 = gemm_on_cublas(mode, G_DGRAD13) && moe_cublas_suits(dxp, dhp, w13, C, 2 * M),
-               c_wgrad2 = gemm_on_cublas(mode, G_WGRAD2) && moe_cublas_suits(dw2, dyp, ap, C, M),
-               c_wgrad13 = gemm_on_cublas(mode, G_WGRAD13) && moe_cublas_suits(dw13, dhp, xp, 2 * M, C);
+    const bool c_dgrad2 = gemm_on_cublas(mode, G_DGRAD2, E, C, M) && moe_cublas_suits(dap, dyp, w2, M, C),
+               c_dgrad13 = gemm_on_cublas(mode, G_DGRAD13, E, C, M) && moe_cublas_suits(dxp, dhp, w13, C, 2 * M),
+               c_wgrad2 = gemm_on_cublas(mode, G_WGRAD2, E, C, M) && moe_cublas_suits(dw2, dyp, ap, C, M),
+               c_wgrad13 = gemm_on_cublas(mode, G_WGRAD13, E, C, M) && moe_cublas_suits(dw13, dhp, xp, 2 * M, C);
     // the forward's host copy of these offsets: cublas, no synchronization (the forward waited);
     // mixed, one event synchronization on the copy the forward issued (done long ago: the rest of
     // the forward ran since), and none where no GEMM here runs on cuBLAS. A backward whose forward

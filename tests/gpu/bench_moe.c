@@ -331,7 +331,7 @@ static void print_gemms(const Profile *pr, double R, int E, int De, int M, doubl
         tflops[g] = ms > 0 ? gf / ms : 0;  // GFLOP / ms = TFLOP/s
         printf("%-26s %9.3f %9.2f %9.1f %11.0f%% %7s\n", gemm_parts[g].part + strlen("moe_experts/"), ms, gf,
                tflops[g], dense_tflops > 0 ? 100 * tflops[g] / dense_tflops : 0,
-               cuda_moe_gemm_on_cublas(g, E) ? "cublas" : cuda_moe_wgmma() ? "wgmma" : "own");
+               cuda_moe_gemm_on_cublas(g, E, De, M) ? "cublas" : cuda_moe_wgmma() ? "wgmma" : "own");
     }
     const double red = part_ms(pr, "moe_experts/wgrad_reduce");
     if (red > 0) printf("  (of which the weight gradients' split-k reductions: %.3f ms)\n", red);
@@ -669,7 +669,7 @@ int main(int argc, char **argv) {
                    x->prof.glu_ms, x->prof.copy_ms);
             if (strcmp(cuda_moe_gemm_name(), "own")) {  // (a GEMM whose operands do not suit cuBLAS runs ours)
                 int want = 0;
-                for (int g = 0; g < NGEMM; g++) want += cuda_moe_gemm_on_cublas(g, c.E);
+                for (int g = 0; g < NGEMM; g++) want += cuda_moe_gemm_on_cublas(g, c.E, c.De, c.M);
                 printf("GEMM calls on cuBLAS per forward+backward: %.1f of 6 (a weight gradient's per-expert calls "
                        "count one), the mode sends %d there%s\n",
                        x->prof.cublas_calls, want,

@@ -15,8 +15,8 @@
 // grouped batched GEMM (HYBRID_MOE_GEMM=cublas: the four row GEMMs, and the fp32 weight
 // gradients one cublasGemmEx per expert; under the emulator cuBLAS is tests/cuda_emu's loop of
 // column-major GEMMs, so the path's plumbing and argument mapping are checked there too) and the mix of the
-// two (HYBRID_MOE_GEMM=mixed: the forward on ours, the backward's data gradients on cuBLAS by
-// experts.cu's rule, the offsets' copy asynchronous; under the emulator that copy reads as 0xff
+// two (HYBRID_MOE_GEMM=mixed: the forward on ours, the backward's GEMMs on ours or cuBLAS by
+// experts.cu's rule, the weight gradients forced onto cuBLAS in some cases, the offsets' copy asynchronous; under the emulator that copy reads as 0xff
 // bytes until waited for), each against the CPU reference and bit-identical run to run
 // (test_experts).
 // The kernels are not handed to the backend yet (docs/cuda.md, "The CPU emulator"): the
@@ -234,6 +234,7 @@ typedef struct {
     int one;      // every token's first choice is expert 0
     GluAct act;
     int split;    // the weight gradients' split count (0: experts.cu's rule; 1: no split)
+    int mixed_wgrad_cublas;  // mixed mode: 1 forces both weight gradients onto cuBLAS (0: the rule)
 } DispatchCase;
 
 enum { PATH_OWN, PATH_CUBLAS, PATH_MIXED, PATH_WGMMA, PATH_WGMMA_128, PATH_MIXED_WGMMA, NPATH };
@@ -241,6 +242,14 @@ static const char *const path_desc[NPATH] = {
     "our grouped kernels (mma.sync)", "cuBLAS's grouped batched GEMM", "the mixed mode's rule, ours on mma.sync",
     "our grouped kernels on wgmma, 128 x 256 tiles", "our grouped kernels on wgmma, 128 x 128 tiles (HYBRID_MOE_WG_BN=128)",
     "the mixed mode's rule, ours on wgmma (the default on compute capability 9.0)"};
+
+// The mixed mode's rule for a weight gradient dW (E, P, Q), written out again from experts.cu
+// (mixed_wgrad_on_cublas): cuBLAS unless its 128 x 128 tiles are fewer than 2 x 132 (one wave
+// of our mma.sync kernels' block slots on an H100/H200), or with ours on wgmma fewer than
+// 8 x 2 x 132. A change of the rule must change this copy too.
+static int mixed_wgrad_rule(int E, int P, int Q, int wgmma) {
+    return (long)E * ((P + 127) / 128) * ((Q + 127) / 128) >= (wgmma ? 8 : 1) * 2 * 132;
+}
 
 // An fp32 weight gradient (n elements, device) against its CPU reference ref (summed twice from
 // zero) within tol (dW2 = dyp^T ap sums bf16 inputs in fp32: TOL_F32; dW13 sums dhp, a bf16
@@ -348,22 +357,28 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     const int path_orig = path;
     if (wgmma) path = path == PATH_MIXED_WGMMA ? PATH_MIXED : PATH_OWN;  // (the rest is that mode's)
     cuda_moe_set_gemm(path);
+    cuda_moe_set_mixed_wgrad(q.mixed_wgrad_cublas ? 1 : -1);
     const int suits = C % 8 == 0 && M % 8 == 0;  // (every buffer here is 16-byte aligned)
     // cuBLAS calls per forward and per backward (cublas: the dgrads' grouped calls and the weight
     // gradients' per-expert ones, counted one a gradient; mixed: the dgrads, on cuBLAS with ours
-    // on mma.sync, on ours with ours on wgmma)
-    const int dgc = !wgmma;
+    // on mma.sync, on ours with ours on wgmma, and the weight gradients the rule sends there)
+    const int w2c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, C, M, wgmma),
+              w13c = q.mixed_wgrad_cublas || mixed_wgrad_rule(E, 2 * M, C, wgmma), dgc = !wgmma;
     const int fwd_calls = suits && path == PATH_CUBLAS ? 2 : 0,
-              bwd_calls = !suits ? 0 : path == PATH_CUBLAS ? 4 : path == PATH_MIXED ? 2 * dgc : 0;
-    printf("  experts on %s (%s)%s\n", desc, cuda_moe_gemm_name(),
+              bwd_calls = !suits ? 0 : path == PATH_CUBLAS ? 4 : path == PATH_MIXED ? 2 * dgc + w2c + w13c : 0;
+    printf("  experts on %s (%s)%s", desc, cuda_moe_gemm_name(),
            (path || wgmma) && !suits ? ": widths not multiples of 8, so our (mma.sync) kernels run" : "");
+    if (path == PATH_MIXED && suits)
+        printf(": dW2 on %s, dW13 on %s%s", w2c ? "cuBLAS" : "ours", w13c ? "cuBLAS" : "ours",
+               q.mixed_wgrad_cublas ? " (forced)" : " (the rule)");
+    printf("\n");
     // the library's own view of the split agrees with the rule's copy above
-    const int paths_ok = cuda_moe_gemm_on_cublas(0, E) == (path == PATH_CUBLAS) &&
-                         cuda_moe_gemm_on_cublas(1, E) == (path == PATH_CUBLAS) &&
-                         cuda_moe_gemm_on_cublas(2, E) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
-                         cuda_moe_gemm_on_cublas(3, E) == (path == PATH_CUBLAS) &&
-                         cuda_moe_gemm_on_cublas(4, E) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
-                         cuda_moe_gemm_on_cublas(5, E) == (path == PATH_CUBLAS);
+    const int paths_ok = cuda_moe_gemm_on_cublas(0, E, C, M) == (path == PATH_CUBLAS) &&
+                         cuda_moe_gemm_on_cublas(1, E, C, M) == (path == PATH_CUBLAS) &&
+                         cuda_moe_gemm_on_cublas(2, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
+                         cuda_moe_gemm_on_cublas(3, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && w2c)) &&
+                         cuda_moe_gemm_on_cublas(4, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && dgc)) &&
+                         cuda_moe_gemm_on_cublas(5, E, C, M) == (path == PATH_CUBLAS || (path == PATH_MIXED && w13c));
     CHECK(paths_ok, "cuda_moe_gemm_on_cublas disagrees with the mode's rule (path %d)", path);
     const long calls0 = cuda_moe_cublas_calls(), copies0 = cuda_moe_offsets_copies(), waits0 = cuda_moe_offsets_waits();
     const size_t n13 = (size_t)E * 2 * M * C, n2 = (size_t)E * C * M;
@@ -389,7 +404,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     }
     long calls = cuda_moe_cublas_calls() - calls0, copies = cuda_moe_offsets_copies() - copies0,
          waits = cuda_moe_offsets_waits() - waits0;
-    printf("  %-28s %ld grouped cuBLAS calls, %ld copies of the offsets to the host, %ld waits\n",
+    printf("  %-28s %ld cuBLAS calls, %ld copies of the offsets to the host, %ld waits\n",
            "forward (twice)", calls, copies, waits);
     CHECK(calls == 2 * fwd_calls && copies == (path ? 2 : 0) && waits == 0,
           "two forwards: %ld cuBLAS calls (expected %d), %ld offsets copies (expected %d), %ld waits (expected 0)",
@@ -432,7 +447,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
                    want_waits = (round == 0 || round == 3) && path == PATH_MIXED && bwd_calls > 0 ? 1 : 0;
         static const char *const what[4] = {"backward (twice)", "backward (twice, again)", "backward (new offsets)",
                                             "forward + backward (twice)"};
-        printf("  %-28s %ld grouped cuBLAS calls, %ld copies of the offsets, %ld waits\n", what[round], calls, copies,
+        printf("  %-28s %ld cuBLAS calls, %ld copies of the offsets, %ld waits\n", what[round], calls, copies,
                waits);
         CHECK(calls == want_calls && copies == want_copies && waits == want_waits,
               "two backwards (round %d): %ld cuBLAS calls (expected %ld), %ld offsets copies (expected %ld), %ld "
@@ -461,10 +476,10 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
             snprintf(w, sizeof w, "dw2 %s", tag), expect_same(w, dg2, f_2, n2 * 4);
         }
     }
-    // (own: 2 rounds of two backwards, four GEMMs each; mixed: 4 rounds of the same, and round 3's
-    // forward)
+    // (own: 2 rounds of two backwards, four GEMMs each; mixed: 4 rounds, the row GEMMs and the weight
+    // gradients the rule keeps off cuBLAS, and round 3's forward)
     const long wg_bwd = cuda_moe_wgmma_launches() - wg_bwd0,
-               wg_bwd_want = !wgmma || !suits ? 0 : path == PATH_OWN ? 4 * 4 : 8 * 4 + 2;
+               wg_bwd_want = !wgmma || !suits ? 0 : path == PATH_OWN ? 4 * 4 : 8 * (2 + !w2c + !w13c) + 2;
     printf("  %-28s %ld wgmma GEMMs\n", "backward (4 times)", wg_bwd);
     CHECK(wg_bwd == wg_bwd_want, "four backwards: %ld wgmma GEMM launches (expected %ld)", wg_bwd, wg_bwd_want);
     // wgmma: the GLU fused into fwd13 and dgrad2 (HYBRID_MOE_WG_GLU_FUSED=1: cuda_moe_set_wg_glu(1))
@@ -556,6 +571,7 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
     }
     cuda_moe_set_wgrad_split(0);
     cuda_moe_set_gemm(-1);
+    cuda_moe_set_mixed_wgrad(-1);
     cuda_moe_set_wgmma(-1);
     cuda_moe_set_wg_bn(-1);
     void *bufs[] = {dw13, dw2, dhp, dap, dgyp, dgxpe, dg13, dg2, dsh, dsa, doff2};
@@ -920,22 +936,23 @@ int main(void) {
     test_dispatch_io(29, 2, 5, 12, 1, 0);   // C % 8 != 0: scalar
     test_dispatch_io(29, 3, 5, 4, 1, 0);    // C < 8: scalar
     test_dispatch_io(33, 2, 4, 64, 1, 1);   // tensors 2 bytes off 16: scalar
-    test_dispatch((DispatchCase){48, 2, 4, 72, 40, 1, 0, SWIGLU, 0});
-    test_dispatch((DispatchCase){40, 2, 6, 64, 48, 2, 0, SITU, 0});   // empty experts 1, 3, 5
-    test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU, 0});  // top-1, all to expert 0
-    test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU, 0});    // top-8 = E
-    test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU, 0});  // several plan chunks
+    test_dispatch((DispatchCase){48, 2, 4, 72, 40, 1, 0, SWIGLU, 0, 0});
+    // (..., 1}: the mixed mode's weight gradients forced onto cuBLAS, as on a large shape)
+    test_dispatch((DispatchCase){40, 2, 6, 64, 48, 2, 0, SITU, 0, 1});   // empty experts 1, 3, 5
+    test_dispatch((DispatchCase){70, 1, 4, 40, 24, 1, 1, SWIGLU, 0, 1});  // top-1, all to expert 0
+    test_dispatch((DispatchCase){16, 8, 8, 32, 32, 1, 1, SITU, 0, 0});    // top-8 = E
+    test_dispatch((DispatchCase){300, 2, 3, 16, 8, 1, 0, SWIGLU, 0, 0});  // several plan chunks
     // M a multiple of 64 and 128: the wgmma paths' GLU fused into fwd13 at both tile widths (at
     // 128 x 128, two hidden tiles a row tile with M = 128; M = 192: at 128 x 128 only; M = 256: at
     // 128 x 256 two hidden tiles, the up rows 128 past the gate rows' end: the warp-specialized
     // producer's two TMA boxes apart)
-    test_dispatch((DispatchCase){40, 2, 3, 16, 128, 1, 0, SITU, 0});
-    test_dispatch((DispatchCase){24, 2, 2, 16, 192, 1, 0, SWIGLU, 0});
-    test_dispatch((DispatchCase){24, 2, 2, 16, 256, 1, 0, SITU, 0});
+    test_dispatch((DispatchCase){40, 2, 3, 16, 128, 1, 0, SITU, 0, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 16, 192, 1, 0, SWIGLU, 0, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 16, 256, 1, 0, SITU, 0, 0});
     // reductions of 1024 (session 29's auto picked dgrad2 at C 1024 and dgrad13 at 2M 1024; kept
     // as long-reduction cases of every variant)
-    test_dispatch((DispatchCase){24, 2, 2, 1024, 64, 1, 0, SWIGLU, 0});
-    test_dispatch((DispatchCase){24, 2, 2, 64, 512, 1, 0, SITU, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 1024, 64, 1, 0, SWIGLU, 0, 0});
+    test_dispatch((DispatchCase){24, 2, 2, 64, 512, 1, 0, SITU, 0, 0});
     // the grouped GEMM tile (128 x 128 x 64, 3 stages, 4 warps of 64 x 64): ~200 rows per expert
     // (2 row tiles, the second partial; the row GEMMs' 5 emulated blocks walk 2 x 3 tiles per
     // expert), experts 1, 3, 5 empty; K dims 264, 136, 272 = 8 odd multiples, 5, 3 and 5 k-steps
@@ -944,13 +961,13 @@ int main(void) {
     // into dW: the ring wraps), the rule's split (8 under the emulator: the tiles are few; 64-row
     // splits, so splits 4..7 of a ~200-row expert are empty), and 3 forced (splits of 128, ~72
     // and none)
-    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 1});
-    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 0});
-    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SITU, 3});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 1, 0});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SWIGLU, 0, 1});
+    test_dispatch((DispatchCase){300, 2, 6, 264, 136, 2, 0, SITU, 3, 0});
     // C, M not multiples of 8: the element-by-element path of the same tile (and of the split
     // reduction), with and without splits
-    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SITU, 0});
-    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SWIGLU, 1});
+    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SITU, 0, 0});
+    test_dispatch((DispatchCase){150, 2, 3, 44, 21, 1, 0, SWIGLU, 1, 0});
 #else
     // GPU: the KL-S configs (d_model 768, 16 experts, top-2, expert hidden 256; variant B: 384 / 512)
     test_router(16 * 1024, 16, 2, ROUTER_SIGMOID, 1, 1.0, BIAS_RAND);
@@ -967,13 +984,15 @@ int main(void) {
     test_dispatch_io(4096, 2, 16, 44, 1, 0);   // scalar
     test_dispatch_io(4096, 2, 16, 768, 1, 1);  // shifted: scalar
     // (the wgrad splits by the rule: 4 (dW2) and 2 (dW13) at the first; then split 1 forced.
-    // The weight gradients, fp32, run ours on every path but cublas: one cublasGemmEx per expert)
-    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 0});
-    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 1});
-    test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU, 0});
-    test_dispatch((DispatchCase){2048, 8, 64, 768, 256, 3, 0, SWIGLU, 0});
-    test_dispatch((DispatchCase){4096, 2, 16, 768, 256, 1, 1, SWIGLU, 0});
-    test_dispatch((DispatchCase){4096, 1, 16, 768, 256, 1, 0, SITU, 0});  // top-1
+    // The mixed mode's rule, with ours on wgmma, sends none of these weight gradients to cuBLAS
+    // (fewer than 8 x 264 tiles; on mma.sync those of 264 or more), so the case whose first
+    // choices all go to expert 0 forces them there, as on a large shape)
+    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 0, 0});
+    test_dispatch((DispatchCase){8192, 2, 16, 768, 256, 1, 0, SWIGLU, 1, 0});
+    test_dispatch((DispatchCase){4096, 2, 16, 384, 512, 1, 0, SITU, 0, 0});
+    test_dispatch((DispatchCase){2048, 8, 64, 768, 256, 3, 0, SWIGLU, 0, 0});
+    test_dispatch((DispatchCase){4096, 2, 16, 768, 256, 1, 1, SWIGLU, 0, 1});
+    test_dispatch((DispatchCase){4096, 1, 16, 768, 256, 1, 0, SITU, 0, 0});  // top-1
 #endif
     gpu_test_summary();
     TEST_MAIN_END();
