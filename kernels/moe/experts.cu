@@ -20,7 +20,8 @@
 // device.
 // The default mode (HYBRID_MOE_GEMM=mixed) runs the forward's two GEMMs on ours and each of the
 // backward's four on ours or on cuBLAS (its grouped batched GEMM for the data gradients, one
-// cublasGemmEx per expert for the weight gradients) where gemm_on_cublas says (experts_cublas.h: the forward only issues the offsets' copy to the host; a backward that
+// cublasGemmEx per expert for the weight gradients) where gemm_on_cublas says
+// (experts_cublas.h: the forward only issues the offsets' copy to the host; a backward that
 // calls cuBLAS waits for it); HYBRID_MOE_GEMM=own runs all six on ours, HYBRID_MOE_GEMM=cublas
 // the four row GEMMs on cuBLAS's grouped GEMM (the forward then copies the offsets once, one
 // stream synchronization, and its backward reuses the copy) and the two weight gradients as one

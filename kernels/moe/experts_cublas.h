@@ -2,8 +2,8 @@
 // (cublasGemmGroupedBatchedEx; kernels/moe/experts_cublas.cu), the alternative to our grouped
 // tensor-core kernels (grouped_gemm.cuh) that HYBRID_MOE_GEMM=cublas selects for all six GEMMs
 // (the forward's two, the backward's two data gradients and two weight gradients) and
-// HYBRID_MOE_GEMM=mixed for the data gradients, by experts.cu's rule (docs/hybrid.md, "Dropless permutation and grouped expert
-// FFN"; docs/cuda.md's switch list). Same operands, layouts and contract as experts.cu's
+// HYBRID_MOE_GEMM=mixed for the backward's by experts.cu's rule (docs/hybrid.md, "Dropless
+// permutation and grouped expert FFN"; docs/cuda.md's switch list). Same operands, layouts and contract as experts.cu's
 // rows_gemm: bf16 in and out, fp32 compute; an expert with no rows is left out of the call
 // (nothing written).
 // The weight gradients are parameter gradients, fp32 (docs/cuda.md, "Precision"), and the type

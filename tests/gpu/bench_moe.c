@@ -51,9 +51,10 @@
 // grouped batched GEMM and the weight gradients (fp32) one cublasGemmEx per expert
 // (kernels/moe/experts_cublas.h; the table's "path" column says which ran where): the same
 // moe_experts/gemm_* parts (each includes the cuBLAS path's small pointer-array or offsets-check
-// kernel), so the runs' tables compare line by line; the copy of the offsets to the host (cublas: one stream synchronization per forward;
-// mixed: issued by the forward, waited for by the backward) is the part
-// moe_experts/offsets_to_host, inside the experts op and the layer times, not in the GEMMs'.
+// kernel), so the runs' tables compare line by line; the copy of the offsets to the host
+// (cublas: one stream synchronization per forward; mixed: issued by the forward, waited for by
+// the backward) is the part moe_experts/offsets_to_host, inside the experts op and the layer
+// times, not in the GEMMs'.
 // The mode is printed at the start and in the JSON ("moe_gemm").
 //
 // Inputs (scripts/bench_torch_moe.py makes the same distributions): x = randn (N, C) (the

@@ -14,10 +14,11 @@
 // The expert op runs in every GEMM mode (kernels/moe/experts.cu): our grouped kernels, cuBLAS's
 // grouped batched GEMM (HYBRID_MOE_GEMM=cublas: the four row GEMMs, and the fp32 weight
 // gradients one cublasGemmEx per expert; under the emulator cuBLAS is tests/cuda_emu's loop of
-// column-major GEMMs, so the path's plumbing and argument mapping are checked there too) and the mix of the
-// two (HYBRID_MOE_GEMM=mixed: the forward on ours, the backward's GEMMs on ours or cuBLAS by
-// experts.cu's rule, the weight gradients forced onto cuBLAS in some cases, the offsets' copy asynchronous; under the emulator that copy reads as 0xff
-// bytes until waited for), each against the CPU reference and bit-identical run to run
+// column-major GEMMs, so the path's plumbing and argument mapping are checked there too) and
+// the mix of the two (HYBRID_MOE_GEMM=mixed: the forward on ours, the backward's GEMMs on ours
+// or cuBLAS by experts.cu's rule, the weight gradients forced onto cuBLAS in some cases, the
+// offsets' copy asynchronous; under the emulator that copy reads as 0xff bytes until waited
+// for), each against the CPU reference and bit-identical run to run
 // (test_experts).
 // The kernels are not handed to the backend yet (docs/cuda.md, "The CPU emulator"): the
 // table comes from cuda_moe_ops() directly.
