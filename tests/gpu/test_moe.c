@@ -254,7 +254,8 @@ static int mixed_wgrad_rule(int E, int P, int Q, int wgmma) {
 
 // An fp32 weight gradient (n elements, device) against its CPU reference ref (summed twice from
 // zero) within tol (dW2 = dyp^T ap sums bf16 inputs in fp32: TOL_F32; dW13 sums dhp, a bf16
-// gradient the kernel computes and rounds itself, against the CPU's float one: TOL_GRAD), and
+// gradient the kernel computes and rounds itself, against the CPU's float one: TOL_GRAD; then
+// check_wgrad_own holds it to TOL_F32 against the same sums of the dhp the kernel stored), and
 // evidence that it holds fp32 values: of its nonzero entries, fewer than 1 in 16 may be
 // bf16-representable (the low 16 bits zero; a kernel that rounded the gradient to bf16 anywhere
 // would make them all so, an fp32 sum about 1 in 65536)
@@ -270,6 +271,33 @@ static void check_wgrad(const char *what, const void *dev, const float *ref, siz
     printf("  %-28s %zu of %zu nonzero entries bf16-representable\n", what, bf, nz);
     CHECK(nz > 0 && bf * 16 < nz, "%s: %zu of %zu nonzero entries are bf16 values: rounded to bf16?", what, bf, nz);
     free(h);
+}
+
+// dW (E, P, Q; fp32, device) = reps x sum over expert e's rows of G[r, p] X[r, q] (host, in
+// double) on a sample of about 4096 entries (every expert with rows, spread over its P x Q), to
+// tol: the weight gradient against the same sums of the bf16 G it was given (dW13: the kernel's
+// own stored dhp), so an fp32 bar holds where the float reference's G differs by a bf16 rounding
+static void check_wgrad_own(const char *what, const void *dev, const float *G, const float *X, const int *off, int E,
+                            int P, int Q, int reps, double tol) {
+    float *h = get_f32(dev, (size_t)E * P * Q);
+    const size_t pq = (size_t)P * Q;
+    int with_rows = 0;
+    for (int e = 0; e < E; e++) with_rows += off[e + 1] > off[e];
+    const size_t per_e = with_rows ? 4096 / with_rows + 1 : 0, step = per_e ? pq / per_e + 1 : 1;
+    size_t n = 0, cap = (size_t)E * (per_e + 1);
+    float *got = xmalloc(sizeof(float) * (cap + 1)), *ref = xmalloc(sizeof(float) * (cap + 1));
+    for (int e = 0; e < E; e++) {
+        if (off[e + 1] == off[e]) continue;
+        for (size_t i = (size_t)e % step; i < pq && n < cap; i += step) {  // (a shifted start each expert)
+            const size_t p = i / Q, q = i % Q;
+            double acc = 0;
+            for (int r = off[e]; r < off[e + 1]; r++) acc += (double)G[(size_t)r * P + p] * X[(size_t)r * Q + q];
+            got[n] = h[(size_t)e * pq + i], ref[n] = (float)(reps * acc), n++;
+        }
+    }
+    expect(what, n ? rel_rms(got, ref, n) : 0, tol);
+    CHECK(n > 0 || with_rows == 0, "%s: no entry sampled", what);
+    free(h), free(got), free(ref);
 }
 
 // test_experts' buffers (device) and the fingerprints of its default path's outputs (host bytes)
@@ -457,6 +485,9 @@ static void test_experts(DispatchCase q, int path, const float *xp, void *dxp, c
         if (!round) {
             cmp_bf16("dxp (experts)", dgxpe, gxpe, nk * C, TOL_GRAD);
             check_wgrad("dw13 (twice, +=)", dg13, g13, n13, TOL_GRAD);
+            float *own_dhp = get_bf16(dsh, nk * 2 * M);  // (the second backward's: the same bits)
+            check_wgrad_own("dw13 = sums of its own dhp", dg13, own_dhp, xp, off, E, 2 * M, C, 2, TOL_F32);
+            free(own_dhp);
             check_wgrad("dw2 (twice, +=)", dg2, g2, n2, TOL_F32);
             f_dx = get_bytes(dgxpe, nk * C * 2), f_13 = get_bytes(dg13, n13 * 4), f_2 = get_bytes(dg2, n2 * 4);
             // an empty expert's gradients stay exactly zero
