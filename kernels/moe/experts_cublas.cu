@@ -172,19 +172,23 @@ typedef struct {
     long long row, expert;
 } MoePtrs;
 
+// Traps where offsets[e] on the device is not the host copy h.off[e] the cuBLAS calls were sized
+// from (printing the difference; a call's threads e = 0..E check every offset).
+__device__ void moe_cublas_check_offset(const int *offsets, const MoeCallPlan &h, int e) {
+    if (offsets[e] == h.off[e]) return;
+    printf("moe experts (cuBLAS path): offsets[%d] is %d on the device but %d in the host copy the GEMM was "
+           "sized from (offsets rewritten between a forward and its backward?)\n",
+           e, offsets[e], h.off[e]);
+    __trap();
+}
+
 // ptrs[j], ptrs[n + j], ptrs[2n + j] = the A, B, C pointers of problem j = slot[e]; one thread an
-// expert, thread E checks the last offset. Traps where the offsets on the device are not the
-// host copy (printing the first difference it sees).
+// expert, thread E checks the last offset (moe_cublas_check_offset).
 __global__ void moe_cublas_ptrs_kernel(void **ptrs, const int *offsets, MoeCallPlan h, MoePtrs a, MoePtrs b,
                                        MoePtrs c) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e > h.E) return;
-    if (offsets[e] != h.off[e]) {
-        printf("moe experts (cuBLAS path): offsets[%d] is %d on the device but %d in the host copy the GEMM was "
-               "sized from (offsets rewritten between a forward and its backward?)\n",
-               e, offsets[e], h.off[e]);
-        __trap();
-    }
+    moe_cublas_check_offset(offsets, h, e);
     if (e == h.E || h.slot[e] < 0) return;
     const int j = h.slot[e];
     const long long r0 = h.off[e];
@@ -250,15 +254,11 @@ static void grouped_call(const int *hoff, const int *offsets, int E, cublasOpera
 }
 
 // ---- the weight gradients: one cublasGemmEx per expert ----
-// Traps where the offsets on the device are not the host copy the calls were sized from (one
-// thread an offset), as moe_cublas_ptrs_kernel does for the grouped calls.
+// The per-expert calls have no pointer arrays to write: only the offsets' check (one thread an
+// offset), as moe_cublas_ptrs_kernel does it for the grouped calls.
 __global__ void moe_cublas_check_kernel(const int *offsets, MoeCallPlan h) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e > h.E || offsets[e] == h.off[e]) return;
-    printf("moe experts (cuBLAS path): offsets[%d] is %d on the device but %d in the host copy the weight gradient "
-           "was sized from (offsets rewritten between a forward and its backward?)\n",
-           e, offsets[e], h.off[e]);
-    __trap();
+    if (e <= h.E) moe_cublas_check_offset(offsets, h, e);
 }
 
 // dW_e (P, Q) += G_e^T X_e for every expert with rows (G_e: rows [hoff[e], hoff[e + 1]) of G (., P),

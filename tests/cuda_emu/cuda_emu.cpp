@@ -1014,6 +1014,14 @@ cublasStatus_t cublasSetPointerMode(cublasHandle_t, cublasPointerMode_t mode) {
     return mode == CUBLAS_POINTER_MODE_HOST ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_NOT_SUPPORTED;
 }
 
+// One problem's sizes, operations and leading dimensions as cuBLAS documents them (the stored
+// rows of op(A) (m x k), op(B) (k x n), C (m x n), column-major): 1 when valid
+static bool gemm_args_ok(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, int lda, int ldb, int ldc) {
+    const auto op_ok = [](cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; };
+    return m >= 0 && n >= 0 && k >= 0 && op_ok(ta) && op_ok(tb) && lda >= std::max(1, ta == CUBLAS_OP_N ? m : k) &&
+           ldb >= std::max(1, tb == CUBLAS_OP_N ? k : n) && ldc >= std::max(1, m);
+}
+
 cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t transa_array[],
                                           const cublasOperation_t transb_array[], const int m_array[],
                                           const int n_array[], const int k_array[], const void *alpha_array,
@@ -1029,14 +1037,8 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
         return CUBLAS_STATUS_NOT_SUPPORTED;
     long problems = 0;
     for (int i = 0; i < group_count; i++) {
-        const int m = m_array[i], n = n_array[i], k = k_array[i];
-        const cublasOperation_t ta = transa_array[i], tb = transb_array[i];
-        if (m < 0 || n < 0 || k < 0 || group_size[i] < 0) return CUBLAS_STATUS_INVALID_VALUE;
-        if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T && ta != CUBLAS_OP_C) ||
-            (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T && tb != CUBLAS_OP_C))
-            return CUBLAS_STATUS_INVALID_VALUE;
-        if (lda_array[i] < std::max(1, ta == CUBLAS_OP_N ? m : k) || ldb_array[i] < std::max(1, tb == CUBLAS_OP_N ? k : n) ||
-            ldc_array[i] < std::max(1, m))
+        if (group_size[i] < 0 || !gemm_args_ok(transa_array[i], transb_array[i], m_array[i], n_array[i], k_array[i],
+                                               lda_array[i], ldb_array[i], ldc_array[i]))
             return CUBLAS_STATUS_INVALID_VALUE;
         problems += group_size[i];
     }
@@ -1068,12 +1070,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t transa, cublasOp
                             const void *alpha, const void *A, cudaDataType_t Atype, int lda, const void *B,
                             cudaDataType_t Btype, int ldb, const void *beta, void *C, cudaDataType_t Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-    if (!h || !alpha || !beta || m < 0 || n < 0 || k < 0) return CUBLAS_STATUS_INVALID_VALUE;
-    if ((transa != CUBLAS_OP_N && transa != CUBLAS_OP_T && transa != CUBLAS_OP_C) ||
-        (transb != CUBLAS_OP_N && transb != CUBLAS_OP_T && transb != CUBLAS_OP_C))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    if (lda < std::max(1, transa == CUBLAS_OP_N ? m : k) || ldb < std::max(1, transb == CUBLAS_OP_N ? k : n) ||
-        ldc < std::max(1, m))
+    if (!h || !alpha || !beta || !gemm_args_ok(transa, transb, m, n, k, lda, ldb, ldc))
         return CUBLAS_STATUS_INVALID_VALUE;
     if (Atype != CUDA_R_16BF || Btype != CUDA_R_16BF || (Ctype != CUDA_R_16BF && Ctype != CUDA_R_32F) ||
         computeType != CUBLAS_COMPUTE_32F || algo != CUBLAS_GEMM_DEFAULT)

@@ -95,6 +95,16 @@ static void test_layernorm(int N, int C) {
     free(x), free(w), free(b), free(out), free(mean), free(rstd), free(dy), free(dinp), free(gw), free(gb);
 }
 
+// acc[c] += the sum (in double, rows in order) of column c of x (N rows, C columns, host): the
+// references of the column-sum bias gradients (a bias gradient of a whole call, added once)
+static void add_column_sums(float *acc, const float *x, int N, int C) {
+    for (int c = 0; c < C; c++) {
+        double s = 0;
+        for (int i = 0; i < N; i++) s += x[(size_t)i * C + c];
+        acc[c] += (float)s;
+    }
+}
+
 // the optional fused ops: residual add + LayerNorm forward, LayerNorm backward into the
 // residual gradient, against add + layernorm on the CPU; with_sum: the backward also sums
 // the updated residual gradient's columns into dsum (the next linear layer's dbias)
@@ -138,11 +148,7 @@ static void test_add_norm(int N, int C, int with_sum) {
         G->core->layernorm_backward_add(dacc, dgw, dgb, dgs, dgout, dres, dw, (real *)dmean, (real *)drstd, N, C);
         if (with_sum) {  // the same sums of the kernel's own stored (bf16) dres, in double
             float *own = get_bf16(dacc, n);
-            for (int c = 0; c < C; c++) {
-                double sc = 0;
-                for (int i = 0; i < N; i++) sc += own[(size_t)i * C + c];
-                gs_own[c] += (float)sc;
-            }
+            add_column_sums(gs_own, own, N, C);
             free(own);
         }
     }
@@ -309,12 +315,7 @@ static void test_matmul_gelu(int N, int C, int OC) {
     cpu_gelu_backward(dpre_ref, pre_b, dact_ref, no);
     // the up projection's bias gradient, twice: cpu_matmul_backward's column sums (double
     // over the rows in order, added to the gradient once)
-    for (int rep = 0; rep < 2; rep++)
-        for (int o = 0; o < OC; o++) {
-            double sb = 0;
-            for (int i = 0; i < N; i++) sb += dpre_ref[(size_t)i * OC + o];
-            gbp[o] += (float)sb;
-        }
+    for (int rep = 0; rep < 2; rep++) add_column_sums(gbp, dpre_ref, N, OC);
     void *dw2 = dev_bf16(w2, nw2), *ddy = dev_bf16(dy, n2), *ddpre = dev_bf16(NULL, no);
     for (int bgrad = 0; bgrad < 2; bgrad++) {
         cuda_matmul_set_dgelu_bgrad(bgrad);
@@ -342,12 +343,8 @@ static void test_matmul_gelu(int N, int C, int OC) {
                       : "backward dpre_bias (x2, column sums, fp32)",
                 dgbp, gbp, OC, TOL_GRAD);
         if (path == 0) {  // the kernel's sums of the dpre it stored (the same both reps), to an fp32 bar
-            float *own = get_bf16(ddpre, no), *gbp_own = xmalloc(sizeof(float) * OC);
-            for (int o = 0; o < OC; o++) {
-                double sb = 0;
-                for (int i = 0; i < N; i++) sb += own[(size_t)i * OC + o];
-                gbp_own[o] = (float)sb + (float)sb;  // (+= twice from zero)
-            }
+            float *own = get_bf16(ddpre, no), *gbp_own = calloc(OC, sizeof(float));
+            for (int rep = 0; rep < 2; rep++) add_column_sums(gbp_own, own, N, OC);
             cmp_f32("backward dpre_bias = sums of its own dpre (fp32)", dgbp, gbp_own, OC, TOL_F32);
             free(own), free(gbp_own);
         }
