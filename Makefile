@@ -255,8 +255,11 @@ test-only: $(BIN) $(BUILD)/hybrid_f64 vocab lib $(TESTS) $(EMU_TESTS) \
 # programs (tests/gpu/test_*.c: one per op family, and test_model) also link the shared
 # harness (tests/gpu/harness.c), so a new family's tests are one new file. test_model runs last.
 GPU_BIN := $(BUILD)/gpu
+# (EMU_ONLY_TESTS: forked children that set the emulator's compute capability or need a process
+# with no CUDA context yet; they run in `make test` only)
+EMU_ONLY_TESTS := tests/gpu/test_moe_switches.c
 GPU_TESTS := $(patsubst tests/gpu/%.c,$(GPU_BIN)/%,\
-               $(filter-out tests/gpu/test_model.c,$(wildcard tests/gpu/test_*.c)) tests/gpu/test_model.c)
+               $(filter-out tests/gpu/test_model.c $(EMU_ONLY_TESTS),$(wildcard tests/gpu/test_*.c)) tests/gpu/test_model.c)
 BENCH_B ?= 64
 BENCH_T ?= 1024
 BENCH_STEPS ?= 20

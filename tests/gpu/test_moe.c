@@ -20,6 +20,8 @@
 // offsets' copy asynchronous; under the emulator that copy reads as 0xff bytes until waited
 // for), each against the CPU reference and bit-identical run to run
 // (test_experts).
+// The switches' errors and the cuBLAS path's offsets trap: tests/gpu/test_moe_switches.c (under
+// the emulator only).
 // The kernels are not handed to the backend yet (docs/cuda.md, "The CPU emulator"): the
 // table comes from cuda_moe_ops() directly.
 #include <math.h>
@@ -34,7 +36,6 @@
 #include "tests/testing.h"
 #include "tests/gpu/harness.h"
 #include "kernels/cuda_backend.h"  // cuda_moe_set_gemm and its counters
-#include "tests/expect_death.h"
 
 const MoeOps *cuda_moe_ops(void);  // kernels/moe/table.cu
 void cuda_moe_set_wgrad_split(int s);  // kernels/moe/experts.cu: > 0 forces the wgrad split count
@@ -847,102 +848,10 @@ static void test_dispatch_io(int N, int K, int E, int C, int stride, int shift) 
 
 static const GluAct SWIGLU = {GLU_SWIGLU, 0.0, 0.0}, SITU = {GLU_SITU, 4.0, 25.0};
 
-#ifdef HYBRID_CUDA_EMU
-// The expert GEMMs' switches refuse a value they do not know, naming it (a typo must not run the
-// default silently), and a value that another switch's value rules out, naming both. Each child
-// clears every switch (a user's values must not leak in), sets the case's others, then the bad
-// one, and runs a small forward of the expert op, which reads the switches at its first call (so
-// these run before any other expert call of the program: the values are kept once read).
-typedef struct {
-    const char *name, *value;
-    const char *also[4];  // (name, value) pairs set first (NULL: none)
-    const char *says;     // the message's other part (NULL: "expected", env_choice's list)
-} BadSwitch;
-static const char *const moe_switches[] = {"HYBRID_MOE_GEMM",         "HYBRID_MOE_WGMMA", "HYBRID_MOE_WG_BN",
-                                           "HYBRID_MOE_WG_GLU_FUSED", "HYBRID_MOE_WG_WS", "HYBRID_MOE_WG_TMA",
-                                           "HYBRID_MOE_WG_WS_STORE"};
-// a small forward of the expert op (two experts, widths 16: every path suits it)
-static void experts_small_forward(void) {
-    const int E = 2, C = 16, M = 16, rows = 8, off[3] = {0, 5, 8};
-    void *x = dev_bf16(NULL, (size_t)rows * C), *y = dev_bf16(NULL, (size_t)rows * C),
-         *h = dev_bf16(NULL, (size_t)rows * 2 * M), *a = dev_bf16(NULL, (size_t)rows * M),
-         *w13 = dev_bf16(NULL, (size_t)E * 2 * M * C), *w2 = dev_bf16(NULL, (size_t)E * C * M);
-    int *doff = dev_bytes(off, sizeof off);
-    X->moe_experts_forward(y, h, a, x, w13, w2, doff, E, C, M, SWIGLU);
-}
-static void experts_with_env(void *arg) {
-    const BadSwitch *b = arg;
-    for (size_t i = 0; i < sizeof moe_switches / sizeof *moe_switches; i++) unsetenv(moe_switches[i]);
-    for (int i = 0; i < 4 && b->also[i]; i += 2) setenv(b->also[i], b->also[i + 1], 1);
-    setenv(b->name, b->value, 1);
-    experts_small_forward();
-}
-// HYBRID_MOE_WGMMA on another GPU than compute capability 9.0 (the emulator's cc set to 8.0):
-// =1 stops the run naming the switch and the GPU; auto (unset) keeps our mma.sync kernels. Each
-// child reports what its forward ran by dying with it (wgmma on or off, wgmma launches), so the
-// same fork-and-read harness checks it; on 9.0, auto runs the forward's two GEMMs on wgmma.
-typedef struct {
-    int cc;
-    const char *value;  // HYBRID_MOE_WGMMA's (NULL: unset, auto)
-} WgmmaGpu;
-static void experts_on_gpu(void *arg) {
-    const WgmmaGpu *w = arg;
-    cuda_emu_set_cc(w->cc);
-    if (w->value) setenv("HYBRID_MOE_WGMMA", w->value, 1);
-    else unsetenv("HYBRID_MOE_WGMMA");
-    unsetenv("HYBRID_MOE_GEMM");  // (the default mode: the forward's two GEMMs ours)
-    experts_small_forward();
-    die("ran: wgmma %d, %ld wgmma launches", cuda_moe_wgmma(), cuda_moe_wgmma_launches());
-}
-static void test_wgmma_gpu(void) {
-    static const WgmmaGpu on80 = {80, "1"}, auto80 = {80, NULL}, auto90 = {90, NULL}, off90 = {90, "0"};
-    CHECK(expect_death(experts_on_gpu, (void *)&on80, "HYBRID_MOE_WGMMA=1 on cc 8.0", "HYBRID_MOE_WGMMA=1",
-                       "compute capability 8.0"),
-          "HYBRID_MOE_WGMMA=1 on a GPU of compute capability 8.0 is refused");
-    CHECK(expect_death(experts_on_gpu, (void *)&auto80, "auto on cc 8.0", "ran: wgmma 0, 0 wgmma launches"),
-          "HYBRID_MOE_WGMMA unset (auto) on compute capability 8.0: mma.sync");
-    CHECK(expect_death(experts_on_gpu, (void *)&auto90, "auto on cc 9.0", "ran: wgmma 1, 2 wgmma launches"),
-          "HYBRID_MOE_WGMMA unset (auto) on compute capability 9.0: wgmma");
-    CHECK(expect_death(experts_on_gpu, (void *)&off90, "0 on cc 9.0", "ran: wgmma 0, 0 wgmma launches"),
-          "HYBRID_MOE_WGMMA=0 on compute capability 9.0: mma.sync");
-}
-static void test_switch_errors(void) {
-#define WG1 "HYBRID_MOE_WGMMA", "1"
-    static const BadSwitch bad[] = {
-        {"HYBRID_MOE_GEMM", "owned", {NULL}, NULL},
-        {"HYBRID_MOE_WGMMA", "on", {NULL}, NULL},
-        {"HYBRID_MOE_WG_BN", "64", {WG1}, NULL},
-        {"HYBRID_MOE_WG_GLU_FUSED", "yes", {WG1}, NULL},
-        {"HYBRID_MOE_WG_WS", "1", {WG1}, NULL},
-        {"HYBRID_MOE_WG_TMA", "yes", {WG1}, NULL},
-        // the warp-specialized kernels at the 128-wide tile they do not have
-        {"HYBRID_MOE_WG_WS", "rows", {WG1, "HYBRID_MOE_WG_BN", "128"}, "HYBRID_MOE_WG_BN=128"},
-        // TMA without the warp-specialized kernels it belongs to (unset: auto, which chooses
-        // TMA itself; auto named; 0)
-        {"HYBRID_MOE_WG_TMA", "1", {WG1}, "HYBRID_MOE_WG_WS=rows"},
-        {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "auto"}, "auto, the default, chooses its own kernels"},
-        {"HYBRID_MOE_WG_TMA", "1", {WG1, "HYBRID_MOE_WG_WS", "0"}, "HYBRID_MOE_WG_WS=rows"},
-        {"HYBRID_MOE_WG_TMA", "2", {WG1}, "HYBRID_MOE_WG_WS=rows"},
-        {"HYBRID_MOE_WG_WS_STORE", "rows", {WG1}, NULL},
-        // the staged store without the warp-specialized kernels (unset: auto)
-        {"HYBRID_MOE_WG_WS_STORE", "staged", {WG1}, "HYBRID_MOE_WG_WS=rows"}};
-#undef WG1
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char want[64];
-        snprintf(want, sizeof want, "%s=%s", bad[i].name, bad[i].value);
-        const char *says = bad[i].says ? bad[i].says : "expected";
-        CHECK(expect_death(experts_with_env, (void *)&bad[i], want, want, says), "%s is refused, the message naming "
-              "it and '%s'", want, says);
-    }
-}
-#endif
-
 int main(void) {
     gpu_test_init("test_moe");
     X = cuda_moe_ops();
 #ifdef HYBRID_CUDA_EMU
-    test_switch_errors();  // (first: the switches are read once)
-    test_wgmma_gpu();
     test_router(61, 16, 2, ROUTER_SIGMOID, 1, 1.0, BIAS_RAND);
     test_router(40, 16, 1, ROUTER_SIGMOID, 1, 2.5, BIAS_NONE);   // top-1: no renormalisation
     test_router(33, 16, 8, ROUTER_SOFTMAX, 0, 1.0, BIAS_NONE);
