@@ -39,13 +39,19 @@ static const char *const moe_switches[] = {"HYBRID_MOE_GEMM",         "HYBRID_MO
                                            "HYBRID_MOE_WG_GLU_FUSED", "HYBRID_MOE_WG_WS", "HYBRID_MOE_WG_TMA",
                                            "HYBRID_MOE_WG_WS_STORE"};
 // a small forward of the expert op (two experts, widths 16: every path suits it)
-static void experts_small_forward(void) {
-    const int E = 2, C = 16, M = 16, rows = 8, off[3] = {0, 5, 8};
-    void *x = dev_bf16(NULL, (size_t)rows * C), *y = dev_bf16(NULL, (size_t)rows * C),
-         *h = dev_bf16(NULL, (size_t)rows * 2 * M), *a = dev_bf16(NULL, (size_t)rows * M),
-         *w13 = dev_bf16(NULL, (size_t)E * 2 * M * C), *w2 = dev_bf16(NULL, (size_t)E * C * M);
-    int *doff = dev_bytes(off, sizeof off);
-    X->moe_experts_forward(y, h, a, x, w13, w2, doff, E, C, M, SWIGLU);
+enum { SMALL_E = 2, SMALL_C = 16, SMALL_M = 16, SMALL_ROWS = 8 };
+typedef struct {
+    void *x, *y, *h, *a, *w13, *w2;
+    int *offsets;  // {0, 5, 8}
+} SmallExperts;
+static SmallExperts experts_small_forward(void) {
+    const int E = SMALL_E, C = SMALL_C, M = SMALL_M, rows = SMALL_ROWS, off[3] = {0, 5, 8};
+    SmallExperts s = {dev_bf16(NULL, (size_t)rows * C), dev_bf16(NULL, (size_t)rows * C),
+                      dev_bf16(NULL, (size_t)rows * 2 * M), dev_bf16(NULL, (size_t)rows * M),
+                      dev_bf16(NULL, (size_t)E * 2 * M * C), dev_bf16(NULL, (size_t)E * C * M),
+                      dev_bytes(off, sizeof off)};
+    X->moe_experts_forward(s.y, s.h, s.a, s.x, s.w13, s.w2, s.offsets, E, C, M, SWIGLU);
+    return s;
 }
 static void experts_with_env(void *arg) {
     const BadSwitch *b = arg;
@@ -98,21 +104,17 @@ static void experts_offsets_rewritten(void *arg) {
     dup2(2, 1);  // (the kernel's message is a device printf: stdout; the harness reads stderr)
     cuda_moe_set_gemm(o->mode);
     cuda_moe_set_mixed_wgrad(o->mixed_wgrad);
-    const int E = 2, C = 16, M = 16, rows = 8, off[3] = {0, 5, 8}, moved[3] = {0, 3, 8};
-    const size_t n13 = (size_t)E * 2 * M * C, n2 = (size_t)E * C * M;
-    void *x = dev_bf16(NULL, (size_t)rows * C), *y = dev_bf16(NULL, (size_t)rows * C),
-         *h = dev_bf16(NULL, (size_t)rows * 2 * M), *a = dev_bf16(NULL, (size_t)rows * M),
-         *w13 = dev_bf16(NULL, n13), *w2 = dev_bf16(NULL, n2), *dy = dev_bf16(NULL, (size_t)rows * C),
-         *dx = dev_bf16(NULL, (size_t)rows * C), *dh = dev_bf16(NULL, (size_t)rows * 2 * M),
-         *da = dev_bf16(NULL, (size_t)rows * M), *dw13 = dev_f32(NULL, n13), *dw2 = dev_f32(NULL, n2);
-    int *doff = dev_bytes(off, sizeof off);
+    const int E = SMALL_E, C = SMALL_C, M = SMALL_M, rows = SMALL_ROWS, moved[3] = {0, 3, 8};
     if (o->mode == 2 && (cuda_moe_gemm_on_cublas(2, E, C, M) || cuda_moe_gemm_on_cublas(4, E, C, M)))
         die("mixed: the row GEMMs on cuBLAS (wgmma off?): this case is for the per-expert calls' check");
-    X->moe_experts_forward(y, h, a, x, w13, w2, doff, E, C, M, SWIGLU);
-    G->upload_tokens(doff, moved, 3);  // (valid offsets, other sizes: expert 0 now has 3 rows)
-    X->moe_experts_backward(dx, dw13, dw2, dh, da, dy, x, h, a, w13, w2, doff, E, C, M, SWIGLU);
+    const SmallExperts s = experts_small_forward();
+    G->upload_tokens(s.offsets, moved, 3);  // (valid offsets, other sizes: expert 0 now has 3 rows, not 5)
+    void *dy = dev_bf16(NULL, (size_t)rows * C), *dx = dev_bf16(NULL, (size_t)rows * C),
+         *dh = dev_bf16(NULL, (size_t)rows * 2 * M), *da = dev_bf16(NULL, (size_t)rows * M),
+         *dw13 = dev_f32(NULL, (size_t)E * 2 * M * C), *dw2 = dev_f32(NULL, (size_t)E * C * M);
+    X->moe_experts_backward(dx, dw13, dw2, dh, da, dy, s.x, s.h, s.a, s.w13, s.w2, s.offsets, E, C, M, SWIGLU);
     int back[3];
-    G->copy_to_host(back, doff, sizeof back);  // (waits for the backward's kernels)
+    G->copy_to_host(back, s.offsets, sizeof back);  // (waits for the backward's kernels)
     die("ran: the backward finished on offsets the forward had not seen");
 }
 static void test_offsets_rewritten(void) {
